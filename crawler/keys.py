@@ -1,0 +1,98 @@
+"""Every Redis key name peercrawl uses, in one place (docs/redis.md).
+
+All keys share the hash tag ``{<namespace>}`` so that every Lua script, whose
+keys all arrive through KEYS, touches keys of one slot: the scripts run
+unchanged on Redis Cluster (the whole namespace then lives on one shard; run
+several namespaces to spread load). Info-hashes appear as 40 lower-case hex
+characters.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Keys:
+    namespace: str
+
+    @property
+    def prefix(self) -> str:
+        return "{" + self.namespace + "}"
+
+    def _k(self, *parts: str) -> str:
+        return ":".join((self.prefix,) + parts)
+
+    # --- the queue (SPEC §1) ---------------------------------------------
+    @property
+    def ready(self) -> str:
+        """ZSET info-hash -> score: ready torrents, highest first."""
+        return self._k("ready")
+
+    @property
+    def since(self) -> str:
+        """ZSET info-hash -> unix time it became ready (queue latency)."""
+        return self._k("since")
+
+    @property
+    def cooling(self) -> str:
+        """ZSET info-hash -> unix time it becomes ready again."""
+        return self._k("cooling")
+
+    @property
+    def leases(self) -> str:
+        """ZSET info-hash -> unix time its lease expires (in flight)."""
+        return self._k("leases")
+
+    @property
+    def evicted(self) -> str:
+        """ZSET info-hash -> unix time of eviction (tombstones)."""
+        return self._k("evicted")
+
+    def torrent(self, info_hash: str) -> str:
+        """HASH of one torrent: score, claims, visits, seeders, tombstone..."""
+        return self._k("t", info_hash)
+
+    def trackers(self, info_hash: str) -> str:
+        """SET of the torrent's own tracker URLs (magnet tr=, announce-list)."""
+        return self._k("tr", info_hash)
+
+    @property
+    def visits(self) -> str:
+        """HASH unix minute -> visits completed in that minute."""
+        return self._k("visits")
+
+    @property
+    def failed_visits(self) -> str:
+        """HASH unix minute -> failed visits (no source answered)."""
+        return self._k("failedvisits")
+
+    # --- workers ---------------------------------------------------------
+    @property
+    def workers(self) -> str:
+        """ZSET worker id -> heartbeat expiry time."""
+        return self._k("workers")
+
+    def worker(self, worker_id: str) -> str:
+        """HASH of one worker process (host, pid, concurrency, visits...)."""
+        return self._k("w", worker_id)
+
+    # --- trackers' health (SPEC §3) --------------------------------------
+    @property
+    def tracker_health(self) -> str:
+        """HASH tracker URL -> JSON {answers, failures, streak, until}."""
+        return self._k("trackerhealth")
+
+    def tracker_min_interval(self, info_hash: str) -> str:
+        """HASH tracker URL -> unix time before which it must not be re-announced."""
+        return self._k("mi", info_hash)
+
+    # --- counters and StatHat (SPEC §4, §6) ------------------------------
+    def sub(self, *parts: str) -> str:
+        """A key of a subsystem under the namespace, e.g. sub("c", name)."""
+        return self._k(*parts)
+
+    @property
+    def secret(self) -> str:
+        """STRING: the generated fingerprint key when PEERCRAWL_SECRET is unset."""
+        return self._k("secret")

@@ -1,0 +1,90 @@
+"""Shared fixtures: a real Redis, a unique key namespace per test.
+
+Tests never assume the Redis at 6379 is empty: each test gets its own
+namespace and every key under it is deleted afterwards. A Redis that cannot be
+reached fails the test run; nothing is skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+import redis
+
+from crawler.keys import Keys
+from crawler.settings import Settings
+
+REDIS_URL = os.environ.get("PEERCRAWL_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    try:
+        redis.Redis.from_url(REDIS_URL).ping()
+    except redis.RedisError as e:  # pragma: no cover - CI makes sure one answers
+        pytest.fail(f"no Redis at {REDIS_URL} ({e}); .ci/run starts one")
+    return REDIS_URL
+
+
+def _delete_namespace(client: redis.Redis, namespace: str) -> None:
+    pattern = "{" + namespace + "}*"
+    batch = []
+    for key in client.scan_iter(match=pattern, count=1000):
+        batch.append(key)
+        if len(batch) >= 1000:
+            client.delete(*batch)
+            batch.clear()
+    if batch:
+        client.delete(*batch)
+
+
+@pytest.fixture
+def namespace(redis_url):
+    ns = "pctest-" + uuid.uuid4().hex[:12]
+    yield ns
+    _delete_namespace(redis.Redis.from_url(redis_url), ns)
+
+
+@pytest.fixture
+def client(redis_url):
+    c = redis.Redis.from_url(redis_url)
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def keys(namespace) -> Keys:
+    return Keys(namespace)
+
+
+@pytest.fixture
+def settings(redis_url, namespace, tmp_path) -> Settings:
+    """Settings for a test: the test Redis, its namespace, private addresses allowed."""
+    return Settings(
+        redis_url=redis_url,
+        namespace=namespace,
+        data_dir=tmp_path / "data",
+        trackers=(),
+        dht=False,
+        allow_private=True,
+        secret="test-secret-0123456789",
+    )
+
+
+@pytest.fixture
+def test_env(redis_url, namespace, tmp_path) -> dict:
+    """Environment for running the ``peercrawl`` command in a subprocess."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PEERCRAWL_", "STATHAT_", "GEOIP_"))}
+    env.update(
+        REDIS_URL=redis_url,
+        PEERCRAWL_NAMESPACE=namespace,
+        PEERCRAWL_DATA_DIR=str(tmp_path / "data"),
+        PEERCRAWL_TRACKERS="",
+        PEERCRAWL_DHT="off",
+        PEERCRAWL_ALLOW_PRIVATE="1",
+        PEERCRAWL_SECRET="test-secret-0123456789",
+        PEERCRAWL_LOG_FORMAT="json",
+    )
+    return env
