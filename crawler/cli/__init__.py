@@ -1,0 +1,54 @@
+"""The ``peercrawl`` command line (SPEC §7).
+
+``main`` is the one boundary where peercrawl's own errors become a single
+line on stderr and a non-zero exit, never a traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from crawler.errors import PeercrawlError
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="peercrawl")
+def cli() -> None:
+    """peercrawl: a distributed BitTorrent peer crawler.
+
+    Settings come from the environment (see the README); flags override them.
+    """
+
+
+def _register() -> None:
+    from crawler.cli import add, flush, stats, status, torrent
+
+    for mod in (add, status, torrent, stats, flush):
+        cli.add_command(mod.command)
+    try:
+        from workers import cli as worker_cli
+    except ImportError:  # the worker package is built by a later issue
+        return
+    for command in worker_cli.commands:
+        cli.add_command(command)
+
+
+def main(argv: list[str] | None = None) -> None:
+    _register()
+    try:
+        cli.main(args=argv, prog_name="peercrawl", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("Aborted.", err=True)
+        sys.exit(130)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(e.exit_code)
+    except click.exceptions.Exit as e:
+        sys.exit(e.exit_code)
+    except PeercrawlError as e:
+        click.echo(f"peercrawl: {e}", err=True)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        sys.exit(130)

@@ -1,0 +1,65 @@
+"""What one visit learned from its sources, in the shape scoring (§2) needs.
+
+A source that failed is ``ok=False`` with an ``error``; it never reads as
+"answered with 0 peers".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class SourceResult:
+    """The outcome of asking one source (a tracker URL, or ``"dht"``)."""
+
+    source: str
+    ok: bool
+    # (ip, port) pairs, ip as the canonical text form (ipaddress's str()).
+    peers: frozenset[tuple[str, int]] = frozenset()
+    # The most peers this source hands out per request (its "max").
+    max_peers: int = 0
+    seeders: int | None = None
+    leechers: int | None = None
+    # The tracker's interval / min interval, in seconds, where it gave them.
+    interval: float | None = None
+    min_interval: float | None = None
+    error: str | None = None
+    warning: str | None = None
+
+    @property
+    def full(self) -> bool:
+        """Returned at least its max peers (SPEC §2)."""
+        return self.ok and self.max_peers > 0 and len(self.peers) >= self.max_peers
+
+    @classmethod
+    def failed(cls, source: str, error: str, max_peers: int = 0) -> "SourceResult":
+        return cls(source=source, ok=False, max_peers=max_peers, error=error)
+
+
+@dataclass(frozen=True)
+class VisitResult:
+    """Every source's result for one torrent's visit."""
+
+    info_hash: str
+    sources: tuple[SourceResult, ...] = field(default_factory=tuple)
+
+    @property
+    def answered(self) -> bool:
+        """Some source answered (else the visit failed, SPEC §1)."""
+        return any(s.ok for s in self.sources)
+
+    @property
+    def peer_ips(self) -> frozenset[str]:
+        """Distinct peer IPs from every source that answered."""
+        return frozenset(ip for s in self.sources if s.ok for ip, _ in s.peers)
+
+    @property
+    def seeders(self) -> int | None:
+        vals = [s.seeders for s in self.sources if s.ok and s.seeders is not None]
+        return max(vals) if vals else None
+
+    @property
+    def leechers(self) -> int | None:
+        vals = [s.leechers for s in self.sources if s.ok and s.leechers is not None]
+        return max(vals) if vals else None
