@@ -1,0 +1,106 @@
+"""bencode: strict decoding of untrusted bytes, round-trips, typed errors only."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings as hsettings, strategies as st
+
+from crawler import bencode
+from crawler.bencode import BencodeError, decode, decode_prefix, encode
+from crawler.errors import RemoteProtocolError
+
+values = st.recursive(
+    st.integers(min_value=-(2**70), max_value=2**70) | st.binary(max_size=40),
+    lambda children: st.lists(children, max_size=5) | st.dictionaries(st.binary(max_size=10), children, max_size=5),
+    max_leaves=30,
+)
+
+
+@given(values)
+def test_round_trip(v):
+    assert decode(encode(v)) == v
+
+
+@given(values)
+def test_encoding_is_canonical(v):
+    data = encode(v)
+    assert encode(decode(data)) == data
+
+
+@hsettings(max_examples=500)
+@given(st.binary(max_size=200))
+def test_arbitrary_bytes_raise_only_bencode_error(data):
+    try:
+        decode(data)
+    except BencodeError as e:
+        assert isinstance(e, RemoteProtocolError)
+        assert str(e)
+
+
+@given(values, st.integers(min_value=1, max_value=1000))
+def test_truncation_always_detected(v, cut):
+    data = encode(v)
+    if cut >= len(data):
+        cut = len(data) - 1
+    if cut <= 0:
+        return
+    with pytest.raises(BencodeError):
+        decode(data[:cut])
+
+
+@given(values, st.binary(min_size=1, max_size=5))
+def test_trailing_bytes_refused(v, tail):
+    with pytest.raises(BencodeError, match="trailing"):
+        decode(encode(v) + tail)
+
+
+@pytest.mark.parametrize(
+    "data, why",
+    [
+        (b"", "empty"),
+        (b"i01e", "leading zero"),
+        (b"i-0e", "-0"),
+        (b"ie", "not a decimal"),
+        (b"i12", "no 'e'"),
+        (b"03:abc", "leading zero"),
+        (b"5:abc", "wants 5 bytes"),
+        (b"l", "not closed"),
+        (b"d1:ai1e", "not closed"),
+        (b"di1ei2ee", "not a byte string"),
+        (b"d1:ai1e1:ai2ee", "duplicate"),
+        (b"x", "unexpected byte"),
+        (b"-1:a", "unexpected byte"),
+        (b"l" * 100 + b"e" * 100, "nesting"),
+        (b"i1ei2e", "trailing"),
+    ],
+)
+def test_malformations_named(data, why):
+    with pytest.raises(BencodeError, match=why):
+        decode(data)
+
+
+def test_unsorted_keys_accepted():
+    assert decode(b"d1:bi2e1:ai1ee") == {b"a": 1, b"b": 2}
+
+
+def test_encode_sorts_keys_and_takes_str():
+    assert encode({"b": 1, b"a": "x"}) == b"d1:a1:x1:bi1ee"
+
+
+@pytest.mark.parametrize("bad", [True, 1.5, None, {1: 2}, object()])
+def test_encode_refuses_other_types(bad):
+    with pytest.raises(TypeError):
+        encode(bad)
+
+
+def test_decode_prefix_gives_span():
+    data = b"d4:infod4:name1:xe3:zzzi1ee"
+    start = data.index(b"d4:name")
+    value, end = decode_prefix(data, start)
+    assert value == {b"name": b"x"}
+    assert data[start:end] == b"d4:name1:xe"
+
+
+def test_depth_limit_is_module_constant():
+    ok = b"l" * bencode.MAX_DEPTH + b"e" * bencode.MAX_DEPTH
+    assert decode(ok) is not None
