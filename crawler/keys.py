@@ -49,6 +49,21 @@ class Keys:
         """ZSET info-hash -> unix time of eviction (tombstones)."""
         return self._k("evicted")
 
+    @property
+    def tombstones(self) -> str:
+        """HASH info-hash -> JSON {reason, at, score} of evicted torrents."""
+        return self._k("tombstones")
+
+    @property
+    def held(self) -> str:
+        """HASH info-hash -> score of torrents cooling or in flight."""
+        return self._k("held")
+
+    @property
+    def claims(self) -> str:
+        """HASH info-hash -> times claimed; the latest is the lease token."""
+        return self._k("claims")
+
     def torrent(self, info_hash: str) -> str:
         """HASH of one torrent: score, claims, visits, seeders, tombstone..."""
         return self._k("t", info_hash)

@@ -1,0 +1,57 @@
+"""``peercrawl status``: the queue's health for operators (SPEC §7)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import click
+
+from crawler.cli.context import open_context
+from crawler.lifecycle import Queue
+from crawler.operations import queue_report
+
+
+@click.command("status")
+@click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
+def command(as_json: bool) -> None:
+    """Show the queue: states, visits, latency, live workers and trackers."""
+    ctx = open_context()
+    report = queue_report(Queue(ctx.client, ctx.keys, ctx.settings), time.time())
+    if as_json:
+        click.echo(json.dumps(report, indent=2, sort_keys=True))
+        return
+    _print(report)
+
+
+def _print(r: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console()
+    t = Table(title="peercrawl queue", show_header=False)
+    for name in ("tracked", "ready", "cooling", "in_flight", "evicted", "visits_last_hour",
+                 "failed_visits_last_hour", "queue_latency_s"):
+        t.add_row(name.replace("_", " "), str(r.get(name)))
+    cap = r.get("capacity") or {}
+    for name, value in cap.items():
+        t.add_row(name.replace("_", " "), str(value))
+    con.print(t)
+    if r.get("outage"):
+        con.print(f"[bold red]outage:[/] {r['outage']}")
+    if r["workers"]:
+        w = Table(title="workers")
+        for col in ("id", "host", "pid", "concurrency", "visits", "failing", "started"):
+            w.add_column(col)
+        for x in r["workers"]:
+            w.add_row(*(str(x.get(c, "")) for c in ("id", "host", "pid", "concurrency", "visits", "failing", "started")))
+        con.print(w)
+    else:
+        con.print("no live workers")
+    if r["trackers"]:
+        tr = Table(title="trackers")
+        for col in ("tracker", "answers", "failures", "backing off"):
+            tr.add_column(col)
+        for url, x in sorted(r["trackers"].items()):
+            tr.add_row(url, str(x.get("answers")), str(x.get("failures")), str(x.get("backing_off")))
+        con.print(tr)

@@ -1,0 +1,39 @@
+"""``peercrawl torrent HASH``: everything known about one torrent (SPEC §7)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import click
+
+from crawler.cli.context import open_context
+from crawler.errors import ItemError
+from crawler.items import info_hash
+from crawler.lifecycle import Queue
+
+
+@click.command("torrent")
+@click.argument("hash_")
+@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+def command(hash_: str, as_json: bool) -> None:
+    """Show one torrent: state, score, visits, seeders, leechers, trackers."""
+    try:
+        h = info_hash(hash_)
+    except ItemError as e:
+        raise click.BadParameter(str(e), param_hint="HASH") from None
+    ctx = open_context()
+    info = Queue(ctx.client, ctx.keys, ctx.settings).torrent(h, time.time())
+    if info is None:
+        if as_json:
+            click.echo(json.dumps({"info_hash": h, "state": None}))
+        click.echo(f"peercrawl torrent: {h} is not tracked", err=True)
+        sys.exit(1)
+    if as_json:
+        click.echo(json.dumps(info, indent=2, sort_keys=True))
+        return
+    for name, value in info.items():
+        if isinstance(value, list):
+            value = ", ".join(value) or "-"
+        click.echo(f"{name:>18}  {'-' if value is None else value}")

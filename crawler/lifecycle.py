@@ -1,0 +1,382 @@
+"""The torrent lifecycle of SPEC §1: the one module that changes a torrent's state.
+
+Strategy. Each state is a sorted set under the namespace: ``ready`` (by
+score), ``cooling`` (by due time), ``leases`` (in flight, by lease deadline)
+and ``evicted`` (by eviction time). A torrent is a member of exactly one of
+them; every transition is one Lua script (``crawler/lua/*.lua``) that removes
+it from one set and adds it to the next, so no crash between two commands can
+lose or duplicate a torrent. While a torrent is out of ``ready`` its score
+waits in the ``held`` hash.
+
+A claim's token is the torrent's claim count after the claim. Extend,
+complete, fail and release check it, so a worker whose lease expired (and
+whose torrent another worker has since claimed) changes nothing.
+
+Housekeeping (expired leases back to ready, due cooling torrents to ready,
+old tombstones forgotten) runs inside every claim, bounded per call: a queue
+needs no separate janitor process, and a dead worker's torrents come back as
+soon as anyone claims.
+
+::
+
+    add ──► ready ──claim──► in flight ──complete──► cooling ──due──► ready
+              ▲                 │  │                    (or evicted)
+              └──lease expired──┘  └──fail (score kept)──► cooling
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass
+from typing import Iterable, Iterator, Sequence
+
+import redis
+
+from crawler import lua
+from crawler.errors import StoreError
+from crawler.keys import Keys
+from crawler.scoring import Outcome, multiplier
+from crawler.settings import Settings
+
+# Per claim, at most this many expired leases, due torrents and old
+# tombstones each are moved: one claim stays well under a millisecond of
+# Redis time, while a queue of any size still drains as workers claim.
+HOUSEKEEPING_BUDGET = 200
+
+# Items per add.lua call and calls per pipeline round trip.
+ADD_BATCH = 500
+ADD_PIPELINE = 4
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A claimed torrent: its info-hash, score at claim, and lease token."""
+
+    info_hash: str
+    score: float
+    token: int
+
+
+@dataclass(frozen=True)
+class NewItem:
+    """One torrent to add: a 40-hex info-hash and its own trackers."""
+
+    info_hash: str
+    trackers: tuple[str, ...] = ()
+
+
+ADD_STATUS = {"a": "added", "t": "already_tracked", "e": "skipped_evicted", "r": "added"}
+
+
+def _minute(now: float) -> str:
+    return str(int(now // 60) * 60)
+
+
+class Queue:
+    """The score queue in Redis. Every method is one atomic step.
+
+    ``client``: a redis-py client (bytes responses); ``keys``: the namespace's
+    key names; ``settings``: lease, revisit, retry and scoring settings.
+    Redis errors are raised as ``StoreError``.
+    """
+
+    def __init__(self, client: redis.Redis, keys: Keys, settings: Settings):
+        self.client = client
+        self.keys = keys
+        self.settings = settings
+        self._add = lua.register(client, "add")
+        self._claim = lua.register(client, "claim")
+        self._extend = lua.register(client, "extend")
+        self._complete = lua.register(client, "complete")
+        self._fail = lua.register(client, "fail")
+        self._release = lua.register(client, "release")
+
+    # --- intake ------------------------------------------------------------
+    def _add_args(self, items: Sequence[NewItem], readmit: bool, now: float) -> tuple[list, list]:
+        k = self.keys
+        keys = [k.ready, k.since, k.cooling, k.leases, k.evicted, k.tombstones, k.held]
+        args: list = [repr(now), "1" if readmit else "0", "1"]
+        for item in items:
+            keys.append(k.torrent(item.info_hash))
+            keys.append(k.trackers(item.info_hash))
+            args.append(item.info_hash)
+            args.append(len(item.trackers))
+            args.extend(item.trackers)
+        return keys, args
+
+    def add(self, items: Sequence[NewItem], readmit: bool = False, now: float | None = None) -> list[str]:
+        """Admit ``items``; one status per item: added, already_tracked or skipped_evicted."""
+        if not items:
+            return []
+        now = time.time() if now is None else now
+        keys, args = self._add_args(items, readmit, now)
+        try:
+            letters = self._add(keys=keys, args=args).decode()
+        except redis.RedisError as e:
+            raise StoreError(f"adding torrents failed: {e}") from e
+        return [ADD_STATUS[c] for c in letters]
+
+    def add_stream(
+        self, items: Iterable[NewItem], readmit: bool = False, batch: int = ADD_BATCH, pipeline: int = ADD_PIPELINE
+    ) -> Iterator[tuple[NewItem, str]]:
+        """Admit a long stream of items in pipelined batches, yielding (item, status).
+
+        Each batch is one atomic script call; ``pipeline`` calls share a round trip.
+        Duplicates inside one batch are reported as already_tracked.
+        """
+        pending: list[list[NewItem]] = []
+        current: list[NewItem] = []
+        for item in items:
+            current.append(item)
+            if len(current) >= batch:
+                pending.append(current)
+                current = []
+                if len(pending) >= pipeline:
+                    yield from self._flush(pending, readmit)
+                    pending = []
+        if current:
+            pending.append(current)
+        if pending:
+            yield from self._flush(pending, readmit)
+
+    def _flush(self, batches: list[list[NewItem]], readmit: bool) -> Iterator[tuple[NewItem, str]]:
+        now = time.time()
+        pipe = self.client.pipeline(transaction=False)
+        for b in batches:
+            keys, args = self._add_args(b, readmit, now)
+            self._add(keys=keys, args=args, client=pipe)
+        try:
+            results = pipe.execute()
+        except redis.RedisError as e:
+            raise StoreError(f"adding torrents failed: {e}") from e
+        for b, letters in zip(batches, results):
+            for item, c in zip(b, letters.decode()):
+                yield item, ADD_STATUS[c]
+
+    # --- work ----------------------------------------------------------------
+    def claim(self, count: int = 1, now: float | None = None) -> list[Lease]:
+        """Lease up to ``count`` of the highest-scored ready torrents."""
+        now = time.time() if now is None else now
+        k = self.keys
+        try:
+            flat = self._claim(
+                keys=[k.ready, k.since, k.cooling, k.leases, k.evicted, k.tombstones, k.held, k.claims],
+                args=[
+                    repr(now),
+                    repr(now + self.settings.lease_seconds),
+                    count,
+                    HOUSEKEEPING_BUDGET,
+                    repr(now - self.settings.tombstone_seconds),
+                ],
+            )
+        except redis.RedisError as e:
+            raise StoreError(f"claiming torrents failed: {e}") from e
+        return [
+            Lease(flat[i].decode(), float(flat[i + 1]), int(flat[i + 2])) for i in range(0, len(flat), 3)
+        ]
+
+    def housekeep(self, now: float | None = None) -> None:
+        """Run the claim's housekeeping without claiming anything."""
+        self.claim(0, now)
+
+    def extend(self, lease: Lease, now: float | None = None) -> bool:
+        """Push the lease deadline to now + lease time; False if the lease was lost."""
+        now = time.time() if now is None else now
+        try:
+            return bool(
+                self._extend(
+                    keys=[self.keys.leases, self.keys.claims],
+                    args=[lease.info_hash, lease.token, repr(now + self.settings.lease_seconds)],
+                )
+            )
+        except redis.RedisError as e:
+            raise StoreError(f"extending a lease failed: {e}") from e
+
+    def complete(
+        self,
+        lease: Lease,
+        result: Outcome,
+        *,
+        peers: int = 0,
+        seeders: int | None = None,
+        leechers: int | None = None,
+        due: float | None = None,
+        now: float | None = None,
+    ) -> tuple[str, float | None]:
+        """Apply a scored visit: ("cooling"|"evicted", new score) or ("stale", None).
+
+        ``due``: when the torrent may be visited again (default now + revisit).
+        """
+        now = time.time() if now is None else now
+        due = now + self.settings.revisit_seconds if due is None else due
+        k = self.keys
+        h = lease.info_hash
+        try:
+            reply = self._complete(
+                keys=[k.leases, k.held, k.claims, k.cooling, k.evicted, k.tombstones, k.torrent(h), k.trackers(h), k.visits],
+                args=[
+                    h,
+                    lease.token,
+                    repr(multiplier(result, self.settings)),
+                    repr(self.settings.evict_below),
+                    repr(now),
+                    repr(due),
+                    int(math.ceil(self.settings.tombstone_seconds)),
+                    "" if seeders is None else seeders,
+                    "" if leechers is None else leechers,
+                    peers,
+                    _minute(now),
+                    result.value,
+                ],
+            )
+        except redis.RedisError as e:
+            raise StoreError(f"completing a visit failed: {e}") from e
+        state = reply[0].decode()
+        return state, (float(reply[1]) if len(reply) > 1 else None)
+
+    def fail(self, lease: Lease, error: str = "", now: float | None = None, due: float | None = None) -> bool:
+        """A visit no source answered: score kept, retry after the retry delay."""
+        now = time.time() if now is None else now
+        due = now + self.settings.retry_seconds if due is None else due
+        k = self.keys
+        try:
+            return bool(
+                self._fail(
+                    keys=[k.leases, k.claims, k.cooling, k.torrent(lease.info_hash), k.failed_visits],
+                    args=[lease.info_hash, lease.token, repr(due), repr(now), _minute(now), error[:200]],
+                )
+            )
+        except redis.RedisError as e:
+            raise StoreError(f"recording a failed visit failed: {e}") from e
+
+    def release(self, lease: Lease, now: float | None = None) -> bool:
+        """Hand a claimed torrent back to ready unvisited (shutdown)."""
+        now = time.time() if now is None else now
+        k = self.keys
+        try:
+            return bool(
+                self._release(
+                    keys=[k.leases, k.held, k.claims, k.ready, k.since],
+                    args=[lease.info_hash, lease.token, repr(now)],
+                )
+            )
+        except redis.RedisError as e:
+            raise StoreError(f"handing back a torrent failed: {e}") from e
+
+    # --- reading -------------------------------------------------------------
+    def counts(self, now: float | None = None) -> dict:
+        """State counts as users see them (SPEC §7 status).
+
+        A cooling torrent past its due time, or a lease past its deadline,
+        counts as ready: the next claim moves it there.
+        """
+        now = time.time() if now is None else now
+        k = self.keys
+        p = self.client.pipeline(transaction=True)
+        p.zcard(k.ready)
+        p.zcount(k.cooling, "-inf", now)
+        p.zcard(k.cooling)
+        p.zcount(k.leases, "-inf", now)
+        p.zcard(k.leases)
+        p.zcard(k.evicted)
+        p.zrange(k.since, 0, 0, withscores=True)
+        p.zrange(k.cooling, 0, 0, withscores=True)
+        p.zrange(k.leases, 0, 0, withscores=True)
+        try:
+            ready, cool_due, cooling, lease_due, leases, evicted, since0, cool0, lease0 = p.execute()
+        except redis.RedisError as e:
+            raise StoreError(f"reading the queue failed: {e}") from e
+        oldest = [s for (_, s) in since0] + [s for (_, s) in cool0 + lease0 if s <= now]
+        latency = max(0.0, now - min(oldest)) if oldest else 0.0
+        return {
+            "tracked": ready + cooling + leases,
+            "ready": ready + cool_due + lease_due,
+            "cooling": cooling - cool_due,
+            "in_flight": leases - lease_due,
+            "evicted": evicted,
+            "queue_latency_s": round(latency, 3),
+        }
+
+    def visits_since(self, seconds: float = 3600, now: float | None = None, failed: bool = False) -> int:
+        """Visits completed (or failed, with ``failed``) in the last ``seconds``; trims older buckets."""
+        now = time.time() if now is None else now
+        key = self.keys.failed_visits if failed else self.keys.visits
+        buckets = self.client.hgetall(key)
+        total, stale = 0, []
+        for minute, n in buckets.items():
+            m = int(minute)
+            if m > now - seconds:
+                total += int(n)
+            elif m < now - 2 * 86400:
+                stale.append(minute)
+        if stale:
+            self.client.hdel(key, *stale)
+        return total
+
+    def state(self, info_hash: str, now: float | None = None) -> tuple[str | None, float | None]:
+        """The torrent's state and score, or (None, None) if not known."""
+        now = time.time() if now is None else now
+        k = self.keys
+        p = self.client.pipeline(transaction=True)
+        p.zscore(k.ready, info_hash)
+        p.zscore(k.cooling, info_hash)
+        p.zscore(k.leases, info_hash)
+        p.zscore(k.evicted, info_hash)
+        p.hget(k.held, info_hash)
+        p.hget(k.tombstones, info_hash)
+        ready, cooling, lease, evicted, held, tomb = p.execute()
+        if ready is not None:
+            return "ready", ready
+        if cooling is not None:
+            return ("ready" if cooling <= now else "cooling"), float(held or 1)
+        if lease is not None:
+            return ("ready" if lease <= now else "in_flight"), float(held or 1)
+        if evicted is not None:
+            return "evicted", float(json.loads(tomb)["score"]) if tomb else None
+        return None, None
+
+    def torrent(self, info_hash: str, now: float | None = None) -> dict | None:
+        """Everything known about one torrent (SPEC §7 ``torrent``), or None."""
+        now = time.time() if now is None else now
+        state, score = self.state(info_hash, now)
+        if state is None:
+            return None
+        k = self.keys
+        p = self.client.pipeline(transaction=False)
+        p.hgetall(k.torrent(info_hash))
+        p.smembers(k.trackers(info_hash))
+        p.hget(k.claims, info_hash)
+        p.zscore(k.cooling, info_hash)
+        p.zscore(k.leases, info_hash)
+        p.hget(k.tombstones, info_hash)
+        p.hgetall(k.tracker_min_interval(info_hash))
+        h, trackers, claims, due, deadline, tomb, min_intervals = p.execute()
+        h = {a.decode(): b.decode() for a, b in h.items()}
+
+        def num(name: str, cast=int):
+            return cast(h[name]) if name in h else None
+
+        out = {
+            "info_hash": info_hash,
+            "state": state,
+            "score": score,
+            "visits": num("visits") or 0,
+            "failed_visits": num("failed_visits") or 0,
+            "claims": int(claims) if claims else 0,
+            "last_visit": num("last_visit", float),
+            "last_outcome": h.get("last_outcome"),
+            "last_failure": num("last_failure", float),
+            "last_error": h.get("last_error"),
+            "seeders": num("seeders"),
+            "leechers": num("leechers"),
+            "peers_last_visit": num("peers_last_visit"),
+            "trackers": sorted(t.decode() for t in trackers),
+            "due": due if state in ("cooling",) else None,
+            "lease_deadline": deadline if state == "in_flight" else None,
+            "tracker_not_before": {a.decode(): float(b) for a, b in min_intervals.items()},
+        }
+        if tomb:
+            out["tombstone"] = json.loads(tomb)
+        return out

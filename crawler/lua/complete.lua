@@ -1,0 +1,47 @@
+-- complete.lua: finish a visit that some source answered (SPEC §1, §2).
+-- The new score is the held score times ARGV[3]; below ARGV[4] the torrent
+-- is evicted (tombstone kept ARGV[7] seconds), else it cools until ARGV[6].
+--
+-- KEYS[1] leases     ZSET info-hash -> lease deadline
+-- KEYS[2] held       HASH info-hash -> score while cooling or in flight
+-- KEYS[3] claims     HASH info-hash -> times claimed (the lease token)
+-- KEYS[4] cooling    ZSET info-hash -> due time
+-- KEYS[5] evicted    ZSET info-hash -> eviction time
+-- KEYS[6] tombstones HASH info-hash -> JSON {reason, at, score}
+-- KEYS[7] torrent    HASH of this torrent (visits, last_visit, seeders, ...)
+-- KEYS[8] trackers   SET of this torrent's own trackers
+-- KEYS[9] visits     HASH unix minute -> visits completed
+--
+-- ARGV[1] info-hash, ARGV[2] token, ARGV[3] multiplier, ARGV[4] threshold,
+-- ARGV[5] now, ARGV[6] due time, ARGV[7] tombstone seconds,
+-- ARGV[8] seeders ('' unknown), ARGV[9] leechers ('' unknown),
+-- ARGV[10] peers found, ARGV[11] minute, ARGV[12] outcome (none/some/full)
+--
+-- Returns {'cooling'|'evicted', new score as string} or {'stale'} when the
+-- lease is not this holder's any more (nothing changed).
+
+local h = ARGV[1]
+if redis.call('HGET', KEYS[3], h) ~= ARGV[2] or not redis.call('ZSCORE', KEYS[1], h) then
+  return {'stale'}
+end
+local score = tonumber(redis.call('HGET', KEYS[2], h) or '1')
+local new = score * tonumber(ARGV[3])
+local text = string.format('%.17g', new)
+redis.call('ZREM', KEYS[1], h)
+redis.call('HINCRBY', KEYS[7], 'visits', 1)
+redis.call('HSET', KEYS[7], 'last_visit', ARGV[5], 'peers_last_visit', ARGV[10],
+  'last_outcome', ARGV[12], 'score', text)
+if ARGV[8] ~= '' then redis.call('HSET', KEYS[7], 'seeders', ARGV[8]) end
+if ARGV[9] ~= '' then redis.call('HSET', KEYS[7], 'leechers', ARGV[9]) end
+redis.call('HINCRBY', KEYS[9], ARGV[11], 1)
+if new < tonumber(ARGV[4]) then
+  redis.call('HDEL', KEYS[2], h)
+  redis.call('ZADD', KEYS[5], ARGV[5], h)
+  redis.call('HSET', KEYS[6], h, cjson.encode({reason = 'low score', at = tonumber(ARGV[5]), score = text}))
+  redis.call('EXPIRE', KEYS[7], ARGV[7])
+  redis.call('EXPIRE', KEYS[8], ARGV[7])
+  return {'evicted', text}
+end
+redis.call('HSET', KEYS[2], h, text)
+redis.call('ZADD', KEYS[4], ARGV[6], h)
+return {'cooling', text}

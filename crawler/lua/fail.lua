@@ -1,0 +1,24 @@
+-- fail.lua: finish a visit in which no source answered (SPEC §1): the score
+-- is kept and the torrent cools for the short retry delay.
+--
+-- KEYS[1] leases   ZSET info-hash -> lease deadline
+-- KEYS[2] claims   HASH info-hash -> times claimed (the lease token)
+-- KEYS[3] cooling  ZSET info-hash -> due time
+-- KEYS[4] torrent  HASH of this torrent
+-- KEYS[5] failed   HASH unix minute -> failed visits
+--
+-- ARGV[1] info-hash, ARGV[2] token, ARGV[3] due time, ARGV[4] now,
+-- ARGV[5] minute, ARGV[6] error text
+--
+-- Returns 1, or 0 when the lease is not this holder's any more.
+
+local h = ARGV[1]
+if redis.call('HGET', KEYS[2], h) ~= ARGV[2] or not redis.call('ZSCORE', KEYS[1], h) then
+  return 0
+end
+redis.call('ZREM', KEYS[1], h)
+redis.call('ZADD', KEYS[3], ARGV[3], h)
+redis.call('HINCRBY', KEYS[4], 'failed_visits', 1)
+redis.call('HSET', KEYS[4], 'last_failure', ARGV[4], 'last_error', ARGV[6])
+redis.call('HINCRBY', KEYS[5], ARGV[5], 1)
+return 1

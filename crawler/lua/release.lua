@@ -1,0 +1,23 @@
+-- release.lua: hand a claimed torrent back unvisited (worker shutdown): it
+-- returns to ready at once with its score unchanged.
+--
+-- KEYS[1] leases ZSET info-hash -> lease deadline
+-- KEYS[2] held   HASH info-hash -> score while cooling or in flight
+-- KEYS[3] claims HASH info-hash -> times claimed (the lease token)
+-- KEYS[4] ready  ZSET info-hash -> score
+-- KEYS[5] since  ZSET info-hash -> time it became ready
+--
+-- ARGV[1] info-hash, ARGV[2] token, ARGV[3] now
+--
+-- Returns 1, or 0 when the lease is not this holder's any more.
+
+local h = ARGV[1]
+if redis.call('HGET', KEYS[3], h) ~= ARGV[2] or not redis.call('ZSCORE', KEYS[1], h) then
+  return 0
+end
+local s = redis.call('HGET', KEYS[2], h) or '1'
+redis.call('ZREM', KEYS[1], h)
+redis.call('HDEL', KEYS[2], h)
+redis.call('ZADD', KEYS[4], s, h)
+redis.call('ZADD', KEYS[5], ARGV[3], h)
+return 1

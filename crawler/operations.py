@@ -1,0 +1,91 @@
+"""The operators' view of a crawl: queue states, throughput, workers, trackers.
+
+``queue_report`` gathers what ``peercrawl status`` shows (SPEC §7). Workers
+register themselves in a sorted set scored by heartbeat expiry (see
+``workers``); a process that stops beating drops out when its entry expires.
+"""
+
+from __future__ import annotations
+
+import json
+
+from crawler.lifecycle import Queue
+
+
+def live_workers(queue: Queue, now: float) -> list[dict]:
+    """Live worker processes and their figures; stale entries are trimmed."""
+    c, k = queue.client, queue.keys
+    c.zremrangebyscore(k.workers, "-inf", now)
+    ids = c.zrangebyscore(k.workers, now, "+inf")
+    if not ids:
+        return []
+    p = c.pipeline(transaction=False)
+    for wid in ids:
+        p.hgetall(k.worker(wid.decode()))
+    out = []
+    for wid, h in zip(ids, p.execute()):
+        if not h:
+            continue
+        d = {a.decode(): b.decode() for a, b in h.items()}
+        row: dict = {"id": wid.decode()}
+        for name, value in d.items():
+            try:
+                row[name] = json.loads(value)
+            except ValueError:
+                row[name] = value
+        out.append(row)
+    return out
+
+
+def tracker_health(queue: Queue, now: float) -> dict:
+    """Per tracker: answers, failures, backing off (from the sources' health)."""
+    try:
+        from crawler.sources.health import tracker_report
+    except ImportError:  # pragma: no cover - sources not built in this checkout
+        return {}
+    return tracker_report(queue.client, queue.keys, now)
+
+
+def queue_report(queue: Queue, now: float) -> dict:
+    """Everything ``status --json`` prints."""
+    report = queue.counts(now)
+    report["visits_last_hour"] = queue.visits_since(3600, now)
+    report["failed_visits_last_hour"] = queue.visits_since(3600, now, failed=True)
+    workers = live_workers(queue, now)
+    report["workers"] = workers
+    report["trackers"] = tracker_health(queue, now)
+    report.update(capacity_report(report, workers, queue.settings.revisit_seconds))
+    return report
+
+
+def capacity_report(report: dict, workers: list[dict], revisit_seconds: float) -> dict:
+    """How many visits per hour the crawl needs, and how many workers that takes.
+
+    Needed: every tracked torrent once per revisit interval. Per worker: the
+    visits of the last hour divided by the live workers (or the workers' own
+    recent rate when they report one).
+    """
+    tracked = report["tracked"]
+    needed = tracked * 3600.0 / revisit_seconds if revisit_seconds else 0.0
+    done = report["visits_last_hour"]
+    n = len(workers)
+    per_worker = done / n if n else None
+    rates = [w.get("visits_per_hour") for w in workers if isinstance(w.get("visits_per_hour"), (int, float))]
+    if rates and sum(rates) > 0:
+        per_worker = sum(rates) / len(rates)
+    needed_workers = None
+    if per_worker:
+        import math
+
+        needed_workers = max(1, math.ceil(needed / per_worker))
+    out = {
+        "capacity": {
+            "visits_needed_per_hour": round(needed, 1),
+            "visits_per_worker_hour": None if per_worker is None else round(per_worker, 1),
+            "workers_needed": needed_workers,
+        }
+    }
+    failing = [w["id"] for w in workers if w.get("failing")]
+    if failing:
+        out["outage"] = f"every visit failing on {len(failing)} of {n} workers: " + ", ".join(failing)
+    return out

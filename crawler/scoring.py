@@ -1,0 +1,68 @@
+"""Scoring, once per visit (SPEC §2), as pure functions.
+
+``outcome`` classifies a visit; ``next_score`` applies the multiplier and the
+eviction threshold. ``complete.lua`` applies the same multiplication on the
+Redis side (atomically with the state change); these functions are what the
+worker calls to choose the multiplier, and what the tests check Redis against.
+
+Boundaries with the defaults: 0.5**7 = 0.0078 stays, 0.5**8 = 0.0039 is
+evicted (the 8th visit in a row with no peers); 0.8**23 = 0.0059 stays,
+0.8**24 = 0.0047 is evicted (the 24th "some peers" visit). Seed 000's "after
+the ninth time" counts one visit too many: 0.5**8 is reached after eight.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass
+from typing import Iterable
+
+from crawler.settings import Settings
+
+
+class Outcome(str, enum.Enum):
+    NONE = "none"  # no peers at all: x0.5
+    SOME = "some"  # peers, but no full source with enough new ones: x0.8
+    FULL = "full"  # some source full and enough new peers: x1.2
+
+
+@dataclass(frozen=True)
+class SourceCount:
+    """What scoring needs of one source that answered."""
+
+    returned: int
+    max_peers: int
+
+    @property
+    def full(self) -> bool:
+        return self.max_peers > 0 and self.returned >= self.max_peers
+
+
+def outcome(found: int, new: int, sources: Iterable[SourceCount], new_fraction: float = 0.05) -> Outcome:
+    """Classify a visit that some source answered.
+
+    ``found``: distinct peer IPs from all answering sources; ``new``: those
+    newly recorded for the torrent; ``sources``: the answering sources.
+    A failed visit (no source answered) is not scored at all.
+    """
+    if found == 0:
+        return Outcome.NONE
+    for s in sources:
+        if s.full and new >= math.ceil(new_fraction * s.max_peers):
+            return Outcome.FULL
+    return Outcome.SOME
+
+
+def multiplier(o: Outcome, settings: Settings) -> float:
+    return {
+        Outcome.NONE: settings.multiplier_none,
+        Outcome.SOME: settings.multiplier_some,
+        Outcome.FULL: settings.multiplier_full,
+    }[o]
+
+
+def next_score(score: float, o: Outcome, settings: Settings) -> tuple[float, bool]:
+    """The score after a visit and whether the torrent is evicted."""
+    new = score * multiplier(o, settings)
+    return new, new < settings.evict_below

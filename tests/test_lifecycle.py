@@ -1,0 +1,199 @@
+"""Every transition of SPEC §1 against a real Redis."""
+
+import json
+
+import pytest
+
+from crawler.lifecycle import NewItem, Queue
+from crawler.scoring import Outcome
+
+H = ["%040x" % i for i in range(1, 50)]
+
+
+@pytest.fixture
+def q(client, keys, settings):
+    return Queue(client, keys, settings)
+
+
+def members(client, keys):
+    """Every info-hash in each state set; they must be disjoint."""
+    sets = {}
+    for name in ("ready", "cooling", "leases", "evicted"):
+        sets[name] = {m.decode() for m in client.zrange(getattr(keys, name), 0, -1)}
+    names = list(sets)
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            assert not sets[a] & sets[b], (a, b)
+    return sets
+
+
+def test_new_torrents_enter_ready_with_score_one(q, client, keys):
+    assert q.add([NewItem(H[0]), NewItem(H[1])], now=100) == ["added", "added"]
+    assert q.state(H[0], 100) == ("ready", 1.0)
+    assert members(client, keys)["ready"] == {H[0], H[1]}
+
+
+def test_adding_a_tracked_torrent_keeps_score_and_state_and_merges_trackers(q, client, keys):
+    q.add([NewItem(H[0], ("udp://a:1/announce",))], now=100)
+    (lease,) = q.claim(1, now=101)
+    q.complete(lease, Outcome.SOME, now=102)
+    assert q.add([NewItem(H[0], ("http://b:2/announce",))], now=103) == ["already_tracked"]
+    state, score = q.state(H[0], 103)
+    assert state == "cooling" and score == pytest.approx(0.8)
+    assert q.torrent(H[0], 103)["trackers"] == ["http://b:2/announce", "udp://a:1/announce"]
+    # in flight too
+    q.add([NewItem(H[1])], now=100)
+    (lease,) = q.claim(1, now=104)
+    assert q.add([NewItem(H[1])], now=105) == ["already_tracked"]
+    assert q.state(H[1], 105)[0] == "in_flight"
+
+
+def test_claim_takes_highest_score_first(q, client, keys):
+    q.add([NewItem(h) for h in H[:3]], now=100)
+    # give them different scores: visit H0 (x0.5), H1 (x1.2), H2 untouched
+    leases = {l.info_hash: l for l in q.claim(3, now=101)}
+    q.complete(leases[H[0]], Outcome.NONE, now=101, due=150)
+    q.complete(leases[H[1]], Outcome.FULL, now=101, due=150)
+    q.release(leases[H[2]], now=101)
+    got = [l.info_hash for l in q.claim(3, now=200)]
+    assert got == [H[1], H[2], H[0]]
+
+
+def test_lease_expiry_returns_torrent_with_score_kept_and_claims_raised(q, settings):
+    q.add([NewItem(H[0])], now=100)
+    (l1,) = q.claim(1, now=100)
+    assert l1.token == 1
+    assert q.claim(1, now=100 + settings.lease_seconds - 1) == []
+    (l2,) = q.claim(1, now=100 + settings.lease_seconds + 1)
+    assert (l2.info_hash, l2.score, l2.token) == (H[0], 1.0, 2)
+    # the first holder's late completion changes nothing
+    assert q.complete(l1, Outcome.NONE, now=300) == ("stale", None)
+    assert q.extend(l1, now=300) is False
+    assert q.fail(l1, now=300) is False
+    assert q.release(l1, now=300) is False
+    assert q.state(H[0], 300)[0] == "in_flight"
+    assert q.torrent(H[0], 300)["claims"] == 2
+
+
+def test_extend_keeps_the_lease(q, settings):
+    q.add([NewItem(H[0])], now=100)
+    (lease,) = q.claim(1, now=100)
+    t = 100
+    for _ in range(5):
+        t += settings.lease_seconds - 1
+        assert q.extend(lease, now=t)
+        assert q.claim(1, now=t + settings.lease_seconds - 1) == []
+    assert q.complete(lease, Outcome.SOME, now=t)[0] == "cooling"
+
+
+def test_complete_cools_for_the_revisit_interval(q, settings):
+    q.add([NewItem(H[0])], now=100)
+    (lease,) = q.claim(1, now=100)
+    q.complete(lease, Outcome.SOME, now=110, peers=7, seeders=3, leechers=4)
+    assert q.claim(1, now=110 + settings.revisit_seconds - 1) == []
+    assert q.state(H[0], 111)[0] == "cooling"
+    info = q.torrent(H[0], 111)
+    assert (info["visits"], info["seeders"], info["leechers"], info["peers_last_visit"]) == (1, 3, 4, 7)
+    assert info["last_visit"] == 110 and info["due"] == 110 + settings.revisit_seconds
+    (again,) = q.claim(1, now=110 + settings.revisit_seconds + 1)
+    assert again.score == pytest.approx(0.8)
+
+
+def test_failed_visit_keeps_score_and_retries_sooner(q, settings):
+    q.add([NewItem(H[0])], now=100)
+    (lease,) = q.claim(1, now=100)
+    q.complete(lease, Outcome.NONE, now=100, due=100)
+    (lease,) = q.claim(1, now=101)
+    assert lease.score == 0.5
+    for i in range(20):  # a long outage: nothing decays, nothing is evicted
+        assert q.fail(lease, "all sources failed", now=101 + i * 1000)
+        assert q.claim(1, now=101 + i * 1000 + settings.retry_seconds - 1) == []
+        (lease,) = q.claim(1, now=101 + i * 1000 + settings.retry_seconds + 1)
+        assert lease.score == 0.5
+    info = q.torrent(H[0], 200000)
+    assert info["failed_visits"] == 20 and info["visits"] == 1 and info["last_error"] == "all sources failed"
+
+
+def test_eviction_leaves_a_tombstone_that_expires(q, client, keys, settings):
+    q.add([NewItem(H[0], ("udp://a:1/announce",))], now=100)
+    t = 100
+    for _ in range(8):
+        (lease,) = q.claim(1, now=t)
+        state, score = q.complete(lease, Outcome.NONE, now=t, due=t)
+        t += 1
+    assert state == "evicted" and score == pytest.approx(0.5**8)
+    tomb = json.loads(client.hget(keys.tombstones, H[0]))
+    assert tomb["reason"] == "low score" and float(tomb["score"]) == pytest.approx(0.5**8)
+    assert q.torrent(H[0], t)["state"] == "evicted"
+    assert 0 < client.ttl(keys.torrent(H[0])) <= settings.tombstone_seconds
+    assert q.counts(t)["evicted"] == 1 and q.counts(t)["tracked"] == 0
+    # before the tombstone period: add refuses; after it, housekeeping forgets it
+    assert q.add([NewItem(H[0])], now=t) == ["skipped_evicted"]
+    q.housekeep(now=t + settings.tombstone_seconds + 10)
+    assert q.state(H[0], t)[0] is None
+    assert q.add([NewItem(H[0])], now=t) == ["added"]
+
+
+def test_readmit_brings_an_evicted_torrent_back(q, client, keys):
+    q.add([NewItem(H[0])], now=100)
+    t = 100
+    for _ in range(8):
+        (lease,) = q.claim(1, now=t)
+        q.complete(lease, Outcome.NONE, now=t, due=t)
+        t += 1
+    assert q.add([NewItem(H[0])], readmit=True, now=t) == ["added"]
+    assert q.state(H[0], t) == ("ready", 1.0)
+    assert client.ttl(keys.torrent(H[0])) == -1
+    assert client.hget(keys.tombstones, H[0]) is None
+
+
+def test_release_hands_back_unvisited(q):
+    q.add([NewItem(H[0])], now=100)
+    (lease,) = q.claim(1, now=100)
+    assert q.release(lease, now=101)
+    assert q.state(H[0], 101) == ("ready", 1.0)
+    assert q.torrent(H[0], 101)["visits"] == 0
+
+
+def test_counts_and_latency(q):
+    q.add([NewItem(h) for h in H[:4]], now=100)
+    leases = q.claim(3, now=250)
+    q.complete(leases[0], Outcome.SOME, now=250, due=260)
+    q.complete(leases[1], Outcome.SOME, now=250, due=5000)
+    c = q.counts(now=300)
+    # the one due at 260 counts as ready; the fourth has been ready since 100
+    assert c == {"tracked": 4, "ready": 2, "cooling": 1, "in_flight": 1, "evicted": 0, "queue_latency_s": 200.0}
+
+
+def test_no_sequence_loses_or_duplicates(q, client, keys, settings):
+    """A random walk over every operation keeps each torrent in exactly one state."""
+    import random
+
+    rnd = random.Random(7)
+    hashes = H[:20]
+    t = 1000.0
+    held = []
+    for step in range(600):
+        t += rnd.choice([0.5, 5, 50, 400])
+        op = rnd.random()
+        if op < 0.15:
+            q.add([NewItem(rnd.choice(hashes))], readmit=rnd.random() < 0.3, now=t)
+        elif op < 0.45:
+            held += q.claim(rnd.randint(1, 3), now=t)
+        elif held:
+            lease = held.pop(rnd.randrange(len(held)))
+            action = rnd.choice(["complete", "fail", "release", "extend", "drop"])
+            if action == "complete":
+                q.complete(lease, rnd.choice(list(Outcome)), now=t, due=t + rnd.choice([1, 100]))
+            elif action == "fail":
+                q.fail(lease, now=t, due=t + 10)
+            elif action == "release":
+                q.release(lease, now=t)
+            elif action == "extend":
+                q.extend(lease, now=t)
+                held.append(lease)
+        sets = members(client, keys)  # disjoint
+        added = set().union(*sets.values())
+        # everything ever added is somewhere, unless its tombstone expired
+        for h in added:
+            assert q.state(h, t)[0] is not None
