@@ -1,0 +1,29 @@
+"""Exact unique-IP counters (SPEC §4): recording visits and reading rankings.
+
+- ``Recorder(client, keys, settings, locator)``: ``record_visit`` (one atomic
+  Lua step per batch of (metric, IP) pairs), ``visited`` (torrents.processed),
+  ``sweep`` (frees expired dedupe marks).
+- ``top(...)``: the rankings behind ``peercrawl stats``.
+- ``names``: metric names, the escaping rule and the index layout.
+"""
+
+from crawler.counters.marks import DEFAULT_BUCKETS, normalize_ip
+from crawler.counters.names import Metric, escape, metrics_for, month_of, unescape
+from crawler.counters.recorder import DEFAULT_BATCH_PAIRS, Recorder, index_key, outbox_key
+from crawler.counters.stats import count, top
+
+__all__ = [
+    "DEFAULT_BATCH_PAIRS",
+    "DEFAULT_BUCKETS",
+    "Metric",
+    "Recorder",
+    "count",
+    "escape",
+    "index_key",
+    "metrics_for",
+    "month_of",
+    "normalize_ip",
+    "outbox_key",
+    "top",
+    "unescape",
+]

@@ -1,0 +1,173 @@
+"""Metric names of SPEC §4 and the sorted-set indexes that hold their counts.
+
+Name rules (docs/metrics.md):
+
+- places are GeoIP's English names, trimmed; an empty name counts as unknown;
+- ``<info-hash>`` is 40 lower-case hex characters;
+- inside a name, ``%`` becomes ``%25`` and ``.`` becomes ``%2E`` (percent
+  escaping, so ``St. Louis`` is ``St%2E Louis``): a metric name splits on
+  ``.`` unambiguously and the original name can be recovered exactly.
+
+Strategy: a counter is not a Redis key of its own. Each metric's count lives
+as the score of a member in one or two sorted sets ("indexes"), one per
+family and scope, e.g. all cities of Germany, or all countries of one
+torrent. Every index a metric belongs to is incremented by the same delta in
+the same Lua step, so they agree, and ``stats`` is one ZREVRANGE (no SCAN).
+A member is the part of the metric name the index's scope does not fix
+(``Berlin`` in the cities-of-Germany index, ``Germany.Berlin`` in the
+all-cities index), which keeps millions of counters small.
+
+Index keys: ``ix:<period>:<family>[:t:<info-hash>][:c:<country>]``, where the
+period is ``all`` (lifetime) or ``YYYY-MM`` (the month counter
+``<metric>.<YYYY-MM>``, UTC).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import re
+from dataclasses import dataclass
+
+FAMILIES = ("countries", "cities", "postcodes", "torrents")
+LIFETIME = "all"
+
+_HEX40 = re.compile(r"^[0-9a-fA-F]{40}$")
+_MONTH = re.compile(r"^\d{4}-(0[1-9]|1[0-2])$")
+
+
+def escape(name: str | None) -> str | None:
+    """A place name as it appears inside a metric name; None if unknown or blank."""
+    if name is None:
+        return None
+    name = name.strip()
+    if not name:
+        return None
+    return name.replace("%", "%25").replace(".", "%2E")
+
+
+def unescape(part: str) -> str:
+    """The original name of an escaped metric part (inverse of ``escape``)."""
+    return part.replace("%2E", ".").replace("%25", "%")
+
+
+def info_hash_hex(info_hash: str) -> str:
+    """``info_hash`` as 40 lower-case hex characters; raises ``ValueError`` otherwise."""
+    if not isinstance(info_hash, str) or not _HEX40.match(info_hash):
+        raise ValueError(f"not a 40-hex info-hash: {info_hash!r}")
+    return info_hash.lower()
+
+
+def month_of(now: float) -> str:
+    """The UTC month ``YYYY-MM`` of unix time ``now``."""
+    return _dt.datetime.fromtimestamp(now, _dt.timezone.utc).strftime("%Y-%m")
+
+
+def check_month(month: str) -> str:
+    """``month`` if it is ``YYYY-MM``; raises ``ValueError`` otherwise."""
+    if not _MONTH.match(month):
+        raise ValueError(f"not a YYYY-MM month: {month!r}")
+    return month
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One §4 metric: its lifetime name, StatHat family, and where its count lives.
+
+    ``indexes`` holds ``(scope, member)`` pairs; ``scope`` is the tuple of
+    key parts after ``ix:<period>``.
+    """
+
+    name: str
+    family: str  # the StatHat family: "countries" or "torrents"
+    indexes: tuple[tuple[tuple[str, ...], str], ...]
+
+
+def metrics_for(info_hash: str, country: str | None, city: str | None, postcode: str | None) -> list[Metric]:
+    """The §4 metrics one IP of ``info_hash`` at that place counts for.
+
+    ``info_hash`` must already be lower-case hex; the place parts are raw
+    GeoIP names (escaped here). The first metric is always
+    ``torrents.<info-hash>.users``; the others need the parts that are known
+    (a city or postcode needs its country).
+    """
+    h = info_hash
+    out = [Metric(f"torrents.{h}.users", "torrents", ((("torrents",), h),))]
+    c = escape(country)
+    if c is None:
+        return out
+    out.append(Metric(f"countries.{c}.users", "countries", ((("countries",), c),)))
+    out.append(
+        Metric(
+            f"torrents.{h}.countries.{c}.users",
+            "torrents",
+            ((("countries", "t", h), c), (("torrents", "c", c), h)),
+        )
+    )
+    for family, part in (("cities", escape(city)), ("postcodes", escape(postcode))):
+        if part is None:
+            continue
+        out.append(
+            Metric(
+                f"countries.{c}.{family}.{part}.users",
+                "countries",
+                (((family,), f"{c}.{part}"), ((family, "c", c), part)),
+            )
+        )
+        out.append(
+            Metric(
+                f"torrents.{h}.countries.{c}.{family}.{part}.users",
+                "torrents",
+                (((family, "t", h), f"{c}.{part}"), ((family, "t", h, "c", c), part)),
+            )
+        )
+    return out
+
+
+@dataclass(frozen=True)
+class Query:
+    """Which index answers a ``stats`` query and how its members read as metrics."""
+
+    scope: tuple[str, ...]
+    # The metric name of member m: "{m}" is replaced by the member, or, for
+    # members "<country>.<name>", "{c}" and "{p}" by its two parts.
+    template: str
+    member: str | None = None  # a single member (ZSCORE) instead of a ranking
+
+
+def query_for(family: str, torrent: str | None = None, country: str | None = None) -> Query:
+    """The index of ``stats <family> [--torrent H] [--country NAME]``.
+
+    ``torrent`` is 40-hex, ``country`` a raw English name. Raises
+    ``ValueError`` on an unknown family or a bad hash.
+    """
+    if family not in FAMILIES:
+        raise ValueError(f"unknown family {family!r}; expected one of {', '.join(FAMILIES)}")
+    h = info_hash_hex(torrent) if torrent is not None else None
+    c = escape(country) if country is not None else None
+    if country is not None and c is None:
+        raise ValueError("--country must not be empty")
+    if family == "countries":
+        if h is None:
+            return Query(("countries",), "countries.{m}.users", c)
+        return Query(("countries", "t", h), f"torrents.{h}.countries.{{m}}.users", c)
+    if family == "torrents":
+        if c is None:
+            return Query(("torrents",), "torrents.{m}.users", h)
+        return Query(("torrents", "c", c), f"torrents.{{m}}.countries.{c}.users", h)
+    # cities / postcodes: members are "<country>.<name>" unless the country is fixed
+    if h is None and c is None:
+        return Query((family,), f"countries.{{c}}.{family}.{{p}}.users")
+    if h is None:
+        return Query((family, "c", c), f"countries.{c}.{family}.{{m}}.users")
+    if c is None:
+        return Query((family, "t", h), f"torrents.{h}.countries.{{c}}.{family}.{{p}}.users")
+    return Query((family, "t", h, "c", c), f"torrents.{h}.countries.{c}.{family}.{{m}}.users")
+
+
+def metric_of(query: Query, member: str) -> str:
+    """The metric name of ``member`` in the index of ``query``."""
+    if "{c}" in query.template:
+        # Both parts are escaped, so the first "." splits them.
+        c, _, p = member.partition(".")
+        return query.template.replace("{c}", c).replace("{p}", p)
+    return query.template.replace("{m}", member)

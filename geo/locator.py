@@ -1,0 +1,153 @@
+"""City lookups with an LRU cache, on GEOIP_DB or the bundled 2018 GeoLite2.
+
+Strategy: the database is opened (and checked to be a City database) when the
+``Locator`` is built, so a missing, unreadable or wrong ``GEOIP_DB`` fails at
+start with one clear ``GeoError`` instead of on the first peer. Lookups never
+raise for an address the database does not know (private ranges, an IPv6
+address in an IPv4-only database): they answer an empty ``Place``. Names are
+GeoIP's English names, raw; turning them into metric names is the counters'
+job (``crawler.counters.names``).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import ipaddress
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import geoip2.database
+import geoip2.errors
+import maxminddb
+
+from crawler import logs
+from crawler.errors import GeoError
+
+log = logs.get("geo")
+
+_README = "see GeoLite2.mmdb.README"
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where an IP is: English names, each ``None`` where the database does not know."""
+
+    country: str | None = None
+    city: str | None = None
+    postcode: str | None = None
+
+    @property
+    def empty(self) -> bool:
+        """No part is known (the address is unmapped)."""
+        return self.country is None and self.city is None and self.postcode is None
+
+
+NOWHERE = Place()
+
+
+def bundled_database_path() -> Path:
+    """Path of the GeoLite2-City.mmdb shipped inside the maxminddb-geolite2 package.
+
+    The package keeps it in its private ``_maxminddb_geolite2`` module directory.
+    Raises ``GeoError`` if that package is not installed.
+    """
+    try:
+        from _maxminddb_geolite2 import geolite2_database
+    except ImportError as e:  # pragma: no cover - a declared dependency
+        raise GeoError(f"GEOIP_DB is unset and maxminddb-geolite2 is not installed ({_README})") from e
+    return Path(geolite2_database())
+
+
+class Locator:
+    """GeoIP City lookups for one database, with an LRU cache.
+
+    ``Locator(settings)`` uses ``settings.geoip_db`` (None: the bundled
+    database) and ``settings.geo_cache_size`` (0: no cache). Raises
+    ``GeoError`` when the database is missing, unreadable or not a City
+    database.
+    """
+
+    def __init__(self, settings) -> None:
+        self._open(settings.geoip_db, settings.geo_cache_size)
+
+    @classmethod
+    def open(cls, path: Path | str | None, cache_size: int = 100_000) -> "Locator":
+        """A locator on ``path`` (None: the bundled database); raises ``GeoError``."""
+        obj = cls.__new__(cls)
+        obj._open(None if path is None else Path(path), cache_size)
+        return obj
+
+    def _open(self, path: Path | None, cache_size: int) -> None:
+        self.bundled = path is None
+        self.path = bundled_database_path() if path is None else Path(path)
+        what = "the bundled GeoLite2 database" if self.bundled else "GEOIP_DB"
+        if not self.path.is_file():
+            raise GeoError(f"{what}: {self.path} does not exist or is not a file ({_README})")
+        try:
+            self._reader = geoip2.database.Reader(str(self.path), locales=["en"])
+        except (OSError, ValueError, maxminddb.InvalidDatabaseError) as e:
+            raise GeoError(f"{what}: cannot read {self.path} as a MaxMind database: {e} ({_README})") from e
+        meta = self._reader.metadata()
+        self.database_type = meta.database_type
+        if "City" not in meta.database_type:
+            self._reader.close()
+            raise GeoError(
+                f"{what}: {self.path} is a {meta.database_type!r} database; a GeoLite2/GeoIP2 City "
+                f"database is needed ({_README})"
+            )
+        self.built = _dt.datetime.fromtimestamp(meta.build_epoch, _dt.timezone.utc)
+        self.ip_version = meta.ip_version
+        if self.bundled:
+            log.warning(
+                "geoip_bundled_database",
+                path=str(self.path),
+                built=self.built.date().isoformat(),
+                message=(
+                    f"GEOIP_DB is unset: using the GeoLite2 City database bundled by maxminddb-geolite2, "
+                    f"whose data is from {self.built.year}; places are out of date ({_README})"
+                ),
+            )
+        self.locate = lru_cache(maxsize=cache_size)(self._locate) if cache_size > 0 else self._locate
+
+    def _locate(self, ip: str) -> Place:
+        """The ``Place`` of ``ip`` (text form); raises ``ValueError`` if it is not an IP."""
+        addr = ipaddress.ip_address(ip)
+        if addr.version == 6 and addr.ipv4_mapped is not None:
+            addr = addr.ipv4_mapped
+        if addr.version == 6 and self.ip_version == 4:
+            return NOWHERE
+        try:
+            r = self._reader.city(str(addr))
+        except geoip2.errors.AddressNotFoundError:
+            return NOWHERE
+        return Place(
+            country=_clean(r.country.name),
+            city=_clean(r.city.name),
+            postcode=_clean(r.postal.code),
+        )
+
+    def cache_info(self):
+        """functools cache statistics (None when the cache is off)."""
+        return getattr(self.locate, "cache_info", lambda: None)()
+
+    def close(self) -> None:
+        self._reader.close()
+
+    def __enter__(self) -> "Locator":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def open_locator(path: Path | str | None = None, cache_size: int = 100_000) -> Locator:
+    """``Locator.open``: a locator on ``path``, None meaning the bundled database."""
+    return Locator.open(path, cache_size)
+
+
+def _clean(name: str | None) -> str | None:
+    if name is None:
+        return None
+    name = name.strip()
+    return name or None
