@@ -1,0 +1,168 @@
+"""Ask one tracker for one torrent's peers: what the worker calls (SPEC §3).
+
+``Trackers.announce(url, info_hash_hex)`` blocks the calling greenlet until
+the tracker answered or its deadline passed, and never raises for the remote
+side's faults: they come back as ``SourceResult.failed`` with the reason.
+
+Self-exclusion: the crawler announces as a leecher (``left=1``, event
+``started``) so trackers that hide seeders from seeders still show every
+peer, on a port that identifies it (``Settings.announce_port``, or one random
+high port per process). Its own entry is dropped from the reply (see
+``SelfFilter``), and it withdraws at once with ``stopped``. The counts of the
+``stopped`` reply are the swarm without us (opentracker counts the announcer
+in the first reply); if the withdrawal fails, one leecher is subtracted when
+our own entry was listed.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+import urllib.parse
+
+import redis
+
+from crawler.errors import RemoteProtocolError
+from crawler.keys import Keys
+from crawler.settings import Settings
+from crawler.sources import addresses, udp_codec
+from crawler.sources.health import TrackerHealth
+from crawler.sources.http_client import HttpTrackerError, http_get, resolve
+from crawler.sources.http_codec import TrackerRefused, announce_url, parse_announce_reply
+from crawler.sources.result import SourceResult
+from crawler.sources.self_filter import SelfFilter
+from crawler.sources.udp_client import TrackerTimeout, UdpTrackerClient
+
+# A tracker's address rarely changes; re-resolving per announce would cost a
+# DNS query per torrent.
+DNS_TTL = 300.0
+# The port announced when Settings.announce_port is 0: above the ports real
+# clients commonly use (6881-6999, 51413) and the ephemeral range's start.
+RANDOM_PORT_RANGE = (49152, 65535)
+
+
+class Trackers:
+    """Every tracker exchange of one worker process (one per process, shared by greenlets)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        client: redis.Redis,
+        keys: Keys,
+        udp: UdpTrackerClient | None = None,
+        backoff_threshold: int = 2,
+        stop_timeout: float | None = None,
+    ):
+        self.settings = settings
+        self.udp = udp or UdpTrackerClient(settings.udp_timeout, settings.udp_retries)
+        self.health = TrackerHealth(
+            client, keys, settings.tracker_backoff_base, settings.tracker_backoff_max, backoff_threshold
+        )
+        self.port = settings.announce_port or random.randint(*RANDOM_PORT_RANGE)
+        self.peer_id = b"-PC0100-" + os.urandom(12)
+        self.key = random.getrandbits(32)
+        self.self_filter = SelfFilter(self.port)
+        # The withdrawal is best effort: one try, at most this long.
+        self.stop_timeout = stop_timeout if stop_timeout is not None else settings.udp_timeout
+        self._dns: dict[tuple[str, int], tuple[list, float]] = {}
+
+    def announce(self, url: str, info_hash_hex: str, deadline: float | None = None) -> SourceResult:
+        """Peers of ``info_hash_hex`` from the tracker at ``url``.
+
+        ``deadline`` is a time.monotonic() value (default: now +
+        ``Settings.visit_deadline``). Returns ``SourceResult`` (ok, or failed
+        with the reason); raises only ``StoreError`` (Redis, ours).
+        """
+        if deadline is None:
+            deadline = time.monotonic() + self.settings.visit_deadline
+        max_peers = self.settings.tracker_max_peers(url)
+        until = self.health.backing_off_until(url)
+        if until is not None:
+            return SourceResult.failed(url, f"tracker backing off for {until - time.time():.0f} s more", max_peers)
+        info_hash = bytes.fromhex(info_hash_hex)
+        scheme = urllib.parse.urlsplit(url).scheme.lower()
+        try:
+            if scheme == "udp":
+                result = self._udp(url, info_hash, max_peers, deadline)
+            elif scheme in ("http", "https"):
+                result = self._http(url, info_hash, max_peers, deadline)
+            else:
+                return SourceResult.failed(url, f"unsupported tracker scheme {scheme!r}", max_peers)
+        except addresses.AddressRefused as e:
+            return SourceResult.failed(url, str(e), max_peers)
+        except TrackerRefused as e:
+            self.health.record(url, answered=True)
+            return SourceResult.failed(url, str(e), max_peers)
+        except (RemoteProtocolError, TrackerTimeout, HttpTrackerError) as e:
+            self.health.record(url, answered=False)
+            return SourceResult.failed(url, f"{type(e).__name__}: {e}", max_peers)
+        self.health.record(url, answered=True)
+        return result
+
+    def _targets(self, host: str, port: int, what: str) -> list:
+        cached = self._dns.get((host, port))
+        if cached is not None and time.monotonic() < cached[1]:
+            return cached[0]
+        targets = resolve(host, port, self.settings.allow_private, what)
+        self._dns[(host, port)] = (targets, time.monotonic() + DNS_TTL)
+        return targets
+
+    def _result(self, url, info_hash, max_peers, peers, seeders, leechers, stopped, interval, min_interval, warning):
+        peers, own_listed = self.self_filter.strip(peers, info_hash)
+        if stopped is not None:
+            seeders, leechers = stopped
+        elif own_listed and leechers:
+            leechers -= 1
+        return SourceResult(
+            source=url, ok=True, peers=frozenset(peers), max_peers=max_peers,
+            seeders=seeders, leechers=leechers, interval=interval, min_interval=min_interval, warning=warning,
+        )
+
+    def _udp(self, url: str, info_hash: bytes, max_peers: int, deadline: float) -> SourceResult:
+        parts = urllib.parse.urlsplit(url)
+        try:
+            host, port = parts.hostname, parts.port
+        except ValueError:
+            host, port = None, None
+        if not host or not port:
+            return SourceResult.failed(url, "UDP tracker URL lacks a host or port", max_peers)
+        family, addr = self._targets(host, port, f"tracker udp://{parts.netloc}")[0]
+        common = dict(info_hash=info_hash, peer_id=self.peer_id, port=self.port, num_want=max_peers, key=self.key)
+        reply = self.udp.announce(addr, family, deadline=deadline, event=udp_codec.EVENT_STARTED, **common)
+        stopped = None
+        try:
+            stop_deadline = min(deadline, time.monotonic() + self.stop_timeout)
+            s = self.udp.announce(addr, family, deadline=stop_deadline, event=udp_codec.EVENT_STOPPED, **common)
+            stopped = (s.seeders, s.leechers)
+        except (RemoteProtocolError, TrackerTimeout):
+            pass
+        return self._result(url, info_hash, max_peers, reply.peers, reply.seeders, reply.leechers,
+                            stopped, float(reply.interval), None, None)
+
+    def _http(self, url: str, info_hash: bytes, max_peers: int, deadline: float) -> SourceResult:
+        s = self.settings
+
+        def get(event: str, until: float):
+            u = announce_url(url, info_hash, self.peer_id, self.port, max_peers, event=event, key=self.key)
+            return parse_announce_reply(http_get(u, until, s.http_max_bytes, s.allow_private).body)
+
+        reply = get("started", deadline)
+        stopped = None
+        try:
+            r = get("stopped", min(deadline, time.monotonic() + self.stop_timeout))
+            if r.complete is not None and r.incomplete is not None:
+                stopped = (r.complete, r.incomplete)
+        except (RemoteProtocolError, TrackerTimeout, HttpTrackerError):
+            pass
+
+        def num(v):
+            return None if v is None else float(v)
+
+        return self._result(url, info_hash, max_peers, reply.peers, reply.complete, reply.incomplete,
+                            stopped, num(reply.interval), num(reply.min_interval), reply.warning)
+
+    def close(self) -> None:
+        """Write batched health and close the UDP sockets."""
+        self.health.flush()
+        self.udp.close()

@@ -1,0 +1,212 @@
+"""The UDP tracker exchange (BEP 15) on gevent sockets; its one state machine.
+
+Strategy: one socket per address family per worker process, shared by every
+greenlet. A reader greenlet receives each datagram, reads (action,
+transaction id) and hands it to the request waiting on that transaction id
+if, and only if, it came from the address the request was sent to and carries
+the expected action (or the error action). Anything else is a stray or a
+spoof and is dropped and counted, never believed.
+
+Connection ids are cached per tracker address for ``CONNECTION_TTL`` seconds
+(BEP 15 lets a client use one for a minute); concurrent announces to a
+tracker whose id expired wait for one shared connect, so a busy worker sends
+about one connect per tracker per minute. A tracker that answers an announce
+with an error while we used a cached id may have restarted and forgotten it:
+the id is dropped and the announce retried once with a fresh connect.
+
+Each request is tried ``retries`` times, each try waiting ``timeout`` seconds,
+never past the caller's deadline. gevent.socket is used explicitly; nothing
+here monkey-patches.
+"""
+
+from __future__ import annotations
+
+import random
+import socket as _stdsocket
+import time
+
+import gevent
+from gevent import socket
+from gevent.event import AsyncResult, Event
+
+from crawler.errors import PeercrawlError
+from crawler.sources import udp_codec as codec
+from crawler.sources.http_codec import TrackerRefused
+
+# BEP 15: "A client can use a connection ID until one minute after it has
+# received it." A little under, so a slow announce still arrives in time.
+CONNECTION_TTL = 55.0
+
+
+class TrackerTimeout(PeercrawlError):
+    """A tracker did not answer within the tries and deadline allowed."""
+
+
+class UdpTrackerClient:
+    """Shared UDP tracker client of one worker process.
+
+    ``announce`` and ``connect`` block the calling greenlet only. Counters
+    (``connects_sent``, ``announces_sent``, ``dropped``) feed the benchmark
+    and logs.
+    """
+
+    def __init__(self, timeout: float = 4.0, retries: int = 2, bind4: str = "0.0.0.0", bind6: str = "::"):
+        self.timeout = timeout
+        self.retries = retries
+        self._bind = {_stdsocket.AF_INET: bind4, _stdsocket.AF_INET6: bind6}
+        self._socks: dict[int, socket.socket] = {}
+        self._readers: list[gevent.Greenlet] = []
+        # transaction id -> (address, expected action, AsyncResult)
+        self._pending: dict[int, tuple[tuple, int, AsyncResult]] = {}
+        # tracker address -> (connection id, obtained at)
+        self._conn: dict[tuple, tuple[int, float]] = {}
+        self._connecting: dict[tuple, Event] = {}
+        self.connects_sent = 0
+        self.announces_sent = 0
+        self.dropped = 0
+
+    # --- sockets and routing ------------------------------------------------
+
+    def _sock(self, family: int) -> socket.socket:
+        s = self._socks.get(family)
+        if s is None:
+            s = socket.socket(family, _stdsocket.SOCK_DGRAM)
+            try:
+                # Bursts of replies from many concurrent announces.
+                s.setsockopt(_stdsocket.SOL_SOCKET, _stdsocket.SO_RCVBUF, 4 * 1024 * 1024)
+            except OSError:
+                pass
+            s.bind((self._bind[family], 0))
+            self._socks[family] = s
+            self._readers.append(gevent.spawn(self._read, s))
+        return s
+
+    def local_address(self, family: int = _stdsocket.AF_INET) -> tuple:
+        """The bound (ip, port) of the shared socket of ``family``."""
+        return self._sock(family).getsockname()
+
+    def _read(self, s: socket.socket) -> None:
+        while True:
+            try:
+                data, addr = s.recvfrom(65536)
+            except OSError:
+                if s.fileno() < 0:
+                    return
+                gevent.sleep(0.01)  # e.g. ICMP port unreachable surfacing as ECONNREFUSED
+                continue
+            try:
+                action, tid = codec.peek(data)
+            except codec.UdpPacketError:
+                self.dropped += 1
+                continue
+            entry = self._pending.get(tid)
+            if entry is None or entry[0] != addr[:2] or action not in (entry[1], codec.ERROR):
+                self.dropped += 1
+                continue
+            del self._pending[tid]
+            entry[2].set(data)
+
+    def close(self) -> None:
+        """Close the sockets and stop the readers."""
+        for s in self._socks.values():
+            s.close()
+        gevent.killall(self._readers, block=False)
+        self._socks.clear()
+        self._readers.clear()
+
+    # --- one request -------------------------------------------------------
+
+    def _new_tid(self) -> int:
+        while True:
+            tid = random.getrandbits(32)
+            if tid not in self._pending:
+                return tid
+
+    def _request(self, addr: tuple, family: int, build, action: int, deadline: float) -> codec.Reply:
+        """Send ``build(tid)`` up to ``retries`` times; return the parsed matching reply.
+
+        Raises TrackerTimeout, TrackerRefused (error action) or UdpPacketError.
+        """
+        s = self._sock(family)
+        for attempt in range(self.retries):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            tid = self._new_tid()
+            waiter = AsyncResult()
+            self._pending[tid] = (addr[:2], action, waiter)
+            try:
+                s.sendto(build(tid), addr)
+                data = waiter.get(timeout=min(self.timeout, left))
+            except gevent.Timeout:
+                continue
+            except OSError as e:
+                raise TrackerTimeout(f"cannot send to {addr[0]}:{addr[1]}: {e}") from e
+            finally:
+                self._pending.pop(tid, None)
+            reply = codec.parse_reply(data, family)
+            if isinstance(reply, codec.ErrorReply):
+                raise TrackerRefused(f"tracker error: {reply.message}")
+            return reply
+        what = codec.ACTION_NAMES[action]
+        raise TrackerTimeout(f"no {what} reply from {addr[0]}:{addr[1]} after {self.retries} tries")
+
+    def connection_id(self, addr: tuple, family: int, deadline: float) -> tuple[int, bool]:
+        """A valid connection id for ``addr`` and whether it came from the cache."""
+        while True:
+            cached = self._conn.get(addr)
+            if cached is not None and time.monotonic() - cached[1] < CONNECTION_TTL:
+                return cached[0], True
+            ev = self._connecting.get(addr)
+            if ev is None:
+                break
+            left = deadline - time.monotonic()
+            if left <= 0 or not ev.wait(timeout=left):
+                raise TrackerTimeout(f"no connect reply from {addr[0]}:{addr[1]} in time")
+            if addr not in self._conn:
+                # The shared connect failed; try our own rather than fail blind.
+                break
+        ev = self._connecting[addr] = Event()
+        try:
+            self.connects_sent += 1
+            reply = self._request(addr, family, codec.connect_request, codec.CONNECT, deadline)
+            self._conn[addr] = (reply.connection_id, time.monotonic())
+            return reply.connection_id, False
+        finally:
+            del self._connecting[addr]
+            ev.set()
+
+    def announce(
+        self,
+        addr: tuple,
+        family: int,
+        info_hash: bytes,
+        peer_id: bytes,
+        port: int,
+        num_want: int,
+        deadline: float,
+        event: int = codec.EVENT_STARTED,
+        left: int = 1,
+        key: int = 0,
+    ) -> codec.AnnounceReply:
+        """Announce to the tracker at ``addr`` (a resolved sockaddr) and return its reply.
+
+        Raises TrackerTimeout, TrackerRefused or UdpPacketError (a
+        RemoteProtocolError) for the tracker's faults.
+        """
+        for attempt in range(2):
+            cid, cached = self.connection_id(addr, family, deadline)
+
+            def build(tid: int) -> bytes:
+                self.announces_sent += 1
+                return codec.AnnounceRequest(
+                    cid, tid, info_hash, peer_id, port, num_want, event, left=left, key=key
+                ).encode()
+
+            try:
+                return self._request(addr, family, build, codec.ANNOUNCE, deadline)
+            except TrackerRefused:
+                if not cached or attempt:
+                    raise
+                self._conn.pop(addr, None)
+        raise AssertionError("unreachable: the second attempt returns or raises")

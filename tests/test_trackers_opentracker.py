@@ -1,0 +1,91 @@
+"""End to end against a real opentracker on loopback: UDP and HTTP, self-exclusion."""
+
+from __future__ import annotations
+
+import os
+
+import gevent
+import pytest
+
+from crawler.sources.trackers import Trackers
+from tests.opentracker import opentracker, peer_address  # noqa: F401 (fixture)
+
+
+def _hashes(n):
+    return [os.urandom(20).hex() for _ in range(n)]
+
+
+@pytest.fixture
+def trackers(settings, client, keys):
+    t = Trackers(settings.replace(udp_timeout=1.0), client, keys)
+    yield t
+    t.close()
+
+
+@pytest.mark.parametrize("scheme", ["udp", "http"])
+def test_exactly_the_announced_peers_with_counts(opentracker, trackers, scheme):
+    ih, other = _hashes(2)
+    ot = opentracker([ih, other])
+    expected = set()
+    for i in range(7):
+        ip, port = peer_address(i), 20000 + i
+        ot.announce_from(ip, ih, port, left=0 if i < 3 else 100)  # 3 seeders, 4 leechers
+        expected.add((ip, port))
+    ot.announce_from(peer_address(99), other, 7000)  # another torrent's peer stays out
+    url = ot.udp_url if scheme == "udp" else ot.http_url
+    r = trackers.announce(url, ih)
+    assert r.ok, r.error
+    assert set(r.peers) == expected
+    assert (r.seeders, r.leechers) == (3, 4)
+    assert r.max_peers == 200 and r.interval and r.interval > 0
+    assert not r.full
+
+
+@pytest.mark.parametrize("scheme", ["udp", "http"])
+def test_dead_torrent_reads_zero_and_crawler_is_not_left_listed(opentracker, trackers, scheme):
+    (ih,) = _hashes(1)
+    ot = opentracker([ih])
+    url = ot.udp_url if scheme == "udp" else ot.http_url
+    for _ in range(3):  # again and again: the crawler never keeps it alive
+        r = trackers.announce(url, ih)
+        assert r.ok, r.error
+        assert r.peers == frozenset()
+        assert (r.seeders, r.leechers) == (0, 0)
+    # An independent client from another source address sees only itself.
+    seen = ot.announce_from("127.3.3.3", ih, 5999)
+    assert set(seen.peers) == {("127.3.3.3", 5999)}
+    assert (seen.seeders, seen.leechers) == (0, 1)
+
+
+def test_many_torrents_concurrently_reuse_one_connection_id(opentracker, trackers):
+    hashes = _hashes(40)
+    ot = opentracker(hashes)
+    for n, ih in enumerate(hashes):
+        ot.announce_from(peer_address(n), ih, 30000 + n)
+    jobs = [gevent.spawn(trackers.announce, ot.udp_url, ih) for ih in hashes]
+    gevent.joinall(jobs, timeout=20)
+    results = [j.value for j in jobs]
+    assert all(r is not None and r.ok for r in results)
+    for n, r in enumerate(results):
+        assert set(r.peers) == {(peer_address(n), 30000 + n)}
+    assert trackers.udp.connects_sent == 1
+    assert trackers.udp.announces_sent == 80  # announce + stopped per torrent
+
+
+def test_numwant_is_the_trackers_max(opentracker, settings, client, keys):
+    from crawler.settings import TrackerSpec
+
+    (ih,) = _hashes(1)
+    ot = opentracker([ih])
+    for i in range(12):
+        ot.announce_from(peer_address(i), ih, 21000 + i)
+    s = settings.replace(trackers=(TrackerSpec(ot.udp_url, 5),))
+    t = Trackers(s, client, keys)
+    try:
+        r = t.announce(ot.udp_url, ih)
+    finally:
+        t.close()
+    assert r.ok and r.max_peers == 5
+    # We may be one of the 5 opentracker picked, and are dropped: 4 or 5 left.
+    assert len(r.peers) in (4, 5)
+    assert r.leechers == 12
