@@ -43,7 +43,7 @@ def tracker_health(queue: Queue, now: float) -> dict:
         from crawler.sources.health import tracker_report
     except ImportError:  # pragma: no cover - sources not built in this checkout
         return {}
-    return tracker_report(queue.client, queue.keys, now)
+    return tracker_report(queue.client, queue.keys)
 
 
 def queue_report(queue: Queue, now: float) -> dict:

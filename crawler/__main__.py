@@ -1,0 +1,5 @@
+"""``python -m crawler`` is the ``peercrawl`` command."""
+
+from crawler.cli import main
+
+main()

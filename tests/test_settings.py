@@ -1,0 +1,66 @@
+"""Settings from the environment: defaults, parsing, one-line errors naming the variable."""
+
+import pytest
+
+from crawler.errors import SettingsError
+from crawler.settings import Settings, TrackerSpec
+from tests.cli import run
+
+
+def test_defaults():
+    s = Settings.from_env({})
+    assert s.redis_url is None and s.namespace == "peercrawl" and s.dht and s.revisit_seconds == 1800
+    assert all(t.max_peers == 200 for t in s.trackers) and len(s.trackers) >= 1
+
+
+def test_parsing():
+    s = Settings.from_env({
+        "REDIS_URL": "redis://h:1/2",
+        "PEERCRAWL_TRACKERS": "udp://a:1/announce|50, http://b/announce",
+        "PEERCRAWL_DHT": "off",
+        "PEERCRAWL_DHT_BOOTSTRAP": "127.0.0.2:6881,[::1]:7000",
+        "PEERCRAWL_DHT_LISTEN": "127.0.0.1:0",
+        "PEERCRAWL_REVISIT_SECONDS": "60",
+        "PEERCRAWL_ALLOW_PRIVATE": "1",
+    })
+    assert s.trackers == (TrackerSpec("udp://a:1/announce", 50), TrackerSpec("http://b/announce", 200))
+    assert s.tracker_max_peers("udp://a:1/announce") == 50 and s.tracker_max_peers("udp://z/a") == 200
+    assert s.dht is False and s.dht_bootstrap == (("127.0.0.2", 6881), ("::1", 7000))
+    assert s.revisit_seconds == 60 and s.allow_private
+    assert Settings.from_env({"PEERCRAWL_TRACKERS": ""}).trackers == ()
+
+
+@pytest.mark.parametrize("name, value, says", [
+    ("REDIS_URL", "localhost:6379", "redis://"),
+    ("PEERCRAWL_REVISIT_SECONDS", "soon", "expected a number"),
+    ("PEERCRAWL_REVISIT_SECONDS", "-5", "above 0"),
+    ("PEERCRAWL_DHT", "maybe", "on or off"),
+    ("PEERCRAWL_TRACKERS", "udp://a:1/announce|many", "not a whole number"),
+    ("PEERCRAWL_TRACKERS", "ftp://a/announce", "tracker URL"),
+    ("PEERCRAWL_DHT_LISTEN", "host:1", "IP address"),
+    ("PEERCRAWL_DHT_BOOTSTRAP", "router:99999", "out of range"),
+    ("PEERCRAWL_NAMESPACE", "a b", "letters"),
+    ("PEERCRAWL_MULTIPLIER_NONE", "2", "between 0 and 1"),
+    ("PEERCRAWL_DHT_UPLOAD_RATE_LIMIT", "500000", "from 1024 to 420000"),
+    ("STATHAT_URL", "api.stathat.com", "http"),
+    ("PEERCRAWL_SECRET", "short", "16 characters"),
+])
+def test_bad_values_name_the_variable(name, value, says):
+    with pytest.raises(SettingsError) as e:
+        Settings.from_env({name: value})
+    msg = str(e.value)
+    assert msg.startswith(name + ":") and says in msg and "\n" not in msg
+
+
+def test_cli_prints_one_line_and_exits_nonzero(test_env):
+    env = dict(test_env, PEERCRAWL_REVISIT_SECONDS="abc")
+    p = run(env, "status")
+    assert p.returncode == 2
+    assert p.stderr.strip() == "peercrawl: PEERCRAWL_REVISIT_SECONDS: expected a number (got 'abc')"
+
+
+def test_unreachable_redis_is_one_line(test_env):
+    env = dict(test_env, REDIS_URL="redis://127.0.0.1:1/0")
+    p = run(env, "status")
+    assert p.returncode == 2 and p.stderr.count("\n") == 1
+    assert "Redis at redis://127.0.0.1:1/0 is not reachable" in p.stderr
