@@ -1,0 +1,107 @@
+"""Building the crawler's libtorrent session: settings pack, bootstrap, IP filter.
+
+Pure-ish helpers used by ``crawler.sources.dht``; nothing here waits on
+libtorrent. Bootstrap host names are resolved here (cooperatively, through
+gevent's resolver) and each address is checked against the address policy
+(SPEC §3) before libtorrent ever sees it.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+import gevent.socket
+import libtorrent as lt
+
+from crawler import logs
+from crawler.settings import Settings
+from crawler.sources.addresses import check
+
+log = logs.get(__name__)
+
+# libtorrent 2.1 overflows internally above ~429 KB/s and silently drops
+# requests; Settings already bounds the variable, this guards constructors.
+MAX_UPLOAD_RATE = 420_000
+# Linux caps SO_RCVBUF at net.core.rmem_max (4 MiB on the test machine);
+# libtorrent's default 0 keeps the kernel's ~208 KiB, which bursts of
+# replies overflow.
+SOCKET_BUFFER = 4 * 1024 * 1024
+# Outgoing-query alerts arrive ~10-50 per lookup; 16+ lookups in flight need
+# more than libtorrent's default queue of 2000 so none is dropped.
+ALERT_QUEUE_SIZE = 50_000
+
+# Ranges refused for DHT nodes unless private addresses are allowed; the same
+# families as crawler.sources.addresses, as ranges libtorrent's ip_filter takes.
+_BLOCKED = (
+    "0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16",
+    "172.16.0.0/12", "192.0.0.0/24", "192.0.2.0/24", "192.168.0.0/16", "198.18.0.0/15",
+    "198.51.100.0/24", "203.0.113.0/24", "224.0.0.0/3",
+    "::/8", "100::/64", "2001:db8::/32", "fc00::/7", "fe80::/10", "ff00::/8",
+)
+
+
+def listen_interface(ip: str, port: int) -> str:
+    """``ip:port`` as libtorrent's ``listen_interfaces`` wants it (IPv6 in brackets)."""
+    return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
+
+
+def resolve_bootstrap(nodes: tuple[tuple[str, int], ...], allow_private: bool) -> list[tuple[str, int]]:
+    """Resolve bootstrap ``(host, port)`` pairs to checked ``(ip, port)`` pairs.
+
+    A name that does not resolve is logged and skipped (a worker without DNS
+    still starts; its lookups then fail as "not bootstrapped"). Raises
+    ``AddressRefused`` for an address the policy refuses.
+    """
+    out: list[tuple[str, int]] = []
+    for host, port in nodes:
+        try:
+            infos = gevent.socket.getaddrinfo(host, port, 0, gevent.socket.SOCK_DGRAM)
+        except OSError as e:
+            log.warning("dht_bootstrap_unresolved", node=f"{host}:{port}", error=str(e))
+            continue
+        for family, _, _, _, sockaddr in infos:
+            ip = str(ipaddress.ip_address(sockaddr[0].split("%")[0]))
+            check(ip, allow_private, f"DHT bootstrap node {host}:{port}")
+            if (ip, port) not in out:
+                out.append((ip, port))
+    return out
+
+
+def ip_filter(allow_private: bool):
+    """A ``libtorrent.ip_filter`` refusing non-public DHT nodes (or nothing)."""
+    f = lt.ip_filter()
+    if allow_private:
+        return f
+    for cidr in _BLOCKED:
+        net = ipaddress.ip_network(cidr)
+        f.add_rule(str(net[0]), str(net[-1]), 1)
+    return f
+
+
+def session_params(settings: Settings, bootstrap: list[tuple[str, int]], read_only: bool) -> dict:
+    """The settings pack of the crawler's DHT-only session."""
+    cat = lt.alert.category_t
+    private = settings.allow_private
+    return {
+        "listen_interfaces": listen_interface(*settings.dht_listen),
+        "enable_dht": True,
+        # DHT only: no local discovery, no port mapping on the crawler's LAN.
+        "enable_lsd": False,
+        "enable_upnp": False,
+        "enable_natpmp": False,
+        "dht_bootstrap_nodes": ",".join(listen_interface(ip, p) for ip, p in bootstrap),
+        "dht_upload_rate_limit": max(1024, min(settings.dht_upload_rate_limit, MAX_UPLOAD_RATE)),
+        "recv_socket_buffer_size": SOCKET_BUFFER,
+        "send_socket_buffer_size": SOCKET_BUFFER,
+        "alert_queue_size": ALERT_QUEUE_SIZE,
+        "alert_mask": cat.dht_operation_notification | cat.dht_notification | cat.error_notification,
+        # A read-only node (BEP 43) queries but is not put in others'
+        # routing tables: the crawler stores no announces and answers no
+        # queries, so it is never a peer source itself.
+        "dht_read_only": read_only,
+        # On loopback/private test networks every node shares one /24; the
+        # public DHT keeps libtorrent's Sybil defences on.
+        "dht_restrict_routing_ips": not private,
+        "dht_restrict_search_ips": not private,
+        "dht_ignore_dark_internet": not private,
+    }
