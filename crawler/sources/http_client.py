@@ -14,6 +14,7 @@ from __future__ import annotations
 import socket as _stdsocket
 import time
 import urllib.parse
+from typing import Callable
 
 import gevent
 from gevent import socket, ssl
@@ -24,6 +25,8 @@ from crawler.sources.http_codec import HttpReplyError, HttpResponse, body_comple
 from crawler.sources.udp_client import TrackerTimeout
 
 MAX_REDIRECTS = 3
+# check(ip, what) raises addresses.AddressRefused for an address not to contact.
+AddressCheck = Callable[[str, str], None]
 _HEAD_MAX = 64 * 1024
 
 
@@ -31,8 +34,13 @@ class HttpTrackerError(PeercrawlError):
     """The HTTP exchange failed (connection refused, TLS, too many redirects, too big)."""
 
 
-def resolve(host: str, port: int, allow_private: bool, what: str, family: int = 0) -> list[tuple]:
-    """Resolved (family, sockaddr) pairs of ``host``, each allowed by the address policy.
+def policy(allow_private: bool) -> AddressCheck:
+    """The address policy of SPEC §3 as a check function (raises AddressRefused)."""
+    return lambda ip, what: addresses.check(ip, allow_private, what)
+
+
+def resolve(host: str, port: int, check: AddressCheck, what: str, family: int = 0) -> list[tuple]:
+    """Resolved (family, sockaddr) pairs of ``host``, each passed through ``check(ip, what)``.
 
     Raises ``HttpTrackerError`` if the name does not resolve and
     ``addresses.AddressRefused`` if any address is refused (one refused
@@ -46,7 +54,7 @@ def resolve(host: str, port: int, allow_private: bool, what: str, family: int = 
     for fam, _, _, _, sockaddr in infos:
         if fam not in (_stdsocket.AF_INET, _stdsocket.AF_INET6):
             continue
-        addresses.check(sockaddr[0], allow_private, what)
+        check(sockaddr[0], what)
         if (fam, sockaddr) not in out:
             out.append((fam, sockaddr))
     if not out:
@@ -54,14 +62,16 @@ def resolve(host: str, port: int, allow_private: bool, what: str, family: int = 
     return out
 
 
-def http_get(url: str, deadline: float, max_bytes: int, allow_private: bool) -> HttpResponse:
-    """GET ``url`` and return the final response after redirects.
+def http_get(url: str, deadline: float, max_bytes: int, check: AddressCheck) -> HttpResponse:
+    """GET ``url`` and return the final 200 response after redirects.
 
-    Raises TrackerTimeout (deadline), HttpTrackerError, AddressRefused or
+    ``check(ip, what)`` is the address policy (``policy(allow_private)``),
+    applied to every hop. Raises TrackerTimeout (deadline), HttpTrackerError
+    (including a final status other than 200), AddressRefused or
     HttpReplyError; never returns a partial body.
     """
     for hop in range(MAX_REDIRECTS + 1):
-        resp = _get_once(url, deadline, max_bytes, allow_private)
+        resp = _get_once(url, deadline, max_bytes, check)
         if resp.status in (301, 302, 303, 307, 308):
             location = resp.headers.get("location")
             if not location:
@@ -70,11 +80,13 @@ def http_get(url: str, deadline: float, max_bytes: int, allow_private: bool) -> 
             if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
                 raise HttpTrackerError(f"redirect to a non-HTTP URL {url[:100]!r}")
             continue
+        if resp.status != 200:
+            raise HttpTrackerError(f"HTTP status {resp.status} from {url[:100]}")
         return resp
     raise HttpTrackerError(f"more than {MAX_REDIRECTS} redirects")
 
 
-def _get_once(url: str, deadline: float, max_bytes: int, allow_private: bool) -> HttpResponse:
+def _get_once(url: str, deadline: float, max_bytes: int, check: AddressCheck) -> HttpResponse:
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise HttpTrackerError(f"not an HTTP URL: {url[:100]!r}")
@@ -84,7 +96,7 @@ def _get_once(url: str, deadline: float, max_bytes: int, allow_private: bool) ->
     except ValueError as e:
         raise HttpTrackerError(f"bad port in {url[:100]!r}") from e
     what = f"tracker {parts.scheme}://{parts.netloc}"
-    targets = resolve(parts.hostname, port, allow_private, what)
+    targets = resolve(parts.hostname, port, check, what)
     target = parts.path or "/"
     if parts.query:
         target += "?" + parts.query

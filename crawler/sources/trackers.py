@@ -28,7 +28,7 @@ from crawler.keys import Keys
 from crawler.settings import Settings
 from crawler.sources import addresses, udp_codec
 from crawler.sources.health import TrackerHealth
-from crawler.sources.http_client import HttpTrackerError, http_get, resolve
+from crawler.sources.http_client import AddressCheck, HttpTrackerError, http_get, policy, resolve
 from crawler.sources.http_codec import TrackerRefused, announce_url, parse_announce_reply
 from crawler.sources.result import SourceResult
 from crawler.sources.self_filter import SelfFilter
@@ -53,8 +53,12 @@ class Trackers:
         udp: UdpTrackerClient | None = None,
         backoff_threshold: int = 2,
         stop_timeout: float | None = None,
+        address_check: AddressCheck | None = None,
     ):
         self.settings = settings
+        # The address policy (SPEC §3); injectable so tests can treat one
+        # loopback address as public and see the real refusal of the others.
+        self.check = address_check or policy(settings.allow_private)
         self.udp = udp or UdpTrackerClient(settings.udp_timeout, settings.udp_retries)
         self.health = TrackerHealth(
             client, keys, settings.tracker_backoff_base, settings.tracker_backoff_max, backoff_threshold
@@ -104,7 +108,7 @@ class Trackers:
         cached = self._dns.get((host, port))
         if cached is not None and time.monotonic() < cached[1]:
             return cached[0]
-        targets = resolve(host, port, self.settings.allow_private, what)
+        targets = resolve(host, port, self.check, what)
         self._dns[(host, port)] = (targets, time.monotonic() + DNS_TTL)
         return targets
 
@@ -145,7 +149,7 @@ class Trackers:
 
         def get(event: str, until: float):
             u = announce_url(url, info_hash, self.peer_id, self.port, max_peers, event=event, key=self.key)
-            return parse_announce_reply(http_get(u, until, s.http_max_bytes, s.allow_private).body)
+            return parse_announce_reply(http_get(u, until, s.http_max_bytes, self.check).body)
 
         reply = get("started", deadline)
         stopped = None

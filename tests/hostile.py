@@ -1,0 +1,156 @@
+"""Misbehaving UDP and HTTP trackers for tests, run as greenlets on loopback.
+
+Each tracker's behaviour is chosen per info-hash (the hash's first byte picks
+a mode), so one tracker serves good and bad torrents side by side and the
+tests can show that bad ones do not hurt the others.
+"""
+
+from __future__ import annotations
+
+import socket as _stdsocket
+import struct
+import urllib.parse
+
+import gevent
+from gevent import socket
+from gevent.server import StreamServer
+
+from crawler import bencode
+from crawler.sources import udp_codec as u
+from crawler.sources.peers import encode_compact
+
+GOOD_PEERS = (("127.9.0.1", 1111), ("127.9.0.2", 2222))
+
+# UDP modes, by the info-hash's first byte.
+UDP_GOOD, UDP_TRUNCATED, UDP_WRONG_TID, UDP_ERROR, UDP_ODD_PEERS, UDP_SILENT, UDP_WRONG_ACTION, UDP_SPOOF = range(8)
+
+
+class HostileUdpTracker:
+    """A UDP tracker on 127.0.0.1 whose reply to an announce depends on the hash's first byte."""
+
+    def __init__(self):
+        self.sock = socket.socket(_stdsocket.AF_INET, _stdsocket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.spoof = socket.socket(_stdsocket.AF_INET, _stdsocket.SOCK_DGRAM)
+        self.spoof.bind(("127.0.0.1", 0))
+        self.connects = 0
+        self.g = gevent.spawn(self._serve)
+
+    @property
+    def url(self) -> str:
+        return f"udp://127.0.0.1:{self.port}/announce"
+
+    def _serve(self):
+        while True:
+            data, addr = self.sock.recvfrom(2048)
+            if len(data) == 16:
+                self.connects += 1
+                _, _, tid = struct.unpack(">QII", data)
+                self.sock.sendto(u.encode_reply(u.ConnectReply(tid, 0xABCDEF)), addr)
+                continue
+            req = u.AnnounceRequest.decode(data)
+            mode = req.info_hash[0]
+            tid = req.transaction_id
+            good = u.encode_reply(u.AnnounceReply(tid, 900, 3, 1, GOOD_PEERS))
+            if mode == UDP_GOOD or req.event == u.EVENT_STOPPED:
+                self.sock.sendto(good, addr)
+            elif mode == UDP_TRUNCATED:
+                self.sock.sendto(good[:13], addr)
+            elif mode == UDP_WRONG_TID:
+                self.sock.sendto(u.encode_reply(u.AnnounceReply(tid ^ 1, 900, 3, 1, GOOD_PEERS)), addr)
+            elif mode == UDP_ERROR:
+                self.sock.sendto(u.encode_reply(u.ErrorReply(tid, "go away")), addr)
+            elif mode == UDP_ODD_PEERS:
+                self.sock.sendto(good + b"\x01\x02\x03", addr)
+            elif mode == UDP_WRONG_ACTION:
+                self.sock.sendto(u.encode_reply(u.ScrapeReply(tid, (u.ScrapeEntry(1, 2, 3),))), addr)
+            elif mode == UDP_SPOOF:
+                # Right transaction id, wrong source port: must be ignored.
+                self.spoof.sendto(u.encode_reply(u.AnnounceReply(tid, 900, 9, 9, (("6.6.6.6", 666),))), addr)
+            # UDP_SILENT: never answer.
+
+    def close(self):
+        self.g.kill()
+        self.sock.close()
+        self.spoof.close()
+
+
+class HostileHttpTracker:
+    """An HTTP tracker on 127.0.0.1; the path picks the misbehaviour.
+
+    /good, /failure, /dictpeers, /odd, /huge (Content-Length, too big),
+    /endless (chunked, never ends), /slow (answers after 30 s),
+    /redirect-private?to=<url>, /loop (redirects to itself), /garbage.
+    """
+
+    def __init__(self):
+        self.server = StreamServer(("127.0.0.1", 0), self._handle)
+        self.server.start()
+        self.port = self.server.server_port
+        self.base = f"http://127.0.0.1:{self.port}"
+
+    def _handle(self, sock, addr):
+        buf = b""
+        while b"\r\n\r\n" not in buf:
+            chunk = sock.recv(4096)
+            if not chunk:
+                return
+            buf += chunk
+        target = buf.split(b" ", 2)[1].decode()
+        path, _, query = target.partition("?")
+        params = urllib.parse.parse_qs(query)
+
+        def send(body: bytes, status="200 OK", extra=""):
+            sock.sendall(f"HTTP/1.1 {status}\r\nContent-Length: {len(body)}\r\n{extra}\r\n".encode() + body)
+
+        good = {b"interval": 900, b"min interval": 60, b"complete": 1, b"incomplete": 3,
+                b"peers": encode_compact(GOOD_PEERS), b"peers6": encode_compact([("::1", 3333)], _stdsocket.AF_INET6),
+                b"warning message": b"be nice"}
+        try:
+            if path == "/good":
+                send(bencode.encode(good))
+            elif path == "/chunked":
+                body = bencode.encode(good)
+                half = len(body) // 2
+                sock.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+                             + b"%x\r\n%s\r\n%x\r\n%s\r\n0\r\n\r\n" % (half, body[:half], len(body) - half, body[half:]))
+            elif path == "/dictpeers":
+                d = {**good, b"peers": [{b"ip": b"127.9.0.5", b"port": 5555, b"peer id": b"x" * 20}]}
+                del d[b"peers6"]
+                send(bencode.encode(d))
+            elif path == "/failure":
+                send(bencode.encode({b"failure reason": b"unregistered torrent"}))
+            elif path == "/odd":
+                send(bencode.encode({**good, b"peers": b"\x01" * 7}))
+            elif path == "/garbage":
+                send(b"<html>hello</html>")
+            elif path == "/huge":
+                sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100000000\r\n\r\n")
+                for _ in range(2000):
+                    sock.sendall(b"x" * 65536)
+            elif path == "/endless":
+                sock.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+                for _ in range(100000):
+                    sock.sendall(b"10\r\n" + b"y" * 16 + b"\r\n")
+            elif path == "/slow":
+                gevent.sleep(30)
+                send(bencode.encode(good))
+            elif path == "/drip":
+                sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n")
+                for _ in range(1000):
+                    gevent.sleep(0.1)
+                    sock.sendall(b"d")
+            elif path == "/redirect":
+                send(b"", "302 Found", f"Location: {params['to'][0]}\r\n")
+            elif path == "/loop":
+                send(b"", "302 Found", "Location: /loop\r\n")
+            else:
+                send(b"", "404 Not Found")
+        except OSError:
+            pass
+        finally:
+            sock.close()
+
+    def close(self):
+        self.server.stop(timeout=0.1)
