@@ -1,9 +1,36 @@
-"""Placeholder until the counters issue builds `peercrawl flush`."""
+"""``peercrawl flush``: drain the StatHat outbox once (SPEC §6, §7)."""
+
+from __future__ import annotations
+
+import json
 
 import click
 
+from crawler.cli.context import open_context
+from crawler.stathat import Flusher
+
 
 @click.command("flush")
-def command() -> None:
-    """Not built yet."""
-    raise click.ClickException("'flush' is not built yet")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def command(as_json: bool) -> None:
+    """Post pending counter increments and torrents.count to StatHat once.
+
+    Without STATHAT_EZKEY there is nothing to post. Exits 1 if the post
+    failed; the increments stay in the outbox for the next flush.
+    """
+    ctx = open_context()
+    result = Flusher(ctx.client, ctx.keys, ctx.settings).flush_once()
+    if as_json:
+        click.echo(json.dumps(result, sort_keys=True))
+    elif not result["enabled"]:
+        click.echo("STATHAT_EZKEY is unset: nothing is posted to StatHat")
+    elif result["busy"]:
+        click.echo("another flusher is posting right now; nothing to do")
+    elif result["ok"]:
+        extra = " (recovered a batch left in flight)" if result["recovered"] else ""
+        click.echo(f"posted {result['increments']} increments of {result['stats']} stats "
+                   f"in {result['requests']} requests{extra}")
+    else:
+        click.echo(f"post failed, increments kept for the next flush: {result['error']}", err=True)
+    if not result["ok"]:
+        click.get_current_context().exit(1)

@@ -1,0 +1,160 @@
+"""Draining the StatHat outbox (SPEC §6): claim, post in batches, settle.
+
+Strategy: the recorder adds increments to the outbox hash in the same Lua
+step as the counters. A flush renames the outbox to an in-flight hash under
+a leased claim (``claim.lua``), so increments made meanwhile start a fresh
+outbox and nothing is read twice. Each chunk StatHat accepts is deleted from
+the in-flight hash (``settle.lua`` ack); on a failed post the rest is added
+back into the outbox (nack) and the next flush retries with backoff. A
+flusher that dies mid-flush leaves the in-flight hash behind; once its lease
+lapses the next flush posts it ("recovered"). Nothing is lost; nothing is
+doubled unless a post's result is unknown (a timeout after StatHat accepted
+it), which is the one case the EZ API cannot tell us.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import uuid
+
+import redis
+
+from crawler import logs
+from crawler.errors import StoreError
+from crawler.keys import Keys
+from crawler.lua import register
+from crawler.stathat.client import EZClient, PostError
+
+log = logs.get("stathat")
+
+# StatHat documents no batch limit; a few hundred stats keep a post small (<40 KB).
+DEFAULT_CHUNK = 500
+# Longer than a post (10 s timeout) so a live flusher never loses its claim.
+DEFAULT_LEASE_SECONDS = 60.0
+
+
+class Flusher:
+    """Posts the outbox of ``keys``'s namespace to StatHat.
+
+    ``settings``: ``stathat_ezkey`` (None: disabled), ``stathat_url``,
+    ``stathat_families``, ``flush_seconds``, ``http_timeout``. ``sink``: an
+    ``EZClient``-like object with ``post(data)`` (default: one for the
+    settings).
+    """
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        keys: Keys,
+        settings,
+        sink: EZClient | None = None,
+        *,
+        chunk: int = DEFAULT_CHUNK,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        backoff_base: float = 1.0,
+        backoff_max: float = 300.0,
+    ):
+        self.client, self.keys, self.settings = client, keys, settings
+        self.enabled = settings.stathat_ezkey is not None
+        if sink is None and self.enabled:
+            sink = EZClient(settings.stathat_url, settings.stathat_ezkey, timeout=settings.http_timeout)
+        self.sink = sink
+        self.chunk = max(1, chunk)
+        self.lease_ms = int(lease_seconds * 1000)
+        self.backoff_base, self.backoff_max = backoff_base, backoff_max
+        self.post_count = "torrents.count" in settings.stathat_families
+        self.token = uuid.uuid4().hex
+        self._keys = [keys.sub("sh", "outbox"), keys.sub("sh", "inflight"), keys.sub("sh", "owner")]
+        self._claim = register(client, "claim", package=__package__)
+        self._settle = register(client, "settle", package=__package__)
+
+    def tracked(self) -> int:
+        """``torrents.count``: tracked torrents (ready + cooling + in flight)."""
+        pipe = self.client.pipeline(transaction=False)
+        for k in (self.keys.ready, self.keys.cooling, self.keys.leases):
+            pipe.zcard(k)
+        return sum(pipe.execute())
+
+    def flush_once(self) -> dict:
+        """Claim, post and settle once.
+
+        Returns ``{"enabled", "ok", "stats", "increments", "requests",
+        "recovered", "busy", "error"}``: ``stats`` counter stats posted,
+        ``increments`` their summed counts, ``busy`` when another flusher holds
+        the claim. Raises ``StoreError`` if Redis fails; a failed post is
+        ``ok: False`` with ``error`` (its deltas are back in the outbox).
+        """
+        out = {"enabled": self.enabled, "ok": True, "stats": 0, "increments": 0, "requests": 0,
+               "recovered": False, "busy": False, "error": None}
+        if not self.enabled:
+            return out
+        try:
+            claimed = self._claim(keys=self._keys, args=[self.token, self.lease_ms])
+            batch = []
+            if claimed[0] == 0:
+                out["busy"] = True
+            elif claimed[0] == 1:
+                out["recovered"] = bool(claimed[1])
+                flat = claimed[2]
+                batch = [(flat[i], int(flat[i + 1])) for i in range(0, len(flat), 2)]
+                batch = [(f, n) for f, n in batch if n != 0]
+            value = [{"stat": "torrents.count", "value": self.tracked()}] if self.post_count else []
+        except redis.RedisError as e:
+            raise StoreError(f"claiming the StatHat outbox failed: {e}") from e
+        if not batch and not value:
+            return out
+        chunks = [batch[i : i + self.chunk] for i in range(0, len(batch), self.chunk)] or [[]]
+        for n, part in enumerate(chunks):
+            data = [{"stat": f.decode("utf-8", "replace"), "count": c} for f, c in part]
+            if n == 0:
+                data += value
+            out["requests"] += 1
+            try:
+                self.sink.post(data)
+            except PostError as e:
+                out["ok"], out["error"] = False, str(e)
+                if batch:
+                    self._settle_call(["nack"])
+                log.warning("stathat_post_failed", error=str(e), pending=sum(c for _, c in batch))
+                return out
+            if part:
+                self._settle_call(["ack"] + [f for f, _ in part])
+            out["stats"] += len(part)
+            out["increments"] += sum(c for _, c in part)
+        return out
+
+    def _settle_call(self, args: list) -> None:
+        try:
+            if not self._settle(keys=self._keys, args=[self.token] + args):
+                log.warning("stathat_claim_lost", note="another flusher took over this batch")
+        except redis.RedisError as e:
+            raise StoreError(f"settling the StatHat outbox failed: {e}") from e
+
+    def run_forever(self, stop_event: threading.Event, sweep=None) -> None:
+        """Flush every ``flush_seconds`` until ``stop_event`` is set, then flush once more.
+
+        After a failure, waits ``backoff_base * 2**k`` (jittered, at most
+        ``backoff_max``) instead. ``sweep``: an optional callable run each
+        cycle (the worker passes ``Recorder.sweep``). Waits with
+        ``stop_event.wait``, which yields to other greenlets under gevent.
+        """
+        failures = 0
+        while not stop_event.is_set():
+            delay = self.settings.flush_seconds
+            try:
+                result = self.flush_once()
+                failures = 0 if result["ok"] else failures + 1
+                if sweep is not None:
+                    sweep()
+            except StoreError as e:
+                failures += 1
+                log.warning("stathat_flush_failed", error=str(e))
+            if failures:
+                delay = min(self.backoff_max, self.backoff_base * 2 ** (failures - 1))
+                delay *= random.uniform(0.8, 1.2)
+            stop_event.wait(delay)
+        try:
+            self.flush_once()
+        except StoreError as e:  # pragma: no cover - shutdown with Redis gone
+            log.warning("stathat_final_flush_failed", error=str(e))

@@ -1,0 +1,91 @@
+"""A real local HTTP server standing in for StatHat's EZ API.
+
+``StatHatSink`` listens on 127.0.0.1 (port chosen by the OS) in a thread,
+answers like StatHat (``{"status": 200, "msg": "ok"}``), and records every
+posted JSON body. ``fail_next(n)`` makes the next n posts answer HTTP 500
+(nothing recorded as delivered); ``fail_next(n, after_accept=True)`` records
+them as delivered but still answers 500 (a post whose result the client cannot
+know). Usable as a context manager or a pytest fixture; the worker tests reuse
+it.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class StatHatSink:
+    def __init__(self, host: str = "127.0.0.1"):
+        self.posts: list[dict] = []  # accepted bodies
+        self.requests = 0  # every POST, accepted or failed
+        self._fail = 0
+        self._fail_after_accept = False
+        self._lock = threading.Lock()
+        sink = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802 - http.server's naming
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length)
+                with sink._lock:
+                    sink.requests += 1
+                    failing = sink._fail > 0
+                    if failing:
+                        sink._fail -= 1
+                    if not failing or sink._fail_after_accept:
+                        sink.posts.append(json.loads(raw))
+                code, body = (500, {"status": 500, "msg": "failing on purpose"}) if failing else (
+                    200, {"status": 200, "msg": "ok"})
+                data = json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):  # keep test output quiet
+                pass
+
+        self.server = ThreadingHTTPServer((host, 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://{host}:{self.server.server_address[1]}/ez"
+        self._thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self._thread.start()
+
+    def fail_next(self, n: int, after_accept: bool = False) -> None:
+        """Answer HTTP 500 to the next ``n`` posts."""
+        with self._lock:
+            self._fail, self._fail_after_accept = n, after_accept
+
+    def counts(self) -> Counter:
+        """Summed ``count`` per stat over every accepted post."""
+        total: Counter = Counter()
+        with self._lock:
+            for body in self.posts:
+                for d in body["data"]:
+                    if "count" in d:
+                        total[d["stat"]] += d["count"]
+        return total
+
+    def values(self, stat: str) -> list:
+        """Every ``value`` posted for ``stat``, in order."""
+        with self._lock:
+            return [d["value"] for b in self.posts for d in b["data"] if d["stat"] == stat and "value" in d]
+
+    def ezkeys(self) -> set:
+        with self._lock:
+            return {b.get("ezkey") for b in self.posts}
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self._thread.join(5)
+
+    def __enter__(self) -> "StatHatSink":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

