@@ -1,0 +1,81 @@
+"""Tracker health in the real Redis: backoff after consecutive failures, shared, recovered."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from crawler.sources.health import TrackerHealth, tracker_report
+from crawler.sources.trackers import Trackers
+from tests.hostile import HostileUdpTracker, UDP_GOOD, UDP_SILENT
+
+
+def test_backoff_doubles_up_to_max_and_recovers(client, keys):
+    h = TrackerHealth(client, keys, base=10, maximum=35, threshold=2, refresh=0)
+    url = "udp://t.example:1"
+    h.record(url, False)
+    assert h.backing_off_until(url) is None  # one failure is not a pattern
+    waits = []
+    for _ in range(4):
+        h.record(url, False)
+        st = tracker_report(client, keys)[url]
+        assert st["backing_off"]
+        waits.append(st["until"])
+    import time
+
+    now = time.time()
+    assert [round(w - now) for w in waits] == [10, 20, 35, 35]
+    other = TrackerHealth(client, keys, base=10, maximum=35, threshold=2, refresh=0)
+    assert other.backing_off_until(url) is not None  # shared by every worker
+    other.record(url, True)  # recovery is written at once
+    assert h.backing_off_until(url) is None
+    rep = tracker_report(client, keys)[url]
+    assert rep == {"answers": 1, "failures": 5, "backing_off": False, "until": None}
+
+
+def test_answers_are_batched_then_flushed(client, keys):
+    h = TrackerHealth(client, keys, flush=3600)
+    for _ in range(5):
+        h.record("udp://a:1", True)
+    assert tracker_report(client, keys) == {}
+    h.flush()
+    assert tracker_report(client, keys)["udp://a:1"]["answers"] == 5
+
+
+def test_backing_off_tracker_skipped_without_traffic(settings, client, keys):
+    tr = HostileUdpTracker()
+    t = Trackers(settings.replace(udp_timeout=0.2, udp_retries=1, tracker_backoff_base=60), client, keys,
+                 backoff_threshold=2)
+    try:
+        silent = (bytes([UDP_SILENT]) + os.urandom(19)).hex()
+        good = (bytes([UDP_GOOD]) + os.urandom(19)).hex()
+        for _ in range(2):
+            r = t.announce(tr.url, silent)
+            assert not r.ok and "TrackerTimeout" in r.error
+        sent = t.udp.announces_sent
+        t.health.refresh = 0
+        r = t.announce(tr.url, good)
+        assert not r.ok and "backing off" in r.error
+        assert t.udp.announces_sent == sent  # no network traffic
+        report = tracker_report(client, keys)[tr.url]
+        assert report["backing_off"] and report["failures"] == 2
+    finally:
+        t.close()
+        tr.close()
+
+
+def test_refusal_counts_as_alive(settings, client, keys):
+    from tests.hostile import UDP_ERROR
+
+    tr = HostileUdpTracker()
+    t = Trackers(settings.replace(udp_timeout=0.2), client, keys, backoff_threshold=1)
+    try:
+        r = t.announce(tr.url, (bytes([UDP_ERROR]) + os.urandom(19)).hex())
+        assert not r.ok and "go away" in r.error
+        t.health.flush()
+        rep = tracker_report(client, keys)[tr.url]
+        assert rep["failures"] == 0 and rep["answers"] == 1 and not rep["backing_off"]
+    finally:
+        t.close()
+        tr.close()

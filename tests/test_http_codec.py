@@ -1,0 +1,115 @@
+"""HTTP tracker codec: announce URLs, bencoded replies, HTTP/1.1 framing; typed errors only."""
+
+from __future__ import annotations
+
+import socket
+import urllib.parse
+
+import pytest
+from hypothesis import given, settings as hsettings, strategies as st
+
+from crawler import bencode
+from crawler.errors import RemoteProtocolError
+from crawler.sources import http_codec as h
+from crawler.sources.peers import encode_compact
+
+ipv4 = st.ip_addresses(v=4).map(str)
+ipv6 = st.ip_addresses(v=6).map(str)
+port = st.integers(1, 65535)
+counts = st.none() | st.integers(0, 10**6)
+
+
+@given(st.binary(min_size=20, max_size=20), st.binary(min_size=20, max_size=20))
+def test_announce_url_percent_encodes_binary(ih, pid):
+    url = h.announce_url("http://t.example/ann?pk=1", ih, pid, 51000, 200, event="stopped")
+    q = urllib.parse.parse_qs(urllib.parse.urlsplit(url).query, keep_blank_values=True, encoding="latin-1")
+    assert q["info_hash"][0].encode("latin-1") == ih and q["peer_id"][0].encode("latin-1") == pid
+    assert q["pk"] == ["1"] and q["compact"] == ["1"] and q["numwant"] == ["200"]
+    assert q["event"] == ["stopped"] and q["port"] == ["51000"] and q["left"] == ["1"]
+
+
+@given(st.lists(st.tuples(ipv4, port), max_size=30), st.lists(st.tuples(ipv6, port), max_size=10),
+       counts, counts, counts, counts, st.none() | st.text(max_size=20))
+def test_reply_round_trip(p4, p6, interval, mi, complete, incomplete, warning):
+    d = {b"peers": encode_compact(p4), b"peers6": encode_compact(p6, socket.AF_INET6)}
+    for k, v in ((b"interval", interval), (b"min interval", mi), (b"complete", complete), (b"incomplete", incomplete)):
+        if v is not None:
+            d[k] = v
+    if warning is not None:
+        d[b"warning message"] = warning.encode()
+    r = h.parse_announce_reply(bencode.encode(d))
+    assert r.peers == tuple(p4) + tuple(p6)
+    assert (r.interval, r.min_interval, r.complete, r.incomplete, r.warning) == (interval, mi, complete, incomplete, warning)
+
+
+@given(st.lists(st.tuples(ipv4 | ipv6, port), max_size=10))
+def test_dictionary_peers(peers):
+    body = bencode.encode({b"peers": [{b"ip": ip.encode(), b"port": p} for ip, p in peers]})
+    assert h.parse_announce_reply(body).peers == tuple(peers)
+
+
+@hsettings(max_examples=400)
+@given(st.binary(max_size=200))
+def test_arbitrary_bodies_raise_only_typed_errors(data):
+    try:
+        h.parse_announce_reply(data)
+    except RemoteProtocolError as e:
+        assert str(e)
+
+
+@hsettings(max_examples=300)
+@given(st.recursive(st.integers(-5, 5) | st.binary(max_size=12),
+                    lambda c: st.lists(c, max_size=4) | st.dictionaries(
+                        st.sampled_from([b"peers", b"peers6", b"ip", b"port", b"interval", b"complete"]), c, max_size=4),
+                    max_leaves=12))
+def test_arbitrary_structures_raise_only_typed_errors(value):
+    try:
+        h.parse_announce_reply(bencode.encode({b"peers": value} if not isinstance(value, dict) else value))
+    except RemoteProtocolError as e:
+        assert str(e)
+
+
+@pytest.mark.parametrize("body, exc, why", [
+    (b"d14:failure reason5:nope!e", h.TrackerRefused, "tracker refused: nope!"),
+    (b"le", h.HttpReplyError, "not a dictionary"),
+    (b"<html>", h.HttpReplyError, "not bencoded"),
+    (b"d5:peers3:abce", h.HttpReplyError, "not a multiple of 6"),
+    (b"d6:peers6i1ee", h.HttpReplyError, "'peers6' is a int"),
+    (b"d8:intervali-5ee", h.HttpReplyError, "'interval' is not a non-negative integer"),
+    (b"d5:peersld2:ip3:abc4:porti1eeee", h.HttpReplyError, "not an IP address"),
+    (b"d5:peersli1eee", h.HttpReplyError, "peer 0 is a int"),
+])
+def test_malformations_named(body, exc, why):
+    with pytest.raises(exc, match=why):
+        h.parse_announce_reply(body)
+
+
+@given(st.binary(max_size=300), st.lists(st.integers(1, 50), max_size=6))
+def test_chunked_round_trip(body, cuts):
+    chunks, i = [], 0
+    for c in cuts:
+        if i < len(body):
+            chunks.append(body[i : i + c])
+            i += c
+    if i < len(body):
+        chunks.append(body[i:])
+    raw = b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in chunks if c) + b"0\r\n\r\n"
+    assert h.dechunk(raw) == body
+    resp = h.parse_response(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + raw)
+    assert resp.status == 200 and resp.body == body
+
+
+@hsettings(max_examples=400)
+@given(st.binary(max_size=200))
+def test_arbitrary_http_responses_raise_only_typed_errors(data):
+    for raw in (data, b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + data,
+                b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n" + data):
+        try:
+            h.parse_response(raw)
+        except h.HttpReplyError as e:
+            assert str(e)
+
+
+def test_content_length_truncation_named():
+    with pytest.raises(h.HttpReplyError, match="body truncated: 3 of 10"):
+        h.parse_response(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc")
