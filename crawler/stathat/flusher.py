@@ -92,9 +92,10 @@ class Flusher:
         try:
             claimed = self._claim(keys=self._keys, args=[self.token, self.lease_ms])
             batch = []
-            if claimed[0] == 0:
+            if claimed[0] == 0:  # another flusher is posting; it posts torrents.count too
                 out["busy"] = True
-            elif claimed[0] == 1:
+                return out
+            if claimed[0] == 1:
                 out["recovered"] = bool(claimed[1])
                 flat = claimed[2]
                 batch = [(flat[i], int(flat[i + 1])) for i in range(0, len(flat), 2)]
