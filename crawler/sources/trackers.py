@@ -151,7 +151,8 @@ class Trackers:
             u = announce_url(url, info_hash, self.peer_id, self.port, max_peers, event=event, key=self.key)
             return parse_announce_reply(http_get(u, until, s.http_max_bytes, self.check).body)
 
-        reply = get("started", deadline)
+        # Settings.http_timeout bounds each exchange (redirects included) within the deadline.
+        reply = get("started", min(deadline, time.monotonic() + s.http_timeout))
         stopped = None
         try:
             r = get("stopped", min(deadline, time.monotonic() + self.stop_timeout))

@@ -127,7 +127,10 @@ class UdpTrackerClient:
 
         Raises TrackerTimeout, TrackerRefused (error action) or UdpPacketError.
         """
-        s = self._sock(family)
+        try:
+            s = self._sock(family)
+        except OSError as e:  # e.g. no IPv6 on this host
+            raise TrackerTimeout(f"cannot open a UDP socket for {addr[0]}: {e}") from e
         for attempt in range(self.retries):
             left = deadline - time.monotonic()
             if left <= 0:
