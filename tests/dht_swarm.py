@@ -13,8 +13,13 @@ Use::
 
     with Swarm(size=12, first_ip=20) as swarm:
         expected = swarm.announce(info_hash_hex, nodes=[0, 1, 2], port_base=7000)
-        swarm.wait_announced(info_hash_hex, expected)
+        swarm.wait_announced({info_hash_hex: expected})
         settings = Settings(dht_bootstrap=tuple(swarm.endpoints[:4]), allow_private=True, ...)
+
+or, as a module-scoped pytest fixture (import it into the test module)::
+
+    from tests.dht_swarm import dht_swarm, HASH_A  # noqa: F401
+    def test_x(dht_swarm): dht_swarm.expected[HASH_A]  # {(ip, port), ...}
 
 ``plain_lookup`` is the bare libtorrent loop (``dht_get_peers`` +
 ``wait_for_alert``) used both to check announces and as the benchmark's
@@ -23,10 +28,19 @@ baseline.
 
 from __future__ import annotations
 
+import hashlib
 import time
 import warnings
+from contextlib import contextmanager
 
 import libtorrent as lt
+import pytest
+
+# Test info-hashes: A announced by 3 nodes, B by 6, C by nobody.
+HASH_A = hashlib.sha1(b"peercrawl-test-A").hexdigest()
+HASH_B = hashlib.sha1(b"peercrawl-test-B").hexdigest()
+HASH_C = hashlib.sha1(b"peercrawl-test-C-nobody").hexdigest()
+DEFAULT_ANNOUNCEMENTS = {HASH_A: ([0, 3, 5], 7000), HASH_B: ([1, 2, 4, 6, 8, 10], 8000)}
 
 
 def node_params(ip: str, **extra) -> dict:
@@ -106,10 +120,11 @@ class Swarm:
             expected.add((self.ips[i], port_base + i))
         return expected
 
-    def wait_announced(self, info_hash_hex: str, expected: set, timeout: float = 10.0, probe_ip: str = "127.0.0.250"):
-        """Block until a fresh probe node's lookup returns exactly ``expected``.
+    def wait_announced(self, expected: dict[str, set], timeout: float = 10.0, probe_ip: str = "127.0.0.250"):
+        """Block until a fresh probe node's lookups return exactly ``expected``.
 
-        Raises ``RuntimeError`` with what it found otherwise.
+        ``expected``: info-hash hex -> the peers ``announce`` returned.
+        Raises ``RuntimeError`` naming the first hash not visible in time.
         """
         probe = lt.session(node_params(probe_ip, alert_mask=lt.alert.category_t.dht_operation_notification,
                                        dht_read_only=True))
@@ -117,13 +132,14 @@ class Swarm:
             for ep in self.endpoints:
                 probe.add_dht_node(ep)
             end = time.monotonic() + timeout
-            found: set = set()
-            while time.monotonic() < end:
-                found = plain_lookup(probe, info_hash_hex, len(expected), min(2.0, end - time.monotonic()))
-                if found == expected:
-                    return
-                time.sleep(0.2)
-            raise RuntimeError(f"announce of {info_hash_hex} not visible: want {expected}, found {found}")
+            for ih, peers in expected.items():
+                found: set = set()
+                while found != peers:
+                    if time.monotonic() > end:
+                        raise RuntimeError(f"announce of {ih} not visible: want {peers}, found {found}")
+                    found = plain_lookup(probe, ih, len(peers), min(2.0, max(end - time.monotonic(), 0.01)))
+                    if found != peers:
+                        time.sleep(0.1)
         finally:
             del probe
 
@@ -157,3 +173,24 @@ def plain_lookup(session, info_hash_hex: str, want: int, timeout: float) -> set[
             if type(a) is lt.dht_get_peers_reply_alert and a.info_hash == ih:
                 found.update(a.peers())
     return found
+
+
+@contextmanager
+def announced_swarm(size: int = 12, first_ip: int = 20, announcements: dict | None = None):
+    """A started swarm whose ``expected`` maps each announced hash to its peers.
+
+    ``announcements``: info-hash hex -> (node indexes, port base); default
+    ``DEFAULT_ANNOUNCEMENTS``. Waits until every announce is visible.
+    """
+    with Swarm(size=size, first_ip=first_ip) as swarm:
+        plan = DEFAULT_ANNOUNCEMENTS if announcements is None else announcements
+        swarm.expected = {ih: swarm.announce(ih, nodes, port_base) for ih, (nodes, port_base) in plan.items()}
+        swarm.wait_announced(swarm.expected)
+        yield swarm
+
+
+@pytest.fixture(scope="module")
+def dht_swarm():
+    """12 nodes on 127.0.0.20-31 with HASH_A and HASH_B announced (HASH_C not)."""
+    with announced_swarm() as swarm:
+        yield swarm

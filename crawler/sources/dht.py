@@ -195,9 +195,11 @@ class DhtSource:
             before = self._snapshot(deadline - time.monotonic())
         if before is None:
             return self._failed(f"DHT did not answer a stats request within {self.timeout:g}s")
-        if before.get("dht.dht_nodes", 0) == 0:
-            state = "bootstrapped" if self._bootstrapped.is_set() else "not bootstrapped"
-            return self._failed(f"DHT has no nodes in its routing table ({state})")
+        nodes = before.get("dht.dht_nodes", 0)
+        if nodes == 0 and not self._bootstrapped.is_set():
+            return self._failed(f"DHT not bootstrapped within {self.timeout:g}s: no nodes in its routing table")
+        # An empty table after the bootstrap still gets a lookup: libtorrent
+        # then asks the bootstrap routers, which it never puts in the table.
 
         lk = _Lookup(self.max_peers)
         self._lookups.setdefault(target, []).append(lk)
@@ -219,7 +221,7 @@ class DhtSource:
         after = self._snapshot(max(deadline - time.monotonic(), 1.0))
         if after is not None and _responses(after) > _responses(before):
             return SourceResult(source=SOURCE, ok=True, peers=frozenset(), max_peers=self.max_peers)
-        return self._failed(f"no DHT node responded ({lk.queries} queries sent)")
+        return self._failed(f"no DHT node responded ({lk.queries} queries sent, {nodes} nodes in routing table)")
 
     def _wait(self, lk: _Lookup, deadline: float) -> None:
         """Sleep until the lookup has enough peers, settles, or hits the deadline."""
