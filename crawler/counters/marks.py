@@ -5,10 +5,10 @@ Strategy (measured on Redis 7.0, see docs/metrics.md): a key per mark costs
 a field in a small listpack-encoded hash costs ~15 B. So a mark is one field
 of one of ``buckets`` hashes ``mk:<n>``:
 
-- ``digest = blake2b(metric "\\0" packed-IP, key=secret)``; the first 4 bytes
-  pick the bucket, the next 8 bytes are the field. The address itself is
-  never stored, and without the secret a field cannot be tested against a
-  guessed address.
+- keyed fingerprints (``Fingerprinter``): the IP's picks the bucket (so one
+  HMGET reads all of an IP's marks), the field is 64 bits of the IP's XOR the
+  metric's. The address itself is
+  never stored.
 - the value is the unix second the mark was made. A mark counts as present
   while ``value > now - window``: correctness never depends on deleting stale
   fields. Redis 7.0 has no per-field TTL, so ``sweep.lua`` removes stale
@@ -60,22 +60,49 @@ def load_secret(client: redis.Redis, keys: Keys, configured: str | None) -> byte
 
 
 class Fingerprinter:
-    """Maps (metric, packed IP) to (bucket number, 8-byte field)."""
+    """Maps (metric, packed IP) to (bucket number, 64-bit field).
+
+    ``ip_fp`` and ``metric_fp`` are 96-bit keyed BLAKE2b digests: the IP is
+    hashed once per visit and each metric once per process, so a peer's
+    seven marks cost one hash, not seven. The IP's top 32 bits pick the
+    bucket, so all marks of one IP share a bucket and record.lua reads them
+    with one HMGET; the field is the low 64 bits of ``ip_fp XOR metric_fp``.
+    Without the secret neither part can be computed, so a field cannot be
+    tested against a guessed address.
+    """
 
     def __init__(self, secret: bytes, buckets: int = DEFAULT_BUCKETS):
         if buckets < 1:
             raise ValueError("buckets must be at least 1")
         self.buckets = buckets
-        self._base = hashlib.blake2b(key=secret, digest_size=12)
+        self._ip = hashlib.blake2b(key=secret, digest_size=12, person=b"peercrawl-ip")
+        self._metric = hashlib.blake2b(key=secret, digest_size=12, person=b"peercrawl-metric")
+        self._metrics: dict[str, int] = {}
 
-    def mark(self, metric: bytes, packed_ip: bytes) -> tuple[int, bytes]:
-        """Bucket number and field of the mark of ``packed_ip`` for ``metric``."""
-        h = self._base.copy()
-        h.update(metric)
-        h.update(b"\0")
+    def ip(self, packed_ip: bytes) -> int:
+        """The keyed fingerprint of one packed IP."""
+        h = self._ip.copy()
         h.update(packed_ip)
-        d = h.digest()
-        return int.from_bytes(d[:4], "big") % self.buckets, d[4:]
+        return int.from_bytes(h.digest(), "big")
+
+    def metric(self, name: str) -> int:
+        """The keyed fingerprint of one metric name (cached, bounded)."""
+        v = self._metrics.get(name)
+        if v is None:
+            if len(self._metrics) > 200_000:
+                self._metrics.clear()
+            h = self._metric.copy()
+            h.update(name.encode("utf-8"))
+            v = self._metrics[name] = int.from_bytes(h.digest(), "big")
+        return v
+
+    def mark(self, metric: str, packed_ip: bytes) -> tuple[int, int]:
+        """Bucket number and 64-bit field of the mark of ``packed_ip`` for ``metric``."""
+        ip_fp = self.ip(packed_ip)
+        return (ip_fp >> 64) % self.buckets, (ip_fp ^ self.metric(metric)) & _LOW64
+
+
+_LOW64 = (1 << 64) - 1
 
 
 def bucket_key(keys: Keys, n: int) -> str:

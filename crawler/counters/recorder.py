@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ipaddress
 import math
+import struct
 from typing import Iterable
 
 import redis
@@ -86,6 +87,8 @@ class Recorder:
         self._sweep = register(client, "sweep", package=__package__)
         self._visited = register(client, "visited", package=__package__)
         self._sweep_cursor = keys.sub("mk", "sweep")
+        self._index_keys: dict = {}
+        self._bucket_keys: dict = {}
 
     # --- recording --------------------------------------------------------
     def record_visit(self, info_hash: str, ips: Iterable[str], now: float) -> int:
@@ -112,15 +115,21 @@ class Recorder:
         Pairs must hold distinct IPs. Returns the ``new`` of §2.
         """
         h = info_hash_hex(info_hash)
+        fps = self.fingerprints
+        n_buckets = fps.buckets
+        by_place: dict = {}  # a visit's peers share few places
         batch = _Batch()
         new = 0
         for packed, place in located:
-            ms = metrics_for(h, place.country, place.city, place.postcode)
+            key = (place.country, place.city, place.postcode)
+            ms = by_place.get(key)
+            if ms is None:
+                ms = by_place[key] = [(m, fps.metric(m.name)) for m in metrics_for(h, *key)]
             if batch.pairs and batch.pairs + len(ms) > self.batch_pairs:
                 new += self._run(batch, now)
                 batch = _Batch()
-            for metric in ms:
-                batch.add(metric, self.fingerprints.mark(metric.name.encode(), packed))
+            ip_fp = fps.ip(packed)
+            batch.add_ip((ip_fp >> 64) % n_buckets, [(m, (ip_fp ^ m_fp) & _LOW64) for m, m_fp in ms])
         if batch.pairs:
             new += self._run(batch, now)
         return new
@@ -130,33 +139,50 @@ class Recorder:
         now_s = int(now)
         month = month_of(now)
         keys: list[str] = [self._outbox]
-        positions: dict[str, int] = {}
-
-        def pos(key: str) -> int:
-            p = positions.get(key)
-            if p is None:
-                keys.append(key)
-                p = positions[key] = len(keys)
-            return p
-
-        args: list = [now_s, now_s - self.window, len(batch.metrics)]
+        positions: dict = {}
+        table = bytearray()
         for metric in batch.metrics:
-            args.append(metric.name if self._posted(metric) else "")
-            args.append(2 * len(metric.indexes))
+            table += _str(metric.name if self._posted(metric) else "")
+            table.append(len(metric.indexes))
             for scope, member in metric.indexes:
-                args += [pos(index_key(self.keys, LIFETIME, scope)), member]
-                args += [pos(index_key(self.keys, month, scope)), member]
-        for field, bucket, m in batch.marks:
-            p = pos(bucket_key(self.keys, bucket))
-            args.append(field + p.to_bytes(2, "big") + m.to_bytes(2, "big"))
+                p = positions.get(scope)
+                if p is None:
+                    keys.append(self._index_key(LIFETIME, scope))
+                    keys.append(self._index_key(month, scope))
+                    p = positions[scope] = len(keys) - 1
+                table += p.to_bytes(2, "big") + _str(member)
+        pairs = bytearray()
+        for bucket, marks in batch.ips:
+            p = positions.get(bucket)
+            if p is None:
+                keys.append(self._bucket_key(bucket))
+                p = positions[bucket] = len(keys)
+            pairs += _IP.pack(p, len(marks))
+            for field, m in marks:
+                pairs += _PAIR.pack(field, m)
         if len(keys) > 65535:  # pragma: no cover - batch_pairs keeps it far below
             raise ValueError("batch too large")
         try:
-            counts = self._record(keys=keys, args=args)
+            counts = self._record(keys=keys, args=[now_s, now_s - self.window, bytes(table), bytes(pairs)])
         except redis.RedisError as e:
             raise StoreError(f"recording peers failed: {e}") from e
         # The torrent's own users metric (scope ("torrents",)) gives §2's `new`.
         return sum(c for metric, c in zip(batch.metrics, counts) if metric.indexes[0][0] == ("torrents",))
+
+    def _index_key(self, period: str, scope: tuple) -> str:
+        k = (period, scope)
+        key = self._index_keys.get(k)
+        if key is None:
+            if len(self._index_keys) > 100_000:  # bounded: a worker sees many torrents
+                self._index_keys.clear()
+            key = self._index_keys[k] = index_key(self.keys, period, scope)
+        return key
+
+    def _bucket_key(self, n: int) -> str:
+        key = self._bucket_keys.get(n)
+        if key is None:
+            key = self._bucket_keys[n] = bucket_key(self.keys, n)
+        return key
 
     def _posted(self, metric: Metric) -> bool:
         return self._post_countries if metric.family == "countries" else self._post_torrents
@@ -208,26 +234,37 @@ class Recorder:
 
 
 class _Batch:
-    """Metrics and (field, bucket, metric number) marks of one Lua call."""
+    """Metrics and, per IP, its bucket and (field, metric number) marks, for one Lua call."""
 
-    __slots__ = ("metrics", "numbers", "marks")
+    __slots__ = ("metrics", "numbers", "ips", "pairs")
 
     def __init__(self):
         self.metrics: list[Metric] = []
         self.numbers: dict[str, int] = {}
-        self.marks: list[tuple[bytes, int, int]] = []
+        self.ips: list[tuple[int, list[tuple[int, int]]]] = []
+        self.pairs = 0
 
-    @property
-    def pairs(self) -> int:
-        return len(self.marks)
+    def add_ip(self, bucket: int, marks: list[tuple[Metric, int]]) -> None:
+        out = []
+        for metric, field in marks:
+            m = self.numbers.get(metric.name)
+            if m is None:
+                self.metrics.append(metric)
+                m = self.numbers[metric.name] = len(self.metrics)
+            out.append((field, m))
+        self.ips.append((bucket, out))
+        self.pairs += len(out)
 
-    def add(self, metric: Metric, mark: tuple[int, bytes]) -> None:
-        m = self.numbers.get(metric.name)
-        if m is None:
-            self.metrics.append(metric)
-            m = self.numbers[metric.name] = len(self.metrics)
-        bucket, field = mark
-        self.marks.append((field, bucket, m))
+
+_IP = struct.Struct(">HB")  # mark key position, number of marks
+_PAIR = struct.Struct(">QH")  # field, metric number
+_LOW64 = (1 << 64) - 1
+
+
+def _str(s: str) -> bytes:
+    """A length-prefixed UTF-8 string as record.lua reads it."""
+    b = s.encode("utf-8")
+    return len(b).to_bytes(2, "big") + b
 
 
 def _text(packed: bytes) -> str:
