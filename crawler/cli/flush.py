@@ -33,4 +33,6 @@ def command(as_json: bool) -> None:
     else:
         click.echo(f"post failed, increments kept for the next flush: {result['error']}", err=True)
     if not result["ok"]:
-        click.get_current_context().exit(1)
+        # SystemExit, not ctx.exit: main() runs click with standalone_mode off,
+        # where click swallows Exit's code.
+        raise SystemExit(1)
