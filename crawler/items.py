@@ -112,6 +112,8 @@ def _info_span(data: bytes) -> tuple[int, int] | None:
 def parse_item(text: str, base: Path | None = None) -> NewItem:
     """One ITEM -> NewItem; raises ``ItemError`` saying why not."""
     t = text.strip()
+    if len(t) == 40 and _HEX.match(t):  # the bulk case first
+        return NewItem(t.lower())
     if not t:
         raise ItemError("empty item")
     if t.lower().startswith("magnet:"):
