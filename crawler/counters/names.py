@@ -128,9 +128,10 @@ class Query:
     """Which index answers a ``stats`` query and how its members read as metrics."""
 
     scope: tuple[str, ...]
-    # The metric name of member m: "{m}" is replaced by the member, or, for
-    # members "<country>.<name>", "{c}" and "{p}" by its two parts.
-    template: str
+    # The metric name of member m is parts[0] + m + parts[1]; for members
+    # "<country>.<name>" (three parts) parts[0] + country + parts[1] + name + parts[2].
+    # Literal pieces, never a format string, so names holding "{" stay intact.
+    parts: tuple[str, ...]
     member: str | None = None  # a single member (ZSCORE) instead of a ranking
 
 
@@ -148,26 +149,27 @@ def query_for(family: str, torrent: str | None = None, country: str | None = Non
         raise ValueError("--country must not be empty")
     if family == "countries":
         if h is None:
-            return Query(("countries",), "countries.{m}.users", c)
-        return Query(("countries", "t", h), f"torrents.{h}.countries.{{m}}.users", c)
+            return Query(("countries",), ("countries.", ".users"), c)
+        return Query(("countries", "t", h), (f"torrents.{h}.countries.", ".users"), c)
     if family == "torrents":
         if c is None:
-            return Query(("torrents",), "torrents.{m}.users", h)
-        return Query(("torrents", "c", c), f"torrents.{{m}}.countries.{c}.users", h)
+            return Query(("torrents",), ("torrents.", ".users"), h)
+        return Query(("torrents", "c", c), ("torrents.", f".countries.{c}.users"), h)
     # cities / postcodes: members are "<country>.<name>" unless the country is fixed
     if h is None and c is None:
-        return Query((family,), f"countries.{{c}}.{family}.{{p}}.users")
+        return Query((family,), ("countries.", f".{family}.", ".users"))
     if h is None:
-        return Query((family, "c", c), f"countries.{c}.{family}.{{m}}.users")
+        return Query((family, "c", c), (f"countries.{c}.{family}.", ".users"))
     if c is None:
-        return Query((family, "t", h), f"torrents.{h}.countries.{{c}}.{family}.{{p}}.users")
-    return Query((family, "t", h, "c", c), f"torrents.{h}.countries.{c}.{family}.{{m}}.users")
+        return Query((family, "t", h), (f"torrents.{h}.countries.", f".{family}.", ".users"))
+    return Query((family, "t", h, "c", c), (f"torrents.{h}.countries.{c}.{family}.", ".users"))
 
 
 def metric_of(query: Query, member: str) -> str:
     """The metric name of ``member`` in the index of ``query``."""
-    if "{c}" in query.template:
+    p = query.parts
+    if len(p) == 3:
         # Both parts are escaped, so the first "." splits them.
-        c, _, p = member.partition(".")
-        return query.template.replace("{c}", c).replace("{p}", p)
-    return query.template.replace("{m}", member)
+        c, _, name = member.partition(".")
+        return p[0] + c + p[1] + name + p[2]
+    return p[0] + member + p[1]
