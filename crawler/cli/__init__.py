@@ -36,6 +36,12 @@ def _register() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] in (["worker"], ["run"]):
+        # gevent patches before redis-py and ssl are imported (workers.cli).
+        from gevent import monkey
+
+        monkey.patch_all()
     _register()
     try:
         cli.main(args=argv, prog_name="peercrawl", standalone_mode=False)

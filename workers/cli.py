@@ -1,0 +1,100 @@
+"""The ``peercrawl worker`` and ``peercrawl run`` commands (SPEC §7).
+
+gevent is monkey-patched here, at the top of each command function, before
+the worker modules are imported: the rest of peercrawl (and the other
+commands) never run patched. ``crawler.cli`` has imported redis-py by then,
+which is safe: redis-py looks ``socket.socket`` up when it connects, and no
+connection or lock of it exists before the patch.
+"""
+
+from __future__ import annotations
+
+import click
+
+
+def _patch() -> None:
+    from gevent import monkey
+
+    if not monkey.is_module_patched("socket"):
+        monkey.patch_all()
+
+
+def _concurrency(value: str | None) -> int | None | str:
+    """None: the settings' fixed size; "auto"; or a positive int. Raises BadParameter."""
+    if value is None:
+        return None
+    if value.lower() == "auto":
+        return "auto"
+    try:
+        n = int(value)
+    except ValueError:
+        raise click.BadParameter("expected a whole number or auto", param_hint="--concurrency") from None
+    if not 1 <= n <= 10_000:
+        raise click.BadParameter("expected 1 to 10000 or auto", param_hint="--concurrency")
+    return n
+
+
+def _options(f):
+    f = click.option("--duration", type=click.FloatRange(min=0, min_open=True), metavar="S",
+                     help="Stop claiming after S seconds; running visits finish.")(f)
+    f = click.option("--until-idle", is_flag=True,
+                     help="Exit 0 once nothing is ready or in flight (cooling torrents do not count).")(f)
+    f = click.option("--max-visits", type=click.IntRange(min=1), metavar="N",
+                     help="Stop after claiming N torrents; running visits finish.")(f)
+    f = click.option("--concurrency", metavar="N|auto",
+                     help="Visits at a time (default PEERCRAWL_CONCURRENCY), or auto to adapt the pool "
+                          "between PEERCRAWL_CONCURRENCY_MIN and _MAX.")(f)
+    return f
+
+
+@click.command("worker")
+@_options
+def worker(concurrency, max_visits, until_idle, duration) -> None:
+    """Claim torrents, ask their trackers and the DHT for peers, record and score them.
+
+    SIGTERM or SIGINT: stop claiming, finish or hand back every claimed
+    torrent within 25 s, flush StatHat, exit 0.
+    """
+    c = _concurrency(concurrency)
+    _patch()
+    from crawler.cli.context import open_context
+    from workers.process import Process
+
+    ctx = open_context()
+    size = None if c == "auto" else (c or ctx.settings.concurrency)
+    proc = Process(ctx.settings, ctx.client, ctx.keys, concurrency=size, max_visits=max_visits,
+                   until_idle=until_idle, duration=duration)
+    raise SystemExit(proc.run())
+
+
+@click.command("run")
+@click.argument("items", nargs=-1)
+@_options
+def run(items, concurrency, max_visits, until_idle, duration) -> None:
+    """One machine: add ITEMs (info-hashes, magnet links, .torrent files), then crawl.
+
+    Runs the worker and the StatHat flusher with the embedded defaults (an
+    embedded Redis when REDIS_URL is unset). On a terminal it shows live
+    progress: visits, peers found and countries so far.
+    """
+    c = _concurrency(concurrency)
+    _patch()
+    import sys
+
+    from crawler.cli.context import open_context
+    from workers.progress import Progress, add_items
+    from workers.process import Process
+
+    ctx = open_context()
+    bad = add_items(ctx, items)
+    size = None if c == "auto" else (c or ctx.settings.concurrency)
+    progress = Progress(ctx.client, ctx.keys, live=sys.stderr.isatty())
+    proc = Process(ctx.settings, ctx.client, ctx.keys, concurrency=size, max_visits=max_visits,
+                   until_idle=until_idle, duration=duration, on_visit=progress.visit)
+    with progress:
+        code = proc.run()
+    progress.summary()
+    raise SystemExit(code or (1 if bad else 0))
+
+
+commands = [worker, run]

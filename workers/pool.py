@@ -1,0 +1,254 @@
+"""The worker process: a pool of greenlets over the score queue (SPEC §1, §7).
+
+Strategy. One loop claims as many torrents as the pool has free slots (one
+``claim`` round trip for the batch) and spawns a greenlet per lease that runs
+``Visitor.visit``. Around it run a few service greenlets: the lease extender
+(every in-flight lease pushed forward every third of the lease time), the
+heartbeat (``status`` figures), the StatHat flusher with the dedupe-mark
+sweep, and with ``--concurrency auto`` the pool-size controller.
+
+Stopping. ``--max-visits`` stops claiming after that many claims,
+``--duration`` after that many seconds, ``--until-idle`` once nothing is
+ready or in flight anywhere (cooling torrents do not count); each then lets
+the running visits finish. SIGTERM or SIGINT stops claiming at once, waits
+for running visits until ``shutdown_seconds`` minus a margin, kills the
+rest and hands their torrents back (``Queue.release``), flushes StatHat once
+more and leaves the worker registry: well inside the 25 s a dyno manager
+gives before SIGKILL. A process killed outright leaves its leases to expire,
+and the next claim anywhere puts those torrents back in ready.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from typing import Callable
+
+import gevent
+from gevent.event import Event
+
+from crawler import logs
+from crawler.errors import StoreError
+from crawler.lifecycle import Lease, Queue
+from workers.heartbeat import Health, Heartbeat
+from workers.visit import DEFAULT_TRACKER_FLOOR, Visit, Visitor
+
+log = logs.get("worker")
+
+# Time kept back from shutdown_seconds for handing back torrents, the last
+# StatHat post and closing the sources.
+SHUTDOWN_MARGIN = 6.0
+# Waits between claims when nothing was ready, growing to the maximum.
+IDLE_POLL = (0.2, 2.0)
+
+
+class Worker:
+    """One worker process's pool.
+
+    ``queue``: the ``Queue``; ``visitor``: a ``Visitor``. ``concurrency``:
+    the pool size, or None for ``autoscaler`` to choose it. ``flusher``: a
+    ``Flusher`` run in the background (None: none). ``on_visit``: called with
+    each ``Visit`` (``run``'s progress). ``heartbeat``: a ``Heartbeat``.
+    ``run()`` returns the process exit code (0).
+    """
+
+    def __init__(self, queue: Queue, visitor: Visitor, *, concurrency: int | None = None, autoscaler=None,
+                 max_visits: int | None = None, until_idle: bool = False, duration: float | None = None,
+                 flusher=None, sweep: Callable | None = None, heartbeat: Heartbeat | None = None,
+                 failing_after: int = 5, on_visit: Callable[[Visit], None] | None = None):
+        self.queue, self.visitor = queue, visitor
+        self.settings = queue.settings
+        self.autoscaler = autoscaler
+        self.target = concurrency if concurrency is not None else autoscaler.size
+        self.max_visits, self.until_idle, self.duration = max_visits, until_idle, duration
+        self.flusher, self.sweep = flusher, sweep
+        self.heartbeat = heartbeat or Heartbeat(queue.client, queue.keys)
+        self.health = Health(failing_after)
+        self.on_visit = on_visit
+        self.claimed = 0
+        self.pool: dict[gevent.Greenlet, Lease] = {}
+        self.stopping = Event()  # stop claiming
+        self.signalled = False
+        self._signal_at = 0.0
+        self._slot = Event()
+        self._services: list[gevent.Greenlet] = []
+        self._flush_stop = Event()
+
+    # --- control ------------------------------------------------------------
+    def stop(self, signum: int | None = None) -> None:
+        """Stop claiming; with a signal, running visits get the shutdown deadline."""
+        if signum is not None and not self.signalled:
+            self.signalled = True
+            self._signal_at = time.monotonic()
+            log.info("worker_stopping", signal=signal.Signals(signum).name, in_flight=len(self.pool))
+        self.stopping.set()
+        self._slot.set()
+
+    def install_signals(self) -> None:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            gevent.signal_handler(sig, self.stop, sig)
+
+    # --- the loop -------------------------------------------------------------
+    def run(self) -> int:
+        """Claim and visit until a stop condition; returns 0."""
+        started = time.monotonic()
+        log.info("worker_started", id=self.heartbeat.id, concurrency=self.target,
+                 auto=self.autoscaler is not None, until_idle=self.until_idle,
+                 max_visits=self.max_visits, duration=self.duration)
+        self._start_services()
+        idle = IDLE_POLL[0]
+        try:
+            while not self.stopping.is_set():
+                if self.duration is not None and time.monotonic() - started >= self.duration:
+                    break
+                free = self.target - len(self.pool)
+                if self.max_visits is not None:
+                    if self.claimed >= self.max_visits:
+                        break
+                    free = min(free, self.max_visits - self.claimed)
+                if free <= 0:
+                    self._wait(1.0)
+                    continue
+                try:
+                    leases = self.queue.claim(free)
+                except StoreError as e:
+                    log.warning("claim_failed", error=str(e))
+                    self._wait(idle)
+                    idle = min(idle * 2, IDLE_POLL[1])
+                    continue
+                if leases:
+                    idle = IDLE_POLL[0]
+                    for lease in leases:
+                        self._spawn(lease)
+                    continue
+                if self.until_idle and not self.pool and self._idle():
+                    log.info("worker_idle", note="nothing ready or in flight")
+                    break
+                self._wait(idle)
+                idle = min(idle * 2, IDLE_POLL[1])
+        finally:
+            self._shutdown()
+        return 0
+
+    def _idle(self) -> bool:
+        try:
+            c = self.queue.counts()
+        except StoreError:
+            return False
+        return c["ready"] == 0 and c["in_flight"] == 0
+
+    def _wait(self, seconds: float) -> None:
+        self._slot.clear()
+        self._slot.wait(seconds)
+
+    def _spawn(self, lease: Lease) -> None:
+        self.claimed += 1
+        g = gevent.Greenlet(self._visit, lease)
+        self.pool[g] = lease
+        g.start()
+
+    def _visit(self, lease: Lease) -> None:
+        try:
+            v = self.visitor.visit(lease)
+        except StoreError as e:
+            # The lease expires and the torrent comes back; nothing is lost.
+            log.warning("visit_store_error", info_hash=lease.info_hash, error=str(e))
+            return
+        except gevent.GreenletExit:
+            self._hand_back(lease)
+            raise
+        except Exception:  # a bug must not kill the pool; the lease expires
+            log.exception("visit_crashed", info_hash=lease.info_hash)
+            return
+        finally:
+            self.pool.pop(gevent.getcurrent(), None)
+            self._slot.set()
+        if v.state != "skipped":
+            if self.health.note(v.state != "failed", v.peers):
+                self._outage_changed()
+        if self.on_visit is not None:
+            self.on_visit(v)
+
+    def _hand_back(self, lease: Lease) -> None:
+        try:
+            with gevent.Timeout(2.0):
+                self.queue.release(lease)
+        except (StoreError, gevent.Timeout):
+            pass  # the lease expires instead
+
+    def _outage_changed(self) -> None:
+        if self.health.failing:
+            log.error("network_outage", streak=self.health.streak,
+                      message=(f"the last {self.health.streak} visits all failed: no tracker and no DHT node "
+                               "answered. Is this worker's network down? Scores are kept, nothing is evicted."))
+        else:
+            log.warning("network_recovered", message="a visit was answered again")
+        self._beat()
+
+    # --- services ---------------------------------------------------------
+    def figures(self) -> dict:
+        """What the heartbeat publishes."""
+        return {
+            "concurrency": self.target,
+            "auto": self.autoscaler is not None,
+            "in_flight": len(self.pool),
+            "visits": self.health.visits,
+            "failed_visits": self.health.failed,
+            "peers": self.health.peers,
+            "visits_per_hour": round(self.health.per_hour(), 1),
+            "failing": self.health.failing,
+        }
+
+    def _beat(self) -> None:
+        try:
+            self.heartbeat.beat(self.figures())
+        except StoreError as e:
+            log.warning("heartbeat_failed", error=str(e))
+
+    def _every(self, seconds: float, fn: Callable[[], None]) -> None:
+        while not self._flush_stop.wait(seconds):
+            try:
+                fn()
+            except StoreError as e:
+                log.warning("service_failed", service=getattr(fn, "__name__", "?"), error=str(e))
+
+    def _extend(self) -> None:
+        for g, lease in list(self.pool.items()):
+            if g in self.pool and not self.queue.extend(lease):
+                log.warning("lease_lost", info_hash=lease.info_hash)
+
+    def _autoscale(self) -> None:
+        self.target = self.autoscaler.step(self)
+
+    def _start_services(self) -> None:
+        self._beat()
+        spawn = gevent.spawn
+        self._services.append(spawn(self._every, self.heartbeat.interval, self._beat))
+        self._services.append(spawn(self._every, max(self.settings.lease_seconds / 3, 0.5), self._extend))
+        if self.autoscaler is not None:
+            self._services.append(spawn(self._every, self.autoscaler.interval, self._autoscale))
+        if self.flusher is not None:
+            self._services.append(spawn(self.flusher.run_forever, self._flush_stop, self.sweep))
+
+    def _shutdown(self) -> None:
+        self.stopping.set()
+        # A normal end (until-idle, max-visits, duration) lets visits finish;
+        # a signal (now or while waiting) bounds the wait by the shutdown budget.
+        normal_end = time.monotonic() + self.settings.visit_deadline + 5.0
+        budget = max(self.settings.shutdown_seconds - SHUTDOWN_MARGIN, 1.0)
+        while self.pool:
+            end = self._signal_at + budget if self.signalled else normal_end
+            left = end - time.monotonic()
+            if left <= 0:
+                break
+            gevent.joinall(list(self.pool), timeout=min(0.5, left))
+        if self.pool:
+            log.warning("handing_back", torrents=len(self.pool))
+            gevent.killall(list(self.pool), block=True, timeout=4.0)
+        self._flush_stop.set()
+        flusher = self._services[-1] if self.flusher is not None and self._services else None
+        if flusher is not None:
+            flusher.join(timeout=SHUTDOWN_MARGIN - 2.0)
+        gevent.killall(self._services, block=True, timeout=1.0)
+        self.heartbeat.leave()
+        log.info("worker_stopped", visits=self.health.visits, failed=self.health.failed, claimed=self.claimed)

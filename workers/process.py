@@ -1,0 +1,75 @@
+"""Assembling one worker process from settings: sources, recorder, flusher, pool.
+
+``build`` is what the ``worker`` and ``run`` commands call after gevent is
+patched; tests and the benchmark call it too, with their own collaborators.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from crawler import logs
+from crawler.counters.recorder import Recorder
+from crawler.keys import Keys
+from crawler.lifecycle import Queue
+from crawler.settings import Settings
+from crawler.sources.trackers import Trackers
+from crawler.stathat.flusher import Flusher
+from workers.autoscale import Autoscaler
+from workers.heartbeat import Heartbeat
+from workers.pool import Worker
+from workers.visit import DEFAULT_TRACKER_FLOOR, Visit, Visitor
+
+log = logs.get("worker")
+
+
+class Process:
+    """Everything one worker process owns; ``run()`` runs the pool and closes the sources.
+
+    ``concurrency``: a pool size, or None for ``--concurrency auto``.
+    Raises ``GeoError`` (database), ``StoreError`` (Redis) or
+    ``AddressRefused`` (a private DHT router without allow_private) at build.
+    """
+
+    def __init__(self, settings: Settings, client, keys: Keys, *, concurrency: int | None,
+                 max_visits: int | None = None, until_idle: bool = False, duration: float | None = None,
+                 on_visit: Callable[[Visit], None] | None = None, flush: bool = True,
+                 tracker_floor: float = DEFAULT_TRACKER_FLOOR, failing_after: int = 5,
+                 heartbeat_interval: float = 5.0, locator=None, dht_extra: dict | None = None):
+        self.settings, self.client, self.keys = settings, client, keys
+        self.queue = Queue(client, keys, settings)
+        self.recorder = Recorder(client, keys, settings, locator)
+        self.trackers = Trackers(settings, client, keys)
+        self.dht = None
+        if settings.dht:
+            from crawler.sources.dht import DhtSource
+
+            self.dht = DhtSource(settings, extra=dht_extra)
+        self.visitor = Visitor(self.queue, keys, settings, self.trackers, self.recorder, self.dht, tracker_floor)
+        autoscaler = None
+        if concurrency is None:
+            autoscaler = Autoscaler(client, settings.concurrency_min, settings.concurrency_max)
+        flusher = Flusher(client, keys, settings) if flush else None
+        self.worker = Worker(
+            self.queue, self.visitor, concurrency=concurrency, autoscaler=autoscaler, max_visits=max_visits,
+            until_idle=until_idle, duration=duration, flusher=flusher,
+            sweep=self.recorder.sweep if flush else None,
+            heartbeat=Heartbeat(client, keys, heartbeat_interval), failing_after=failing_after, on_visit=on_visit,
+        )
+
+    def run(self, signals: bool = True) -> int:
+        """Run until a stop condition or signal; returns the exit code (0)."""
+        if signals:
+            self.worker.install_signals()
+        try:
+            return self.worker.run()
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        try:
+            self.trackers.close()
+        except Exception as e:  # Redis gone at exit: health counts are best effort
+            log.warning("trackers_close_failed", error=str(e))
+        if self.dht is not None:
+            self.dht.close()

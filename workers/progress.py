@@ -1,0 +1,93 @@
+"""``peercrawl run``'s intake and live progress (SPEC §7).
+
+``add_items`` admits the command's ITEMs as ``peercrawl add`` does (one line
+on stderr per bad item). ``Progress`` counts this process's visits and peers
+(fed by ``Worker.on_visit``) and, on a terminal, redraws one line a second
+with the countries recorded so far (the size of the lifetime countries index).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import click
+import gevent
+
+from crawler.counters.recorder import index_key
+from crawler.errors import ItemError
+from crawler.items import parse_item
+from crawler.lifecycle import Queue
+
+
+def add_items(ctx, items) -> int:
+    """Add ``items`` to the queue of ``ctx``; returns how many were bad."""
+    good, bad = [], 0
+    for n, text in enumerate(items, 1):
+        try:
+            good.append(parse_item(text, None))
+        except ItemError as e:
+            bad += 1
+            click.echo(f"peercrawl run: argument {n}: {e}", err=True)
+    if good:
+        statuses = Queue(ctx.client, ctx.keys, ctx.settings).add(good)
+        added = statuses.count("added")
+        click.echo(f"added {added}, already tracked {statuses.count('already_tracked')}", err=True)
+    return bad
+
+
+class Progress:
+    """Visits, peers and countries so far; a live line on stderr when ``live``."""
+
+    def __init__(self, client, keys, live: bool, every: float = 1.0):
+        self.client, self.keys = client, keys
+        self.live, self.every = live, every
+        self.visits = self.failed = self.peers = self.new = 0
+        self.started = time.monotonic()
+        self._countries_key = index_key(keys, "all", ("countries",))
+        self._live = None
+        self._loop = None
+
+    def visit(self, v) -> None:
+        """``Worker.on_visit``: count one visit."""
+        self.visits += 1
+        self.failed += v.state == "failed"
+        self.peers += v.peers
+        self.new += v.new
+
+    def countries(self) -> int:
+        try:
+            return int(self.client.zcard(self._countries_key))
+        except Exception:
+            return -1
+
+    def line(self) -> str:
+        secs = time.monotonic() - self.started
+        return (f"{self.visits} visits ({self.failed} failed), {self.peers} peers found, {self.new} new, "
+                f"{self.countries()} countries so far, {secs:.0f} s")
+
+    def __enter__(self) -> "Progress":
+        if self.live:
+            from rich.console import Console
+            from rich.live import Live
+
+            self._live = Live(console=Console(stderr=True), auto_refresh=False, transient=False)
+            self._live.__enter__()
+            self._loop = gevent.spawn(self._refresh_loop)
+        return self
+
+    def _refresh_loop(self) -> None:
+        from rich.text import Text
+
+        while True:
+            self._live.update(Text(self.line()), refresh=True)
+            gevent.sleep(self.every)
+
+    def __exit__(self, *exc) -> None:
+        if self._loop is not None:
+            self._loop.kill()
+        if self._live is not None:
+            self._live.__exit__(None, None, None)
+
+    def summary(self) -> None:
+        click.echo(self.line(), file=sys.stdout)

@@ -1,0 +1,157 @@
+"""One visit of one claimed torrent, end to end (SPEC §1–§4).
+
+Strategy: one round trip reads the torrent's own trackers and the times
+before which each may not be re-announced (``tracker_min_interval``). Every
+eligible tracker and the DHT are asked at once, each in its own greenlet and
+all under one deadline. Then, in this order:
+
+1. the not-before times the trackers just gave are written (a tracker's
+   ``min interval``, else ``tracker_floor`` seconds: BEP 15 has no min
+   interval, and libtorrent's own floor between announces is 300 s);
+2. no source answered: ``Queue.fail`` (score kept, short retry; SPEC §1);
+3. otherwise the peers are recorded (§4) *before* the completion, so a crash
+   between the two leaves a lease that expires and a retry that counts only
+   what was not yet counted; the score is then applied once (§2) by
+   ``Queue.complete``.
+
+A torrent whose trackers are all still inside their min interval and that
+has no DHT is not announced at all: it goes back to cooling until the first
+of them may be asked again (``Visit.skipped``), which is neither a visit nor
+a failure.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import gevent
+
+from crawler import logs
+from crawler.errors import StoreError
+from crawler.keys import Keys
+from crawler.lifecycle import Lease, Queue
+from crawler.scoring import SourceCount, outcome
+from crawler.settings import Settings
+from crawler.sources.result import SourceResult, VisitResult
+
+log = logs.get("worker.visit")
+
+# libtorrent's min_announce_interval: the floor between two announces of one
+# torrent to one tracker when the tracker gave no min interval.
+DEFAULT_TRACKER_FLOOR = 300.0
+# Not-before entries outlive the longest min interval a tracker may ask for.
+MIN_INTERVAL_CAP = 6 * 3600.0
+
+
+@dataclass(frozen=True)
+class Visit:
+    """What one visit did: ``state`` is cooling, evicted, failed, skipped or stale."""
+
+    info_hash: str
+    state: str
+    score: float | None
+    peers: int
+    new: int
+    answered: int
+    asked: int
+    error: str | None = None
+
+
+class Visitor:
+    """Visits claimed torrents; one per worker process, shared by its greenlets.
+
+    ``trackers``: a ``crawler.sources.trackers.Trackers``; ``dht``: a
+    ``DhtSource`` or None; ``recorder``: a ``crawler.counters.Recorder``.
+    ``tracker_floor``: seconds a tracker is left alone for a torrent when it
+    gave no min interval. ``visit`` raises only ``StoreError`` (Redis).
+    """
+
+    def __init__(self, queue: Queue, keys: Keys, settings: Settings, trackers, recorder, dht=None,
+                 tracker_floor: float = DEFAULT_TRACKER_FLOOR):
+        self.queue, self.keys, self.settings = queue, keys, settings
+        self.client = queue.client
+        self.trackers, self.recorder, self.dht = trackers, recorder, dht
+        self.tracker_floor = tracker_floor
+        self._defaults = tuple(t.url for t in settings.trackers)
+
+    def _plan(self, h: str, now: float) -> tuple[list[str], dict[str, float]]:
+        """(every tracker of ``h``, tracker -> not-before time) in one round trip."""
+        p = self.client.pipeline(transaction=False)
+        p.smembers(self.keys.trackers(h))
+        p.hgetall(self.keys.tracker_min_interval(h))
+        own, nb = p.execute()
+        urls = list(dict.fromkeys(self._defaults + tuple(sorted(u.decode() for u in own))))
+        not_before = {k.decode(): float(v) for k, v in nb.items()}
+        return urls, not_before
+
+    def gather(self, h: str, urls: list[str], deadline: float) -> list[SourceResult]:
+        """Ask ``urls`` and the DHT concurrently; every result by ``deadline`` (monotonic)."""
+        jobs = [gevent.spawn(self.trackers.announce, u, h, deadline) for u in urls]
+        if self.dht is not None:
+            jobs.append(gevent.spawn(self.dht.lookup, h))
+        try:
+            # Sources bound themselves; the extra second only guards a stuck one.
+            gevent.joinall(jobs, timeout=max(deadline - time.monotonic(), 0) + 1.0)
+        finally:
+            for j in jobs:
+                if not j.ready():
+                    j.kill(block=False)
+        names = urls + (["dht"] if self.dht is not None else [])
+        out = []
+        for name, j in zip(names, jobs):
+            if j.successful() and j.value is not None:
+                out.append(j.value)
+            elif j.ready() and j.exception is not None and not isinstance(j.exception, gevent.GreenletExit):
+                if isinstance(j.exception, StoreError):
+                    raise j.exception
+                out.append(SourceResult.failed(name, f"{type(j.exception).__name__}: {j.exception}"))
+            else:
+                out.append(SourceResult.failed(name, "no answer within the visit deadline"))
+        return out
+
+    def _not_before(self, r: SourceResult, now: float) -> float:
+        wait = r.min_interval if r.min_interval is not None else self.tracker_floor
+        return now + min(max(wait, 0.0), MIN_INTERVAL_CAP)
+
+    def visit(self, lease: Lease) -> Visit:
+        """Visit ``lease``'s torrent and settle it in the queue."""
+        h = lease.info_hash
+        s = self.settings
+        start = time.time()
+        deadline = time.monotonic() + s.visit_deadline
+        urls, not_before = self._plan(h, start)
+        eligible = [u for u in urls if not_before.get(u, 0.0) <= start]
+        if not eligible and self.dht is None:
+            due = min([not_before[u] for u in urls], default=start + s.retry_seconds)
+            # fail() keeps the score; the reason names why nothing was asked.
+            self.queue.fail(lease, "every tracker inside its min interval", now=start, due=max(due, start + 1))
+            return Visit(h, "skipped", lease.score, 0, 0, 0, 0)
+        results = self.gather(h, eligible, deadline)
+        now = time.time()
+        answered = [r for r in results if r.ok]
+        fresh = {r.source: self._not_before(r, now) for r in answered if r.source != "dht"}
+        if fresh:
+            p = self.client.pipeline(transaction=False)
+            key = self.keys.tracker_min_interval(h)
+            p.hset(key, mapping={u: repr(t) for u, t in fresh.items()})
+            p.expire(key, int(MIN_INTERVAL_CAP + s.revisit_seconds))
+            p.execute()
+            not_before.update(fresh)
+        if not answered:
+            error = "; ".join(f"{r.source}: {r.error}" for r in results)[:200] or "no source to ask"
+            self.queue.fail(lease, error, now=now)
+            return Visit(h, "failed", lease.score, 0, 0, 0, len(results), error)
+        vr = VisitResult(h, tuple(results))
+        ips = vr.peer_ips
+        new = self.recorder.record_visit(h, ips, now) if ips else 0
+        o = outcome(len(ips), new, [SourceCount(len(r.peers), r.max_peers) for r in answered], s.new_fraction)
+        due = now + s.revisit_seconds
+        if self.dht is None and urls:
+            # Nothing to ask before the first tracker's min interval ends.
+            due = max(due, min(not_before.get(u, 0.0) for u in urls))
+        state, score = self.queue.complete(lease, o, peers=len(ips), seeders=vr.seeders, leechers=vr.leechers,
+                                           due=due, now=now)
+        if state != "stale":
+            self.recorder.visited(h, now)
+        return Visit(h, state, score, len(ips), new, len(answered), len(results))
