@@ -58,9 +58,11 @@ def worker(concurrency, max_visits, until_idle, duration) -> None:
     c = _concurrency(concurrency)
     _patch()
     from crawler.cli.context import open_context
-    from workers.process import Process
 
     ctx = open_context()
+    # Imported after logging is configured: logs.get binds at import time.
+    from workers.process import Process
+
     size = None if c == "auto" else (c or ctx.settings.concurrency)
     proc = Process(ctx.settings, ctx.client, ctx.keys, concurrency=size, max_visits=max_visits,
                    until_idle=until_idle, duration=duration)
@@ -82,10 +84,11 @@ def run(items, concurrency, max_visits, until_idle, duration) -> None:
     import sys
 
     from crawler.cli.context import open_context
-    from workers.progress import Progress, add_items
-    from workers.process import Process
 
     ctx = open_context()
+    from workers.process import Process
+    from workers.progress import Progress, add_items
+
     bad = add_items(ctx, items)
     size = None if c == "auto" else (c or ctx.settings.concurrency)
     progress = Progress(ctx.client, ctx.keys, live=sys.stderr.isatty())

@@ -5,9 +5,10 @@ before which each may not be re-announced (``tracker_min_interval``). Every
 eligible tracker and the DHT are asked at once, each in its own greenlet and
 all under one deadline. Then, in this order:
 
-1. the not-before times the trackers just gave are written (a tracker's
-   ``min interval``, else ``tracker_floor`` seconds: BEP 15 has no min
-   interval, and libtorrent's own floor between announces is 300 s);
+1. the not-before times the trackers just gave are written: now + the
+   tracker's ``min interval`` (HTTP trackers), else now + ``tracker_floor``
+   (default 0: BEP 15 replies carry no min interval, and the revisit interval,
+   1800 s by default, already spaces announces);
 2. no source answered: ``Queue.fail`` (score kept, short retry; SPEC §1);
 3. otherwise the peers are recorded (§4) *before* the completion, so a crash
    between the two leaves a lease that expires and a retry that counts only
@@ -37,9 +38,10 @@ from crawler.sources.result import SourceResult, VisitResult
 
 log = logs.get("worker.visit")
 
-# libtorrent's min_announce_interval: the floor between two announces of one
-# torrent to one tracker when the tracker gave no min interval.
-DEFAULT_TRACKER_FLOOR = 300.0
+# The spacing of two announces of one torrent to one tracker that gave no min
+# interval: none beyond the revisit interval (a deployment wanting libtorrent's
+# politeness would pass 300, its min_announce_interval).
+DEFAULT_TRACKER_FLOOR = 0.0
 # Not-before entries outlive the longest min interval a tracker may ask for.
 MIN_INTERVAL_CAP = 6 * 3600.0
 
@@ -131,6 +133,7 @@ class Visitor:
         now = time.time()
         answered = [r for r in results if r.ok]
         fresh = {r.source: self._not_before(r, now) for r in answered if r.source != "dht"}
+        fresh = {u: t for u, t in fresh.items() if t > now}
         if fresh:
             p = self.client.pipeline(transaction=False)
             key = self.keys.tracker_min_interval(h)
