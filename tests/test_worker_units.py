@@ -1,0 +1,96 @@
+"""The worker's parts in-process: cooling that respects trackers' min interval,
+the outage flag, heartbeats in ``status``, and the autoscaler's decisions."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+
+import pytest
+
+from crawler.lifecycle import NewItem, Queue
+from crawler.operations import queue_report
+from crawler.sources.trackers import Trackers
+from tests.mmdb import write_city_db
+from tests.opentracker import opentracker, peer_address  # noqa: F401 (fixture)
+from workers.autoscale import Autoscaler
+from workers.heartbeat import Health, Heartbeat
+from workers.visit import Visitor
+
+
+def test_cooling_respects_the_trackers_min_interval(settings, client, keys, opentracker, tmp_path):
+    ih = hashlib.sha1(b"min-interval").hexdigest()
+    ot = opentracker([ih])
+    for i in range(3):
+        ot.announce_from(peer_address(i), ih, 6881)
+    # Revisit after 1 s, but opentracker's HTTP reply says "min interval" (minutes).
+    s = settings.replace(revisit_seconds=1.0, geoip_db=write_city_db(tmp_path / "c.mmdb"))
+    from crawler.counters.recorder import Recorder
+
+    q = Queue(client, keys, s)
+    q.add([NewItem(ih, (ot.http_url,))])
+    trackers = Trackers(s, client, keys)
+    v = Visitor(q, keys, s, trackers, Recorder(client, keys, s))
+    (lease,) = q.claim(1)
+    t0 = time.time()
+    visit = v.visit(lease)
+    assert (visit.state, visit.peers) == ("cooling", 3)
+    nb = q.torrent(ih)["tracker_not_before"]
+    assert nb[ot.http_url] > t0 + 60  # the tracker's min interval, not the 1 s revisit
+    # The torrent cools until the tracker may be asked again, whatever the revisit setting.
+    assert q.torrent(ih)["due"] == pytest.approx(nb[ot.http_url], abs=1.0)
+    # Forced ready early (as after a restart), the visit asks nobody and keeps the score.
+    client.zadd(keys.cooling, {ih: time.time() - 1})
+    (lease,) = q.claim(1)
+    again = v.visit(lease)
+    assert again.state == "skipped" and again.asked == 0
+    assert q.state(ih)[1] == pytest.approx(0.8)
+    trackers.close()
+
+
+def test_health_flags_an_outage_after_a_streak_and_clears_it():
+    h = Health(failing_after=3)
+    assert [h.note(False) for _ in range(3)] == [False, False, True]
+    assert h.failing
+    assert h.note(True, peers=4) is True and not h.failing
+    assert (h.visits, h.failed, h.peers) == (4, 3, 4)
+    assert h.per_hour() > 0
+
+
+def test_heartbeat_lists_live_workers_and_drops_dead_ones(settings, client, keys):
+    q = Queue(client, keys, settings)
+    a = Heartbeat(client, keys, interval=0.3, worker_id="a")
+    b = Heartbeat(client, keys, interval=30, worker_id="b")
+    a.beat({"concurrency": 5, "visits": 10, "visits_per_hour": 100.0, "failing": False})
+    b.beat({"concurrency": 7, "visits": 20, "visits_per_hour": 300.0, "failing": True})
+    r = queue_report(q, time.time())
+    assert {w["id"]: w["concurrency"] for w in r["workers"]} == {"a": 5, "b": 7}
+    assert "b" in r["outage"]
+    time.sleep(1.0)  # a stops beating: its entry expires
+    r = queue_report(q, time.time())
+    assert [w["id"] for w in r["workers"]] == ["b"]
+    b.leave()
+    assert queue_report(q, time.time())["workers"] == []
+
+
+def test_capacity_needed_from_tracked_torrents_and_per_worker_rate(settings, client, keys):
+    s = settings.replace(revisit_seconds=1800.0)
+    q = Queue(client, keys, s)
+    q.add([NewItem(hashlib.sha1(str(i).encode()).hexdigest()) for i in range(900)])
+    Heartbeat(client, keys, worker_id="w").beat({"concurrency": 10, "visits_per_hour": 600.0})
+    cap = queue_report(q, time.time())["capacity"]
+    # 900 torrents every 1800 s = 1800 visits/hour; 600 per worker -> 3 workers.
+    assert cap["visits_needed_per_hour"] == 1800.0
+    assert cap["workers_needed"] == 3
+
+
+def test_autoscaler_grows_when_behind_shrinks_when_overloaded_or_idle(client):
+    a = Autoscaler(client, low=2, high=40)
+    a.best_rtt = 0.0005
+    assert a.decide(8, busy=8, latency=30.0, cpu=0.3, rtt=0.0005) == (10, "behind")
+    assert a.decide(8, busy=8, latency=30.0, cpu=0.95, rtt=0.0005) == (6, "overloaded")
+    assert a.decide(8, busy=8, latency=30.0, cpu=0.3, rtt=0.02) == (6, "overloaded")  # Redis slowing
+    assert a.decide(8, busy=8, latency=30.0, cpu=0.8, rtt=0.0005) == (8, "hold")  # the hysteresis band
+    assert a.decide(8, busy=2, latency=0.0, cpu=0.1, rtt=0.0005) == (7, "idle")
+    assert a.decide(40, busy=40, latency=99.0, cpu=0.1, rtt=0.0005) == (40, "behind")  # capped
+    assert a.decide(2, busy=0, latency=0.0, cpu=0.0, rtt=0.0005) == (2, "idle")  # floored
