@@ -46,7 +46,7 @@ class Autoscaler:
         self.rtt_factor = rtt_factor
         self.best_rtt: float | None = None
         self._cpu = (time.monotonic(), time.process_time())
-        self.history: list[tuple[float, int]] = []  # (time, size) after each step
+        self.history: list[dict] = []  # each step's sample and decision, newest last
 
     def _cpu_share(self) -> float:
         wall, cpu = time.monotonic(), time.process_time()
@@ -90,6 +90,7 @@ class Autoscaler:
             log.info("pool_resized", size=new, was=self.size, why=why, latency_s=latency,
                      cpu=round(cpu, 2), rtt_ms=None if rtt is None else round(rtt * 1000, 2))
         self.size = new
-        self.history.append((time.time(), new))
+        self.history.append({"size": new, "why": why, "cpu": round(cpu, 2), "latency_s": latency,
+                             "busy": len(worker.pool)})
         del self.history[:-100]
         return new

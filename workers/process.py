@@ -35,7 +35,8 @@ class Process:
                  max_visits: int | None = None, until_idle: bool = False, duration: float | None = None,
                  on_visit: Callable[[Visit], None] | None = None, flush: bool = True,
                  tracker_floor: float = DEFAULT_TRACKER_FLOOR, failing_after: int = 5,
-                 heartbeat_interval: float = 5.0, locator=None, dht_extra: dict | None = None):
+                 heartbeat_interval: float = 5.0, locator=None, dht_extra: dict | None = None,
+                 autoscale_interval: float = 5.0, autoscale_options: dict | None = None):
         self.settings, self.client, self.keys = settings, client, keys
         self.queue = Queue(client, keys, settings)
         self.recorder = Recorder(client, keys, settings, locator)
@@ -48,7 +49,8 @@ class Process:
         self.visitor = Visitor(self.queue, keys, settings, self.trackers, self.recorder, self.dht, tracker_floor)
         autoscaler = None
         if concurrency is None:
-            autoscaler = Autoscaler(client, settings.concurrency_min, settings.concurrency_max)
+            autoscaler = Autoscaler(client, settings.concurrency_min, settings.concurrency_max,
+                                    interval=autoscale_interval, **(autoscale_options or {}))
         flusher = Flusher(client, keys, settings) if flush else None
         self.worker = Worker(
             self.queue, self.visitor, concurrency=concurrency, autoscaler=autoscaler, max_visits=max_visits,

@@ -41,10 +41,11 @@ def _print(r: dict) -> None:
         con.print(f"[bold red]outage:[/] {r['outage']}")
     if r["workers"]:
         w = Table(title="workers")
-        for col in ("id", "host", "pid", "concurrency", "visits", "failing", "started"):
-            w.add_column(col)
+        cols = ("id", "host", "pid", "concurrency", "auto", "in_flight", "visits", "visits_per_hour", "failing")
+        for col in cols:
+            w.add_column(col.replace("_", " "))
         for x in r["workers"]:
-            w.add_row(*(str(x.get(c, "")) for c in ("id", "host", "pid", "concurrency", "visits", "failing", "started")))
+            w.add_row(*(str(x.get(c, "")) for c in cols))
         con.print(w)
     else:
         con.print("no live workers")
