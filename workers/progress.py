@@ -49,7 +49,9 @@ class Progress:
         self._loop = None
 
     def visit(self, v) -> None:
-        """``Worker.on_visit``: count one visit."""
+        """``Worker.on_visit``: count one visit (a skipped one asked nobody: not a visit)."""
+        if v.state == "skipped":
+            return
         self.visits += 1
         self.failed += v.state == "failed"
         self.peers += v.peers
