@@ -1,0 +1,61 @@
+"""``peercrawl run`` (one machine, two commands) and the Procfile under a Procfile runner."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.opentracker import opentracker, peer_address  # noqa: F401 (fixture)
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+
+def _env(test_env):
+    e = dict(test_env)
+    e["PYTHONPATH"] = str(ROOT)
+    e["PATH"] = str(BIN) + os.pathsep + e.get("PATH", "")
+    return e
+
+
+def test_run_crawls_a_magnet_link_and_reports(test_env, opentracker):
+    ih = hashlib.sha1(b"run-magnet").hexdigest()
+    ot = opentracker([ih])
+    for i in range(4):
+        ot.announce_from(peer_address(i), ih, 6881)
+    env = _env(test_env)
+    magnet = f"magnet:?xt=urn:btih:{ih}&tr={ot.udp_url}"
+    r = subprocess.run([str(BIN / "peercrawl"), "run", magnet, "not-an-item", "--until-idle"], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1, r.stderr[-2000:]  # the bad item is reported; the good one was crawled
+    assert "argument 2" in r.stderr
+    assert "1 visits (0 failed), 4 peers found" in r.stdout
+    t = json.loads(subprocess.run([str(BIN / "peercrawl"), "torrent", ih, "--json"], env=env,
+                                  capture_output=True, text=True, timeout=30).stdout)
+    assert (t["visits"], t["peers_last_visit"], t["state"]) == (1, 4, "cooling")
+
+
+def test_procfile_worker_runs_under_honcho(test_env):
+    env = _env(test_env)
+    p = subprocess.Popen([str(BIN / "honcho"), "-f", str(ROOT / "Procfile"), "start", "worker"], env=env,
+                         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         start_new_session=True)
+    try:
+        end = time.monotonic() + 20
+        workers = []
+        while not workers and time.monotonic() < end:
+            time.sleep(0.5)
+            out = subprocess.run([str(BIN / "peercrawl"), "status", "--json"], env=env, capture_output=True,
+                                 text=True, timeout=30).stdout
+            workers = json.loads(out)["workers"]
+        assert len(workers) == 1 and workers[0]["concurrency"] == 50
+    finally:
+        os.killpg(p.pid, signal.SIGTERM)
+        out, _ = p.communicate(timeout=30)
+    assert "worker_stopped" in out
