@@ -39,6 +39,6 @@ def configure(level: str = "info", fmt: str = "auto", stream=None) -> None:
 
 
 def get(name: str | None = None):
-    """A bound structlog logger (``name`` goes into the ``logger`` field)."""
-    log = structlog.get_logger()
-    return log.bind(logger=name) if name else log
+    """A bound structlog logger (``name`` goes into the ``component`` field)."""
+    # Lazy: a module-level logger made before configure() still follows it.
+    return structlog.get_logger(component=name) if name else structlog.get_logger()

@@ -148,7 +148,8 @@ class Visitor:
         vr = VisitResult(h, tuple(results))
         ips = vr.peer_ips
         new = self.recorder.record_visit(h, ips, now) if ips else 0
-        o = outcome(len(ips), new, [SourceCount(len(r.peers), r.max_peers) for r in answered], s.new_fraction)
+        counts = [SourceCount(max(r.returned or 0, len(r.peers)), r.max_peers) for r in answered]
+        o = outcome(len(ips), new, counts, s.new_fraction)
         due = now + s.revisit_seconds
         if self.dht is None and urls:
             # Nothing to ask before the first tracker's min interval ends.

@@ -26,11 +26,16 @@ class SourceResult:
     min_interval: float | None = None
     error: str | None = None
     warning: str | None = None
+    # Entries the source returned, the crawler's own included (trackers list
+    # the announcer); None: len(peers). A tracker that filled its numwant is
+    # full even though one of the entries was us.
+    returned: int | None = None
 
     @property
     def full(self) -> bool:
         """Returned at least its max peers (SPEC §2)."""
-        return self.ok and self.max_peers > 0 and len(self.peers) >= self.max_peers
+        n = len(self.peers) if self.returned is None else max(self.returned, len(self.peers))
+        return self.ok and self.max_peers > 0 and n >= self.max_peers
 
     @classmethod
     def failed(cls, source: str, error: str, max_peers: int = 0) -> "SourceResult":

@@ -113,6 +113,7 @@ class Trackers:
         return targets
 
     def _result(self, url, info_hash, max_peers, peers, seeders, leechers, stopped, interval, min_interval, warning):
+        returned = len(peers)
         peers, own_listed = self.self_filter.strip(peers, info_hash)
         if stopped is not None:
             seeders, leechers = stopped
@@ -121,6 +122,7 @@ class Trackers:
         return SourceResult(
             source=url, ok=True, peers=frozenset(peers), max_peers=max_peers,
             seeders=seeders, leechers=leechers, interval=interval, min_interval=min_interval, warning=warning,
+            returned=returned,
         )
 
     def _udp(self, url: str, info_hash: bytes, max_peers: int, deadline: float) -> SourceResult:

@@ -176,7 +176,10 @@ class UdpTrackerClient:
             self._conn[addr] = (reply.connection_id, time.monotonic())
             return reply.connection_id, False
         finally:
-            del self._connecting[addr]
+            # Several waiters of a failed shared connect may each have started
+            # their own: only the latest one's entry is ours to remove.
+            if self._connecting.get(addr) is ev:
+                del self._connecting[addr]
             ev.set()
 
     def announce(
