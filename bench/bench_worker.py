@@ -40,7 +40,6 @@ import urllib.request  # noqa: E402
 import uuid  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-import gevent  # noqa: E402
 import redis  # noqa: E402
 from gevent.pool import Pool  # noqa: E402
 

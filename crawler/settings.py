@@ -93,6 +93,13 @@ class Settings:
     # Tracker backoff after consecutive failures: base doubles up to max.
     tracker_backoff_base: float = 60.0
     tracker_backoff_max: float = 6 * 3600.0
+    # Consecutive failures before a tracker backs off: one lost UDP exchange
+    # is common, two in a row usually mean the tracker is down.
+    tracker_backoff_after: int = 2
+    # Seconds a tracker is left alone for a torrent when its reply gave no
+    # min interval (UDP replies never do); the revisit interval spaces
+    # announces anyway.
+    tracker_floor: float = 0.0
 
     # --- Queue and scoring (§1, §2) -----------------------------------------
     revisit_seconds: float = 1800.0
@@ -131,6 +138,8 @@ class Settings:
     shutdown_seconds: float = 25.0
     # A visit as a whole (every source concurrently) ends by this deadline.
     visit_deadline: float = 30.0
+    # Failed visits in a row before a worker reports an outage (log + status).
+    outage_after: int = 5
 
     # --- Logging ------------------------------------------------------------
     log_level: str = "info"
@@ -179,6 +188,9 @@ class Settings:
             allow_private=r.get("PEERCRAWL_ALLOW_PRIVATE", _on_off, False),
             tracker_backoff_base=r.get("PEERCRAWL_TRACKER_BACKOFF_SECONDS", _positive_float, 60.0),
             tracker_backoff_max=r.get("PEERCRAWL_TRACKER_BACKOFF_MAX_SECONDS", _positive_float, 21600.0),
+            tracker_backoff_after=r.get("PEERCRAWL_TRACKER_BACKOFF_AFTER", _bounded_int(1, 100), 2),
+            tracker_floor=r.get("PEERCRAWL_TRACKER_FLOOR_SECONDS", _nonnegative_float, 0.0),
+            outage_after=r.get("PEERCRAWL_OUTAGE_AFTER", _bounded_int(1, 10_000), 5),
             revisit_seconds=r.get("PEERCRAWL_REVISIT_SECONDS", _positive_float, 1800.0),
             retry_seconds=r.get("PEERCRAWL_RETRY_SECONDS", _positive_float, 300.0),
             lease_seconds=r.get("PEERCRAWL_LEASE_SECONDS", _positive_float, 120.0),
@@ -288,6 +300,10 @@ def _positive_float(v: str) -> float:
     if not x > 0 or x != x or x == float("inf"):
         raise ValueError("expected a finite number above 0")
     return x
+
+
+def _nonnegative_float(v: str) -> float:
+    return 0.0 if v.strip() in ("0", "0.0") else _positive_float(v)
 
 
 def _fraction(v: str) -> float:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 
-import pytest
 
 from crawler.sources.health import TrackerHealth, tracker_report
 from crawler.sources.trackers import Trackers

@@ -31,7 +31,7 @@ from crawler import logs
 from crawler.errors import StoreError
 from crawler.lifecycle import Lease, Queue
 from workers.heartbeat import Health, Heartbeat
-from workers.visit import DEFAULT_TRACKER_FLOOR, Visit, Visitor
+from workers.visit import Visit, Visitor
 
 log = logs.get("worker")
 

@@ -18,7 +18,7 @@ from crawler.stathat.flusher import Flusher
 from workers.autoscale import Autoscaler
 from workers.heartbeat import Heartbeat
 from workers.pool import Worker
-from workers.visit import DEFAULT_TRACKER_FLOOR, Visit, Visitor
+from workers.visit import Visit, Visitor
 
 log = logs.get("worker")
 
@@ -34,19 +34,20 @@ class Process:
     def __init__(self, settings: Settings, client, keys: Keys, *, concurrency: int | None,
                  max_visits: int | None = None, until_idle: bool = False, duration: float | None = None,
                  on_visit: Callable[[Visit], None] | None = None, flush: bool = True,
-                 tracker_floor: float = DEFAULT_TRACKER_FLOOR, failing_after: int = 5,
+                 tracker_floor: float | None = None, failing_after: int | None = None,
                  heartbeat_interval: float = 5.0, locator=None, dht_extra: dict | None = None,
                  autoscale_interval: float = 5.0, autoscale_options: dict | None = None):
         self.settings, self.client, self.keys = settings, client, keys
         self.queue = Queue(client, keys, settings)
         self.recorder = Recorder(client, keys, settings, locator)
-        self.trackers = Trackers(settings, client, keys)
+        self.trackers = Trackers(settings, client, keys, backoff_threshold=settings.tracker_backoff_after)
         self.dht = None
         if settings.dht:
             from crawler.sources.dht import DhtSource
 
             self.dht = DhtSource(settings, extra=dht_extra)
-        self.visitor = Visitor(self.queue, keys, settings, self.trackers, self.recorder, self.dht, tracker_floor)
+        self.visitor = Visitor(self.queue, keys, settings, self.trackers, self.recorder, self.dht,
+                               settings.tracker_floor if tracker_floor is None else tracker_floor)
         autoscaler = None
         if concurrency is None:
             autoscaler = Autoscaler(client, settings.concurrency_min, settings.concurrency_max,
@@ -56,7 +57,8 @@ class Process:
             self.queue, self.visitor, concurrency=concurrency, autoscaler=autoscaler, max_visits=max_visits,
             until_idle=until_idle, duration=duration, flusher=flusher,
             sweep=self.recorder.sweep if flush else None,
-            heartbeat=Heartbeat(client, keys, heartbeat_interval), failing_after=failing_after, on_visit=on_visit,
+            heartbeat=Heartbeat(client, keys, heartbeat_interval), failing_after=settings.outage_after if failing_after is None else failing_after,
+            on_visit=on_visit,
         )
 
     def run(self, signals: bool = True) -> int:
