@@ -7,8 +7,7 @@ of one of ``buckets`` hashes ``mk:<n>``:
 
 - keyed fingerprints (``Fingerprinter``): the IP's picks the bucket (so one
   HMGET reads all of an IP's marks), the field is 64 bits of the IP's XOR the
-  metric's. The address itself is
-  never stored.
+  metric's. The address itself is never stored.
 - the value is the unix second the mark was made. A mark counts as present
   while ``value > now - window``: correctness never depends on deleting stale
   fields. Redis 7.0 has no per-field TTL, so ``sweep.lua`` removes stale
@@ -60,46 +59,54 @@ def load_secret(client: redis.Redis, keys: Keys, configured: str | None) -> byte
 
 
 class Fingerprinter:
-    """Maps (metric, packed IP) to (bucket number, 64-bit field).
+    """Keyed 64-bit fingerprints of IPs, torrents and place metrics.
 
-    ``ip_fp`` and ``metric_fp`` are 96-bit keyed BLAKE2b digests: the IP is
-    hashed once per visit and each metric once per process, so a peer's
-    seven marks cost one hash, not seven. The IP's top 32 bits pick the
-    bucket, so all marks of one IP share a bucket and record.lua reads them
-    with one HMGET; the field is the low 64 bits of ``ip_fp XOR metric_fp``.
-    Without the secret neither part can be computed, so a field cannot be
-    tested against a guessed address.
+    A mark's field is ``low64(ip) XOR metric``, its bucket ``high64(ip) mod
+    buckets`` (so all marks of one IP share a bucket and record.lua reads
+    them with one HMGET). The metric part is composed so that Python hashes
+    once per IP, once per torrent per visit and once per place per process:
+
+    - ``torrents.<h>.users``: ``torrent(h)``;
+    - a global place metric (``countries.C.users``, ``countries.C.cities.Y.users``,
+      ...): ``place(name)``;
+    - a torrent's place metric (``torrents.<h>.countries.C...``):
+      ``torrent(h) XOR place("t" + name without the torrent)``.
+
+    Every part is a BLAKE2b digest keyed with the secret (distinct
+    personalisations), so two different (metric, IP) pairs of one bucket
+    share a field only by a 2**-64 accident, and without the secret a field
+    cannot be tested against a guessed address.
     """
 
     def __init__(self, secret: bytes, buckets: int = DEFAULT_BUCKETS):
         if buckets < 1:
             raise ValueError("buckets must be at least 1")
         self.buckets = buckets
-        self._ip = hashlib.blake2b(key=secret, digest_size=12, person=b"peercrawl-ip")
-        self._metric = hashlib.blake2b(key=secret, digest_size=12, person=b"peercrawl-metric")
-        self._metrics: dict[str, int] = {}
+        self._ip = hashlib.blake2b(key=secret, digest_size=16, person=b"peercrawl-ip")
+        self._torrent = hashlib.blake2b(key=secret, digest_size=8, person=b"peercrawl-t")
+        self._place = hashlib.blake2b(key=secret, digest_size=8, person=b"peercrawl-place")
 
     def ip(self, packed_ip: bytes) -> int:
-        """The keyed fingerprint of one packed IP."""
+        """128-bit keyed fingerprint of one packed IP (high half: bucket, low half: field)."""
         h = self._ip.copy()
         h.update(packed_ip)
         return int.from_bytes(h.digest(), "big")
 
-    def metric(self, name: str) -> int:
-        """The keyed fingerprint of one metric name (cached, bounded)."""
-        v = self._metrics.get(name)
-        if v is None:
-            if len(self._metrics) > 200_000:
-                self._metrics.clear()
-            h = self._metric.copy()
-            h.update(name.encode("utf-8"))
-            v = self._metrics[name] = int.from_bytes(h.digest(), "big")
-        return v
+    def torrent(self, info_hash: str) -> int:
+        """64-bit keyed fingerprint of a lower-case hex info-hash."""
+        h = self._torrent.copy()
+        h.update(info_hash.encode())
+        return int.from_bytes(h.digest(), "big")
 
-    def mark(self, metric: str, packed_ip: bytes) -> tuple[int, int]:
-        """Bucket number and 64-bit field of the mark of ``packed_ip`` for ``metric``."""
-        ip_fp = self.ip(packed_ip)
-        return (ip_fp >> 64) % self.buckets, (ip_fp ^ self.metric(metric)) & _LOW64
+    def place(self, name: str) -> int:
+        """64-bit keyed fingerprint of a place metric's name (escaped parts, no torrent)."""
+        h = self._place.copy()
+        h.update(name.encode("utf-8"))
+        return int.from_bytes(h.digest(), "big")
+
+    def bucket(self, ip_fp: int) -> int:
+        """The bucket number of an IP fingerprint."""
+        return (ip_fp >> 64) % self.buckets
 
 
 _LOW64 = (1 << 64) - 1

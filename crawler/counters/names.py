@@ -117,7 +117,7 @@ def metrics_for(info_hash: str, country: str | None, city: str | None, postcode:
             Metric(
                 f"torrents.{h}.countries.{c}.{family}.{part}.users",
                 "torrents",
-                (((family, "t", h), f"{c}.{part}"), ((family, "t", h, "c", c), part)),
+                (((family, "t", h), f"{c}.{part}"),),
             )
         )
     return out
@@ -133,6 +133,9 @@ class Query:
     # Literal pieces, never a format string, so names holding "{" stay intact.
     parts: tuple[str, ...]
     member: str | None = None  # a single member (ZSCORE) instead of a ranking
+    # Only members starting with this (a torrent's cities or postcodes of one
+    # country, read from the torrent's index, which holds "<country>.<name>").
+    prefix: str | None = None
 
 
 def query_for(family: str, torrent: str | None = None, country: str | None = None) -> Query:
@@ -162,7 +165,9 @@ def query_for(family: str, torrent: str | None = None, country: str | None = Non
         return Query((family, "c", c), (f"countries.{c}.{family}.", ".users"))
     if c is None:
         return Query((family, "t", h), (f"torrents.{h}.countries.", f".{family}.", ".users"))
-    return Query((family, "t", h, "c", c), (f"torrents.{h}.countries.{c}.{family}.", ".users"))
+    # No index of its own (it would cost two more writes per new peer): the
+    # torrent's index filtered by "<country>." (escaped names hold no dot).
+    return Query((family, "t", h), (f"torrents.{h}.countries.", f".{family}.", ".users"), prefix=c + ".")
 
 
 def metric_of(query: Query, member: str) -> str:

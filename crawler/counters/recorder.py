@@ -22,7 +22,7 @@ import redis
 
 from crawler import logs
 from crawler.counters.marks import DEFAULT_BUCKETS, Fingerprinter, bucket_key, load_secret, normalize_ip
-from crawler.counters.names import LIFETIME, Metric, info_hash_hex, metrics_for, month_of
+from crawler.counters.names import LIFETIME, escape, info_hash_hex, month_of
 from crawler.errors import StoreError
 from crawler.keys import Keys
 from crawler.lua import register
@@ -89,6 +89,8 @@ class Recorder:
         self._sweep_cursor = keys.sub("mk", "sweep")
         self._index_keys: dict = {}
         self._bucket_keys: dict = {}
+        self._places: dict = {}
+        self._post = ("c" if self._post_countries else "-") + ("t" if self._post_torrents else "-")
 
     # --- recording --------------------------------------------------------
     def record_visit(self, info_hash: str, ips: Iterable[str], now: float) -> int:
@@ -117,57 +119,68 @@ class Recorder:
         h = info_hash_hex(info_hash)
         fps = self.fingerprints
         n_buckets = fps.buckets
-        by_place: dict = {}  # a visit's peers share few places
-        batch = _Batch()
+        t_fp = fps.torrent(h)
+        month = month_of(now)
+        batch = self._new_batch(h, month, now)
+        visit_places: dict = {}  # place tuple -> (k, metric fingerprints, Place info)
         new = 0
         for packed, place in located:
-            key = (place.country, place.city, place.postcode)
-            ms = by_place.get(key)
-            if ms is None:
-                ms = by_place[key] = [(m, fps.metric(m.name)) for m in metrics_for(h, *key)]
-            if batch.pairs and batch.pairs + len(ms) > self.batch_pairs:
-                new += self._run(batch, now)
-                batch = _Batch()
+            pkey = (place.country, place.city, place.postcode)
+            vp = visit_places.get(pkey)
+            if vp is None:
+                info = self._place_info(pkey)
+                vp = visit_places[pkey] = (info, [t_fp] + [g ^ t_fp if t else g for g, t in info.fps])
+            info, mfps = vp
+            k = len(mfps)
+            if batch.pairs and batch.pairs + k > self.batch_pairs:
+                new += self._run(batch)
+                batch = self._new_batch(h, month, now)
             ip_fp = fps.ip(packed)
-            batch.add_ip((ip_fp >> 64) % n_buckets, [(m, (ip_fp ^ m_fp) & _LOW64) for m, m_fp in ms])
+            lo = ip_fp & _LOW64
+            bucket = (ip_fp >> 64) % n_buckets
+            bpos = batch.positions.get(bucket)
+            if bpos is None:
+                batch.keys.append(self._bucket_key(bucket))
+                bpos = batch.positions[bucket] = len(batch.keys)
+            pno = batch.place_numbers.get(pkey)
+            if pno is None:
+                pno = batch.add_place(pkey, info, self)
+            batch.ips += _IP_STRUCTS[k].pack(bpos, pno, *[lo ^ m for m in mfps])
+            batch.pairs += k
         if batch.pairs:
-            new += self._run(batch, now)
+            new += self._run(batch)
         return new
 
-    def _run(self, batch: "_Batch", now: float) -> int:
-        """Run ``record.lua`` on ``batch``; returns the count of its torrents.<h>.users metric."""
-        now_s = int(now)
-        month = month_of(now)
-        keys: list[str] = [self._outbox]
-        positions: dict = {}
-        table = bytearray()
-        for metric in batch.metrics:
-            table += _str(metric.name if self._posted(metric) else "")
-            table.append(len(metric.indexes))
-            for scope, member in metric.indexes:
-                p = positions.get(scope)
-                if p is None:
-                    keys.append(self._index_key(LIFETIME, scope))
-                    keys.append(self._index_key(month, scope))
-                    p = positions[scope] = len(keys) - 1
-                table += p.to_bytes(2, "big") + _str(member)
-        pairs = bytearray()
-        for bucket, marks in batch.ips:
-            p = positions.get(bucket)
-            if p is None:
-                keys.append(self._bucket_key(bucket))
-                p = positions[bucket] = len(keys)
-            pairs += _IP.pack(p, len(marks))
-            for field, m in marks:
-                pairs += _PAIR.pack(field, m)
-        if len(keys) > 65535:  # pragma: no cover - batch_pairs keeps it far below
+    def _new_batch(self, h: str, month: str, now: float) -> "_Batch":
+        keys = [self._outbox]
+        for scope in (("torrents",), ("countries",), ("cities",), ("postcodes",),
+                      ("countries", "t", h), ("cities", "t", h), ("postcodes", "t", h)):
+            keys.append(self._index_key(LIFETIME, scope))
+            keys.append(self._index_key(month, scope))
+        return _Batch(h, month, int(now), keys)
+
+    def _place_info(self, pkey: tuple) -> "_PlaceInfo":
+        """Escaped names and metric fingerprints of a place (cached per process)."""
+        info = self._places.get(pkey)
+        if info is None:
+            if len(self._places) > 100_000:  # bounded: the world has ~100k cities
+                self._places.clear()
+            info = self._places[pkey] = _PlaceInfo(pkey, self.fingerprints)
+        return info
+
+    def _run(self, batch: "_Batch") -> int:
+        """Run ``record.lua`` on ``batch``; returns its count of torrents.<h>.users."""
+        if len(batch.keys) > 65535:  # pragma: no cover - batch_pairs keeps it far below
             raise ValueError("batch too large")
+        args = [
+            batch.now, batch.now - self.window, batch.h, self._post,
+            bytes(batch.countries), bytes(batch.cities), bytes(batch.postcodes),
+            bytes(batch.places), bytes(batch.ips),
+        ]
         try:
-            counts = self._record(keys=keys, args=[now_s, now_s - self.window, bytes(table), bytes(pairs)])
+            return int(self._record(keys=batch.keys, args=args))
         except redis.RedisError as e:
             raise StoreError(f"recording peers failed: {e}") from e
-        # The torrent's own users metric (scope ("torrents",)) gives §2's `new`.
-        return sum(c for metric, c in zip(batch.metrics, counts) if metric.indexes[0][0] == ("torrents",))
 
     def _index_key(self, period: str, scope: tuple) -> str:
         k = (period, scope)
@@ -183,9 +196,6 @@ class Recorder:
         if key is None:
             key = self._bucket_keys[n] = bucket_key(self.keys, n)
         return key
-
-    def _posted(self, metric: Metric) -> bool:
-        return self._post_countries if metric.family == "countries" else self._post_torrents
 
     # --- torrents.processed ----------------------------------------------
     def visited(self, info_hash: str, now: float) -> bool:
@@ -233,31 +243,82 @@ class Recorder:
             raise StoreError(f"sweeping dedupe marks failed: {e}") from e
 
 
+class _PlaceInfo:
+    """A place's escaped names and its metric fingerprints, in record.lua's slot order.
+
+    ``fps`` lists ``(fingerprint, is_torrent_metric)`` after the torrent's
+    own users metric: country, torrent-country, city, torrent-city,
+    postcode, torrent-postcode (the parts the place has). A torrent metric's
+    fingerprint is XORed with the torrent's per visit.
+    """
+
+    __slots__ = ("country", "city", "postcode", "fps")
+
+    def __init__(self, pkey: tuple, fps: Fingerprinter):
+        c = escape(pkey[0])
+        y = escape(pkey[1]) if c is not None else None
+        z = escape(pkey[2]) if c is not None else None
+        self.country, self.city, self.postcode = c, y, z
+        out: list[tuple[int, bool]] = []
+        if c is not None:
+            name = f"countries.{c}"
+            out += [(fps.place(name), False), (fps.place("t" + name), True)]
+            for family, part in (("cities", y), ("postcodes", z)):
+                if part is not None:
+                    name = f"countries.{c}.{family}.{part}"
+                    out += [(fps.place(name), False), (fps.place("t" + name), True)]
+        self.fps = out
+
+
 class _Batch:
-    """Metrics and, per IP, its bucket and (field, metric number) marks, for one Lua call."""
+    """The arguments of one record.lua call, built IP by IP."""
 
-    __slots__ = ("metrics", "numbers", "ips", "pairs")
+    __slots__ = ("h", "month", "now", "keys", "positions", "countries", "country_numbers", "cities",
+                 "city_numbers", "postcodes", "postcode_numbers", "places", "place_numbers", "ips", "pairs")
 
-    def __init__(self):
-        self.metrics: list[Metric] = []
-        self.numbers: dict[str, int] = {}
-        self.ips: list[tuple[int, list[tuple[int, int]]]] = []
+    def __init__(self, h: str, month: str, now: int, keys: list):
+        self.h, self.month, self.now, self.keys = h, month, now, keys
+        self.positions: dict = {}  # bucket number -> key position
+        self.countries, self.country_numbers = bytearray(), {}
+        self.cities, self.city_numbers = bytearray(), {}
+        self.postcodes, self.postcode_numbers = bytearray(), {}
+        self.places, self.place_numbers = bytearray(), {}
+        self.ips = bytearray()
         self.pairs = 0
 
-    def add_ip(self, bucket: int, marks: list[tuple[Metric, int]]) -> None:
-        out = []
-        for metric, field in marks:
-            m = self.numbers.get(metric.name)
-            if m is None:
-                self.metrics.append(metric)
-                m = self.numbers[metric.name] = len(self.metrics)
-            out.append((field, m))
-        self.ips.append((bucket, out))
-        self.pairs += len(out)
+    def add_place(self, pkey: tuple, info: _PlaceInfo, rec: "Recorder") -> int:
+        """Number the place (and its country, city, postcode) in this batch."""
+        c = y = z = 0
+        if info.country is not None:
+            c = self.country_numbers.get(info.country)
+            if c is None:
+                pos = len(self.keys) + 1
+                for family in ("torrents", "cities", "postcodes"):
+                    scope = (family, "c", info.country)
+                    self.keys.append(rec._index_key(LIFETIME, scope))
+                    self.keys.append(rec._index_key(self.month, scope))
+                self.countries += pos.to_bytes(2, "big") + _str(info.country)
+                c = self.country_numbers[info.country] = len(self.country_numbers) + 1
+            if info.city is not None:
+                y = self._number(self.city_numbers, self.cities, c, info.city)
+            if info.postcode is not None:
+                z = self._number(self.postcode_numbers, self.postcodes, c, info.postcode)
+        self.places += _PLACE.pack(c, y, z)
+        n = self.place_numbers[pkey] = len(self.place_numbers) + 1
+        return n
+
+    @staticmethod
+    def _number(numbers: dict, blob: bytearray, c: int, name: str) -> int:
+        n = numbers.get((c, name))
+        if n is None:
+            blob += c.to_bytes(2, "big") + _str(name)
+            n = numbers[(c, name)] = len(numbers) + 1
+        return n
 
 
-_IP = struct.Struct(">HB")  # mark key position, number of marks
-_PAIR = struct.Struct(">QH")  # field, metric number
+_PLACE = struct.Struct(">HHH")  # country, city, postcode numbers
+# Per IP: mark key position, place number, one 8-byte field per metric (1, 3, 5 or 7).
+_IP_STRUCTS = {k: struct.Struct(">HH" + "Q" * k) for k in (1, 3, 5, 7)}
 _LOW64 = (1 << 64) - 1
 
 

@@ -40,7 +40,12 @@ def top(
     suffix = "" if month is None else "." + month
     key = index_key(keys, period, q.scope)
     try:
-        if q.member is not None:
+        if q.prefix is not None:
+            # One torrent's places (bounded by its peers), filtered server-side.
+            rows = list(client.zscan_iter(key, match=_glob_literal(q.prefix) + "*", count=1000))
+            rows.sort(key=lambda r: (-r[1], r[0]))
+            rows = rows[:limit]
+        elif q.member is not None:
             score = client.zscore(key, q.member)
             rows = [] if score is None else [(q.member.encode(), score)]
         else:
@@ -57,3 +62,8 @@ def count(client: redis.Redis, keys: Keys, metric: Metric, month: str | None = N
     scope, member = metric.indexes[0]
     score = client.zscore(index_key(keys, LIFETIME if month is None else month, scope), member)
     return 0 if score is None else int(score)
+
+
+def _glob_literal(s: str) -> str:
+    """``s`` as a Redis glob pattern matching only itself."""
+    return "".join("\\" + ch if ch in "*?[]\\" else ch for ch in s)
