@@ -3,8 +3,9 @@
 Strategy: one ``libtorrent.session`` per worker process runs the DHT only (no
 torrents). Every greenlet calls ``DhtSource.lookup(info_hash_hex)``, which
 starts a ``get_peers`` traversal (``session.dht_get_peers``, asynchronous) and
-sleeps on a gevent event. Alerts reach the hub through ``AlertPump`` (no
-polling, nothing that waits inside libtorrent), and are routed by info-hash:
+sleeps on a gevent event. Alerts reach the hub through ``AlertPump`` (a pipe
+libtorrent writes to, watched by the hub: no polling, nothing that waits
+inside libtorrent), and are routed by info-hash:
 
 - ``dht_get_peers_reply_alert``: a node answered with peers; they are added
   to every lookup of that info-hash.
@@ -153,16 +154,11 @@ class DhtSource:
 
     # --- greenlet side ------------------------------------------------------
 
-    def _snapshot(self, timeout: float) -> dict | None:
-        """Fresh session counters, or None if they did not come in time."""
-        if self._closed:
-            return None
-        result = self._stats.post(self._session)
+    def _snapshot(self, result, timeout: float) -> dict | None:
+        """The counters of a stats request, or None if they did not come in time."""
         try:
             return result.get(timeout=max(timeout, 0.001))
-        except gevent.Timeout:
-            return None
-        except DhtClosed:
+        except (gevent.Timeout, DhtClosed):
             return None
 
     def lookup(self, info_hash_hex: str) -> SourceResult:
@@ -188,19 +184,18 @@ class DhtSource:
     def _lookup(self, target: bytes, deadline: float) -> SourceResult:
         if self._closed:
             return self._failed("DHT source closed")
-        before = self._snapshot(deadline - time.monotonic())
-        if before is not None and before.get("dht.dht_nodes", 0) == 0 and not self._bootstrapped.is_set():
-            # Just started: wait for the bootstrap, then take a new baseline.
-            self._bootstrapped.wait(timeout=max(deadline - time.monotonic(), 0))
-            before = self._snapshot(deadline - time.monotonic())
-        if before is None:
-            return self._failed(f"DHT did not answer a stats request within {self.timeout:g}s")
-        nodes = before.get("dht.dht_nodes", 0)
-        if nodes == 0 and not self._bootstrapped.is_set():
-            return self._failed(f"DHT not bootstrapped within {self.timeout:g}s: no nodes in its routing table")
+        if not self._bootstrapped.is_set():
+            # Just started: the bootstrap alert, or counters showing routing
+            # table nodes, set the event.
+            self._stats.post(self._session)
+            if not self._bootstrapped.wait(timeout=max(deadline - time.monotonic(), 0)):
+                return self._failed(f"DHT not bootstrapped within {self.timeout:g}s: no nodes in its routing table")
         # An empty table after the bootstrap still gets a lookup: libtorrent
         # then asks the bootstrap routers, which it never puts in the table.
 
+        # Baseline counters, taken by libtorrent before the traversal starts
+        # (posted calls run in order); only read if no peer comes back.
+        before = self._stats.baseline(self._session)
         lk = _Lookup(self.max_peers)
         self._lookups.setdefault(target, []).append(lk)
         try:
@@ -217,10 +212,16 @@ class DhtSource:
         if lk.peers:
             return SourceResult(source=SOURCE, ok=True, peers=frozenset(lk.peers), max_peers=self.max_peers)
         # No peers: answered only if some DHT node responded meanwhile. The
-        # end snapshot may overrun the deadline by a little (it is local).
-        after = self._snapshot(max(deadline - time.monotonic(), 1.0))
-        if after is not None and _responses(after) > _responses(before):
+        # snapshots may overrun the deadline by a little (they are local).
+        first = self._snapshot(before, max(deadline - time.monotonic(), 1.0))
+        after = None if self._closed else self._snapshot(self._stats.post(self._session), 1.0)
+        if self._closed:
+            return self._failed("DHT source closed")
+        if first is None or after is None:
+            return self._failed("DHT session did not report its counters in time")
+        if _responses(after) > _responses(first):
             return SourceResult(source=SOURCE, ok=True, peers=frozenset(), max_peers=self.max_peers)
+        nodes = after.get("dht.dht_nodes", 0)
         return self._failed(f"no DHT node responded ({lk.queries} queries sent, {nodes} nodes in routing table)")
 
     def _wait(self, lk: _Lookup, deadline: float) -> None:
@@ -263,16 +264,14 @@ class DhtSource:
         if self._closed:
             return
         self._closed = True
-        # No alert may be posted while the session is torn down: the notify
-        # callback needs the GIL that the destructor holds.
-        self._session.apply_settings({"alert_mask": 0})
         self._pump.close()
         self._stats.fail_all(DhtClosed("DHT source closed"))
         for waiting in list(self._lookups.values()):
             for lk in waiting:
                 lk.event.set()
+        # The destructor waits for libtorrent's threads; none of them needs
+        # the GIL any more (see dht_alerts), so this takes milliseconds.
         session, self._session = self._session, None
-        session.set_alert_notify(lambda: None)
         del session
         log.info("dht_closed")
 

@@ -1,14 +1,20 @@
 """libtorrent's alert queue, pumped into gevent without blocking the hub.
 
-How it works: libtorrent calls ``set_alert_notify``'s callback from its own
-network thread whenever the alert queue goes from empty to non-empty. That
-callback must not call back into libtorrent and must not touch gevent objects
-that are not thread-safe, so it only calls ``send()`` on a gevent ``async_``
-watcher (libev's ``ev_async_send``, documented by gevent as a watcher "that
-fires when triggered, possibly from another thread"). The watcher's callback
-then runs in the hub: it calls ``pop_alerts()`` (non-blocking: it swaps the
-queue under a mutex) and hands every alert to ``dispatch``. Popping the whole
-queue re-arms libtorrent's notification, so there is no polling at all.
+How it works: libtorrent calls its alert-notify function from its own network
+thread, while holding its alert mutex, whenever the alert queue goes from
+empty to non-empty. We use ``set_alert_fd``: the notify function is then the
+binding's C++ one that writes a byte to a file descriptor, so no Python code
+ever runs on a libtorrent thread. The read end of that pipe is a gevent
+``io`` watcher; its callback runs in the hub, drains the pipe, then calls
+``pop_alerts()`` (non-blocking: it swaps the queue under the mutex) and hands
+every alert to ``dispatch``. Popping the whole queue re-arms libtorrent's
+notification, so nothing polls.
+
+Why not ``set_alert_notify(python_callback)`` waking an ``async_`` watcher
+(whose ``send()`` is thread-safe): that callback needs the GIL on libtorrent's
+thread while it holds the alert mutex, and the session's destructor holds the
+GIL while it waits for that thread. We measured the deadlock: about one close
+in five hung forever.
 
 ``dispatch`` runs inside the hub, so it must never switch greenlets: it only
 records values and sets gevent events.
@@ -20,17 +26,15 @@ FIFO of ``AsyncResult``s.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections import deque
 from typing import Callable
 
 import gevent
-import gevent.monkey
 from gevent.event import AsyncResult
 
-# The notify callback runs on a libtorrent thread; a gevent-patched lock would
-# be wrong there, so take the OS lock even when the process is monkey-patched.
-_allocate_lock = gevent.monkey.get_original("_thread", "allocate_lock")
+_READ = 1  # libev/libuv EV_READ
 
 
 class AlertPump:
@@ -38,29 +42,34 @@ class AlertPump:
 
     ``session``: a ``libtorrent.session``; ``dispatch(alert)`` is called in
     the hub for every alert, must not block and should not raise (an
-    exception is printed by gevent and the next alerts still flow).
+    exception is reported by the hub and the next alerts still flow).
     """
 
     def __init__(self, session, dispatch: Callable[[object], None]):
         self._session = session
         self._dispatch = dispatch
-        self._lock = _allocate_lock()
-        # ref=False: a pending watcher alone does not keep the hub alive.
-        self._watcher = gevent.get_hub().loop.async_(ref=False)
+        self._rfd, self._wfd = os.pipe()
+        # Non-blocking both ways: libtorrent's write never stalls its thread
+        # (a full pipe already means a wake-up is pending), our drain never
+        # stalls the hub.
+        os.set_blocking(self._rfd, False)
+        os.set_blocking(self._wfd, False)
+        self._watcher = gevent.get_hub().loop.io(self._rfd, _READ)
+        # unref: a pending pump alone does not keep the hub alive.
+        self._watcher.ref = False
         self._watcher.start(self._drain)
-        session.set_alert_notify(self._notify)
-        # Alerts queued before the callback was installed never notify.
-        self._watcher.send()
-
-    def _notify(self) -> None:
-        # libtorrent thread: only the thread-safe send(), under a lock so that
-        # close() cannot free the watcher in between.
-        with self._lock:
-            if self._watcher is not None:
-                self._watcher.send()
+        session.set_alert_fd(self._wfd)
+        # Alerts queued before the fd was installed never notify.
+        os.write(self._wfd, b"\0")
 
     def _drain(self) -> None:
-        # Hub: non-blocking pop of everything queued.
+        # Hub: empty the pipe first, so a notification that lands after
+        # pop_alerts() wakes us again.
+        try:
+            while os.read(self._rfd, 4096):
+                pass
+        except BlockingIOError:
+            pass
         session = self._session
         if session is None:
             return
@@ -70,14 +79,26 @@ class AlertPump:
             except Exception:  # one bad alert must not stop the pump
                 gevent.get_hub().handle_error(None, *sys.exc_info())
 
+    def detach(self) -> None:
+        """Stop libtorrent writing to our pipe; call before freeing the session.
+
+        After ``set_alert_fd(-1)`` returns (it takes the alert mutex the
+        notifier holds) libtorrent writes to fd -1, a harmless EBADF, so our
+        pipe's numbers can be reused safely.
+        """
+        if self._session is not None:
+            self._session.set_alert_fd(-1)
+            self._session = None
+
     def close(self) -> None:
-        """Stop waking the hub; safe to call twice."""
-        with self._lock:
-            watcher, self._watcher = self._watcher, None
-        if watcher is not None:
-            watcher.stop()
-            watcher.close()
-        self._session = None
+        """Detach, stop waking the hub and close the pipe; safe to call twice."""
+        self.detach()
+        if self._watcher is not None:
+            self._watcher.stop()
+            self._watcher.close()
+            self._watcher = None
+            os.close(self._rfd)
+            os.close(self._wfd)
 
 
 class StatsRequests:
@@ -98,6 +119,17 @@ class StatsRequests:
         self._pending.append(result)
         session.post_session_stats()
         return result
+
+    def baseline(self, session) -> AsyncResult:
+        """Counters taken no later than anything posted after this call.
+
+        Shares the newest unanswered request if there is one (it was posted
+        earlier, so it still precedes what the caller posts next); under load
+        one stats alert then serves every lookup started meanwhile.
+        """
+        if self._pending and not self._pending[-1].ready():
+            return self._pending[-1]
+        return self.post(session)
 
     def on_alert(self, values: dict) -> None:
         self.latest = values

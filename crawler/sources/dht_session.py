@@ -29,6 +29,13 @@ SOCKET_BUFFER = 4 * 1024 * 1024
 # Outgoing-query alerts arrive ~10-50 per lookup; 16+ lookups in flight need
 # more than libtorrent's default queue of 2000 so none is dropped.
 ALERT_QUEUE_SIZE = 50_000
+# libtorrent blocks any address that sends more than dht_block_ratelimit
+# packets a second (default 5), replies to our own queries included: a
+# crawler running many lookups hears from the same close nodes far more often
+# and would block them for dht_block_timeout (300 s). Raised for our own node
+# only; remote nodes keep their limit, so queries to one node stay paced by
+# the lookups in flight.
+BLOCK_RATELIMIT = 100
 
 # Ranges refused for DHT nodes unless private addresses are allowed; the same
 # families as crawler.sources.addresses, as ranges libtorrent's ip_filter takes.
@@ -94,6 +101,7 @@ def session_params(settings: Settings, bootstrap: list[tuple[str, int]], read_on
         "recv_socket_buffer_size": SOCKET_BUFFER,
         "send_socket_buffer_size": SOCKET_BUFFER,
         "alert_queue_size": ALERT_QUEUE_SIZE,
+        "dht_block_ratelimit": BLOCK_RATELIMIT,
         "alert_mask": cat.dht_operation_notification | cat.dht_notification | cat.error_notification,
         # A read-only node (BEP 43) queries but is not put in others'
         # routing tables: the crawler stores no announces and answers no
