@@ -225,3 +225,26 @@ def test_index_members_read_back_as_metric_names(country, city):
     (scope, member), (scope_c, member_c) = city_metric.indexes
     assert metric_of(query_for("cities"), member) == city_metric.name
     assert metric_of(query_for("cities", country=country), member_c) == city_metric.name
+
+
+def test_torrent_cities_of_one_country_are_filtered_exactly(client, keys, settings, locator):
+    # No index of its own: read from the torrent's cities, filtered by "<country>.".
+    from geo import Place
+
+    r = Recorder(client, keys, settings, locator)
+    places = [Place("Niger", "Niamey", "8001"), Place("Nigeria", "Lagos", "1001"),
+              Place("Nigeria", "Abuja", None), Place("A*[b]?\\", "X. Y", "9"), Place("Ab", "Z", None)]
+    located = [(bytes([10, 0, 0, n]), places[n % len(places)]) for n in range(1, 26)]
+    assert r.record_places(H, located, T0) == 25
+    assert counts(client, keys, "cities", torrent=H, country="Niger") == {
+        f"torrents.{H}.countries.Niger.cities.Niamey.users": 5}
+    assert counts(client, keys, "cities", torrent=H, country="Nigeria") == {
+        f"torrents.{H}.countries.Nigeria.cities.Lagos.users": 5,
+        f"torrents.{H}.countries.Nigeria.cities.Abuja.users": 5}
+    assert counts(client, keys, "cities", torrent=H, country="A*[b]?\\") == {
+        f"torrents.{H}.countries.A*[b]?\\.cities.X%2E Y.users": 5}
+    assert counts(client, keys, "postcodes", torrent=H, country="Nigeria") == {
+        f"torrents.{H}.countries.Nigeria.postcodes.1001.users": 5}
+    assert top(client, keys, "cities", torrent=H, country="Nigeria", limit=1) == [
+        {"metric": f"torrents.{H}.countries.Nigeria.cities.Abuja.users", "count": 5}]
+    assert counts(client, keys, "cities", torrent=H2, country="Nigeria") == {}

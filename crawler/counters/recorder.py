@@ -83,6 +83,7 @@ class Recorder:
         self._post_torrents = posting and "torrents" in families
         self._post_processed = posting and "torrents.processed" in families
         self._outbox = outbox_key(keys)
+        self._outbox_b = self._outbox.encode()
         self._record = register(client, "record", package=__package__)
         self._sweep = register(client, "sweep", package=__package__)
         self._visited = register(client, "visited", package=__package__)
@@ -152,7 +153,7 @@ class Recorder:
         return new
 
     def _new_batch(self, h: str, month: str, now: float) -> "_Batch":
-        keys = [self._outbox]
+        keys = [self._outbox_b]
         for scope in (("torrents",), ("countries",), ("cities",), ("postcodes",),
                       ("countries", "t", h), ("cities", "t", h), ("postcodes", "t", h)):
             keys.append(self._index_key(LIFETIME, scope))
@@ -182,19 +183,19 @@ class Recorder:
         except redis.RedisError as e:
             raise StoreError(f"recording peers failed: {e}") from e
 
-    def _index_key(self, period: str, scope: tuple) -> str:
+    def _index_key(self, period: str, scope: tuple) -> bytes:
         k = (period, scope)
         key = self._index_keys.get(k)
         if key is None:
             if len(self._index_keys) > 100_000:  # bounded: a worker sees many torrents
                 self._index_keys.clear()
-            key = self._index_keys[k] = index_key(self.keys, period, scope)
+            key = self._index_keys[k] = index_key(self.keys, period, scope).encode()  # bytes: redis-py sends them as is
         return key
 
-    def _bucket_key(self, n: int) -> str:
+    def _bucket_key(self, n: int) -> bytes:
         key = self._bucket_keys.get(n)
         if key is None:
-            key = self._bucket_keys[n] = bucket_key(self.keys, n)
+            key = self._bucket_keys[n] = bucket_key(self.keys, n).encode()
         return key
 
     # --- torrents.processed ----------------------------------------------
