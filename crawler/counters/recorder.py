@@ -16,12 +16,18 @@ from __future__ import annotations
 import ipaddress
 import math
 import struct
-from typing import Iterable
+from collections.abc import Iterable
 
 import redis
 
 from crawler import logs
-from crawler.counters.marks import DEFAULT_BUCKETS, Fingerprinter, bucket_key, load_secret, normalize_ip
+from crawler.counters.marks import (
+    DEFAULT_BUCKETS,
+    Fingerprinter,
+    bucket_key,
+    load_secret,
+    normalize_ip,
+)
 from crawler.counters.names import LIFETIME, escape, info_hash_hex, month_of
 from crawler.errors import StoreError
 from crawler.keys import Keys
@@ -152,7 +158,7 @@ class Recorder:
             new += self._run(batch)
         return new
 
-    def _new_batch(self, h: str, month: str, now: float) -> "_Batch":
+    def _new_batch(self, h: str, month: str, now: float) -> _Batch:
         keys = [self._outbox_b]
         for scope in (("torrents",), ("countries",), ("cities",), ("postcodes",),
                       ("countries", "t", h), ("cities", "t", h), ("postcodes", "t", h)):
@@ -160,7 +166,7 @@ class Recorder:
             keys.append(self._index_key(month, scope))
         return _Batch(h, month, int(now), keys)
 
-    def _place_info(self, pkey: tuple) -> "_PlaceInfo":
+    def _place_info(self, pkey: tuple) -> _PlaceInfo:
         """Escaped names and metric fingerprints of a place (cached per process)."""
         info = self._places.get(pkey)
         if info is None:
@@ -169,7 +175,7 @@ class Recorder:
             info = self._places[pkey] = _PlaceInfo(pkey, self.fingerprints)
         return info
 
-    def _run(self, batch: "_Batch") -> int:
+    def _run(self, batch: _Batch) -> int:
         """Run ``record.lua`` on ``batch``; returns its count of torrents.<h>.users."""
         if len(batch.keys) > 65535:  # pragma: no cover - batch_pairs keeps it far below
             raise ValueError("batch too large")
@@ -253,7 +259,7 @@ class _PlaceInfo:
     fingerprint is XORed with the torrent's per visit.
     """
 
-    __slots__ = ("country", "city", "postcode", "fps")
+    __slots__ = ("city", "country", "fps", "postcode")
 
     def __init__(self, pkey: tuple, fps: Fingerprinter):
         c = escape(pkey[0])
@@ -274,8 +280,23 @@ class _PlaceInfo:
 class _Batch:
     """The arguments of one record.lua call, built IP by IP."""
 
-    __slots__ = ("h", "month", "now", "keys", "positions", "countries", "country_numbers", "cities",
-                 "city_numbers", "postcodes", "postcode_numbers", "places", "place_numbers", "ips", "pairs")
+    __slots__ = (
+        "cities",
+        "city_numbers",
+        "countries",
+        "country_numbers",
+        "h",
+        "ips",
+        "keys",
+        "month",
+        "now",
+        "pairs",
+        "place_numbers",
+        "places",
+        "positions",
+        "postcode_numbers",
+        "postcodes",
+    )
 
     def __init__(self, h: str, month: str, now: int, keys: list):
         self.h, self.month, self.now, self.keys = h, month, now, keys
@@ -287,7 +308,7 @@ class _Batch:
         self.ips = bytearray()
         self.pairs = 0
 
-    def add_place(self, pkey: tuple, info: _PlaceInfo, rec: "Recorder") -> int:
+    def add_place(self, pkey: tuple, info: _PlaceInfo, rec: Recorder) -> int:
         """Number the place (and its country, city, postcode) in this batch."""
         c = y = z = 0
         if info.country is not None:
