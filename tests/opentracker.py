@@ -93,11 +93,14 @@ class OpenTracker:
         raise RuntimeError("opentracker did not come up")
 
     def _tracked(self, info_hash_hex: str) -> bool:
+        # A "stopped" announce is answered in full even before the whitelist
+        # is loaded; only a "started" one tells. Withdraw the probe at once.
         try:
-            self.announce_from("127.0.0.1", info_hash_hex, 1, event=udp_codec.EVENT_STOPPED)
-            return True
+            self.announce_from("127.0.0.1", info_hash_hex, 1, event=udp_codec.EVENT_STARTED)
         except udp_codec.UdpPacketError:
             return False
+        self.announce_from("127.0.0.1", info_hash_hex, 1, event=udp_codec.EVENT_STOPPED)
+        return True
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
