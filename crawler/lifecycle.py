@@ -6,7 +6,11 @@ and ``evicted`` (by eviction time). A torrent is a member of exactly one of
 them; every transition is one Lua script (``crawler/lua/*.lua``) that removes
 it from one set and adds it to the next, so no crash between two commands can
 lose or duplicate a torrent. While a torrent is out of ``ready`` its score
-waits in the ``held`` hash.
+waits in the ``held`` hash; no held score means 1.0.
+
+A new torrent is admitted into ``cooling`` due at once, with no held score:
+it counts as ready from that instant, and admission costs one ZADD per batch.
+The next claims move it into ``ready`` (where scores are compared).
 
 A claim's token is the torrent's claim count after the claim. Extend,
 complete, fail and release check it, so a worker whose lease expired (and
@@ -19,9 +23,11 @@ soon as anyone claims.
 
 ::
 
-    add ──► ready ──claim──► in flight ──complete──► cooling ──due──► ready
-              ▲                 │  │                    (or evicted)
-              └──lease expired──┘  └──fail (score kept)──► cooling
+    add ──► cooling (due now) ──due──► ready ──claim──► in flight
+               ▲                         ▲                  │  │  │
+               │                         └──lease expired───┘  │  │
+               └───────complete (new score) / fail (kept)──────┘  │
+                                         evicted ◄──complete──────┘
 """
 
 from __future__ import annotations
@@ -40,10 +46,16 @@ from crawler.keys import Keys
 from crawler.scoring import Outcome, multiplier
 from crawler.settings import Settings
 
-# Per claim, at most this many expired leases, due torrents and old
-# tombstones each are moved: one claim stays well under a millisecond of
-# Redis time, while a queue of any size still drains as workers claim.
+# Housekeeping moves at most this many expired leases, due torrents and old
+# tombstones each per call. A claim of n moves 2n + 8: more than it takes,
+# so a backlog of due torrents drains as fast as workers claim, while each
+# claim stays a few tens of microseconds of Redis time however large the
+# backlog (a fixed 200 per claim made every claim of one cost ~1 ms while a
+# million new torrents waited).
 HOUSEKEEPING_BUDGET = 200
+# Most torrents one claim call may lease (Lua unpacks two values per lease
+# onto a stack of bounded size).
+MAX_CLAIM = 2000
 
 # Items per add.lua call and calls per pipeline round trip.
 ADD_BATCH = 1000
@@ -98,8 +110,8 @@ class Queue:
     # --- intake ------------------------------------------------------------
     def _add_args(self, items: Sequence[NewItem], readmit: bool, now: float) -> tuple[list, list]:
         k = self.keys
-        keys = [k.ready, k.since, k.cooling, k.leases, k.evicted, k.tombstones, k.held]
-        args: list = [repr(now), "1" if readmit else "0", "1"]
+        keys = [k.ready, k.cooling, k.leases, k.evicted, k.tombstones]
+        args: list = [repr(now), "1" if readmit else "0"]
         for item in items:
             if item.trackers or readmit:  # only these items' own keys are touched
                 keys.append(k.torrent(item.info_hash))
@@ -113,16 +125,21 @@ class Queue:
         return keys, args
 
     def add(self, items: Sequence[NewItem], readmit: bool = False, now: float | None = None) -> list[str]:
-        """Admit ``items``; one status per item: added, already_tracked or skipped_evicted."""
-        if not items:
-            return []
+        """Admit ``items``; one status per item: added, already_tracked or skipped_evicted.
+
+        Any number of items: they go in script calls of ``ADD_BATCH`` (a Lua
+        call unpacks its arguments onto a stack of bounded size).
+        """
         now = time.time() if now is None else now
-        keys, args = self._add_args(items, readmit, now)
-        try:
-            letters = self._add(keys=keys, args=args).decode()
-        except redis.RedisError as e:
-            raise StoreError(f"adding torrents failed: {e}") from e
-        return [ADD_STATUS[c] for c in letters]
+        out: list[str] = []
+        for i in range(0, len(items), ADD_BATCH):
+            keys, args = self._add_args(items[i:i + ADD_BATCH], readmit, now)
+            try:
+                letters = self._add(keys=keys, args=args).decode()
+            except redis.RedisError as e:
+                raise StoreError(f"adding torrents failed: {e}") from e
+            out += [ADD_STATUS[c] for c in letters]
+        return out
 
     def add_stream(
         self, items: Iterable[NewItem], readmit: bool = False, batch: int = ADD_BATCH, pipeline: int = ADD_PIPELINE
@@ -162,26 +179,32 @@ class Queue:
                 yield item, ADD_STATUS[c]
 
     # --- work ----------------------------------------------------------------
-    def claim(self, count: int = 1, now: float | None = None) -> list[Lease]:
-        """Lease up to ``count`` of the highest-scored ready torrents."""
-        now = time.time() if now is None else now
+    def _claim_args(self, count: int, now: float) -> dict:
         k = self.keys
+        return dict(
+            keys=[k.ready, k.since, k.cooling, k.leases, k.evicted, k.tombstones, k.held, k.claims],
+            args=[
+                repr(now),
+                repr(now + self.settings.lease_seconds),
+                count,
+                2 * count + 8 if count else HOUSEKEEPING_BUDGET,
+                repr(now - self.settings.tombstone_seconds),
+            ],
+        )
+
+    @staticmethod
+    def _leases(flat: list) -> list[Lease]:
+        return [Lease(flat[i].decode(), float(flat[i + 1]), int(flat[i + 2])) for i in range(0, len(flat), 3)]
+
+    def claim(self, count: int = 1, now: float | None = None) -> list[Lease]:
+        """Lease up to ``count`` (at most ``MAX_CLAIM``) of the highest-scored ready torrents."""
+        now = time.time() if now is None else now
+        count = min(count, MAX_CLAIM)
         try:
-            flat = self._claim(
-                keys=[k.ready, k.since, k.cooling, k.leases, k.evicted, k.tombstones, k.held, k.claims],
-                args=[
-                    repr(now),
-                    repr(now + self.settings.lease_seconds),
-                    count,
-                    HOUSEKEEPING_BUDGET,
-                    repr(now - self.settings.tombstone_seconds),
-                ],
-            )
+            flat = self._claim(**self._claim_args(count, now))
         except redis.RedisError as e:
             raise StoreError(f"claiming torrents failed: {e}") from e
-        return [
-            Lease(flat[i].decode(), float(flat[i + 1]), int(flat[i + 2])) for i in range(0, len(flat), 3)
-        ]
+        return self._leases(flat)
 
     def housekeep(self, now: float | None = None) -> None:
         """Run the claim's housekeeping without claiming anything."""
@@ -200,6 +223,34 @@ class Queue:
         except redis.RedisError as e:
             raise StoreError(f"extending a lease failed: {e}") from e
 
+    def _complete_args(self, lease: Lease, result: Outcome, peers: int, seeders: int | None,
+                       leechers: int | None, due: float | None, now: float) -> dict:
+        due = now + self.settings.revisit_seconds if due is None else due
+        k = self.keys
+        h = lease.info_hash
+        return dict(
+            keys=[k.leases, k.held, k.claims, k.cooling, k.evicted, k.tombstones, k.torrent(h), k.trackers(h),
+                  k.visits],
+            args=[
+                h,
+                lease.token,
+                repr(multiplier(result, self.settings)),
+                repr(self.settings.evict_below),
+                repr(now),
+                repr(due),
+                int(math.ceil(self.settings.tombstone_seconds)),
+                "" if seeders is None else seeders,
+                "" if leechers is None else leechers,
+                peers,
+                _minute(now),
+                result.value,
+            ],
+        )
+
+    @staticmethod
+    def _completed(reply: list) -> tuple[str, float | None]:
+        return reply[0].decode(), (float(reply[1]) if len(reply) > 1 else None)
+
     def complete(
         self,
         lease: Lease,
@@ -216,31 +267,38 @@ class Queue:
         ``due``: when the torrent may be visited again (default now + revisit).
         """
         now = time.time() if now is None else now
-        due = now + self.settings.revisit_seconds if due is None else due
-        k = self.keys
-        h = lease.info_hash
         try:
-            reply = self._complete(
-                keys=[k.leases, k.held, k.claims, k.cooling, k.evicted, k.tombstones, k.torrent(h), k.trackers(h), k.visits],
-                args=[
-                    h,
-                    lease.token,
-                    repr(multiplier(result, self.settings)),
-                    repr(self.settings.evict_below),
-                    repr(now),
-                    repr(due),
-                    int(math.ceil(self.settings.tombstone_seconds)),
-                    "" if seeders is None else seeders,
-                    "" if leechers is None else leechers,
-                    peers,
-                    _minute(now),
-                    result.value,
-                ],
-            )
+            reply = self._complete(**self._complete_args(lease, result, peers, seeders, leechers, due, now))
         except redis.RedisError as e:
             raise StoreError(f"completing a visit failed: {e}") from e
-        state = reply[0].decode()
-        return state, (float(reply[1]) if len(reply) > 1 else None)
+        return self._completed(reply)
+
+    def complete_and_claim(
+        self,
+        lease: Lease,
+        result: Outcome,
+        count: int = 1,
+        *,
+        peers: int = 0,
+        seeders: int | None = None,
+        leechers: int | None = None,
+        due: float | None = None,
+        now: float | None = None,
+    ) -> tuple[tuple[str, float | None], list[Lease]]:
+        """``complete`` then ``claim(count)`` in one round trip (two atomic steps).
+
+        For a claimer that goes straight on to the next torrent.
+        """
+        now = time.time() if now is None else now
+        count = min(count, MAX_CLAIM)
+        pipe = self.client.pipeline(transaction=False)
+        self._complete(**self._complete_args(lease, result, peers, seeders, leechers, due, now), client=pipe)
+        self._claim(**self._claim_args(count, now), client=pipe)
+        try:
+            done, flat = pipe.execute()
+        except redis.RedisError as e:
+            raise StoreError(f"completing a visit and claiming failed: {e}") from e
+        return self._completed(done), self._leases(flat)
 
     def fail(self, lease: Lease, error: str = "", now: float | None = None, due: float | None = None) -> bool:
         """A visit no source answered: score kept, retry after the retry delay."""

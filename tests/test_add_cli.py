@@ -83,7 +83,8 @@ def test_from_stdin_in_many_batches(test_env, client, namespace, settings):
     p, out = run_json(test_env, "add", "--from", "-", stdin="\n".join(hashes + hashes[:100]) + "\n")
     assert p.returncode == 0, p.stderr
     assert out == {"added": 2600, "already_tracked": 100, "skipped_evicted": 0, "invalid": 0}
-    assert client.zcard(Keys(namespace).ready) == 2600
+    q = Queue(client, Keys(namespace), settings)
+    assert q.counts()["ready"] == 2600 and len(q.claim(2000)) + len(q.claim(2000)) == 2600
 
 
 def test_usage_errors_are_one_line(test_env):

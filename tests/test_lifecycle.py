@@ -30,7 +30,12 @@ def members(client, keys):
 def test_new_torrents_enter_ready_with_score_one(q, client, keys):
     assert q.add([NewItem(H[0]), NewItem(H[1])], now=100) == ["added", "added"]
     assert q.state(H[0], 100) == ("ready", 1.0)
+    # admitted due at once; the first claim ranks them in the ready set
+    assert members(client, keys)["cooling"] == {H[0], H[1]}
+    assert q.counts(100)["ready"] == 2 and q.counts(100)["cooling"] == 0
+    q.housekeep(now=100)
     assert members(client, keys)["ready"] == {H[0], H[1]}
+    assert [l.score for l in q.claim(5, now=101)] == [1.0, 1.0]
 
 
 def test_adding_a_tracked_torrent_keeps_score_and_state_and_merges_trackers(q, client, keys):
@@ -197,3 +202,19 @@ def test_no_sequence_loses_or_duplicates(q, client, keys, settings):
         # everything ever added is somewhere, unless its tombstone expired
         for h in added:
             assert q.state(h, t)[0] is not None
+
+
+def test_complete_and_claim_in_one_round_trip(q):
+    q.add([NewItem(h) for h in H[:3]], now=100)
+    (lease,) = q.claim(1, now=100)
+    (state, score), nxt = q.complete_and_claim(lease, Outcome.FULL, 2, now=101, due=5000)
+    assert (state, score) == ("cooling", 1.2)
+    assert len(nxt) == 2 and lease.info_hash not in {l.info_hash for l in nxt}
+    c = q.counts(now=102)
+    assert (c["cooling"], c["in_flight"], c["ready"]) == (1, 2, 0)
+
+
+def test_add_any_number_of_items(q):
+    many = ["%040x" % (7 * 10**9 + i) for i in range(5000)]
+    assert q.add([NewItem(h) for h in many], now=100) == ["added"] * 5000
+    assert q.counts(100)["ready"] == 5000
