@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections import deque
 from typing import Callable
 
@@ -113,22 +114,29 @@ class StatsRequests:
     def __init__(self):
         self._pending: deque[AsyncResult] = deque()
         self.latest: dict | None = None
+        self._last: AsyncResult | None = None
+        self._last_at = 0.0
 
     def post(self, session) -> AsyncResult:
         result = AsyncResult()
         self._pending.append(result)
         session.post_session_stats()
+        self._last, self._last_at = result, time.monotonic()
         return result
 
-    def baseline(self, session) -> AsyncResult:
+    def baseline(self, session, max_age: float = 0.25) -> AsyncResult:
         """Counters taken no later than anything posted after this call.
 
-        Shares the newest unanswered request if there is one (it was posted
-        earlier, so it still precedes what the caller posts next); under load
-        one stats alert then serves every lookup started meanwhile.
+        Reuses the newest request if it is unanswered (posted earlier, so it
+        still precedes what the caller posts next) or younger than
+        ``max_age`` seconds (an earlier baseline only widens the window in
+        which a response counts, by at most ``max_age``). Under load one
+        stats alert then serves every lookup started meanwhile; each alert
+        carries ~300 counters, which costs more than the lookup itself.
         """
-        if self._pending and not self._pending[-1].ready():
-            return self._pending[-1]
+        last = self._last
+        if last is not None and (not last.ready() or time.monotonic() - self._last_at < max_age):
+            return last
         return self.post(session)
 
     def on_alert(self, values: dict) -> None:
