@@ -19,9 +19,9 @@ would cost the full query timeout), or the ``dht_timeout`` deadline.
 
 Answered or failed: a lookup that gathered peers answered. One that gathered
 none answered only if DHT nodes responded while it ran: the session's counters
-(``dht_messages_in`` minus incoming queries) are read just before the query
-(libtorrent handles posted calls in order, so the snapshot precedes the
-traversal) and again at the end. No response at all, an empty routing table or
+(``dht_messages_in`` minus incoming queries) are read before the query
+(libtorrent handles posted calls in order, so a snapshot posted first precedes
+the traversal; one at most 0.25 s old is shared) and again at the end. No response at all, an empty routing table or
 a bootstrap that never finished make the result ``failed``, never "0 peers" —
 a crawler that lost its network must not decay the catalogue (SPEC §1).
 """
