@@ -79,6 +79,10 @@ class Settings:
     dht_lookups_in_flight: int = 16
     # A lookup gathers replies until enough peers or this deadline.
     dht_timeout: float = 20.0
+    # ...or until this long passes with no new reply (libtorrent sends no
+    # "lookup finished" alert for get_peers; a dead node would otherwise cost
+    # every lookup the full deadline).
+    dht_settle: float = 2.0
     # One UDP try; BEP 15 starts at 15 s, a crawler gives up sooner.
     udp_timeout: float = 4.0
     # Tries per UDP request (connect or announce) before the tracker failed.
@@ -180,6 +184,7 @@ class Settings:
             ),
             dht_lookups_in_flight=r.get("PEERCRAWL_DHT_LOOKUPS_IN_FLIGHT", _bounded_int(1, 256), 16),
             dht_timeout=r.get("PEERCRAWL_DHT_TIMEOUT", _positive_float, 20.0),
+            dht_settle=r.get("PEERCRAWL_DHT_SETTLE_SECONDS", _positive_float, 2.0),
             udp_timeout=r.get("PEERCRAWL_UDP_TIMEOUT", _positive_float, 4.0),
             udp_retries=r.get("PEERCRAWL_UDP_RETRIES", _bounded_int(1, 10), 2),
             http_timeout=r.get("PEERCRAWL_HTTP_TIMEOUT", _positive_float, 10.0),

@@ -45,7 +45,7 @@ class Process:
         if settings.dht:
             from crawler.sources.dht import DhtSource
 
-            self.dht = DhtSource(settings, extra=dht_extra)
+            self.dht = DhtSource(settings, settle=settings.dht_settle, extra=dht_extra)
         self.visitor = Visitor(self.queue, keys, settings, self.trackers, self.recorder, self.dht,
                                settings.tracker_floor if tracker_floor is None else tracker_floor)
         autoscaler = None
