@@ -1,10 +1,11 @@
 """The ``peercrawl worker`` and ``peercrawl run`` commands (SPEC §7).
 
-gevent is monkey-patched here, at the top of each command function, before
-the worker modules are imported: the rest of peercrawl (and the other
-commands) never run patched. ``crawler.cli`` has imported redis-py by then,
-which is safe: redis-py looks ``socket.socket`` up when it connects, and no
-connection or lock of it exists before the patch.
+gevent is monkey-patched at the entry point: ``crawler.cli.main`` patches
+before anything imports redis-py or ssl when the command is ``worker`` or
+``run``; the other commands never run patched. The command functions patch
+again only if they were entered some other way (tests calling them
+directly), which is safe: redis-py looks ``socket.socket`` up when it
+connects, and no connection of it exists before the patch.
 """
 
 from __future__ import annotations
