@@ -50,11 +50,16 @@ def dht(swarm):
 
 
 def test_lookup_finds_exactly_the_announced_peers(swarm, dht):
-    ra, rb = gevent.joinall([gevent.spawn(dht.lookup, A), gevent.spawn(dht.lookup, B)], raise_error=True)
-    assert ra.value.ok and rb.value.ok
-    assert ra.value.peers == swarm.expected[A]
-    assert rb.value.peers == swarm.expected[B]
-    assert ra.value.source == "dht" and ra.value.max_peers == 100
+    # Read the greenlets we spawned, in spawn order: joinall returns them in
+    # the order they finished, so unpacking its result swapped A and B
+    # whenever B's lookup settled first.
+    ga, gb = gevent.spawn(dht.lookup, A), gevent.spawn(dht.lookup, B)
+    gevent.joinall([ga, gb], raise_error=True)
+    ra, rb = ga.value, gb.value
+    assert ra.ok and rb.ok
+    assert ra.peers == swarm.expected[A]
+    assert rb.peers == swarm.expected[B]
+    assert ra.source == "dht" and ra.max_peers == 100
 
 
 def test_crawler_is_never_among_the_peers(swarm, dht):
@@ -122,7 +127,9 @@ def test_hub_keeps_running_during_lookups(swarm, dht):
     t = gevent.spawn(ticker)
     try:
         start = time.monotonic()
-        results = [g.value for g in gevent.joinall([gevent.spawn(dht.lookup, ih) for ih in (A, B, C, C)])]
+        jobs = [gevent.spawn(dht.lookup, ih) for ih in (A, B, C, C)]
+        gevent.joinall(jobs, raise_error=True)
+        results = [j.value for j in jobs]
         elapsed = time.monotonic() - start
     finally:
         t.kill()
