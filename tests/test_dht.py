@@ -7,6 +7,7 @@ own node listens on its own loopback address and never announces.
 
 from __future__ import annotations
 
+import itertools
 import time
 
 import gevent
@@ -31,13 +32,13 @@ def swarm(dht_swarm):  # noqa: F811
 
 
 def dht_settings(swarm, ip: str, **changes) -> Settings:
-    base = dict(
-        dht_bootstrap=tuple(swarm.endpoints[:3]),
-        dht_listen=(ip, 0),
-        allow_private=True,
-        dht_timeout=8.0,
-        trackers=(),
-    )
+    base = {
+        "dht_bootstrap": tuple(swarm.endpoints[:3]),
+        "dht_listen": (ip, 0),
+        "allow_private": True,
+        "dht_timeout": 8.0,
+        "trackers": (),
+    }
     base.update(changes)
     return Settings(**base)
 
@@ -138,7 +139,7 @@ def test_hub_keeps_running_during_lookups(swarm, dht):
     # all along instead of being starved by a blocked hub.
     assert elapsed >= 0.5
     assert len(ticks) >= 20
-    gaps = [b - a for a, b in zip(ticks, ticks[1:])]
+    gaps = [b - a for a, b in itertools.pairwise(ticks)]
     assert max(gaps) < 0.25
 
 
