@@ -8,8 +8,10 @@ register themselves in a sorted set scored by heartbeat expiry (see
 from __future__ import annotations
 
 import json
+import math
 
 from crawler.lifecycle import Queue
+from crawler.sources.health import tracker_report
 
 
 def live_workers(queue: Queue, now: float) -> list[dict]:
@@ -37,15 +39,6 @@ def live_workers(queue: Queue, now: float) -> list[dict]:
     return out
 
 
-def tracker_health(queue: Queue, now: float) -> dict:
-    """Per tracker: answers, failures, backing off (from the sources' health)."""
-    try:
-        from crawler.sources.health import tracker_report
-    except ImportError:  # pragma: no cover - sources not built in this checkout
-        return {}
-    return tracker_report(queue.client, queue.keys)
-
-
 def queue_report(queue: Queue, now: float) -> dict:
     """Everything ``status --json`` prints."""
     report = queue.counts(now)
@@ -53,7 +46,7 @@ def queue_report(queue: Queue, now: float) -> dict:
     report["failed_visits_last_hour"] = queue.visits_since(3600, now, failed=True)
     workers = live_workers(queue, now)
     report["workers"] = workers
-    report["trackers"] = tracker_health(queue, now)
+    report["trackers"] = tracker_report(queue.client, queue.keys)
     report.update(capacity_report(report, workers, queue.settings.revisit_seconds))
     return report
 
@@ -75,8 +68,6 @@ def capacity_report(report: dict, workers: list[dict], revisit_seconds: float) -
         per_worker = sum(rates) / len(rates)
     needed_workers = None
     if per_worker:
-        import math
-
         needed_workers = max(1, math.ceil(needed / per_worker))
     out = {
         "capacity": {
