@@ -90,6 +90,9 @@ class Settings:
     http_timeout: float = 10.0
     # Tracker replies of 200 peers are a few KiB; 2 MiB is generous.
     http_max_bytes: int = 2 * 1024 * 1024
+    # Extra CA certificates (PEM) trusted for https trackers on top of the
+    # default trust store; None: the default store alone, as browsers do.
+    tracker_ca_file: Path | None = None
     # The port announced to trackers; it identifies the crawler's own entry in
     # replies. 0: each worker process picks a random high port at start.
     announce_port: int = 0
@@ -189,6 +192,7 @@ class Settings:
             udp_retries=r.get("PEERCRAWL_UDP_RETRIES", _bounded_int(1, 10), 2),
             http_timeout=r.get("PEERCRAWL_HTTP_TIMEOUT", _positive_float, 10.0),
             http_max_bytes=r.get("PEERCRAWL_HTTP_MAX_BYTES", _positive_int, 2 * 1024 * 1024),
+            tracker_ca_file=r.get("PEERCRAWL_TRACKER_CA_FILE", _file, None),
             announce_port=r.get("PEERCRAWL_ANNOUNCE_PORT", _bounded_int(0, 65535), 0),
             allow_private=r.get("PEERCRAWL_ALLOW_PRIVATE", _on_off, False),
             tracker_backoff_base=r.get("PEERCRAWL_TRACKER_BACKOFF_SECONDS", _positive_float, 60.0),
@@ -354,6 +358,13 @@ def _namespace(v: str) -> str:
 
 def _path(v: str) -> Path:
     return Path(v).expanduser()
+
+
+def _file(v: str) -> Path:
+    p = _path(v)
+    if not p.is_file():
+        raise ValueError("no such file")
+    return p
 
 
 def _redis_url(v: str) -> str:
