@@ -49,6 +49,9 @@ class HostileUdpTracker:
                 _, _, tid = struct.unpack(">QII", data)
                 self.sock.sendto(u.encode_reply(u.ConnectReply(tid, 0xABCDEF)), addr)
                 continue
+            if len(data) >= 16 and struct.unpack_from(">I", data, 8)[0] == u.SCRAPE:
+                self._scrape(data, addr)
+                continue
             req = u.AnnounceRequest.decode(data)
             mode = req.info_hash[0]
             tid = req.transaction_id
@@ -70,6 +73,15 @@ class HostileUdpTracker:
                 self.spoof.sendto(u.encode_reply(u.AnnounceReply(tid, 900, 9, 9, (("6.6.6.6", 666),))), addr)
             # UDP_SILENT: never answer.
 
+    def _scrape(self, data: bytes, addr) -> None:
+        # One entry (n, 2n, 3n) per hash n = 1, 2, ...; a first hash of mode
+        # UDP_TRUNCATED gets one entry fewer than it asked for.
+        tid = struct.unpack_from(">I", data, 12)[0]
+        hashes = [data[o:o + 20] for o in range(16, len(data), 20)]
+        n = len(hashes) - (1 if hashes and hashes[0][0] == UDP_TRUNCATED else 0)
+        entries = tuple(u.ScrapeEntry(i, 2 * i, 3 * i) for i in range(1, n + 1))
+        self.sock.sendto(u.encode_reply(u.ScrapeReply(tid, entries)), addr)
+
     def close(self):
         self.g.kill()
         self.sock.close()
@@ -81,14 +93,16 @@ class HostileHttpTracker:
 
     /good, /failure, /dictpeers, /odd, /huge (Content-Length, too big),
     /endless (chunked, never ends), /slow (answers after 30 s),
-    /redirect-private?to=<url>, /loop (redirects to itself), /garbage.
+    /redirect?to=<url>, /loop (redirects to itself), /garbage.
+    ``tls``: a server-side gevent SSLContext (``tests.tls_trackers``) to
+    serve the same over https.
     """
 
-    def __init__(self):
-        self.server = StreamServer(("127.0.0.1", 0), self._handle)
+    def __init__(self, tls=None):
+        self.server = StreamServer(("127.0.0.1", 0), self._handle, **({"ssl_context": tls} if tls else {}))
         self.server.start()
         self.port = self.server.server_port
-        self.base = f"http://127.0.0.1:{self.port}"
+        self.base = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
 
     def _handle(self, sock, addr):
         buf = b""

@@ -3,17 +3,38 @@
 Loopback, private, link-local, multicast, reserved and unspecified addresses
 are refused unless ``PEERCRAWL_ALLOW_PRIVATE=1``. Checked after DNS
 resolution, so a public name that resolves to 127.0.0.1 is refused too.
+
+``resolve`` turns a tracker host into the addresses to try, in order, each
+one checked: a name with several addresses (A and AAAA records, round-robin
+DNS) is tried address after address by the clients, and if any address of a
+name is refused the whole name is refused (one inside address is enough to
+reach inside).
 """
 
 from __future__ import annotations
 
 import ipaddress
+import socket as _stdsocket
+from collections.abc import Callable
+
+from gevent import socket
 
 from crawler.errors import PeercrawlError
+
+# check(ip, what) raises AddressRefused for an address not to contact.
+AddressCheck = Callable[[str, str], None]
+# resolver(host, port) -> [(family, sockaddr), ...] in the order to try them;
+# socket.getaddrinfo's shape, reduced. Injectable so tests can give a name
+# several loopback addresses without touching /etc/hosts or DNS.
+Resolver = Callable[[str, int], list]
 
 
 class AddressRefused(PeercrawlError):
     """An address is outside the public internet and private ones are not allowed."""
+
+
+class HostUnresolved(PeercrawlError):
+    """A tracker host name does not resolve to any IPv4 or IPv6 address."""
 
 
 def kind_of(ip: str) -> str | None:
@@ -41,3 +62,49 @@ def check(ip: str, allow_private: bool, what: str) -> None:
         raise AddressRefused(
             f"{what} resolves to {ip}, a {reason} address; set PEERCRAWL_ALLOW_PRIVATE=1 to allow it"
         )
+
+
+def policy(allow_private: bool) -> AddressCheck:
+    """The address policy of SPEC §3 as a check function (raises AddressRefused)."""
+    return lambda ip, what: check(ip, allow_private, what)
+
+
+def system_resolver(host: str, port: int) -> list:
+    """(family, sockaddr) pairs of ``host`` from the system resolver (gevent's, cooperative).
+
+    Raises OSError or UnicodeError as getaddrinfo does.
+    """
+    infos = socket.getaddrinfo(host, port, 0, _stdsocket.SOCK_DGRAM)
+    return [(fam, sockaddr) for fam, _, _, _, sockaddr in infos]
+
+
+def resolve(host: str, port: int, check: AddressCheck, what: str, resolver: Resolver | None = None) -> list[tuple]:
+    """The distinct (family, sockaddr) pairs of ``host``, in resolver order, each passed through ``check``.
+
+    Raises ``HostUnresolved`` if the name does not resolve (or only to
+    families other than IPv4/IPv6) and ``AddressRefused`` if any address is
+    refused.
+    """
+    try:
+        pairs = (resolver or system_resolver)(host, port)
+    except (OSError, UnicodeError) as e:
+        raise HostUnresolved(f"{what}: cannot resolve {host!r}: {e}") from e
+    out = []
+    for fam, sockaddr in pairs:
+        if fam not in (_stdsocket.AF_INET, _stdsocket.AF_INET6):
+            continue
+        check(sockaddr[0], what)
+        if (fam, sockaddr) not in out:
+            out.append((fam, sockaddr))
+    if not out:
+        raise HostUnresolved(f"{what}: {host!r} has no IPv4 or IPv6 address")
+    return out
+
+
+def share_of_time(deadline: float, now: float, addresses_left: int) -> float:
+    """The deadline for trying one of ``addresses_left`` addresses: an equal share of what is left.
+
+    The last address gets everything left, so a single-address host keeps
+    the whole deadline; a dead first address cannot eat the others' time.
+    """
+    return now + max(0.0, deadline - now) / max(1, addresses_left)

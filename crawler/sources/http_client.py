@@ -1,77 +1,112 @@
 """HTTP(S) GET for tracker announces on gevent sockets, bounded in every way.
 
 Strategy: resolve the host ourselves, check every resolved address against
-the address policy (``crawler.sources.addresses``), and connect to the
-checked address (so DNS cannot swap in a private address between check and
-connect). Read raw bytes until the server closes, the response is complete,
-the size cap is passed (a failure: an endless body), or the deadline passes.
-Follow at most ``MAX_REDIRECTS`` redirects, each re-resolved and re-checked.
-Parsing is ``crawler.sources.http_codec``'s job.
+the address policy (``crawler.sources.addresses``), and connect to a checked
+address (so DNS cannot swap in a private address between check and connect).
+A host with several addresses is tried address after address until one
+accepts the connection, each connect given an equal share of the time left
+(``addresses.share_of_time``); once connected, that address is the tracker.
+For ``https`` the connection is wrapped in TLS and the certificate verified
+against the default trust store plus ``Settings.tracker_ca_file``
+(``tls_context``); a certificate that does not verify, or a handshake that
+fails, is a ``TrackerTlsError``. Read raw bytes until the server closes, the
+response is complete, the size cap is passed (a failure: an endless body),
+or the deadline passes (the handshake included). Follow at most
+``MAX_REDIRECTS`` redirects, each re-resolved and re-checked. Parsing is
+``crawler.sources.http_codec``'s job.
 """
 
 from __future__ import annotations
 
+import re
 import socket as _stdsocket
+import ssl as _stdssl
 import time
 import urllib.parse
-from typing import Callable
+from pathlib import Path
 
 import gevent
 from gevent import socket, ssl
 
-from crawler.errors import PeercrawlError
+from crawler.errors import PeercrawlError, SettingsError
 from crawler.sources import addresses
-from crawler.sources.http_codec import HttpReplyError, HttpResponse, body_complete, parse_response, request_bytes, split_head
+from crawler.sources.addresses import AddressCheck, Resolver, resolve
+from crawler.sources.http_codec import (
+    HttpReplyError,
+    HttpResponse,
+    body_complete,
+    parse_response,
+    request_bytes,
+    split_head,
+)
 from crawler.sources.udp_client import TrackerTimeout
 
 MAX_REDIRECTS = 3
-# check(ip, what) raises addresses.AddressRefused for an address not to contact.
-AddressCheck = Callable[[str, str], None]
 _HEAD_MAX = 64 * 1024
+CA_FILE_SETTING = "PEERCRAWL_TRACKER_CA_FILE"
 
 
 class HttpTrackerError(PeercrawlError):
     """The HTTP exchange failed (connection refused, TLS, too many redirects, too big)."""
 
 
-def policy(allow_private: bool) -> AddressCheck:
-    """The address policy of SPEC §3 as a check function (raises AddressRefused)."""
-    return lambda ip, what: addresses.check(ip, allow_private, what)
+class TrackerTlsError(HttpTrackerError):
+    """TLS with an https tracker failed: its certificate does not verify, or the handshake failed."""
 
 
-def resolve(host: str, port: int, check: AddressCheck, what: str, family: int = 0) -> list[tuple]:
-    """Resolved (family, sockaddr) pairs of ``host``, each passed through ``check(ip, what)``.
+def tls_context(ca_file: Path | None = None) -> ssl.SSLContext:
+    """A client TLS context: certificates and host names verified against the default trust store.
 
-    Raises ``HttpTrackerError`` if the name does not resolve and
-    ``addresses.AddressRefused`` if any address is refused (one refused
-    address is enough to refuse the host: it would be a way to reach inside).
+    ``ca_file`` (PEM, ``Settings.tracker_ca_file``) adds certificates to trust
+    on top of the default store (OpenSSL's, which also honours the
+    ``SSL_CERT_FILE`` variable). Raises ``SettingsError`` naming
+    ``PEERCRAWL_TRACKER_CA_FILE`` if the file cannot be loaded.
     """
-    try:
-        infos = socket.getaddrinfo(host, port, family, _stdsocket.SOCK_DGRAM)
-    except (OSError, UnicodeError) as e:
-        raise HttpTrackerError(f"{what}: cannot resolve {host!r}: {e}") from e
-    out = []
-    for fam, _, _, _, sockaddr in infos:
-        if fam not in (_stdsocket.AF_INET, _stdsocket.AF_INET6):
-            continue
-        check(sockaddr[0], what)
-        if (fam, sockaddr) not in out:
-            out.append((fam, sockaddr))
-    if not out:
-        raise HttpTrackerError(f"{what}: {host!r} has no IPv4 or IPv6 address")
-    return out
+    # gevent's SSLContext, built by hand: ssl.create_default_context (gevent
+    # re-exports the stdlib's) makes a stdlib context whose sockets block the
+    # hub unless the process is monkey-patched, so a stalled handshake would
+    # stall every greenlet. These are create_default_context's client settings.
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.verify_mode = ssl.CERT_REQUIRED
+    ctx.check_hostname = True
+    ctx.load_default_certs(ssl.Purpose.SERVER_AUTH)
+    if ca_file is not None:
+        try:
+            ctx.load_verify_locations(cafile=str(ca_file))
+        except (OSError, _stdssl.SSLError) as e:
+            raise SettingsError(f"{CA_FILE_SETTING}: cannot load CA certificates from {ca_file}: {e}") from None
+    return ctx
 
 
-def http_get(url: str, deadline: float, max_bytes: int, check: AddressCheck) -> HttpResponse:
+_default_tls: ssl.SSLContext | None = None
+
+
+def _default_context() -> ssl.SSLContext:
+    global _default_tls
+    if _default_tls is None:
+        _default_tls = tls_context()
+    return _default_tls
+
+
+def http_get(
+    url: str,
+    deadline: float,
+    max_bytes: int,
+    check: AddressCheck,
+    tls: ssl.SSLContext | None = None,
+    resolver: Resolver | None = None,
+) -> HttpResponse:
     """GET ``url`` and return the final 200 response after redirects.
 
     ``check(ip, what)`` is the address policy (``policy(allow_private)``),
-    applied to every hop. Raises TrackerTimeout (deadline), HttpTrackerError
-    (including a final status other than 200), AddressRefused or
-    HttpReplyError; never returns a partial body.
+    applied to every address of every hop; ``tls`` the context for https
+    (default: ``tls_context()``); ``resolver`` replaces the system resolver.
+    Raises TrackerTimeout (deadline), HttpTrackerError (including
+    TrackerTlsError and a final status other than 200), AddressRefused,
+    HostUnresolved or HttpReplyError; never returns a partial body.
     """
     for hop in range(MAX_REDIRECTS + 1):
-        resp = _get_once(url, deadline, max_bytes, check)
+        resp = _get_once(url, deadline, max_bytes, check, tls, resolver)
         if resp.status in (301, 302, 303, 307, 308):
             location = resp.headers.get("location")
             if not location:
@@ -86,17 +121,17 @@ def http_get(url: str, deadline: float, max_bytes: int, check: AddressCheck) -> 
     raise HttpTrackerError(f"more than {MAX_REDIRECTS} redirects")
 
 
-def _get_once(url: str, deadline: float, max_bytes: int, check: AddressCheck) -> HttpResponse:
+def _get_once(url, deadline, max_bytes, check, tls, resolver) -> HttpResponse:
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise HttpTrackerError(f"not an HTTP URL: {url[:100]!r}")
-    tls = parts.scheme == "https"
+    is_tls = parts.scheme == "https"
     try:
-        port = parts.port or (443 if tls else 80)
+        port = parts.port or (443 if is_tls else 80)
     except ValueError as e:
         raise HttpTrackerError(f"bad port in {url[:100]!r}") from e
     what = f"tracker {parts.scheme}://{parts.netloc}"
-    targets = resolve(parts.hostname, port, check, what)
+    targets = resolve(parts.hostname, port, check, what, resolver)
     target = parts.path or "/"
     if parts.query:
         target += "?" + parts.query
@@ -104,37 +139,76 @@ def _get_once(url: str, deadline: float, max_bytes: int, check: AddressCheck) ->
     left = deadline - time.monotonic()
     if left <= 0:
         raise TrackerTimeout(f"{what}: deadline passed")
-    try:
-        with gevent.Timeout(left, TrackerTimeout(f"{what}: no complete reply in time")):
-            return _exchange(targets[0], tls, parts.hostname, request_bytes(host_header, target), max_bytes, what)
-    except (OSError, ssl.SSLError) as e:
-        raise HttpTrackerError(f"{what}: {e}") from e
+    with gevent.Timeout(left, TrackerTimeout(f"{what}: no complete reply in time")):
+        s = _connect(targets, deadline, what)
+        try:
+            if is_tls:
+                s = _handshake(s, tls or _default_context(), parts.hostname, what)
+            return _exchange(s, request_bytes(host_header, target), max_bytes, what)
+        except _stdssl.SSLError as e:
+            raise TrackerTlsError(f"{what}: TLS error: {_ssl_text(e)}") from e
+        except OSError as e:
+            raise HttpTrackerError(f"{what}: {e}") from e
+        finally:
+            s.close()
 
 
-def _exchange(target, tls: bool, hostname: str, request: bytes, max_bytes: int, what: str) -> HttpResponse:
-    family, sockaddr = target
-    s = socket.socket(family, _stdsocket.SOCK_STREAM)
+def _connect(targets: list, deadline: float, what: str) -> socket.socket:
+    """A socket connected to the first of ``targets`` that accepts, each tried for its share of the time."""
+    errors = []
+    for i, (family, sockaddr) in enumerate(targets):
+        now = time.monotonic()
+        s = socket.socket(family, _stdsocket.SOCK_STREAM)
+        s.settimeout(max(0.001, addresses.share_of_time(deadline, now, len(targets) - i) - now))
+        try:
+            s.connect(sockaddr)
+        except OSError as e:
+            s.close()
+            errors.append(f"{sockaddr[0]} port {sockaddr[1]}: {e or type(e).__name__}")
+            continue
+        s.settimeout(None)  # from here the caller's deadline bounds the exchange
+        return s
+    if len(errors) == 1:
+        raise HttpTrackerError(f"{what}: {errors[0]}")
+    raise HttpTrackerError(f"{what}: none of its {len(errors)} addresses accepted a connection: " + "; ".join(errors))
+
+
+def _handshake(s: socket.socket, ctx: ssl.SSLContext, hostname: str, what: str) -> socket.socket:
     try:
-        s.connect(sockaddr)
-        if tls:
-            s = ssl.create_default_context().wrap_socket(s, server_hostname=hostname)
-        s.sendall(request)
-        buf = bytearray()
-        head = None
-        while True:
-            chunk = s.recv(65536)
-            if not chunk:
+        return ctx.wrap_socket(s, server_hostname=hostname)
+    except _stdssl.SSLCertVerificationError as e:
+        raise TrackerTlsError(
+            f"{what}: certificate does not verify ({e.verify_message}); "
+            f"a private CA can be trusted with {CA_FILE_SETTING}"
+        ) from e
+    except _stdssl.SSLError as e:
+        raise TrackerTlsError(f"{what}: TLS handshake failed: {_ssl_text(e)}") from e
+    except OSError as e:
+        raise TrackerTlsError(f"{what}: TLS handshake failed: {e or type(e).__name__}") from e
+
+
+def _ssl_text(e: _stdssl.SSLError) -> str:
+    """OpenSSL's message without the C source location: "[SSL: WRONG_VERSION_NUMBER] wrong version number"."""
+    return re.sub(r"\s*\(_ssl\.c:\d+\)$", "", str(e)) or type(e).__name__
+
+
+def _exchange(s, request: bytes, max_bytes: int, what: str) -> HttpResponse:
+    s.sendall(request)
+    buf = bytearray()
+    head = None
+    while True:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        buf += chunk
+        if head is None:
+            head = split_head(bytes(buf))
+            if head is None and len(buf) > _HEAD_MAX:
+                raise HttpReplyError(f"response head larger than {_HEAD_MAX} bytes")
+        if head is not None:
+            if len(buf) - head[2] > max_bytes:
+                raise HttpTrackerError(f"{what}: reply larger than {max_bytes} bytes")
+            if body_complete(head[1], bytes(buf[head[2]:])):
                 break
-            buf += chunk
-            if head is None:
-                head = split_head(bytes(buf))
-                if head is None and len(buf) > _HEAD_MAX:
-                    raise HttpReplyError(f"response head larger than {_HEAD_MAX} bytes")
-            if head is not None:
-                if len(buf) - head[2] > max_bytes:
-                    raise HttpTrackerError(f"{what}: reply larger than {max_bytes} bytes")
-                if body_complete(head[1], bytes(buf[head[2]:])):
-                    break
-        return parse_response(bytes(buf))
-    finally:
-        s.close()
+    return parse_response(bytes(buf))
+

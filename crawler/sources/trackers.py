@@ -12,6 +12,13 @@ high port per process). Its own entry is dropped from the reply (see
 ``stopped`` reply are the swarm without us (opentracker counts the announcer
 in the first reply); if the withdrawal fails, one leecher is subtracted when
 our own entry was listed.
+
+A tracker host with several addresses (A and AAAA records, round-robin DNS)
+is tried address after address, every address checked by the address
+policy, each try given an equal share of the time left
+(``addresses.share_of_time``). The address that answered is tried first
+next time, so a dead address costs one announce its share, not every
+announce.
 """
 
 from __future__ import annotations
@@ -27,9 +34,20 @@ from crawler.errors import RemoteProtocolError
 from crawler.keys import Keys
 from crawler.settings import Settings
 from crawler.sources import addresses, udp_codec
+from crawler.sources.addresses import (
+    AddressCheck,
+    Resolver,
+    policy,
+    resolve,
+    share_of_time,
+)
 from crawler.sources.health import TrackerHealth
-from crawler.sources.http_client import AddressCheck, HttpTrackerError, http_get, policy, resolve
-from crawler.sources.http_codec import TrackerRefused, announce_url, parse_announce_reply
+from crawler.sources.http_client import HttpTrackerError, http_get, tls_context
+from crawler.sources.http_codec import (
+    TrackerRefused,
+    announce_url,
+    parse_announce_reply,
+)
 from crawler.sources.result import SourceResult
 from crawler.sources.self_filter import SelfFilter
 from crawler.sources.udp_client import TrackerTimeout, UdpTrackerClient
@@ -54,11 +72,17 @@ class Trackers:
         backoff_threshold: int = 2,
         stop_timeout: float | None = None,
         address_check: AddressCheck | None = None,
+        resolver: Resolver | None = None,
     ):
         self.settings = settings
         # The address policy (SPEC §3); injectable so tests can treat one
         # loopback address as public and see the real refusal of the others.
         self.check = address_check or policy(settings.allow_private)
+        # None: the system resolver; tests inject names with several addresses.
+        self.resolver = resolver
+        # Default trust store plus Settings.tracker_ca_file; built once (loading
+        # the system store costs milliseconds). Raises SettingsError at start.
+        self.tls = tls_context(settings.tracker_ca_file)
         self.udp = udp or UdpTrackerClient(settings.udp_timeout, settings.udp_retries)
         self.health = TrackerHealth(
             client, keys, settings.tracker_backoff_base, settings.tracker_backoff_max, backoff_threshold
@@ -70,6 +94,8 @@ class Trackers:
         # The withdrawal is best effort: one try, at most this long.
         self.stop_timeout = stop_timeout if stop_timeout is not None else settings.udp_timeout
         self._dns: dict[tuple[str, int], tuple[list, float]] = {}
+        # (host, port) -> the address that last answered, tried first.
+        self._good: dict[tuple[str, int], tuple] = {}
 
     def announce(self, url: str, info_hash_hex: str, deadline: float | None = None) -> SourceResult:
         """Peers of ``info_hash_hex`` from the tracker at ``url``.
@@ -98,18 +124,23 @@ class Trackers:
         except TrackerRefused as e:
             self.health.record(url, answered=True)
             return SourceResult.failed(url, str(e), max_peers)
-        except (RemoteProtocolError, TrackerTimeout, HttpTrackerError) as e:
+        except (RemoteProtocolError, TrackerTimeout, HttpTrackerError, addresses.HostUnresolved) as e:
             self.health.record(url, answered=False)
             return SourceResult.failed(url, f"{type(e).__name__}: {e}", max_peers)
         self.health.record(url, answered=True)
         return result
 
     def _targets(self, host: str, port: int, what: str) -> list:
+        """The checked addresses of host:port, the one that answered last first."""
         cached = self._dns.get((host, port))
         if cached is not None and time.monotonic() < cached[1]:
-            return cached[0]
-        targets = resolve(host, port, self.check, what)
-        self._dns[(host, port)] = (targets, time.monotonic() + DNS_TTL)
+            targets = cached[0]
+        else:
+            targets = resolve(host, port, self.check, what, self.resolver)
+            self._dns[(host, port)] = (targets, time.monotonic() + DNS_TTL)
+        good = self._good.get((host, port))
+        if good is not None and len(targets) > 1 and targets[0] != good and good in targets:
+            targets = [good] + [t for t in targets if t != good]
         return targets
 
     def _result(self, url, info_hash, max_peers, peers, seeders, leechers, stopped, interval, min_interval, warning):
@@ -133,9 +164,25 @@ class Trackers:
             host, port = None, None
         if not host or not port:
             return SourceResult.failed(url, "UDP tracker URL lacks a host or port", max_peers)
-        family, addr = self._targets(host, port, f"tracker udp://{parts.netloc}")[0]
-        common = dict(info_hash=info_hash, peer_id=self.peer_id, port=self.port, num_want=max_peers, key=self.key)
-        reply = self.udp.announce(addr, family, deadline=deadline, event=udp_codec.EVENT_STARTED, **common)
+        targets = self._targets(host, port, f"tracker udp://{parts.netloc}")
+        common = {"info_hash": info_hash, "peer_id": self.peer_id, "port": self.port, "num_want": max_peers,
+                  "key": self.key}
+        timeouts = []
+        for i, (family, addr) in enumerate(targets):
+            # Only silence moves on to the next address: a tracker that
+            # answered (even with an error or garbage) has been reached.
+            try:
+                reply = self.udp.announce(addr, family, deadline=share_of_time(deadline, time.monotonic(),
+                                          len(targets) - i), event=udp_codec.EVENT_STARTED, **common)
+                break
+            except TrackerTimeout as e:
+                timeouts.append(str(e))
+        else:
+            if len(timeouts) == 1:
+                raise TrackerTimeout(timeouts[0])
+            raise TrackerTimeout(f"none of its {len(timeouts)} addresses answered: " + "; ".join(timeouts))
+        if len(targets) > 1:
+            self._good[(host, port)] = (family, addr)
         stopped = None
         try:
             stop_deadline = min(deadline, time.monotonic() + self.stop_timeout)
@@ -151,7 +198,8 @@ class Trackers:
 
         def get(event: str, until: float):
             u = announce_url(url, info_hash, self.peer_id, self.port, max_peers, event=event, key=self.key)
-            return parse_announce_reply(http_get(u, until, s.http_max_bytes, self.check).body)
+            resp = http_get(u, until, s.http_max_bytes, self.check, tls=self.tls, resolver=self.resolver)
+            return parse_announce_reply(resp.body)
 
         # Settings.http_timeout bounds each exchange (redirects included) within the deadline.
         reply = get("started", min(deadline, time.monotonic() + s.http_timeout))

@@ -1,5 +1,7 @@
 """The UDP tracker exchange (BEP 15) on gevent sockets; its one state machine.
 
+Exchanges: connect, then announce or scrape on the connection id.
+
 Strategy: one socket per address family per worker process, shared by every
 greenlet. A reader greenlet receives each datagram, reads (action,
 transaction id) and hands it to the request waiting on that transaction id
@@ -21,6 +23,7 @@ here monkey-patches.
 
 from __future__ import annotations
 
+import functools
 import random
 import socket as _stdsocket
 import time
@@ -45,9 +48,9 @@ class TrackerTimeout(PeercrawlError):
 class UdpTrackerClient:
     """Shared UDP tracker client of one worker process.
 
-    ``announce`` and ``connect`` block the calling greenlet only. Counters
-    (``connects_sent``, ``announces_sent``, ``dropped``) feed the benchmark
-    and logs.
+    ``announce``, ``scrape`` and ``connection_id`` block the calling greenlet
+    only. Counters (``connects_sent``, ``announces_sent``, ``scrapes_sent``,
+    ``dropped``) feed the benchmark and logs.
     """
 
     def __init__(self, timeout: float = 4.0, retries: int = 2, bind4: str = "0.0.0.0", bind6: str = "::"):
@@ -63,6 +66,7 @@ class UdpTrackerClient:
         self._connecting: dict[tuple, Event] = {}
         self.connects_sent = 0
         self.announces_sent = 0
+        self.scrapes_sent = 0
         self.dropped = 0
 
     # --- sockets and routing ------------------------------------------------
@@ -182,6 +186,22 @@ class UdpTrackerClient:
                 del self._connecting[addr]
             ev.set()
 
+    def _with_connection(self, addr: tuple, family: int, build, action: int, deadline: float) -> codec.Reply:
+        """Send ``build(connection_id, tid)`` on a valid connection id; the parsed reply.
+
+        An error reply on a cached id drops the id and retries once with a
+        fresh connect (the tracker may have restarted and forgotten it).
+        """
+        for attempt in range(2):
+            cid, cached = self.connection_id(addr, family, deadline)
+            try:
+                return self._request(addr, family, functools.partial(build, cid), action, deadline)
+            except TrackerRefused:
+                if not cached or attempt:
+                    raise
+                self._conn.pop(addr, None)
+        raise AssertionError("unreachable: the second attempt returns or raises")
+
     def announce(
         self,
         addr: tuple,
@@ -200,19 +220,32 @@ class UdpTrackerClient:
         Raises TrackerTimeout, TrackerRefused or UdpPacketError (a
         RemoteProtocolError) for the tracker's faults.
         """
-        for attempt in range(2):
-            cid, cached = self.connection_id(addr, family, deadline)
 
-            def build(tid: int) -> bytes:
-                self.announces_sent += 1
-                return codec.AnnounceRequest(
-                    cid, tid, info_hash, peer_id, port, num_want, event, left=left, key=key
-                ).encode()
+        def build(cid: int, tid: int) -> bytes:
+            self.announces_sent += 1
+            return codec.AnnounceRequest(
+                cid, tid, info_hash, peer_id, port, num_want, event, left=left, key=key
+            ).encode()
 
-            try:
-                return self._request(addr, family, build, codec.ANNOUNCE, deadline)
-            except TrackerRefused:
-                if not cached or attempt:
-                    raise
-                self._conn.pop(addr, None)
-        raise AssertionError("unreachable: the second attempt returns or raises")
+        return self._with_connection(addr, family, build, codec.ANNOUNCE, deadline)
+
+    def scrape(self, addr: tuple, family: int, info_hashes: list[bytes], deadline: float) -> tuple[codec.ScrapeEntry, ...]:
+        """Seeders, completed and leechers of each of ``info_hashes`` (1 to 74), in their order, in one packet.
+
+        Uses the cached connection id like ``announce``. Raises
+        TrackerTimeout, TrackerRefused, or UdpPacketError when the reply does
+        not hold one entry per info-hash; ValueError for a bad list (ours).
+        """
+        info_hashes = list(info_hashes)
+        codec.scrape_request(0, 0, info_hashes)  # validate before any traffic
+
+        def build(cid: int, tid: int) -> bytes:
+            self.scrapes_sent += 1
+            return codec.scrape_request(cid, tid, info_hashes)
+
+        reply = self._with_connection(addr, family, build, codec.SCRAPE, deadline)
+        if len(reply.entries) != len(info_hashes):
+            raise codec.UdpPacketError(
+                f"scrape reply has {len(reply.entries)} entries for {len(info_hashes)} info-hashes"
+            )
+        return reply.entries
