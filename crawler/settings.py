@@ -83,6 +83,14 @@ class Settings:
     # "lookup finished" alert for get_peers; a dead node would otherwise cost
     # every lookup the full deadline).
     dht_settle: float = 2.0
+    # Queries per second from this process to any one remote DHT address,
+    # counted over dht_node_window seconds. libtorrent ignores an address for
+    # 5 minutes once it sent 5/s (50 packets within 10 s); 4/s leaves room for
+    # the routing-table pings we cannot see (docs/dht.md).
+    dht_node_rate: float = 4.0
+    # libtorrent counts over 10 s windows; at most rate x window queries go
+    # to one address in any such window.
+    dht_node_window: float = 10.0
     # One UDP try; BEP 15 starts at 15 s, a crawler gives up sooner.
     udp_timeout: float = 4.0
     # Tries per UDP request (connect or announce) before the tracker failed.
@@ -188,6 +196,8 @@ class Settings:
             dht_lookups_in_flight=r.get("PEERCRAWL_DHT_LOOKUPS_IN_FLIGHT", _bounded_int(1, 256), 16),
             dht_timeout=r.get("PEERCRAWL_DHT_TIMEOUT", _positive_float, 20.0),
             dht_settle=r.get("PEERCRAWL_DHT_SETTLE_SECONDS", _positive_float, 2.0),
+            dht_node_rate=r.get("PEERCRAWL_DHT_NODE_RATE", _positive_float, 4.0),
+            dht_node_window=r.get("PEERCRAWL_DHT_NODE_WINDOW", _positive_float, 10.0),
             udp_timeout=r.get("PEERCRAWL_UDP_TIMEOUT", _positive_float, 4.0),
             udp_retries=r.get("PEERCRAWL_UDP_RETRIES", _bounded_int(1, 10), 2),
             http_timeout=r.get("PEERCRAWL_HTTP_TIMEOUT", _positive_float, 10.0),
@@ -239,6 +249,11 @@ class Settings:
             )
         if not self.multiplier_none < self.multiplier_full:
             raise SettingsError("PEERCRAWL_MULTIPLIER_NONE: must be below PEERCRAWL_MULTIPLIER_FULL")
+        if self.dht_node_rate * self.dht_node_window < 2:
+            raise SettingsError(
+                "PEERCRAWL_DHT_NODE_RATE: times PEERCRAWL_DHT_NODE_WINDOW must allow at least 2 queries "
+                f"per node per window ({self.dht_node_rate:g} x {self.dht_node_window:g})"
+            )
 
     def replace(self, **changes) -> "Settings":
         """A copy with ``changes`` (used by command-line flags)."""
