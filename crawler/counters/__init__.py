@@ -9,7 +9,12 @@
 
 from crawler.counters.marks import DEFAULT_BUCKETS, normalize_ip
 from crawler.counters.names import Metric, escape, metrics_for, month_of, unescape
-from crawler.counters.recorder import DEFAULT_BATCH_PAIRS, Recorder, index_key, outbox_key
+from crawler.counters.recorder import (
+    DEFAULT_BATCH_PAIRS,
+    Recorder,
+    index_key,
+    outbox_key,
+)
 from crawler.counters.stats import count, top
 
 __all__ = [

@@ -1,22 +1,24 @@
-"""Dedupe marks: keyed fingerprints of (metric, IP) in small bucketed hashes.
+"""Dedupe marks: keyed fingerprints of (metric, IP) packed into bucket strings.
 
 Strategy (measured on Redis 7.0, see docs/metrics.md): a key per mark costs
-~97 B even for an 8-byte fingerprint (per-key and per-expiry overhead), while
-a field in a small listpack-encoded hash costs ~15 B. So a mark is one field
-of one of ``buckets`` hashes ``mk:<n>``:
+~97 B even for an 8-byte fingerprint (per-key and per-expiry overhead); a
+field of a small listpack hash ~15-18 B, but each lookup scans the listpack
+(~2.5 µs per field at 100 fields). So a mark is one 12-byte record of one of
+``buckets`` strings ``mk:<n>``: ~13 B per mark, and a lookup is one memmem
+over ~1.2 KB inside Redis.
 
 - keyed fingerprints (``Fingerprinter``): the IP's picks the bucket (so one
-  HMGET reads all of an IP's marks), the field is 64 bits of the IP's XOR the
-  metric's. The address itself is never stored.
-- the value is the unix second the mark was made. A mark counts as present
-  while ``value > now - window``: correctness never depends on deleting stale
-  fields. Redis 7.0 has no per-field TTL, so ``sweep.lua`` removes stale
-  fields in bounded steps to give the memory back.
+  GET reads all of an IP's marks), the record's first 8 bytes are 64 bits of
+  the IP's XOR the metric's. The address itself is never stored.
+- the record's last 4 bytes are the unix second the mark was made (big
+  endian). A mark counts as present while ``time > now - window``:
+  correctness never depends on deleting stale records. ``sweep.lua`` removes
+  them in bounded steps to give the memory back.
 
-Size ``buckets`` so that marks / buckets stays under Redis's
-``hash-max-listpack-entries`` (default 128; ~100 fields each): the default
-2**18 buckets holds ~25 million live marks compactly. Changing it remaps
-every mark (IPs would count again within the window), so pick it once.
+Size ``buckets`` so that buckets stay around 100 records (~1.2 KB): the
+default 2**18 buckets suit ~25 million live marks; beyond that buckets just
+grow longer (lookups stay correct, a little slower). Changing it remaps every
+mark (IPs would count again within the window), so pick it once.
 """
 
 from __future__ import annotations
@@ -63,7 +65,7 @@ class Fingerprinter:
 
     A mark's field is ``low64(ip) XOR metric``, its bucket ``high64(ip) mod
     buckets`` (so all marks of one IP share a bucket and record.lua reads
-    them with one HMGET). The metric part is composed so that Python hashes
+    them with one GET). The metric part is composed so that Python hashes
     once per IP, once per torrent per visit and once per place per process:
 
     - ``torrents.<h>.users``: ``torrent(h)``;
@@ -92,6 +94,11 @@ class Fingerprinter:
         h.update(packed_ip)
         return int.from_bytes(h.digest(), "big")
 
+    def ip_hasher(self):
+        """The keyed BLAKE2b state ``ip`` copies: ``copy()``, ``update(packed_ip)``, ``digest()``
+        (for loops that inline ``ip``)."""
+        return self._ip
+
     def torrent(self, info_hash: str) -> int:
         """64-bit keyed fingerprint of a lower-case hex info-hash."""
         h = self._torrent.copy()
@@ -115,3 +122,13 @@ _LOW64 = (1 << 64) - 1
 def bucket_key(keys: Keys, n: int) -> str:
     """Key of mark bucket ``n``."""
     return keys.sub("mk", str(n))
+
+
+RECORD = 12  # bytes per mark: 8-byte field, u32 unix second
+
+
+def parse_bucket(raw: bytes) -> list[tuple[bytes, int]]:
+    """The ``(field, unix second)`` records of one mark bucket's value."""
+    if len(raw) % RECORD:
+        raise ValueError(f"mark bucket of {len(raw)} bytes is not a whole number of {RECORD}-byte records")
+    return [(raw[i : i + 8], int.from_bytes(raw[i + 8 : i + RECORD], "big")) for i in range(0, len(raw), RECORD)]

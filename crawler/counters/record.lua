@@ -7,101 +7,155 @@
 --                       cities:t:H, postcodes:t:H
 -- KEYS[..]     per country (position given in ARGV[5]): torrents:c:C, cities:c:C,
 --              postcodes:c:C, each lifetime then month
--- KEYS[..]     marks    HASH 8-byte field -> unix second of the mark ({ns}:mk:<n>);
---                       all marks of one IP share one bucket (position given in ARGV[9])
+-- KEYS[n+1..]   marks    STRING of 12-byte records: 8-byte field, then the unix second
+--                       of the mark as a big-endian u32 ({ns}:mk:<n>); all marks of one
+--                       IP share one bucket; every bucket this batch reads, last
 -- ARGV[1]      now      unix seconds (integer): the time stored in new marks
 -- ARGV[2]      cutoff   now - window: a mark at or before it has expired
 -- ARGV[3]      h        the info-hash, 40 lower-case hex
 -- ARGV[4]      post     "cC" / "tT": which families go to the outbox (c = countries.*,
 --                       t = torrents.*); "--" for none
 -- ARGV[5]      countries binary, per country: u16 key position, str(escaped name)
--- ARGV[6]      cities    binary, per city: u16 country number, str(escaped name)
--- ARGV[7]      postcodes binary, per postcode: u16 country number, str(escaped name)
--- ARGV[8]      places    binary, per place: u16 country, u16 city, u16 postcode
---                        numbers (1-based; 0 = unknown)
--- ARGV[9]      ips       binary, per IP: u16 mark key position, u16 place number, then
---                        one 8-byte field per metric of the place, in the order
---                        torrent; country, torrent-country; city, torrent-city;
---                        postcode, torrent-postcode (parts the place lacks are absent)
+-- ARGV[6]      places    binary, per place: u16 country number (1-based; 0 = unknown),
+--                        str(escaped city), str(escaped postcode) (empty = unknown)
+-- ARGV[7]      n         the number of keys before the mark buckets
+-- ARGV[8]      ips       binary, per IP: u16 bucket number (1-based: KEYS[n + b]),
+--                        u16 place number, u8 k, then k 8-byte fields, one per metric
+--                        of the place, in the order torrent; country, torrent-country;
+--                        city, torrent-city; postcode, torrent-postcode (parts the
+--                        place lacks are absent)
 -- str = u16 length .. bytes; integers big endian.
 --
--- Python sends places and fingerprints only; the metric names and index members
--- are built here, and only for metrics that counted, so a visit whose peers
--- were all seen costs one HMGET per IP and nothing else.
--- For each mark missing or expired: write it (one HSET per IP) and count one.
+-- Python sends places and fingerprints only; names are read, and metric names
+-- and index members built, only when something counted, so a visit whose
+-- peers were all seen costs one MGET of its buckets, a memmem per (metric, IP)
+-- and nothing else.
+-- For each mark missing or expired: write it (one SET of the bucket per IP that
+-- had any; SET, not APPEND, so the string is allocated at its exact size) and
+-- count one.
 -- Then add each metric's count to its indexes (lifetime and month) and, when its
 -- family is posted, to the outbox. Returns the count of torrents.<h>.users.
 
-local byte, sub = string.byte, string.sub
-local now, cutoff, h, post = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
-local post_c, post_t = sub(post, 1, 1) == 'c', sub(post, 2, 2) == 't'
+local byte, sub, find, char = string.byte, string.sub, string.find, string.char
+local now, cutoff, h, post = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4]
+local stamp = char(math.floor(now / 16777216) % 256, math.floor(now / 65536) % 256,
+                   math.floor(now / 256) % 256, now % 256)
 
 local function u16(s, i)
   local a, b = byte(s, i, i + 1)
   return a * 256 + b
 end
 
--- names: {key position or country number, name}
-local function read_names(s)
-  local out, i = {}, 1
-  while i <= #s do
-    local n, len = u16(s, i), u16(s, i + 2)
-    out[#out + 1] = {n, sub(s, i + 4, i + 3 + len)}
-    i = i + 4 + len
-  end
-  return out
-end
+-- the batch's buckets, read in one call
+local nfixed = tonumber(ARGV[7])
+local vals = redis.call('MGET', unpack(KEYS, nfixed + 1))
 
-local countries, cities, postcodes = read_names(ARGV[5]), read_names(ARGV[6]), read_names(ARGV[7])
-local places, pl = {}, ARGV[8]
-for i = 1, #pl, 6 do
-  places[#places + 1] = {u16(pl, i), u16(pl, i + 2), u16(pl, i + 4)}
-end
+-- counts per place number: {[j] = count} for metric slot j (created when one counts)
+local t_users, counted = 0, {}
 
--- counts: [1] torrent users; per country {global, torrent}; per city/postcode the same
-local t_users = 0
-local cc, tc, cy, ty, cp, tp = {}, {}, {}, {}, {}, {}
-for i = 1, #countries do cc[i], tc[i] = 0, 0 end
-for i = 1, #cities do cy[i], ty[i] = 0, 0 end
-for i = 1, #postcodes do cp[i], tp[i] = 0, 0 end
-
-local p, o = ARGV[9], 1
+local p, o = ARGV[8], 1
 while o <= #p do
-  local key = KEYS[u16(p, o)]
-  local place = places[u16(p, o + 2)]
-  local c, y, z = place[1], place[2], place[3]
-  local k = 1
-  if c > 0 then k = 3 end
-  if y > 0 then k = k + 2 end
-  if z > 0 then k = k + 2 end
-  o = o + 4
-  local fields = {}
+  local b, pno, k = u16(p, o), u16(p, o + 2), byte(p, o + 4)
+  o = o + 5
+  local s = vals[b] or ''
+  local added, changed = nil, false
+  local pc
   for j = 1, k do
-    fields[j] = sub(p, o, o + 7)
+    local f = sub(p, o, o + 7)
     o = o + 8
-  end
-  local seen = redis.call('HMGET', key, unpack(fields))
-  local fresh = {}
-  for j = 1, k do
-    local s = seen[j]
-    if (not s) or tonumber(s) <= cutoff then
-      fresh[#fresh + 1] = fields[j]
-      fresh[#fresh + 1] = now
-      -- j is the metric's slot in the order of the header
-      if j == 1 then t_users = t_users + 1
-      elseif j == 2 then cc[c] = cc[c] + 1
-      elseif j == 3 then tc[c] = tc[c] + 1
-      elseif y > 0 and j == 4 then cy[y] = cy[y] + 1
-      elseif y > 0 and j == 5 then ty[y] = ty[y] + 1
-      elseif j == k - 1 then cp[z] = cp[z] + 1
-      else tp[z] = tp[z] + 1 end
+    -- the record of f: a match on a record boundary (f's bytes may also
+    -- occur across two records)
+    local x = find(s, f, 1, true)
+    while x and x % 12 ~= 1 do
+      x = find(s, f, x + 1, true)
+    end
+    local fresh = false
+    if not x then
+      fresh = true
+      added = added or {}
+      added[#added + 1] = f .. stamp
+    else
+      local a, b2, c2, d = byte(s, x + 8, x + 11)
+      if ((a * 256 + b2) * 256 + c2) * 256 + d <= cutoff then
+        fresh, changed = true, true
+        s = sub(s, 1, x + 7) .. stamp .. sub(s, x + 12)
+      end
+    end
+    if fresh then
+      if j == 1 then
+        t_users = t_users + 1
+      else
+        pc = pc or counted[pno]
+        if not pc then
+          pc = {0, 0, 0, 0, 0, 0, 0}
+          counted[pno] = pc
+        end
+        pc[j] = pc[j] + 1
+      end
     end
   end
-  if #fresh > 0 then
-    redis.call('HSET', key, unpack(fresh))
+  if added then
+    s = s .. table.concat(added)
+  end
+  if added or changed then
+    redis.call('SET', KEYS[nfixed + b], s)
+    vals[b] = s
   end
 end
 
+if t_users == 0 and next(counted) == nil then
+  return 0
+end
+
+-- names, read only now: countries {key position, name}; places {country, city, postcode}
+local function str(s, i)
+  local len = u16(s, i)
+  return sub(s, i + 2, i + 1 + len), i + 2 + len
+end
+local countries, cs, i = {}, ARGV[5], 1
+while i <= #cs do
+  local pos = u16(cs, i)
+  local name
+  name, i = str(cs, i + 2)
+  countries[#countries + 1] = {pos, name}
+end
+local places, ps = {}, ARGV[6]
+i = 1
+while i <= #ps do
+  local c = u16(ps, i)
+  local y, z
+  y, i = str(ps, i + 2)
+  z, i = str(ps, i)
+  places[#places + 1] = {c, y, z}
+end
+
+-- aggregate per country and per (country, city|postcode name)
+local cc, tc = {}, {}  -- country number -> count
+local cy, ty, cp, tp = {}, {}, {}, {}  -- country number -> {name -> count}
+local function add2(t, c, name, n)
+  if n > 0 then
+    local m = t[c]
+    if not m then m = {}; t[c] = m end
+    m[name] = (m[name] or 0) + n
+  end
+end
+for pno, pc in pairs(counted) do
+  local c, y, z = places[pno][1], places[pno][2], places[pno][3]
+  cc[c] = (cc[c] or 0) + pc[2]
+  tc[c] = (tc[c] or 0) + pc[3]
+  local j = 4
+  if y ~= '' then
+    add2(cy, c, y, pc[4])
+    add2(ty, c, y, pc[5])
+    j = 6
+  end
+  if z ~= '' then
+    add2(cp, c, z, pc[j])
+    add2(tp, c, z, pc[j + 1])
+  end
+end
+
+local post_c, post_t = sub(post, 1, 1) == 'c', sub(post, 2, 2) == 't'
 local function incr(pos, n, member)
   redis.call('ZINCRBY', KEYS[pos], n, member)
   redis.call('ZINCRBY', KEYS[pos + 1], n, member)
@@ -115,37 +169,39 @@ if t_users > 0 then
   incr(2, t_users, h)
   out(post_t, th .. '.users', t_users)
 end
-for i = 1, #countries do
-  local name = countries[i][2]
-  if cc[i] > 0 then
-    incr(4, cc[i], name)
-    out(post_c, 'countries.' .. name .. '.users', cc[i])
+for c, n in pairs(cc) do
+  if n > 0 then
+    local name = countries[c][2]
+    incr(4, n, name)
+    out(post_c, 'countries.' .. name .. '.users', n)
   end
-  if tc[i] > 0 then
-    incr(10, tc[i], name)
-    incr(countries[i][1], tc[i], h)
-    out(post_t, th .. '.countries.' .. name .. '.users', tc[i])
+end
+for c, n in pairs(tc) do
+  if n > 0 then
+    local pos, name = countries[c][1], countries[c][2]
+    incr(10, n, name)
+    incr(pos, n, h)
+    out(post_t, th .. '.countries.' .. name .. '.users', n)
   end
 end
 -- cities (index 6, torrent 12, per country +2) and postcodes (8, 14, +4)
-local function places_of(names, g, t, gpos, tpos, cpos, family)
-  for i = 1, #names do
-    if g[i] > 0 or t[i] > 0 then
-      local country = countries[names[i][1]][2]
-      local name = names[i][2]
-      local both = country .. '.' .. name
-      if g[i] > 0 then
-        incr(gpos, g[i], both)
-        incr(countries[names[i][1]][1] + cpos, g[i], name)
-        out(post_c, 'countries.' .. country .. '.' .. family .. '.' .. name .. '.users', g[i])
-      end
-      if t[i] > 0 then
-        incr(tpos, t[i], both)
-        out(post_t, th .. '.countries.' .. country .. '.' .. family .. '.' .. name .. '.users', t[i])
-      end
+local function places_of(g, t, gpos, tpos, cpos, family)
+  for c, names in pairs(g) do
+    local country = countries[c]
+    for name, n in pairs(names) do
+      incr(gpos, n, country[2] .. '.' .. name)
+      incr(country[1] + cpos, n, name)
+      out(post_c, 'countries.' .. country[2] .. '.' .. family .. '.' .. name .. '.users', n)
+    end
+  end
+  for c, names in pairs(t) do
+    local country = countries[c]
+    for name, n in pairs(names) do
+      incr(tpos, n, country[2] .. '.' .. name)
+      out(post_t, th .. '.countries.' .. country[2] .. '.' .. family .. '.' .. name .. '.users', n)
     end
   end
 end
-places_of(cities, cy, ty, 6, 12, 2, 'cities')
-places_of(postcodes, cp, tp, 8, 14, 4, 'postcodes')
+places_of(cy, ty, 6, 12, 2, 'cities')
+places_of(cp, tp, 8, 14, 4, 'postcodes')
 return t_users
