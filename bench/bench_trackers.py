@@ -32,11 +32,11 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from crawler.keys import Keys  # noqa: E402
-from crawler.settings import Settings  # noqa: E402
-from crawler.sources import udp_codec as u  # noqa: E402
-from crawler.sources.trackers import Trackers  # noqa: E402
-from tests.opentracker import OpenTracker  # noqa: E402
+from crawler.keys import Keys
+from crawler.settings import Settings
+from crawler.sources import udp_codec as u
+from crawler.sources.trackers import Trackers
+from tests.opentracker import OpenTracker
 
 SWARM = 50
 
@@ -107,8 +107,9 @@ def bench_bare(port: int, hashes: list[str], window: int, seconds: float) -> dic
                 s.sendto(u.AnnounceRequest(cid, n, ih, pid, 55555, 200, event, left=1).encode(), dest)
             for _ in range(window):
                 try:
-                    r = u.parse_reply(s.recv(65536))
-                except socket.timeout:
+                    # Counts only for the withdrawal, as peercrawl reads it.
+                    r = u.parse_reply(s.recv(65536), peers=event == u.EVENT_STARTED)
+                except TimeoutError:
                     lost += 1
                     continue
                 if event == u.EVENT_STARTED:

@@ -22,6 +22,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import Self
 
 import pytest
 
@@ -62,7 +63,7 @@ class OpenTracker:
     def http_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/announce"
 
-    def start(self, timeout: float = 5.0) -> "OpenTracker":
+    def start(self, timeout: float = 5.0) -> OpenTracker:
         """Start and wait until it answers a UDP connect; raises RuntimeError if it does not."""
         self.rootdir.mkdir(parents=True, exist_ok=True)
         os.chmod(self.rootdir, 0o755)
@@ -137,7 +138,7 @@ class OpenTracker:
                 raise udp_codec.UdpPacketError(f"unexpected reply {reply!r}")
             return reply
 
-    def __enter__(self) -> "OpenTracker":
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc) -> None:

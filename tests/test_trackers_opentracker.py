@@ -23,7 +23,7 @@ def trackers(settings, client, keys):
 
 
 @pytest.mark.parametrize("scheme", ["udp", "http"])
-def test_exactly_the_announced_peers_with_counts(opentracker, trackers, scheme):
+def test_exactly_the_announced_peers_with_counts(opentracker, trackers, scheme):  # noqa: F811 (fixture)
     ih, other = _hashes(2)
     ot = opentracker([ih, other])
     expected = set()
@@ -42,7 +42,7 @@ def test_exactly_the_announced_peers_with_counts(opentracker, trackers, scheme):
 
 
 @pytest.mark.parametrize("scheme", ["udp", "http"])
-def test_dead_torrent_reads_zero_and_crawler_is_not_left_listed(opentracker, trackers, scheme):
+def test_dead_torrent_reads_zero_and_crawler_is_not_left_listed(opentracker, trackers, scheme):  # noqa: F811 (fixture)
     (ih,) = _hashes(1)
     ot = opentracker([ih])
     url = ot.udp_url if scheme == "udp" else ot.http_url
@@ -57,7 +57,7 @@ def test_dead_torrent_reads_zero_and_crawler_is_not_left_listed(opentracker, tra
     assert (seen.seeders, seen.leechers) == (0, 1)
 
 
-def test_many_torrents_concurrently_reuse_one_connection_id(opentracker, trackers):
+def test_many_torrents_concurrently_reuse_one_connection_id(opentracker, trackers):  # noqa: F811 (fixture)
     hashes = _hashes(40)
     ot = opentracker(hashes)
     for n, ih in enumerate(hashes):
@@ -72,7 +72,7 @@ def test_many_torrents_concurrently_reuse_one_connection_id(opentracker, tracker
     assert trackers.udp.announces_sent == 80  # announce + stopped per torrent
 
 
-def test_numwant_is_the_trackers_max(opentracker, settings, client, keys):
+def test_numwant_is_the_trackers_max(opentracker, settings, client, keys):  # noqa: F811 (fixture)
     from crawler.settings import TrackerSpec
 
     (ih,) = _hashes(1)

@@ -101,6 +101,13 @@ def resolve(host: str, port: int, check: AddressCheck, what: str, resolver: Reso
     return out
 
 
+def first(targets: list, good) -> list:
+    """``targets`` with ``good`` (the address that worked last time, if still among them) moved to the front."""
+    if good is None or targets[0] == good or good not in targets:
+        return targets
+    return [good] + [t for t in targets if t != good]
+
+
 def share_of_time(deadline: float, now: float, addresses_left: int) -> float:
     """The deadline for trying one of ``addresses_left`` addresses: an equal share of what is left.
 

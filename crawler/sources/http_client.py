@@ -30,7 +30,7 @@ from gevent import socket, ssl
 
 from crawler.errors import PeercrawlError, SettingsError
 from crawler.sources import addresses
-from crawler.sources.addresses import AddressCheck, Resolver, resolve
+from crawler.sources.addresses import AddressCheck, Resolver, first, resolve
 from crawler.sources.http_codec import (
     HttpReplyError,
     HttpResponse,
@@ -95,18 +95,22 @@ def http_get(
     check: AddressCheck,
     tls: ssl.SSLContext | None = None,
     resolver: Resolver | None = None,
+    preferred: dict | None = None,
 ) -> HttpResponse:
     """GET ``url`` and return the final 200 response after redirects.
 
     ``check(ip, what)`` is the address policy (``policy(allow_private)``),
     applied to every address of every hop; ``tls`` the context for https
-    (default: ``tls_context()``); ``resolver`` replaces the system resolver.
+    (default: ``tls_context()``); ``resolver`` replaces the system resolver;
+    ``preferred`` maps ("tcp", host, port) to the address that last accepted a
+    connection, tried first and updated here (shared with the UDP side by
+    ``Trackers``).
     Raises TrackerTimeout (deadline), HttpTrackerError (including
     TrackerTlsError and a final status other than 200), AddressRefused,
     HostUnresolved or HttpReplyError; never returns a partial body.
     """
     for hop in range(MAX_REDIRECTS + 1):
-        resp = _get_once(url, deadline, max_bytes, check, tls, resolver)
+        resp = _get_once(url, deadline, max_bytes, check, tls, resolver, preferred)
         if resp.status in (301, 302, 303, 307, 308):
             location = resp.headers.get("location")
             if not location:
@@ -121,7 +125,7 @@ def http_get(
     raise HttpTrackerError(f"more than {MAX_REDIRECTS} redirects")
 
 
-def _get_once(url, deadline, max_bytes, check, tls, resolver) -> HttpResponse:
+def _get_once(url, deadline, max_bytes, check, tls, resolver, preferred) -> HttpResponse:
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise HttpTrackerError(f"not an HTTP URL: {url[:100]!r}")
@@ -132,6 +136,9 @@ def _get_once(url, deadline, max_bytes, check, tls, resolver) -> HttpResponse:
         raise HttpTrackerError(f"bad port in {url[:100]!r}") from e
     what = f"tracker {parts.scheme}://{parts.netloc}"
     targets = resolve(parts.hostname, port, check, what, resolver)
+    key = ("tcp", parts.hostname, port)
+    if preferred is not None and len(targets) > 1:
+        targets = first(targets, preferred.get(key))
     target = parts.path or "/"
     if parts.query:
         target += "?" + parts.query
@@ -140,7 +147,9 @@ def _get_once(url, deadline, max_bytes, check, tls, resolver) -> HttpResponse:
     if left <= 0:
         raise TrackerTimeout(f"{what}: deadline passed")
     with gevent.Timeout(left, TrackerTimeout(f"{what}: no complete reply in time")):
-        s = _connect(targets, deadline, what)
+        s, chosen = _connect(targets, deadline, what)
+        if preferred is not None and len(targets) > 1:
+            preferred[key] = chosen
         try:
             if is_tls:
                 s = _handshake(s, tls or _default_context(), parts.hostname, what)
@@ -153,8 +162,8 @@ def _get_once(url, deadline, max_bytes, check, tls, resolver) -> HttpResponse:
             s.close()
 
 
-def _connect(targets: list, deadline: float, what: str) -> socket.socket:
-    """A socket connected to the first of ``targets`` that accepts, each tried for its share of the time."""
+def _connect(targets: list, deadline: float, what: str) -> tuple[socket.socket, tuple]:
+    """(socket, target) of the first of ``targets`` that accepts, each tried for its share of the time."""
     errors = []
     for i, (family, sockaddr) in enumerate(targets):
         now = time.monotonic()
@@ -167,7 +176,7 @@ def _connect(targets: list, deadline: float, what: str) -> socket.socket:
             errors.append(f"{sockaddr[0]} port {sockaddr[1]}: {e or type(e).__name__}")
             continue
         s.settimeout(None)  # from here the caller's deadline bounds the exchange
-        return s
+        return s, (family, sockaddr)
     if len(errors) == 1:
         raise HttpTrackerError(f"{what}: {errors[0]}")
     raise HttpTrackerError(f"{what}: none of its {len(errors)} addresses accepted a connection: " + "; ".join(errors))

@@ -56,7 +56,7 @@ def announce_url(
     if event:
         q.append(("event", event))
     if key is not None:
-        q.append(("key", "%08x" % key))
+        q.append(("key", f"{key:08x}"))
     sep = "&" if "?" in base else "?"
     return base + sep + "&".join(f"{k}={v}" for k, v in q)
 

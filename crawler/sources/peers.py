@@ -16,6 +16,7 @@ import struct
 from crawler.errors import RemoteProtocolError
 
 Peer = tuple[str, int]
+_V4 = struct.Struct(">BBBBH")
 
 
 class PeerListError(RemoteProtocolError):
@@ -33,16 +34,26 @@ def parse_compact(data: bytes, family: int = socket.AF_INET) -> tuple[Peer, ...]
     if len(data) % size:
         kind = "IPv4" if size == 6 else "IPv6"
         raise PeerListError(f"{kind} compact peer list of {len(data)} bytes is not a multiple of {size}")
+    if size == 6:
+        # Dotted decimal is IPv4's canonical text; formatting it directly is
+        # ~5x faster than ipaddress, and this loop is the announce path's
+        # largest cost (200 peers per reply).
+        return tuple((f"{a}.{b}.{c}.{d}", port) for a, b, c, d, port in _V4.iter_unpack(data) if port)
     out = []
-    alen = size - 2
     for off in range(0, len(data), size):
-        (port,) = struct.unpack_from(">H", data, off + alen)
+        (port,) = struct.unpack_from(">H", data, off + 16)
         if port == 0:
             continue
-        raw = data[off : off + alen]
-        ip = str(ipaddress.IPv4Address(raw) if alen == 4 else ipaddress.IPv6Address(raw))
-        out.append((ip, port))
+        out.append((str(ipaddress.IPv6Address(data[off : off + 16])), port))
     return tuple(out)
+
+
+def check_compact(data: bytes, family: int = socket.AF_INET) -> None:
+    """Raise ``PeerListError`` as ``parse_compact`` would, without building the peers."""
+    size = 6 if family == socket.AF_INET else 18
+    if len(data) % size:
+        kind = "IPv4" if size == 6 else "IPv6"
+        raise PeerListError(f"{kind} compact peer list of {len(data)} bytes is not a multiple of {size}")
 
 
 def encode_compact(peers, family: int = socket.AF_INET) -> bytes:

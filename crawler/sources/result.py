@@ -38,7 +38,7 @@ class SourceResult:
         return self.ok and self.max_peers > 0 and n >= self.max_peers
 
     @classmethod
-    def failed(cls, source: str, error: str, max_peers: int = 0) -> "SourceResult":
+    def failed(cls, source: str, error: str, max_peers: int = 0) -> SourceResult:
         return cls(source=source, ok=False, max_peers=max_peers, error=error)
 
 

@@ -37,6 +37,7 @@ from crawler.sources import addresses, udp_codec
 from crawler.sources.addresses import (
     AddressCheck,
     Resolver,
+    first,
     policy,
     resolve,
     share_of_time,
@@ -94,8 +95,9 @@ class Trackers:
         # The withdrawal is best effort: one try, at most this long.
         self.stop_timeout = stop_timeout if stop_timeout is not None else settings.udp_timeout
         self._dns: dict[tuple[str, int], tuple[list, float]] = {}
-        # (host, port) -> the address that last answered, tried first.
-        self._good: dict[tuple[str, int], tuple] = {}
+        # ("udp" | "tcp", host, port) -> the address that last answered (UDP)
+        # or accepted a connection (HTTP), tried first next time.
+        self._good: dict[tuple[str, str, int], tuple] = {}
 
     def announce(self, url: str, info_hash_hex: str, deadline: float | None = None) -> SourceResult:
         """Peers of ``info_hash_hex`` from the tracker at ``url``.
@@ -138,10 +140,7 @@ class Trackers:
         else:
             targets = resolve(host, port, self.check, what, self.resolver)
             self._dns[(host, port)] = (targets, time.monotonic() + DNS_TTL)
-        good = self._good.get((host, port))
-        if good is not None and len(targets) > 1 and targets[0] != good and good in targets:
-            targets = [good] + [t for t in targets if t != good]
-        return targets
+        return first(targets, self._good.get(("udp", host, port)))
 
     def _result(self, url, info_hash, max_peers, peers, seeders, leechers, stopped, interval, min_interval, warning):
         returned = len(peers)
@@ -182,11 +181,12 @@ class Trackers:
                 raise TrackerTimeout(timeouts[0])
             raise TrackerTimeout(f"none of its {len(timeouts)} addresses answered: " + "; ".join(timeouts))
         if len(targets) > 1:
-            self._good[(host, port)] = (family, addr)
+            self._good[("udp", host, port)] = (family, addr)
         stopped = None
         try:
             stop_deadline = min(deadline, time.monotonic() + self.stop_timeout)
-            s = self.udp.announce(addr, family, deadline=stop_deadline, event=udp_codec.EVENT_STOPPED, **common)
+            s = self.udp.announce(addr, family, deadline=stop_deadline, event=udp_codec.EVENT_STOPPED, peers=False,
+                                 **common)
             stopped = (s.seeders, s.leechers)
         except (RemoteProtocolError, TrackerTimeout):
             pass
@@ -198,7 +198,8 @@ class Trackers:
 
         def get(event: str, until: float):
             u = announce_url(url, info_hash, self.peer_id, self.port, max_peers, event=event, key=self.key)
-            resp = http_get(u, until, s.http_max_bytes, self.check, tls=self.tls, resolver=self.resolver)
+            resp = http_get(u, until, s.http_max_bytes, self.check, tls=self.tls, resolver=self.resolver,
+                            preferred=self._good)
             return parse_announce_reply(resp.body)
 
         # Settings.http_timeout bounds each exchange (redirects included) within the deadline.

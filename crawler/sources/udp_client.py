@@ -126,7 +126,8 @@ class UdpTrackerClient:
             if tid not in self._pending:
                 return tid
 
-    def _request(self, addr: tuple, family: int, build, action: int, deadline: float) -> codec.Reply:
+    def _request(self, addr: tuple, family: int, build, action: int, deadline: float,
+                 peers: bool = True) -> codec.Reply:
         """Send ``build(tid)`` up to ``retries`` times; return the parsed matching reply.
 
         Raises TrackerTimeout, TrackerRefused (error action) or UdpPacketError.
@@ -151,7 +152,7 @@ class UdpTrackerClient:
                 raise TrackerTimeout(f"cannot send to {addr[0]}:{addr[1]}: {e}") from e
             finally:
                 self._pending.pop(tid, None)
-            reply = codec.parse_reply(data, family)
+            reply = codec.parse_reply(data, family, peers)
             if isinstance(reply, codec.ErrorReply):
                 raise TrackerRefused(f"tracker error: {reply.message}")
             return reply
@@ -186,7 +187,8 @@ class UdpTrackerClient:
                 del self._connecting[addr]
             ev.set()
 
-    def _with_connection(self, addr: tuple, family: int, build, action: int, deadline: float) -> codec.Reply:
+    def _with_connection(self, addr: tuple, family: int, build, action: int, deadline: float,
+                         peers: bool = True) -> codec.Reply:
         """Send ``build(connection_id, tid)`` on a valid connection id; the parsed reply.
 
         An error reply on a cached id drops the id and retries once with a
@@ -195,7 +197,7 @@ class UdpTrackerClient:
         for attempt in range(2):
             cid, cached = self.connection_id(addr, family, deadline)
             try:
-                return self._request(addr, family, functools.partial(build, cid), action, deadline)
+                return self._request(addr, family, functools.partial(build, cid), action, deadline, peers)
             except TrackerRefused:
                 if not cached or attempt:
                     raise
@@ -214,11 +216,14 @@ class UdpTrackerClient:
         event: int = codec.EVENT_STARTED,
         left: int = 1,
         key: int = 0,
+        peers: bool = True,
     ) -> codec.AnnounceReply:
         """Announce to the tracker at ``addr`` (a resolved sockaddr) and return its reply.
 
-        Raises TrackerTimeout, TrackerRefused or UdpPacketError (a
-        RemoteProtocolError) for the tracker's faults.
+        ``peers=False`` reads the counts only (the peer list is checked, not
+        built): a withdrawal needs no peers. Raises TrackerTimeout,
+        TrackerRefused or UdpPacketError (a RemoteProtocolError) for the
+        tracker's faults.
         """
 
         def build(cid: int, tid: int) -> bytes:
@@ -227,7 +232,7 @@ class UdpTrackerClient:
                 cid, tid, info_hash, peer_id, port, num_want, event, left=left, key=key
             ).encode()
 
-        return self._with_connection(addr, family, build, codec.ANNOUNCE, deadline)
+        return self._with_connection(addr, family, build, codec.ANNOUNCE, deadline, peers)
 
     def scrape(self, addr: tuple, family: int, info_hashes: list[bytes], deadline: float) -> tuple[codec.ScrapeEntry, ...]:
         """Seeders, completed and leechers of each of ``info_hashes`` (1 to 74), in their order, in one packet.

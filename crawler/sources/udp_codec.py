@@ -16,7 +16,7 @@ import struct
 from dataclasses import dataclass
 
 from crawler.errors import RemoteProtocolError
-from crawler.sources.peers import Peer, PeerListError, parse_compact
+from crawler.sources.peers import Peer, PeerListError, check_compact, parse_compact
 
 PROTOCOL_ID = 0x41727101980
 
@@ -67,7 +67,7 @@ class AnnounceRequest:
         )
 
     @classmethod
-    def decode(cls, data: bytes) -> "AnnounceRequest":
+    def decode(cls, data: bytes) -> AnnounceRequest:
         """Parse an announce request (used by the hostile trackers in tests)."""
         if len(data) < _ANNOUNCE.size:
             raise UdpPacketError(f"announce request of {len(data)} bytes, want {_ANNOUNCE.size}")
@@ -131,11 +131,13 @@ def peek(data: bytes) -> tuple[int, int]:
     return _HEAD.unpack_from(data)
 
 
-def parse_reply(data: bytes, family: int = socket.AF_INET) -> Reply:
+def parse_reply(data: bytes, family: int = socket.AF_INET, peers: bool = True) -> Reply:
     """Parse any tracker reply; ``family`` is the address family the tracker was reached over.
 
-    Raises ``UdpPacketError`` for a short packet, an unknown action or a peer
-    list that is not whole entries.
+    ``peers=False`` checks an announce reply's peer list but leaves
+    ``AnnounceReply.peers`` empty (a withdrawal's reply is read for its
+    counts only). Raises ``UdpPacketError`` for a short packet, an unknown
+    action or a peer list that is not whole entries.
     """
     action, tid = peek(data)
     if action == CONNECT:
@@ -147,10 +149,14 @@ def parse_reply(data: bytes, family: int = socket.AF_INET) -> Reply:
             raise UdpPacketError(f"announce reply of {len(data)} bytes is shorter than its 20-byte header")
         interval, leechers, seeders = struct.unpack_from(">III", data, 8)
         try:
-            peers = parse_compact(data[20:], family)
+            if peers:
+                entries = parse_compact(data[20:], family)
+            else:
+                check_compact(data[20:], family)
+                entries = ()
         except PeerListError as e:
             raise UdpPacketError(f"announce reply: {e}") from None
-        return AnnounceReply(tid, interval, leechers, seeders, peers)
+        return AnnounceReply(tid, interval, leechers, seeders, entries)
     if action == SCRAPE:
         body = data[8:]
         if len(body) % 12:
