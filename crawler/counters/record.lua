@@ -20,16 +20,17 @@
 --                        str(escaped city), str(escaped postcode) (empty = unknown)
 -- ARGV[7]      n         the number of keys before the mark buckets
 -- ARGV[8]      ips       binary, per IP: u16 bucket number (1-based: KEYS[n + b]),
---                        u16 place number, u8 k, then k 8-byte fields, one per metric
---                        of the place, in the order torrent; country, torrent-country;
---                        city, torrent-city; postcode, torrent-postcode (parts the
---                        place lacks are absent)
+--                        u16 place number, u8 k; when k >= 3 the 8-byte field of the
+--                        IP's group record for (torrent, place); then k 8-byte fields,
+--                        one per metric of the place, in the order torrent; country,
+--                        torrent-country; city, torrent-city; postcode,
+--                        torrent-postcode (parts the place lacks are absent)
 -- str = u16 length .. bytes; integers big endian.
 --
 -- Python sends places and fingerprints only; names are read, and metric names
 -- and index members built, only when something counted, so a visit whose
--- peers were all seen costs one MGET of its buckets, a memmem per (metric, IP)
--- and nothing else.
+-- peers were all seen costs one MGET of its buckets, a memmem per IP (its
+-- group record; per (metric, IP) when that is missing or stale) and no write.
 -- For each mark missing or expired: write it (one SET of the bucket per IP that
 -- had any; SET, not APPEND, so the string is allocated at its exact size) and
 -- count one.
@@ -53,32 +54,61 @@ local vals = redis.call('MGET', unpack(KEYS, nfixed + 1))
 -- counts per place number: {[j] = count} for metric slot j (created when one counts)
 local t_users, counted = 0, {}
 
+-- The position of field f's record in bucket s, or nil: a match on a record
+-- boundary (f's bytes may also occur across two records).
+local function lookup(s, f)
+  local x = find(s, f, 1, true)
+  while x and x % 12 ~= 1 do
+    x = find(s, f, x + 1, true)
+  end
+  return x
+end
+local function time_at(s, x)
+  local a, b, c, d = byte(s, x + 8, x + 11)
+  return ((a * 256 + b) * 256 + c) * 256 + d
+end
+local function u32(n)
+  return char(math.floor(n / 16777216) % 256, math.floor(n / 65536) % 256,
+              math.floor(n / 256) % 256, n % 256)
+end
+
 local p, o = ARGV[8], 1
 while o <= #p do
   local b, pno, k = u16(p, o), u16(p, o + 2), byte(p, o + 4)
   o = o + 5
   local s = vals[b] or ''
+  -- the group record of (IP, torrent, place), for k >= 3: its time is the
+  -- oldest of the IP's k marks for them, so while it is fresh all k are and
+  -- nothing can count: the revisit of a known peer costs one lookup
+  local gf, gx
+  if k >= 3 then
+    gf = sub(p, o, o + 7)
+    o = o + 8
+    gx = lookup(s, gf)
+    if gx and time_at(s, gx) > cutoff then
+      o = o + 8 * k
+      k = 0
+    end
+  end
   local added, changed = nil, false
+  local oldest = now
   local pc
   for j = 1, k do
     local f = sub(p, o, o + 7)
     o = o + 8
-    -- the record of f: a match on a record boundary (f's bytes may also
-    -- occur across two records)
-    local x = find(s, f, 1, true)
-    while x and x % 12 ~= 1 do
-      x = find(s, f, x + 1, true)
-    end
+    local x = lookup(s, f)
     local fresh = false
     if not x then
       fresh = true
       added = added or {}
       added[#added + 1] = f .. stamp
     else
-      local a, b2, c2, d = byte(s, x + 8, x + 11)
-      if ((a * 256 + b2) * 256 + c2) * 256 + d <= cutoff then
+      local t = time_at(s, x)
+      if t <= cutoff then
         fresh, changed = true, true
         s = sub(s, 1, x + 7) .. stamp .. sub(s, x + 12)
+      elseif t < oldest then
+        oldest = t
       end
     end
     if fresh then
@@ -94,10 +124,20 @@ while o <= #p do
       end
     end
   end
+  if gf and k > 0 then
+    -- positions found above stay valid: renewals keep the length, additions go last
+    if gx then
+      s = sub(s, 1, gx + 7) .. u32(oldest) .. sub(s, gx + 12)
+    else
+      added = added or {}
+      added[#added + 1] = gf .. u32(oldest)
+    end
+    changed = true
+  end
   if added then
     s = s .. table.concat(added)
   end
-  if added or changed then
+  if changed or added then
     redis.call('SET', KEYS[nfixed + b], s)
     vals[b] = s
   end

@@ -291,7 +291,8 @@ class _PlaceInfo:
 
     The slots are: the torrent's users metric, then country, torrent-country,
     city, torrent-city, postcode, torrent-postcode (the parts the place has):
-    ``k`` of them. An IP's record in record.lua's ``ips`` argument is built
+    ``k`` of them; when k >= 3 the IP's group record for (torrent, place)
+    goes first (``"g"`` + the place's names, XOR the torrent). An IP's record in record.lua's ``ips`` argument is built
     as one integer: a 5-byte header (bucket, place number, k) and k 8-byte
     fields, field i = ``low64(ip) XOR metric_i``. So that costs one multiply
     and one XOR per IP, the metrics sit in lanes of one integer: ``g`` holds
@@ -319,17 +320,21 @@ class _PlaceInfo:
                 if part is not None:
                     name = f"countries.{c}.{family}.{part}"
                     slots += [(fps.place(name), False), (fps.place("t" + name), True)]
-        k = self.k = len(slots)
+        self.k = len(slots)
+        if self.k >= 3:
+            # the group record of (IP, torrent, place), first (see record.lua)
+            slots.insert(0, (fps.place("g" + ".".join(n or "" for n in (c, y, z))), True))
+        lanes = len(slots)
         self.g = self.tr = self.r = 0
-        for i, (g, t) in enumerate(slots):  # slot 1 in the highest lane
-            lane = 64 * (k - 1 - i)
+        for i, (g, t) in enumerate(slots):  # the first slot in the highest lane
+            lane = 64 * (lanes - 1 - i)
             self.g |= g << lane
             self.r |= 1 << lane
             if t:
                 self.tr |= 1 << lane
-        self.shift = 64 * k  # where the place number and k go
+        self.shift = 64 * lanes  # where the place number and k go
         self.bshift = self.shift + 24  # where the bucket number goes
-        self.nbytes = 5 + 8 * k
+        self.nbytes = 5 + 8 * lanes
 
 
 class _Batch:
