@@ -187,6 +187,11 @@ def main() -> None:
                 "x_vs_pipelined_per_round": [round(r[3], 2) for r in rows],
                 "x_vs_rtt_per_round": [round(r[4], 1) for r in rows],
             }
+        # bytes per (metric, IP) mark on these realistic visits: group records included
+        pairs = sum(len(metrics_for(h, p.country, p.city, p.postcode))
+                    for g in groups for h, peers in g for _, p in peers)
+        mixed_bytes, _ = memory(client, keys.sub("mk", "[0-9]*"), None, rng)
+        out["bytes_per_mark_in_these_visits"] = round(mixed_bytes / pairs, 1)
         delete_prefix(client, "{" + ns + "}*")
 
         # --- bytes per dedupe mark -------------------------------------------------
