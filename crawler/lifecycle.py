@@ -106,6 +106,7 @@ class Queue:
         self._complete = lua.register(client, "complete")
         self._fail = lua.register(client, "fail")
         self._release = lua.register(client, "release")
+        self._defer = lua.register(client, "defer")
 
     # --- intake ------------------------------------------------------------
     def _add_args(self, items: Sequence[NewItem], readmit: bool, now: float) -> tuple[list, list]:
@@ -291,14 +292,33 @@ class Queue:
         """
         now = time.time() if now is None else now
         count = min(count, MAX_CLAIM)
-        pipe = self.client.pipeline(transaction=False)
-        self._complete(**self._complete_args(lease, result, peers, seeders, leechers, due, now), client=pipe)
-        self._claim(**self._claim_args(count, now), client=pipe)
         try:
-            done, flat = pipe.execute()
+            done, flat = self._pipelined([(self._complete, self._complete_args(lease, result, peers, seeders,
+                                                                              leechers, due, now)),
+                                          (self._claim, self._claim_args(count, now))])
         except redis.RedisError as e:
             raise StoreError(f"completing a visit and claiming failed: {e}") from e
         return self._completed(done), self._leases(flat)
+
+    def _pipelined(self, calls: list) -> list:
+        """Run ``(script, {"keys", "args"})`` calls in one round trip; their replies in order.
+
+        EVALSHA goes into the pipeline as is: redis-py's own pipelined scripts
+        would first ask SCRIPT EXISTS, a second round trip every time. A call
+        answered NOSCRIPT (Redis restarted or flushed its scripts) did
+        nothing; it alone is run again through its Script, which loads it.
+        Raises ``redis.RedisError``.
+        """
+        pipe = self.client.pipeline(transaction=False)
+        for script, a in calls:
+            pipe.evalsha(script.sha, len(a["keys"]), *a["keys"], *a["args"])
+        replies = pipe.execute(raise_on_error=False)
+        for i, (script, a) in enumerate(calls):
+            if isinstance(replies[i], redis.exceptions.NoScriptError):
+                replies[i] = script(keys=a["keys"], args=a["args"])
+            elif isinstance(replies[i], Exception):
+                raise replies[i]
+        return replies
 
     def fail(self, lease: Lease, error: str = "", now: float | None = None, due: float | None = None) -> bool:
         """A visit no source answered: score kept, retry after the retry delay."""
@@ -314,6 +334,18 @@ class Queue:
             )
         except redis.RedisError as e:
             raise StoreError(f"recording a failed visit failed: {e}") from e
+
+    def defer(self, lease: Lease, due: float) -> bool:
+        """Back to cooling until ``due`` unvisited: score kept, no visit or failure counted.
+
+        False if the lease was not this holder's any more (nothing changed).
+        """
+        k = self.keys
+        try:
+            return bool(self._defer(keys=[k.leases, k.claims, k.cooling],
+                                    args=[lease.info_hash, lease.token, repr(due)]))
+        except redis.RedisError as e:
+            raise StoreError(f"deferring a torrent failed: {e}") from e
 
     def release(self, lease: Lease, now: float | None = None) -> bool:
         """Hand a claimed torrent back to ready unvisited (shutdown)."""

@@ -13,12 +13,12 @@ from crawler.operations import queue_report
 from crawler.sources.trackers import Trackers
 from tests.mmdb import write_city_db
 from tests.opentracker import opentracker, peer_address  # noqa: F401 (fixture)
-from workers.autoscale import Autoscaler
+from workers.autoscale import Autoscaler, settled
 from workers.heartbeat import Health, Heartbeat
 from workers.visit import Visitor
 
 
-def test_cooling_respects_the_trackers_min_interval(settings, client, keys, opentracker, tmp_path):
+def test_cooling_respects_the_trackers_min_interval(settings, client, keys, opentracker, tmp_path):  # noqa: F811 (fixtures)
     ih = hashlib.sha1(b"min-interval").hexdigest()
     ot = opentracker([ih])
     for i in range(3):
@@ -45,6 +45,10 @@ def test_cooling_respects_the_trackers_min_interval(settings, client, keys, open
     again = v.visit(lease)
     assert again.state == "skipped" and again.asked == 0
     assert q.state(ih)[1] == pytest.approx(0.8)
+    # Deferred, not failed: no failed visit counted, due when the tracker may be asked.
+    t = q.torrent(ih)
+    assert (t["state"], t["visits"], t["failed_visits"]) == ("cooling", 1, 0)
+    assert t["due"] == pytest.approx(nb[ot.http_url], abs=1.0)
     trackers.close()
 
 
@@ -84,13 +88,68 @@ def test_capacity_needed_from_tracked_torrents_and_per_worker_rate(settings, cli
     assert cap["workers_needed"] == 3
 
 
-def test_autoscaler_grows_when_behind_shrinks_when_overloaded_or_idle(client):
+def test_autoscaler_grows_when_behind_holds_when_saturated_shrinks_when_overloaded_or_idle(client):
     a = Autoscaler(client, low=2, high=40)
     a.best_rtt = 0.0005
     assert a.decide(8, busy=8, latency=30.0, cpu=0.3, rtt=0.0005) == (10, "behind")
-    assert a.decide(8, busy=8, latency=30.0, cpu=0.95, rtt=0.0005) == (6, "overloaded")
-    assert a.decide(8, busy=8, latency=30.0, cpu=0.3, rtt=0.02) == (6, "overloaded")  # Redis slowing
-    assert a.decide(8, busy=8, latency=30.0, cpu=0.8, rtt=0.0005) == (8, "hold")  # the hysteresis band
+    # Saturated while behind: the most this process can do; hold, do not shrink.
+    assert a.decide(8, busy=8, latency=30.0, cpu=0.95, rtt=0.0005) == (8, "hold: saturated")
+    assert a.decide(8, busy=8, latency=30.0, cpu=0.3, rtt=0.005) == (8, "hold: saturated")  # Redis busier
+    assert a.decide(8, busy=8, latency=30.0, cpu=0.3, rtt=0.0005, lag=0.2) == (8, "hold: saturated")
     assert a.decide(8, busy=2, latency=0.0, cpu=0.1, rtt=0.0005) == (7, "idle")
+    assert a.decide(8, busy=6, latency=0.0, cpu=0.1, rtt=0.0005) == (8, "hold")  # keeping up
     assert a.decide(40, busy=40, latency=99.0, cpu=0.1, rtt=0.0005) == (40, "behind")  # capped
     assert a.decide(2, busy=0, latency=0.0, cpu=0.0, rtt=0.0005) == (2, "idle")  # floored
+    # Overloaded (Redis struggling, or the loop too late): shrink, and do not grow back into it.
+    assert a.decide(20, busy=20, latency=30.0, cpu=0.5, rtt=0.05) == (16, "overloaded")
+    assert a.decide(16, busy=16, latency=30.0, cpu=0.5, rtt=0.0005) == (19, "behind")
+    assert a.decide(19, busy=19, latency=30.0, cpu=0.5, rtt=0.0005) == (19, "hold: below a size that overloaded")
+    assert a.decide(19, busy=19, latency=30.0, cpu=0.5, rtt=0.0005, lag=2.0) == (15, "overloaded")
+    for _ in range(a.ceiling_steps):
+        a.decide(15, busy=15, latency=0.0, cpu=0.5, rtt=0.0005)
+    assert a.ceiling is None  # forgotten after ceiling_steps decisions: growth may probe again
+
+
+def test_settled_means_no_change_during_the_last_steps():
+    def h(*sizes, start=8):
+        out, was = [], start
+        for t, size in enumerate(sizes):
+            out.append({"t": float(t), "size": size, "was": was})
+            was = size
+        return out
+
+    assert settled(h(10, 13, 17, 17, 17, 17, 17, 17)) == {"stable": True, "size": 17, "since_s": 2.0}
+    assert settled(h(10, 13, 17, 17, 17, 17))["stable"] is False  # only 3 decisions since
+    assert settled(h(8, 8, 8, 8, 8)) == {"stable": True, "size": 8, "since_s": 0.0}
+    assert settled([])["stable"] is False
+
+
+def test_a_skip_defers_without_counting_a_visit_or_a_failure(settings, client, keys):
+    q = Queue(client, keys, settings)
+    ih = hashlib.sha1(b"defer").hexdigest()
+    q.add([NewItem(ih)])
+    (lease,) = q.claim(1)
+    due = time.time() + 600
+    assert q.defer(lease, due) is True
+    t = q.torrent(ih)
+    assert (t["state"], t["score"], t["visits"], t["failed_visits"]) == ("cooling", 1.0, 0, 0)
+    assert t["due"] == pytest.approx(due)
+    assert q.visits_since(3600, failed=True) == 0 and q.visits_since(3600) == 0
+    assert q.defer(lease, due) is False  # not in flight any more: nothing changes
+    client.zadd(keys.cooling, {ih: time.time() - 1})
+    (again,) = q.claim(1)
+    assert again.token == lease.token + 1
+
+
+def test_complete_and_claim_reloads_a_script_redis_does_not_know(settings, client, keys):
+    from crawler.scoring import Outcome
+
+    q = Queue(client, keys, settings)
+    # A script text never loaded into this Redis: its EVALSHA answers NOSCRIPT.
+    q._complete = client.register_script(q._complete.script + f"\n-- {time.time_ns()}\n")
+    hs = [hashlib.sha1(f"ns{i}".encode()).hexdigest() for i in range(3)]
+    q.add([NewItem(x) for x in hs])
+    (lease,) = q.claim(1)
+    (state, score), nxt = q.complete_and_claim(lease, Outcome.FULL, 1)
+    assert (state, score) == ("cooling", 1.2) and len(nxt) == 1
+    assert q.torrent(lease.info_hash)["visits"] == 1

@@ -1,8 +1,13 @@
 """The worker process: a pool of greenlets over the score queue (SPEC §1, §7).
 
-Strategy. One loop claims as many torrents as the pool has free slots (one
-``claim`` round trip for the batch) and spawns a greenlet per lease that runs
-``Visitor.visit``. Around it run a few service greenlets: the lease extender
+Strategy. A runner greenlet visits one torrent and, in the same round trip
+that completes it, claims its next one (``Visitor.visit_then_claim``), so a
+busy pool costs no separate claim per visit. A runner stops when the queue
+has nothing ready for it, when the pool is above its target (autoscaling
+shrank it) or when the worker stops. One loop fills the free slots: it
+claims as many torrents as there are missing runners (one ``claim`` round
+trip for the batch) and starts a runner per lease, waiting with a growing
+pause while nothing is ready. Around it run a few service greenlets: the lease extender
 (every in-flight lease pushed forward every third of the lease time), the
 heartbeat (``status`` figures), the StatHat flusher with the dedupe-mark
 sweep, and with ``--concurrency auto`` the pool-size controller.
@@ -22,7 +27,7 @@ from __future__ import annotations
 
 import signal
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import gevent
 from gevent.event import Event
@@ -73,6 +78,8 @@ class Worker:
         self._slot = Event()
         self._services: list[gevent.Greenlet] = []
         self._flush_stop = Event()
+        self._leaving = 0  # runners that will not claim again (pool shrinking)
+        self._started = time.monotonic()
 
     # --- control ------------------------------------------------------------
     def stop(self, signum: int | None = None) -> None:
@@ -91,7 +98,7 @@ class Worker:
     # --- the loop -------------------------------------------------------------
     def run(self) -> int:
         """Claim and visit until a stop condition; returns 0."""
-        started = time.monotonic()
+        started = self._started = time.monotonic()
         log.info("worker_started", id=self.heartbeat.id, concurrency=self.target,
                  auto=self.autoscaler is not None, until_idle=self.until_idle,
                  max_visits=self.max_visits, duration=self.duration)
@@ -101,7 +108,7 @@ class Worker:
             while not self.stopping.is_set():
                 if self.duration is not None and time.monotonic() - started >= self.duration:
                     break
-                free = self.target - len(self.pool)
+                free = self.target - (len(self.pool) - self._leaving)
                 if self.max_visits is not None:
                     if self.claimed >= self.max_visits:
                         break
@@ -143,31 +150,71 @@ class Worker:
 
     def _spawn(self, lease: Lease) -> None:
         self.claimed += 1
-        g = gevent.Greenlet(self._visit, lease)
+        g = gevent.Greenlet(self._runner, lease)
         self.pool[g] = lease
         g.start()
 
-    def _visit(self, lease: Lease) -> None:
+    def _runner(self, lease: Lease) -> None:
+        """Visit ``lease``, then go on with the torrent claimed at its completion, until none."""
+        me = gevent.getcurrent()
+        current: Lease | None = lease
+        asked: list[int | None] = [None]  # what next_count answered for the current visit
+
+        def next_count() -> int:
+            n = asked[0] = self._next_count()
+            if n == 0:
+                self._leaving += 1
+            return n
+
         try:
-            v = self.visitor.visit(lease)
-        except StoreError as e:
-            # The lease expires and the torrent comes back; nothing is lost.
-            log.warning("visit_store_error", info_hash=lease.info_hash, error=str(e))
-            return
-        except gevent.GreenletExit:
-            self._hand_back(lease)
-            raise
-        except Exception:  # a bug must not kill the pool; the lease expires
-            log.exception("visit_crashed", info_hash=lease.info_hash)
-            return
+            while current is not None:
+                self.pool[me] = current
+                asked[0] = None
+                try:
+                    v, nxt = self.visitor.visit_then_claim(current, next_count)
+                except StoreError as e:
+                    # The lease expires and the torrent comes back; nothing is lost.
+                    log.warning("visit_store_error", info_hash=current.info_hash, error=str(e))
+                    return
+                except gevent.GreenletExit:
+                    self._hand_back(current)
+                    raise
+                except Exception:  # a bug must not kill the pool; the lease expires
+                    log.exception("visit_crashed", info_hash=current.info_hash)
+                    return
+                if asked[0] and not nxt:
+                    self.claimed -= 1  # the slot reserved for the next claim: nothing came
+                    asked[0] = None
+                current = nxt[0] if nxt else None
+                if current is not None and self.stopping.is_set():
+                    self._hand_back(current)  # claimed just as the stop came
+                    current = None
+                if v.state != "skipped" and self.health.note(v.state != "failed", v.peers):
+                    self._outage_changed()
+                if self.on_visit is not None:
+                    self.on_visit(v)
         finally:
-            self.pool.pop(gevent.getcurrent(), None)
+            if asked[0] == 0:
+                self._leaving -= 1
+            elif asked[0]:
+                self.claimed -= 1  # reserved, and the visit raised before or during the claim
+            self.pool.pop(me, None)
             self._slot.set()
-        if v.state != "skipped":
-            if self.health.note(v.state != "failed", v.peers):
-                self._outage_changed()
-        if self.on_visit is not None:
-            self.on_visit(v)
+
+    def _next_count(self) -> int:
+        """1 if a runner finishing a visit should claim its next torrent (reserving it), else 0.
+
+        0 when stopping, when the pool is above its target (autoscaling
+        shrank it: this runner leaves) or when ``--max-visits`` is reached.
+        """
+        if self.stopping.is_set() or len(self.pool) - self._leaving > self.target:
+            return 0
+        if self.duration is not None and time.monotonic() - self._started >= self.duration:
+            return 0
+        if self.max_visits is not None and self.claimed >= self.max_visits:
+            return 0
+        self.claimed += 1
+        return 1
 
     def _hand_back(self, lease: Lease) -> None:
         try:
@@ -227,6 +274,7 @@ class Worker:
         self._services.append(spawn(self._every, max(self.settings.lease_seconds / 3, 0.5), self._extend))
         if self.autoscaler is not None:
             self._services.append(spawn(self._every, self.autoscaler.interval, self._autoscale))
+            self._services.append(spawn(self.autoscaler.probe))
         if self.flusher is not None:
             self._services.append(spawn(self.flusher.run_forever, self._flush_stop, self.sweep))
 
@@ -250,5 +298,7 @@ class Worker:
         if flusher is not None:
             flusher.join(timeout=SHUTDOWN_MARGIN - 2.0)
         gevent.killall(self._services, block=True, timeout=1.0)
+        if self.autoscaler is not None:
+            self.autoscaler.close()
         self.heartbeat.leave()
         log.info("worker_stopped", visits=self.health.visits, failed=self.health.failed, claimed=self.claimed)

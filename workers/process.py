@@ -6,10 +6,11 @@ patched; tests and the benchmark call it too, with their own collaborators.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from crawler import logs
 from crawler.counters.recorder import Recorder
+from crawler.errors import StoreError
 from crawler.keys import Keys
 from crawler.lifecycle import Queue
 from crawler.settings import Settings
@@ -73,7 +74,7 @@ class Process:
     def close(self) -> None:
         try:
             self.trackers.close()
-        except Exception as e:  # Redis gone at exit: health counts are best effort
+        except (StoreError, OSError) as e:  # Redis gone at exit: health counts are best effort
             log.warning("trackers_close_failed", error=str(e))
         if self.dht is not None:
             self.dht.close()

@@ -13,6 +13,7 @@ import time
 
 import click
 import gevent
+import redis
 
 from crawler.counters.recorder import index_key
 from crawler.errors import ItemError
@@ -60,7 +61,7 @@ class Progress:
     def countries(self) -> int:
         try:
             return int(self.client.zcard(self._countries_key))
-        except Exception:
+        except redis.RedisError:
             return -1
 
     def line(self) -> str:
@@ -68,7 +69,7 @@ class Progress:
         return (f"{self.visits} visits ({self.failed} failed), {self.peers} peers found, {self.new} new, "
                 f"{self.countries()} countries so far, {secs:.0f} s")
 
-    def __enter__(self) -> "Progress":
+    def __enter__(self):  # -> self
         if self.live:
             from rich.console import Console
             from rich.live import Live

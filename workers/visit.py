@@ -13,17 +13,23 @@ all under one deadline. Then, in this order:
 3. otherwise the peers are recorded (§4) *before* the completion, so a crash
    between the two leaves a lease that expires and a retry that counts only
    what was not yet counted; the score is then applied once (§2) by
-   ``Queue.complete``.
+   ``Queue.complete``, or by ``Queue.complete_and_claim`` when the pool wants
+   the greenlet's next torrent: completion and claim in one round trip.
 
 A torrent whose trackers are all still inside their min interval and that
-has no DHT is not announced at all: it goes back to cooling until the first
-of them may be asked again (``Visit.skipped``), which is neither a visit nor
-a failure.
+has no DHT is not announced at all: ``Queue.defer`` puts it back to cooling
+until the first of them may be asked again (``Visit.skipped``), which is
+neither a visit nor a failure.
+
+Round trips of a visit: the plan, one per recording pipeline, the
+completion (with the next claim), and ``torrents.processed`` once per
+torrent and hour (skipped for a revisit inside the hour).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import gevent
@@ -44,6 +50,9 @@ log = logs.get("worker.visit")
 DEFAULT_TRACKER_FLOOR = 0.0
 # Not-before entries outlive the longest min interval a tracker may ask for.
 MIN_INTERVAL_CAP = 6 * 3600.0
+# Torrents remembered as noted for torrents.processed in the current hour:
+# bounded memory (~100 bytes each); past it, visits just ask the recorder.
+NOTED_CAP = 200_000
 
 
 @dataclass(frozen=True)
@@ -76,6 +85,7 @@ class Visitor:
         self.trackers, self.recorder, self.dht = trackers, recorder, dht
         self.tracker_floor = tracker_floor
         self._defaults = tuple(t.url for t in settings.trackers)
+        self._hour, self._noted = -1, set()
 
     def _plan(self, h: str, now: float) -> tuple[list[str], dict[str, float]]:
         """(every tracker of ``h``, tracker -> not-before time) in one round trip."""
@@ -118,6 +128,15 @@ class Visitor:
 
     def visit(self, lease: Lease) -> Visit:
         """Visit ``lease``'s torrent and settle it in the queue."""
+        return self.visit_then_claim(lease)[0]
+
+    def visit_then_claim(self, lease: Lease, claim: Callable[[], int] | None = None) -> tuple[Visit, list[Lease]]:
+        """Visit ``lease``'s torrent, settle it, and claim ``claim()`` more torrents.
+
+        ``claim`` is asked once, when the visit settles (so a stop requested
+        meanwhile is seen); the completion and the claim then share one round
+        trip (``Queue.complete_and_claim``). Returns the visit and the new leases.
+        """
         h = lease.info_hash
         s = self.settings
         start = time.time()
@@ -126,9 +145,9 @@ class Visitor:
         eligible = [u for u in urls if not_before.get(u, 0.0) <= start]
         if not eligible and self.dht is None:
             due = min([not_before[u] for u in urls], default=start + s.retry_seconds)
-            # fail() keeps the score; the reason names why nothing was asked.
-            self.queue.fail(lease, "every tracker inside its min interval", now=start, due=max(due, start + 1))
-            return Visit(h, "skipped", lease.score, 0, 0, 0, 0)
+            # Nothing was asked: back to cooling, score kept, neither a visit nor a failure.
+            self.queue.defer(lease, max(due, start + 1))
+            return Visit(h, "skipped", lease.score, 0, 0, 0, 0), self._claim(claim)
         results = self.gather(h, eligible, deadline)
         now = time.time()
         answered = [r for r in results if r.ok]
@@ -144,7 +163,7 @@ class Visitor:
         if not answered:
             error = "; ".join(f"{r.source}: {r.error}" for r in results)[:200] or "no source to ask"
             self.queue.fail(lease, error, now=now)
-            return Visit(h, "failed", lease.score, 0, 0, 0, len(results), error)
+            return Visit(h, "failed", lease.score, 0, 0, 0, len(results), error), self._claim(claim)
         vr = VisitResult(h, tuple(results))
         ips = vr.peer_ips
         new = self.recorder.record_visit(h, ips, now) if ips else 0
@@ -154,8 +173,44 @@ class Visitor:
         if self.dht is None and urls:
             # Nothing to ask before the first tracker's min interval ends.
             due = max(due, min(not_before.get(u, 0.0) for u in urls))
-        state, score = self.queue.complete(lease, o, peers=len(ips), seeders=vr.seeders, leechers=vr.leechers,
-                                           due=due, now=now)
-        if state != "stale":
-            self.recorder.visited(h, now)
-        return Visit(h, state, score, len(ips), new, len(answered), len(results))
+        # torrents.processed before the completion: a crash in between retries
+        # a visit already noted this hour, which the recorder does not count twice.
+        self._processed(h, now)
+        seeders, leechers = vr.seeders, vr.leechers
+        n = claim() if claim is not None else 0
+        if n > 0:
+            (state, score), leases = self.queue.complete_and_claim(
+                lease, o, n, peers=len(ips), seeders=seeders, leechers=leechers, due=due, now=now)
+        else:
+            state, score = self.queue.complete(lease, o, peers=len(ips), seeders=seeders, leechers=leechers,
+                                               due=due, now=now)
+            leases = []
+        return Visit(h, state, score, len(ips), new, len(answered), len(results)), leases
+
+    def _claim(self, claim: Callable[[], int] | None) -> list[Lease]:
+        """The next leases after a visit that did not complete (failed or skipped)."""
+        n = claim() if claim is not None else 0
+        if n <= 0:
+            return []
+        try:
+            return self.queue.claim(n)
+        except StoreError as e:  # the worker's claim loop tries again
+            log.warning("claim_failed", error=str(e))
+            return []
+
+    def _processed(self, h: str, now: float) -> None:
+        """``Recorder.visited`` once per torrent and clock hour from this process.
+
+        The recorder counts a torrent at most once per UTC clock hour; a
+        second call in the same hour can only answer "already counted", so
+        this process skips its round trip (revisits inside the hour).
+        """
+        hour = int(now) // 3600
+        if hour != self._hour:
+            self._hour, self._noted = hour, set()
+        if h in self._noted:
+            return
+        self.recorder.visited(h, now)
+        if len(self._noted) < NOTED_CAP:
+            self._noted.add(h)
+
