@@ -1,22 +1,40 @@
 """``--concurrency auto``: the pool size that keeps queue latency low (seed 000's wish).
 
-Strategy: every ``interval`` seconds the controller samples queue latency
-(how late the oldest due torrent is), how much of the pool is busy, the
-process's CPU share and the Redis round-trip time, then
+Strategy: every ``interval`` seconds the controller samples four figures:
 
-- shrinks by a fifth when the process is overloaded (CPU above ``cpu_high``,
-  or the round trip above ``rtt_factor`` × the best seen, plus 2 ms): more
-  greenlets would only queue behind the CPU or Redis and make every visit
-  slower;
-- grows by a quarter when the pool is saturated (≥ 90 % busy), torrents are
-  waiting (latency above ``latency_target``) and the CPU is below
-  ``cpu_grow``;
-- shrinks by a tenth when less than half the pool is busy and nothing waits;
-- holds otherwise. The gap between ``cpu_grow`` and ``cpu_high`` is the
-  hysteresis that lets the size settle instead of oscillating.
+- queue latency: how late the oldest due torrent is (``Queue.counts``);
+- busy: how many of the pool's runners hold a torrent;
+- CPU share of this process since the last sample (1.0 = one core: a gevent
+  process runs its Python on one core);
+- event-loop lag: how late a probe greenlet that sleeps 50 ms wakes up, on
+  average over the interval (how long a greenlet ready to run waits for the
+  others);
+- the Redis round trip, timed on a plain blocking socket outside the gevent
+  loop (so it measures Redis and the network, not our own lag), with the best
+  seen as the reference.
 
-The size always stays within ``[low, high]`` (``concurrency_min`` and
-``concurrency_max``).
+From them: *saturated* when the CPU share is at least ``cpu_busy``, the lag
+above ``lag_high`` or the round trip above ``rtt_factor`` × best + 2 ms (more
+greenlets would only wait for the CPU or for Redis); *overloaded* when the
+lag is above ``lag_max`` (tracker replies would wait long enough to risk
+their timeouts) or the round trip above ``overload_factor`` × best + 20 ms
+(Redis, shared by every worker, is struggling). Then
+
+- overloaded: shrink by a fifth, and do not grow back to the size that
+  overloaded for ``ceiling_steps`` decisions (without that memory the size
+  would saw between the overloaded size and the one below);
+- behind (latency above ``latency_target``), ≥ 90 % of the pool busy and not
+  saturated: grow by a quarter;
+- less than half the pool busy and not behind: shrink by a tenth (idle);
+- otherwise hold: keeping up, or saturated while behind (the most this
+  process can do; growing would not visit faster, shrinking would leave the
+  CPU idle while visits wait on the network).
+
+Holding while saturated is what makes the size settle: it grows until the
+process or Redis is busy and stays there. ``settled`` tells from the
+history whether it did: the size has not changed during the last
+``STABLE_STEPS`` decisions. The size always stays within ``[low, high]``
+(``concurrency_min`` and ``concurrency_max``).
 """
 
 from __future__ import annotations
@@ -24,73 +42,201 @@ from __future__ import annotations
 import math
 import time
 
+import gevent
 import redis
+from gevent import monkey
 
 from crawler import logs
+from crawler.errors import StoreError
 
 log = logs.get("worker.autoscale")
 
+# Decisions without a size change after which the size counts as settled.
+STABLE_STEPS = 5
+# How often the lag probe wakes up.
+LAG_PERIOD = 0.05
+# A blocking round trip longer than this counts as this long (the probe must
+# not stall the process while Redis is unreachable).
+RAW_TIMEOUT = 0.25
+
 
 class Autoscaler:
-    """Chooses the pool size; ``step(worker)`` returns the new size."""
+    """Chooses the pool size; ``step(worker)`` returns the new size.
+
+    ``client``: the worker's Redis client (its connection settings are used
+    for the out-of-loop round trip; TLS and cluster clients fall back to a
+    PING through the client). ``low``/``high``: the bounds.
+    """
 
     def __init__(self, client: redis.Redis, low: int, high: int, *, interval: float = 5.0,
-                 latency_target: float = 5.0, cpu_grow: float = 0.70, cpu_high: float = 0.90,
-                 rtt_factor: float = 4.0, start: int | None = None):
+                 latency_target: float = 5.0, cpu_busy: float = 0.85, lag_high: float = 0.1,
+                 lag_max: float = 1.0, rtt_factor: float = 4.0, overload_factor: float = 10.0,
+                 ceiling_steps: int = 24, start: int | None = None):
         self.client = client
         self.low, self.high = low, high
         self.size = max(low, min(high, start if start is not None else max(low, 8)))
         self.interval = interval
         self.latency_target = latency_target
-        self.cpu_grow, self.cpu_high = cpu_grow, cpu_high
-        self.rtt_factor = rtt_factor
+        self.cpu_busy, self.lag_high, self.lag_max = cpu_busy, lag_high, lag_max
+        self.rtt_factor, self.overload_factor = rtt_factor, overload_factor
+        self.ceiling_steps = ceiling_steps
+        self.ceiling: int | None = None  # a size that overloaded, not to be grown back to
+        self._ceiling_left = 0
         self.best_rtt: float | None = None
         self._cpu = (time.monotonic(), time.process_time())
-        self.history: list[dict] = []  # each step's sample and decision, newest last
+        self._lag_sum, self._lag_n = 0.0, 0
+        self._raw = None  # a blocking socket to Redis, False when not possible
+        self._t0 = time.monotonic()
+        self.history: list[dict] = []  # each step's sample and decision, oldest first (last 1000)
 
+    # --- samples ------------------------------------------------------------
     def _cpu_share(self) -> float:
         wall, cpu = time.monotonic(), time.process_time()
         w0, c0 = self._cpu
         self._cpu = (wall, cpu)
         return (cpu - c0) / max(wall - w0, 1e-6)
 
-    def _rtt(self) -> float | None:
-        t = time.perf_counter()
+    def probe(self) -> None:
+        """The lag probe (a service greenlet): how late a short sleep wakes up, summed per interval."""
+        while True:
+            t = time.perf_counter()
+            gevent.sleep(LAG_PERIOD)
+            self._lag_sum += max(0.0, time.perf_counter() - t - LAG_PERIOD)
+            self._lag_n += 1
+
+    def _lag(self) -> float:
+        lag = self._lag_sum / self._lag_n if self._lag_n else 0.0
+        self._lag_sum, self._lag_n = 0.0, 0
+        return lag
+
+    def _open_raw(self):
+        """A plain blocking socket to the client's Redis, or False (TLS, cluster, unknown)."""
+        pool = getattr(self.client, "connection_pool", None)
+        kw = getattr(pool, "connection_kwargs", None) or {}
+        cls = getattr(pool, "connection_class", None)
+        real_socket = monkey.get_original("socket", "socket")
+        import socket as _s
+
         try:
-            self.client.ping()
-        except redis.RedisError:
+            if cls is redis.connection.UnixDomainSocketConnection and kw.get("path"):
+                s = real_socket(_s.AF_UNIX, _s.SOCK_STREAM)
+                s.settimeout(RAW_TIMEOUT)
+                s.connect(kw["path"])
+            elif cls is redis.connection.Connection and kw.get("host"):
+                infos = _s.getaddrinfo(kw["host"], kw.get("port", 6379), type=_s.SOCK_STREAM)
+                family, _, _, _, addr = infos[0]
+                s = real_socket(family, _s.SOCK_STREAM)
+                s.settimeout(RAW_TIMEOUT)
+                s.connect(addr)
+                s.setsockopt(_s.IPPROTO_TCP, _s.TCP_NODELAY, 1)
+            else:
+                return False
+        except OSError:
+            return None  # try again next time
+        return s
+
+    def _rtt(self) -> float | None:
+        """One Redis round trip in seconds (PING; any reply, NOAUTH included, is a round trip)."""
+        if self._raw is None:
+            self._raw = self._open_raw()
+        if self._raw:
+            t = time.perf_counter()
+            try:
+                self._raw.sendall(b"*1\r\n$4\r\nPING\r\n")
+                data = b""
+                while not data.endswith(b"\r\n"):
+                    chunk = self._raw.recv(256)
+                    if not chunk:
+                        raise OSError("closed")
+                    data += chunk
+                rtt = time.perf_counter() - t
+            except OSError:
+                self.close()
+                rtt = RAW_TIMEOUT
+        elif self._raw is False:
+            t = time.perf_counter()
+            try:
+                self.client.ping()
+            except redis.RedisError:
+                return None
+            rtt = time.perf_counter() - t
+        else:
             return None
-        rtt = time.perf_counter() - t
         self.best_rtt = rtt if self.best_rtt is None else min(self.best_rtt, rtt)
         return rtt
 
-    def decide(self, size: int, busy: int, latency: float, cpu: float, rtt: float | None) -> tuple[int, str]:
-        """The next size and why, from one sample (pure; tests call it directly)."""
-        slow_redis = rtt is not None and self.best_rtt is not None and rtt > self.rtt_factor * self.best_rtt + 0.002
-        if cpu > self.cpu_high or slow_redis:
+    def close(self) -> None:
+        if self._raw:
+            try:
+                self._raw.close()
+            except OSError:
+                pass
+        self._raw = None
+
+    # --- the decision -----------------------------------------------------------
+    def decide(self, size: int, busy: int, latency: float, cpu: float, rtt: float | None,
+               lag: float = 0.0) -> tuple[int, str]:
+        """The next size and why, from one sample (pure but for the ceiling; tests call it directly)."""
+        best = self.best_rtt
+        slow = rtt is not None and best is not None
+        overloaded = lag > self.lag_max or (slow and rtt > self.overload_factor * best + 0.020)
+        saturated = cpu >= self.cpu_busy or lag > self.lag_high or (slow and rtt > self.rtt_factor * best + 0.002)
+        behind = latency > self.latency_target
+        if overloaded:
             new, why = size - max(1, math.ceil(size * 0.2)), "overloaded"
-        elif busy >= 0.9 * size and latency > self.latency_target and cpu < self.cpu_grow:
+            self.ceiling, self._ceiling_left = size, self.ceiling_steps
+        elif behind and busy >= 0.9 * size and not saturated:
             new, why = size + max(1, math.ceil(size * 0.25)), "behind"
-        elif busy < 0.5 * size and latency <= self.latency_target:
+            if self.ceiling is not None:
+                new = min(new, self.ceiling - 1)
+                if new <= size:
+                    new, why = size, "hold: below a size that overloaded"
+        elif busy < 0.5 * size and not behind:
             new, why = size - max(1, math.ceil(size * 0.1)), "idle"
         else:
-            new, why = size, "hold"
+            new, why = size, "hold: saturated" if behind else "hold"
+        if self._ceiling_left > 0 and why != "overloaded":
+            self._ceiling_left -= 1
+            if self._ceiling_left == 0:
+                self.ceiling = None
         return max(self.low, min(self.high, new)), why
 
     def step(self, worker) -> int:
         """Sample ``worker`` (its queue, pool and target) and return the new size."""
         cpu = self._cpu_share()
+        lag = self._lag()
         rtt = self._rtt()
         try:
             latency = worker.queue.counts()["queue_latency_s"]
-        except Exception:  # Redis trouble: hold the size rather than guess
+        except StoreError:  # Redis trouble: hold the size rather than guess
             return self.size
-        new, why = self.decide(worker.target, len(worker.pool), latency, cpu, rtt)
+        busy = len(worker.pool)
+        new, why = self.decide(worker.target, busy, latency, cpu, rtt, lag)
         if new != self.size:
             log.info("pool_resized", size=new, was=self.size, why=why, latency_s=latency,
-                     cpu=round(cpu, 2), rtt_ms=None if rtt is None else round(rtt * 1000, 2))
+                     cpu=round(cpu, 2), lag_ms=round(lag * 1000, 1),
+                     rtt_ms=None if rtt is None else round(rtt * 1000, 2))
+        self.history.append({"t": round(time.monotonic() - self._t0, 1), "size": new, "was": self.size, "why": why,
+                             "busy": busy, "latency_s": latency, "cpu": round(cpu, 2),
+                             "lag_ms": round(lag * 1000, 1),
+                             "rtt_ms": None if rtt is None else round(rtt * 1000, 3)})
+        del self.history[:-1000]
         self.size = new
-        self.history.append({"size": new, "why": why, "cpu": round(cpu, 2), "latency_s": latency,
-                             "busy": len(worker.pool)})
-        del self.history[:-100]
         return new
+
+
+def settled(history: list[dict], steps: int = STABLE_STEPS) -> dict:
+    """Whether the size in ``history`` settled: ``{"stable", "size", "since_s"}``.
+
+    Stable: the size did not change during the last ``steps`` decisions.
+    ``since_s``: the time (``t``) of the last change (0.0: never changed).
+    """
+    if not history:
+        return {"stable": False, "size": None, "since_s": None}
+    unchanged = 0
+    for x in reversed(history):
+        if x["size"] != x["was"]:
+            break
+        unchanged += 1
+    changes = [x["t"] for x in history if x["size"] != x["was"]]
+    return {"stable": unchanged >= steps, "size": history[-1]["size"], "since_s": changes[-1] if changes else 0.0}
