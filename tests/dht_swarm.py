@@ -32,6 +32,7 @@ import hashlib
 import time
 import warnings
 from contextlib import contextmanager
+from typing import Self
 
 import libtorrent as lt
 import pytest
@@ -78,20 +79,23 @@ def routing_nodes(session) -> int:
 class Swarm:
     """``size`` DHT nodes on 127.0.0.``first_ip`` .. 127.0.0.``first_ip+size-1``.
 
+    ``node_extra``: settings overriding ``node_params`` on every node (e.g.
+    libtorrent's own ``dht_block_ratelimit`` of 5, to test pacing).
     ``start(timeout)`` (called by ``__enter__``) raises ``RuntimeError`` if
     the nodes do not all know each other in time.
     """
 
-    def __init__(self, size: int = 12, first_ip: int = 20, prefix: str = "127.0.0."):
-        if not 0 < first_ip and first_ip + size <= 255:
+    def __init__(self, size: int = 12, first_ip: int = 20, prefix: str = "127.0.0.", node_extra: dict | None = None):
+        if not (0 < first_ip and first_ip + size <= 255):
             raise ValueError("swarm addresses must fit in one /24")
         self.size = size
         self.ips = [f"{prefix}{first_ip + i}" for i in range(size)]
+        self.node_extra = dict(node_extra or {})
         self.nodes: list = []
         self.endpoints: list[tuple[str, int]] = []
 
-    def start(self, timeout: float = 15.0) -> "Swarm":
-        self.nodes = [lt.session(node_params(ip)) for ip in self.ips]
+    def start(self, timeout: float = 15.0) -> Self:
+        self.nodes = [lt.session(node_params(ip, **self.node_extra)) for ip in self.ips]
         self.endpoints = [(ip, s.listen_port()) for ip, s in zip(self.ips, self.nodes)]
         for i, s in enumerate(self.nodes):
             for j, ep in enumerate(self.endpoints):
@@ -146,7 +150,7 @@ class Swarm:
     def close(self) -> None:
         self.nodes.clear()
 
-    def __enter__(self) -> "Swarm":
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -176,13 +180,15 @@ def plain_lookup(session, info_hash_hex: str, want: int, timeout: float) -> set[
 
 
 @contextmanager
-def announced_swarm(size: int = 12, first_ip: int = 20, announcements: dict | None = None):
+def announced_swarm(size: int = 12, first_ip: int = 20, announcements: dict | None = None,
+                    node_extra: dict | None = None):
     """A started swarm whose ``expected`` maps each announced hash to its peers.
 
     ``announcements``: info-hash hex -> (node indexes, port base); default
-    ``DEFAULT_ANNOUNCEMENTS``. Waits until every announce is visible.
+    ``DEFAULT_ANNOUNCEMENTS``. ``node_extra``: see ``Swarm``. Waits until
+    every announce is visible.
     """
-    with Swarm(size=size, first_ip=first_ip) as swarm:
+    with Swarm(size=size, first_ip=first_ip, node_extra=node_extra) as swarm:
         plan = DEFAULT_ANNOUNCEMENTS if announcements is None else announcements
         swarm.expected = {ih: swarm.announce(ih, nodes, port_base) for ih, (nodes, port_base) in plan.items()}
         swarm.wait_announced(swarm.expected)

@@ -24,12 +24,23 @@ none answered only if DHT nodes responded while it ran: the session's counters
 the traversal; one at most 0.25 s old is shared) and again at the end. No response at all, an empty routing table or
 a bootstrap that never finished make the result ``failed``, never "0 peers" —
 a crawler that lost its network must not decay the catalogue (SPEC §1).
+
+Pacing: a lookup starts only when ``NodePacer`` (dht_pacing) says no remote
+node would then get more than ``dht_node_rate`` queries a second from this
+process; the dispatcher reports every outgoing query's destination to it.
+A lookup that cannot start before its deadline fails ("paced").
+
+The dispatcher handles a whole batch of alerts in one loop: it runs for
+every query and reply of every lookup, so per-alert work is kept to a
+dictionary look-up and a few attribute reads.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import sys
 import time
+from typing import Self
 
 import gevent
 import libtorrent as lt
@@ -40,7 +51,8 @@ from crawler import logs
 from crawler.errors import PeercrawlError
 from crawler.settings import Settings
 from crawler.sources.dht_alerts import AlertPump, StatsRequests
-from crawler.sources.dht_session import ip_filter, resolve_bootstrap, session_params
+from crawler.sources.dht_pacing import Activity, NodePacer, Traversal
+from crawler.sources.dht_session import listen_interface, new_session, resolve_bootstrap
 from crawler.sources.result import SourceResult
 
 log = logs.get(__name__)
@@ -58,6 +70,12 @@ class DhtClosed(PeercrawlError):
     """The DHT source was closed while a lookup waited."""
 
 
+_QUERY_ALERT = lt.dht_outgoing_get_peers_alert
+_PEERS_ALERT = lt.dht_get_peers_reply_alert
+_STATS_ALERT = lt.session_stats_alert
+_BOOTSTRAP_ALERT = lt.dht_bootstrap_alert
+
+
 def _responses(values: dict) -> int:
     return values.get("dht.dht_messages_in", 0) - sum(values.get(k, 0) for k in _QUERY_COUNTERS)
 
@@ -66,15 +84,34 @@ def _canonical(ip: str) -> str:
     return str(ipaddress.ip_address(ip)) if ":" in ip else ip
 
 
-class _Lookup:
-    """One greenlet's pending lookup; mutated only by the hub's dispatcher."""
+class _Target(Activity):
+    """Every traversal of one info-hash not yet retired by the pacer.
 
-    __slots__ = ("peers", "event", "last_activity", "queries", "max_peers")
+    ``live``: the lookups whose greenlet still waits (usually one);
+    ``traversals``: those plus the ended ones the pacer still counts;
+    ``last_activity``: the latest query or reply for the hash (alerts name
+    the hash, not the traversal). Mutated only by the hub's dispatcher and
+    by the lookups starting and ending.
+    """
 
-    def __init__(self, max_peers: int):
+    __slots__ = ("key", "live", "traversals")
+
+    def __init__(self, key: bytes, now: float):
+        super().__init__(now)
+        self.key = key
+        self.live: list[_Lookup] = []
+        self.traversals = 0
+
+
+class _Lookup(Traversal):
+    """One greenlet's lookup and its libtorrent traversal."""
+
+    __slots__ = ("event", "max_peers", "peers", "queries")
+
+    def __init__(self, target: _Target, max_peers: int, now: float):
+        super().__init__(now, target)
         self.peers: set[tuple[str, int]] = set()
         self.event = Event()
-        self.last_activity = time.monotonic()
         self.queries = 0
         self.max_peers = max_peers
 
@@ -83,7 +120,8 @@ class DhtSource:
     """The worker process's DHT node, shared by all its greenlets.
 
     ``settings``: dht_listen, dht_bootstrap, dht_upload_rate_limit,
-    dht_lookups_in_flight, dht_timeout, dht_max_peers, allow_private are used.
+    dht_lookups_in_flight, dht_timeout, dht_max_peers, dht_node_rate,
+    dht_node_window, allow_private are used.
     ``settle``: seconds without a new query after which a lookup is over.
     ``read_only``: run as a BEP 43 read-only node (see dht_session).
     ``extra``: libtorrent settings overriding ours (tests and benchmarks).
@@ -99,49 +137,68 @@ class DhtSource:
         self.timeout = settings.dht_timeout
         self.settle = settle
         self.bootstrap = resolve_bootstrap(settings.dht_bootstrap, settings.allow_private)
-        params = session_params(settings, self.bootstrap, read_only)
-        params.update(extra or {})
-        self._session = lt.session(params)
-        self._session.set_ip_filter(ip_filter(settings.allow_private))
-        self._lookups: dict[bytes, list[_Lookup]] = {}
+        self._session = new_session(settings, self.bootstrap, read_only, extra)
+        # Every info-hash with a traversal not yet retired by the pacer.
+        self._targets: dict[bytes, _Target] = {}
+        self._waiting = 0  # lookups whose greenlet still waits
         self._in_flight = BoundedSemaphore(settings.dht_lookups_in_flight)
+        self._pacer = NodePacer(settings.dht_node_rate, settings.dht_node_window, on_retire=self._unregister)
+        self._pace_wake = Event()  # replaced each time it fires
+        self._pace_waiters = 0
+        self.paced_lookups = 0  # lookups that had to wait for the pacer
         self._stats = StatsRequests()
         self._bootstrapped = Event()
         self._closed = False
-        self._dispatch_table = {
-            lt.dht_get_peers_reply_alert: self._on_peers,
-            lt.dht_outgoing_get_peers_alert: self._on_query,
-            lt.session_stats_alert: self._on_stats,
-            lt.dht_bootstrap_alert: self._on_bootstrap,
-        }
         self._pump = AlertPump(self._session, self._dispatch)
-        log.info("dht_started", listen=params["listen_interfaces"], bootstrap=len(self.bootstrap))
+        log.info("dht_started", listen=listen_interface(*settings.dht_listen), bootstrap=len(self.bootstrap))
 
     # --- hub side: never switches -----------------------------------------
 
-    def _dispatch(self, alert) -> None:
-        handler = self._dispatch_table.get(type(alert))
-        if handler is not None:
-            handler(alert)
-
-    def _on_peers(self, alert) -> None:
-        waiting = self._lookups.get(alert.info_hash.to_bytes())
-        if not waiting:
-            return
-        peers = [(_canonical(ip), port) for ip, port in alert.peers()]
+    def _dispatch(self, alerts: list) -> None:
+        """Handle one batch of alerts (AlertPump); runs in the hub."""
+        targets, pacer = self._targets, self._pacer
         now = time.monotonic()
-        for lk in waiting:
-            lk.peers.update(peers)
-            lk.last_activity = now
-            lk.event.set()
+        for alert in alerts:
+            kind = type(alert)
+            try:
+                if kind is _QUERY_ALERT:
+                    # A traversal sent a get_peers query: progress for the
+                    # hash; the query belongs to the first waiting lookup of
+                    # the hash that had none to that address yet, else to
+                    # nobody (the pacer then counts it on top).
+                    ip = alert.endpoint[0]
+                    owner = None
+                    target = targets.get(alert.info_hash.to_bytes())
+                    if target is not None:
+                        target.last_activity = now
+                        for lk in target.live:
+                            lk.queries += 1
+                            if owner is None and ip not in lk.queried:
+                                owner = lk
+                    pacer.sent(ip, now, owner)
+                elif kind is _PEERS_ALERT:
+                    target = targets.get(alert.info_hash.to_bytes())
+                    if target is not None:
+                        target.last_activity = now
+                        if target.live:
+                            self._on_peers(alert, target.live)
+                elif kind is _STATS_ALERT:
+                    self._on_stats(alert)
+                elif kind is _BOOTSTRAP_ALERT:
+                    self._bootstrapped.set()
+            except Exception:  # noqa: BLE001 (one bad alert must not stop the others)
+                gevent.get_hub().handle_error(None, *sys.exc_info())
 
-    def _on_query(self, alert) -> None:
-        waiting = self._lookups.get(alert.info_hash.to_bytes())
-        if waiting:
-            now = time.monotonic()
-            for lk in waiting:
-                lk.queries += 1
-                lk.last_activity = now
+    @staticmethod
+    def _on_peers(alert, live: list[_Lookup]) -> None:
+        peers = None
+        for lk in live:
+            if len(lk.peers) >= lk.max_peers:
+                continue
+            if peers is None:
+                peers = [(_canonical(ip), port) for ip, port in alert.peers()]
+            lk.peers.update(peers)
+            lk.event.set()
 
     def _on_stats(self, alert) -> None:
         values = alert.values
@@ -149,8 +206,17 @@ class DhtSource:
         if values.get("dht.dht_nodes", 0) > 0:
             self._bootstrapped.set()
 
-    def _on_bootstrap(self, alert) -> None:
-        self._bootstrapped.set()
+    def _unregister(self, lk: Traversal) -> None:
+        """The pacer retired ``lk``'s traversal: forget its info-hash once all are."""
+        target = lk.activity
+        target.traversals -= 1
+        if not target.traversals:
+            self._targets.pop(target.key, None)
+
+    def _wake_paced(self) -> None:
+        if self._pace_waiters:
+            wake, self._pace_wake = self._pace_wake, Event()
+            wake.set()
 
     # --- greenlet side ------------------------------------------------------
 
@@ -192,21 +258,35 @@ class DhtSource:
                 return self._failed(f"DHT not bootstrapped within {self.timeout:g}s: no nodes in its routing table")
         # An empty table after the bootstrap still gets a lookup: libtorrent
         # then asks the bootstrap routers, which it never puts in the table.
+        if not self._pacer.ready(time.monotonic()) and not self._wait_for_pace(deadline):
+            if self._closed:
+                return self._failed("DHT source closed")
+            return self._failed(
+                f"paced: no DHT lookup could start within {self.timeout:g}s without sending a node more than "
+                f"{self.settings.dht_node_rate:g} queries/s"
+            )
 
         # Baseline counters, taken by libtorrent before the traversal starts
         # (posted calls run in order); only read if no peer comes back.
         before = self._stats.baseline(self._session)
-        lk = _Lookup(self.max_peers)
-        self._lookups.setdefault(target, []).append(lk)
+        now = time.monotonic()
+        group = self._targets.get(target)
+        if group is None:
+            group = self._targets[target] = _Target(target, now)
+        group.last_activity = now
+        lk = _Lookup(group, self.max_peers, now)
+        group.live.append(lk)
+        group.traversals += 1
+        self._pacer.start(lk)
+        self._waiting += 1
         try:
             self._session.dht_get_peers(lt.sha1_hash(target))
             self._wait(lk, deadline)
         finally:
-            waiting = self._lookups.get(target)
-            if waiting is not None:
-                waiting.remove(lk)
-                if not waiting:
-                    del self._lookups[target]
+            self._waiting -= 1
+            group.live.remove(lk)
+            self._pacer.end(lk, time.monotonic())
+            self._wake_paced()
         if self._closed:
             return self._failed("DHT source closed")
         if lk.peers:
@@ -224,11 +304,28 @@ class DhtSource:
         nodes = after.get("dht.dht_nodes", 0)
         return self._failed(f"no DHT node responded ({lk.queries} queries sent, {nodes} nodes in routing table)")
 
+    def _wait_for_pace(self, deadline: float) -> bool:
+        """Sleep until the pacer lets a traversal start; False at the deadline or close."""
+        self.paced_lookups += 1
+        self._pace_waiters += 1
+        try:
+            while not self._closed:
+                now = time.monotonic()
+                if self._pacer.ready(now):
+                    return True
+                if now >= deadline:
+                    return False
+                # Woken by a lookup ending, or when a query leaves the window.
+                self._pace_wake.wait(timeout=min(deadline - now, self._pacer.next_change(now) + 0.001))
+            return False
+        finally:
+            self._pace_waiters -= 1
+
     def _wait(self, lk: _Lookup, deadline: float) -> None:
         """Sleep until the lookup has enough peers, settles, or hits the deadline."""
         while not self._closed and len(lk.peers) < lk.max_peers:
             now = time.monotonic()
-            settle_at = lk.last_activity + self.settle
+            settle_at = lk.activity.last_activity + self.settle
             if now >= deadline or now >= settle_at:
                 return
             lk.event.clear()
@@ -240,7 +337,7 @@ class DhtSource:
     # --- status and shutdown --------------------------------------------
 
     def dht_health(self) -> dict:
-        """``{"nodes", "bootstrapped", "lookups_in_flight", "bootstrap_nodes"}`` for status.
+        """``{"nodes", "bootstrapped", "lookups_in_flight", "bootstrap_nodes", "paced_lookups"}`` for status.
 
         Never waits: ``nodes`` comes from the latest counters seen, and a
         fresh read is requested for the next call.
@@ -252,8 +349,9 @@ class DhtSource:
         return {
             "nodes": nodes,
             "bootstrapped": self._bootstrapped.is_set() or nodes > 0,
-            "lookups_in_flight": sum(len(v) for v in self._lookups.values()),
+            "lookups_in_flight": self._waiting,
             "bootstrap_nodes": len(self.bootstrap),
+            "paced_lookups": self.paced_lookups,
         }
 
     def close(self) -> None:
@@ -266,16 +364,17 @@ class DhtSource:
         self._closed = True
         self._pump.close()
         self._stats.fail_all(DhtClosed("DHT source closed"))
-        for waiting in list(self._lookups.values()):
-            for lk in waiting:
+        for group in list(self._targets.values()):
+            for lk in group.live:
                 lk.event.set()
+        self._pace_wake.set()
         # The destructor waits for libtorrent's threads; none of them needs
         # the GIL any more (see dht_alerts), so this takes milliseconds.
         session, self._session = self._session, None
         del session
         log.info("dht_closed")
 
-    def __enter__(self) -> "DhtSource":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -7,8 +7,8 @@ binding's C++ one that writes a byte to a file descriptor, so no Python code
 ever runs on a libtorrent thread. The read end of that pipe is a gevent
 ``io`` watcher; its callback runs in the hub, drains the pipe, then calls
 ``pop_alerts()`` (non-blocking: it swaps the queue under the mutex) and hands
-every alert to ``dispatch``. Popping the whole queue re-arms libtorrent's
-notification, so nothing polls.
+the whole batch to ``dispatch``. Popping the whole queue re-arms
+libtorrent's notification, so nothing polls.
 
 Why not ``set_alert_notify(python_callback)`` waking an ``async_`` watcher
 (whose ``send()`` is thread-safe): that callback needs the GIL on libtorrent's
@@ -30,7 +30,7 @@ import os
 import sys
 import time
 from collections import deque
-from typing import Callable
+from collections.abc import Callable
 
 import gevent
 from gevent.event import AsyncResult
@@ -41,12 +41,14 @@ _READ = 1  # libev/libuv EV_READ
 class AlertPump:
     """Wakes the hub when libtorrent has alerts and dispatches them there.
 
-    ``session``: a ``libtorrent.session``; ``dispatch(alert)`` is called in
-    the hub for every alert, must not block and should not raise (an
-    exception is reported by the hub and the next alerts still flow).
+    ``session``: a ``libtorrent.session``; ``dispatch(alerts)`` is called in
+    the hub with each batch ``pop_alerts()`` returned (a list, oldest first);
+    it must not block and should handle its own errors per alert (an
+    exception that escapes is reported by the hub and drops the rest of that
+    batch; later batches still flow).
     """
 
-    def __init__(self, session, dispatch: Callable[[object], None]):
+    def __init__(self, session, dispatch: Callable[[list], None]):
         self._session = session
         self._dispatch = dispatch
         self._rfd, self._wfd = os.pipe()
@@ -74,10 +76,11 @@ class AlertPump:
         session = self._session
         if session is None:
             return
-        for alert in session.pop_alerts():
+        alerts = session.pop_alerts()
+        if alerts:
             try:
-                self._dispatch(alert)
-            except Exception:  # one bad alert must not stop the pump
+                self._dispatch(alerts)
+            except Exception:  # noqa: BLE001 (the pump must keep running)
                 gevent.get_hub().handle_error(None, *sys.exc_info())
 
     def detach(self) -> None:

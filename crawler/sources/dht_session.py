@@ -85,6 +85,21 @@ def ip_filter(allow_private: bool):
     return f
 
 
+def new_session(settings: Settings, bootstrap: list[tuple[str, int]], read_only: bool = True, extra: dict | None = None):
+    """The crawler's DHT-only ``libtorrent.session``, address filter applied.
+
+    ``bootstrap``: checked ``(ip, port)`` pairs (``resolve_bootstrap``);
+    ``extra``: libtorrent settings overriding ours (tests, benchmarks). The
+    benchmark's plain libtorrent loop builds its session here too, so both
+    sides run the same node.
+    """
+    params = session_params(settings, bootstrap, read_only)
+    params.update(extra or {})
+    session = lt.session(params)
+    session.set_ip_filter(ip_filter(settings.allow_private))
+    return session
+
+
 def session_params(settings: Settings, bootstrap: list[tuple[str, int]], read_only: bool) -> dict:
     """The settings pack of the crawler's DHT-only session."""
     cat = lt.alert.category_t
