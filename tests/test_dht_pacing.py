@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 
 from crawler.settings import Settings, SettingsError
 from crawler.sources.dht import DhtSource
-from crawler.sources.dht_pacing import NodePacer, Traversal
+from crawler.sources.dht_pacing import Group, NodePacer
 from tests.dht_swarm import HASH_A, HASH_B, HASH_C, announced_swarm
 
 # --- the pacer alone -----------------------------------------------------------
@@ -43,7 +43,7 @@ def test_budget_is_rate_times_window_and_bounds_running_traversals():
     assert pacer.budget == 40
     started = 0
     while pacer.ready(0.0):
-        pacer.start(Traversal(0.0))
+        pacer.start(Group(0.0))
         started += 1
     # A node nobody queried yet may still get one query from each running
     # traversal: at most budget of them run at a time.
@@ -55,46 +55,69 @@ def test_budget_is_rate_times_window_and_bounds_running_traversals():
 def test_queries_in_the_window_hold_back_new_lookups_until_they_expire():
     pacer = NodePacer(rate=1.0, window=10.0, quiet=2.0)  # budget 10
     for i in range(4):  # four finished lookups, each queried node X once
-        t = Traversal(float(i))
-        pacer.start(t)
-        pacer.sent("10.0.0.1", float(i), t)
-        pacer.end(t, float(i))
+        g = Group(float(i))
+        pacer.start(g)
+        pacer.sent("10.0.0.1", float(i), g)
+        pacer.end(g, float(i))
     # At t=6 all are quiet: X had 4 queries, so 10 - 4 = 6 may run.
-    running = []
+    running = 0
     while pacer.ready(6.0):
-        t = Traversal(6.0)
-        pacer.start(t)
-        running.append(t)
-    assert len(running) == 6
+        pacer.start(Group(6.0))
+        running += 1
+    assert running == 6
     assert pacer.busiest(6.0) == 4
-    # The first query leaves the window at t=10 (sent at 0, window 10 s).
-    assert pacer.next_change(6.0) == pytest.approx(4.0)
-    assert not pacer.ready(9.99)
-    assert pacer.ready(10.0)
+    # The first query leaves the count at t=10.5: sent at 0, window 10 s,
+    # counted per slot of window/20 = 0.5 s (up to a slot longer: safe side).
+    assert pacer.next_change(6.0) == pytest.approx(4.5)
+    assert not pacer.ready(10.49)
+    assert pacer.ready(10.5)
 
 
-def test_ended_traversal_counts_until_quiet_and_late_queries_count_on_top():
+def test_ended_traversal_counts_until_quiet_and_extra_queries_count_on_top():
     retired = []
     pacer = NodePacer(rate=1.0, window=10.0, quiet=2.0, on_retire=retired.append)
-    t = Traversal(0.0)
-    pacer.start(t)
-    pacer.sent("10.0.0.1", 0.0, t)
-    pacer.end(t, 0.5)
+    g = Group(0.0)
+    pacer.start(g)
+    pacer.sent("10.0.0.1", 0.0, g)
+    pacer.end(g, 0.5)
     assert pacer.running == 1 and not retired
-    # The traversal goes on after its lookup ended: a query nobody can own.
-    t.activity.last_activity = 1.0
-    pacer.sent("10.0.0.1", 1.0, None)
+    # The traversal goes on after its lookup ended; a second query to the
+    # same address is more than its group was reserved for.
+    g.last_activity = 1.0
+    pacer.sent("10.0.0.1", 1.0, g)
     assert pacer.ready(2.5)  # still counted (active at 1.0, quiet 2 s)
     assert pacer.running == 1
     assert pacer.ready(3.0)
-    assert retired == [t] and t.retired and pacer.running == 0
+    assert retired == [g] and pacer.running == 0
     assert pacer.busiest(3.0) == 2
     # X: 2 queries in the window, so 10 - 2 = 8 may start now.
     n = 0
     while pacer.ready(3.0):
-        pacer.start(Traversal(3.0))
+        pacer.start(Group(3.0))
         n += 1
     assert n == 8
+
+
+def test_traversals_of_one_info_hash_share_a_group():
+    pacer = NodePacer(rate=1.0, window=10.0, quiet=2.0)
+    g = Group(0.0)
+    pacer.start(g)
+    pacer.start(g)  # the same torrent looked up twice at once
+    pacer.sent("10.0.0.1", 0.0, g)
+    pacer.sent("10.0.0.1", 0.1, g)  # one query from each traversal
+    assert g.assigned == {"10.0.0.1": 2}
+    pacer.end(g, 0.2)
+    pacer.end(g, 0.3)
+    assert pacer.running == 2
+    # A third lookup of the hash while the group drains keeps all three
+    # counted until the group is quiet again.
+    g.last_activity = 1.5
+    pacer.start(g)
+    assert pacer.ready(4.0) and pacer.running == 3
+    g.last_activity = 3.5  # its traversal queried
+    pacer.end(g, 4.0)
+    assert pacer.ready(5.4) and pacer.running == 3
+    assert pacer.ready(5.5) and pacer.running == 0
 
 
 @settings(max_examples=60, deadline=None)
@@ -102,38 +125,46 @@ def test_ended_traversal_counts_until_quiet_and_late_queries_count_on_top():
     seed=st.integers(0, 2**32 - 1),
     pace=st.sampled_from([(1.0, 2.0), (2.0, 2.0), (0.5, 10.0), (4.0, 10.0)]),
     n_ips=st.integers(1, 12),
+    n_hashes=st.sampled_from([1, 3, 1000]),
 )
-def test_simulated_traversals_never_exceed_the_budget_in_any_window(seed, pace, n_ips):
-    # Traversals that obey libtorrent's behaviour the pacer relies on: one
-    # query per IP per traversal, none after quiet seconds of silence. They
-    # are as greedy as possible: start whenever allowed, query fast, and keep
-    # querying after their lookup ended.
+def test_simulated_traversals_never_exceed_the_budget_in_any_window(seed, pace, n_ips, n_hashes):
+    # Traversals that behave as libtorrent's do in what the pacer relies on:
+    # one query per IP per traversal, none once silent for quiet seconds.
+    # Otherwise as greedy as possible: start whenever allowed, query fast,
+    # keep querying after their lookup ended, often share an info-hash.
     rng = random.Random(seed)
     rate, window = pace
     quiet = 1.0
-    pacer = NodePacer(rate=rate, window=window, quiet=quiet)
+    groups: dict[int, Group] = {}
+    pacer = NodePacer(rate=rate, window=window, quiet=quiet,
+                      on_retire=lambda g: groups.pop(next(k for k, v in groups.items() if v is g)))
     ips = [f"10.0.0.{i}" for i in range(n_ips)]
     log: dict[str, list[float]] = defaultdict(list)
-    active: list[tuple[Traversal, set, float]] = []  # traversal, IPs left, lookup end
+    active: list[list] = []  # [group, IPs left, lookup end, ended, own last query]
     now = 0.0
     for _ in range(400):
         now += rng.choice([0.0, 0.01, 0.1, 0.5])
         while rng.random() < 0.7 and pacer.ready(now):
-            t = Traversal(now)
-            pacer.start(t)
-            active.append((t, set(rng.sample(ips, rng.randint(1, n_ips))), now + rng.uniform(0, 2)))
-        for t, left, end_at in list(active):
-            silent = now - t.activity.last_activity
-            if t.ended and silent >= quiet:
-                active.remove((t, left, end_at))  # libtorrent sends nothing more
+            h = rng.randrange(n_hashes)
+            g = groups.get(h)
+            if g is None:
+                g = groups[h] = Group(now)
+            g.last_activity = now
+            pacer.start(g)
+            active.append([g, set(rng.sample(ips, rng.randint(1, n_ips))), now + rng.uniform(0, 2), False, now])
+        for t in list(active):
+            g, left, end_at, ended, last = t
+            if ended and now - last >= quiet:
+                active.remove(t)  # libtorrent sends nothing more
                 continue
             if left and rng.random() < 0.5:
                 ip = left.pop()
-                t.activity.last_activity = now
+                t[4] = g.last_activity = now
                 log[ip].append(now)
-                pacer.sent(ip, now, None if t.ended else t)
-            if not t.ended and now >= end_at:
-                pacer.end(t, now)
+                pacer.sent(ip, now, g if any(v is g for v in groups.values()) else None)
+            if not ended and now >= end_at:
+                t[3] = True
+                pacer.end(g, now)
     for ip, times in log.items():
         assert _max_in_window(times, window) <= pacer.budget, ip
 

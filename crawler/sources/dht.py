@@ -51,7 +51,7 @@ from crawler import logs
 from crawler.errors import PeercrawlError
 from crawler.settings import Settings
 from crawler.sources.dht_alerts import AlertPump, StatsRequests
-from crawler.sources.dht_pacing import Activity, NodePacer, Traversal
+from crawler.sources.dht_pacing import Group, NodePacer
 from crawler.sources.dht_session import listen_interface, new_session, resolve_bootstrap
 from crawler.sources.result import SourceResult
 
@@ -70,6 +70,10 @@ class DhtClosed(PeercrawlError):
     """The DHT source was closed while a lookup waited."""
 
 
+# How often waiting lookups are checked for settle and deadline: both are
+# honoured within this much.
+TICK = 0.05
+
 _QUERY_ALERT = lt.dht_outgoing_get_peers_alert
 _PEERS_ALERT = lt.dht_get_peers_reply_alert
 _STATS_ALERT = lt.session_stats_alert
@@ -84,36 +88,36 @@ def _canonical(ip: str) -> str:
     return str(ipaddress.ip_address(ip)) if ":" in ip else ip
 
 
-class _Target(Activity):
+class _Target(Group):
     """Every traversal of one info-hash not yet retired by the pacer.
 
-    ``live``: the lookups whose greenlet still waits (usually one);
-    ``traversals``: those plus the ended ones the pacer still counts;
-    ``last_activity``: the latest query or reply for the hash (alerts name
-    the hash, not the traversal). Mutated only by the hub's dispatcher and
-    by the lookups starting and ending.
+    ``lookups``: the lookups whose greenlet still waits (usually one);
+    ``queries``: get_peers queries sent for the hash so far. The pacer's
+    part (``Group``) counts the traversals and the addresses they queried.
+    Mutated only by the hub's dispatcher and by lookups starting and ending.
     """
 
-    __slots__ = ("key", "live", "traversals")
+    __slots__ = ("key", "lookups", "queries")
 
     def __init__(self, key: bytes, now: float):
         super().__init__(now)
         self.key = key
-        self.live: list[_Lookup] = []
-        self.traversals = 0
+        self.lookups: list[_Lookup] = []
+        self.queries = 0
 
 
-class _Lookup(Traversal):
-    """One greenlet's lookup and its libtorrent traversal."""
+class _Lookup:
+    """One greenlet's lookup: the peers gathered, and the event it sleeps on."""
 
-    __slots__ = ("event", "max_peers", "peers", "queries")
+    __slots__ = ("deadline", "event", "max_peers", "peers", "queries_before", "target")
 
-    def __init__(self, target: _Target, max_peers: int, now: float):
-        super().__init__(now, target)
+    def __init__(self, target: _Target, max_peers: int, deadline: float):
+        self.target = target
         self.peers: set[tuple[str, int]] = set()
         self.event = Event()
-        self.queries = 0
         self.max_peers = max_peers
+        self.deadline = deadline
+        self.queries_before = target.queries
 
 
 class DhtSource:
@@ -140,7 +144,12 @@ class DhtSource:
         self._session = new_session(settings, self.bootstrap, read_only, extra)
         # Every info-hash with a traversal not yet retired by the pacer.
         self._targets: dict[bytes, _Target] = {}
-        self._waiting = 0  # lookups whose greenlet still waits
+        # Lookups whose greenlet still waits; a hub timer wakes those that
+        # settled or hit their deadline (one timer, not one per lookup).
+        self._live: set[_Lookup] = set()
+        # Referenced: while it runs (only while lookups wait) it keeps the
+        # hub alive, as their timeouts would.
+        self._ticker = gevent.get_hub().loop.timer(TICK, TICK)
         self._in_flight = BoundedSemaphore(settings.dht_lookups_in_flight)
         self._pacer = NodePacer(settings.dht_node_rate, settings.dht_node_window, on_retire=self._unregister)
         self._pace_wake = Event()  # replaced each time it fires
@@ -163,25 +172,19 @@ class DhtSource:
             try:
                 if kind is _QUERY_ALERT:
                     # A traversal sent a get_peers query: progress for the
-                    # hash; the query belongs to the first waiting lookup of
-                    # the hash that had none to that address yet, else to
-                    # nobody (the pacer then counts it on top).
+                    # hash, and a query to that address for the pacer.
                     ip = alert.endpoint[0]
-                    owner = None
                     target = targets.get(alert.info_hash.to_bytes())
                     if target is not None:
                         target.last_activity = now
-                        for lk in target.live:
-                            lk.queries += 1
-                            if owner is None and ip not in lk.queried:
-                                owner = lk
-                    pacer.sent(ip, now, owner)
+                        target.queries += 1
+                    pacer.sent(ip, now, target)
                 elif kind is _PEERS_ALERT:
                     target = targets.get(alert.info_hash.to_bytes())
                     if target is not None:
                         target.last_activity = now
-                        if target.live:
-                            self._on_peers(alert, target.live)
+                        if target.lookups:
+                            self._on_peers(alert, target.lookups)
                 elif kind is _STATS_ALERT:
                     self._on_stats(alert)
                 elif kind is _BOOTSTRAP_ALERT:
@@ -191,14 +194,20 @@ class DhtSource:
 
     @staticmethod
     def _on_peers(alert, live: list[_Lookup]) -> None:
+        # Wakes a lookup only once it has enough peers; settle and deadline
+        # are the ticker's.
         peers = None
         for lk in live:
-            if len(lk.peers) >= lk.max_peers:
+            found = lk.peers
+            if len(found) >= lk.max_peers:
                 continue
             if peers is None:
-                peers = [(_canonical(ip), port) for ip, port in alert.peers()]
-            lk.peers.update(peers)
-            lk.event.set()
+                peers = alert.peers()
+                if any(":" in ip for ip, _ in peers):
+                    peers = [(_canonical(ip), port) for ip, port in peers]
+            found.update(peers)
+            if len(found) >= lk.max_peers:
+                lk.event.set()
 
     def _on_stats(self, alert) -> None:
         values = alert.values
@@ -206,12 +215,17 @@ class DhtSource:
         if values.get("dht.dht_nodes", 0) > 0:
             self._bootstrapped.set()
 
-    def _unregister(self, lk: Traversal) -> None:
-        """The pacer retired ``lk``'s traversal: forget its info-hash once all are."""
-        target = lk.activity
-        target.traversals -= 1
-        if not target.traversals:
-            self._targets.pop(target.key, None)
+    def _on_tick(self) -> None:
+        """Every TICK while lookups wait: wake those that settled or hit their deadline."""
+        now = time.monotonic()
+        settle = self.settle
+        for lk in self._live:
+            if now >= lk.deadline or now >= lk.target.last_activity + settle:
+                lk.event.set()
+
+    def _unregister(self, target: Group) -> None:
+        """The pacer retired the traversals of ``target``'s info-hash."""
+        self._targets.pop(target.key, None)
 
     def _wake_paced(self) -> None:
         if self._pace_waiters:
@@ -274,18 +288,22 @@ class DhtSource:
         if group is None:
             group = self._targets[target] = _Target(target, now)
         group.last_activity = now
-        lk = _Lookup(group, self.max_peers, now)
-        group.live.append(lk)
-        group.traversals += 1
-        self._pacer.start(lk)
-        self._waiting += 1
+        lk = _Lookup(group, self.max_peers, deadline)
+        group.lookups.append(lk)
+        self._pacer.start(group)
+        live = self._live
+        live.add(lk)
+        if len(live) == 1:
+            self._ticker.start(self._on_tick)
         try:
             self._session.dht_get_peers(lt.sha1_hash(target))
             self._wait(lk, deadline)
         finally:
-            self._waiting -= 1
-            group.live.remove(lk)
-            self._pacer.end(lk, time.monotonic())
+            live.discard(lk)
+            if not live:
+                self._ticker.stop()
+            group.lookups.remove(lk)
+            self._pacer.end(group, time.monotonic())
             self._wake_paced()
         if self._closed:
             return self._failed("DHT source closed")
@@ -302,7 +320,8 @@ class DhtSource:
         if _responses(after) > _responses(first):
             return SourceResult(source=SOURCE, ok=True, peers=frozenset(), max_peers=self.max_peers)
         nodes = after.get("dht.dht_nodes", 0)
-        return self._failed(f"no DHT node responded ({lk.queries} queries sent, {nodes} nodes in routing table)")
+        queries = group.queries - lk.queries_before
+        return self._failed(f"no DHT node responded ({queries} queries sent, {nodes} nodes in routing table)")
 
     def _wait_for_pace(self, deadline: float) -> bool:
         """Sleep until the pacer lets a traversal start; False at the deadline or close."""
@@ -325,11 +344,10 @@ class DhtSource:
         """Sleep until the lookup has enough peers, settles, or hits the deadline."""
         while not self._closed and len(lk.peers) < lk.max_peers:
             now = time.monotonic()
-            settle_at = lk.activity.last_activity + self.settle
-            if now >= deadline or now >= settle_at:
+            if now >= deadline or now >= lk.target.last_activity + self.settle:
                 return
             lk.event.clear()
-            lk.event.wait(timeout=min(deadline, settle_at) - now)
+            lk.event.wait()  # set by peers, the ticker, or close
 
     def _failed(self, error: str) -> SourceResult:
         return SourceResult.failed(SOURCE, error, max_peers=self.max_peers)
@@ -349,7 +367,7 @@ class DhtSource:
         return {
             "nodes": nodes,
             "bootstrapped": self._bootstrapped.is_set() or nodes > 0,
-            "lookups_in_flight": self._waiting,
+            "lookups_in_flight": len(self._live),
             "bootstrap_nodes": len(self.bootstrap),
             "paced_lookups": self.paced_lookups,
         }
@@ -363,10 +381,11 @@ class DhtSource:
             return
         self._closed = True
         self._pump.close()
+        self._ticker.stop()
+        self._ticker.close()
         self._stats.fail_all(DhtClosed("DHT source closed"))
-        for group in list(self._targets.values()):
-            for lk in group.live:
-                lk.event.set()
+        for lk in self._live:
+            lk.event.set()
         self._pace_wake.set()
         # The destructor waits for libtorrent's threads; none of them needs
         # the GIL any more (see dht_alerts), so this takes milliseconds.

@@ -69,7 +69,7 @@ class AlertPump:
         # Hub: empty the pipe first, so a notification that lands after
         # pop_alerts() wakes us again.
         try:
-            while os.read(self._rfd, 4096):
+            while len(os.read(self._rfd, 4096)) == 4096:
                 pass
         except BlockingIOError:
             pass

@@ -8,11 +8,11 @@ the same few nodes, so without pacing those nodes ban it within a second.
 
 What we control: libtorrent sends a lookup's queries itself; we only decide
 when a lookup starts. What we observe: ``dht_outgoing_get_peers_alert``
-reports every query with its destination. A ``get_peers`` traversal queries
-each node of its result list at most once (libtorrent flags it "queried"),
-and on the public DHT (``dht_restrict_search_ips``) keeps at most one node
-per /24 beyond the first hop, so one traversal sends one address at most one
-query, with rare exceptions (see docs/dht.md).
+reports every query with its destination and info-hash. A ``get_peers``
+traversal queries each node of its result list at most once (libtorrent
+flags it "queried"), and on the public DHT (``dht_restrict_search_ips``)
+keeps at most one node per /24 beyond the first hop, so one traversal sends
+one address at most one query (exceptions: docs/dht.md).
 
 The rule: per remote IP, ``sent`` counts the queries of the last ``window``
 seconds; every running traversal that has not queried that IP yet may still
@@ -24,25 +24,35 @@ with ``budget = floor(rate x window)``. Then no ``window``-long interval
 ever holds more than ``budget`` queries to one IP: the queries in an interval
 were either already counted at its last admission, or come from traversals
 that were running then (and were reserved), or from the one admitted. An IP
-never queried has ``sent`` 0, so at most ``budget - 1`` traversals run at a
-time whatever the lookups-in-flight setting says.
+never queried has ``sent`` 0, so at most ``budget`` traversals run at a time
+whatever the lookups-in-flight setting says.
 
-Bookkeeping, all O(1) per query: ``load(ip) = sent(ip) - hits(ip)``, where
-``hits(ip)`` counts running traversals that queried ip. A query attributed to
-a running traversal that had not queried that IP changes neither (both +1);
-an unattributed query (none left to attribute it to) adds 1; an expired query
-subtracts 1; a retiring traversal adds 1 for every IP it queried. The rule
-becomes ``max(load) + running + 1 <= budget``; ``max(load)`` is kept as an
-upper bound and recomputed exactly only when the bound would refuse.
+Groups: alerts name the info-hash, not the traversal, so the traversals of
+one info-hash form a ``Group``: ``size`` traversals, and per IP how many of
+them have queried it (``assigned``). A query to an IP is attributed to its
+group while ``assigned[ip] < size``; beyond that (a traversal that queried an
+IP twice, or a late query) it counts on top. Almost always a group holds one
+traversal (a crawler rarely looks a torrent up twice at once).
+
+Bookkeeping, O(1) per query: queries are counted per IP in slots of
+``window / 20`` seconds, a slot leaving the count once its newest possible
+query is ``window`` old (queries stay counted up to one slot longer: the
+safe side). ``load(ip)`` = queries in the window minus ``hits(ip)``, the
+sum of ``assigned[ip]`` over the running groups, and the rule becomes
+``max(load) + running + 1 <= budget``. Since ``max(load)`` is at most the
+total of queries in the window, most checks end there; the exact maximum is
+computed only when that total would refuse, and kept until something
+changes.
 
 When a traversal is over: libtorrent posts no completion alert for
 ``get_peers``. A lookup that stops waiting (enough peers, settled, deadline)
-may leave its traversal running, so it stays counted until it has sent
-nothing for ``quiet`` seconds (default 2: libtorrent's 1 s short timeout,
-after which a traversal waiting on dead nodes opens another branch, plus its
-timer's granularity). Later replies from slow nodes may still trigger a few
-queries; the default rate (4/s against libtorrent's 5) leaves room for those
-and for the routing-table pings we cannot see.
+may leave its traversal running, so a group stays counted until none of its
+lookups waits and it has been quiet (no query, no reply) for ``quiet``
+seconds (default 2: libtorrent's 1 s short timeout, after which a traversal
+waiting on dead nodes opens another branch, plus its timer's granularity).
+Later replies from slow nodes may still trigger a few queries; they count
+on top, and the default rate (4/s against libtorrent's 5) leaves room for
+them and for the routing-table pings we cannot see.
 
 Pure: time comes in as arguments; nothing here waits or touches libtorrent.
 """
@@ -57,35 +67,23 @@ from collections.abc import Callable
 TRAVERSAL_QUIET = 2.0
 
 
-class Activity:
-    """When a traversal, or a group of them, last sent a query or got a reply.
+class Group:
+    """The traversals of one info-hash, as the pacer sees them.
 
-    ``last_activity`` is a monotonic time maintained by the caller. The DHT
-    source shares one per info-hash: alerts name the info-hash, not the
-    traversal, so lookups of one hash are quiet only together.
+    ``last_activity``: monotonic time of the latest query or reply for the
+    hash, maintained by the caller. The rest is the pacer's: ``size``
+    traversals counted, ``waiting`` of them still have a lookup waiting,
+    ``assigned`` IP -> how many of them have queried it.
     """
 
-    __slots__ = ("last_activity",)
+    __slots__ = ("assigned", "draining", "last_activity", "size", "waiting")
 
     def __init__(self, now: float):
         self.last_activity = now
-
-
-class Traversal:
-    """One libtorrent ``get_peers`` traversal, as the pacer sees it.
-
-    ``queried``: remote IPs whose queries were attributed to it;
-    ``activity``: its ``Activity`` (its own if none is given);
-    ``ended``/``retired``: set by the pacer.
-    """
-
-    __slots__ = ("activity", "ended", "queried", "retired")
-
-    def __init__(self, now: float, activity: Activity | None = None):
-        self.queried: set[str] = set()
-        self.activity = Activity(now) if activity is None else activity
-        self.ended = False
-        self.retired = False
+        self.size = 0
+        self.waiting = 0
+        self.assigned: dict[str, int] = {}
+        self.draining = False
 
 
 class NodePacer:
@@ -94,101 +92,134 @@ class NodePacer:
     ``rate`` (queries per second) and ``window`` (seconds) give the budget
     ``floor(rate x window)``: at most that many queries to one IP in any
     ``window``-long interval. ``quiet``: seconds without activity after which
-    an ended traversal no longer counts. ``on_retire(traversal)`` is called
-    when one stops counting. Raises ``ValueError`` for a budget below 2.
+    a group with no waiting lookup no longer counts; ``on_retire(group)`` is
+    then called. Raises ``ValueError`` for a budget below 2.
     """
 
     def __init__(self, rate: float, window: float, quiet: float = TRAVERSAL_QUIET,
-                 on_retire: Callable[[Traversal], None] | None = None):
+                 on_retire: Callable[[Group], None] | None = None):
         budget = rate * window
         if not budget >= 2 or math.isinf(budget):
             raise ValueError(f"DHT pacing: rate x window must be a finite number of at least 2, got {budget:g}")
         self.budget = int(budget)
         self.window = window
         self.quiet = quiet
-        self.running = 0
+        self.running = 0  # traversals counted, over all groups
         self._on_retire = on_retire
-        self._sent: deque[tuple[float, str]] = deque()
-        self._load: dict[str, int] = {}
-        self._max = 0  # an upper bound of max(load), exact after _exact_max()
-        self._draining: deque[Traversal] = deque()
+        self._slot = window / 20
+        # (start, {ip: queries}) per slot, oldest first; the last one is
+        # filled until _slot_end.
+        self._slots: deque[tuple[float, dict[str, int]]] = deque()
+        self._current: dict[str, int] = {}
+        self._slot_end = -math.inf
+        self._total = 0  # queries in the slots
+        self._groups: set[Group] = set()  # groups with traversals counted
+        self._max = 0  # max(load), valid while not _dirty
+        self._dirty = False
+        self._draining: deque[Group] = deque()
 
     # --- what the dispatcher reports ----------------------------------------
 
-    def sent(self, ip: str, now: float, owner: Traversal | None) -> None:
-        """One query to ``ip`` at ``now``, by ``owner`` (a running traversal
-        that had not queried ``ip`` yet), or ``None`` if no such traversal."""
-        self._sent.append((now, ip))
-        if owner is not None:
-            owner.queried.add(ip)
-        else:
-            self._bump(ip, 1)
+    def sent(self, ip: str, now: float, group: Group | None) -> None:
+        """One query to ``ip`` at ``now`` for the hash of ``group`` (None: a
+        hash with no counted traversal)."""
+        if now >= self._slot_end:
+            self._current = {}
+            self._slots.append((now, self._current))
+            self._slot_end = now + self._slot
+        counts = self._current
+        counts[ip] = counts.get(ip, 0) + 1
+        self._total += 1
+        self._dirty = True
+        if group is not None:
+            assigned = group.assigned
+            n = assigned.get(ip, 0)
+            if n < group.size:
+                assigned[ip] = n + 1
 
     # --- what the lookups do -------------------------------------------------
 
     def ready(self, now: float) -> bool:
         """True if one more traversal may start now."""
         self._advance(now)
-        if self._max + self.running < self.budget:
-            return True
-        self._exact_max()
+        if self._total + self.running < self.budget:
+            return True  # no IP can have more load than all queries together
+        if self._dirty:
+            self._max = self._max_load()
+            self._dirty = False
         return self._max + self.running < self.budget
 
-    def start(self, traversal: Traversal) -> None:
-        """Count ``traversal`` as running (call right after ``ready`` said yes)."""
+    def start(self, group: Group) -> None:
+        """Count one more traversal of ``group`` (right after ``ready`` said yes)."""
+        group.size += 1
+        group.waiting += 1
         self.running += 1
+        self._groups.add(group)
 
-    def end(self, traversal: Traversal, now: float) -> None:
-        """The lookup stopped waiting; ``traversal`` counts until it is quiet."""
-        traversal.ended = True
-        self._draining.append(traversal)
+    def end(self, group: Group, now: float) -> None:
+        """One lookup of ``group`` stopped waiting; its traversal counts on
+        until no lookup of the group waits and the group is quiet."""
+        group.waiting -= 1
+        if not group.waiting and not group.draining:
+            group.draining = True
+            self._draining.append(group)
         self._advance(now)
 
     def next_change(self, now: float) -> float:
         """Seconds until ``ready`` may change with no other event (inf: never)."""
         t = math.inf
-        if self._sent:
-            t = self._sent[0][0] + self.window
+        if self._slots:
+            t = self._slots[0][0] + self._slot + self.window
         if self._draining:
-            t = min(t, self._draining[0].activity.last_activity + self.quiet)
+            t = min(t, self._draining[0].last_activity + self.quiet)
         return max(t - now, 0.0)
 
     def busiest(self, now: float) -> int:
-        """Queries sent to the most-queried IP in the last ``window`` seconds."""
+        """Queries counted for the most-queried IP (the last ``window`` seconds, give or take a slot)."""
         self._advance(now)
-        counts: dict[str, int] = {}
-        for _, ip in self._sent:
-            counts[ip] = counts.get(ip, 0) + 1
-        return max(counts.values(), default=0)
+        return max(self._counts().values(), default=0)
 
     # --- bookkeeping -----------------------------------------------------------
 
-    def _bump(self, ip: str, delta: int) -> None:
-        load = self._load
-        v = load.get(ip, 0) + delta
-        if v:
-            load[ip] = v
-            self._max = max(self._max, v)
-        else:
-            del load[ip]
+    def _counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for _, slot in self._slots:
+            for ip, n in slot.items():
+                counts[ip] = counts.get(ip, 0) + n
+        return counts
 
-    def _exact_max(self) -> None:
-        self._max = max(0, max(self._load.values(), default=0))
+    def _max_load(self) -> int:
+        load = self._counts()
+        for group in self._groups:
+            for ip, n in group.assigned.items():
+                load[ip] = load.get(ip, 0) - n
+        return max(0, max(load.values(), default=0))
 
     def _advance(self, now: float) -> None:
-        sent, horizon = self._sent, now - self.window
-        while sent and sent[0][0] <= horizon:
-            self._bump(sent.popleft()[1], -1)
-        # Oldest ended first; one whose traversal is still active holds back
-        # those behind it (they stay counted a little longer: safe side).
+        slots, horizon = self._slots, now - self.window - self._slot
+        while slots and slots[0][0] <= horizon:
+            self._total -= sum(slots.popleft()[1].values())
+            self._dirty = True
+        # Oldest first; one still active holds back those behind it (they
+        # stay counted a little longer: the safe side).
         draining, quiet_since = self._draining, now - self.quiet
-        while draining and draining[0].activity.last_activity <= quiet_since:
-            self._retire(draining.popleft())
+        while draining:
+            group = draining[0]
+            if group.waiting:  # a new lookup of the hash started meanwhile
+                group.draining = False
+                draining.popleft()
+            elif group.last_activity <= quiet_since:
+                draining.popleft()
+                self._retire(group)
+            else:
+                break
 
-    def _retire(self, trav: Traversal) -> None:
-        trav.retired = True
-        self.running -= 1
-        for ip in trav.queried:
-            self._bump(ip, 1)
+    def _retire(self, group: Group) -> None:
+        group.draining = False
+        self.running -= group.size
+        group.size = 0
+        group.assigned.clear()
+        self._groups.discard(group)
+        self._dirty = True
         if self._on_retire is not None:
-            self._on_retire(trav)
+            self._on_retire(group)
