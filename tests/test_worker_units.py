@@ -89,25 +89,43 @@ def test_capacity_needed_from_tracked_torrents_and_per_worker_rate(settings, cli
 
 
 def test_autoscaler_grows_when_behind_holds_when_saturated_shrinks_when_overloaded_or_idle(client):
-    a = Autoscaler(client, low=2, high=40)
-    a.best_rtt = 0.0005
-    assert a.decide(8, busy=8, latency=30.0, cpu=0.3, rtt=0.0005) == (10, "behind")
+    def fresh() -> Autoscaler:
+        a = Autoscaler(client, low=2, high=40)
+        a.best_rtt = 0.0005
+        return a
+
+    assert fresh().decide(8, busy=8, latency=30.0, cpu=0.3, rtt=0.0005) == (10, "behind")
     # Saturated while behind: the most this process can do; hold, do not shrink.
-    assert a.decide(8, busy=8, latency=30.0, cpu=0.95, rtt=0.0005) == (8, "hold: saturated")
-    assert a.decide(8, busy=8, latency=30.0, cpu=0.3, rtt=0.005) == (8, "hold: saturated")  # Redis busier
-    assert a.decide(8, busy=8, latency=30.0, cpu=0.3, rtt=0.0005, lag=0.2) == (8, "hold: saturated")
-    assert a.decide(8, busy=2, latency=0.0, cpu=0.1, rtt=0.0005) == (7, "idle")
-    assert a.decide(8, busy=6, latency=0.0, cpu=0.1, rtt=0.0005) == (8, "hold")  # keeping up
-    assert a.decide(40, busy=40, latency=99.0, cpu=0.1, rtt=0.0005) == (40, "behind")  # capped
-    assert a.decide(2, busy=0, latency=0.0, cpu=0.0, rtt=0.0005) == (2, "idle")  # floored
+    assert fresh().decide(8, busy=8, latency=30.0, cpu=0.95, rtt=0.0005) == (8, "hold: saturated")
+    assert fresh().decide(8, busy=8, latency=30.0, cpu=0.3, rtt=0.005) == (8, "hold: saturated")  # Redis busier
+    assert fresh().decide(8, busy=8, latency=30.0, cpu=0.3, rtt=0.0005, lag=0.2) == (8, "hold: saturated")
+    assert fresh().decide(10, busy=2, latency=0.0, cpu=0.1, rtt=0.0005) == (9, "idle")
+    assert fresh().decide(10, busy=4.5, latency=0.0, cpu=0.1, rtt=0.0005) == (9, "idle")
+    assert fresh().decide(40, busy=18, latency=0.0, cpu=0.1, rtt=0.0005) == (36, "idle")
+    assert fresh().decide(30, busy=14, latency=0.0, cpu=0.1, rtt=0.0005) == (27, "idle")
+    assert fresh().decide(8, busy=6, latency=0.0, cpu=0.1, rtt=0.0005) == (8, "hold")  # keeping up
+    assert fresh().decide(40, busy=40, latency=99.0, cpu=0.1, rtt=0.0005) == (40, "behind")  # capped
+    assert fresh().decide(2, busy=0, latency=0.0, cpu=0.0, rtt=0.0005) == (2, "idle")  # floored
+
+
+def test_autoscaler_remembers_the_sizes_that_overloaded_and_fell_behind(client):
+    a = Autoscaler(client, low=2, high=40, ceiling_steps=3)
+    a.best_rtt = 0.0005
     # Overloaded (Redis struggling, or the loop too late): shrink, and do not grow back into it.
     assert a.decide(20, busy=20, latency=30.0, cpu=0.5, rtt=0.05) == (16, "overloaded")
     assert a.decide(16, busy=16, latency=30.0, cpu=0.5, rtt=0.0005) == (19, "behind")
     assert a.decide(19, busy=19, latency=30.0, cpu=0.5, rtt=0.0005) == (19, "hold: below a size that overloaded")
     assert a.decide(19, busy=19, latency=30.0, cpu=0.5, rtt=0.0005, lag=2.0) == (15, "overloaded")
-    for _ in range(a.ceiling_steps):
-        a.decide(15, busy=15, latency=0.0, cpu=0.5, rtt=0.0005)
+    for _ in range(3):
+        a.decide(15, busy=12, latency=0.0, cpu=0.5, rtt=0.0005)
     assert a.ceiling is None  # forgotten after ceiling_steps decisions: growth may probe again
+    # Fell behind at 4: idle samples at 5 do not shrink back to 4 for ceiling_steps decisions.
+    b = Autoscaler(client, low=2, high=40, ceiling_steps=3)
+    assert b.decide(4, busy=4, latency=9.0, cpu=0.3, rtt=None) == (5, "behind")
+    assert b.decide(5, busy=2, latency=0.0, cpu=0.3, rtt=None) == (5, "hold: above a size that fell behind")
+    assert b.decide(5, busy=2, latency=0.0, cpu=0.3, rtt=None) == (5, "hold: above a size that fell behind")
+    assert b.decide(5, busy=2, latency=0.0, cpu=0.3, rtt=None) == (5, "hold: above a size that fell behind")
+    assert b.decide(5, busy=2, latency=0.0, cpu=0.3, rtt=None) == (4, "idle")
 
 
 def test_settled_means_no_change_during_the_last_steps():

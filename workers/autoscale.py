@@ -1,9 +1,10 @@
 """``--concurrency auto``: the pool size that keeps queue latency low (seed 000's wish).
 
-Strategy: every ``interval`` seconds the controller samples four figures:
+Strategy: every ``interval`` seconds the controller samples five figures:
 
 - queue latency: how late the oldest due torrent is (``Queue.counts``);
-- busy: how many of the pool's runners hold a torrent;
+- busy: how many of the pool's runners hold a torrent, on average over the
+  interval (sampled with the lag probe);
 - CPU share of this process since the last sample (1.0 = one core: a gevent
   process runs its Python on one core);
 - event-loop lag: how late a probe greenlet that sleeps 50 ms wakes up, on
@@ -25,7 +26,10 @@ their timeouts) or the round trip above ``overload_factor`` × best + 20 ms
   would saw between the overloaded size and the one below);
 - behind (latency above ``latency_target``), ≥ 90 % of the pool busy and not
   saturated: grow by a quarter;
-- less than half the pool busy and not behind: shrink by a tenth (idle);
+- less than half the pool busy and not behind: shrink by a tenth (idle),
+  but not back to a size that fell behind in the last ``ceiling_steps``
+  decisions (without that memory a queue whose demand sits at one size's
+  capacity would see the size go up and down by one for ever);
 - otherwise hold: keeping up, or saturated while behind (the most this
   process can do; growing would not visit faster, shrinking would leave the
   CPU idle while visits wait on the network).
@@ -41,6 +45,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 
 import gevent
 import redis
@@ -82,6 +87,9 @@ class Autoscaler:
         self.ceiling_steps = ceiling_steps
         self.ceiling: int | None = None  # a size that overloaded, not to be grown back to
         self._ceiling_left = 0
+        self.floor: int | None = None  # a size that fell behind, not to be shrunk back to
+        self._floor_left = 0
+        self._busy_sum, self._busy_n = 0, 0
         self.best_rtt: float | None = None
         self._cpu = (time.monotonic(), time.process_time())
         self._lag_sum, self._lag_n = 0.0, 0
@@ -96,18 +104,26 @@ class Autoscaler:
         self._cpu = (wall, cpu)
         return (cpu - c0) / max(wall - w0, 1e-6)
 
-    def probe(self) -> None:
-        """The lag probe (a service greenlet): how late a short sleep wakes up, summed per interval."""
+    def probe(self, busy: Callable[[], int]) -> None:
+        """The probe (a service greenlet): how late a short sleep wakes up, and ``busy()``, per interval."""
         while True:
             t = time.perf_counter()
             gevent.sleep(LAG_PERIOD)
             self._lag_sum += max(0.0, time.perf_counter() - t - LAG_PERIOD)
             self._lag_n += 1
+            self._busy_sum += busy()
+            self._busy_n += 1
 
     def _lag(self) -> float:
         lag = self._lag_sum / self._lag_n if self._lag_n else 0.0
         self._lag_sum, self._lag_n = 0.0, 0
         return lag
+
+    def _busy(self, now: int) -> float:
+        """Mean busy runners since the last step (``now`` when the probe has not run)."""
+        busy = self._busy_sum / self._busy_n if self._busy_n else float(now)
+        self._busy_sum, self._busy_n = 0, 0
+        return busy
 
     def _open_raw(self):
         """A plain blocking socket to the client's Redis, or False (TLS, cluster, unknown)."""
@@ -174,9 +190,9 @@ class Autoscaler:
         self._raw = None
 
     # --- the decision -----------------------------------------------------------
-    def decide(self, size: int, busy: int, latency: float, cpu: float, rtt: float | None,
+    def decide(self, size: int, busy: float, latency: float, cpu: float, rtt: float | None,
                lag: float = 0.0) -> tuple[int, str]:
-        """The next size and why, from one sample (pure but for the ceiling; tests call it directly)."""
+        """The next size and why, from one sample (pure but for the ceiling and floor memories)."""
         best = self.best_rtt
         slow = rtt is not None and best is not None
         overloaded = lag > self.lag_max or (slow and rtt > self.overload_factor * best + 0.020)
@@ -187,18 +203,27 @@ class Autoscaler:
             self.ceiling, self._ceiling_left = size, self.ceiling_steps
         elif behind and busy >= 0.9 * size and not saturated:
             new, why = size + max(1, math.ceil(size * 0.25)), "behind"
+            self.floor, self._floor_left = size, self.ceiling_steps
             if self.ceiling is not None:
                 new = min(new, self.ceiling - 1)
                 if new <= size:
                     new, why = size, "hold: below a size that overloaded"
         elif busy < 0.5 * size and not behind:
-            new, why = size - max(1, math.ceil(size * 0.1)), "idle"
+            new = size - max(1, math.ceil(size * 0.1))
+            if self.floor is not None:
+                new = max(new, self.floor + 1)
+            why = "idle" if new < size else "hold: above a size that fell behind"
+            new = min(new, size)
         else:
             new, why = size, "hold: saturated" if behind else "hold"
         if self._ceiling_left > 0 and why != "overloaded":
             self._ceiling_left -= 1
             if self._ceiling_left == 0:
                 self.ceiling = None
+        if self._floor_left > 0 and why != "behind":
+            self._floor_left -= 1
+            if self._floor_left == 0:
+                self.floor = None
         return max(self.low, min(self.high, new)), why
 
     def step(self, worker) -> int:
@@ -210,14 +235,14 @@ class Autoscaler:
             latency = worker.queue.counts()["queue_latency_s"]
         except StoreError:  # Redis trouble: hold the size rather than guess
             return self.size
-        busy = len(worker.pool)
+        busy = self._busy(len(worker.pool))
         new, why = self.decide(worker.target, busy, latency, cpu, rtt, lag)
         if new != self.size:
             log.info("pool_resized", size=new, was=self.size, why=why, latency_s=latency,
                      cpu=round(cpu, 2), lag_ms=round(lag * 1000, 1),
                      rtt_ms=None if rtt is None else round(rtt * 1000, 2))
         self.history.append({"t": round(time.monotonic() - self._t0, 1), "size": new, "was": self.size, "why": why,
-                             "busy": busy, "latency_s": latency, "cpu": round(cpu, 2),
+                             "busy": round(busy, 1), "latency_s": latency, "cpu": round(cpu, 2),
                              "lag_ms": round(lag * 1000, 1),
                              "rtt_ms": None if rtt is None else round(rtt * 1000, 3)})
         del self.history[:-1000]

@@ -35,6 +35,13 @@ def _concurrency(value: str | None) -> int | None | str:
     return n
 
 
+def _client(ctx, size: int | None):
+    """The worker's Redis client: a blocking pool for ``size`` runners (auto: the upper bound)."""
+    from workers.connections import worker_client
+
+    return worker_client(ctx.client, size or ctx.settings.concurrency_max)
+
+
 def _options(f):
     f = click.option("--duration", type=click.FloatRange(min=0, min_open=True), metavar="S",
                      help="Stop claiming after S seconds; running visits finish.")(f)
@@ -65,7 +72,7 @@ def worker(concurrency, max_visits, until_idle, duration) -> None:
     from workers.process import Process
 
     size = None if c == "auto" else (c or ctx.settings.concurrency)
-    proc = Process(ctx.settings, ctx.client, ctx.keys, concurrency=size, max_visits=max_visits,
+    proc = Process(ctx.settings, _client(ctx, size), ctx.keys, concurrency=size, max_visits=max_visits,
                    until_idle=until_idle, duration=duration)
     raise SystemExit(proc.run())
 
@@ -93,7 +100,7 @@ def run(items, concurrency, max_visits, until_idle, duration) -> None:
     bad = add_items(ctx, items)
     size = None if c == "auto" else (c or ctx.settings.concurrency)
     progress = Progress(ctx.client, ctx.keys, live=sys.stderr.isatty())
-    proc = Process(ctx.settings, ctx.client, ctx.keys, concurrency=size, max_visits=max_visits,
+    proc = Process(ctx.settings, _client(ctx, size), ctx.keys, concurrency=size, max_visits=max_visits,
                    until_idle=until_idle, duration=duration, on_visit=progress.visit)
     with progress:
         code = proc.run()

@@ -265,7 +265,8 @@ class Worker:
                 log.warning("lease_lost", info_hash=lease.info_hash)
 
     def _autoscale(self) -> None:
-        self.target = self.autoscaler.step(self)
+        if not self.stopping.is_set():  # a draining pool says nothing about the right size
+            self.target = self.autoscaler.step(self)
 
     def _start_services(self) -> None:
         self._beat()
@@ -274,7 +275,7 @@ class Worker:
         self._services.append(spawn(self._every, max(self.settings.lease_seconds / 3, 0.5), self._extend))
         if self.autoscaler is not None:
             self._services.append(spawn(self._every, self.autoscaler.interval, self._autoscale))
-            self._services.append(spawn(self.autoscaler.probe))
+            self._services.append(spawn(self.autoscaler.probe, lambda: len(self.pool)))
         if self.flusher is not None:
             self._services.append(spawn(self.flusher.run_forever, self._flush_stop, self.sweep))
 

@@ -33,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import gevent
+import redis
 
 from crawler import logs
 from crawler.errors import StoreError
@@ -92,7 +93,10 @@ class Visitor:
         p = self.client.pipeline(transaction=False)
         p.smembers(self.keys.trackers(h))
         p.hgetall(self.keys.tracker_min_interval(h))
-        own, nb = p.execute()
+        try:
+            own, nb = p.execute()
+        except redis.RedisError as e:
+            raise StoreError(f"reading the torrent's trackers failed: {e}") from e
         urls = list(dict.fromkeys(self._defaults + tuple(sorted(u.decode() for u in own))))
         not_before = {k.decode(): float(v) for k, v in nb.items()}
         return urls, not_before
@@ -158,7 +162,10 @@ class Visitor:
             key = self.keys.tracker_min_interval(h)
             p.hset(key, mapping={u: repr(t) for u, t in fresh.items()})
             p.expire(key, int(MIN_INTERVAL_CAP + s.revisit_seconds))
-            p.execute()
+            try:
+                p.execute()
+            except redis.RedisError as e:
+                raise StoreError(f"writing the trackers' min interval failed: {e}") from e
             not_before.update(fresh)
         if not answered:
             error = "; ".join(f"{r.source}: {r.error}" for r in results)[:200] or "no source to ask"

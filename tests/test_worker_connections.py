@@ -1,0 +1,61 @@
+"""The worker's Redis client: many greenlets never fail for want of a connection.
+
+redis-py 8's default pool raises MaxConnectionsError past 100 connections in
+use; a worker pool of 128 greenlets hit it and its visits failed. The check
+runs in a gevent-patched subprocess, as the worker command runs.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import redis
+
+from workers.connections import EXTRA_CONNECTIONS, worker_client
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# 130 greenlets each hold a connection for 0.5 s (a BLPOP that times out).
+SCRIPT = """
+from gevent import monkey; monkey.patch_all()
+import json, sys
+import gevent, redis
+sys.path.insert(0, sys.argv[1])
+from workers.connections import worker_client
+plain = redis.Redis.from_url(sys.argv[2])
+client = worker_client(plain, 120) if sys.argv[3] == "worker" else plain
+errors = []
+def hold(i):
+    try:
+        client.blpop("{" + sys.argv[4] + "}:nothing:%d" % i, timeout=0.5)
+    except redis.RedisError as e:
+        errors.append(type(e).__name__)
+gevent.joinall([gevent.spawn(hold, i) for i in range(130)])
+print(json.dumps({"errors": len(errors), "kinds": sorted(set(errors))}))
+"""
+
+
+def run(redis_url: str, which: str, namespace: str) -> dict:
+    r = subprocess.run([sys.executable, "-c", SCRIPT, str(ROOT), redis_url, which, namespace],
+                       capture_output=True, text=True, timeout=60, check=True)
+    return json.loads(r.stdout)
+
+
+def test_many_greenlets_wait_for_a_connection_instead_of_failing(redis_url, namespace):
+    assert run(redis_url, "plain", namespace)["kinds"] == ["MaxConnectionsError"]  # the bug
+    assert run(redis_url, "worker", namespace) == {"errors": 0, "kinds": []}
+
+
+def test_worker_client_talks_to_the_same_server_with_a_bounded_blocking_pool(client, keys, redis_url):
+    wc = worker_client(client, 40)
+    pool = wc.connection_pool
+    assert isinstance(pool, redis.BlockingConnectionPool)
+    assert pool.max_connections == 40 + EXTRA_CONNECTIONS
+    client.set(keys.sub("probe"), b"x")
+    assert wc.get(keys.sub("probe")) == b"x"
+    # A client whose pool the caller chose is used as it is.
+    custom = redis.Redis(connection_pool=redis.BlockingConnectionPool.from_url(redis_url))
+    assert worker_client(custom, 40) is custom
