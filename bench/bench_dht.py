@@ -50,9 +50,13 @@ the test machine busy, so the ratio follows CPU per lookup, mostly
 libtorrent's; ``python_cpu_us_per_lookup`` is the Python thread's share.
 Other load on the machine moves single rounds by +-30 %: read medians.
 
-Prints one JSON object. ``median_ratio`` = median DhtSource round / median
-plain round (the target: >= 0.8); ``median_paired_ratio`` is the median of
-``paired_ratios``; ``ratio_best`` is best/best, for reference only.
+Prints one JSON object. ``median_paired_ratio`` (the target: >= 0.8) is the
+median over rounds of DhtSource's rate divided by the rate of the plain
+round run next to it: each pair saw the same machine load, so it is the
+steadiest figure when other work on the machine comes and goes during a
+run. ``median_ratio`` = median DhtSource round / median plain round, which
+mixes rounds run under different load; ``ratio_best`` is best/best, for
+reference only.
 
     python bench/bench_dht.py --quick      # 5 rounds per side
     python bench/bench_dht.py              # 10 rounds per side
@@ -310,8 +314,8 @@ def main(argv=None) -> int:
         "swarm_dropped": dropped,
         "plain_lookups_per_s_median": round(med_plain, 1),
         "dht_source_lookups_per_s_median": round(med_source, 1),
-        "median_ratio": round(med_source / med_plain, 3),
         "median_paired_ratio": round(statistics.median(paired), 3),
+        "median_ratio": round(med_source / med_plain, 3),
         "paired_ratios": [round(x, 3) for x in paired],
         "ratio_best": round(max(x.rate for x in source) / max(x.rate for x in plain), 3),
         "python_cpu_us_per_lookup": {

@@ -58,7 +58,7 @@ def test_queries_in_the_window_hold_back_new_lookups_until_they_expire():
         g = Group(float(i))
         pacer.start(g)
         pacer.sent("10.0.0.1", float(i), g)
-        pacer.end(g, float(i))
+        pacer.end(g)
     # At t=6 all are quiet: X had 4 queries, so 10 - 4 = 6 may run.
     running = 0
     while pacer.ready(6.0):
@@ -79,7 +79,7 @@ def test_ended_traversal_counts_until_quiet_and_extra_queries_count_on_top():
     g = Group(0.0)
     pacer.start(g)
     pacer.sent("10.0.0.1", 0.0, g)
-    pacer.end(g, 0.5)
+    pacer.end(g)
     assert pacer.running == 1 and not retired
     # The traversal goes on after its lookup ended; a second query to the
     # same address is more than its group was reserved for.
@@ -106,8 +106,8 @@ def test_traversals_of_one_info_hash_share_a_group():
     pacer.sent("10.0.0.1", 0.0, g)
     pacer.sent("10.0.0.1", 0.1, g)  # one query from each traversal
     assert g.assigned == {"10.0.0.1": 2}
-    pacer.end(g, 0.2)
-    pacer.end(g, 0.3)
+    pacer.end(g)
+    pacer.end(g)
     assert pacer.running == 2
     # A third lookup of the hash while the group drains keeps all three
     # counted until the group is quiet again.
@@ -115,7 +115,7 @@ def test_traversals_of_one_info_hash_share_a_group():
     pacer.start(g)
     assert pacer.ready(4.0) and pacer.running == 3
     g.last_activity = 3.5  # its traversal queried
-    pacer.end(g, 4.0)
+    pacer.end(g)
     assert pacer.ready(5.4) and pacer.running == 3
     assert pacer.ready(5.5) and pacer.running == 0
 
@@ -164,7 +164,7 @@ def test_simulated_traversals_never_exceed_the_budget_in_any_window(seed, pace, 
                 pacer.sent(ip, now, g if any(v is g for v in groups.values()) else None)
             if not ended and now >= end_at:
                 t[3] = True
-                pacer.end(g, now)
+                pacer.end(g)
     for ip, times in log.items():
         assert _max_in_window(times, window) <= pacer.budget, ip
 

@@ -174,7 +174,7 @@ class DhtSource:
 
     def _dispatch(self, alerts: list) -> None:
         """Handle one batch of alerts (AlertPump); runs in the hub."""
-        targets, pacer = self._targets, self._pacer
+        target_of, sent = self._targets.get, self._pacer.sent
         now = time.monotonic()
         for alert in alerts:
             kind = type(alert)
@@ -183,13 +183,13 @@ class DhtSource:
                     # A traversal sent a get_peers query: progress for the
                     # hash, and a query to that address for the pacer.
                     ip = alert.endpoint[0]
-                    target = targets.get(alert.info_hash.to_bytes())
+                    target = target_of(alert.info_hash.to_bytes())
                     if target is not None:
                         target.last_activity = now
                         target.queries += 1
-                    pacer.sent(ip, now, target)
+                    sent(ip, now, target)
                 elif kind is _PEERS_ALERT:
-                    target = targets.get(alert.info_hash.to_bytes())
+                    target = target_of(alert.info_hash.to_bytes())
                     if target is not None:
                         target.last_activity = now
                         if target.lookups:
@@ -312,7 +312,7 @@ class DhtSource:
             if not live:
                 self._ticker.stop()
             group.lookups.remove(lk)
-            self._pacer.end(group, time.monotonic())
+            self._pacer.end(group)
             self._wake_paced()
         if self._closed:
             return self._failed("DHT source closed")

@@ -156,14 +156,14 @@ class NodePacer:
         self.running += 1
         self._groups.add(group)
 
-    def end(self, group: Group, now: float) -> None:
+    def end(self, group: Group) -> None:
         """One lookup of ``group`` stopped waiting; its traversal counts on
-        until no lookup of the group waits and the group is quiet."""
+        until no lookup of the group waits and the group is quiet (checked
+        by the next ``ready``)."""
         group.waiting -= 1
         if not group.waiting and not group.draining:
             group.draining = True
             self._draining.append(group)
-        self._advance(now)
 
     def next_change(self, now: float) -> float:
         """Seconds until ``ready`` may change with no other event (inf: never)."""
