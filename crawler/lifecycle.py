@@ -107,6 +107,7 @@ class Queue:
         self._fail = lua.register(client, "fail")
         self._release = lua.register(client, "release")
         self._defer = lua.register(client, "defer")
+        self._plan = lua.register(client, "plan")
 
     # --- intake ------------------------------------------------------------
     def _add_args(self, items: Sequence[NewItem], readmit: bool, now: float) -> tuple[list, list]:
@@ -394,6 +395,35 @@ class Queue:
             "evicted": evicted,
             "queue_latency_s": round(latency, 3),
         }
+
+    def plan(self, info_hash: str) -> tuple[list[str], dict[str, float]]:
+        """The torrent's own trackers and tracker -> not-before time, in one round trip."""
+        k = self.keys
+        try:
+            own, flat = self._plan(keys=[k.trackers(info_hash), k.tracker_min_interval(info_hash)])
+        except redis.RedisError as e:
+            raise StoreError(f"reading the torrent's trackers failed: {e}") from e
+        return ([u.decode() for u in own],
+                {flat[i].decode(): float(flat[i + 1]) for i in range(0, len(flat), 2)})
+
+    def next_due(self, now: float | None = None) -> float | None:
+        """Seconds until a claim could get something: 0 if a torrent is ready (or due, or its
+        lease expired), else until the first cooling torrent is due or lease expires; None if
+        nothing is tracked but evicted torrents."""
+        now = time.time() if now is None else now
+        k = self.keys
+        p = self.client.pipeline(transaction=False)
+        p.zcard(k.ready)
+        p.zrange(k.cooling, 0, 0, withscores=True)
+        p.zrange(k.leases, 0, 0, withscores=True)
+        try:
+            ready, cool0, lease0 = p.execute()
+        except redis.RedisError as e:
+            raise StoreError(f"reading the queue failed: {e}") from e
+        if ready:
+            return 0.0
+        times = [t for (_, t) in cool0 + lease0]
+        return max(0.0, min(times) - now) if times else None
 
     def visits_since(self, seconds: float = 3600, now: float | None = None, failed: bool = False) -> int:
         """Visits completed (or failed, with ``failed``) in the last ``seconds``; trims older buckets."""

@@ -109,23 +109,38 @@ def test_autoscaler_grows_when_behind_holds_when_saturated_shrinks_when_overload
 
 
 def test_autoscaler_remembers_the_sizes_that_overloaded_and_fell_behind(client):
-    a = Autoscaler(client, low=2, high=40, ceiling_steps=3)
+    a = Autoscaler(client, low=2, high=40, memory_steps=3)
     a.best_rtt = 0.0005
     # Overloaded (Redis struggling, or the loop too late): shrink, and do not grow back into it.
     assert a.decide(20, busy=20, latency=30.0, cpu=0.5, rtt=0.05) == (16, "overloaded")
     assert a.decide(16, busy=16, latency=30.0, cpu=0.5, rtt=0.0005) == (19, "behind")
-    assert a.decide(19, busy=19, latency=30.0, cpu=0.5, rtt=0.0005) == (19, "hold: below a size that overloaded")
+    assert a.decide(19, busy=19, latency=30.0, cpu=0.5, rtt=0.0005) == (19, "hold: under a ceiling")
     assert a.decide(19, busy=19, latency=30.0, cpu=0.5, rtt=0.0005, lag=2.0) == (15, "overloaded")
     for _ in range(3):
         a.decide(15, busy=12, latency=0.0, cpu=0.5, rtt=0.0005)
-    assert a.ceiling is None  # forgotten after ceiling_steps decisions: growth may probe again
-    # Fell behind at 4: idle samples at 5 do not shrink back to 4 for ceiling_steps decisions.
-    b = Autoscaler(client, low=2, high=40, ceiling_steps=3)
+    assert a.ceiling is None  # forgotten after memory_steps decisions: growth may probe again
+    # Fell behind at 4: idle samples at 5 do not shrink back to 4 for memory_steps decisions.
+    b = Autoscaler(client, low=2, high=40, memory_steps=3)
     assert b.decide(4, busy=4, latency=9.0, cpu=0.3, rtt=None) == (5, "behind")
-    assert b.decide(5, busy=2, latency=0.0, cpu=0.3, rtt=None) == (5, "hold: above a size that fell behind")
-    assert b.decide(5, busy=2, latency=0.0, cpu=0.3, rtt=None) == (5, "hold: above a size that fell behind")
-    assert b.decide(5, busy=2, latency=0.0, cpu=0.3, rtt=None) == (5, "hold: above a size that fell behind")
+    assert b.decide(5, busy=2, latency=0.0, cpu=0.3, rtt=None) == (5, "hold: above a floor")
+    assert b.decide(5, busy=2, latency=0.0, cpu=0.3, rtt=None) == (5, "hold: above a floor")
+    assert b.decide(5, busy=2, latency=0.0, cpu=0.3, rtt=None) == (5, "hold: above a floor")
     assert b.decide(5, busy=2, latency=0.0, cpu=0.3, rtt=None) == (4, "idle")
+
+
+def test_autoscaler_steps_back_when_growing_did_not_visit_faster(client):
+    a = Autoscaler(None, low=2, high=100, memory_steps=3)
+    assert a.decide(8, busy=8, latency=9.0, cpu=0.5, rtt=None, rate=400.0) == (10, "behind")
+    # 10 runners visit no faster than 8 (the CPU is shared, Redis or a tracker limits): back to 8.
+    assert a.decide(10, busy=10, latency=9.0, cpu=0.5, rtt=None, rate=405.0) == (8, "plateau")
+    assert a.ceiling == 10
+    assert a.decide(8, busy=8, latency=9.0, cpu=0.5, rtt=None, rate=400.0) == (9, "behind")
+    assert a.decide(9, busy=9, latency=9.0, cpu=0.5, rtt=None, rate=398.0) == (8, "plateau")
+    assert a.decide(8, busy=8, latency=9.0, cpu=0.5, rtt=None, rate=401.0) == (8, "hold: under a ceiling")
+    # A growth that helped goes on.
+    b = Autoscaler(None, low=2, high=100)
+    assert b.decide(8, busy=8, latency=9.0, cpu=0.5, rtt=None, rate=300.0) == (10, "behind")
+    assert b.decide(10, busy=10, latency=9.0, cpu=0.5, rtt=None, rate=360.0) == (13, "behind")
 
 
 def test_settled_means_no_change_during_the_last_steps():

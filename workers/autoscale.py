@@ -1,44 +1,46 @@
 """``--concurrency auto``: the pool size that keeps queue latency low (seed 000's wish).
 
-Strategy: every ``interval`` seconds the controller samples five figures:
+Strategy: every ``interval`` seconds the controller samples
 
 - queue latency: how late the oldest due torrent is (``Queue.counts``);
 - busy: how many of the pool's runners hold a torrent, on average over the
-  interval (sampled with the lag probe);
-- CPU share of this process since the last sample (1.0 = one core: a gevent
-  process runs its Python on one core);
-- event-loop lag: how late a probe greenlet that sleeps 50 ms wakes up, on
-  average over the interval (how long a greenlet ready to run waits for the
-  others);
+  interval (sampled by the probe greenlet);
+- visits per second over the interval;
+- the CPU share of this process (1.0 = one core: a gevent process runs its
+  Python on one core);
+- event-loop lag: how late the probe greenlet, sleeping 50 ms, wakes up on
+  average (how long a greenlet ready to run waits for the others);
 - the Redis round trip, timed on a plain blocking socket outside the gevent
-  loop (so it measures Redis and the network, not our own lag), with the best
-  seen as the reference.
+  loop (so it measures Redis and the network, not our own lag), against the
+  best seen.
 
-From them: *saturated* when the CPU share is at least ``cpu_busy``, the lag
-above ``lag_high`` or the round trip above ``rtt_factor`` × best + 2 ms (more
-greenlets would only wait for the CPU or for Redis); *overloaded* when the
-lag is above ``lag_max`` (tracker replies would wait long enough to risk
-their timeouts) or the round trip above ``overload_factor`` × best + 20 ms
-(Redis, shared by every worker, is struggling). Then
+*Saturated*: CPU share at least ``cpu_busy``, lag above ``lag_high`` or the
+round trip above ``rtt_factor`` × best + 2 ms. *Overloaded*: lag above
+``lag_max`` (tracker replies would wait long enough to risk their timeouts)
+or the round trip above ``overload_factor`` × best + 20 ms (Redis, shared by
+every worker, is struggling). Then, in this order:
 
-- overloaded: shrink by a fifth, and do not grow back to the size that
-  overloaded for ``ceiling_steps`` decisions (without that memory the size
-  would saw between the overloaded size and the one below);
-- behind (latency above ``latency_target``), ≥ 90 % of the pool busy and not
-  saturated: grow by a quarter;
-- less than half the pool busy and not behind: shrink by a tenth (idle),
-  but not back to a size that fell behind in the last ``ceiling_steps``
-  decisions (without that memory a queue whose demand sits at one size's
-  capacity would see the size go up and down by one for ever);
+- overloaded: shrink by a fifth; the size that overloaded is a *ceiling*;
+- the last decision grew the pool, the queue is still behind, and visits per
+  second did not rise by ``gain_min`` (5 %): growing did not help (the CPU
+  is shared with other processes, Redis or the trackers limit): back to the
+  size before, and the grown size is a ceiling (*plateau*);
+- behind (latency above ``latency_target``), ≥ 90 % of the pool busy, not
+  saturated: grow by a quarter, staying under any ceiling;
+- less than half the pool busy and not behind: shrink by a tenth (*idle*),
+  but not back to a size that fell behind (a *floor*);
 - otherwise hold: keeping up, or saturated while behind (the most this
-  process can do; growing would not visit faster, shrinking would leave the
+  process can do: growing would not visit faster, shrinking would leave the
   CPU idle while visits wait on the network).
 
-Holding while saturated is what makes the size settle: it grows until the
-process or Redis is busy and stays there. ``settled`` tells from the
-history whether it did: the size has not changed during the last
-``STABLE_STEPS`` decisions. The size always stays within ``[low, high]``
-(``concurrency_min`` and ``concurrency_max``).
+Ceilings and floors are forgotten after ``memory_steps`` decisions, so the
+controller probes again once conditions may have changed. Without them the
+size would saw for ever between two neighbours: one that is too small and
+one that does not help (or overloads).
+
+``settled`` tells from the history whether the size settled: it did not
+change during the last ``STABLE_STEPS`` decisions. The size always stays
+within ``[low, high]`` (``concurrency_min`` and ``concurrency_max``).
 """
 
 from __future__ import annotations
@@ -76,7 +78,7 @@ class Autoscaler:
     def __init__(self, client: redis.Redis, low: int, high: int, *, interval: float = 5.0,
                  latency_target: float = 5.0, cpu_busy: float = 0.85, lag_high: float = 0.1,
                  lag_max: float = 1.0, rtt_factor: float = 4.0, overload_factor: float = 10.0,
-                 ceiling_steps: int = 24, start: int | None = None):
+                 gain_min: float = 0.05, memory_steps: int = 60, start: int | None = None):
         self.client = client
         self.low, self.high = low, high
         self.size = max(low, min(high, start if start is not None else max(low, 8)))
@@ -84,11 +86,13 @@ class Autoscaler:
         self.latency_target = latency_target
         self.cpu_busy, self.lag_high, self.lag_max = cpu_busy, lag_high, lag_max
         self.rtt_factor, self.overload_factor = rtt_factor, overload_factor
-        self.ceiling_steps = ceiling_steps
-        self.ceiling: int | None = None  # a size that overloaded, not to be grown back to
+        self.gain_min, self.memory_steps = gain_min, memory_steps
+        self.ceiling: int | None = None  # a size that overloaded or did not help: not grown back to
         self._ceiling_left = 0
-        self.floor: int | None = None  # a size that fell behind, not to be shrunk back to
+        self.floor: int | None = None  # a size that fell behind: not shrunk back to
         self._floor_left = 0
+        self._grew: tuple[int, float] | None = None  # (size, visits/s) before the last growth
+        self._visits = (time.monotonic(), 0)
         self._busy_sum, self._busy_n = 0, 0
         self.best_rtt: float | None = None
         self._cpu = (time.monotonic(), time.process_time())
@@ -190,33 +194,47 @@ class Autoscaler:
         self._raw = None
 
     # --- the decision -----------------------------------------------------------
+    def _rate(self, visits: int) -> float:
+        """Visits per second since the last step, from the worker's visit count."""
+        now = time.monotonic()
+        t0, v0 = self._visits
+        self._visits = (now, visits)
+        return (visits - v0) / max(now - t0, 1e-6)
+
     def decide(self, size: int, busy: float, latency: float, cpu: float, rtt: float | None,
-               lag: float = 0.0) -> tuple[int, str]:
-        """The next size and why, from one sample (pure but for the ceiling and floor memories)."""
+               lag: float = 0.0, rate: float | None = None) -> tuple[int, str]:
+        """The next size and why, from one sample (pure but for the memories: ceiling, floor, last growth)."""
         best = self.best_rtt
         slow = rtt is not None and best is not None
         overloaded = lag > self.lag_max or (slow and rtt > self.overload_factor * best + 0.020)
         saturated = cpu >= self.cpu_busy or lag > self.lag_high or (slow and rtt > self.rtt_factor * best + 0.002)
         behind = latency > self.latency_target
+        grew, self._grew = self._grew, None
         if overloaded:
             new, why = size - max(1, math.ceil(size * 0.2)), "overloaded"
-            self.ceiling, self._ceiling_left = size, self.ceiling_steps
+            self.ceiling, self._ceiling_left = size, self.memory_steps
+        elif (grew is not None and behind and rate is not None and size > grew[0]
+              and rate < grew[1] * (1 + self.gain_min)):
+            new, why = grew[0], "plateau"
+            self.ceiling, self._ceiling_left = size, self.memory_steps
         elif behind and busy >= 0.9 * size and not saturated:
             new, why = size + max(1, math.ceil(size * 0.25)), "behind"
-            self.floor, self._floor_left = size, self.ceiling_steps
+            self.floor, self._floor_left = size, self.memory_steps
             if self.ceiling is not None:
                 new = min(new, self.ceiling - 1)
                 if new <= size:
-                    new, why = size, "hold: below a size that overloaded"
+                    new, why = size, "hold: under a ceiling"
+            if new > size and rate is not None:
+                self._grew = (size, rate)
         elif busy < 0.5 * size and not behind:
             new = size - max(1, math.ceil(size * 0.1))
             if self.floor is not None:
                 new = max(new, self.floor + 1)
-            why = "idle" if new < size else "hold: above a size that fell behind"
+            why = "idle" if new < size else "hold: above a floor"
             new = min(new, size)
         else:
             new, why = size, "hold: saturated" if behind else "hold"
-        if self._ceiling_left > 0 and why != "overloaded":
+        if self._ceiling_left > 0 and why not in ("overloaded", "plateau"):
             self._ceiling_left -= 1
             if self._ceiling_left == 0:
                 self.ceiling = None
@@ -227,23 +245,24 @@ class Autoscaler:
         return max(self.low, min(self.high, new)), why
 
     def step(self, worker) -> int:
-        """Sample ``worker`` (its queue, pool and target) and return the new size."""
+        """Sample ``worker`` (its queue, pool, visit count and target) and return the new size."""
         cpu = self._cpu_share()
         lag = self._lag()
+        rate = self._rate(worker.health.visits)
         rtt = self._rtt()
         try:
             latency = worker.queue.counts()["queue_latency_s"]
         except StoreError:  # Redis trouble: hold the size rather than guess
             return self.size
         busy = self._busy(len(worker.pool))
-        new, why = self.decide(worker.target, busy, latency, cpu, rtt, lag)
+        new, why = self.decide(worker.target, busy, latency, cpu, rtt, lag, rate)
         if new != self.size:
             log.info("pool_resized", size=new, was=self.size, why=why, latency_s=latency,
-                     cpu=round(cpu, 2), lag_ms=round(lag * 1000, 1),
+                     visits_per_s=round(rate, 1), cpu=round(cpu, 2), lag_ms=round(lag * 1000, 1),
                      rtt_ms=None if rtt is None else round(rtt * 1000, 2))
         self.history.append({"t": round(time.monotonic() - self._t0, 1), "size": new, "was": self.size, "why": why,
-                             "busy": round(busy, 1), "latency_s": latency, "cpu": round(cpu, 2),
-                             "lag_ms": round(lag * 1000, 1),
+                             "busy": round(busy, 1), "latency_s": latency, "visits_per_s": round(rate, 1),
+                             "cpu": round(cpu, 2), "lag_ms": round(lag * 1000, 1),
                              "rtt_ms": None if rtt is None else round(rtt * 1000, 3)})
         del self.history[:-1000]
         self.size = new

@@ -45,6 +45,8 @@ log = logs.get("worker")
 SHUTDOWN_MARGIN = 6.0
 # Waits between claims when nothing was ready, growing to the maximum.
 IDLE_POLL = (0.2, 2.0)
+# The shortest wait for a torrent about to fall due (others may claim it first).
+IDLE_POLL_MIN = 0.01
 
 
 class Worker:
@@ -131,7 +133,7 @@ class Worker:
                 if self.until_idle and not self.pool and self._idle():
                     log.info("worker_idle", note="nothing ready or in flight")
                     break
-                self._wait(idle)
+                self._wait(self._idle_delay(idle))
                 idle = min(idle * 2, IDLE_POLL[1])
         finally:
             self._shutdown()
@@ -143,6 +145,18 @@ class Worker:
         except StoreError:
             return False
         return c["ready"] == 0 and c["in_flight"] == 0
+
+    def _idle_delay(self, idle: float) -> float:
+        """How long to wait before claiming again when nothing was ready: ``idle`` (growing
+        while the queue stays empty), or less when a torrent falls due sooner, so a paced
+        queue is visited on time rather than up to ``IDLE_POLL[1]`` late."""
+        try:
+            due = self.queue.next_due()
+        except StoreError:
+            return idle
+        if due is None:
+            return idle
+        return min(idle, max(due, IDLE_POLL_MIN))
 
     def _wait(self, seconds: float) -> None:
         self._slot.clear()
@@ -244,6 +258,8 @@ class Worker:
             "peers": self.health.peers,
             "visits_per_hour": round(self.health.per_hour(), 1),
             "failing": self.health.failing,
+            # With --concurrency auto: the last decision and what it saw, for `status`.
+            **({"autoscale": self.autoscaler.history[-1]} if self.autoscaler and self.autoscaler.history else {}),
         }
 
     def _beat(self) -> None:
@@ -261,12 +277,15 @@ class Worker:
 
     def _extend(self) -> None:
         for g, lease in list(self.pool.items()):
-            if g in self.pool and not self.queue.extend(lease):
+            # A runner may have completed the lease since the snapshot (each
+            # extend is a round trip): only a lease still held counts as lost.
+            if self.pool.get(g) is lease and not self.queue.extend(lease) and self.pool.get(g) is lease:
                 log.warning("lease_lost", info_hash=lease.info_hash)
 
     def _autoscale(self) -> None:
         if not self.stopping.is_set():  # a draining pool says nothing about the right size
             self.target = self.autoscaler.step(self)
+            self._slot.set()  # the claim loop starts the new runners now
 
     def _start_services(self) -> None:
         self._beat()
