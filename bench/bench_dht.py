@@ -16,13 +16,17 @@ next lookup when one has its peers.
 
 Fairness:
 
-- Each round starts a fresh node on its own loopback address and waits, on
-  both sides alike, until its routing table holds half the swarm's
-  non-router nodes, then runs one untimed lookup per info-hash (which fills
-  the table); only then is the round timed.
-- Rounds alternate in ABBA order (plain, source, source, plain, ...), so
-  neither side always runs first or last, and each DhtSource round has a
-  plain neighbour measured under the same machine load (``paired_ratios``).
+- Each side starts one node on its own loopback address and waits, both
+  alike, until its routing table holds half the swarm's non-router nodes,
+  then runs one untimed lookup per info-hash (which fills the table). Both
+  nodes then stay up for the whole run.
+- Rounds (batches of ``--lookups`` lookups, the same info-hashes in the same
+  order on both sides) alternate in ABBA order (plain, source, source,
+  plain, ...), so neither side always runs first or last, and each
+  DhtSource round has a plain neighbour measured a moment apart, under the
+  same machine load (``paired_ratios``). An earlier version started a fresh
+  node per round and ran each side's rounds seconds apart; other work on
+  the machine then decided the ratio.
 - A round's rate counts from the first start to the start of its last
   lookup (``lookups - concurrency`` completed by then): the final drain, where
   one lookup that lost a reply waits its whole 1 s deadline with nothing else
@@ -58,8 +62,8 @@ run. ``median_ratio`` = median DhtSource round / median plain round, which
 mixes rounds run under different load; ``ratio_best`` is best/best, for
 reference only.
 
-    python bench/bench_dht.py --quick      # 5 rounds per side
-    python bench/bench_dht.py              # 10 rounds per side
+    python bench/bench_dht.py --quick      # 12 rounds per side, ~20 s
+    python bench/bench_dht.py              # 30 rounds per side, ~45 s
 """
 
 from __future__ import annotations
