@@ -383,7 +383,7 @@ def ratio(a, b, digits=1):
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="smaller sizes, ~1.5 minutes (full: ~4 minutes)")
+    ap.add_argument("--quick", action="store_true", help="smaller sizes, ~2 minutes (full: ~4.5 minutes)")
     ap.add_argument("--redis-url", default=os.environ.get("PEERCRAWL_TEST_REDIS_URL", "redis://127.0.0.1:6379/0"))
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--overlap", type=int, default=4, help="swarms each peer address is in (default 4)")
@@ -392,7 +392,7 @@ def main() -> None:
     _count_round_trips()
     n = 1000 if a.quick else 4000
     n_dht = 32 if a.quick else 96
-    auto_seconds = 20.0 if a.quick else 40.0
+    auto_seconds = 30.0 if a.quick else 45.0
     auto_interval = 1.0
     n_base = a.concurrency
     client = redis.Redis.from_url(a.redis_url)

@@ -53,9 +53,37 @@ def test_worker_client_talks_to_the_same_server_with_a_bounded_blocking_pool(cli
     wc = worker_client(client, 40)
     pool = wc.connection_pool
     assert isinstance(pool, redis.BlockingConnectionPool)
+    assert pool.connection_class.__name__ == "Worker" + client.connection_pool.connection_class.__name__
     assert pool.max_connections == 40 + EXTRA_CONNECTIONS
     client.set(keys.sub("probe"), b"x")
     assert wc.get(keys.sub("probe")) == b"x"
     # A client whose pool the caller chose is used as it is.
     custom = redis.Redis(connection_pool=redis.BlockingConnectionPool.from_url(redis_url))
     assert worker_client(custom, 40) is custom
+
+
+# A greenlet killed while BLPOP waits would leave that command's reply (nil,
+# at 0.4 s) unread on its connection. redis-py drops a connection whose read
+# was interrupted; the worker pool, which skips the per-command probe after
+# clean releases, must keep that guarantee: the next commands get their own replies.
+KILLED = """
+from gevent import monkey; monkey.patch_all()
+import sys
+import gevent, redis
+sys.path.insert(0, sys.argv[1])
+from workers.connections import worker_client
+client = worker_client(redis.Redis.from_url(sys.argv[2]), 1)
+key = "{" + sys.argv[3] + "}:value"
+client.set(key, b"right")
+g = gevent.spawn(client.blpop, key + ":empty", timeout=0.4)
+gevent.sleep(0.1)
+g.kill()
+gevent.sleep(0.6)  # the BLPOP's nil reply has arrived on that connection
+print([client.get(key) for _ in range(3)])
+"""
+
+
+def test_a_command_killed_mid_reply_does_not_leak_its_reply_to_the_next(redis_url, namespace):
+    r = subprocess.run([sys.executable, "-c", KILLED, str(ROOT), redis_url, namespace],
+                       capture_output=True, text=True, timeout=60, check=True)
+    assert r.stdout.strip() == "[b'right', b'right', b'right']", r.stderr[-2000:]
