@@ -35,8 +35,9 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Iterator, NamedTuple, Sequence
+from typing import NamedTuple
 
 import redis
 

@@ -15,9 +15,10 @@ import dataclasses
 import ipaddress
 import os
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping, TypeVar
+from typing import TypeVar
 
 from crawler.errors import SettingsError
 

@@ -96,7 +96,7 @@ class Locator:
                 f"{what}: {self.path} is a {meta.database_type!r} database; a GeoLite2/GeoIP2 City "
                 f"database is needed ({_README})"
             )
-        self.built = _dt.datetime.fromtimestamp(meta.build_epoch, _dt.timezone.utc)
+        self.built = _dt.datetime.fromtimestamp(meta.build_epoch, _dt.UTC)
         self.ip_version = meta.ip_version
         if self.bundled:
             log.warning(

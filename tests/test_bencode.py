@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings as hsettings, strategies as st
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from crawler import bencode
 from crawler.bencode import BencodeError, decode, decode_prefix, encode

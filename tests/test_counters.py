@@ -6,13 +6,13 @@ import calendar
 import ipaddress
 
 import pytest
-import redis
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 import geo
 from crawler.counters import Recorder, escape, metrics_for, month_of, outbox_key, top, unescape
 from crawler.counters.marks import parse_bucket
-from crawler.counters.names import info_hash_hex, query_for, metric_of
+from crawler.counters.names import info_hash_hex, metric_of, query_for
 from tests.mmdb import write_city_db
 
 H = "ab" * 20

@@ -17,7 +17,9 @@ import ipaddress
 import uuid
 from collections import Counter
 
-from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from crawler.counters import Recorder, metrics_for, month_of, outbox_key
 from crawler.counters.names import LIFETIME

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import os
 
-
 from crawler.sources.health import TrackerHealth, tracker_report
 from crawler.sources.trackers import Trackers
-from tests.hostile import HostileUdpTracker, UDP_GOOD, UDP_SILENT
+from tests.hostile import UDP_GOOD, UDP_SILENT, HostileUdpTracker
 
 
 def test_backoff_doubles_up_to_max_and_recovers(client, keys):

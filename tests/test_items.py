@@ -4,7 +4,9 @@ import base64
 import hashlib
 
 import pytest
-from hypothesis import given, settings as hsettings, strategies as st
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from crawler import bencode
 from crawler.errors import ItemError

@@ -7,7 +7,7 @@ import pytest
 from crawler.lifecycle import NewItem, Queue
 from crawler.scoring import Outcome
 
-H = ["%040x" % i for i in range(1, 50)]
+H = [f"{i:040x}" for i in range(1, 50)]
 
 
 @pytest.fixture
@@ -178,7 +178,7 @@ def test_no_sequence_loses_or_duplicates(q, client, keys, settings):
     hashes = H[:20]
     t = 1000.0
     held = []
-    for step in range(600):
+    for _step in range(600):
         t += rnd.choice([0.5, 5, 50, 400])
         op = rnd.random()
         if op < 0.15:

@@ -3,7 +3,8 @@
 import math
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from crawler.lifecycle import NewItem, Queue
 from crawler.scoring import Outcome, SourceCount, next_score, outcome

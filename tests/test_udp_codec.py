@@ -5,7 +5,9 @@ from __future__ import annotations
 import socket
 
 import pytest
-from hypothesis import given, settings as hsettings, strategies as st
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from crawler.errors import RemoteProtocolError
 from crawler.sources import udp_codec as u

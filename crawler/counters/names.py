@@ -59,7 +59,7 @@ def info_hash_hex(info_hash: str) -> str:
 
 def month_of(now: float) -> str:
     """The UTC month ``YYYY-MM`` of unix time ``now``."""
-    return _dt.datetime.fromtimestamp(now, _dt.timezone.utc).strftime("%Y-%m")
+    return _dt.datetime.fromtimestamp(now, _dt.UTC).strftime("%Y-%m")
 
 
 def check_month(month: str) -> str:

@@ -7,13 +7,13 @@ run on Redis Cluster.
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 
 import redis
 
 
-@lru_cache(maxsize=None)
+@cache
 def source(name: str) -> str:
     """The text of ``<name>.lua`` shipped in this package or a sibling."""
     return resources.files(__package__).joinpath(name + ".lua").read_text("utf-8")

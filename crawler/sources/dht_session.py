@@ -66,7 +66,7 @@ def resolve_bootstrap(nodes: tuple[tuple[str, int], ...], allow_private: bool) -
         except OSError as e:
             log.warning("dht_bootstrap_unresolved", node=f"{host}:{port}", error=str(e))
             continue
-        for family, _, _, _, sockaddr in infos:
+        for _family, _, _, _, sockaddr in infos:
             ip = str(ipaddress.ip_address(sockaddr[0].split("%")[0]))
             check(ip, allow_private, f"DHT bootstrap node {host}:{port}")
             if (ip, port) not in out:

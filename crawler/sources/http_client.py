@@ -109,7 +109,7 @@ def http_get(
     TrackerTlsError and a final status other than 200), AddressRefused,
     HostUnresolved or HttpReplyError; never returns a partial body.
     """
-    for hop in range(MAX_REDIRECTS + 1):
+    for _hop in range(MAX_REDIRECTS + 1):
         resp = _get_once(url, deadline, max_bytes, check, tls, resolver, preferred)
         if resp.status in (301, 302, 303, 307, 308):
             location = resp.headers.get("location")

@@ -136,7 +136,7 @@ class UdpTrackerClient:
             s = self._sock(family)
         except OSError as e:  # e.g. no IPv6 on this host
             raise TrackerTimeout(f"cannot open a UDP socket for {addr[0]}: {e}") from e
-        for attempt in range(self.retries):
+        for _attempt in range(self.retries):
             left = deadline - time.monotonic()
             if left <= 0:
                 break
