@@ -278,9 +278,13 @@ class Worker:
     def _extend(self) -> None:
         for g, lease in list(self.pool.items()):
             # A runner may have completed the lease since the snapshot (each
-            # extend is a round trip): only a lease still held counts as lost.
-            if self.pool.get(g) is lease and not self.queue.extend(lease) and self.pool.get(g) is lease:
-                log.warning("lease_lost", info_hash=lease.info_hash)
+            # extend is a round trip), or be reading the reply of the round
+            # trip that completed it: only a lease still held a moment after
+            # the failed extend counts as lost.
+            if self.pool.get(g) is lease and not self.queue.extend(lease):
+                gevent.sleep(0.05)
+                if self.pool.get(g) is lease:
+                    log.warning("lease_lost", info_hash=lease.info_hash)
 
     def _autoscale(self) -> None:
         if not self.stopping.is_set():  # a draining pool says nothing about the right size
