@@ -174,6 +174,20 @@ def test_a_field_straddling_two_records_is_not_a_mark(client, keys, settings, lo
     assert r.record_visit(H, [ip], T0 + 1) == 0
 
 
+def test_a_peer_in_many_torrents_spreads_over_buckets(client, keys, settings, locator):
+    """A seedbox in hundreds of swarms must not grow one bucket: each lookup and
+    rewrite would copy it whole. Its torrent marks go by (IP, torrent)."""
+    r = Recorder(client, keys, settings, locator, mark_buckets=64)
+    torrents = [f"{n:040x}" for n in range(300)]
+    for h in torrents:
+        assert r.record_visit(h, ["1.1.1.1"], T0) == 1
+    sizes = [client.strlen(k) for k in client.scan_iter(match=keys.sub("mk", "[0-9]*"))]
+    records = sum(sizes) // 12
+    assert records == 300 * (4 + 1) + 3  # per torrent 4 marks and a group; 3 place marks
+    assert max(sizes) // 12 < records // 8  # ~1/64 each; one bucket would hold them all
+    assert all(r.record_visit(h, ["1.1.1.1"], T0 + 1) == 0 for h in torrents)
+
+
 def test_an_expired_mark_is_renewed_in_place(client, keys, settings, locator):
     r = Recorder(client, keys, settings, locator, mark_buckets=1)
     assert r.record_visit(H, ["9.9.9.9", "1.1.1.1"], T0) == 2

@@ -7,9 +7,11 @@ field of a small listpack hash ~15-18 B, but each lookup scans the listpack
 ``buckets`` strings ``mk:<n>``: ~13 B per mark, and a lookup is one memmem
 over ~1.2 KB inside Redis.
 
-- keyed fingerprints (``Fingerprinter``): the IP's picks the bucket (so one
-  GET reads all of an IP's marks), the record's first 8 bytes are 64 bits of
-  the IP's XOR the metric's. The address itself is never stored.
+- keyed fingerprints (``Fingerprinter``): an IP's marks for a torrent (and
+  its group record, see record.lua) live in the bucket of (IP, torrent), its
+  place marks in the bucket of the IP alone, so a peer in thousands of swarms
+  does not grow one bucket; the record's first 8 bytes are 64 bits of the
+  IP's fingerprint XOR the metric's. The address itself is never stored.
 - the record's last 4 bytes are the unix second the mark was made (big
   endian). A mark counts as present while ``time > now - window``:
   correctness never depends on deleting stale records. ``sweep.lua`` removes
@@ -63,9 +65,9 @@ def load_secret(client: redis.Redis, keys: Keys, configured: str | None) -> byte
 class Fingerprinter:
     """Keyed 64-bit fingerprints of IPs, torrents and place metrics.
 
-    A mark's field is ``low64(ip) XOR metric``, its bucket ``high64(ip) mod
-    buckets`` (so all marks of one IP share a bucket and record.lua reads
-    them with one GET). The metric part is composed so that Python hashes
+    A mark's field is ``low64(ip) XOR metric``, its bucket ``(high64(ip)
+    XOR torrent(h)) mod buckets`` for a torrent's metric and ``high64(ip)
+    mod buckets`` for a place metric. The metric part is composed so that Python hashes
     once per IP, once per torrent per visit and once per place per process:
 
     - ``torrents.<h>.users``: ``torrent(h)``;

@@ -8,8 +8,10 @@
 -- KEYS[..]     per country (position given in ARGV[5]): torrents:c:C, cities:c:C,
 --              postcodes:c:C, each lifetime then month
 -- KEYS[n+1..]   marks    STRING of 12-byte records: 8-byte field, then the unix second
---                       of the mark as a big-endian u32 ({ns}:mk:<n>); all marks of one
---                       IP share one bucket; every bucket this batch reads, last
+--                       of the mark as a big-endian u32 ({ns}:mk:<n>): every bucket
+--                       this batch may read, last. An IP's marks for the torrent
+--                       (and its group record) share one bucket chosen by (IP,
+--                       torrent); its place marks one chosen by the IP alone.
 -- ARGV[1]      now      unix seconds (integer): the time stored in new marks
 -- ARGV[2]      cutoff   now - window: a mark at or before it has expired
 -- ARGV[3]      h        the info-hash, 40 lower-case hex
@@ -19,20 +21,21 @@
 -- ARGV[6]      places    binary, per place: u16 country number (1-based; 0 = unknown),
 --                        str(escaped city), str(escaped postcode) (empty = unknown)
 -- ARGV[7]      n         the number of keys before the mark buckets
--- ARGV[8]      ips       binary, per IP: u16 bucket number (1-based: KEYS[n + b]),
---                        u16 place number, u8 k; when k >= 3 the 8-byte field of the
+-- ARGV[8]      ips       binary, per IP: u16 torrent bucket, u16 place bucket (0 when
+--                        k = 1) (1-based: KEYS[n + b]), u16 place number, u8 k; when k >= 3 the 8-byte field of the
 --                        IP's group record for (torrent, place); then k 8-byte fields,
 --                        one per metric of the place, in the order torrent; country,
 --                        torrent-country; city, torrent-city; postcode,
 --                        torrent-postcode (parts the place lacks are absent)
+-- ARGV[9]      prefetch  binary, u16 numbers of the torrent buckets (read with one MGET)
 -- str = u16 length .. bytes; integers big endian.
 --
 -- Python sends places and fingerprints only; names are read, and metric names
 -- and index members built, only when something counted, so a visit whose
--- peers were all seen costs one MGET of its buckets, a memmem per IP (its
+-- peers were all seen costs one MGET of its torrent buckets, a memmem per IP (its
 -- group record; per (metric, IP) when that is missing or stale) and no write.
--- For each mark missing or expired: write it (one SET of the bucket per IP that
--- had any; SET, not APPEND, so the string is allocated at its exact size) and
+-- For each mark missing or expired: write it (one MSET of every changed bucket
+-- at the end; SET, not APPEND, so a string is allocated at its exact size) and
 -- count one.
 -- Then add each metric's count to its indexes (lifetime and month) and, when its
 -- family is posted, to the outbox. Returns the count of torrents.<h>.users.
@@ -47,10 +50,25 @@ local function u16(s, i)
   return a * 256 + b
 end
 
--- the batch's buckets, read in one call
+-- mark buckets: KEYS[nfixed + b]; the torrent buckets (ARGV[9]) in one call,
+-- the place buckets that pass 1 finds needed in another; all reads and
+-- writes go through vals
 local nfixed = tonumber(ARGV[7])
-local vals = redis.call('MGET', unpack(KEYS, nfixed + 1))
-
+local vals = {}
+do
+  local pre, idx, ks = ARGV[9], {}, {}
+  for i = 1, #pre, 2 do
+    local b = u16(pre, i)
+    idx[#idx + 1] = b
+    ks[#ks + 1] = KEYS[nfixed + b]
+  end
+  if #ks > 0 then
+    local got = redis.call('MGET', unpack(ks))
+    for i = 1, #idx do
+      vals[idx[i]] = got[i] or ''
+    end
+  end
+end
 -- counts per place number: {[j] = count} for metric slot j (created when one counts)
 local t_users, counted = 0, {}
 
@@ -72,74 +90,134 @@ local function u32(n)
               math.floor(n / 256) % 256, n % 256)
 end
 
-local p, o = ARGV[8], 1
+local p = ARGV[8]
+
+-- pass 1: which IPs' group records are fresh (nothing of theirs can count),
+-- and the place buckets the others need, then read those in one call
+local skip, need, wanted = {}, {}, {}
+do
+  local o, n = 1, 0
+  while o <= #p do
+    n = n + 1
+    local tb, gb, k = u16(p, o), u16(p, o + 2), byte(p, o + 6)
+    o = o + 7
+    local fresh = false
+    if k >= 3 then
+      local s = vals[tb]
+      local gx = lookup(s, sub(p, o, o + 7))
+      fresh = gx ~= nil and time_at(s, gx) > cutoff
+      o = o + 8
+    end
+    o = o + 8 * k
+    if fresh then
+      skip[n] = true
+    elseif gb > 0 and not vals[gb] and not wanted[gb] then
+      wanted[gb] = true
+      need[#need + 1] = gb
+    end
+  end
+  if #need > 0 then
+    local ks = {}
+    for i = 1, #need do
+      ks[i] = KEYS[nfixed + need[i]]
+    end
+    local got = redis.call('MGET', unpack(ks))
+    for i = 1, #need do
+      vals[need[i]] = got[i] or ''
+    end
+  end
+end
+
+-- pass 2: check, mark and count the others' pairs. Renewed marks are rewritten
+-- in vals, new records wait in adds (a pair is never looked up twice, and
+-- concatenating once per bucket spares copying it per record); changed
+-- buckets are written back with one MSET at the end
+local dirty, adds = {}, {}
+local function add(b, rec)
+  local a = adds[b]
+  if not a then
+    a = {}
+    adds[b] = a
+  end
+  a[#a + 1] = rec
+  dirty[b] = true
+end
+local o, n = 1, 0
 while o <= #p do
-  local b, pno, k = u16(p, o), u16(p, o + 2), byte(p, o + 4)
-  o = o + 5
-  local s = vals[b] or ''
-  -- the group record of (IP, torrent, place), for k >= 3: its time is the
-  -- oldest of the IP's k marks for them, so while it is fresh all k are and
-  -- nothing can count: the revisit of a known peer costs one lookup
-  local gf, gx
+  n = n + 1
+  local tb, gb, pno, k = u16(p, o), u16(p, o + 2), u16(p, o + 4), byte(p, o + 6)
+  o = o + 7
+  local gf
   if k >= 3 then
     gf = sub(p, o, o + 7)
     o = o + 8
-    gx = lookup(s, gf)
-    if gx and time_at(s, gx) > cutoff then
-      o = o + 8 * k
-      k = 0
-    end
   end
-  local added, changed = nil, false
-  local oldest = now
-  local pc
-  for j = 1, k do
-    local f = sub(p, o, o + 7)
-    o = o + 8
-    local x = lookup(s, f)
-    local fresh = false
-    if not x then
-      fresh = true
-      added = added or {}
-      added[#added + 1] = f .. stamp
-    else
-      local t = time_at(s, x)
-      if t <= cutoff then
-        fresh, changed = true, true
-        s = sub(s, 1, x + 7) .. stamp .. sub(s, x + 12)
-      elseif t < oldest then
-        oldest = t
-      end
-    end
-    if fresh then
-      if j == 1 then
-        t_users = t_users + 1
+  if skip[n] then
+    o = o + 8 * k
+  else
+    local oldest = now
+    local pc
+    for j = 1, k do
+      local f = sub(p, o, o + 7)
+      o = o + 8
+      -- odd slots are the torrent's metrics (bucket tb), even ones the place's (gb)
+      local b = tb
+      if j % 2 == 0 then b = gb end
+      local s = vals[b]
+      local x = lookup(s, f)
+      local fresh = false
+      if not x then
+        fresh = true
+        add(b, f .. stamp)
       else
-        pc = pc or counted[pno]
-        if not pc then
-          pc = {0, 0, 0, 0, 0, 0, 0}
-          counted[pno] = pc
+        local t = time_at(s, x)
+        if t <= cutoff then
+          fresh = true
+          vals[b] = sub(s, 1, x + 7) .. stamp .. sub(s, x + 12)
+          dirty[b] = true
+        elseif t < oldest then
+          oldest = t
         end
-        pc[j] = pc[j] + 1
+      end
+      if fresh then
+        if j == 1 then
+          t_users = t_users + 1
+        else
+          pc = pc or counted[pno]
+          if not pc then
+            pc = {0, 0, 0, 0, 0, 0, 0}
+            counted[pno] = pc
+          end
+          pc[j] = pc[j] + 1
+        end
+      end
+    end
+    if gf then
+      -- the group record, missing or stale: now the oldest of the k marks
+      local s = vals[tb]
+      local gx = lookup(s, gf)
+      if gx then
+        vals[tb] = sub(s, 1, gx + 7) .. u32(oldest) .. sub(s, gx + 12)
+        dirty[tb] = true
+      else
+        add(tb, gf .. u32(oldest))
       end
     end
   end
-  if gf and k > 0 then
-    -- positions found above stay valid: renewals keep the length, additions go last
-    if gx then
-      s = sub(s, 1, gx + 7) .. u32(oldest) .. sub(s, gx + 12)
+end
+do
+  local kv = {}
+  for b in pairs(dirty) do
+    kv[#kv + 1] = KEYS[nfixed + b]
+    local a = adds[b]
+    if a then
+      kv[#kv + 1] = vals[b] .. table.concat(a)
     else
-      added = added or {}
-      added[#added + 1] = gf .. u32(oldest)
+      kv[#kv + 1] = vals[b]
     end
-    changed = true
   end
-  if added then
-    s = s .. table.concat(added)
-  end
-  if changed or added then
-    redis.call('SET', KEYS[nfixed + b], s)
-    vals[b] = s
+  if #kv > 0 then
+    redis.call('MSET', unpack(kv))
   end
 end
 
@@ -195,13 +273,55 @@ for pno, pc in pairs(counted) do
   end
 end
 
+-- Increments are gathered per key, then applied with two calls per key
+-- (read the old counts, write the new ones) instead of one ZINCRBY or HINCRBY
+-- per member: a visit of 200 new peers touches ~1,500 (index, member) pairs
+-- but only ~200 keys, and each redis.call costs more than the command.
 local post_c, post_t = sub(post, 1, 1) == 'c', sub(post, 2, 2) == 't'
+local zinc, box = {}, {}  -- key position -> {member -> n}; stat -> n
+local function bump_in(q, member, n)
+  local t = zinc[q]
+  if not t then
+    t = {}
+    zinc[q] = t
+  end
+  t[member] = (t[member] or 0) + n
+end
 local function incr(pos, n, member)
-  redis.call('ZINCRBY', KEYS[pos], n, member)
-  redis.call('ZINCRBY', KEYS[pos + 1], n, member)
+  bump_in(pos, member, n)
+  bump_in(pos + 1, member, n)
 end
 local function out(on, stat, n)
-  if on then redis.call('HINCRBY', KEYS[1], stat, n) end
+  if on then box[stat] = (box[stat] or 0) + n end
+end
+local function flush()
+  local fmt = string.format
+  -- members in slices: unpack() of a huge list would overflow Lua's stack
+  local function apply(key, counts, read, write)
+    local ms = {}
+    for m in pairs(counts) do ms[#ms + 1] = m end
+    for i = 1, #ms, 1000 do
+      local part = {unpack(ms, i, math.min(i + 999, #ms))}
+      local old = redis.call(read, key, unpack(part))
+      local args = {}
+      for j = 1, #part do
+        local m = part[j]
+        local v = fmt('%d', (tonumber(old[j]) or 0) + counts[m])
+        if write == 'ZADD' then
+          args[#args + 1], args[#args + 2] = v, m
+        else
+          args[#args + 1], args[#args + 2] = m, v
+        end
+      end
+      redis.call(write, key, unpack(args))
+    end
+  end
+  for q, counts in pairs(zinc) do
+    apply(KEYS[q], counts, 'ZMSCORE', 'ZADD')
+  end
+  if next(box) then
+    apply(KEYS[1], box, 'HMGET', 'HSET')
+  end
 end
 
 local th = 'torrents.' .. h
@@ -244,4 +364,5 @@ local function places_of(g, t, gpos, tpos, cpos, family)
 end
 places_of(cy, ty, 6, 12, 2, 'cities')
 places_of(cp, tp, 8, 14, 4, 'postcodes')
+flush()
 return t_users

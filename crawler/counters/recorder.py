@@ -153,12 +153,28 @@ class Recorder:
             d = ip_hash()
             d.update(packed)
             f = from_bytes(d.digest(), "big")
-            bucket = (f >> 64) % n_buckets
-            b = batch.bnumbers.get(bucket)
-            if b is None:
+            hi = f >> 64
+            # the torrent's marks of this IP: bucket by (IP, torrent), read up front
+            bucket = (hi ^ t_fp) % n_buckets
+            tb = batch.bnumbers.get(bucket)
+            if tb is None:
                 batch.buckets.append(self._bucket_key(bucket))
-                b = batch.bnumbers[bucket] = len(batch.buckets)
-            batch.ips += ((b << info.bshift) | head | (lanes ^ (f & _LOW64) * info.r)).to_bytes(info.nbytes, "big")
+                tb = batch.bnumbers[bucket] = len(batch.buckets)
+                batch.prefetch += tb.to_bytes(2, "big")
+                batch.prefetched.add(tb)
+            elif tb not in batch.prefetched:
+                batch.prefetch += tb.to_bytes(2, "big")
+                batch.prefetched.add(tb)
+            gb = 0
+            if info.k > 1:
+                # its place marks: bucket by IP alone, read only when the group misses
+                bucket = hi % n_buckets
+                gb = batch.bnumbers.get(bucket)
+                if gb is None:
+                    batch.buckets.append(self._bucket_key(bucket))
+                    gb = batch.bnumbers[bucket] = len(batch.buckets)
+            batch.ips += ((tb << info.tshift) | (gb << info.gshift) | head
+                          | (lanes ^ (f & _LOW64) * info.r)).to_bytes(info.nbytes, "big")
             batch.pairs += info.k
         if not batch.pairs:
             return 0
@@ -192,7 +208,8 @@ class Recorder:
             keys = b.keys + b.buckets
             if len(keys) > 65535:  # pragma: no cover - batch_pairs keeps it far below
                 raise ValueError("batch too large")
-            args = [now, now - self.window, h, self._post, bytes(b.countries), bytes(b.places), len(b.keys), bytes(b.ips)]
+            args = [now, now - self.window, h, self._post, bytes(b.countries), bytes(b.places), len(b.keys),
+                    bytes(b.ips), bytes(b.prefetch)]
             calls.append((keys, args))
         try:
             if len(calls) == 1:
@@ -292,8 +309,9 @@ class _PlaceInfo:
     The slots are: the torrent's users metric, then country, torrent-country,
     city, torrent-city, postcode, torrent-postcode (the parts the place has):
     ``k`` of them; when k >= 3 the IP's group record for (torrent, place)
-    goes first (``"g"`` + the place's names, XOR the torrent). An IP's record in record.lua's ``ips`` argument is built
-    as one integer: a 5-byte header (bucket, place number, k) and k 8-byte
+    goes first (``"g"`` + the place's names, XOR the torrent). An IP's
+    record in record.lua's ``ips`` argument is built as one integer: a 7-byte
+    header (torrent bucket, place bucket, place number, k) and the 8-byte
     fields, field i = ``low64(ip) XOR metric_i``. So that costs one multiply
     and one XOR per IP, the metrics sit in lanes of one integer: ``g`` holds
     the global metrics (0 in torrent lanes), ``tr`` has a 1 in the low bit of
@@ -302,7 +320,8 @@ class _PlaceInfo:
     the IP's half in each).
     """
 
-    __slots__ = ("bshift", "city", "country", "country_s", "g", "k", "nbytes", "postcode", "r", "shift", "tail", "tr")
+    __slots__ = ("city", "country", "country_s", "g", "gshift", "k", "nbytes", "postcode", "r", "shift", "tail",
+                 "tr", "tshift")
 
     def __init__(self, pkey: tuple, fps: Fingerprinter):
         c = escape(pkey[0])
@@ -333,20 +352,23 @@ class _PlaceInfo:
             if t:
                 self.tr |= 1 << lane
         self.shift = 64 * lanes  # where the place number and k go
-        self.bshift = self.shift + 24  # where the bucket number goes
-        self.nbytes = 5 + 8 * lanes
+        self.gshift = self.shift + 24  # where the place marks' bucket number goes
+        self.tshift = self.shift + 40  # where the torrent marks' bucket number goes
+        self.nbytes = 7 + 8 * lanes
 
 
 class _Batch:
     """The arguments of one record.lua call, built IP by IP."""
 
     __slots__ = ("bnumbers", "buckets", "countries", "country_numbers", "heads", "ips", "keys", "month", "pairs",
-                 "places")
+                 "places", "prefetch", "prefetched")
 
     def __init__(self, fixed: list, month: str):
         self.keys, self.month = list(fixed), month
         self.buckets: list = []  # mark bucket keys, after ``keys``
         self.bnumbers: dict = {}  # bucket number -> 1-based index in ``buckets``
+        self.prefetch = bytearray()  # u16 indexes of the buckets record.lua reads up front
+        self.prefetched: set = set()
         self.countries, self.country_numbers = bytearray(), {}
         self.places, self.heads = bytearray(), {}  # place tuple -> its IPs' header bits
         self.ips = bytearray()
