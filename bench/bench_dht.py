@@ -263,6 +263,9 @@ def main(argv=None) -> int:
     # Between rounds: the swarm nodes' reply quota (400 KB/s) refills.
     ap.add_argument("--pause", type=float, default=0.3)
     args = ap.parse_args(argv)
+    from crawler import logs
+
+    logs.configure("warning", "json")  # logs on stderr: stdout is the JSON result
     per_side = args.rounds or (12 if args.quick else 30)
 
     t_setup = time.monotonic()
