@@ -55,19 +55,24 @@ end
 -- writes go through vals
 local nfixed = tonumber(ARGV[7])
 local vals = {}
+-- read buckets (their numbers) into vals with one MGET; a missing one is ''
+local function read(bs)
+  if #bs == 0 then return end
+  local ks = {}
+  for i = 1, #bs do
+    ks[i] = KEYS[nfixed + bs[i]]
+  end
+  local got = redis.call('MGET', unpack(ks))
+  for i = 1, #bs do
+    vals[bs[i]] = got[i] or ''
+  end
+end
 do
-  local pre, idx, ks = ARGV[9], {}, {}
+  local pre, bs = ARGV[9], {}
   for i = 1, #pre, 2 do
-    local b = u16(pre, i)
-    idx[#idx + 1] = b
-    ks[#ks + 1] = KEYS[nfixed + b]
+    bs[#bs + 1] = u16(pre, i)
   end
-  if #ks > 0 then
-    local got = redis.call('MGET', unpack(ks))
-    for i = 1, #idx do
-      vals[idx[i]] = got[i] or ''
-    end
-  end
+  read(bs)
 end
 -- counts per place number: {[j] = count} for metric slot j (created when one counts)
 local t_users, counted = 0, {}
@@ -116,16 +121,7 @@ do
       need[#need + 1] = gb
     end
   end
-  if #need > 0 then
-    local ks = {}
-    for i = 1, #need do
-      ks[i] = KEYS[nfixed + need[i]]
-    end
-    local got = redis.call('MGET', unpack(ks))
-    for i = 1, #need do
-      vals[need[i]] = got[i] or ''
-    end
-  end
+  read(need)
 end
 
 -- pass 2: check, mark and count the others' pairs. Renewed marks are rewritten
