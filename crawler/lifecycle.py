@@ -303,24 +303,8 @@ class Queue:
         return self._completed(done), self._leases(flat)
 
     def _pipelined(self, calls: list) -> list:
-        """Run ``(script, {"keys", "args"})`` calls in one round trip; their replies in order.
-
-        EVALSHA goes into the pipeline as is: redis-py's own pipelined scripts
-        would first ask SCRIPT EXISTS, a second round trip every time. A call
-        answered NOSCRIPT (Redis restarted or flushed its scripts) did
-        nothing; it alone is run again through its Script, which loads it.
-        Raises ``redis.RedisError``.
-        """
-        pipe = self.client.pipeline(transaction=False)
-        for script, a in calls:
-            pipe.evalsha(script.sha, len(a["keys"]), *a["keys"], *a["args"])
-        replies = pipe.execute(raise_on_error=False)
-        for i, (script, a) in enumerate(calls):
-            if isinstance(replies[i], redis.exceptions.NoScriptError):
-                replies[i] = script(keys=a["keys"], args=a["args"])
-            elif isinstance(replies[i], Exception):
-                raise replies[i]
-        return replies
+        """Run ``(script, {"keys", "args"})`` calls in one round trip (``lua.run_pipelined``)."""
+        return lua.run_pipelined(self.client, [(script, a["keys"], a["args"]) for script, a in calls])
 
     def fail(self, lease: Lease, error: str = "", now: float | None = None, due: float | None = None) -> bool:
         """A visit no source answered: score kept, retry after the retry delay."""

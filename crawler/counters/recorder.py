@@ -32,7 +32,7 @@ from crawler.counters.marks import (
 from crawler.counters.names import LIFETIME, escape, info_hash_hex, month_of
 from crawler.errors import StoreError
 from crawler.keys import Keys
-from crawler.lua import register
+from crawler.lua import register, run_pipelined
 
 log = logs.get("counters")
 
@@ -215,32 +215,9 @@ class Recorder:
             if len(calls) == 1:
                 keys, args = calls[0]
                 return int(self._record(keys=keys, args=args))
-            return self._run_pipelined(calls)
+            return sum(int(r) for r in run_pipelined(self.client, [(self._record, k, a) for k, a in calls]))
         except redis.RedisError as e:
             raise StoreError(f"recording peers failed: {e}") from e
-
-    def _run_pipelined(self, calls: list[tuple[list, list]]) -> int:
-        """EVALSHA per batch in one pipeline; calls refused with NOSCRIPT (none ran) are retried once loaded."""
-        sha, total, todo = self._record.sha, 0, calls
-        for attempt in range(2):
-            pipe = self.client.pipeline(transaction=False)
-            for keys, args in todo:
-                pipe.evalsha(sha, len(keys), *keys, *args)
-            results = pipe.execute(raise_on_error=False)
-            missing = []
-            for call, r in zip(todo, results):
-                if isinstance(r, redis.exceptions.NoScriptError):
-                    missing.append(call)
-                elif isinstance(r, Exception):
-                    raise r
-                else:
-                    total += int(r)
-            if not missing:
-                return total
-            if attempt == 0:
-                self._record.sha = sha = self.client.script_load(self._record.script)
-            todo = missing
-        raise StoreError("recording peers failed: Redis keeps refusing the record script (NOSCRIPT)")
 
     def _index_key(self, period: str, scope: tuple) -> bytes:
         k = (period, scope)

@@ -26,3 +26,24 @@ def register(client: redis.Redis, name: str, package: str | None = None) -> "red
     else:
         text = resources.files(package).joinpath(name + ".lua").read_text("utf-8")
     return client.register_script(text)
+
+
+def run_pipelined(client: redis.Redis, calls: list) -> list:
+    """Run ``(script, keys, args)`` calls in one round trip; their replies in order.
+
+    EVALSHA goes into the pipeline as is: redis-py's own pipelined scripts
+    would first ask SCRIPT EXISTS, a second round trip every time. A call
+    answered NOSCRIPT (Redis restarted or flushed its scripts) did nothing;
+    it alone is run again through its Script, which loads it. Each call is
+    its own atomic step. Raises ``redis.RedisError``.
+    """
+    pipe = client.pipeline(transaction=False)
+    for script, keys, args in calls:
+        pipe.evalsha(script.sha, len(keys), *keys, *args)
+    replies = pipe.execute(raise_on_error=False)
+    for i, (script, keys, args) in enumerate(calls):
+        if isinstance(replies[i], redis.exceptions.NoScriptError):
+            replies[i] = script(keys=keys, args=args)
+        elif isinstance(replies[i], Exception):
+            raise replies[i]
+    return replies
