@@ -180,9 +180,8 @@ class Sink:
     """tests.stathat_sink.StatHatSink in its own process: StatHat's work is not the crawler's CPU."""
 
     def __init__(self):
-        # A listen backlog for the baseline's 64 concurrent posts (http.server's default is 5).
+        # The sink's listen backlog (256) takes the baseline's 64 concurrent posts.
         code = ("import sys; sys.path.insert(0, sys.argv[1]);"
-                "from http.server import ThreadingHTTPServer; ThreadingHTTPServer.request_queue_size = 256;"
                 "from tests.stathat_sink import StatHatSink; s = StatHatSink(); print(s.url, flush=True);"
                 "sys.stdin.read()")
         self.proc = subprocess.Popen([sys.executable, "-c", code, str(ROOT)], stdin=subprocess.PIPE,

@@ -49,7 +49,10 @@ class StatHatSink:
             def log_message(self, *args):  # keep test output quiet
                 pass
 
-        self.server = ThreadingHTTPServer((host, 0), Handler)
+        class Server(ThreadingHTTPServer):
+            request_queue_size = 256  # listen backlog: a worker posts from many greenlets at once (default 5)
+
+        self.server = Server((host, 0), Handler)
         self.server.daemon_threads = True
         self.url = f"http://{host}:{self.server.server_address[1]}/ez"
         self._thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
