@@ -100,6 +100,7 @@ local p = ARGV[8]
 -- pass 1: which IPs' group records are fresh (nothing of theirs can count),
 -- and the place buckets the others need, then read those in one call
 local skip, need, wanted = {}, {}, {}
+local all_known = true
 do
   local o, n = 1, 0
   while o <= #p do
@@ -116,12 +117,18 @@ do
     o = o + 8 * k
     if fresh then
       skip[n] = true
-    elseif gb > 0 and not vals[gb] and not wanted[gb] then
-      wanted[gb] = true
-      need[#need + 1] = gb
+    else
+      all_known = false
+      if gb > 0 and not vals[gb] and not wanted[gb] then
+        wanted[gb] = true
+        need[#need + 1] = gb
+      end
     end
   end
   read(need)
+end
+if all_known then
+  return 0  -- every peer's group is fresh: nothing can count
 end
 
 -- pass 2: check, mark and count the others' pairs. Renewed marks are rewritten
