@@ -108,6 +108,11 @@ class Keys:
         return self._k(*parts)
 
     @property
+    def announce_port(self) -> str:
+        """STRING: the port every worker announces on when PEERCRAWL_ANNOUNCE_PORT is 0."""
+        return self._k("announceport")
+
+    @property
     def secret(self) -> str:
         """STRING: the generated fingerprint key when PEERCRAWL_SECRET is unset."""
         return self._k("secret")

@@ -57,6 +57,30 @@ def test_dead_torrent_reads_zero_and_crawler_is_not_left_listed(opentracker, tra
     assert (seen.seeders, seen.leechers) == (0, 1)
 
 
+def test_a_killed_workers_entry_is_not_counted_by_the_others(opentracker, settings, client, keys):  # noqa: F811 (fixture)
+    """A worker SIGKILLed between its announce and its withdrawal leaves its entry
+    in the tracker. Every worker of the namespace announces on one shared port,
+    so the others drop that entry as the crawler's own instead of counting a peer."""
+    (ih,) = _hashes(1)
+    ot = opentracker([ih])
+    ot.announce_from(peer_address(1), ih, 20001)
+    a = Trackers(settings.replace(udp_timeout=1.0), client, keys)
+    b = Trackers(settings.replace(udp_timeout=1.0), client, keys)
+    try:
+        assert a.port == b.port and a.peer_id != b.peer_id
+        # dead workers' leftovers, started and never stopped: one from this machine's
+        # address, one from another crawler machine's
+        ot.announce_from("127.0.0.1", ih, a.port, left=1)
+        ot.announce_from("127.0.0.9", ih, a.port, left=1)
+        for _ in range(2):
+            r = b.announce(ot.udp_url, ih)
+            assert r.ok, r.error
+            assert set(r.peers) == {(peer_address(1), 20001)}
+    finally:
+        a.close()
+        b.close()
+
+
 def test_many_torrents_concurrently_reuse_one_connection_id(opentracker, trackers):  # noqa: F811 (fixture)
     hashes = _hashes(40)
     ot = opentracker(hashes)

@@ -7,8 +7,10 @@ side's faults: they come back as ``SourceResult.failed`` with the reason.
 Self-exclusion: the crawler announces as a leecher (``left=1``, event
 ``started``) so trackers that hide seeders from seeders still show every
 peer, on a port that identifies it (``Settings.announce_port``, or one random
-high port per process). Its own entry is dropped from the reply (see
-``SelfFilter``), and it withdraws at once with ``stopped``. The counts of the
+high port chosen once per namespace and shared by every worker through
+Redis, so a worker killed before its withdrawal leaves an entry the others
+recognise as the crawler's, not a peer to count). Its own entry is dropped
+from the reply (see ``SelfFilter``), and it withdraws at once with ``stopped``. The counts of the
 ``stopped`` reply are the swarm without us (opentracker counts the announcer
 in the first reply); if the withdrawal fails, one leecher is subtracted when
 our own entry was listed.
@@ -30,7 +32,7 @@ import urllib.parse
 
 import redis
 
-from crawler.errors import RemoteProtocolError
+from crawler.errors import RemoteProtocolError, StoreError
 from crawler.keys import Keys
 from crawler.settings import Settings
 from crawler.sources import addresses, udp_codec
@@ -56,9 +58,18 @@ from crawler.sources.udp_client import TrackerTimeout, UdpTrackerClient
 # A tracker's address rarely changes; re-resolving per announce would cost a
 # DNS query per torrent.
 DNS_TTL = 300.0
-# The port announced when Settings.announce_port is 0: above the ports real
+# The range of the shared port announced when Settings.announce_port is 0: above the ports real
 # clients commonly use (6881-6999, 51413) and the ephemeral range's start.
 RANDOM_PORT_RANGE = (49152, 65535)
+
+
+def shared_port(client: redis.Redis, keys: Keys) -> int:
+    """The namespace's announce port: chosen at random by the first worker (SET NX), read by all."""
+    try:
+        client.set(keys.announce_port, random.randint(*RANDOM_PORT_RANGE), nx=True)
+        return int(client.get(keys.announce_port))
+    except redis.RedisError as e:
+        raise StoreError(f"cannot read the announce port: {e}") from e
 
 
 class Trackers:
@@ -88,7 +99,7 @@ class Trackers:
         self.health = TrackerHealth(
             client, keys, settings.tracker_backoff_base, settings.tracker_backoff_max, backoff_threshold
         )
-        self.port = settings.announce_port or random.randint(*RANDOM_PORT_RANGE)
+        self.port = settings.announce_port or shared_port(client, keys)
         self.peer_id = b"-PC0100-" + os.urandom(12)
         self.key = random.getrandbits(32)
         self.self_filter = SelfFilter(self.port)
