@@ -34,16 +34,19 @@
 -- and index members built, only when something counted, so a visit whose
 -- peers were all seen costs one MGET of its torrent buckets, a memmem per IP (its
 -- group record; per (metric, IP) when that is missing or stale) and no write.
--- For each mark missing or expired: write it (one MSET of every changed bucket
--- at the end; SET, not APPEND, so a string is allocated at its exact size) and
--- count one.
+-- For each mark missing or expired: write it (one MSET of every changed bucket's
+-- whole string at the end, not APPEND, so a string is allocated at its exact
+-- size) and count one.
 -- Then add each metric's count to its indexes (lifetime and month) and, when its
 -- family is posted, to the outbox. Returns the count of torrents.<h>.users.
 
 local byte, sub, find, char = string.byte, string.sub, string.find, string.char
 local now, cutoff, h, post = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4]
-local stamp = char(math.floor(now / 16777216) % 256, math.floor(now / 65536) % 256,
-                   math.floor(now / 256) % 256, now % 256)
+local function u32(n)
+  return char(math.floor(n / 16777216) % 256, math.floor(n / 65536) % 256,
+              math.floor(n / 256) % 256, n % 256)
+end
+local stamp = u32(now)
 
 local function u16(s, i)
   local a, b = byte(s, i, i + 1)
@@ -89,10 +92,6 @@ end
 local function time_at(s, x)
   local a, b, c, d = byte(s, x + 8, x + 11)
   return ((a * 256 + b) * 256 + c) * 256 + d
-end
-local function u32(n)
-  return char(math.floor(n / 16777216) % 256, math.floor(n / 65536) % 256,
-              math.floor(n / 256) % 256, n % 256)
 end
 
 local p = ARGV[8]
