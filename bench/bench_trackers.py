@@ -43,21 +43,8 @@ SWARM = 50
 
 def populate(ot: OpenTracker, hashes: list[str]) -> None:
     """Announce SWARM peers (127.2.0.1..) into every swarm, batched per source address."""
-    dest = ("127.0.0.1", ot.port)
     for i in range(SWARM):
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.bind((f"127.2.0.{i + 1}", 0))
-            s.settimeout(2)
-            s.sendto(u.connect_request(1), dest)
-            cid = u.parse_reply(s.recv(64)).connection_id
-            for start in range(0, len(hashes), 32):
-                batch = hashes[start : start + 32]
-                for n, h in enumerate(batch):
-                    req = u.AnnounceRequest(cid, n, bytes.fromhex(h), os.urandom(20), 40000 + i, 0,
-                                            u.EVENT_STARTED, left=0 if i % 3 == 0 else 1)
-                    s.sendto(req.encode(), dest)
-                for _ in batch:
-                    s.recv(2048)
+        ot.announce_many(f"127.2.0.{i + 1}", hashes, 40000 + i, left=0 if i % 3 == 0 else 1)
 
 
 def bench_peercrawl(trackers: Trackers, url: str, hashes: list[str], concurrency: int, seconds: float) -> dict:

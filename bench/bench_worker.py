@@ -158,21 +158,8 @@ def populate(ot: OpenTracker, hashes: list[str], overlap: int) -> int:
     for i, h in enumerate(hashes):
         for j in range(SWARM):
             swarms.setdefault((i * SWARM + j) % n_addr, []).append(h)
-    dest = ("127.0.0.1", ot.port)
     for k, torrents in swarms.items():
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.bind((address(k), 0))
-            s.settimeout(2)
-            s.sendto(u.connect_request(1), dest)
-            cid = u.parse_reply(s.recv(64)).connection_id
-            for start in range(0, len(torrents), 32):
-                batch = torrents[start:start + 32]
-                for n, h in enumerate(batch):
-                    req = u.AnnounceRequest(cid, n, bytes.fromhex(h), os.urandom(20), 40000 + k % 20000, 0,
-                                            u.EVENT_STARTED, left=0 if k % 3 == 0 else 1)
-                    s.sendto(req.encode(), dest)
-                for _ in batch:
-                    s.recv(2048)
+        ot.announce_many(address(k), torrents, 40000 + k % 20000, left=0 if k % 3 == 0 else 1)
     return n_addr
 
 

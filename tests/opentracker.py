@@ -138,6 +138,27 @@ class OpenTracker:
                 raise udp_codec.UdpPacketError(f"unexpected reply {reply!r}")
             return reply
 
+    def announce_many(self, src_ip: str, info_hashes, port: int, left: int = 1, batch: int = 32) -> None:
+        """Announce one test peer (``src_ip``:``port``) into every torrent of ``info_hashes``.
+
+        One connection id, announces sent ``batch`` at a time before their
+        replies are read: how benchmarks fill thousands of swarms quickly.
+        """
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.bind((src_ip, 0))
+            s.settimeout(2)
+            dest = ("127.0.0.1", self.port)
+            s.sendto(udp_codec.connect_request(1), dest)
+            cid = udp_codec.parse_reply(s.recv(64)).connection_id
+            for start in range(0, len(info_hashes), batch):
+                part = info_hashes[start : start + batch]
+                for n, h in enumerate(part):
+                    req = udp_codec.AnnounceRequest(cid, n, bytes.fromhex(h), os.urandom(20), port, 0,
+                                                    udp_codec.EVENT_STARTED, left=left)
+                    s.sendto(req.encode(), dest)
+                for _ in part:
+                    s.recv(2048)
+
     def __enter__(self) -> Self:
         return self.start()
 
