@@ -39,10 +39,11 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from crawler.counters import Recorder, metrics_for, month_of  # noqa: E402
-from crawler.keys import Keys  # noqa: E402
-from crawler.settings import Settings  # noqa: E402
-from geo import Place  # noqa: E402
+from crawler.counters import Recorder, metrics_for, month_of
+from crawler.keys import Keys
+from crawler.settings import Settings
+from geo import Place
+from tests.namespaces import delete_namespace
 
 PEERS = 200
 WINDOW = 30 * 86400
@@ -125,17 +126,6 @@ def rate(fn, visits) -> float:
     return len(visits) / (time.perf_counter() - t)
 
 
-def delete_prefix(client: redis.Redis, pattern: str) -> None:
-    batch = []
-    for k in client.scan_iter(match=pattern, count=5000):
-        batch.append(k)
-        if len(batch) >= 5000:
-            client.unlink(*batch)
-            batch.clear()
-    if batch:
-        client.unlink(*batch)
-
-
 def memory(client, keys_pattern, sample: int | None, rng) -> tuple[int, int]:
     """(bytes by MEMORY USAGE, keys) over keys matching the pattern (sampled if ``sample``)."""
     names = list(client.scan_iter(match=keys_pattern, count=5000))
@@ -192,7 +182,7 @@ def main() -> None:
                     for g in groups for h, peers in g for _, p in peers)
         mixed_bytes, _ = memory(client, keys.sub("mk", "[0-9]*"), None, rng)
         out["bytes_per_mark_in_these_visits"] = round(mixed_bytes / pairs, 1)
-        delete_prefix(client, "{" + ns + "}*")
+        delete_namespace(client, ns)
 
         # --- bytes per dedupe mark -------------------------------------------------
         mem_settings = settings.replace(stathat_ezkey=None)
@@ -234,7 +224,7 @@ def main() -> None:
             "bytes_ratio<=0.1": out["bytes_per_mark"]["ratio_memory_usage"] <= 0.1,
         }
     finally:
-        delete_prefix(client, "{" + ns + "}*")
+        delete_namespace(client, ns)
     print(json.dumps(out, indent=2))
 
 

@@ -36,6 +36,7 @@ from crawler.keys import Keys
 from crawler.settings import Settings
 from crawler.sources import udp_codec as u
 from crawler.sources.trackers import Trackers
+from tests.namespaces import delete_namespace
 from tests.opentracker import OpenTracker
 
 SWARM = 50
@@ -129,8 +130,7 @@ def main() -> None:
         trackers = Trackers(settings, client, keys)
         runs = [bench_peercrawl(trackers, ot.udp_url, hashes, c, seconds) for c in (1, 16, 64, 256)]
         trackers.close()
-    for key in client.scan_iter(match=keys.prefix + "*"):
-        client.delete(key)
+    delete_namespace(client, keys.namespace)
     ceiling = max(b["announces_per_s"] for b in bare)
     for r in runs:
         r["ratio_to_bare"] = round(r["announces_per_s"] / ceiling, 3) if ceiling else None

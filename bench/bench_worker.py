@@ -75,6 +75,7 @@ from crawler.settings import Settings, TrackerSpec
 from crawler.sources import udp_codec as u
 from geo import Locator
 from tests.mmdb import write_city_db
+from tests.namespaces import delete_namespace
 from tests.opentracker import OpenTracker
 from workers.autoscale import STABLE_STEPS, settled
 from workers.connections import worker_client
@@ -181,11 +182,6 @@ class Sink:
             self.proc.wait(5)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-
-
-def delete_ns(client, ns: str) -> None:
-    for k in client.scan_iter(match="{" + ns + "}*", count=1000):
-        client.delete(k)
 
 
 def settings_for(redis_url, ns, tmp, ot, sink, db, **kw) -> Settings:
@@ -457,7 +453,7 @@ def main() -> None:
         sink.close()
         ot.stop()
         for x in namespaces:
-            delete_ns(client, x)
+            delete_namespace(client, x)
     out["bench_seconds"] = round(time.monotonic() - t_start, 1)
     print(json.dumps(out, indent=2, ensure_ascii=False))
 

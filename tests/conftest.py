@@ -15,6 +15,7 @@ import redis
 
 from crawler.keys import Keys
 from crawler.settings import Settings
+from tests.namespaces import delete_namespace
 
 REDIS_URL = os.environ.get("PEERCRAWL_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
@@ -28,23 +29,11 @@ def redis_url() -> str:
     return REDIS_URL
 
 
-def _delete_namespace(client: redis.Redis, namespace: str) -> None:
-    pattern = "{" + namespace + "}*"
-    batch = []
-    for key in client.scan_iter(match=pattern, count=1000):
-        batch.append(key)
-        if len(batch) >= 1000:
-            client.delete(*batch)
-            batch.clear()
-    if batch:
-        client.delete(*batch)
-
-
 @pytest.fixture
 def namespace(redis_url):
     ns = "pctest-" + uuid.uuid4().hex[:12]
     yield ns
-    _delete_namespace(redis.Redis.from_url(redis_url), ns)
+    delete_namespace(redis.Redis.from_url(redis_url), ns)
 
 
 @pytest.fixture

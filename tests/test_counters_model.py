@@ -26,6 +26,7 @@ from crawler.counters.names import LIFETIME
 from crawler.counters.recorder import index_key
 from crawler.keys import Keys
 from geo import Place
+from tests.namespaces import delete_namespace
 
 T0 = calendar.timegm((2024, 5, 10, 12, 0, 0))
 DAY = 86400
@@ -96,9 +97,7 @@ def test_counts_equal_the_model(client, namespace, settings, history, batch_pair
         box = {k.decode(): int(v) for k, v in client.hgetall(outbox_key(keys)).items()}
         assert box == dict(model.outbox)
     finally:
-        names = list(client.scan_iter(match="{" + keys.namespace + "}*", count=1000))
-        if names:
-            client.delete(*names)
+        delete_namespace(client, keys.namespace)
 
 
 def test_a_group_record_expires_with_its_oldest_mark(client, keys, settings):
