@@ -113,12 +113,6 @@ class Fingerprinter:
         h.update(name.encode("utf-8"))
         return int.from_bytes(h.digest(), "big")
 
-    def bucket(self, ip_fp: int) -> int:
-        """The bucket number of an IP fingerprint."""
-        return (ip_fp >> 64) % self.buckets
-
-
-_LOW64 = (1 << 64) - 1
 
 
 def bucket_key(keys: Keys, n: int) -> str:

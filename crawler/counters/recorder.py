@@ -297,14 +297,13 @@ class _PlaceInfo:
     the IP's half in each).
     """
 
-    __slots__ = ("city", "country", "country_s", "g", "gshift", "k", "nbytes", "postcode", "r", "shift", "tail",
-                 "tr", "tshift")
+    __slots__ = ("country", "country_s", "g", "gshift", "k", "nbytes", "r", "shift", "tail", "tr", "tshift")
 
     def __init__(self, pkey: tuple, fps: Fingerprinter):
         c = escape(pkey[0])
         y = escape(pkey[1]) if c is not None else None
         z = escape(pkey[2]) if c is not None else None
-        self.country, self.city, self.postcode = c, y, z
+        self.country = c
         # the names as record.lua reads them (length-prefixed UTF-8; empty = unknown)
         self.country_s = None if c is None else _str(c)
         self.tail = _str(y or "") + _str(z or "")
