@@ -277,9 +277,11 @@ def test_escape_round_trips_and_leaves_no_dot(name):
 def test_index_members_read_back_as_metric_names(country, city):
     ms = metrics_for(H, country, city, None)
     city_metric = [m for m in ms if m.name.startswith("countries.") and ".cities." in m.name][0]
-    (scope, member), (scope_c, member_c) = city_metric.indexes
-    assert metric_of(query_for("cities"), member) == city_metric.name
+    ((scope_c, member_c),) = city_metric.indexes
+    assert scope_c == ("cities", "c", escape(country))
     assert metric_of(query_for("cities", country=country), member_c) == city_metric.name
+    # all cities: each country's index, its members read as "<country>.<name>"
+    assert metric_of(query_for("cities"), escape(country) + "." + member_c) == city_metric.name
 
 
 def test_torrent_cities_of_one_country_are_filtered_exactly(client, keys, settings, locator):
@@ -303,3 +305,52 @@ def test_torrent_cities_of_one_country_are_filtered_exactly(client, keys, settin
     assert top(client, keys, "cities", torrent=H, country="Nigeria", limit=1) == [
         {"metric": f"torrents.{H}.countries.Nigeria.cities.Abuja.users", "count": 5}]
     assert counts(client, keys, "cities", torrent=H2, country="Nigeria") == {}
+
+
+def test_rankings_cut_exactly_at_the_limit_with_ties(client, keys, settings, locator):
+    # Many equal counts, so every limit cuts through a tie; all cities has no
+    # index of its own and merges the per-country ones.
+    import random
+
+    from geo import Place
+
+    rng = random.Random(7)
+    countries = ["A", "A B", "Ab", "Zed", "Öland", "M"]
+    places = [Place(c, f"City {j}", f"{j:03d}") for c in countries for j in range(rng.randrange(1, 6))]
+    r = Recorder(client, keys, settings, locator)
+    located, expect = [], {}
+    n = 0
+    for p in places:
+        for _ in range(rng.choice([1, 1, 2, 2, 3])):
+            n += 1
+            located.append((n.to_bytes(4, "big"), p))
+            expect[(p.country, p.city)] = expect.get((p.country, p.city), 0) + 1
+    r.record_places(H, located, T0)
+    ranked = sorted(expect.items(), key=lambda kv: (-kv[1], f"{kv[0][0]}.{kv[0][1]}".encode()))
+    for month in (None, "2024-05"):
+        suffix = "" if month is None else ".2024-05"
+        for limit in range(1, len(ranked) + 2):
+            want = [{"metric": f"countries.{c}.cities.{y}.users{suffix}", "count": k}
+                    for (c, y), k in ranked[:limit]]
+            assert top(client, keys, "cities", month=month, limit=limit) == want, (month, limit)
+    # one index: the torrent's cities, cut through ties the same way
+    for limit in range(1, len(ranked) + 1):
+        assert [row["count"] for row in top(client, keys, "cities", torrent=H, limit=limit)] == \
+            [k for _, k in ranked[:limit]]
+        assert [row["metric"] for row in top(client, keys, "cities", torrent=H, limit=limit)] == \
+            [f"torrents.{H}.countries.{c}.cities.{y}.users" for (c, y), _ in ranked[:limit]]
+
+
+def test_all_cities_of_a_month_include_countries_not_new_that_month(client, keys, settings, locator):
+    # An IP counted for Germany in May and seen in another German city in
+    # June adds a June city but no June country: the merge must still find it.
+    from geo import Place
+
+    r = Recorder(client, keys, settings, locator)
+    ip = bytes([10, 1, 2, 3])
+    r.record_places(H, [(ip, Place("Germany", "Berlin", None))], T0)
+    r.record_places(H, [(ip, Place("Germany", "Hamburg", None))], T0 + 25 * DAY)
+    assert counts(client, keys, "countries", month="2024-06") == {}
+    assert counts(client, keys, "cities", month="2024-06") == {"countries.Germany.cities.Hamburg.users.2024-06": 1}
+    assert counts(client, keys, "cities") == {"countries.Germany.cities.Berlin.users": 1,
+                                              "countries.Germany.cities.Hamburg.users": 1}

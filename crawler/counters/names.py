@@ -14,8 +14,11 @@ family and scope, e.g. all cities of Germany, or all countries of one
 torrent. Every index a metric belongs to is incremented by the same delta in
 the same Lua step, so they agree, and ``stats`` is one ZREVRANGE (no SCAN).
 A member is the part of the metric name the index's scope does not fix
-(``Berlin`` in the cities-of-Germany index, ``Germany.Berlin`` in the
-all-cities index), which keeps millions of counters small.
+(``Berlin`` in the cities-of-Germany index, ``Germany.Berlin`` in one
+torrent's cities index), which keeps millions of counters small. There is no
+index of all cities (or postcodes): it would hold the same counts as the
+per-country ones and cost a fifth more writes per new peer, so ``stats
+cities`` merges the per-country rankings (``Query.across_countries``).
 
 Index keys: ``ix:<period>:<family>[:t:<info-hash>][:c:<country>]``, where the
 period is ``all`` (lifetime) or ``YYYY-MM`` (the month counter
@@ -110,7 +113,7 @@ def metrics_for(info_hash: str, country: str | None, city: str | None, postcode:
             Metric(
                 f"countries.{c}.{family}.{part}.users",
                 "countries",
-                (((family,), f"{c}.{part}"), ((family, "c", c), part)),
+                (((family, "c", c), part),),
             )
         )
         out.append(
@@ -136,6 +139,10 @@ class Query:
     # Only members starting with this (a torrent's cities or postcodes of one
     # country, read from the torrent's index, which holds "<country>.<name>").
     prefix: str | None = None
+    # No index of its own: the scope is (family, "c") and each country's
+    # index (scope + (country,)) is ranked, then merged; members read as
+    # "<country>.<name>" (all cities or postcodes, every country).
+    across_countries: bool = False
 
 
 def query_for(family: str, torrent: str | None = None, country: str | None = None) -> Query:
@@ -160,7 +167,7 @@ def query_for(family: str, torrent: str | None = None, country: str | None = Non
         return Query(("torrents", "c", c), ("torrents.", f".countries.{c}.users"), h)
     # cities / postcodes: members are "<country>.<name>" unless the country is fixed
     if h is None and c is None:
-        return Query((family,), ("countries.", f".{family}.", ".users"))
+        return Query((family, "c"), ("countries.", f".{family}.", ".users"), across_countries=True)
     if h is None:
         return Query((family, "c", c), (f"countries.{c}.{family}.", ".users"))
     if c is None:

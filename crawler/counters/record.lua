@@ -1,10 +1,11 @@
 -- record.lua: check-mark-increment of one batch of a visit's peers, atomically.
 --
 -- KEYS[1]      outbox   HASH stat name -> pending StatHat count ({ns}:sh:outbox)
--- KEYS[2..15]  indexes  ZSET member -> count, each lifetime index ({ns}:ix:all:<scope>)
+-- KEYS[2..11]  indexes  ZSET member -> count, each lifetime index ({ns}:ix:all:<scope>)
 --                       followed by its month index ({ns}:ix:<YYYY-MM>:<scope>), scopes:
---                       torrents, countries, cities, postcodes, countries:t:H,
---                       cities:t:H, postcodes:t:H
+--                       torrents, countries, countries:t:H, cities:t:H, postcodes:t:H
+--                       (no global cities or postcodes index: `stats` merges the
+--                       per-country ones)
 -- KEYS[..]     per country (position given in ARGV[5]): torrents:c:C, cities:c:C,
 --              postcodes:c:C, each lifetime then month
 -- KEYS[n+1..]   marks    STRING of 12-byte records: 8-byte field, then the unix second
@@ -341,17 +342,16 @@ end
 for c, n in pairs(tc) do
   if n > 0 then
     local pos, name = countries[c][1], countries[c][2]
-    incr(10, n, name)
+    incr(6, n, name)
     incr(pos, n, h)
     out(post_t, th .. '.countries.' .. name .. '.users', n)
   end
 end
--- cities (index 6, torrent 12, per country +2) and postcodes (8, 14, +4)
-local function places_of(g, t, gpos, tpos, cpos, family)
+-- cities (torrent index 8, per country +2) and postcodes (10, +4)
+local function places_of(g, t, tpos, cpos, family)
   for c, names in pairs(g) do
     local country = countries[c]
     for name, n in pairs(names) do
-      incr(gpos, n, country[2] .. '.' .. name)
       incr(country[1] + cpos, n, name)
       out(post_c, 'countries.' .. country[2] .. '.' .. family .. '.' .. name .. '.users', n)
     end
@@ -364,7 +364,7 @@ local function places_of(g, t, gpos, tpos, cpos, family)
     end
   end
 end
-places_of(cy, ty, 6, 12, 2, 'cities')
-places_of(cp, tp, 8, 14, 4, 'postcodes')
+places_of(cy, ty, 8, 2, 'cities')
+places_of(cp, tp, 10, 4, 'postcodes')
 flush()
 return t_users

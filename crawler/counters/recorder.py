@@ -181,9 +181,9 @@ class Recorder:
         return self._run(h, now_i, batches)
 
     def _fixed_keys(self, h: str, month: str) -> list:
-        """The outbox and the 14 index keys every record.lua call of a visit gets."""
+        """The outbox and the 10 index keys every record.lua call of a visit gets."""
         keys = [self._outbox_b]
-        for scope in (("torrents",), ("countries",), ("cities",), ("postcodes",),
+        for scope in (("torrents",), ("countries",),
                       ("countries", "t", h), ("cities", "t", h), ("postcodes", "t", h)):
             keys.append(self._index_key(LIFETIME, scope))
             keys.append(self._index_key(month, scope))

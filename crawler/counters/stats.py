@@ -1,14 +1,24 @@
 """Reading the counters: the rankings behind ``peercrawl stats`` (SPEC §7).
 
-Each query is one ZREVRANGE (or ZSCORE) on one index of ``names``; nothing
-scans the keyspace, so it stays fast with millions of counters.
+Each query reads one sorted-set index of ``names`` (ZREVRANGE or ZSCORE),
+except ``stats cities|postcodes`` without ``--torrent`` or ``--country``,
+which merges the per-country indexes (one pipelined ZREVRANGE per country
+the lifetime ``countries`` index knows, a few hundred at most). Nothing scans
+the keyspace, so it stays fast with millions of counters.
+
+Order: largest count first; equal counts by name (the index member's bytes:
+the torrent's hash, the place name; across countries the country's name
+first). The cut at ``limit`` honours that order exactly: when the last
+count kept has more holders than fit, the first ones by name are taken
+(ZRANGE BYSCORE orders equal scores by member), not whichever ZREVRANGE
+happens to return.
 """
 
 from __future__ import annotations
 
 import redis
 
-from crawler.counters.names import LIFETIME, Metric, check_month, metric_of, query_for
+from crawler.counters.names import LIFETIME, Metric, Query, check_month, metric_of, query_for
 from crawler.counters.recorder import index_key
 from crawler.errors import StoreError
 from crawler.keys import Keys
@@ -30,8 +40,8 @@ def top(
     for ``countries`` with ``--country`` (or ``torrents`` with ``--torrent``)
     the answer is that one counter, if it exists. ``month`` (``YYYY-MM``)
     reads the month counters, whose metric names end in ``.<YYYY-MM>``.
-    Ties are ordered by metric name. Raises ``ValueError`` on bad arguments,
-    ``StoreError`` if Redis fails.
+    Equal counts are ordered by name. Raises ``ValueError`` on bad
+    arguments, ``StoreError`` if Redis fails.
     """
     if limit < 1:
         raise ValueError("--limit must be at least 1")
@@ -40,21 +50,20 @@ def top(
     suffix = "" if month is None else "." + month
     key = index_key(keys, period, q.scope)
     try:
-        if q.prefix is not None:
+        if q.across_countries:
+            rows = _top_across_countries(client, keys, q, period, limit)
+        elif q.prefix is not None:
             # One torrent's places (bounded by its peers), filtered server-side.
-            rows = list(client.zscan_iter(key, match=_glob_literal(q.prefix) + "*", count=1000))
-            rows.sort(key=lambda r: (-r[1], r[0]))
-            rows = rows[:limit]
+            rows = [(m.decode(), c) for m, c in client.zscan_iter(key, match=_glob_literal(q.prefix) + "*", count=1000)]
+            rows = sorted(rows, key=_order)[:limit]
         elif q.member is not None:
             score = client.zscore(key, q.member)
-            rows = [] if score is None else [(q.member.encode(), score)]
+            rows = [] if score is None else [(q.member, score)]
         else:
-            rows = client.zrevrange(key, 0, limit - 1, withscores=True)
+            rows = [(m.decode(), c) for m, c in _top_of(client, key, limit)]
     except redis.RedisError as e:
         raise StoreError(f"reading counters failed: {e}") from e
-    out = [{"metric": metric_of(q, m.decode()) + suffix, "count": int(c)} for m, c in rows]
-    out.sort(key=lambda r: (-r["count"], r["metric"]))
-    return out
+    return [{"metric": metric_of(q, m) + suffix, "count": int(c)} for m, c in rows]
 
 
 def count(client: redis.Redis, keys: Keys, metric: Metric, month: str | None = None) -> int:
@@ -62,6 +71,54 @@ def count(client: redis.Redis, keys: Keys, metric: Metric, month: str | None = N
     scope, member = metric.indexes[0]
     score = client.zscore(index_key(keys, LIFETIME if month is None else month, scope), member)
     return 0 if score is None else int(score)
+
+
+def _order(row: tuple) -> tuple:
+    return (-row[1], row[0].encode("utf-8") if isinstance(row[0], str) else row[0])
+
+
+def _top_of(client: redis.Redis, key: str, limit: int) -> list[tuple[bytes, float]]:
+    """The ``limit`` first members of one index by (count descending, member)."""
+    rows = client.zrevrange(key, 0, limit - 1, withscores=True)
+    if len(rows) == limit:
+        rows = _settle_ties(rows, limit, [client.zrangebyscore(key, rows[-1][1], rows[-1][1], start=0,
+                                                               num=limit, withscores=True)])
+    return sorted(rows, key=_order)
+
+
+def _settle_ties(rows: list, limit: int, tied: list[list]) -> list:
+    """``rows`` cut exactly at ``limit``: every row above the last kept count, then
+    the first of ``tied`` (rows holding exactly that count, each list in name order)."""
+    rows = sorted(rows, key=_order)[:limit]
+    last = rows[-1][1]
+    above = [r for r in rows if r[1] > last]
+    ties = sorted((r for t in tied for r in t), key=_order)
+    return above + ties[: limit - len(above)]
+
+
+def _top_across_countries(client: redis.Redis, keys: Keys, q: Query, period: str, limit: int) -> list:
+    """The ``limit`` first (``"<country>.<name>"``, count) of every country's index of ``q``'s family.
+
+    Exact: the global first ``limit`` are among each country's first
+    ``limit``. Countries come from the lifetime countries index: a place
+    counted in any period had its country counted in the lifetime one.
+    """
+    countries = [c.decode() for c in client.zrange(index_key(keys, LIFETIME, ("countries",)), 0, -1)]
+    if not countries:
+        return []
+    ckeys = [index_key(keys, period, q.scope + (c,)) for c in countries]
+    pipe = client.pipeline(transaction=False)
+    for k in ckeys:
+        pipe.zrevrange(k, 0, limit - 1, withscores=True)
+    rows = [(c + "." + m.decode(), s) for c, got in zip(countries, pipe.execute()) for m, s in got]
+    if len(rows) < limit:
+        return sorted(rows, key=_order)
+    last = sorted(rows, key=_order)[limit - 1][1]
+    pipe = client.pipeline(transaction=False)
+    for k in ckeys:
+        pipe.zrangebyscore(k, last, last, start=0, num=limit, withscores=True)
+    tied = [[(c + "." + m.decode(), s) for m, s in got] for c, got in zip(countries, pipe.execute())]
+    return _settle_ties(rows, limit, tied)
 
 
 def _glob_literal(s: str) -> str:
