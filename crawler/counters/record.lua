@@ -28,16 +28,16 @@
 --                        one per metric of the place, in the order torrent; country,
 --                        torrent-country; city, torrent-city; postcode,
 --                        torrent-postcode (parts the place lacks are absent)
--- ARGV[9]      prefetch  binary, u16 numbers of the torrent buckets (read with one MGET)
 -- str = u16 length .. bytes; integers big endian.
 --
--- Python sends places and fingerprints only; names are read, and metric names
--- and index members built, only when something counted, so a visit whose
--- peers were all seen costs one MGET of its torrent buckets, a memmem per IP (its
--- group record; per (metric, IP) when that is missing or stale) and no write.
--- For each mark missing or expired: write it (one MSET of every changed bucket's
--- whole string at the end, not APPEND, so a string is allocated at its exact
--- size) and count one.
+-- Python sends only the IPs probe.lua found might count (their group record
+-- missing or stale), with places and fingerprints; names are read, and metric
+-- names and index members built, only when something counted. Every pair is
+-- checked here again (another worker may have recorded the IP since the
+-- probe): for each mark missing or expired, write it (one MSET of every
+-- changed bucket's whole string at the end, not APPEND, so a string is
+-- allocated at its exact size) and count one; the group record becomes the
+-- oldest of its marks' times.
 -- Then add each metric's count to its indexes (lifetime and month) and, when its
 -- family is posted, to the outbox. Returns the count of torrents.<h>.users.
 
@@ -54,29 +54,15 @@ local function u16(s, i)
   return a * 256 + b
 end
 
--- mark buckets: KEYS[nfixed + b]; the torrent buckets (ARGV[9]) in one call,
--- the place buckets that pass 1 finds needed in another; all reads and
--- writes go through vals
+-- mark buckets: KEYS[nfixed + 1..], all read with one MGET (a missing one is
+-- ''); every read and write goes through vals
 local nfixed = tonumber(ARGV[7])
 local vals = {}
--- read buckets (their numbers) into vals with one MGET; a missing one is ''
-local function read(bs)
-  if #bs == 0 then return end
-  local ks = {}
-  for i = 1, #bs do
-    ks[i] = KEYS[nfixed + bs[i]]
-  end
-  local got = redis.call('MGET', unpack(ks))
-  for i = 1, #bs do
-    vals[bs[i]] = got[i] or ''
-  end
-end
 do
-  local pre, bs = ARGV[9], {}
-  for i = 1, #pre, 2 do
-    bs[#bs + 1] = u16(pre, i)
+  local got = redis.call('MGET', unpack(KEYS, nfixed + 1))
+  for i = 1, #KEYS - nfixed do
+    vals[i] = got[i] or ''
   end
-  read(bs)
 end
 -- counts per place number: {[j] = count} for metric slot j (created when one counts)
 local t_users, counted = 0, {}
@@ -97,41 +83,7 @@ end
 
 local p = ARGV[8]
 
--- pass 1: which IPs' group records are fresh (nothing of theirs can count),
--- and the place buckets the others need, then read those in one call
-local skip, need, wanted = {}, {}, {}
-local all_known = true
-do
-  local o, n = 1, 0
-  while o <= #p do
-    n = n + 1
-    local tb, gb, k = u16(p, o), u16(p, o + 2), byte(p, o + 6)
-    o = o + 7
-    local fresh = false
-    if k >= 3 then
-      local s = vals[tb]
-      local gx = lookup(s, sub(p, o, o + 7))
-      fresh = gx ~= nil and time_at(s, gx) > cutoff
-      o = o + 8
-    end
-    o = o + 8 * k
-    if fresh then
-      skip[n] = true
-    else
-      all_known = false
-      if gb > 0 and not vals[gb] and not wanted[gb] then
-        wanted[gb] = true
-        need[#need + 1] = gb
-      end
-    end
-  end
-  read(need)
-end
-if all_known then
-  return 0  -- every peer's group is fresh: nothing can count
-end
-
--- pass 2: check, mark and count the others' pairs. Renewed marks are rewritten
+-- check, mark and count every pair. Renewed marks are rewritten
 -- in vals, new records wait in adds (a pair is never looked up twice, and
 -- concatenating once per bucket spares copying it per record); changed
 -- buckets are written back with one MSET at the end
@@ -145,9 +97,8 @@ local function add(b, rec)
   a[#a + 1] = rec
   dirty[b] = true
 end
-local o, n = 1, 0
+local o = 1
 while o <= #p do
-  n = n + 1
   local tb, gb, pno, k = u16(p, o), u16(p, o + 2), u16(p, o + 4), byte(p, o + 6)
   o = o + 7
   local gf
@@ -155,9 +106,7 @@ while o <= #p do
     gf = sub(p, o, o + 7)
     o = o + 8
   end
-  if skip[n] then
-    o = o + 8 * k
-  else
+  do
     local oldest = now
     local pc
     for j = 1, k do

@@ -1,16 +1,18 @@
 """Recording one visit's peers into the unique-IP counters (SPEC §4, §6).
 
 Strategy: Python does the cheap, stateless part (normalise IPs, geolocate,
-derive the §4 metrics, fingerprint every (metric, IP) pair, group the keys);
-one Lua call (``record.lua``) per batch does the whole check-mark-increment
-atomically for up to ``batch_pairs`` pairs: marks for new pairs, one
-ZINCRBY per (metric, index) with the batch's total, and the StatHat outbox
-increment. A batch never splits an IP's metrics. A visit's batches go out
-in one pipeline: a visit of 200 peers (~1,200 pairs, two batches) costs one
-round trip, while each call holds Redis for a bounded time (other clients'
-commands run between them). A crash between batches leaves every finished
-batch counted and the rest not: a retry counts exactly the rest (its pairs'
-marks are already there).
+derive the §4 metrics, fingerprint every (metric, IP) pair, group the keys).
+A read-only probe (``probe.lua``, one round trip) finds the IPs whose group
+record is fresh: nothing of theirs can count, so a revisit of known peers
+ends there. For the others, one Lua call (``record.lua``) per batch does the
+whole check-mark-increment atomically for up to ``batch_pairs`` pairs:
+marks for new pairs, the batch's total per (metric, index), and the StatHat
+outbox increment. A batch never splits an IP's metrics. A visit's batches go
+out in one pipeline: a visit of 200 new peers (~1,200 pairs, two batches)
+costs one round trip after the probe, while each call holds Redis for a
+bounded time (other clients' commands run between them). A crash between
+batches leaves every finished batch counted and the rest not: a retry counts
+exactly the rest (its pairs' marks are already there).
 """
 
 from __future__ import annotations
@@ -38,6 +40,9 @@ log = logs.get("counters")
 
 # ~1,400 pairs held Redis ~5 ms in one call; 800 keeps a call near 3 ms.
 DEFAULT_BATCH_PAIRS = 800
+# IPs one probe.lua call looks up (its MGET has at most as many keys).
+PROBE_IPS = 2000
+_FRESH = ord("0")
 # Buckets one sweep call examines (~100 fields each): ~1-2 ms of Redis.
 SWEEP_CALL_BUCKETS = 64
 
@@ -92,6 +97,8 @@ class Recorder:
         self._outbox = outbox_key(keys)
         self._outbox_b = self._outbox.encode()
         self._record = register(client, "record", package=__package__)
+        self._probe_script = register(client, "probe", package=__package__)
+        self._torrents_key = index_key(keys, LIFETIME, ("torrents",)).encode()
         self._sweep = register(client, "sweep", package=__package__)
         self._visited = register(client, "visited", package=__package__)
         self._sweep_cursor = keys.sub("mk", "sweep")
@@ -131,43 +138,62 @@ class Recorder:
         now_i = int(now)
         if not 0 <= now_i < 1 << 32:
             raise ValueError(f"time {now!r} does not fit a mark (unix seconds, 32 bits)")
-        month = month_of(now)
-        fixed = self._fixed_keys(h, month)
-        vplaces: dict = {}  # place tuple -> (info, metric lanes of this visit)
-        limit = self.batch_pairs
-        batches = [_Batch(fixed, month)]
-        batch = batches[0]
+        # 1. fingerprint every IP and probe its group record (one read-only
+        # call per PROBE_IPS, pipelined): a revisit whose peers are all known
+        # ends here, and Python builds full records only for the others.
+        vplaces: dict = {}  # place tuple -> (info, metric lanes of this visit, its probe lane)
+        rows = []  # (place tuple, vplace, IP fingerprint)
+        probes = [_Probe()]
+        probe = probes[0]
         for packed, place in located:
             pkey = (place.country, place.city, place.postcode)
             vp = vplaces.get(pkey)
             if vp is None:
                 info = self._place_info(pkey)
-                vp = vplaces[pkey] = (info, info.g ^ t_fp * info.tr)
-            info, lanes = vp
+                lanes = info.g ^ t_fp * info.tr
+                vp = vplaces[pkey] = (info, lanes, lanes >> (info.shift - 64))
+            d = ip_hash()
+            d.update(packed)
+            f = from_bytes(d.digest(), "big")
+            if probe.n == PROBE_IPS:
+                probe = _Probe()
+                probes.append(probe)
+            bucket = ((f >> 64) ^ t_fp) % n_buckets
+            b = probe.bnumbers.get(bucket)
+            if b is None:
+                probe.buckets.append(self._bucket_key(bucket))
+                b = probe.bnumbers[bucket] = len(probe.buckets)
+            probe.args += ((b << 64) | (vp[2] ^ (f & _LOW64))).to_bytes(10, "big")
+            probe.n += 1
+            rows.append((pkey, vp, f))
+        if not rows:
+            return 0
+        flags = self._probe(h, now_i, probes)
+        # 2. record the IPs that might count (record.lua checks again, atomically)
+        month = month_of(now)
+        fixed = self._fixed_keys(h, month)
+        limit = self.batch_pairs
+        batches = [_Batch(fixed, month)]
+        batch = batches[0]
+        for (pkey, (info, lanes, _), f), flag in zip(rows, flags):
+            if flag == _FRESH:
+                continue
             if batch.pairs and batch.pairs + info.k > limit:
                 batch = _Batch(fixed, month)
                 batches.append(batch)
             head = batch.heads.get(pkey)
             if head is None:
                 head = batch.add_place(pkey, info, self)
-            d = ip_hash()
-            d.update(packed)
-            f = from_bytes(d.digest(), "big")
             hi = f >> 64
-            # the torrent's marks of this IP: bucket by (IP, torrent), read up front
+            # the torrent's marks of this IP (and its group): bucket by (IP, torrent)
             bucket = (hi ^ t_fp) % n_buckets
             tb = batch.bnumbers.get(bucket)
             if tb is None:
                 batch.buckets.append(self._bucket_key(bucket))
                 tb = batch.bnumbers[bucket] = len(batch.buckets)
-                batch.prefetch += tb.to_bytes(2, "big")
-                batch.prefetched.add(tb)
-            elif tb not in batch.prefetched:
-                batch.prefetch += tb.to_bytes(2, "big")
-                batch.prefetched.add(tb)
             gb = 0
             if info.k > 1:
-                # its place marks: bucket by IP alone, read only when the group misses
+                # its place marks: bucket by IP alone
                 bucket = hi % n_buckets
                 gb = batch.bnumbers.get(bucket)
                 if gb is None:
@@ -179,6 +205,19 @@ class Recorder:
         if not batch.pairs:
             return 0
         return self._run(h, now_i, batches)
+
+    def _probe(self, h: str, now: int, probes: list[_Probe]) -> bytes:
+        """Run ``probe.lua`` over ``probes`` in one round trip: one flag byte per IP."""
+        cutoff = now - self.window
+        try:
+            calls = [(self._probe_script, [self._torrents_key, *p.buckets], [cutoff, h, bytes(p.args)])
+                     for p in probes]
+            if len(calls) == 1:
+                script, keys, args = calls[0]
+                return script(keys=keys, args=args)
+            return b"".join(run_pipelined(self.client, calls))
+        except redis.RedisError as e:
+            raise StoreError(f"recording peers failed: {e}") from e
 
     def _fixed_keys(self, h: str, month: str) -> list:
         """The outbox and the 10 index keys every record.lua call of a visit gets."""
@@ -209,7 +248,7 @@ class Recorder:
             if len(keys) > 65535:  # pragma: no cover - batch_pairs keeps it far below
                 raise ValueError("batch too large")
             args = [now, now - self.window, h, self._post, bytes(b.countries), bytes(b.places), len(b.keys),
-                    bytes(b.ips), bytes(b.prefetch)]
+                    bytes(b.ips)]
             calls.append((keys, args))
         try:
             if len(calls) == 1:
@@ -333,18 +372,28 @@ class _PlaceInfo:
         self.nbytes = 7 + 8 * lanes
 
 
+class _Probe:
+    """The arguments of one probe.lua call."""
+
+    __slots__ = ("args", "bnumbers", "buckets", "n")
+
+    def __init__(self):
+        self.buckets: list = []
+        self.bnumbers: dict = {}
+        self.args = bytearray()
+        self.n = 0
+
+
 class _Batch:
     """The arguments of one record.lua call, built IP by IP."""
 
     __slots__ = ("bnumbers", "buckets", "countries", "country_numbers", "heads", "ips", "keys", "month", "pairs",
-                 "places", "prefetch", "prefetched")
+                 "places")
 
     def __init__(self, fixed: list, month: str):
         self.keys, self.month = list(fixed), month
         self.buckets: list = []  # mark bucket keys, after ``keys``
         self.bnumbers: dict = {}  # bucket number -> 1-based index in ``buckets``
-        self.prefetch = bytearray()  # u16 indexes of the buckets record.lua reads up front
-        self.prefetched: set = set()
         self.countries, self.country_numbers = bytearray(), {}
         self.places, self.heads = bytearray(), {}  # place tuple -> its IPs' header bits
         self.ips = bytearray()

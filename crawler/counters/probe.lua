@@ -1,0 +1,45 @@
+-- probe.lua: which of a visit's peers might count, read-only.
+--
+-- KEYS[1]     torrents ZSET the lifetime torrents index ({ns}:ix:all:torrents)
+-- KEYS[2..]   marks   STRING of 12-byte records ({ns}:mk:<n>, see record.lua): the
+--                     buckets of (IP, torrent) this call reads
+-- ARGV[1]     cutoff  now - window: a record at or before it has expired
+-- ARGV[2]     h       the info-hash, 40 lower-case hex
+-- ARGV[3]     probes  binary, per IP: u16 bucket (1-based: KEYS[1 + b]), then the
+--                     8-byte field of the IP's group record for (torrent, place)
+--                     (its torrents.<h>.users mark when the IP has no country)
+--
+-- Returns one byte per IP: "1" if its record is missing or expired (record.lua
+-- must look at the IP's marks), "0" if it is fresh: every mark it stands for
+-- is then fresh at this visit's time, so nothing of that IP can count, and
+-- no later write can change that (marks are only renewed once expired).
+-- A revisit whose peers are all known costs this call alone. A torrent never
+-- counted has no records at all: then every IP is "1" without reading a bucket.
+
+local byte, sub, find = string.byte, string.sub, string.find
+local cutoff, h, p = tonumber(ARGV[1]), ARGV[2], ARGV[3]
+if not redis.call('ZSCORE', KEYS[1], h) then
+  return string.rep('1', #p / 10)
+end
+local got = redis.call('MGET', unpack(KEYS, 2))
+local out = {}
+for o = 1, #p, 10 do
+  local a, b = byte(p, o, o + 1)
+  local s = got[a * 256 + b]
+  local flag = '1'
+  if s then
+    local f = sub(p, o + 2, o + 9)
+    local x = find(s, f, 1, true)
+    while x and x % 12 ~= 1 do
+      x = find(s, f, x + 1, true)
+    end
+    if x then
+      local c1, c2, c3, c4 = byte(s, x + 8, x + 11)
+      if ((c1 * 256 + c2) * 256 + c3) * 256 + c4 > cutoff then
+        flag = '0'
+      end
+    end
+  end
+  out[#out + 1] = flag
+end
+return table.concat(out)
