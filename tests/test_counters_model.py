@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from crawler.counters import Recorder, metrics_for, month_of, outbox_key
 from crawler.counters.names import LIFETIME
 from crawler.counters.recorder import index_key
+from crawler.counters.stats import index_count
 from crawler.keys import Keys
 from geo import Place
 from tests.namespaces import delete_namespace
@@ -90,10 +91,10 @@ def test_counts_equal_the_model(client, namespace, settings, history, batch_pair
             assert rec.record_places(h, located, now) == model.visit(h, located, now)
         for m, n in model.lifetime.items():
             for scope, member in m.indexes:
-                assert client.zscore(index_key(keys, LIFETIME, scope), member) == n, (m.name, scope)
+                assert index_count(client, keys, LIFETIME, scope, member) == n, (m.name, scope)
         for (m, month), n in model.months.items():
             for scope, member in m.indexes:
-                assert client.zscore(index_key(keys, month, scope), member) == n, (m.name, month, scope)
+                assert index_count(client, keys, month, scope, member) == n, (m.name, month, scope)
         box = {k.decode(): int(v) for k, v in client.hgetall(outbox_key(keys)).items()}
         assert box == dict(model.outbox)
     finally:

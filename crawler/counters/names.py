@@ -22,7 +22,11 @@ cities`` merges the per-country rankings (``Query.across_countries``).
 
 Index keys: ``ix:<period>:<family>[:t:<info-hash>][:c:<country>]``, where the
 period is ``all`` (lifetime) or ``YYYY-MM`` (the month counter
-``<metric>.<YYYY-MM>``, UTC).
+``<metric>.<YYYY-MM>``, UTC). One torrent's indexes (``:t:<info-hash>``)
+are hashes, sorted when read (bounded by the torrent's peers): a new
+torrent's first visit fills them with ~100 members at once, which a small
+sorted set inserts one at a time in order (a tenth of that visit's Redis
+time). Every other index is a sorted set.
 """
 
 from __future__ import annotations
@@ -124,6 +128,11 @@ def metrics_for(info_hash: str, country: str | None, city: str | None, postcode:
             )
         )
     return out
+
+
+def hashed(scope: tuple[str, ...]) -> bool:
+    """Whether the index of ``scope`` is a HASH (one torrent's) rather than a ZSET."""
+    return len(scope) > 1 and scope[1] == "t"
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,10 @@
 -- record.lua: check-mark-increment of one batch of a visit's peers, atomically.
 --
 -- KEYS[1]      outbox   HASH stat name -> pending StatHat count ({ns}:sh:outbox)
--- KEYS[2..11]  indexes  ZSET member -> count, each lifetime index ({ns}:ix:all:<scope>)
+-- KEYS[2..11]  indexes  member -> count, each lifetime index ({ns}:ix:all:<scope>)
 --                       followed by its month index ({ns}:ix:<YYYY-MM>:<scope>), scopes:
---                       torrents, countries, countries:t:H, cities:t:H, postcodes:t:H
+--                       torrents, countries (ZSET); countries:t:H, cities:t:H,
+--                       postcodes:t:H (HASH: one torrent's, sorted when read)
 --                       (no global cities or postcodes index: `stats` merges the
 --                       per-country ones)
 -- KEYS[..]     per country (position given in ARGV[5]): torrents:c:C, cities:c:C,
@@ -227,8 +228,10 @@ end
 
 -- Increments are gathered per key, then applied with two calls per key
 -- (read the old counts, write the new ones) instead of one ZINCRBY or HINCRBY
--- per member: a visit of 200 new peers touches ~1,500 (index, member) pairs
--- but only ~200 keys, and each redis.call costs more than the command.
+-- per member: a visit of 200 new peers touches ~1,100 (index, member) pairs
+-- but only ~170 keys, and each redis.call costs more than the command. A
+-- torrent's indexes are hashes: a new torrent's cities index gets ~100
+-- members at once, which a small sorted set inserts one by one in order.
 local post_c, post_t = sub(post, 1, 1) == 'c', sub(post, 2, 2) == 't'
 local zinc, box = {}, {}  -- key position -> {member -> n}; stat -> n
 local function bump_in(q, member, n)
@@ -269,7 +272,11 @@ local function flush()
     end
   end
   for q, counts in pairs(zinc) do
-    apply(KEYS[q], counts, 'ZMSCORE', 'ZADD')
+    if q >= 6 and q <= 11 then
+      apply(KEYS[q], counts, 'HMGET', 'HSET')
+    else
+      apply(KEYS[q], counts, 'ZMSCORE', 'ZADD')
+    end
   end
   if next(box) then
     apply(KEYS[1], box, 'HMGET', 'HSET')

@@ -1,10 +1,12 @@
 """Reading the counters: the rankings behind ``peercrawl stats`` (SPEC §7).
 
-Each query reads one sorted-set index of ``names`` (ZREVRANGE or ZSCORE),
-except ``stats cities|postcodes`` without ``--torrent`` or ``--country``,
-which merges the per-country indexes (one pipelined ZREVRANGE per country
-the lifetime ``countries`` index knows, a few hundred at most). Nothing scans
-the keyspace, so it stays fast with millions of counters.
+Each query reads one index of ``names``: a sorted set (ZREVRANGE or ZSCORE),
+or for ``--torrent`` the torrent's hash (HGETALL, sorted here; its size is
+bounded by the torrent's peers). ``stats cities|postcodes`` without
+``--torrent`` or ``--country`` merges the per-country indexes (one pipelined
+ZREVRANGE per country the lifetime ``countries`` index knows, a few hundred
+at most). Nothing scans the keyspace, so it stays fast with millions of
+counters.
 
 Order: largest count first; equal counts by name (the index member's bytes:
 the torrent's hash, the place name; across countries the country's name
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import redis
 
-from crawler.counters.names import LIFETIME, Metric, Query, check_month, metric_of, query_for
+from crawler.counters.names import LIFETIME, Metric, Query, check_month, hashed, metric_of, query_for
 from crawler.counters.recorder import index_key
 from crawler.errors import StoreError
 from crawler.keys import Keys
@@ -52,13 +54,17 @@ def top(
     try:
         if q.across_countries:
             rows = _top_across_countries(client, keys, q, period, limit)
-        elif q.prefix is not None:
-            # One torrent's places (bounded by its peers), filtered server-side.
-            rows = [(m.decode(), c) for m, c in client.zscan_iter(key, match=_glob_literal(q.prefix) + "*", count=1000)]
-            rows = sorted(rows, key=_order)[:limit]
         elif q.member is not None:
-            score = client.zscore(key, q.member)
-            rows = [] if score is None else [(q.member, score)]
+            n = _count_in(client, key, q.scope, q.member)
+            rows = [] if n is None else [(q.member, n)]
+        elif hashed(q.scope):
+            # One torrent's places (bounded by its peers), sorted here; one
+            # country's of them filtered server-side.
+            if q.prefix is not None:
+                got = client.hscan_iter(key, match=_glob_literal(q.prefix) + "*", count=1000)
+            else:
+                got = client.hgetall(key).items()
+            rows = sorted(((m.decode(), int(c)) for m, c in got), key=_order)[:limit]
         else:
             rows = [(m.decode(), c) for m, c in _top_of(client, key, limit)]
     except redis.RedisError as e:
@@ -69,8 +75,20 @@ def top(
 def count(client: redis.Redis, keys: Keys, metric: Metric, month: str | None = None) -> int:
     """The value of one counter (0 if never incremented)."""
     scope, member = metric.indexes[0]
-    score = client.zscore(index_key(keys, LIFETIME if month is None else month, scope), member)
-    return 0 if score is None else int(score)
+    return index_count(client, keys, LIFETIME if month is None else month, scope, member)
+
+
+def index_count(client: redis.Redis, keys: Keys, period: str, scope: tuple[str, ...], member: str) -> int:
+    """The count of ``member`` in one index (0 if absent): a metric's count as that index holds it."""
+    n = _count_in(client, index_key(keys, period, scope), scope, member)
+    return 0 if n is None else int(n)
+
+
+def _count_in(client: redis.Redis, key: str, scope: tuple[str, ...], member: str):
+    if hashed(scope):
+        n = client.hget(key, member)
+        return None if n is None else int(n)
+    return client.zscore(key, member)
 
 
 def _order(row: tuple) -> tuple:
