@@ -77,10 +77,6 @@ local function lookup(s, f)
   end
   return x
 end
-local function time_at(s, x)
-  local a, b, c, d = byte(s, x + 8, x + 11)
-  return ((a * 256 + b) * 256 + c) * 256 + d
-end
 
 local p = ARGV[8]
 
@@ -88,75 +84,84 @@ local p = ARGV[8]
 -- in vals, new records wait in adds (a pair is never looked up twice, and
 -- concatenating once per bucket spares copying it per record); changed
 -- buckets are written back with one MSET at the end
+-- (hot loop: lookups and appends are written out inline)
 local dirty, adds = {}, {}
-local function add(b, rec)
-  local a = adds[b]
-  if not a then
-    a = {}
-    adds[b] = a
-  end
-  a[#a + 1] = rec
-  dirty[b] = true
-end
-local o = 1
-while o <= #p do
-  local tb, gb, pno, k = u16(p, o), u16(p, o + 2), u16(p, o + 4), byte(p, o + 6)
+local o, np = 1, #p
+while o <= np do
+  local t1, t2, g1, g2, p1, p2, k = byte(p, o, o + 6)
+  local tb, gb, pno = t1 * 256 + t2, g1 * 256 + g2, p1 * 256 + p2
   o = o + 7
   local gf
   if k >= 3 then
     gf = sub(p, o, o + 7)
     o = o + 8
   end
-  do
-    local oldest = now
-    local pc
-    for j = 1, k do
-      local f = sub(p, o, o + 7)
-      o = o + 8
-      -- odd slots are the torrent's metrics (bucket tb), even ones the place's (gb)
-      local b = tb
-      if j % 2 == 0 then b = gb end
-      local s = vals[b]
-      local x = lookup(s, f)
-      local fresh = false
-      if not x then
-        fresh = true
-        add(b, f .. stamp)
-      else
-        local t = time_at(s, x)
-        if t <= cutoff then
-          fresh = true
-          vals[b] = sub(s, 1, x + 7) .. stamp .. sub(s, x + 12)
-          dirty[b] = true
-        elseif t < oldest then
-          oldest = t
-        end
+  local oldest = now
+  local pc
+  for j = 1, k do
+    local f = sub(p, o, o + 7)
+    o = o + 8
+    -- odd slots are the torrent's metrics (bucket tb), even ones the place's (gb)
+    local b = tb
+    if j % 2 == 0 then b = gb end
+    local s = vals[b]
+    local x = find(s, f, 1, true)
+    while x and x % 12 ~= 1 do
+      x = find(s, f, x + 1, true)
+    end
+    local fresh = true
+    if not x then
+      local a = adds[b]
+      if not a then
+        a = {}
+        adds[b] = a
       end
-      if fresh then
-        if j == 1 then
-          t_users = t_users + 1
-        else
-          pc = pc or counted[pno]
-          if not pc then
-            pc = {0, 0, 0, 0, 0, 0, 0}
-            counted[pno] = pc
-          end
-          pc[j] = pc[j] + 1
-        end
+      a[#a + 1] = f
+      a[#a + 1] = stamp
+    else
+      local c1, c2, c3, c4 = byte(s, x + 8, x + 11)
+      local t = ((c1 * 256 + c2) * 256 + c3) * 256 + c4
+      if t <= cutoff then
+        vals[b] = sub(s, 1, x + 7) .. stamp .. sub(s, x + 12)
+        dirty[b] = true
+      else
+        fresh = false
+        if t < oldest then oldest = t end
       end
     end
-    if gf then
-      -- the group record, missing or stale: now the oldest of the k marks
-      local s = vals[tb]
-      local gx = lookup(s, gf)
-      if gx then
-        vals[tb] = sub(s, 1, gx + 7) .. u32(oldest) .. sub(s, gx + 12)
-        dirty[tb] = true
+    if fresh then
+      if j == 1 then
+        t_users = t_users + 1
       else
-        add(tb, gf .. u32(oldest))
+        pc = pc or counted[pno]
+        if not pc then
+          pc = {0, 0, 0, 0, 0, 0, 0}
+          counted[pno] = pc
+        end
+        pc[j] = pc[j] + 1
       end
     end
   end
+  if gf then
+    -- the group record, missing or stale: now the oldest of the k marks
+    local s = vals[tb]
+    local gx = lookup(s, gf)
+    if gx then
+      vals[tb] = sub(s, 1, gx + 7) .. u32(oldest) .. sub(s, gx + 12)
+      dirty[tb] = true
+    else
+      local a = adds[tb]
+      if not a then
+        a = {}
+        adds[tb] = a
+      end
+      a[#a + 1] = gf
+      a[#a + 1] = u32(oldest)
+    end
+  end
+end
+for b in pairs(adds) do
+  dirty[b] = true
 end
 do
   local kv = {}
@@ -255,6 +260,15 @@ local function flush()
   local function apply(key, counts, read, write)
     local ms = {}
     for m in pairs(counts) do ms[#ms + 1] = m end
+    if #ms == 1 then
+      local m = ms[1]
+      if write == 'ZADD' then
+        redis.call('ZINCRBY', key, counts[m], m)
+      else
+        redis.call('HINCRBY', key, m, counts[m])
+      end
+      return
+    end
     for i = 1, #ms, 1000 do
       local part = {unpack(ms, i, math.min(i + 999, #ms))}
       local old = redis.call(read, key, unpack(part))
