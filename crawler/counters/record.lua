@@ -205,41 +205,19 @@ while i <= #ps do
   places[#places + 1] = {c, y, z}
 end
 
--- aggregate per country and per (country, city|postcode name)
-local cc, tc = {}, {}  -- country number -> count
-local cy, ty, cp, tp = {}, {}, {}, {}  -- country number -> {name -> count}
-local function add2(t, c, name, n)
-  if n > 0 then
-    local m = t[c]
-    if not m then m = {}; t[c] = m end
-    m[name] = (m[name] or 0) + n
-  end
-end
-for pno, pc in pairs(counted) do
-  local c, y, z = places[pno][1], places[pno][2], places[pno][3]
-  cc[c] = (cc[c] or 0) + pc[2]
-  tc[c] = (tc[c] or 0) + pc[3]
-  local j = 4
-  if y ~= '' then
-    add2(cy, c, y, pc[4])
-    add2(ty, c, y, pc[5])
-    j = 6
-  end
-  if z ~= '' then
-    add2(cp, c, z, pc[j])
-    add2(tp, c, z, pc[j + 1])
-  end
-end
-
--- Increments are gathered per key, then applied with two calls per key
--- (read the old counts, write the new ones) instead of one ZINCRBY or HINCRBY
--- per member: a visit of 200 new peers touches ~1,100 (index, member) pairs
--- but only ~170 keys, and each redis.call costs more than the command. A
--- torrent's indexes are hashes: a new torrent's cities index gets ~100
--- members at once, which a small sorted set inserts one by one in order.
+-- Increments are gathered per index pair (the lifetime index at key position
+-- q, its month index at q + 1 gets the same counts), then applied with two
+-- calls per key (read the old counts, write the new ones) instead of one
+-- ZINCRBY or HINCRBY per member: a visit of 200 new peers touches ~1,100
+-- (index, member) pairs but only ~170 keys, and each redis.call costs more
+-- than the command. A torrent's indexes are hashes: a new torrent's cities
+-- index gets ~100 members at once, which a small sorted set inserts one by
+-- one in order. Positions: torrents 2, countries 4, and the torrent's
+-- countries 6, cities 8, postcodes 10; per country (ARGV[5]) its torrents
+-- at pos, cities pos + 2, postcodes pos + 4.
 local post_c, post_t = sub(post, 1, 1) == 'c', sub(post, 2, 2) == 't'
-local zinc, box = {}, {}  -- key position -> {member -> n}; stat -> n
-local function bump_in(q, member, n)
+local zinc, box = {}, {}  -- lifetime key position -> {member -> n}; stat -> n
+local function incr(q, member, n)
   local t = zinc[q]
   if not t then
     t = {}
@@ -247,94 +225,100 @@ local function bump_in(q, member, n)
   end
   t[member] = (t[member] or 0) + n
 end
-local function incr(pos, n, member)
-  bump_in(pos, member, n)
-  bump_in(pos + 1, member, n)
-end
-local function out(on, stat, n)
-  if on then box[stat] = (box[stat] or 0) + n end
-end
-local function flush()
-  local fmt = string.format
-  -- members in slices: unpack() of a huge list would overflow Lua's stack
-  local function apply(key, counts, read, write)
-    local ms = {}
-    for m in pairs(counts) do ms[#ms + 1] = m end
-    if #ms == 1 then
-      local m = ms[1]
-      if write == 'ZADD' then
-        redis.call('ZINCRBY', key, counts[m], m)
-      else
-        redis.call('HINCRBY', key, m, counts[m])
-      end
-      return
-    end
-    for i = 1, #ms, 1000 do
-      local part = {unpack(ms, i, math.min(i + 999, #ms))}
-      local old = redis.call(read, key, unpack(part))
-      local args = {}
-      for j = 1, #part do
-        local m = part[j]
-        local v = fmt('%d', (tonumber(old[j]) or 0) + counts[m])
-        if write == 'ZADD' then
-          args[#args + 1], args[#args + 2] = v, m
-        else
-          args[#args + 1], args[#args + 2] = m, v
-        end
-      end
-      redis.call(write, key, unpack(args))
-    end
-  end
-  for q, counts in pairs(zinc) do
-    if q >= 6 and q <= 11 then
-      apply(KEYS[q], counts, 'HMGET', 'HSET')
-    else
-      apply(KEYS[q], counts, 'ZMSCORE', 'ZADD')
-    end
-  end
-  if next(box) then
-    apply(KEYS[1], box, 'HMGET', 'HSET')
-  end
+local function out(stat, n)
+  box[stat] = (box[stat] or 0) + n
 end
 
 local th = 'torrents.' .. h
 if t_users > 0 then
-  incr(2, t_users, h)
-  out(post_t, th .. '.users', t_users)
+  incr(2, h, t_users)
+  if post_t then out(th .. '.users', t_users) end
 end
-for c, n in pairs(cc) do
+local families = {'cities', 'postcodes'}
+for pno, pc in pairs(counted) do
+  local pl = places[pno]  -- a place that counted has a country
+  local country = countries[pl[1]]
+  local pos, cname = country[1], country[2]
+  local n = pc[2]
   if n > 0 then
-    local name = countries[c][2]
-    incr(4, n, name)
-    out(post_c, 'countries.' .. name .. '.users', n)
+    incr(4, cname, n)
+    if post_c then out('countries.' .. cname .. '.users', n) end
   end
-end
-for c, n in pairs(tc) do
+  n = pc[3]
   if n > 0 then
-    local pos, name = countries[c][1], countries[c][2]
-    incr(6, n, name)
-    incr(pos, n, h)
-    out(post_t, th .. '.countries.' .. name .. '.users', n)
+    incr(6, cname, n)
+    incr(pos, h, n)
+    if post_t then out(th .. '.countries.' .. cname .. '.users', n) end
   end
-end
--- cities (torrent index 8, per country +2) and postcodes (10, +4)
-local function places_of(g, t, tpos, cpos, family)
-  for c, names in pairs(g) do
-    local country = countries[c]
-    for name, n in pairs(names) do
-      incr(country[1] + cpos, n, name)
-      out(post_c, 'countries.' .. country[2] .. '.' .. family .. '.' .. name .. '.users', n)
+  -- slots: city 4 and 5 when the place has a city, then postcode
+  local j = 4
+  for f = 1, 2 do
+    local name = pl[f + 1]
+    if name ~= '' then
+      local family = families[f]
+      n = pc[j]
+      if n > 0 then
+        incr(pos + 2 * f, name, n)
+        if post_c then out('countries.' .. cname .. '.' .. family .. '.' .. name .. '.users', n) end
+      end
+      n = pc[j + 1]
+      if n > 0 then
+        incr(6 + 2 * f, cname .. '.' .. name, n)
+        if post_t then out(th .. '.countries.' .. cname .. '.' .. family .. '.' .. name .. '.users', n) end
+      end
+      j = j + 2
     end
   end
-  for c, names in pairs(t) do
-    local country = countries[c]
-    for name, n in pairs(names) do
-      incr(tpos, n, country[2] .. '.' .. name)
-      out(post_t, th .. '.countries.' .. country[2] .. '.' .. family .. '.' .. name .. '.users', n)
+end
+
+-- add counts[m] to each member m of ms in key (counts go as Lua numbers,
+-- which Redis writes exactly up to 2^53); members in slices, since unpack()
+-- of a huge list would overflow Lua's stack
+local function apply(key, ms, counts, read, write)
+  local n = #ms
+  if n == 1 then
+    local m = ms[1]
+    if write == 'ZADD' then
+      redis.call('ZINCRBY', key, counts[m], m)
+    else
+      redis.call('HINCRBY', key, m, counts[m])
     end
+    return
+  end
+  for i = 1, n, 1000 do
+    local part, last = ms, math.min(i + 999, n)
+    if i > 1 or last < n then part = {unpack(ms, i, last)} end
+    local old = redis.call(read, key, unpack(part))
+    local args, a = {}, 0
+    for j = 1, #part do
+      local m = part[j]
+      local v = (tonumber(old[j]) or 0) + counts[m]
+      if write == 'ZADD' then
+        args[a + 1], args[a + 2] = v, m
+      else
+        args[a + 1], args[a + 2] = m, v
+      end
+      a = a + 2
+    end
+    redis.call(write, key, unpack(args))
   end
 end
-places_of(cy, ty, 8, 2, 'cities')
-places_of(cp, tp, 10, 4, 'postcodes')
-flush()
+local function members(t)
+  local ms, n = {}, 0
+  for m in pairs(t) do
+    n = n + 1
+    ms[n] = m
+  end
+  return ms
+end
+for q, counts in pairs(zinc) do
+  local ms = members(counts)
+  local read, write = 'ZMSCORE', 'ZADD'
+  if q >= 6 and q <= 11 then read, write = 'HMGET', 'HSET' end
+  apply(KEYS[q], ms, counts, read, write)
+  apply(KEYS[q + 1], ms, counts, read, write)
+end
+if next(box) then
+  apply(KEYS[1], members(box), box, 'HMGET', 'HSET')
+end
 return t_users

@@ -104,6 +104,7 @@ class Recorder:
         self._sweep_cursor = keys.sub("mk", "sweep")
         self._index_keys: dict = {}
         self._bucket_keys: dict = {}
+        self._country_index_keys: dict = {}
         self._places: dict = {}
         self._post = ("c" if self._post_countries else "-") + ("t" if self._post_torrents else "-")
 
@@ -142,9 +143,10 @@ class Recorder:
         # call per PROBE_IPS, pipelined): a revisit whose peers are all known
         # ends here, and Python builds full records only for the others.
         vplaces: dict = {}  # place tuple -> (info, metric lanes of this visit, its probe lane)
-        rows = []  # (place tuple, vplace, IP fingerprint)
+        rows = []  # (place tuple, vplace, IP fingerprint, bucket of (IP, torrent))
         probes = [_Probe()]
         probe = probes[0]
+        bkeys = self._bucket_keys
         for packed, place in located:
             pkey = (place.country, place.city, place.postcode)
             vp = vplaces.get(pkey)
@@ -161,11 +163,11 @@ class Recorder:
             bucket = ((f >> 64) ^ t_fp) % n_buckets
             b = probe.bnumbers.get(bucket)
             if b is None:
-                probe.buckets.append(self._bucket_key(bucket))
+                probe.buckets.append(bkeys.get(bucket) or self._bucket_key(bucket))
                 b = probe.bnumbers[bucket] = len(probe.buckets)
             probe.args += ((b << 64) | (vp[2] ^ (f & _LOW64))).to_bytes(10, "big")
             probe.n += 1
-            rows.append((pkey, vp, f))
+            rows.append((pkey, vp, f, bucket))
         if not rows:
             return 0
         flags = self._probe(h, now_i, probes)
@@ -175,7 +177,7 @@ class Recorder:
         limit = self.batch_pairs
         batches = [_Batch(fixed, month)]
         batch = batches[0]
-        for (pkey, (info, lanes, _), f), flag in zip(rows, flags):
+        for (pkey, (info, lanes, _), f, bucket), flag in zip(rows, flags):
             if flag == _FRESH:
                 continue
             if batch.pairs and batch.pairs + info.k > limit:
@@ -184,20 +186,18 @@ class Recorder:
             head = batch.heads.get(pkey)
             if head is None:
                 head = batch.add_place(pkey, info, self)
-            hi = f >> 64
             # the torrent's marks of this IP (and its group): bucket by (IP, torrent)
-            bucket = (hi ^ t_fp) % n_buckets
             tb = batch.bnumbers.get(bucket)
             if tb is None:
-                batch.buckets.append(self._bucket_key(bucket))
+                batch.buckets.append(bkeys[bucket])
                 tb = batch.bnumbers[bucket] = len(batch.buckets)
             gb = 0
             if info.k > 1:
                 # its place marks: bucket by IP alone
-                bucket = hi % n_buckets
+                bucket = (f >> 64) % n_buckets
                 gb = batch.bnumbers.get(bucket)
                 if gb is None:
-                    batch.buckets.append(self._bucket_key(bucket))
+                    batch.buckets.append(bkeys.get(bucket) or self._bucket_key(bucket))
                     gb = batch.bnumbers[bucket] = len(batch.buckets)
             batch.ips += ((tb << info.tshift) | (gb << info.gshift) | head
                           | (lanes ^ (f & _LOW64) * info.r)).to_bytes(info.nbytes, "big")
@@ -266,6 +266,18 @@ class Recorder:
                 self._index_keys.clear()
             key = self._index_keys[k] = index_key(self.keys, period, scope).encode()  # bytes: redis-py sends them as is
         return key
+
+    def _country_keys(self, country: str, month: str) -> list:
+        """The six per-country index keys record.lua gets for ``country`` (see its header)."""
+        k = (country, month)
+        got = self._country_index_keys.get(k)
+        if got is None:
+            if len(self._country_index_keys) > 10_000:  # bounded: ~250 countries a month
+                self._country_index_keys.clear()
+            got = self._country_index_keys[k] = [
+                self._index_key(period, (family, "c", country))
+                for family in ("torrents", "cities", "postcodes") for period in (LIFETIME, month)]
+        return got
 
     def _bucket_key(self, n: int) -> bytes:
         key = self._bucket_keys.get(n)
@@ -406,10 +418,7 @@ class _Batch:
             c = self.country_numbers.get(info.country)
             if c is None:
                 pos = len(self.keys) + 1
-                for family in ("torrents", "cities", "postcodes"):
-                    scope = (family, "c", info.country)
-                    self.keys.append(rec._index_key(LIFETIME, scope))
-                    self.keys.append(rec._index_key(self.month, scope))
+                self.keys += rec._country_keys(info.country, self.month)
                 self.countries += pos.to_bytes(2, "big") + info.country_s
                 c = self.country_numbers[info.country] = len(self.country_numbers) + 1
         self.places += c.to_bytes(2, "big") + info.tail
