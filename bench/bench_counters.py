@@ -7,8 +7,9 @@ each, places already resolved, so geolocation is out of the comparison):
 
 - seed_rtt: one command per round trip;
 - seed_pipelined: the same commands pipelined (all GETs, then the writes);
-- ours: ``Recorder.record_places`` (one Lua call per batch of ~800 pairs, a
-  visit's batches pipelined in one round trip).
+- ours: ``Recorder.record_places`` (a read-only probe of each IP's group
+  record, one round trip; then one Lua call per batch of ~800 pairs for the
+  IPs that might count, a visit's batches pipelined in one round trip).
 
 Each runs "all new" visits (fresh IPs) and "all seen" visits (the same visits
 again), in interleaved rounds (ours, pipelined, one-per-round-trip on the
