@@ -84,8 +84,18 @@ local p = ARGV[8]
 -- in vals, new records wait in adds (a pair is never looked up twice, and
 -- concatenating once per bucket spares copying it per record); changed
 -- buckets are written back with one MSET at the end
--- (hot loop: lookups and appends are written out inline)
+-- (hot loop: lookups written out inline)
 local dirty, adds = {}, {}
+-- a new record (field, 4-byte time) for bucket b, written at the end
+local function append(b, f, t)
+  local a = adds[b]
+  if not a then
+    a = {}
+    adds[b] = a
+  end
+  a[#a + 1] = f
+  a[#a + 1] = t
+end
 local o, np = 1, #p
 while o <= np do
   local t1, t2, g1, g2, p1, p2, k = byte(p, o, o + 6)
@@ -111,13 +121,7 @@ while o <= np do
     end
     local fresh = true
     if not x then
-      local a = adds[b]
-      if not a then
-        a = {}
-        adds[b] = a
-      end
-      a[#a + 1] = f
-      a[#a + 1] = stamp
+      append(b, f, stamp)
     else
       local c1, c2, c3, c4 = byte(s, x + 8, x + 11)
       local t = ((c1 * 256 + c2) * 256 + c3) * 256 + c4
@@ -150,13 +154,7 @@ while o <= np do
       vals[tb] = sub(s, 1, gx + 7) .. u32(oldest) .. sub(s, gx + 12)
       dirty[tb] = true
     else
-      local a = adds[tb]
-      if not a then
-        a = {}
-        adds[tb] = a
-      end
-      a[#a + 1] = gf
-      a[#a + 1] = u32(oldest)
+      append(tb, gf, u32(oldest))
     end
   end
 end
