@@ -85,6 +85,10 @@ class NewItem(NamedTuple):
 ADD_STATUS = {"a": "added", "t": "already_tracked", "e": "skipped_evicted", "r": "added"}
 
 
+# Per-minute visit counts older than this are dropped (status reads the last hour).
+VISIT_BUCKETS_KEPT = 2 * 86400
+
+
 def _minute(now: float) -> str:
     return str(int(now // 60) * 60)
 
@@ -420,11 +424,29 @@ class Queue:
             m = int(minute)
             if m > now - seconds:
                 total += int(n)
-            elif m < now - 2 * 86400:
+            elif m < now - VISIT_BUCKETS_KEPT:
                 stale.append(minute)
         if stale:
             self.client.hdel(key, *stale)
         return total
+
+    def trim_visit_buckets(self, now: float | None = None) -> int:
+        """Drop the per-minute visit counts older than ``VISIT_BUCKETS_KEPT``; returns how many.
+
+        ``status`` trims as it reads; workers call this hourly so the two
+        hashes stay bounded (~2,900 fields each) when nobody runs ``status``.
+        Raises ``StoreError``.
+        """
+        now = time.time() if now is None else now
+        removed = 0
+        try:
+            for key in (self.keys.visits, self.keys.failed_visits):
+                stale = [m for m in self.client.hkeys(key) if int(m) < now - VISIT_BUCKETS_KEPT]
+                for i in range(0, len(stale), 1000):
+                    removed += self.client.hdel(key, *stale[i : i + 1000])
+        except redis.RedisError as e:
+            raise StoreError(f"trimming visit counts failed: {e}") from e
+        return removed
 
     def state(self, info_hash: str, now: float | None = None) -> tuple[str | None, float | None]:
         """The torrent's state and score, or (None, None) if not known."""

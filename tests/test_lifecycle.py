@@ -218,3 +218,21 @@ def test_add_any_number_of_items(q):
     many = ["%040x" % (7 * 10**9 + i) for i in range(5000)]
     assert q.add([NewItem(h) for h in many], now=100) == ["added"] * 5000
     assert q.counts(100)["ready"] == 5000
+
+
+def test_old_minute_counts_are_trimmed_without_status(q, settings):
+    # A visit and a failure three days ago, another visit now: trimming drops
+    # the old minute of each hash and keeps what status reads.
+    day = 86400
+    t0 = 1_000_000
+    q.add([NewItem(H[0]), NewItem(H[1])], now=t0)
+    a, b = q.claim(2, now=t0)
+    q.complete(a, Outcome.SOME, now=t0, due=t0 + 10)
+    assert q.fail(b, "no answer", now=t0)
+    (a,) = q.claim(1, now=t0 + 3 * day)
+    q.complete(a, Outcome.SOME, now=t0 + 3 * day)
+    assert len(q.client.hkeys(q.keys.visits)) == 2 and len(q.client.hkeys(q.keys.failed_visits)) == 1
+    assert q.trim_visit_buckets(now=t0 + 3 * day) == 2
+    assert q.client.hkeys(q.keys.failed_visits) == []
+    assert q.visits_since(3600, now=t0 + 3 * day) == 1
+    assert q.trim_visit_buckets(now=t0 + 3 * day) == 0

@@ -47,6 +47,8 @@ SHUTDOWN_MARGIN = 6.0
 IDLE_POLL = (0.2, 2.0)
 # The shortest wait for a torrent about to fall due (others may claim it first).
 IDLE_POLL_MIN = 0.01
+# How often a worker drops old per-minute visit counts (Queue.trim_visit_buckets).
+TRIM_SECONDS = 3600.0
 
 
 class Worker:
@@ -296,6 +298,7 @@ class Worker:
         spawn = gevent.spawn
         self._services.append(spawn(self._every, self.heartbeat.interval, self._beat))
         self._services.append(spawn(self._every, max(self.settings.lease_seconds / 3, 0.5), self._extend))
+        self._services.append(spawn(self._every, TRIM_SECONDS, self.queue.trim_visit_buckets))
         if self.autoscaler is not None:
             self._services.append(spawn(self._every, self.autoscaler.interval, self._autoscale))
             self._services.append(spawn(self.autoscaler.probe, lambda: len(self.pool)))
