@@ -413,3 +413,17 @@ def test_an_ip_recorded_by_another_worker_after_the_probe_counts_once(client, ke
     assert a.record_places(H, located, T0 + 60) == 4
     assert counts(client, keys, "torrents") == {f"torrents.{H}.users": 20}
     assert counts(client, keys, "cities") == {"countries.Germany.cities.Berlin.users": 20}
+
+
+def test_a_visit_larger_than_one_probe_call(client, keys, settings, locator):
+    # 2,500 peers: two probe calls in one round trip; the flags must line up with the IPs.
+    from crawler.counters.recorder import PROBE_IPS
+    from geo import Place
+
+    r = Recorder(client, keys, settings, locator, mark_buckets=64)
+    located = [(n.to_bytes(4, "big"), Place("Iceland") if n % 2 else Place()) for n in range(1, 2501)]
+    assert len(located) > PROBE_IPS
+    assert r.record_places(H, located[:2200], T0) == 2200
+    assert _flags(r, H, located, T0 + 60) == "0" * 2200 + "1" * 300
+    assert r.record_places(H, located, T0 + 60) == 300
+    assert counts(client, keys, "countries") == {"countries.Iceland.users": 1250}
