@@ -109,7 +109,6 @@ class Queue:
         self._claim = lua.register(client, "claim")
         self._extend = lua.register(client, "extend")
         self._complete = lua.register(client, "complete")
-        self._fail = lua.register(client, "fail")
         self._release = lua.register(client, "release")
         self._defer = lua.register(client, "defer")
         self._plan = lua.register(client, "plan")
@@ -317,7 +316,7 @@ class Queue:
         k = self.keys
         try:
             return bool(
-                self._fail(
+                self._defer(
                     keys=[k.leases, k.claims, k.cooling, k.torrent(lease.info_hash), k.failed_visits],
                     args=[lease.info_hash, lease.token, repr(due), repr(now), _minute(now), error[:200]],
                 )

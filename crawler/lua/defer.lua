@@ -1,13 +1,20 @@
--- defer.lua: put a claimed torrent back to cooling unvisited, until ARGV[3]
--- (SPEC §1): nothing was asked, so nothing is counted, and the held score
--- stays as it is. The worker defers a torrent whose trackers are all inside
--- the min interval they gave and which has no DHT to ask.
+-- defer.lua: put a claimed torrent back to cooling until ARGV[3], its held
+-- score kept (SPEC §1), and with KEYS[4..5] note a failed visit.
 --
--- KEYS[1] leases ZSET info-hash -> lease deadline
--- KEYS[2] claims HASH info-hash -> times claimed (the lease token)
--- KEYS[3] cooling ZSET info-hash -> due time
+-- Two callers: Queue.defer, for a torrent nothing was asked of (its
+-- trackers all inside the min interval they gave, no DHT), which counts
+-- neither a visit nor a failure (3 keys, 3 args); Queue.fail, for a visit no
+-- source answered, which cools for the short retry delay and counts the
+-- failure (5 keys, 6 args).
 --
--- ARGV[1] info-hash, ARGV[2] token, ARGV[3] due time
+-- KEYS[1] leases   ZSET info-hash -> lease deadline
+-- KEYS[2] claims   HASH info-hash -> times claimed (the lease token)
+-- KEYS[3] cooling  ZSET info-hash -> due time
+-- KEYS[4] torrent  HASH of this torrent                    (a failure only)
+-- KEYS[5] failed   HASH unix minute -> failed visits       (a failure only)
+--
+-- ARGV[1] info-hash, ARGV[2] token, ARGV[3] due time; a failure also
+-- ARGV[4] now, ARGV[5] minute, ARGV[6] error text
 --
 -- Returns 1, or 0 when the lease is not this holder's any more.
 
@@ -17,4 +24,9 @@ if redis.call('HGET', KEYS[2], h) ~= ARGV[2] or not redis.call('ZSCORE', KEYS[1]
 end
 redis.call('ZREM', KEYS[1], h)
 redis.call('ZADD', KEYS[3], ARGV[3], h)
+if #KEYS == 5 then
+  redis.call('HINCRBY', KEYS[4], 'failed_visits', 1)
+  redis.call('HSET', KEYS[4], 'last_failure', ARGV[4], 'last_error', ARGV[6])
+  redis.call('HINCRBY', KEYS[5], ARGV[5], 1)
+end
 return 1
