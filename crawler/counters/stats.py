@@ -97,19 +97,19 @@ def _order(row: tuple) -> tuple:
 
 def _top_of(client: redis.Redis, key: str, limit: int) -> list[tuple[bytes, float]]:
     """The ``limit`` first members of one index by (count descending, member)."""
-    rows = client.zrevrange(key, 0, limit - 1, withscores=True)
-    if len(rows) == limit:
-        rows = _settle_ties(rows, limit, [client.zrangebyscore(key, rows[-1][1], rows[-1][1], start=0,
-                                                               num=limit, withscores=True)])
-    return sorted(rows, key=_order)
-
-
-def _settle_ties(rows: list, limit: int, tied: list[list]) -> list:
-    """``rows`` cut exactly at ``limit``: every row above the last kept count, then
-    the first of ``tied`` (rows holding exactly that count, each list in name order)."""
-    rows = sorted(rows, key=_order)[:limit]
+    rows = sorted(client.zrevrange(key, 0, limit - 1, withscores=True), key=_order)
+    if len(rows) < limit:
+        return rows
     last = rows[-1][1]
-    above = [r for r in rows if r[1] > last]
+    return _settle_ties(rows, limit, [client.zrangebyscore(key, last, last, start=0, num=limit, withscores=True)])
+
+
+def _settle_ties(ranked: list, limit: int, tied: list[list]) -> list:
+    """``ranked`` (in ``_order``, at least ``limit`` rows) cut exactly at ``limit``: every
+    row above the last kept count, then the first of ``tied`` (rows holding exactly
+    that count)."""
+    last = ranked[limit - 1][1]
+    above = [r for r in ranked[:limit] if r[1] > last]
     ties = sorted((r for t in tied for r in t), key=_order)
     return above + ties[: limit - len(above)]
 
@@ -128,10 +128,11 @@ def _top_across_countries(client: redis.Redis, keys: Keys, q: Query, period: str
     pipe = client.pipeline(transaction=False)
     for k in ckeys:
         pipe.zrevrange(k, 0, limit - 1, withscores=True)
-    rows = [(c + "." + m.decode(), s) for c, got in zip(countries, pipe.execute()) for m, s in got]
+    rows = sorted(((c + "." + m.decode(), s) for c, got in zip(countries, pipe.execute()) for m, s in got),
+                  key=_order)
     if len(rows) < limit:
-        return sorted(rows, key=_order)
-    last = sorted(rows, key=_order)[limit - 1][1]
+        return rows
+    last = rows[limit - 1][1]
     pipe = client.pipeline(transaction=False)
     for k in ckeys:
         pipe.zrangebyscore(k, last, last, start=0, num=limit, withscores=True)
