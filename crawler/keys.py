@@ -64,6 +64,21 @@ class Keys:
         """HASH info-hash -> times claimed; the latest is the lease token."""
         return self._k("claims")
 
+    @property
+    def expiries(self) -> str:
+        """HASH info-hash -> leases expired in a row without a completion."""
+        return self._k("expiries")
+
+    @property
+    def quarantined(self) -> str:
+        """ZSET info-hash -> unix time it was quarantined (poison torrents)."""
+        return self._k("quarantined")
+
+    @property
+    def quarantine(self) -> str:
+        """HASH info-hash -> JSON {reason, at, expiries, score} of quarantined torrents."""
+        return self._k("quarantine")
+
     def torrent(self, info_hash: str) -> str:
         """HASH of one torrent: score, claims, visits, seeders, tombstone..."""
         return self._k("t", info_hash)

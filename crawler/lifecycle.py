@@ -1,12 +1,20 @@
 """The torrent lifecycle of SPEC §1: the one module that changes a torrent's state.
 
 Strategy. Each state is a sorted set under the namespace: ``ready`` (by
-score), ``cooling`` (by due time), ``leases`` (in flight, by lease deadline)
-and ``evicted`` (by eviction time). A torrent is a member of exactly one of
-them; every transition is one Lua script (``crawler/lua/*.lua``) that removes
-it from one set and adds it to the next, so no crash between two commands can
-lose or duplicate a torrent. While a torrent is out of ``ready`` its score
-waits in the ``held`` hash; no held score means 1.0.
+score), ``cooling`` (by due time), ``leases`` (in flight, by lease deadline),
+``evicted`` (by eviction time) and ``quarantined`` (by quarantine time). A
+torrent is a member of exactly one of them; every transition is one Lua
+script (``crawler/lua/*.lua``) that removes it from one set and adds it to
+the next, so no crash between two commands can lose or duplicate a torrent.
+While a torrent is out of ``ready`` its score waits in the ``held`` hash; no
+held score means 1.0.
+
+Every script checks its arguments and reads everything it needs before its
+first write, and slices every multi-value command into ~1,000 values (Lua
+unpacks onto a stack of ~8,000): Redis keeps a failed script's earlier
+writes, so a script that could fail halfway could lose torrents. The Python
+side also clamps what it sends (``MAX_CLAIM``, ``ADD_BATCH``, trackers per
+item), so one call stays short whatever a setting or flag says.
 
 A new torrent is admitted into ``cooling`` due at once, with no held score:
 it counts as ready from that instant, and admission costs one ZADD per batch.
@@ -21,6 +29,21 @@ old tombstones forgotten) runs inside every claim, bounded per call: a queue
 needs no separate janitor process, and a dead worker's torrents come back as
 soon as anyone claims.
 
+Poison torrents. Each expired lease raises the torrent's streak in the
+``expiries`` hash; a completion or a deferral (failed visit or nothing to
+ask) ends it, since the worker came back. At the K-th expiry in a row
+(``PEERCRAWL_QUARANTINE_AFTER``) housekeeping moves the torrent to
+``quarantined`` instead of ready: a visit that kills or outlives its worker
+every time would otherwise be retried forever. Its held score stays, the
+``quarantine`` hash keeps the reason (and the torrent hash its last visit
+error), and ``add --readmit`` puts it back, due at once with its score.
+Quarantined torrents count as tracked.
+
+Trackers per torrent are bounded (``PEERCRAWL_MAX_TRACKERS_PER_TORRENT``):
+``add.lua`` never grows a torrent's tracker set past the bound (what it
+drops is reported), and ``plan.lua`` hands a visit at most that many, so a
+set stored before the bound is never announced whole.
+
 ::
 
     add ──► cooling (due now) ──due──► ready ──claim──► in flight
@@ -28,6 +51,8 @@ soon as anyone claims.
                │                         └──lease expired───┘  │  │
                └───────complete (new score) / fail (kept)──────┘  │
                                          evicted ◄──complete──────┘
+       quarantined ◄── K-th lease expired in a row ── in flight
+       add --readmit: evicted or quarantined ──► cooling (due now)
 """
 
 from __future__ import annotations
@@ -35,7 +60,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -58,7 +83,8 @@ HOUSEKEEPING_BUDGET = 200
 # onto a stack of bounded size).
 MAX_CLAIM = 2000
 
-# Items per add.lua call and calls per pipeline round trip.
+# Items per add.lua call and calls per pipeline round trip (the scripts slice
+# any size; these keep one call's Redis time short).
 ADD_BATCH = 1000
 ADD_PIPELINE = 4
 
@@ -82,7 +108,8 @@ class NewItem(NamedTuple):
     trackers: tuple[str, ...] = ()
 
 
-ADD_STATUS = {"a": "added", "t": "already_tracked", "e": "skipped_evicted", "r": "added"}
+ADD_STATUS = {"a": "added", "t": "already_tracked", "e": "skipped_evicted", "r": "added",
+              "Q": "skipped_quarantined", "q": "readmitted"}
 
 
 # Per-minute visit counts older than this are dropped (status reads the last hour).
@@ -114,47 +141,77 @@ class Queue:
         self._plan = lua.register(client, "plan")
 
     # --- intake ------------------------------------------------------------
-    def _add_args(self, items: Sequence[NewItem], readmit: bool, now: float) -> tuple[list, list]:
+    def _add_args(self, items: Sequence[NewItem], readmit: bool, now: float) -> tuple[list, list, list[int]]:
+        """KEYS and ARGV of one add.lua call, and per item the trackers cut here.
+
+        An item's trackers beyond the per-torrent bound are not sent (the
+        script could not store them anyway), so one hostile magnet cannot
+        make a call huge.
+        """
         k = self.keys
-        keys = [k.ready, k.cooling, k.leases, k.evicted, k.tombstones]
-        args: list = [repr(now), "1" if readmit else "0"]
+        cap = self.settings.max_trackers_per_torrent
+        keys = [k.ready, k.cooling, k.leases, k.evicted, k.tombstones, k.quarantined, k.quarantine, k.expiries]
+        args: list = [repr(now), "1" if readmit else "0", cap]
+        cut: list[int] = []
         for item in items:
             if item.trackers or readmit:  # only these items' own keys are touched
                 keys.append(k.torrent(item.info_hash))
                 keys.append(k.trackers(item.info_hash))
-            if item.trackers:
-                args.append(item.info_hash)
-                args.append(str(len(item.trackers)))
-                args.extend(item.trackers)
-            else:
-                args += (item.info_hash, "0")
-        return keys, args
+            trackers, n = item.trackers, 0
+            if len(trackers) > cap:
+                unique = tuple(dict.fromkeys(trackers))
+                trackers, n = unique[:cap], max(0, len(unique) - cap)
+            cut.append(n)
+            args.append(item.info_hash)
+            args.append(str(len(trackers)))
+            args.extend(trackers)
+        return keys, args, cut
 
-    def add(self, items: Sequence[NewItem], readmit: bool = False, now: float | None = None) -> list[str]:
-        """Admit ``items``; one status per item: added, already_tracked or skipped_evicted.
+    @staticmethod
+    def _added(batch: Sequence[NewItem], reply: list, cut: list[int],
+               on_dropped: Callable[[NewItem, int], None] | None) -> list[str]:
+        """Statuses of one add.lua reply; ``on_dropped(item, n)`` for trackers not stored."""
+        letters, dropped = reply[0].decode(), reply[1]
+        if on_dropped is not None:
+            for i in range(0, len(dropped), 2):
+                cut[int(dropped[i]) - 1] += int(dropped[i + 1])
+            for item, n in zip(batch, cut):
+                if n:
+                    on_dropped(item, n)
+        return [ADD_STATUS[c] for c in letters]
 
-        Any number of items: they go in script calls of ``ADD_BATCH`` (a Lua
-        call unpacks its arguments onto a stack of bounded size).
+    def add(self, items: Sequence[NewItem], readmit: bool = False, now: float | None = None,
+            on_dropped: Callable[[NewItem, int], None] | None = None) -> list[str]:
+        """Admit ``items``; one status per item (``ADD_STATUS``'s values).
+
+        Any number of items: they go in script calls of ``ADD_BATCH``.
+        ``on_dropped(item, n)``: called for each item of which ``n`` trackers
+        were not stored (its torrent's set was at the per-torrent bound).
         """
         now = time.time() if now is None else now
         out: list[str] = []
         for i in range(0, len(items), ADD_BATCH):
-            keys, args = self._add_args(items[i:i + ADD_BATCH], readmit, now)
+            batch = items[i:i + ADD_BATCH]
+            keys, args, cut = self._add_args(batch, readmit, now)
             try:
-                letters = self._add(keys=keys, args=args).decode()
+                reply = self._add(keys=keys, args=args)
             except redis.RedisError as e:
                 raise StoreError(f"adding torrents failed: {e}") from e
-            out += [ADD_STATUS[c] for c in letters]
+            out += self._added(batch, reply, cut, on_dropped)
         return out
 
     def add_stream(
-        self, items: Iterable[NewItem], readmit: bool = False, batch: int = ADD_BATCH, pipeline: int = ADD_PIPELINE
+        self, items: Iterable[NewItem], readmit: bool = False, batch: int = ADD_BATCH, pipeline: int = ADD_PIPELINE,
+        on_dropped: Callable[[NewItem, int], None] | None = None,
     ) -> Iterator[tuple[NewItem, str]]:
         """Admit a long stream of items in pipelined batches, yielding (item, status).
 
-        Each batch is one atomic script call; ``pipeline`` calls share a round trip.
-        Duplicates inside one batch are reported as already_tracked.
+        Each batch is one atomic script call of at most ``ADD_BATCH`` items;
+        ``pipeline`` calls share a round trip. Duplicates inside one batch
+        are reported as already_tracked. ``on_dropped`` as in ``add``.
         """
+        batch = max(1, min(batch, ADD_BATCH))
+        pipeline = max(1, pipeline)
         pending: list[list[NewItem]] = []
         current: list[NewItem] = []
         for item in items:
@@ -163,38 +220,41 @@ class Queue:
                 pending.append(current)
                 current = []
                 if len(pending) >= pipeline:
-                    yield from self._flush(pending, readmit)
+                    yield from self._flush(pending, readmit, on_dropped)
                     pending = []
         if current:
             pending.append(current)
         if pending:
-            yield from self._flush(pending, readmit)
+            yield from self._flush(pending, readmit, on_dropped)
 
-    def _flush(self, batches: list[list[NewItem]], readmit: bool) -> Iterator[tuple[NewItem, str]]:
+    def _flush(self, batches: list[list[NewItem]], readmit: bool,
+               on_dropped: Callable[[NewItem, int], None] | None) -> Iterator[tuple[NewItem, str]]:
         now = time.time()
-        pipe = self.client.pipeline(transaction=False)
+        calls, cuts = [], []
         for b in batches:
-            keys, args = self._add_args(b, readmit, now)
-            self._add(keys=keys, args=args, client=pipe)
+            keys, args, cut = self._add_args(b, readmit, now)
+            calls.append((self._add, keys, args))
+            cuts.append(cut)
         try:
-            results = pipe.execute()
+            results = lua.run_pipelined(self.client, calls)
         except redis.RedisError as e:
             raise StoreError(f"adding torrents failed: {e}") from e
-        for b, letters in zip(batches, results):
-            for item, c in zip(b, letters.decode()):
-                yield item, ADD_STATUS[c]
+        for b, reply, cut in zip(batches, results, cuts):
+            yield from zip(b, self._added(b, reply, cut, on_dropped))
 
     # --- work ----------------------------------------------------------------
     def _claim_args(self, count: int, now: float) -> dict:
         k = self.keys
         return dict(
-            keys=[k.ready, k.since, k.cooling, k.leases, k.evicted, k.tombstones, k.held, k.claims],
+            keys=[k.ready, k.since, k.cooling, k.leases, k.evicted, k.tombstones, k.held, k.claims,
+                  k.expiries, k.quarantined, k.quarantine],
             args=[
                 repr(now),
                 repr(now + self.settings.lease_seconds),
                 count,
                 2 * count + 8 if count else HOUSEKEEPING_BUDGET,
                 repr(now - self.settings.tombstone_seconds),
+                self.settings.quarantine_after,
             ],
         )
 
@@ -205,7 +265,7 @@ class Queue:
     def claim(self, count: int = 1, now: float | None = None) -> list[Lease]:
         """Lease up to ``count`` (at most ``MAX_CLAIM``) of the highest-scored ready torrents."""
         now = time.time() if now is None else now
-        count = min(count, MAX_CLAIM)
+        count = max(0, min(count, MAX_CLAIM))
         try:
             flat = self._claim(**self._claim_args(count, now))
         except redis.RedisError as e:
@@ -236,7 +296,7 @@ class Queue:
         h = lease.info_hash
         return dict(
             keys=[k.leases, k.held, k.claims, k.cooling, k.evicted, k.tombstones, k.torrent(h), k.trackers(h),
-                  k.visits],
+                  k.visits, k.expiries],
             args=[
                 h,
                 lease.token,
@@ -296,7 +356,7 @@ class Queue:
         For a claimer that goes straight on to the next torrent.
         """
         now = time.time() if now is None else now
-        count = min(count, MAX_CLAIM)
+        count = max(0, min(count, MAX_CLAIM))
         try:
             done, flat = self._pipelined([(self._complete, self._complete_args(lease, result, peers, seeders,
                                                                               leechers, due, now)),
@@ -317,7 +377,7 @@ class Queue:
         try:
             return bool(
                 self._defer(
-                    keys=[k.leases, k.claims, k.cooling, k.torrent(lease.info_hash), k.failed_visits],
+                    keys=[k.leases, k.claims, k.cooling, k.expiries, k.torrent(lease.info_hash), k.failed_visits],
                     args=[lease.info_hash, lease.token, repr(due), repr(now), _minute(now), error[:200]],
                 )
             )
@@ -331,7 +391,7 @@ class Queue:
         """
         k = self.keys
         try:
-            return bool(self._defer(keys=[k.leases, k.claims, k.cooling],
+            return bool(self._defer(keys=[k.leases, k.claims, k.cooling, k.expiries],
                                     args=[lease.info_hash, lease.token, repr(due)]))
         except redis.RedisError as e:
             raise StoreError(f"deferring a torrent failed: {e}") from e
@@ -369,29 +429,33 @@ class Queue:
         p.zrange(k.since, 0, 0, withscores=True)
         p.zrange(k.cooling, 0, 0, withscores=True)
         p.zrange(k.leases, 0, 0, withscores=True)
+        p.zcard(k.quarantined)
         try:
-            ready, cool_due, cooling, lease_due, leases, evicted, since0, cool0, lease0 = p.execute()
+            ready, cool_due, cooling, lease_due, leases, evicted, since0, cool0, lease0, quarantined = p.execute()
         except redis.RedisError as e:
             raise StoreError(f"reading the queue failed: {e}") from e
         oldest = [s for (_, s) in since0] + [s for (_, s) in cool0 + lease0 if s <= now]
         latency = max(0.0, now - min(oldest)) if oldest else 0.0
         return {
-            "tracked": ready + cooling + leases,
+            "tracked": ready + cooling + leases + quarantined,
             "ready": ready + cool_due + lease_due,
             "cooling": cooling - cool_due,
             "in_flight": leases - lease_due,
+            "quarantined": quarantined,
             "evicted": evicted,
             "queue_latency_s": round(latency, 3),
         }
 
     def plan(self, info_hash: str) -> tuple[list[str], dict[str, float]]:
-        """The torrent's own trackers and tracker -> not-before time, in one round trip."""
+        """The torrent's own trackers (at most the per-torrent bound, a random draw of a larger
+        set) and tracker -> not-before time, in one round trip."""
         k = self.keys
+        cap = self.settings.max_trackers_per_torrent
         try:
-            own, flat = self._plan(keys=[k.trackers(info_hash), k.tracker_min_interval(info_hash)])
+            own, flat, _ = self._plan(keys=[k.trackers(info_hash), k.tracker_min_interval(info_hash)], args=[cap])
         except redis.RedisError as e:
             raise StoreError(f"reading the torrent's trackers failed: {e}") from e
-        return ([u.decode() for u in own],
+        return ([u.decode() for u in own[:cap]],
                 {flat[i].decode(): float(flat[i + 1]) for i in range(0, len(flat), 2)})
 
     def next_due(self, now: float | None = None) -> float | None:
@@ -458,7 +522,8 @@ class Queue:
         p.zscore(k.evicted, info_hash)
         p.hget(k.held, info_hash)
         p.hget(k.tombstones, info_hash)
-        ready, cooling, lease, evicted, held, tomb = p.execute()
+        p.zscore(k.quarantined, info_hash)
+        ready, cooling, lease, evicted, held, tomb, quarantined = p.execute()
         if ready is not None:
             return "ready", ready
         if cooling is not None:
@@ -467,6 +532,8 @@ class Queue:
             return ("ready" if lease <= now else "in_flight"), float(held or 1)
         if evicted is not None:
             return "evicted", float(json.loads(tomb)["score"]) if tomb else None
+        if quarantined is not None:
+            return "quarantined", float(held or 1)
         return None, None
 
     def torrent(self, info_hash: str, now: float | None = None) -> dict | None:
@@ -484,7 +551,9 @@ class Queue:
         p.zscore(k.leases, info_hash)
         p.hget(k.tombstones, info_hash)
         p.hgetall(k.tracker_min_interval(info_hash))
-        h, trackers, claims, due, deadline, tomb, min_intervals = p.execute()
+        p.hget(k.quarantine, info_hash)
+        p.hget(k.expiries, info_hash)
+        h, trackers, claims, due, deadline, tomb, min_intervals, quarantine, expiries = p.execute()
         h = {a.decode(): b.decode() for a, b in h.items()}
 
         def num(name: str, cast=int):
@@ -508,7 +577,14 @@ class Queue:
             "due": due if state in ("cooling",) else None,
             "lease_deadline": deadline if state == "in_flight" else None,
             "tracker_not_before": {a.decode(): float(b) for a, b in min_intervals.items()},
+            "expired_leases_in_a_row": int(expiries) if expiries else 0,
         }
         if tomb:
             out["tombstone"] = json.loads(tomb)
+        if quarantine and state == "quarantined":
+            q = json.loads(quarantine)
+            q["last_error"] = out["last_error"]
+            q["message"] = q["reason"] + (f"; last error: {out['last_error']}" if out["last_error"]
+                                          else "; no visit error recorded")
+            out["quarantine"] = q
         return out

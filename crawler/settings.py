@@ -130,6 +130,15 @@ class Settings:
     multiplier_full: float = 1.2
     new_fraction: float = 0.05
     evict_below: float = 0.005
+    # A torrent's own trackers stored and announced per visit. Real torrents
+    # list a handful to a few dozen (the big public tracker lists are ~100
+    # lines, mostly dead); 64 keeps every real list whole while one hostile
+    # magnet cannot make each visit announce to thousands.
+    max_trackers_per_torrent: int = 64
+    # Leases expired in a row (no completion between) that quarantine a
+    # torrent: one expiry is a worker killed or restarted mid-visit, five in
+    # a row is a visit that kills or outlives its worker every time.
+    quarantine_after: int = 5
 
     # --- Counters, geolocation, StatHat (§4–§6) ------------------------------
     geoip_db: Path | None = None
@@ -220,6 +229,8 @@ class Settings:
             multiplier_full=r.get("PEERCRAWL_MULTIPLIER_FULL", _positive_float, 1.2),
             new_fraction=r.get("PEERCRAWL_NEW_FRACTION", _fraction, 0.05),
             evict_below=r.get("PEERCRAWL_EVICT_BELOW", _fraction, 0.005),
+            max_trackers_per_torrent=r.get("PEERCRAWL_MAX_TRACKERS_PER_TORRENT", _bounded_int(1, 10_000), 64),
+            quarantine_after=r.get("PEERCRAWL_QUARANTINE_AFTER", _bounded_int(1, 1000), 5),
             geoip_db=r.get("GEOIP_DB", _path, None),
             geo_cache_size=r.get("PEERCRAWL_GEO_CACHE_SIZE", _bounded_int(0, 10_000_000), 100_000),
             dedupe_seconds=r.get("PEERCRAWL_DEDUPE_SECONDS", _positive_float, 30 * 86400.0),

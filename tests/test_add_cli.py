@@ -10,6 +10,8 @@ from crawler.scoring import Outcome
 from tests.cli import run, run_json
 
 H = ["%040x" % (i * 7919) for i in range(1, 20)]
+# The counts of add --json that stay 0 unless quarantine or the tracker bound comes in.
+QUIET = {"skipped_quarantined": 0, "readmitted": 0, "trackers_dropped": 0}
 
 
 def torrent_file(path, name=b"x", trackers=(b"udp://t.example:6969/announce",)):
@@ -25,7 +27,7 @@ def test_every_item_form(test_env, tmp_path, client, namespace, settings):
     magnet = f"magnet:?xt=urn:btih:{H[2]}&tr=http%3A%2F%2Ftr.example%2Fannounce"
     p, out = run_json(test_env, "add", H[0], b32, magnet, str(tf), "--tracker", "udp://extra.example:1/announce")
     assert p.returncode == 0, p.stderr
-    assert out == {"added": 4, "already_tracked": 0, "skipped_evicted": 0, "invalid": 0}
+    assert out == {"added": 4, "already_tracked": 0, "skipped_evicted": 0, "invalid": 0, **QUIET}
     q = Queue(client, Keys(namespace), settings)
     for h in (H[0], H[1], H[2], th):
         assert q.state(h)[0] == "ready"
@@ -45,9 +47,9 @@ def test_duplicates_and_evicted_with_and_without_readmit(test_env, client, names
     assert q.state(H[3])[0] == "evicted"
     p, out = run_json(test_env, "add", H[0], H[0], H[3])
     assert p.returncode == 0
-    assert out == {"added": 1, "already_tracked": 1, "skipped_evicted": 1, "invalid": 0}
+    assert out == {"added": 1, "already_tracked": 1, "skipped_evicted": 1, "invalid": 0, **QUIET}
     p, out = run_json(test_env, "add", H[0], H[3], "--readmit")
-    assert out == {"added": 1, "already_tracked": 1, "skipped_evicted": 0, "invalid": 0}
+    assert out == {"added": 1, "already_tracked": 1, "skipped_evicted": 0, "invalid": 0, **QUIET}
     assert q.state(H[3]) == ("ready", 1.0)
     p = run(test_env, "add", H[3])
     assert p.stdout.strip() == "added 0, already tracked 1, evicted and skipped 0, invalid 0"
@@ -67,7 +69,7 @@ def test_mixed_file_reports_bad_lines_and_adds_good_ones(test_env, tmp_path, cli
     ]) + "\n")
     p, out = run_json(test_env, "add", "--from", str(f))
     assert p.returncode == 1
-    assert out == {"added": 3, "already_tracked": 0, "skipped_evicted": 0, "invalid": 3}
+    assert out == {"added": 3, "already_tracked": 0, "skipped_evicted": 0, "invalid": 3, **QUIET}
     errs = p.stderr.strip().splitlines()
     assert len(errs) == 3, p.stderr
     assert errs[0].startswith(f"peercrawl add: {f} line 4: not an info-hash")
@@ -82,7 +84,7 @@ def test_from_stdin_in_many_batches(test_env, client, namespace, settings):
     hashes = ["%040x" % (10**12 + i) for i in range(2600)]
     p, out = run_json(test_env, "add", "--from", "-", stdin="\n".join(hashes + hashes[:100]) + "\n")
     assert p.returncode == 0, p.stderr
-    assert out == {"added": 2600, "already_tracked": 100, "skipped_evicted": 0, "invalid": 0}
+    assert out == {"added": 2600, "already_tracked": 100, "skipped_evicted": 0, "invalid": 0, **QUIET}
     q = Queue(client, Keys(namespace), settings)
     assert q.counts()["ready"] == 2600 and len(q.claim(2000)) + len(q.claim(2000)) == 2600
 

@@ -167,7 +167,8 @@ def test_counts_and_latency(q):
     q.complete(leases[1], Outcome.SOME, now=250, due=5000)
     c = q.counts(now=300)
     # the one due at 260 counts as ready; the fourth has been ready since 100
-    assert c == {"tracked": 4, "ready": 2, "cooling": 1, "in_flight": 1, "evicted": 0, "queue_latency_s": 200.0}
+    assert c == {"tracked": 4, "ready": 2, "cooling": 1, "in_flight": 1, "evicted": 0, "quarantined": 0,
+                 "queue_latency_s": 200.0}
 
 
 def test_no_sequence_loses_or_duplicates(q, client, keys, settings):

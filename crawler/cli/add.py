@@ -37,7 +37,8 @@ def _sources(items: tuple[str, ...], from_file: TextIO | None) -> Iterator[tuple
               help="Read one ITEM per line from FILE, or - for stdin; blank and # lines are skipped.")
 @click.option("--tracker", "trackers", multiple=True, metavar="URL",
               help="A tracker to add to every item (repeatable).")
-@click.option("--readmit", is_flag=True, help="Re-admit evicted torrents (score back to 1.0).")
+@click.option("--readmit", is_flag=True,
+              help="Re-admit evicted torrents (score back to 1.0) and quarantined ones (score kept).")
 @click.option("--json", "as_json", is_flag=True, help="Print the counts as JSON.")
 def command(items: tuple[str, ...], from_file: TextIO | None, trackers: tuple[str, ...], readmit: bool,
             as_json: bool) -> None:
@@ -55,7 +56,13 @@ def command(items: tuple[str, ...], from_file: TextIO | None, trackers: tuple[st
         raise click.BadParameter(str(e).split(": ", 1)[-1], param_hint="--tracker") from None
     ctx = open_context()
     queue = Queue(ctx.client, ctx.keys, ctx.settings)
-    counts = {"added": 0, "already_tracked": 0, "skipped_evicted": 0, "invalid": 0}
+    counts = {"added": 0, "already_tracked": 0, "skipped_evicted": 0, "invalid": 0,
+              "skipped_quarantined": 0, "readmitted": 0, "trackers_dropped": 0}
+    capped: set[str] = set()
+
+    def dropped(item: NewItem, n: int) -> None:
+        counts["trackers_dropped"] += n
+        capped.add(item.info_hash)
 
     def good() -> Iterator[NewItem]:
         for where, text, base in _sources(items, from_file):
@@ -73,12 +80,17 @@ def command(items: tuple[str, ...], from_file: TextIO | None, trackers: tuple[st
     if progress is not None:
         with progress:
             task = progress.add_task("adding", total=None)
-            for _, status in queue.add_stream(good(), readmit=readmit):
+            for _, status in queue.add_stream(good(), readmit=readmit, on_dropped=dropped):
                 counts[status] += 1
                 progress.advance(task)
     else:
-        for _, status in queue.add_stream(good(), readmit=readmit):
+        for _, status in queue.add_stream(good(), readmit=readmit, on_dropped=dropped):
             counts[status] += 1
+    if counts["trackers_dropped"]:
+        n, t = counts["trackers_dropped"], len(capped)
+        click.echo(f"peercrawl add: {n} tracker{'s' * (n != 1)} not stored on {t} torrent{'s' * (t != 1)} "
+                   f"(at most {ctx.settings.max_trackers_per_torrent} per torrent, "
+                   "PEERCRAWL_MAX_TRACKERS_PER_TORRENT)", err=True)
     if as_json:
         click.echo(json.dumps(counts))
     else:
@@ -87,6 +99,11 @@ def command(items: tuple[str, ...], from_file: TextIO | None, trackers: tuple[st
             f"evicted and skipped {counts['skipped_evicted']}, invalid {counts['invalid']}"
             + (" (use --readmit to re-admit evicted torrents)" if counts["skipped_evicted"] else "")
         )
+        if counts["skipped_quarantined"] or counts["readmitted"]:
+            click.echo(f"quarantined and skipped {counts['skipped_quarantined']}, "
+                       f"quarantined and re-admitted {counts['readmitted']}"
+                       + (" (use --readmit to re-admit quarantined torrents)"
+                          if counts["skipped_quarantined"] else ""))
     if counts["invalid"]:
         sys.exit(1)
 

@@ -30,7 +30,7 @@ def _print(r: dict) -> None:
 
     con = Console()
     t = Table(title="peercrawl queue", show_header=False)
-    for name in ("tracked", "ready", "cooling", "in_flight", "evicted", "visits_last_hour",
+    for name in ("tracked", "ready", "cooling", "in_flight", "quarantined", "evicted", "visits_last_hour",
                  "failed_visits_last_hour", "queue_latency_s"):
         t.add_row(name.replace("_", " "), str(r.get(name)))
     cap = r.get("capacity") or {}

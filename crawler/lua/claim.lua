@@ -1,86 +1,142 @@
 -- claim.lua: lease the highest-scored ready torrents (SPEC §1), after
 -- bounded housekeeping that every claimer shares:
---   1. expired leases go back to ready with their score unchanged;
+--   1. expired leases go back to ready with their score unchanged, or, at
+--      the K-th expiry in a row without a completion, to quarantined;
 --   2. cooling torrents whose due time has come (new ones are due at once)
 --      go to ready;
 --   3. tombstones older than the tombstone period are forgotten.
--- Each is bounded by ARGV[4] per call so one claim never holds Redis long,
--- and each moves its whole batch with one call per command.
+-- Each is bounded by ARGV[4] per call so one claim never holds Redis long.
 --
--- KEYS[1] ready      ZSET info-hash -> score
--- KEYS[2] since      ZSET info-hash -> time it became ready
--- KEYS[3] cooling    ZSET info-hash -> due time
--- KEYS[4] leases     ZSET info-hash -> lease deadline
--- KEYS[5] evicted    ZSET info-hash -> eviction time
--- KEYS[6] tombstones HASH info-hash -> JSON {reason, at, score}
--- KEYS[7] held       HASH info-hash -> score while cooling or in flight
---                    (absent: 1.0, a new torrent)
--- KEYS[8] claims     HASH info-hash -> times claimed (the lease token)
+-- Every argument is checked and every batch read before the first write,
+-- and every multi-value command is sliced (Lua's stack holds ~8,000 unpacked
+-- values; a command that failed halfway would keep the writes before it).
+--
+-- KEYS[1]  ready       ZSET info-hash -> score
+-- KEYS[2]  since       ZSET info-hash -> time it became ready
+-- KEYS[3]  cooling     ZSET info-hash -> due time
+-- KEYS[4]  leases      ZSET info-hash -> lease deadline
+-- KEYS[5]  evicted     ZSET info-hash -> eviction time
+-- KEYS[6]  tombstones  HASH info-hash -> JSON {reason, at, score}
+-- KEYS[7]  held        HASH info-hash -> score while out of ready
+--                      (absent: 1.0, a new torrent)
+-- KEYS[8]  claims      HASH info-hash -> times claimed (the lease token)
+-- KEYS[9]  expiries    HASH info-hash -> leases expired in a row
+-- KEYS[10] quarantined ZSET info-hash -> quarantine time
+-- KEYS[11] quarantine  HASH info-hash -> JSON {reason, at, expiries, score}
 --
 -- ARGV[1] now, ARGV[2] lease deadline, ARGV[3] how many to claim,
 -- ARGV[4] housekeeping budget, ARGV[5] tombstone cutoff (evicted before it
--- are forgotten)
+-- are forgotten), ARGV[6] K: expiries in a row that quarantine a torrent
 --
 -- Returns a flat list: info-hash, score (string), token, ... for each claim.
 
-local now = ARGV[1]
-local budget = tonumber(ARGV[4])
+local STEP = 1000  -- values per unpack; even, so pairs are never split
 
--- Move the members of `from` due by now to ready; `since` keeps the time
--- each became due (its due time or lease deadline), for queue latency.
-local function promote(from)
-  local due = redis.call('ZRANGEBYSCORE', from, '-inf', now, 'WITHSCORES', 'LIMIT', 0, budget)
-  if #due == 0 then return end
+local now, deadline = tonumber(ARGV[1]), tonumber(ARGV[2])
+local n, budget = tonumber(ARGV[3]), tonumber(ARGV[4])
+local cutoff, K = tonumber(ARGV[5]), tonumber(ARGV[6])
+if not (now and deadline and n and budget and cutoff and K) or n < 0 or budget < 0 or K < 1
+    or n ~= math.floor(n) or budget ~= math.floor(budget) then
+  return redis.error_reply('claim.lua: bad arguments')
+end
+
+local function each(cmd, key, list)
+  for i = 1, #list, STEP do
+    redis.call(cmd, key, unpack(list, i, math.min(i + STEP - 1, #list)))
+  end
+end
+
+local function read(cmd, key, list)
+  local out = {}
+  for i = 1, #list, STEP do
+    local part = redis.call(cmd, key, unpack(list, i, math.min(i + STEP - 1, #list)))
+    for j = 1, #part do out[#out + 1] = part[j] end
+  end
+  return out
+end
+
+-- Reads: what is due, its held scores and expiry streaks, old tombstones.
+local function due(from)
+  local flat = redis.call('ZRANGEBYSCORE', from, '-inf', ARGV[1], 'WITHSCORES', 'LIMIT', 0, budget)
   local members, when = {}, {}
-  for j = 1, #due, 2 do
-    members[#members + 1] = due[j]
-    when[#when + 1] = due[j + 1]
-    when[#when + 1] = due[j]
+  for j = 1, #flat, 2 do
+    members[#members + 1] = flat[j]
+    when[#when + 1] = flat[j + 1]
   end
-  local scores = redis.call('HMGET', KEYS[7], unpack(members))
-  local ready = {}
-  for j = 1, #members do
-    ready[#ready + 1] = scores[j] or '1'
-    ready[#ready + 1] = members[j]
-  end
-  redis.call('ZREM', from, unpack(members))
-  redis.call('HDEL', KEYS[7], unpack(members))
-  redis.call('ZADD', KEYS[1], unpack(ready))
-  redis.call('ZADD', KEYS[2], unpack(when))
+  return members, when
 end
 
-promote(KEYS[4])
-promote(KEYS[3])
-
+local expired, expired_at = due(KEYS[4])
+local cooled, cooled_at = due(KEYS[3])
 local old = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', ARGV[5], 'LIMIT', 0, budget)
-if #old > 0 then
-  redis.call('ZREM', KEYS[5], unpack(old))
-  redis.call('HDEL', KEYS[6], unpack(old))
-  redis.call('HDEL', KEYS[8], unpack(old))
+local expired_held = read('HMGET', KEYS[7], expired)
+local streaks = read('HMGET', KEYS[9], expired)
+local cooled_held = read('HMGET', KEYS[7], cooled)
+
+local ready, since, streak_set = {}, {}, {}
+local quarantined, reasons, unheld = {}, {}, {}
+for j = 1, #expired do
+  local h, s = expired[j], expired_held[j] or '1'
+  local streak = tonumber(streaks[j] or '0') + 1
+  streak_set[#streak_set + 1] = h
+  streak_set[#streak_set + 1] = tostring(streak)
+  if streak >= K then
+    quarantined[#quarantined + 1] = ARGV[1]
+    quarantined[#quarantined + 1] = h
+    reasons[#reasons + 1] = h
+    reasons[#reasons + 1] = cjson.encode({
+      reason = string.format('lease expired %d times in a row without a completion', streak),
+      at = now, expiries = streak, score = s})
+  else
+    ready[#ready + 1] = s
+    ready[#ready + 1] = h
+    since[#since + 1] = expired_at[j]
+    since[#since + 1] = h
+    unheld[#unheld + 1] = h
+  end
+end
+for j = 1, #cooled do
+  ready[#ready + 1] = cooled_held[j] or '1'
+  ready[#ready + 1] = cooled[j]
+  since[#since + 1] = cooled_at[j]
+  since[#since + 1] = cooled[j]
+  unheld[#unheld + 1] = cooled[j]
 end
 
+-- Writes: housekeeping. A quarantined torrent keeps its held score.
+each('ZREM', KEYS[4], expired)
+each('ZREM', KEYS[3], cooled)
+each('HDEL', KEYS[7], unheld)
+each('ZADD', KEYS[1], ready)
+each('ZADD', KEYS[2], since)
+each('HSET', KEYS[9], streak_set)
+each('ZADD', KEYS[10], quarantined)
+each('HSET', KEYS[11], reasons)
+each('ZREM', KEYS[5], old)
+each('HDEL', KEYS[6], old)
+each('HDEL', KEYS[8], old)
+each('HDEL', KEYS[9], old)
+
+-- The claim itself.
 local out = {}
-local n = tonumber(ARGV[3])
 if n > 0 then
   local popped = redis.call('ZPOPMAX', KEYS[1], n)
-  if #popped > 0 then
-    local members, leases, held = {}, {}, {}
-    for j = 1, #popped, 2 do
-      local h, s = popped[j], popped[j + 1]
-      members[#members + 1] = h
-      leases[#leases + 1] = ARGV[2]
-      leases[#leases + 1] = h
-      held[#held + 1] = h
-      held[#held + 1] = s
-    end
-    redis.call('ZREM', KEYS[2], unpack(members))
-    redis.call('ZADD', KEYS[4], unpack(leases))
-    redis.call('HSET', KEYS[7], unpack(held))
-    for j = 1, #members do
-      out[#out + 1] = members[j]
-      out[#out + 1] = popped[2 * j]
-      out[#out + 1] = tostring(redis.call('HINCRBY', KEYS[8], members[j], 1))
-    end
+  local members, leases, held = {}, {}, {}
+  for j = 1, #popped, 2 do
+    local h, s = popped[j], popped[j + 1]
+    members[#members + 1] = h
+    leases[#leases + 1] = ARGV[2]
+    leases[#leases + 1] = h
+    held[#held + 1] = h
+    held[#held + 1] = s
+  end
+  each('ZREM', KEYS[2], members)
+  each('ZADD', KEYS[4], leases)
+  each('HSET', KEYS[7], held)
+  for j = 1, #members do
+    out[#out + 1] = members[j]
+    out[#out + 1] = popped[2 * j]
+    out[#out + 1] = tostring(redis.call('HINCRBY', KEYS[8], members[j], 1))
   end
 end
 return out

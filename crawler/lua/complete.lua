@@ -1,16 +1,18 @@
 -- complete.lua: finish a visit that some source answered (SPEC §1, §2).
 -- The new score is the held score times ARGV[3]; below ARGV[4] the torrent
 -- is evicted (tombstone kept ARGV[7] seconds), else it cools until ARGV[6].
+-- A completion ends the torrent's streak of expired leases.
 --
--- KEYS[1] leases     ZSET info-hash -> lease deadline
--- KEYS[2] held       HASH info-hash -> score while cooling or in flight
--- KEYS[3] claims     HASH info-hash -> times claimed (the lease token)
--- KEYS[4] cooling    ZSET info-hash -> due time
--- KEYS[5] evicted    ZSET info-hash -> eviction time
--- KEYS[6] tombstones HASH info-hash -> JSON {reason, at, score}
--- KEYS[7] torrent    HASH of this torrent (visits, last_visit, seeders, ...)
--- KEYS[8] trackers   SET of this torrent's own trackers
--- KEYS[9] visits     HASH unix minute -> visits completed
+-- KEYS[1]  leases     ZSET info-hash -> lease deadline
+-- KEYS[2]  held       HASH info-hash -> score while out of ready
+-- KEYS[3]  claims     HASH info-hash -> times claimed (the lease token)
+-- KEYS[4]  cooling    ZSET info-hash -> due time
+-- KEYS[5]  evicted    ZSET info-hash -> eviction time
+-- KEYS[6]  tombstones HASH info-hash -> JSON {reason, at, score}
+-- KEYS[7]  torrent    HASH of this torrent (visits, last_visit, seeders, ...)
+-- KEYS[8]  trackers   SET of this torrent's own trackers
+-- KEYS[9]  visits     HASH unix minute -> visits completed
+-- KEYS[10] expiries   HASH info-hash -> leases expired in a row
 --
 -- ARGV[1] info-hash, ARGV[2] token, ARGV[3] multiplier, ARGV[4] threshold,
 -- ARGV[5] now, ARGV[6] due time, ARGV[7] tombstone seconds,
@@ -18,23 +20,31 @@
 -- ARGV[10] peers found, ARGV[11] minute, ARGV[12] outcome (none/some/full)
 --
 -- Returns {'cooling'|'evicted', new score as string} or {'stale'} when the
--- lease is not this holder's any more (nothing changed).
+-- lease is not this holder's any more (nothing changed). Every argument is
+-- checked before the first write.
 
 local h = ARGV[1]
+local mult, threshold = tonumber(ARGV[3]), tonumber(ARGV[4])
+if not (mult and threshold and tonumber(ARGV[5]) and tonumber(ARGV[6]) and tonumber(ARGV[7])
+    and tonumber(ARGV[10]) and tonumber(ARGV[11]))
+    or (ARGV[8] ~= '' and not tonumber(ARGV[8])) or (ARGV[9] ~= '' and not tonumber(ARGV[9])) then
+  return redis.error_reply('complete.lua: bad arguments')
+end
 if redis.call('HGET', KEYS[3], h) ~= ARGV[2] or not redis.call('ZSCORE', KEYS[1], h) then
   return {'stale'}
 end
-local score = tonumber(redis.call('HGET', KEYS[2], h) or '1')
-local new = score * tonumber(ARGV[3])
+local score = tonumber(redis.call('HGET', KEYS[2], h) or '1') or 1
+local new = score * mult
 local text = string.format('%.17g', new)
 redis.call('ZREM', KEYS[1], h)
+redis.call('HDEL', KEYS[10], h)
 redis.call('HINCRBY', KEYS[7], 'visits', 1)
 redis.call('HSET', KEYS[7], 'last_visit', ARGV[5], 'peers_last_visit', ARGV[10],
   'last_outcome', ARGV[12], 'score', text)
 if ARGV[8] ~= '' then redis.call('HSET', KEYS[7], 'seeders', ARGV[8]) end
 if ARGV[9] ~= '' then redis.call('HSET', KEYS[7], 'leechers', ARGV[9]) end
 redis.call('HINCRBY', KEYS[9], ARGV[11], 1)
-if new < tonumber(ARGV[4]) then
+if new < threshold then
   redis.call('HDEL', KEYS[2], h)
   redis.call('ZADD', KEYS[5], ARGV[5], h)
   redis.call('HSET', KEYS[6], h, cjson.encode({reason = 'low score', at = tonumber(ARGV[5]), score = text}))

@@ -1,32 +1,42 @@
 -- defer.lua: put a claimed torrent back to cooling until ARGV[3], its held
--- score kept (SPEC §1), and with KEYS[4..5] note a failed visit.
+-- score kept (SPEC §1), and with KEYS[5..6] note a failed visit. Either way
+-- the worker came back with the torrent, which ends its streak of expired
+-- leases.
 --
 -- Two callers: Queue.defer, for a torrent nothing was asked of (its
 -- trackers all inside the min interval they gave, no DHT), which counts
--- neither a visit nor a failure (3 keys, 3 args); Queue.fail, for a visit no
+-- neither a visit nor a failure (4 keys, 3 args); Queue.fail, for a visit no
 -- source answered, which cools for the short retry delay and counts the
--- failure (5 keys, 6 args).
+-- failure and keeps its reason on the torrent (6 keys, 6 args).
 --
 -- KEYS[1] leases   ZSET info-hash -> lease deadline
 -- KEYS[2] claims   HASH info-hash -> times claimed (the lease token)
 -- KEYS[3] cooling  ZSET info-hash -> due time
--- KEYS[4] torrent  HASH of this torrent                    (a failure only)
--- KEYS[5] failed   HASH unix minute -> failed visits       (a failure only)
+-- KEYS[4] expiries HASH info-hash -> leases expired in a row
+-- KEYS[5] torrent  HASH of this torrent                    (a failure only)
+-- KEYS[6] failed   HASH unix minute -> failed visits       (a failure only)
 --
 -- ARGV[1] info-hash, ARGV[2] token, ARGV[3] due time; a failure also
 -- ARGV[4] now, ARGV[5] minute, ARGV[6] error text
 --
--- Returns 1, or 0 when the lease is not this holder's any more.
+-- Returns 1, or 0 when the lease is not this holder's any more. Every
+-- argument is checked before the first write.
 
 local h = ARGV[1]
+local failure = #KEYS == 6
+if not tonumber(ARGV[3]) or (#KEYS ~= 4 and not failure)
+    or (failure and not (tonumber(ARGV[4]) and tonumber(ARGV[5]) and ARGV[6])) then
+  return redis.error_reply('defer.lua: bad arguments')
+end
 if redis.call('HGET', KEYS[2], h) ~= ARGV[2] or not redis.call('ZSCORE', KEYS[1], h) then
   return 0
 end
 redis.call('ZREM', KEYS[1], h)
 redis.call('ZADD', KEYS[3], ARGV[3], h)
-if #KEYS == 5 then
-  redis.call('HINCRBY', KEYS[4], 'failed_visits', 1)
-  redis.call('HSET', KEYS[4], 'last_failure', ARGV[4], 'last_error', ARGV[6])
-  redis.call('HINCRBY', KEYS[5], ARGV[5], 1)
+redis.call('HDEL', KEYS[4], h)
+if failure then
+  redis.call('HINCRBY', KEYS[5], 'failed_visits', 1)
+  redis.call('HSET', KEYS[5], 'last_failure', ARGV[4], 'last_error', ARGV[6])
+  redis.call('HINCRBY', KEYS[6], ARGV[5], 1)
 end
 return 1

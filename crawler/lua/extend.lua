@@ -5,9 +5,10 @@
 -- ARGV[1] info-hash, ARGV[2] token, ARGV[3] new deadline
 --
 -- Returns 1, or 0 if the lease is no longer this holder's (it expired and
--- was reclaimed, or was completed).
+-- was reclaimed, or was completed). The deadline is checked before the write.
 
 local h = ARGV[1]
+if not tonumber(ARGV[3]) then return redis.error_reply('extend.lua: bad arguments') end
 if redis.call('HGET', KEYS[2], h) ~= ARGV[2] or not redis.call('ZSCORE', KEYS[1], h) then
   return 0
 end

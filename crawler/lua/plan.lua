@@ -1,11 +1,30 @@
 -- plan.lua: what a visit needs to know before asking anyone (read only):
--- the torrent's own trackers and, per tracker, the unix time before which it
--- may not be announced to again (its last min interval).
+-- the torrent's own trackers, at most ARGV[1] of them, and, per tracker,
+-- the unix time before which it may not be announced to again (its last
+-- min interval).
 --
--- KEYS[1] trackers            SET of the torrent's own tracker URLs
+-- KEYS[1] trackers             SET of the torrent's own tracker URLs
 -- KEYS[2] tracker_min_interval HASH tracker URL -> not-before unix time
 --
--- Returns {trackers, {url, time, url, time, ...}}. One script call rather
--- than a two-command pipeline: the same round trip, less client work.
+-- ARGV[1] most trackers one visit announces to
+--
+-- Returns {trackers, {url, time, url, time, ...}, size of the whole set}.
+-- A set larger than ARGV[1] (stored before the cap, or the cap lowered
+-- since) gives a random ARGV[1] of its members, a different draw each
+-- visit, so over many visits every tracker is still asked. One script call
+-- rather than a pipeline: the same round trip, less client work.
 
-return {redis.call('SMEMBERS', KEYS[1]), redis.call('HGETALL', KEYS[2])}
+local cap = tonumber(ARGV[1])
+if not cap or cap < 0 or cap ~= math.floor(cap) then
+  return redis.error_reply('plan.lua: bad arguments')
+end
+local size = redis.call('SCARD', KEYS[1])
+local own
+if size <= cap then
+  own = redis.call('SMEMBERS', KEYS[1])
+elseif cap == 0 then
+  own = {}
+else
+  own = redis.call('SRANDMEMBER', KEYS[1], cap)
+end
+return {own, redis.call('HGETALL', KEYS[2]), size}

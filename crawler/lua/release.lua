@@ -9,9 +9,12 @@
 --
 -- ARGV[1] info-hash, ARGV[2] token, ARGV[3] now
 --
--- Returns 1, or 0 when the lease is not this holder's any more.
+-- Returns 1, or 0 when the lease is not this holder's any more. The time
+-- is checked before the first write. A hand-back neither counts as an
+-- expired lease nor ends a streak of them (the visit did not finish).
 
 local h = ARGV[1]
+if not tonumber(ARGV[3]) then return redis.error_reply('release.lua: bad arguments') end
 if redis.call('HGET', KEYS[3], h) ~= ARGV[2] or not redis.call('ZSCORE', KEYS[1], h) then
   return 0
 end

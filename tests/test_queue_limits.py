@@ -1,0 +1,219 @@
+"""Every queue script at the largest value a setting or flag allows (SPEC §1).
+
+A script that fails halfway keeps its earlier writes (Redis does not roll a
+script back), so each one reads and sizes everything before its first write
+and slices every ``unpack``. These tests drive each at its largest sizes and
+check that no torrent is lost or doubled: every tracked torrent is in exactly
+one state, and the count of tracked torrents is what was added.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from crawler.keys import Keys
+from crawler.lifecycle import MAX_CLAIM, NewItem, Queue
+from crawler.scoring import Outcome
+from tests.cli import run, run_json
+
+STATES = ("ready", "cooling", "leases", "evicted", "quarantined")
+
+
+def hashes(n: int, salt: int = 0) -> list[str]:
+    return ["%040x" % (i * 2654435761 + salt) for i in range(1, n + 1)]
+
+
+def membership(client, keys: Keys) -> dict[str, list[str]]:
+    """info-hash -> the state sets it is a member of."""
+    out: dict[str, list[str]] = {}
+    for state in STATES:
+        for h in client.zrange(getattr(keys, state), 0, -1):
+            out.setdefault(h.decode(), []).append(state)
+    return out
+
+
+def assert_conserved(client, keys: Keys, expected: set[str]) -> None:
+    where = membership(client, keys)
+    doubled = {h: s for h, s in where.items() if len(s) > 1}
+    assert not doubled, f"in two states at once: {list(doubled.items())[:3]}"
+    assert set(where) == expected, f"lost {len(expected - set(where))}, unexpected {len(set(where) - expected)}"
+
+
+# --- black box: the reproduced loss -----------------------------------------
+
+@pytest.mark.timeout(300)
+def test_worker_concurrency_2500_on_6000_torrents_loses_nothing(test_env, tmp_path):
+    n = 6000
+    f = tmp_path / "hashes.txt"
+    f.write_text("\n".join(hashes(n)) + "\n")
+    p, out = run_json(test_env, "add", "--from", str(f))
+    assert p.returncode == 0, p.stderr
+    assert out["added"] == n
+    # No trackers, DHT off: each visit has nothing to ask and goes to cooling.
+    w = run(test_env, "worker", "--concurrency", "2500", "--until-idle", timeout=240)
+    assert w.returncode == 0, w.stderr[-2000:]
+    assert "claim_failed" not in w.stderr, [x for x in w.stderr.splitlines() if "claim_failed" in x][:1]
+    p, st = run_json(test_env, "status")
+    assert p.returncode == 0, p.stderr
+    assert st["tracked"] == n
+    assert st["ready"] + st["cooling"] + st["in_flight"] + st["quarantined"] == n
+    assert st["cooling"] == n, st  # every one was claimed and deferred
+
+
+# --- add: a batch holding a magnet with 8,000 tr= after an evicted torrent ---
+
+def test_readmit_batch_with_an_8000_tracker_magnet_after_an_evicted_torrent(test_env, tmp_path, client,
+                                                                            namespace, settings):
+    keys = Keys(namespace)
+    q = Queue(client, keys, settings)
+    evicted, big, good = hashes(3, salt=7)
+    q.add([NewItem(evicted, ("udp://kept.example:1/announce",))])
+    for _ in range(8):
+        (lease,) = q.claim(1)
+        q.complete(lease, Outcome.NONE, due=0)
+    assert q.state(evicted)[0] == "evicted"
+    magnet = f"magnet:?xt=urn:btih:{big}&" + "&".join(f"tr=udp://t{i}.example:6969/announce" for i in range(8000))
+    f = tmp_path / "list.txt"
+    f.write_text(f"{evicted}\n{magnet}\n{good}\n")
+    env = dict(test_env, PEERCRAWL_MAX_TRACKERS_PER_TORRENT="64")
+    p, out = run_json(env, "add", "--readmit", "--from", str(f), timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert out["added"] == 3 and out["invalid"] == 0, out
+    assert out["trackers_dropped"] == 8000 - 64, out
+    for h in (evicted, big, good):
+        assert q.state(h) == ("ready", 1.0), h
+    assert client.scard(keys.trackers(big)) == 64
+    assert q.torrent(evicted)["trackers"] == ["udp://kept.example:1/announce"]
+    assert client.ttl(keys.trackers(evicted)) == -1  # the eviction's expiry was lifted
+    assert_conserved(client, keys, {evicted, big, good})
+    p = run(env, "add", big, "--tracker", "udp://one-more.example:1/announce")
+    assert p.returncode == 0
+    assert "1 tracker not stored" in p.stderr and "PEERCRAWL_MAX_TRACKERS_PER_TORRENT" in p.stderr, p.stderr
+    assert client.scard(keys.trackers(big)) == 64
+
+
+# --- every script at the largest values settings and flags allow -----------
+
+CONCURRENCY_MAX = 10_000    # PEERCRAWL_CONCURRENCY / --concurrency bound
+TRACKERS_MAX = 10_000       # PEERCRAWL_MAX_TRACKERS_PER_TORRENT bound
+
+
+@pytest.mark.timeout(300)
+def test_every_queue_script_at_its_largest_values_conserves_every_torrent(client, namespace, settings):
+    keys = Keys(namespace)
+    s = settings.replace(max_trackers_per_torrent=TRACKERS_MAX, quarantine_after=2, evict_below=0.9)
+    q = Queue(client, keys, s)
+    n = 2 * CONCURRENCY_MAX + 8
+    hs = hashes(n, salt=11)
+    everyone = set(hs)
+    big = [f"udp://t{i}.example:6969/announce" for i in range(TRACKERS_MAX + 500)]
+
+    # add: the stream asked for batches past ADD_BATCH, with --readmit (every
+    # item then brings its two keys), one item at the tracker bound and past it.
+    dropped: list[int] = []
+    items = [NewItem(hs[0], tuple(big))] + [NewItem(h, (big[i % 50],)) for i, h in enumerate(hs[1:], 1)]
+    statuses = [st for _, st in q.add_stream(items, readmit=True, batch=10**6, pipeline=10**6,
+                                             on_dropped=lambda item, k: dropped.append(k))]
+    assert statuses == ["added"] * n
+    assert dropped == [500] and client.scard(keys.trackers(hs[0])) == TRACKERS_MAX
+    assert_conserved(client, keys, everyone)
+
+    # add.lua itself, past the Python batch: every item again in one call.
+    k, a, _ = q._add_args([NewItem(h, (big[0],)) for h in hs], True, 1.0)
+    letters, lost = q._add(keys=k, args=a)
+    assert letters.decode() == "t" * n and lost == []
+    assert_conserved(client, keys, everyone)
+
+    # claim.lua at the largest claim and housekeeping budget: all n due at once.
+    now = time.time() + 10
+    ca = q._claim_args(CONCURRENCY_MAX, now)
+    ca["args"][2], ca["args"][3] = CONCURRENCY_MAX, 2 * CONCURRENCY_MAX + 8
+    flat = q._claim(**ca)
+    assert len(flat) == 3 * CONCURRENCY_MAX
+    assert client.zcard(keys.leases) == CONCURRENCY_MAX and client.zcard(keys.ready) == n - CONCURRENCY_MAX
+    assert_conserved(client, keys, everyone)
+
+    # The Python side clamps what it asks for.
+    assert len(q.claim(CONCURRENCY_MAX, now=now)) == MAX_CLAIM
+    assert_conserved(client, keys, everyone)
+
+    # 12,000 leases expire together, twice in a row: quarantine in one housekeeping pass.
+    later = now + s.lease_seconds + 1
+    ca = q._claim_args(0, later)
+    ca["args"][3] = 2 * CONCURRENCY_MAX + 8
+    q._claim(**ca)
+    assert client.zcard(keys.leases) == 0 and client.zcard(keys.ready) == n
+    assert_conserved(client, keys, everyone)
+    ca = q._claim_args(CONCURRENCY_MAX, later)
+    ca["args"][3] = 2 * CONCURRENCY_MAX + 8
+    assert len(q._claim(**ca)) == 3 * CONCURRENCY_MAX
+    ca = q._claim_args(0, later + s.lease_seconds + 1)
+    ca["args"][3] = 2 * CONCURRENCY_MAX + 8
+    q._claim(**ca)
+    quarantined = {h.decode() for h in client.zrange(keys.quarantined, 0, -1)}
+    assert len(quarantined) == CONCURRENCY_MAX
+    assert q.counts(now=later)["tracked"] == n
+    assert_conserved(client, keys, everyone)
+
+    # Re-admit them all in one add.lua call: back to due, score kept.
+    k, a, _ = q._add_args([NewItem(h) for h in sorted(quarantined)], True, later)
+    letters, _ = q._add(keys=k, args=a)
+    assert letters.decode() == "q" * CONCURRENCY_MAX
+    assert client.zcard(keys.quarantined) == 0 and client.hlen(keys.quarantine) == 0
+    assert_conserved(client, keys, everyone)
+
+    # complete (evicting: threshold 0.9), fail, defer, extend, release on a full claim each.
+    t = later + 10 * s.lease_seconds
+    leases = q.claim(MAX_CLAIM, now=t)
+    assert len(leases) == MAX_CLAIM
+    for i, lease in enumerate(leases):
+        assert q.extend(lease, now=t)
+        if i % 4 == 0:
+            assert q.complete(lease, Outcome.NONE, now=t)[0] == "evicted"
+        elif i % 4 == 1:
+            assert q.fail(lease, "x" * 10_000, now=t)
+        elif i % 4 == 2:
+            assert q.defer(lease, t + 5)
+        else:
+            assert q.release(lease, now=t)
+    assert client.zcard(keys.evicted) == MAX_CLAIM // 4
+    assert_conserved(client, keys, everyone)
+
+    # plan.lua on the 10,000-tracker set, at the bound and under it.
+    assert len(q.plan(hs[0])[0]) == TRACKERS_MAX
+    assert len(Queue(client, keys, s.replace(max_trackers_per_torrent=64)).plan(hs[0])[0]) == 64
+
+    # Re-admit every evicted torrent in one call, each with trackers past the bound.
+    evicted = [h.decode() for h in client.zrange(keys.evicted, 0, -1)]
+    k, a, _ = q._add_args([NewItem(h, tuple(big[:5])) for h in evicted], True, t)
+    letters, _ = q._add(keys=k, args=a)
+    assert letters.decode() == "r" * len(evicted)
+    assert client.zcard(keys.evicted) == 0
+    assert_conserved(client, keys, everyone)
+    assert q.counts(now=t)["tracked"] == n
+
+
+def test_scripts_refuse_bad_arguments_before_writing(client, namespace, settings):
+    keys = Keys(namespace)
+    q = Queue(client, keys, settings)
+    (h,) = hashes(1, salt=3)
+    q.add([NewItem(h)], now=1.0)
+    (lease,) = q.claim(1, now=100.0)
+    before = membership(client, keys)
+    ca = q._claim_args(1, 100.0)
+    ca["args"][2] = "many"
+    with pytest.raises(Exception, match="claim.lua: bad arguments"):
+        q._claim(**ca)
+    args = q._complete_args(lease, Outcome.SOME, 1, None, None, None, 100.0)
+    args["args"][3] = "not a number"
+    with pytest.raises(Exception, match="complete.lua: bad arguments"):
+        q._complete(**args)
+    k, a, _ = q._add_args([NewItem(h)], True, 1.0)
+    with pytest.raises(Exception, match="add.lua"):
+        q._add(keys=k[:-1], args=a)
+    with pytest.raises(Exception, match="add.lua: malformed item"):
+        q._add(keys=k, args=a[:-1] + ["5"])
+    assert membership(client, keys) == before
+    assert q.complete(lease, Outcome.SOME, now=100.0)[0] == "cooling"
