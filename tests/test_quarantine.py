@@ -222,6 +222,8 @@ def test_a_torrent_whose_visit_outlives_its_worker_k_times_is_quarantined(test_e
             p, g = run_json(env, "torrent", x)
             # visited once (a worker killed mid-visit may have asked once more)
             assert g["state"] == "cooling" and g["visits"] == 1, g
+        text = run(env, "torrent", poison).stdout
+        assert "quarantine" in text and f"lease expired {k} times in a row" in text and "--readmit" in text
         p, st = run_json(env, "status")
         assert st["quarantined"] == 1 and st["tracked"] == 6 and st["cooling"] == 5, st
         assert "quarantined" in run(env, "status").stdout

@@ -217,3 +217,64 @@ def test_scripts_refuse_bad_arguments_before_writing(client, namespace, settings
         q._add(keys=k, args=a[:-1] + ["5"])
     assert membership(client, keys) == before
     assert q.complete(lease, Outcome.SOME, now=100.0)[0] == "cooling"
+
+
+# --- trackers per torrent at visit planning ---------------------------------
+
+class CountingTracker:
+    """An HTTP tracker on loopback answering every path; it notes the paths asked."""
+
+    def __init__(self):
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        from crawler import bencode
+
+        self.paths: list[str] = []
+        tracker = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_GET(self):
+                tracker.paths.append(self.path.split("?", 1)[0])
+                body = bencode.encode({b"interval": 3600, b"peers": bytes([127, 9, 0, 1, 4, 87])})
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def url(self, i: int) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/t{i}/announce"
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_tracker_set_stored_past_the_bound_is_never_announced_whole(test_env, client, namespace, settings):
+    keys = Keys(namespace)
+    tracker = CountingTracker()
+    try:
+        (ih,) = hashes(1, salt=5)
+        q = Queue(client, keys, settings)
+        q.add([NewItem(ih)])
+        # 300 trackers stored before the bound (or under a higher one).
+        client.sadd(keys.trackers(ih), *(tracker.url(i) for i in range(300)))
+        small = Queue(client, keys, settings.replace(max_trackers_per_torrent=10))
+        draws = [set(small.plan(ih)[0]) for _ in range(20)]
+        assert all(len(d) == 10 for d in draws)
+        assert len(set().union(*draws)) > 10  # a different draw each visit: every tracker gets its turn
+        env = dict(test_env, PEERCRAWL_MAX_TRACKERS_PER_TORRENT="10")
+        w = run(env, "worker", "--until-idle", "--concurrency", "2", timeout=120)
+        assert w.returncode == 0, w.stderr[-2000:]
+        # Ten trackers asked (each may see a second request: the crawler's "stopped" event).
+        assert len(set(tracker.paths)) == 10, tracker.paths
+        assert q.torrent(ih)["visits"] == 1
+    finally:
+        tracker.close()

@@ -18,7 +18,11 @@ from crawler.lifecycle import Queue
 @click.argument("hash_")
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 def command(hash_: str, as_json: bool) -> None:
-    """Show one torrent: state, score, visits, seeders, leechers, trackers."""
+    """Show one torrent: state, score, visits, seeders, leechers, trackers.
+
+    A quarantined torrent also shows why: its leases that expired in a row and
+    its last visit error.
+    """
     try:
         h = info_hash(hash_)
     except ItemError as e:
@@ -36,4 +40,6 @@ def command(hash_: str, as_json: bool) -> None:
     for name, value in info.items():
         if isinstance(value, list):
             value = ", ".join(value) or "-"
+        elif name == "quarantine":
+            value = value["message"] + " (add --readmit HASH returns it)"
         click.echo(f"{name:>18}  {'-' if value is None else value}")
