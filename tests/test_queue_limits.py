@@ -215,8 +215,18 @@ def test_scripts_refuse_bad_arguments_before_writing(client, namespace, settings
         q._add(keys=k[:-1], args=a)
     with pytest.raises(Exception, match="add.lua: malformed item"):
         q._add(keys=k, args=a[:-1] + ["5"])
+    client.hset(keys.torrent(h), "visits", "garbage")
+    with pytest.raises(Exception, match="complete.lua: a stored score or count"):
+        q.complete(lease, Outcome.SOME, now=100.0)
     assert membership(client, keys) == before
+    client.hdel(keys.torrent(h), "visits")
     assert q.complete(lease, Outcome.SOME, now=100.0)[0] == "cooling"
+    # A stored value the claim depends on is checked before anything moves.
+    client.hset(keys.held, h, "garbage")
+    before = membership(client, keys)
+    with pytest.raises(Exception, match="held score of"):
+        q.claim(1, now=10_000.0)
+    assert membership(client, keys) == before
 
 
 # --- trackers per torrent at visit planning ---------------------------------

@@ -7,9 +7,12 @@
 --   3. tombstones older than the tombstone period are forgotten.
 -- Each is bounded by ARGV[4] per call so one claim never holds Redis long.
 --
--- Every argument is checked and every batch read before the first write,
--- and every multi-value command is sliced (Lua's stack holds ~8,000 unpacked
--- values; a command that failed halfway would keep the writes before it).
+-- Every argument is checked, everything read and every stored value the
+-- writes depend on checked before the first write, and every multi-value
+-- command is sliced (Lua's stack holds ~8,000 unpacked values; Redis keeps
+-- the writes a failing script made before it failed). So the claim is
+-- chosen in memory: the top n of ready (ZREVRANGE) merged with the torrents
+-- this call's housekeeping brings to ready, ordered as ZPOPMAX would.
 --
 -- KEYS[1]  ready       ZSET info-hash -> score
 -- KEYS[2]  since       ZSET info-hash -> time it became ready
@@ -55,7 +58,8 @@ local function read(cmd, key, list)
   return out
 end
 
--- Reads: what is due, its held scores and expiry streaks, old tombstones.
+-- Reads: what is due, its held scores and expiry streaks, old tombstones,
+-- the top of ready.
 local function due(from)
   local flat = redis.call('ZRANGEBYSCORE', from, '-inf', ARGV[1], 'WITHSCORES', 'LIMIT', 0, budget)
   local members, when = {}, {}
@@ -66,18 +70,27 @@ local function due(from)
   return members, when
 end
 
+local function number(value, what)
+  local x = tonumber(value)
+  if not x then error('claim.lua: ' .. what .. ' is not a number: ' .. tostring(value)) end
+  return x
+end
+
 local expired, expired_at = due(KEYS[4])
 local cooled, cooled_at = due(KEYS[3])
 local old = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', ARGV[5], 'LIMIT', 0, budget)
 local expired_held = read('HMGET', KEYS[7], expired)
 local streaks = read('HMGET', KEYS[9], expired)
 local cooled_held = read('HMGET', KEYS[7], cooled)
+local top = n > 0 and redis.call('ZREVRANGE', KEYS[1], 0, n - 1, 'WITHSCORES') or {}
 
-local ready, since, streak_set = {}, {}, {}
-local quarantined, reasons, unheld = {}, {}, {}
+-- Decide, in memory. `candidates`: {member, score text, score, promoted?}.
+local candidates = {}
+local quarantined, reasons, streak_set, since_at = {}, {}, {}, {}
 for j = 1, #expired do
   local h, s = expired[j], expired_held[j] or '1'
-  local streak = tonumber(streaks[j] or '0') + 1
+  local x = number(s, 'held score of ' .. h)
+  local streak = number(streaks[j] or '0', 'expiry streak of ' .. h) + 1
   streak_set[#streak_set + 1] = h
   streak_set[#streak_set + 1] = tostring(streak)
   if streak >= K then
@@ -88,55 +101,78 @@ for j = 1, #expired do
       reason = string.format('lease expired %d times in a row without a completion', streak),
       at = now, expiries = streak, score = s})
   else
-    ready[#ready + 1] = s
-    ready[#ready + 1] = h
-    since[#since + 1] = expired_at[j]
-    since[#since + 1] = h
-    unheld[#unheld + 1] = h
+    candidates[#candidates + 1] = {h, s, x, true}
+    since_at[h] = expired_at[j]
   end
 end
 for j = 1, #cooled do
-  ready[#ready + 1] = cooled_held[j] or '1'
-  ready[#ready + 1] = cooled[j]
-  since[#since + 1] = cooled_at[j]
-  since[#since + 1] = cooled[j]
-  unheld[#unheld + 1] = cooled[j]
+  local h, s = cooled[j], cooled_held[j] or '1'
+  candidates[#candidates + 1] = {h, s, number(s, 'held score of ' .. h), true}
+  since_at[h] = cooled_at[j]
+end
+local promoted = #candidates
+local promoted_members = {}  -- leave held: quarantined torrents keep theirs
+for j = 1, promoted do promoted_members[j] = candidates[j][1] end
+for j = 1, #top, 2 do
+  candidates[#candidates + 1] = {top[j], top[j + 1], number(top[j + 1], 'score of ' .. top[j]), false}
+end
+if n > 0 and promoted > 0 then
+  -- ZPOPMAX's order: highest score first, equal scores by member, highest first.
+  table.sort(candidates, function(x, y)
+    if x[3] ~= y[3] then return x[3] > y[3] end
+    return x[1] > y[1]
+  end)
+end
+local take = math.min(n, #candidates)
+local claimed = {}
+for j = 1, take do claimed[j] = candidates[j][1] end
+local counts = read('HMGET', KEYS[8], claimed)
+for j = 1, take do counts[j] = number(counts[j] or '0', 'claim count of ' .. claimed[j]) + 1 end
+
+-- Build every write.
+local ready, since, unheld, unready = {}, {}, {}, {}
+for j = take + 1, #candidates do
+  local c = candidates[j]
+  if c[4] then
+    ready[#ready + 1] = c[2]
+    ready[#ready + 1] = c[1]
+    since[#since + 1] = since_at[c[1]]
+    since[#since + 1] = c[1]
+  end
+end
+for j = 1, promoted do unheld[#unheld + 1] = promoted_members[j] end
+local leases, held, tokens, out = {}, {}, {}, {}
+for j = 1, take do
+  local c = candidates[j]
+  if not c[4] then unready[#unready + 1] = c[1] end
+  leases[#leases + 1] = ARGV[2]
+  leases[#leases + 1] = c[1]
+  held[#held + 1] = c[1]
+  held[#held + 1] = c[2]
+  tokens[#tokens + 1] = c[1]
+  tokens[#tokens + 1] = tostring(counts[j])
+  out[#out + 1] = c[1]
+  out[#out + 1] = c[2]
+  out[#out + 1] = tostring(counts[j])
 end
 
--- Writes: housekeeping. A quarantined torrent keeps its held score.
+-- Writes. A quarantined torrent keeps its held score; a claimed one gets
+-- its score held again below.
 each('ZREM', KEYS[4], expired)
 each('ZREM', KEYS[3], cooled)
 each('HDEL', KEYS[7], unheld)
-each('ZADD', KEYS[1], ready)
-each('ZADD', KEYS[2], since)
 each('HSET', KEYS[9], streak_set)
 each('ZADD', KEYS[10], quarantined)
 each('HSET', KEYS[11], reasons)
+each('ZREM', KEYS[1], unready)
+each('ZREM', KEYS[2], unready)
+each('ZADD', KEYS[1], ready)
+each('ZADD', KEYS[2], since)
 each('ZREM', KEYS[5], old)
 each('HDEL', KEYS[6], old)
 each('HDEL', KEYS[8], old)
 each('HDEL', KEYS[9], old)
-
--- The claim itself.
-local out = {}
-if n > 0 then
-  local popped = redis.call('ZPOPMAX', KEYS[1], n)
-  local members, leases, held = {}, {}, {}
-  for j = 1, #popped, 2 do
-    local h, s = popped[j], popped[j + 1]
-    members[#members + 1] = h
-    leases[#leases + 1] = ARGV[2]
-    leases[#leases + 1] = h
-    held[#held + 1] = h
-    held[#held + 1] = s
-  end
-  each('ZREM', KEYS[2], members)
-  each('ZADD', KEYS[4], leases)
-  each('HSET', KEYS[7], held)
-  for j = 1, #members do
-    out[#out + 1] = members[j]
-    out[#out + 1] = popped[2 * j]
-    out[#out + 1] = tostring(redis.call('HINCRBY', KEYS[8], members[j], 1))
-  end
-end
+each('ZADD', KEYS[4], leases)
+each('HSET', KEYS[7], held)
+each('HSET', KEYS[8], tokens)
 return out

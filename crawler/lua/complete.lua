@@ -33,7 +33,11 @@ end
 if redis.call('HGET', KEYS[3], h) ~= ARGV[2] or not redis.call('ZSCORE', KEYS[1], h) then
   return {'stale'}
 end
-local score = tonumber(redis.call('HGET', KEYS[2], h) or '1') or 1
+local score = tonumber(redis.call('HGET', KEYS[2], h) or '1')
+if not score or not tonumber(redis.call('HGET', KEYS[7], 'visits') or '0')
+    or not tonumber(redis.call('HGET', KEYS[9], ARGV[11]) or '0') then
+  return redis.error_reply('complete.lua: a stored score or count of ' .. h .. ' is not a number')
+end
 local new = score * mult
 local text = string.format('%.17g', new)
 redis.call('ZREM', KEYS[1], h)

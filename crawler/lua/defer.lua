@@ -31,6 +31,10 @@ end
 if redis.call('HGET', KEYS[2], h) ~= ARGV[2] or not redis.call('ZSCORE', KEYS[1], h) then
   return 0
 end
+if failure and not (tonumber(redis.call('HGET', KEYS[5], 'failed_visits') or '0')
+    and tonumber(redis.call('HGET', KEYS[6], ARGV[5]) or '0')) then
+  return redis.error_reply('defer.lua: a stored failure count of ' .. h .. ' is not a number')
+end
 redis.call('ZREM', KEYS[1], h)
 redis.call('ZADD', KEYS[3], ARGV[3], h)
 redis.call('HDEL', KEYS[4], h)
