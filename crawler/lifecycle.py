@@ -446,6 +446,20 @@ class Queue:
             "queue_latency_s": round(latency, 3),
         }
 
+    def quarantined(self, limit: int = 10) -> list[dict]:
+        """The most recently quarantined torrents (at most ``limit``): info-hash, when, reason."""
+        k = self.keys
+        try:
+            members = self.client.zrevrange(k.quarantined, 0, max(limit, 1) - 1, withscores=True)
+            records = self.client.hmget(k.quarantine, [m for m, _ in members]) if members else []
+        except redis.RedisError as e:
+            raise StoreError(f"reading the quarantined torrents failed: {e}") from e
+        out = []
+        for (m, at), rec in zip(members, records):
+            reason = json.loads(rec)["reason"] if rec else None
+            out.append({"info_hash": m.decode(), "at": at, "reason": reason})
+        return out
+
     def plan(self, info_hash: str) -> tuple[list[str], dict[str, float]]:
         """The torrent's own trackers (at most the per-torrent bound, a random draw of a larger
         set) and tracker -> not-before time, in one round trip."""

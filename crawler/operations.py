@@ -42,6 +42,7 @@ def live_workers(queue: Queue, now: float) -> list[dict]:
 def queue_report(queue: Queue, now: float) -> dict:
     """Everything ``status --json`` prints."""
     report = queue.counts(now)
+    report["quarantined_torrents"] = queue.quarantined(10) if report.get("quarantined") else []
     report["visits_last_hour"] = queue.visits_since(3600, now)
     report["failed_visits_last_hour"] = queue.visits_since(3600, now, failed=True)
     workers = live_workers(queue, now)
@@ -54,11 +55,12 @@ def queue_report(queue: Queue, now: float) -> dict:
 def capacity_report(report: dict, workers: list[dict], revisit_seconds: float) -> dict:
     """How many visits per hour the crawl needs, and how many workers that takes.
 
-    Needed: every tracked torrent once per revisit interval. Per worker: the
+    Needed: every tracked torrent but the quarantined (never claimed) once
+    per revisit interval. Per worker: the
     visits of the last hour divided by the live workers (or the workers' own
     recent rate when they report one).
     """
-    tracked = report["tracked"]
+    tracked = report["tracked"] - report.get("quarantined", 0)
     needed = tracked * 3600.0 / revisit_seconds if revisit_seconds else 0.0
     done = report["visits_last_hour"]
     n = len(workers)

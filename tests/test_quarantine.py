@@ -226,7 +226,9 @@ def test_a_torrent_whose_visit_outlives_its_worker_k_times_is_quarantined(test_e
         assert "quarantine" in text and f"lease expired {k} times in a row" in text and "--readmit" in text
         p, st = run_json(env, "status")
         assert st["quarantined"] == 1 and st["tracked"] == 6 and st["cooling"] == 5, st
-        assert "quarantined" in run(env, "status").stdout
+        assert st["quarantined_torrents"][0]["info_hash"] == poison
+        text = run(env, "status").stdout
+        assert "quarantined" in text and poison in text
 
         p, out = run_json(env, "add", "--readmit", poison)
         assert out["readmitted"] == 1, out

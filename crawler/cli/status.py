@@ -37,6 +37,11 @@ def _print(r: dict) -> None:
     for name, value in cap.items():
         t.add_row(name.replace("_", " "), str(value))
     con.print(t)
+    if r.get("quarantined"):
+        con.print(f"[bold yellow]quarantined:[/] {r['quarantined']} torrents whose lease expired again and again "
+                  "(peercrawl torrent HASH says why; add --readmit HASH returns one)")
+        for x in r.get("quarantined_torrents", []):
+            con.print(f"  {x['info_hash']}  {x['reason']}")
     if r.get("outage"):
         con.print(f"[bold red]outage:[/] {r['outage']}")
     if r["workers"]:
