@@ -396,6 +396,20 @@ class Queue:
         except redis.RedisError as e:
             raise StoreError(f"deferring a torrent failed: {e}") from e
 
+    def note_error(self, info_hash: str, error: str, now: float | None = None) -> None:
+        """Keep ``error`` as the torrent's last error, its state untouched.
+
+        For a visit that crashed in its worker: the lease is left to expire
+        (and counts towards quarantine), and ``torrent`` shows why. One HSET of
+        two informational fields, so no script is needed. Raises ``StoreError``.
+        """
+        now = time.time() if now is None else now
+        try:
+            self.client.hset(self.keys.torrent(info_hash), mapping={"last_failure": repr(now),
+                                                                     "last_error": error[:200]})
+        except redis.RedisError as e:
+            raise StoreError(f"recording a visit error failed: {e}") from e
+
     def release(self, lease: Lease, now: float | None = None) -> bool:
         """Hand a claimed torrent back to ready unvisited (shutdown)."""
         now = time.time() if now is None else now

@@ -116,6 +116,29 @@ def test_release_neither_counts_nor_ends_a_streak(q, client, namespace):
     assert client.hget(Keys(namespace).expiries, t) == b"1"
 
 
+def test_a_visit_that_crashes_its_runner_leaves_its_error_for_the_quarantine(client, namespace, settings):
+    from workers.process import Process
+
+    keys = Keys(namespace)
+    s = settings.replace(quarantine_after=1, lease_seconds=1.0)
+    t = h("crashes")
+    Queue(client, keys, s).add([NewItem(t)])
+    p = Process(s, client, keys, concurrency=1, max_visits=1, flush=False)
+
+    def crash(lease, claim=None):  # a bug in the visit, as a corrupt database once caused
+        raise RuntimeError("boom")
+
+    p.worker.visitor.visit_then_claim = crash
+    assert p.run(signals=False) == 0
+    q = Queue(client, keys, s)
+    time.sleep(1.1)
+    q.housekeep()
+    info = q.torrent(t)
+    assert info["state"] == "quarantined"
+    assert info["quarantine"]["message"] == ("lease expired 1 time in a row without a completion; "
+                                             "last error: visit crashed: RuntimeError: boom")
+
+
 # --- end to end: a tracker that stalls on one torrent, real workers ---------
 
 class StallingTracker:

@@ -195,8 +195,12 @@ class Worker:
                 except gevent.GreenletExit:
                     self._hand_back(current)
                     raise
-                except Exception:  # a bug must not kill the pool; the lease expires
+                except Exception as e:  # a bug must not kill the pool; the lease expires
                     log.exception("visit_crashed", info_hash=current.info_hash)
+                    try:  # kept on the torrent: quarantine, if it comes to that, shows why
+                        self.queue.note_error(current.info_hash, f"visit crashed: {type(e).__name__}: {e}")
+                    except StoreError:
+                        pass
                     return
                 if asked[0] and not nxt:
                     self.claimed -= 1  # the slot reserved for the next claim: nothing came

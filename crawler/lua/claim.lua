@@ -98,7 +98,8 @@ for j = 1, #expired do
     quarantined[#quarantined + 1] = h
     reasons[#reasons + 1] = h
     reasons[#reasons + 1] = cjson.encode({
-      reason = string.format('lease expired %d times in a row without a completion', streak),
+      reason = string.format('lease expired %d time%s in a row without a completion', streak,
+        streak == 1 and '' or 's'),
       at = now, expiries = streak, score = s})
   else
     candidates[#candidates + 1] = {h, s, x, true}
