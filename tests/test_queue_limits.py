@@ -210,6 +210,11 @@ def test_scripts_refuse_bad_arguments_before_writing(client, namespace, settings
     args["args"][3] = "not a number"
     with pytest.raises(Exception, match="complete.lua: bad arguments"):
         q._complete(**args)
+    args = q._complete_args(lease, Outcome.SOME, 1, None, None, float("nan"), 100.0)
+    with pytest.raises(Exception, match="complete.lua: bad arguments"):
+        q._complete(**args)
+    with pytest.raises(Exception, match="defer.lua: bad arguments"):
+        q.defer(lease, float("nan"))
     k, a, _ = q._add_args([NewItem(h)], True, 1.0)
     with pytest.raises(Exception, match="add.lua"):
         q._add(keys=k[:-1], args=a)

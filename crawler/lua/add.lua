@@ -37,7 +37,7 @@ local STEP = 1000  -- values per unpack; even, so pairs are never split
 local now = ARGV[1]
 local readmit = ARGV[2] == '1'
 local cap = tonumber(ARGV[3])
-if not tonumber(now) or not cap or cap < 0 then
+if not tonumber(now) or tonumber(now) ~= tonumber(now) or not cap or cap < 0 then  -- x ~= x: NaN
   return redis.error_reply('add.lua: bad arguments')
 end
 

@@ -38,8 +38,9 @@ local STEP = 1000  -- values per unpack; even, so pairs are never split
 local now, deadline = tonumber(ARGV[1]), tonumber(ARGV[2])
 local n, budget = tonumber(ARGV[3]), tonumber(ARGV[4])
 local cutoff, K = tonumber(ARGV[5]), tonumber(ARGV[6])
-if not (now and deadline and n and budget and cutoff and K) or n < 0 or budget < 0 or K < 1
-    or n ~= math.floor(n) or budget ~= math.floor(budget) then
+-- (x ~= x: NaN, which tonumber accepts and ZADD refuses.)
+if not (now and deadline and n and budget and cutoff and K) or now ~= now or deadline ~= deadline
+    or n < 0 or budget < 0 or K < 1 or n ~= math.floor(n) or budget ~= math.floor(budget) then
   return redis.error_reply('claim.lua: bad arguments')
 end
 
@@ -72,7 +73,7 @@ end
 
 local function number(value, what)
   local x = tonumber(value)
-  if not x then error('claim.lua: ' .. what .. ' is not a number: ' .. tostring(value)) end
+  if not x or x ~= x then error('claim.lua: ' .. what .. ' is not a number: ' .. tostring(value)) end
   return x
 end
 

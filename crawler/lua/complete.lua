@@ -25,7 +25,11 @@
 
 local h = ARGV[1]
 local mult, threshold = tonumber(ARGV[3]), tonumber(ARGV[4])
-if not (mult and threshold and tonumber(ARGV[5]) and tonumber(ARGV[6]) and tonumber(ARGV[7])
+local function number(v)  -- a number ZADD takes (tonumber accepts NaN, ZADD does not)
+  local x = tonumber(v)
+  return x ~= nil and x == x
+end
+if not (mult and threshold and number(ARGV[5]) and number(ARGV[6]) and tonumber(ARGV[7])
     and tonumber(ARGV[10]) and tonumber(ARGV[11]))
     or (ARGV[8] ~= '' and not tonumber(ARGV[8])) or (ARGV[9] ~= '' and not tonumber(ARGV[9])) then
   return redis.error_reply('complete.lua: bad arguments')

@@ -24,7 +24,8 @@
 
 local h = ARGV[1]
 local failure = #KEYS == 6
-if not tonumber(ARGV[3]) or (#KEYS ~= 4 and not failure)
+local due = tonumber(ARGV[3])
+if not due or due ~= due or (#KEYS ~= 4 and not failure)  -- due ~= due: NaN
     or (failure and not (tonumber(ARGV[4]) and tonumber(ARGV[5]) and ARGV[6])) then
   return redis.error_reply('defer.lua: bad arguments')
 end

@@ -8,7 +8,8 @@
 -- was reclaimed, or was completed). The deadline is checked before the write.
 
 local h = ARGV[1]
-if not tonumber(ARGV[3]) then return redis.error_reply('extend.lua: bad arguments') end
+local deadline = tonumber(ARGV[3])
+if not deadline or deadline ~= deadline then return redis.error_reply('extend.lua: bad arguments') end
 if redis.call('HGET', KEYS[2], h) ~= ARGV[2] or not redis.call('ZSCORE', KEYS[1], h) then
   return 0
 end

@@ -14,7 +14,8 @@
 -- expired lease nor ends a streak of them (the visit did not finish).
 
 local h = ARGV[1]
-if not tonumber(ARGV[3]) then return redis.error_reply('release.lua: bad arguments') end
+local t = tonumber(ARGV[3])
+if not t or t ~= t then return redis.error_reply('release.lua: bad arguments') end
 if redis.call('HGET', KEYS[3], h) ~= ARGV[2] or not redis.call('ZSCORE', KEYS[1], h) then
   return 0
 end
