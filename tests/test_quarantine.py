@@ -263,3 +263,47 @@ def test_a_torrent_whose_visit_outlives_its_worker_k_times_is_quarantined(test_e
                 w.kill()
                 w.wait(10)
         tracker.close()
+
+
+def test_a_random_walk_with_expiries_and_readmits_keeps_every_torrent_in_one_state(client, namespace, settings):
+    import random
+
+    keys = Keys(namespace)
+    s = settings.replace(quarantine_after=2, lease_seconds=30)
+    q = Queue(client, keys, s)
+    rnd = random.Random(11)
+    hs = [h(f"walk {i}") for i in range(15)]
+    t, held, added, quarantined_seen = 1000.0, [], set(), 0
+    for _ in range(500):
+        t += rnd.choice([0.5, 5, 40])
+        op = rnd.random()
+        if op < 0.15:
+            x = rnd.choice(hs)
+            q.add([NewItem(x)], readmit=rnd.random() < 0.5, now=t)
+            added.add(x)
+        elif op < 0.5:
+            held += q.claim(rnd.randint(1, 4), now=t)
+        elif held:
+            lease = held.pop(rnd.randrange(len(held)))
+            action = rnd.choice(["complete", "fail", "defer", "release", "drop", "drop", "drop"])
+            if action == "complete":
+                q.complete(lease, rnd.choice(list(Outcome)), now=t, due=t + rnd.choice([1, 100]))
+            elif action == "fail":
+                q.fail(lease, "no answer", now=t, due=t + 10)
+            elif action == "defer":
+                q.defer(lease, t + 10)
+            elif action == "release":
+                q.release(lease, now=t)
+            # drop: the worker died; the lease expires
+        where: dict[str, list[str]] = {}
+        for state in ("ready", "cooling", "leases", "evicted", "quarantined"):
+            for m in client.zrange(getattr(keys, state), 0, -1):
+                where.setdefault(m.decode(), []).append(state)
+        assert all(len(v) == 1 for v in where.values()), where
+        assert set(where) == added  # tombstones are kept 30 days: nothing forgotten here
+        quarantined = {m for m, v in where.items() if v == ["quarantined"]}
+        quarantined_seen += len(quarantined)
+        for m in quarantined:
+            assert client.hexists(keys.held, m) and client.hexists(keys.quarantine, m)
+        assert q.counts(now=t)["tracked"] == sum(1 for v in where.values() if v != ["evicted"])
+    assert quarantined_seen  # the walk did reach the state
