@@ -118,6 +118,8 @@ class Settings:
     tracker_floor: float = 0.0
 
     # --- Queue and scoring (§1, §2) -----------------------------------------
+    # SPEC §1: revisit every 30 minutes. 0 is allowed: a visited torrent is
+    # due again at once (revisit as soon as a worker is free).
     revisit_seconds: float = 1800.0
     # A failed visit (no source answered) retries sooner than a revisit.
     retry_seconds: float = 300.0
@@ -211,7 +213,7 @@ class Settings:
             tracker_backoff_after=r.get("PEERCRAWL_TRACKER_BACKOFF_AFTER", _bounded_int(1, 100), 2),
             tracker_floor=r.get("PEERCRAWL_TRACKER_FLOOR_SECONDS", _nonnegative_float, 0.0),
             outage_after=r.get("PEERCRAWL_OUTAGE_AFTER", _bounded_int(1, 10_000), 5),
-            revisit_seconds=r.get("PEERCRAWL_REVISIT_SECONDS", _positive_float, 1800.0),
+            revisit_seconds=r.get("PEERCRAWL_REVISIT_SECONDS", _nonnegative_float, 1800.0),
             retry_seconds=r.get("PEERCRAWL_RETRY_SECONDS", _positive_float, 300.0),
             lease_seconds=r.get("PEERCRAWL_LEASE_SECONDS", _positive_float, 120.0),
             tombstone_seconds=r.get("PEERCRAWL_TOMBSTONE_SECONDS", _positive_float, 30 * 86400.0),
@@ -328,7 +330,16 @@ def _positive_float(v: str) -> float:
 
 
 def _nonnegative_float(v: str) -> float:
-    return 0.0 if v.strip() in ("0", "0.0") else _positive_float(v)
+    # Any spelling of zero ("0", "0.00", "0e0", "-0") means zero.
+    try:
+        x = float(v)
+    except ValueError:
+        raise ValueError("expected a number") from None
+    if x == 0:
+        return 0.0
+    if not x > 0 or x == float("inf"):
+        raise ValueError("expected a finite number of 0 or more")
+    return x
 
 
 def _fraction(v: str) -> float:

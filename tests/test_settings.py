@@ -30,10 +30,24 @@ def test_parsing():
     assert Settings.from_env({"PEERCRAWL_TRACKERS": ""}).trackers == ()
 
 
+@pytest.mark.parametrize("spelling", ["0", "0.00", "0e0", "-0", "+0.0", " 0 ", "0E-5"])
+@pytest.mark.parametrize("name, field", [
+    ("PEERCRAWL_REVISIT_SECONDS", "revisit_seconds"),
+    ("PEERCRAWL_TRACKER_FLOOR_SECONDS", "tracker_floor"),
+])
+def test_nonnegative_settings_take_any_spelling_of_zero(spelling, name, field):
+    # SPEC §8: revisit 0 means due again at once.
+    assert getattr(Settings.from_env({name: spelling}), field) == 0.0
+
+
 @pytest.mark.parametrize("name, value, says", [
     ("REDIS_URL", "localhost:6379", "redis://"),
     ("PEERCRAWL_REVISIT_SECONDS", "soon", "expected a number"),
-    ("PEERCRAWL_REVISIT_SECONDS", "-5", "above 0"),
+    ("PEERCRAWL_REVISIT_SECONDS", "-5", "0 or more"),
+    ("PEERCRAWL_REVISIT_SECONDS", "nan", "0 or more"),
+    ("PEERCRAWL_REVISIT_SECONDS", "inf", "0 or more"),
+    ("PEERCRAWL_TRACKER_FLOOR_SECONDS", "-0.5", "0 or more"),
+    ("PEERCRAWL_LEASE_SECONDS", "0", "above 0"),
     ("PEERCRAWL_DHT", "maybe", "on or off"),
     ("PEERCRAWL_TRACKERS", "udp://a:1/announce|many", "not a whole number"),
     ("PEERCRAWL_TRACKERS", "ftp://a/announce", "tracker URL"),
