@@ -20,7 +20,6 @@ from crawler import bencode
 from crawler.errors import RemoteProtocolError
 from crawler.sources.peers import Peer, PeerListError, canonical_ip, parse_compact
 
-
 # Numbers in HTTP heads are ASCII digits only: str.isdigit() also accepts "²"
 # and "١", which int() then refuses or reads. 18 decimal digits (an exabyte)
 # or 16 hex digits are past any size the client would read.
