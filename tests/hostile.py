@@ -115,6 +115,9 @@ class HostileHttpTracker:
                 return
             buf += chunk
         target = buf.split(b" ", 2)[1].decode()
+        self.last_target = target
+        host = [v for k, _, v in (line.partition(b": ") for line in buf.split(b"\r\n")) if k.lower() == b"host"]
+        self.last_host = host[0].decode() if host else None
         path, _, query = target.partition("?")
         params = urllib.parse.parse_qs(query)
 
