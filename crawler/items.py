@@ -20,7 +20,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 from crawler import bencode
-from crawler.errors import ItemError
+from crawler.errors import ItemError, one_line
 from crawler.lifecycle import NewItem
 from crawler.settings import tracker_url
 
@@ -206,16 +206,9 @@ _UNDECODED = re.compile("[\udc80-\udcff]")
 
 def _short(t: str) -> str:
     """``t`` for a one-line message: at most 60 characters, anything unprintable escaped."""
-    return _escaped(t if len(t) <= 60 else t[:57] + "...")
+    return one_line(t, 60)
 
 
 def _file(t: str) -> str:
     """A file name for a one-line message: its end kept (the name itself), anything unprintable escaped."""
-    return _escaped(t if len(t) <= 200 else "..." + t[-197:])
-
-
-def _escaped(t: str) -> str:
-    if t.isprintable():
-        return t
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in t)
-
+    return one_line(t if len(t) <= 200 else "..." + t[-197:], 200)

@@ -31,7 +31,7 @@ def test_announce_url_percent_encodes_binary(ih, pid):
 
 
 @given(st.lists(st.tuples(ipv4, port), max_size=30), st.lists(st.tuples(ipv6, port), max_size=10),
-       counts, counts, counts, counts, st.none() | st.text(max_size=20))
+       counts, counts, counts, counts, st.none() | st.text(st.characters().filter(str.isprintable), max_size=20))
 def test_reply_round_trip(p4, p6, interval, mi, complete, incomplete, warning):
     d = {b"peers": encode_compact(p4), b"peers6": encode_compact(p6, socket.AF_INET6)}
     for k, v in ((b"interval", interval), (b"min interval", mi), (b"complete", complete), (b"incomplete", incomplete)):
@@ -159,3 +159,11 @@ def test_counts_past_any_swarm_are_refused(key):
 def test_an_integer_past_the_bencode_cap_is_a_reply_error():
     with pytest.raises(h.HttpReplyError, match="not bencoded: integer at offset 12 has 5000 digits"):
         h.parse_announce_reply(b"d8:intervali" + b"9" * 5000 + b"ee")
+
+
+def test_refusals_and_warnings_are_one_printable_line():
+    with pytest.raises(h.TrackerRefused) as e:
+        h.parse_announce_reply(bencode.encode({b"failure reason": b"no\r\nX-Injected: 1\x1b[31m"}))
+    assert str(e.value) == "tracker refused: no\\r\\nX-Injected: 1\\x1b[31m"
+    r = h.parse_announce_reply(bencode.encode({b"warning message": b"w" * 1000 + b"\n"}))
+    assert r.warning.isprintable() and len(r.warning) == 300

@@ -17,7 +17,7 @@ import urllib.parse
 from dataclasses import dataclass
 
 from crawler import bencode
-from crawler.errors import RemoteProtocolError
+from crawler.errors import RemoteProtocolError, one_line
 from crawler.sources.peers import Peer, PeerListError, canonical_ip, parse_compact
 
 # Numbers in HTTP heads are ASCII digits only: str.isdigit() also accepts "²"
@@ -101,7 +101,8 @@ def _int_field(d: dict, key: bytes, clamp: bool = False) -> int | None:
 
 
 def _text(v: object) -> str:
-    return v.decode("utf-8", "replace")[:300] if isinstance(v, bytes) else repr(v)[:300]
+    """A tracker's message for one line of a log or ``status``."""
+    return one_line(v.decode("utf-8", "replace") if isinstance(v, bytes) else repr(v), 300)
 
 
 def parse_announce_reply(body: bytes) -> HttpAnnounceReply:
