@@ -205,3 +205,16 @@ def test_any_fault_parsing_one_item_is_that_items_line(test_env, client, namespa
     assert p.stderr.strip() == ("peercrawl add: argument 2: cannot parse this item: RecursionError: "
                                 "maximum recursion depth exceeded in comparison")
     assert _added(client, namespace, settings, H[2:4]) == set(H[2:4])
+
+
+def test_a_line_past_the_length_cap_is_one_error_and_the_rest_is_read(test_env, tmp_path, client, namespace,
+                                                                       settings):
+    from crawler.cli.add import MAX_LINE
+
+    f = tmp_path / "list.txt"
+    f.write_bytes(H[5].encode() + b"\n" + b"w" * (2 * MAX_LINE + 7) + b"\n" + H[6].encode() + b"\n")
+    p, out = run_json(test_env, "add", "--from", str(f))
+    assert p.returncode == 1 and "Traceback" not in p.stderr
+    assert out == {"added": 2, "already_tracked": 0, "skipped_evicted": 0, "invalid": 1}
+    assert p.stderr.strip() == f"peercrawl add: {f} line 2: longer than 4 MiB, not an item"
+    assert _added(client, namespace, settings, H[5:7]) == set(H[5:7])

@@ -31,6 +31,9 @@ def _sources(items: tuple[str, ...], from_file: BinaryIO | None) -> Iterator[tup
         label = "stdin" if base is None else name
         try:
             for n, line in _lines(from_file):
+                if isinstance(line, ItemError):
+                    yield f"{label} line {n}", line, base
+                    continue
                 text = line.strip()
                 if not text or text.startswith("#"):
                     continue
@@ -38,7 +41,7 @@ def _sources(items: tuple[str, ...], from_file: BinaryIO | None) -> Iterator[tup
         except ItemError as e:
             yield label, e, None
         except OSError as e:
-            yield label, ItemError(f"cannot read on: {e.strerror or e}"), None
+            yield label, ItemError(f"reading stopped: {e.strerror or e}"), None
 
 
 # Byte-order marks, longest first (UTF-32 LE's begins with UTF-16 LE's).
@@ -46,29 +49,45 @@ _BOMS = ((b"\xff\xfe\x00\x00", "utf-32"), (b"\x00\x00\xfe\xff", "utf-32"), (b"\x
          (b"\xff\xfe", "utf-16"), (b"\xfe\xff", "utf-16"))
 
 
-def _lines(f: BinaryIO) -> Iterator[tuple[int, str]]:
-    """Numbered lines of a --from file as text.
+# Far longer than any item (a magnet with thousands of trackers); a longer
+# "line" is a file that is not a list, and is not held in memory whole.
+MAX_LINE = 4 * 1024 * 1024
+
+
+def _lines(f: BinaryIO) -> Iterator[tuple[int, str | ItemError]]:
+    """Numbered lines of a --from file as text, or an ``ItemError`` for a line longer than ``MAX_LINE``.
 
     UTF-8, its BOM skipped if it has one; UTF-16 and UTF-32 with a BOM
     (Windows editors write them). Bytes that are not UTF-8 become surrogate
     escapes, as in POSIX argv: a line naming a file by its raw bytes still
     finds it, and any other such line is refused as an item with the bytes
     shown. A first line that is a quarter NUL bytes is UTF-16 or UTF-32
-    without a BOM, which cannot be read safely: ``ItemError`` for the file.
+    without a BOM, which cannot be read safely: ``ItemError`` raised for the
+    file.
     """
     head = f.peek(4)[:4] if hasattr(f, "peek") else b""
     encoding = next((enc for bom, enc in _BOMS if head.startswith(bom)), None)
-    if encoding in ("utf-16", "utf-32"):
-        yield from enumerate(io.TextIOWrapper(f, encoding=encoding, errors="replace"), 1)
-        return
-    for n, raw in enumerate(f, 1):
+    wide = encoding in ("utf-16", "utf-32")
+    stream = io.TextIOWrapper(f, encoding=encoding, errors="replace") if wide else f
+    newline = "\n" if wide else b"\n"
+    n = 0
+    while line := stream.readline(MAX_LINE + 1):
+        n += 1
+        if len(line) > MAX_LINE and not line.endswith(newline):
+            while (rest := stream.readline(MAX_LINE)) and not rest.endswith(newline):
+                pass
+            yield n, ItemError(f"longer than {MAX_LINE // (1024 * 1024)} MiB, not an item")
+            continue
+        if wide:
+            yield n, line
+            continue
         if n == 1:
             if encoding == "utf-8":
-                raw = raw[3:]
-            elif raw.count(b"\x00") * 4 >= len(raw) > 0:
+                line = line[3:]
+            elif line.count(b"\x00") * 4 >= len(line) > 0:
                 raise ItemError("holds NUL bytes between its characters: UTF-16 or UTF-32 text without "
                                 "a byte-order mark? Save it as UTF-8")
-        yield n, raw.decode("utf-8", "surrogateescape")
+        yield n, line.decode("utf-8", "surrogateescape")
 
 
 @click.command("add")
