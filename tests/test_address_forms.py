@@ -140,3 +140,10 @@ def test_hostile_host_names_are_typed_without_a_resolver_traceback(capfd):
         with pytest.raises(addresses.HostUnresolved, match="cannot resolve"):
             addresses.resolve(host, 80, lambda ip, what: None, "tracker")
     assert "Traceback" not in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("ip", [sixtofour("10.1.2.3"), teredo("8.8.8.8", "172.16.0.9"), "fec0::5", nat64("127.0.0.1")])
+def test_dht_bootstrap_nodes_get_the_same_check(ip):
+    with pytest.raises(AddressRefused, match=f"DHT bootstrap node {ip}:6881 resolves to {ip}, a "):
+        dht_session.resolve_bootstrap(((ip, 6881),), allow_private=False)
+    assert dht_session.resolve_bootstrap(((ip, 6881),), allow_private=True) == [(ip, 6881)]
