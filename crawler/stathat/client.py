@@ -36,8 +36,11 @@ class EZClient:
         self.url, self.ezkey, self.timeout = url, ezkey, timeout
         self.requests = 0  # posts attempted, for metrics and tests
 
-    def post(self, data: list[dict]) -> None:
+    def post(self, data: list[dict], timeout: float | None = None) -> None:
         """Post ``data`` (``{"stat", "count"|"value"}`` dicts); raises ``PostError``.
+
+        ``timeout``: this post's bound if shorter than the client's (a
+        flush running out of time).
 
         Success is an HTTP 2xx whose JSON body, if any, does not carry a
         ``status`` other than 200 (StatHat answers ``{"status": 200, "msg": "ok"}``).
@@ -47,20 +50,21 @@ class EZClient:
             self.url, data=body, method="POST", headers={"Content-Type": "application/json"}
         )
         self.requests += 1
+        timeout = self.timeout if timeout is None else min(self.timeout, timeout)
         conns: list = []
         opener = urllib.request.build_opener(_Handler(conns), _HTTPSHandler(conns))
-        timer = threading.Timer(self.timeout, _shut, (conns,))
+        timer = threading.Timer(timeout, _shut, (conns,))
         timer.daemon = True
         started = time.monotonic()
         timer.start()
         try:
-            with opener.open(req, timeout=self.timeout) as resp:
+            with opener.open(req, timeout=timeout) as resp:
                 raw = resp.read(65536)
         except urllib.error.HTTPError as e:
             raise PostError(f"StatHat at {self.url} answered HTTP {e.code}") from e
         except (urllib.error.URLError, OSError, http.client.HTTPException) as e:
-            if time.monotonic() - started >= self.timeout:
-                raise PostError(f"StatHat at {self.url} did not answer within {self.timeout:g} s") from e
+            if time.monotonic() - started >= timeout:
+                raise PostError(f"StatHat at {self.url} did not answer within {timeout:g} s") from e
             raise PostError(f"StatHat at {self.url} is not reachable: {e}") from e
         finally:
             timer.cancel()

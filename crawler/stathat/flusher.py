@@ -16,7 +16,8 @@ never lapses while one of its posts is under way and no other flusher can
 take the batch over then. A flusher stalled past its lease (a paused
 process) acks what it posted if nobody took the batch meanwhile; if someone
 did, its settle is refused and it stops at once. A whole flush is bounded
-(``budget_seconds``): what is left then goes back to the outbox. The one
+(``budget_seconds``; 3 s for the flush at shutdown): what is left then goes
+back to the outbox. The one
 case that can double is a post whose result is unknown (StatHat accepted it
 but the answer never came): it is put back and posted again, which the EZ
 API gives no way to avoid.
@@ -51,6 +52,12 @@ DEFAULT_BUDGET_SECONDS = 60.0
 # Time kept free on the claim beyond a post's worst time: the settle round
 # trip and clock granularity.
 LEASE_MARGIN_SECONDS = 0.5
+# The flush at shutdown: the worker waits 4 s for it (SHUTDOWN_MARGIN - 2 in
+# workers/pool.py) before killing it, and a post killed midway has an unknown
+# result; ending on its own leaves nothing in doubt.
+FINAL_BUDGET_SECONDS = 3.0
+# In the final flush, a post given less time than this is not started.
+MIN_POST_SECONDS = 0.2
 
 
 class Flusher:
@@ -70,7 +77,7 @@ class Flusher:
         sink: EZClient | None = None,
         *,
         chunk: int = DEFAULT_CHUNK,
-        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        lease_seconds: float | None = None,
         budget_seconds: float = DEFAULT_BUDGET_SECONDS,
         backoff_base: float = 1.0,
         backoff_max: float = 300.0,
@@ -81,10 +88,12 @@ class Flusher:
             sink = EZClient(settings.stathat_url, settings.stathat_ezkey, timeout=settings.http_timeout)
         self.sink = sink
         self.chunk = max(1, chunk)
-        self.lease_seconds, self.lease_ms = lease_seconds, int(lease_seconds * 1000)
         self.budget_seconds = budget_seconds
         # The longest one post may take: the client's whole-post timeout.
         self.post_seconds = float(getattr(sink, "timeout", settings.http_timeout))
+        if lease_seconds is None:  # a long PEERCRAWL_HTTP_TIMEOUT stretches the lease with it
+            lease_seconds = max(DEFAULT_LEASE_SECONDS, 2 * self.post_seconds + LEASE_MARGIN_SECONDS)
+        self.lease_seconds, self.lease_ms = lease_seconds, int(lease_seconds * 1000)
         if self.enabled and lease_seconds < self.post_seconds + LEASE_MARGIN_SECONDS:
             raise ValueError(f"the StatHat claim lease ({lease_seconds} s) must outlast a post "
                              f"({self.post_seconds} s) by {LEASE_MARGIN_SECONDS} s")
@@ -102,8 +111,12 @@ class Flusher:
             pipe.zcard(k)
         return sum(pipe.execute())
 
-    def flush_once(self) -> dict:
-        """Claim, post and settle once.
+    def flush_once(self, final: bool = False) -> dict:
+        """Claim, post and settle once, within the flusher's budget.
+
+        A post starts only while a whole post's time is left of the budget;
+        ``final`` (the flush at shutdown): within ``FINAL_BUDGET_SECONDS``, each
+        post's timeout cut to what is left.
 
         Returns ``{"enabled", "ok", "stats", "increments", "requests",
         "recovered", "busy", "lost", "deferred", "error"}``: ``stats`` counter
@@ -119,6 +132,8 @@ class Flusher:
         if not self.enabled:
             return out
         started = time.monotonic()
+        end = started + (min(self.budget_seconds, FINAL_BUDGET_SECONDS) if final else self.budget_seconds)
+        least = MIN_POST_SECONDS if final else self.post_seconds  # the time a post needs to start
         try:
             claimed = self._claim(keys=self._keys, args=[self.token, self.lease_ms])
             batch = []
@@ -145,7 +160,7 @@ class Flusher:
         chunks = [batch[i : i + self.chunk] for i in range(0, len(batch), self.chunk)] or [[]]
         for n, part in enumerate(chunks):
             now = time.monotonic()
-            if now - started >= self.budget_seconds and held:
+            if end - now < least and held:
                 out["deferred"] = sum(len(p) for p in chunks[n:])
                 if self._settle_call(["nack"]):
                     log.info("stathat_flush_deferred", stats=out["deferred"], after_s=round(now - started, 1))
@@ -161,9 +176,11 @@ class Flusher:
             data = [{"stat": f.decode("utf-8", "replace"), "count": c} for f, c in part]
             if n == 0:
                 data += value
+            if end - now < least:  # torrents.count alone: skip it this time
+                return out
             out["requests"] += 1
             try:
-                self.sink.post(data)
+                self.sink.post(data, timeout=min(self.post_seconds, end - now))
             except PostError as e:
                 out["ok"], out["error"] = False, str(e)
                 if held and not self._settle_call(["nack"]):
@@ -191,7 +208,7 @@ class Flusher:
         return bool(settled)
 
     def run_forever(self, stop_event: threading.Event, sweep=None) -> None:
-        """Flush every ``flush_seconds`` until ``stop_event`` is set, then flush once more.
+        """Flush every ``flush_seconds`` until ``stop_event`` is set, then flush once more (briefly).
 
         After a failure, waits ``backoff_base * 2**k`` (jittered, at most
         ``backoff_max``) instead. ``sweep``: an optional callable run each
@@ -214,6 +231,6 @@ class Flusher:
                 delay *= random.uniform(0.8, 1.2)
             stop_event.wait(delay)
         try:
-            self.flush_once()
+            self.flush_once(final=True)
         except StoreError as e:  # pragma: no cover - shutdown with Redis gone
             log.warning("stathat_final_flush_failed", error=str(e))
