@@ -361,8 +361,8 @@ def _nonempty(v: str) -> str:
 
 
 def _secret(v: str) -> str:
-    if len(v) < 16:
-        raise ValueError("expected at least 16 characters")
+    if len(v) < 16:  # SettingsError, not ValueError: _Reader would print the key
+        raise SettingsError(f"PEERCRAWL_SECRET: expected at least 16 characters (got {len(v)})")
     return v
 
 

