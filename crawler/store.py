@@ -188,7 +188,9 @@ def _answers(sock: Path, wait: float = 0.0) -> bool:
 
 
 def _config(data_dir: Path, sock: Path, aof: bool) -> str:
-    q = json.dumps  # a double-quoted string redis.conf reads back as is
+    def q(path: str) -> str:  # a double-quoted string redis.conf reads back as is (UTF-8 kept raw)
+        return json.dumps(path, ensure_ascii=False)
+
     return "\n".join([
         "daemonize yes",
         "port 0",
