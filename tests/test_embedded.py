@@ -49,6 +49,31 @@ def test_add_then_status_on_the_embedded_redis(tmp_path, embedded_env):
     assert s["tracked"] == 2 and s["ready"] == 2
     assert (tmp_path / "data" / "peercrawl.rdb").exists()
     assert servers(tmp_path / "data") == []
+    for command in (["flush"], ["stats", "countries"], ["torrent", "a" * 40], ["secret"]):
+        p = run(env, *command)
+        assert p.returncode == 0, (command, p.stderr)
+        assert servers(tmp_path / "data") == [], command
+
+
+def test_no_redis_server_is_left_after_a_sigtermed_worker(tmp_path, embedded_env):
+    import subprocess
+    import sys
+
+    w = subprocess.Popen([sys.executable, "-m", "crawler", "worker"], env=embedded_env,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        end = time.monotonic() + 30
+        while not servers(tmp_path / "data") or not (tmp_path / "data" / "fingerprint.key").exists():
+            assert time.monotonic() < end and w.poll() is None, "the worker never started"
+            time.sleep(0.2)
+        time.sleep(1.0)
+        w.send_signal(signal.SIGTERM)
+        _, err = w.communicate(timeout=30)
+    finally:
+        if w.poll() is None:
+            w.kill()
+    assert w.returncode == 0, err[-2000:]
+    assert servers(tmp_path / "data") == []
 
 
 @pytest.mark.parametrize("command", [["worker", "--until-idle"], ["run", "--until-idle", "c" * 40]])

@@ -22,12 +22,6 @@ from crawler.cli.context import open_context
 from crawler.counters.marks import create_key_file, key_file, read_key_file
 from crawler.errors import SettingsError, StoreError
 
-# Delete the stored key only if it is still the one handed over.
-_DELETE_IF = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-"""
-
 
 @click.command("secret")
 @click.option("--move", is_flag=True,
@@ -98,7 +92,21 @@ def _move(ctx, stored: bytes | None) -> None:
                 "move that file away to keep this crawl's marks")
         click.echo(f"moved the key to {path} (owner-only)", err=True)
     try:
-        ctx.client.eval(_DELETE_IF, 1, name, stored)
+        _delete_if(ctx.client, name, stored)
     except redis.RedisError as e:
         raise StoreError(f"the key was handed over but deleting {name} failed: {e}; run the command "
                          "again") from e
+
+
+def _delete_if(client: redis.Redis, name: str, value: bytes) -> None:
+    """Delete ``name`` only if it still holds ``value`` (the key handed over)."""
+    with client.pipeline() as pipe:
+        try:
+            pipe.watch(name)
+            if pipe.get(name) != value:
+                return
+            pipe.multi()
+            pipe.delete(name)
+            pipe.execute()
+        except redis.WatchError:
+            return  # changed meanwhile: left for the next --move
