@@ -179,7 +179,7 @@ def _owe(client, keys, stats: int) -> None:
 def test_two_flushers_and_a_slow_sink_post_each_increment_once(client, keys, settings):
     # A flush of 10 posts of 0.5 s outlasts the 2 s lease four times over.
     with StatHatSink(delay=0.5) as slow:
-        s = settings.replace(stathat_ezkey="k", stathat_url=slow.url, http_timeout=1.0,
+        s = settings.replace(stathat_ezkey="k", stathat_url=slow.url, http_timeout=1.4,
                              stathat_families=("countries",))
         _owe(client, keys, 10)
         flushers = [Flusher(client, keys, s, chunk=1, lease_seconds=2.0) for _ in range(2)]
@@ -242,13 +242,16 @@ def test_a_lapsed_lease_nobody_took_keeps_its_acks(client, keys, settings, sink)
 def test_a_flusher_whose_batch_was_taken_over_stops_at_once(client, keys, settings, sink):
     s = settings.replace(stathat_ezkey="k", stathat_url=sink.url, stathat_families=("countries",))
     _owe(client, keys, 6)
-    stalled = Flusher(client, keys, s, _Stalling(sink.url, 0.3, 1.5), chunk=1, lease_seconds=1.0)
+    stalled = Flusher(client, keys, s, _Stalling(sink.url, 0.3, 4.0), chunk=1, lease_seconds=1.0)
     other = Flusher(client, keys, s, chunk=1, lease_seconds=1.0, sink=EZClient(sink.url, "k", timeout=0.3))
     box: dict = {}
     t = threading.Thread(target=lambda: box.update(stalled.flush_once()))
     t.start()
-    threading.Event().wait(1.2)  # the stalled flusher's lease has lapsed; take its batch over
-    taken = other.flush_once()
+    while True:  # busy until the stalled flusher's lease lapses; then take its batch over
+        taken = other.flush_once()
+        if not taken["busy"]:
+            break
+        threading.Event().wait(0.1)
     t.join(10)
     assert taken["recovered"] and taken["stats"] == 6
     assert box["lost"] and box["requests"] == 1 and stalled.sink.posts == 1
