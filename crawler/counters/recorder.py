@@ -61,8 +61,9 @@ class Recorder:
     """Records visits' peers into the §4 counters.
 
     ``client``: a redis-py client; ``keys``: the namespace's ``Keys``;
-    ``settings``: uses ``secret`` (``load_secret``: may raise ``SettingsError``), ``dedupe_seconds``, ``stathat_ezkey`` and
-    ``stathat_families``. ``locator``: a ``geo.Locator`` (default: one built
+    ``settings``: uses ``secret``, ``redis_url`` and ``data_dir`` (the key,
+    ``marks.load_secret``: may raise ``SettingsError``), ``dedupe_seconds``,
+    ``stathat_ezkey`` and ``stathat_families``. ``locator``: a ``geo.Locator`` (default: one built
     from ``settings``, which may raise ``GeoError``). ``mark_buckets`` and
     ``batch_pairs``: see ``marks`` and the module note.
     """
