@@ -162,3 +162,14 @@ def test_the_embedded_default_moves_the_key_into_its_file(tmp_path, embedded_env
     assert s == {"source": "file", "file": str(key_file(data))}
     assert run(embedded_env, "worker", "--until-idle", timeout=120).returncode == 0
     assert servers(data) == []
+
+
+def test_a_key_file_that_cannot_be_created_is_one_line(tmp_path, client, keys):
+    if os.geteuid() == 0:  # root writes anywhere: use a path under a regular file instead
+        (tmp_path / "file").write_text("")
+        data = tmp_path / "file" / "data"
+    else:
+        data = tmp_path / "ro"
+        data.mkdir(mode=0o500)
+    with pytest.raises(SettingsError, match="cannot (read|create) the fingerprint key file"):
+        load_secret(client, keys, Settings(data_dir=data))

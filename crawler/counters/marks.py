@@ -82,7 +82,11 @@ def load_secret(client: redis.Redis, keys: Keys, settings) -> bytes:
         path = key_file(settings.data_dir)
         raw = read_key_file(path)
         if raw is None:
-            create_key_file(path, _secrets.token_hex(32))
+            try:
+                create_key_file(path, _secrets.token_hex(32))
+            except OSError as e:
+                raise SettingsError(f"PEERCRAWL_DATA_DIR: cannot create the fingerprint key file {path}: "
+                                    f"{e.strerror or e}") from None
             raw = read_key_file(path)
     return derive_key(raw)
 
