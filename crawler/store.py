@@ -135,6 +135,13 @@ def release(data_dir: Path) -> None:
     data_dir = Path(data_dir).resolve()
     if data_dir not in _users:
         return
+    try:
+        _release(data_dir)
+    except (OSError, redis.RedisError) as e:  # at exit: a line in the log, never a traceback
+        log.warning("embedded_redis_release_failed", data_dir=str(data_dir), error=str(e))
+
+
+def _release(data_dir: Path) -> None:
     with _locked(data_dir / "redis.lock"):
         os.close(_users.pop(data_dir))
         fd = os.open(data_dir / "redis.users", os.O_RDWR | os.O_CREAT, 0o600)
