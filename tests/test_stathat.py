@@ -331,3 +331,15 @@ def test_a_long_http_timeout_stretches_the_lease(settings, client, keys):
     assert Flusher(client, keys, s).lease_seconds >= 240
     with pytest.raises(ValueError, match="must outlast a post"):
         Flusher(client, keys, s, lease_seconds=60)
+
+
+def test_a_claim_in_the_older_format_is_respected_until_its_ttl(client, keys, posting, sink):
+    client.hset(keys.sub("sh", "inflight"), "countries.Germany.users", 1)
+    client.set(keys.sub("sh", "owner"), "an-older-flusher", px=400)
+    fl = Flusher(client, keys, posting)
+    assert fl.flush_once()["busy"] and sink.requests == 0
+    import time
+
+    time.sleep(0.5)
+    r = fl.flush_once()
+    assert r["recovered"] and r["stats"] == 1 and sink.counts()["countries.Germany.users"] == 1

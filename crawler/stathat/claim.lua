@@ -33,6 +33,10 @@ if redis.call('EXISTS', KEYS[2]) == 1 then
     if who and who ~= token and tonumber(ends) > now then
       return {0}
     end
+    -- a claim of an older version: the bare token, its lease a TTL
+    if not who and redis.call('PTTL', KEYS[3]) > 0 then
+      return {0}
+    end
   end
   redis.call('SET', KEYS[3], mine)
   return {1, 1, redis.call('HGETALL', KEYS[2])}
