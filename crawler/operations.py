@@ -12,6 +12,7 @@ import math
 
 from crawler.lifecycle import Queue
 from crawler.sources.health import tracker_report
+from crawler.store import eviction_warning
 
 
 def live_workers(queue: Queue, now: float) -> list[dict]:
@@ -47,6 +48,7 @@ def queue_report(queue: Queue, now: float) -> dict:
     workers = live_workers(queue, now)
     report["workers"] = workers
     report["trackers"] = tracker_report(queue.client, queue.keys)
+    report["eviction_warning"] = eviction_warning(queue.client)
     report.update(capacity_report(report, workers, queue.settings.revisit_seconds))
     return report
 

@@ -372,8 +372,8 @@ def _nonempty(v: str) -> str:
 
 
 def _secret(v: str) -> str:
-    if len(v) < 16:
-        raise ValueError("expected at least 16 characters")
+    if len(v) < 16:  # SettingsError, not ValueError: _Reader would print the key
+        raise SettingsError(f"PEERCRAWL_SECRET: expected at least 16 characters (got {len(v)})")
     return v
 
 
@@ -397,6 +397,29 @@ def _file(v: str) -> Path:
 def _redis_url(v: str) -> str:
     if not re.match(r"^(redis|rediss|unix)://", v):
         raise ValueError("expected a redis://, rediss:// or unix:// URL")
+    # Checked here, with the password hidden, so a bad port or path fails at
+    # start in one line instead of as a traceback from redis-py (SettingsError
+    # is not caught by _Reader, which would show the URL whole).
+    from urllib.parse import urlsplit
+
+    from redis.connection import parse_url
+
+    shown = re.sub(r"^([a-z]+://)([^@/]*?):[^@/]*@", r"\1\2:***@", v)
+    try:
+        parts = parse_url(v)
+        split = urlsplit(v)
+        path, port = split.path, split.port
+    except ValueError as e:
+        raise SettingsError(f"REDIS_URL: {e} (got {shown!r})") from None
+    if v.startswith("unix://") and not path:
+        raise SettingsError(f"REDIS_URL: expected unix:///path/to/redis.sock (got {shown!r})")
+    if not v.startswith("unix://"):
+        if not parts.get("host"):
+            raise SettingsError(f"REDIS_URL: expected a host (got {shown!r})")
+        if port == 0:
+            raise SettingsError(f"REDIS_URL: expected a port from 1 to 65535 (got {shown!r})")
+        if path not in ("", "/") and "db" not in parts:
+            raise SettingsError(f"REDIS_URL: expected a database number after the host (got {shown!r})")
     return v
 
 

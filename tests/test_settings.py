@@ -78,3 +78,9 @@ def test_unreachable_redis_is_one_line(test_env):
     p = run(env, "status")
     assert p.returncode == 2 and p.stderr.count("\n") == 1
     assert "Redis at redis://127.0.0.1:1/0 is not reachable" in p.stderr
+
+
+def test_a_bad_secret_is_not_shown():
+    with pytest.raises(SettingsError) as e:
+        Settings.from_env({"PEERCRAWL_SECRET": "hunter2-pw"})
+    assert "hunter2" not in str(e.value) and "got 10" in str(e.value)
