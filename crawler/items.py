@@ -41,38 +41,12 @@ def info_hash(text: str) -> str:
     raise ItemError(f"not a 40-hex or 32-char base32 info-hash: {_short(t)}")
 
 
-def usable_tracker(u: str) -> str:
-    """``tracker_url(u)``, also refusing what it lets through but no client can use; raises ValueError.
-
-    Refused: unprintable characters (a NUL, a control character, a surrogate
-    that Redis could not even store as UTF-8), a port that is not 1 to 5
-    ASCII digits up to 65535, brackets that do not close.
-    """
-    try:
-        v = tracker_url(u)
-    except ValueError:
-        raise ValueError(f"not a udp://, http:// or https:// tracker URL: {_short(u)}") from None
-    if not v.isprintable():
-        raise ValueError(f"tracker URL holds unprintable characters: {_short(v)}")
-    try:
-        parts = urlsplit(v)
-        port = parts.port
-    except ValueError as e:
-        raise ValueError(f"tracker URL {_short(v)}: {e}") from None
-    if port is not None and not _ASCII_PORT.search(parts.netloc):
-        raise ValueError(f"tracker URL {_short(v)} has a port that is not ASCII digits")
-    return v
-
-
-_ASCII_PORT = re.compile(r":[0-9]{1,5}\Z")
-
-
 def trackers_of(urls: list[str], where: str) -> tuple[str, ...]:
     """Validated, de-duplicated tracker URLs in their first order."""
     out: list[str] = []
     for u in urls:
         try:
-            v = usable_tracker(u.strip())
+            v = tracker_url(u.strip())
         except ValueError as e:
             raise ItemError(f"{where}: {e}") from None
         if v not in out:
@@ -122,7 +96,7 @@ def parse_torrent(data: bytes, name: str = ".torrent") -> NewItem:
     good = []
     for u in urls:
         try:
-            good.append(usable_tracker(u.strip()))
+            good.append(tracker_url(u.strip()))
         except ValueError:
             continue
     return NewItem(digest, tuple(dict.fromkeys(good)))

@@ -15,12 +15,13 @@ import dataclasses
 import ipaddress
 import os
 import re
+import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from crawler.errors import SettingsError
+from crawler.errors import SettingsError, one_line
 
 T = TypeVar("T")
 
@@ -429,13 +430,31 @@ def _http_url(v: str) -> str:
     return v
 
 
-_TRACKER_RE = re.compile(r"^(udp|http|https)://[^/\s:]+(:\d{1,5})?(/\S*)?$", re.IGNORECASE)
+# A host is a bracketed IPv6 literal or a name/IPv4 without brackets or colons;
+# the port is 1-5 ASCII digits (``\d`` would take any script's digits).
+_TRACKER_RE = re.compile(r"^(udp|http|https)://(\[[0-9A-Fa-f:.]+\]|[^/\s:\[\]]+)(:[0-9]{1,5})?(/\S*)?$", re.IGNORECASE)
 
 
 def tracker_url(v: str) -> str:
-    """Validate one tracker URL (udp, http or https); raises ValueError."""
+    """Validate one tracker URL (udp, http or https); raises ValueError with a one-line reason.
+
+    Besides the URL's shape, refuses what no client can use: unprintable
+    characters (a NUL, a control character, a surrogate that Redis could not
+    store as UTF-8), a port above 65535, brackets around something that is not
+    an IPv6 address. The scheme is lower-cased.
+    """
+    shown = one_line(v, 60)
     if not _TRACKER_RE.match(v):
-        raise ValueError(f"not a udp://, http:// or https:// tracker URL: {v}")
+        raise ValueError(f"not a udp://, http:// or https:// tracker URL: {shown}")
+    if not v.isprintable():
+        raise ValueError(f"tracker URL holds unprintable characters: {shown}")
+    try:
+        parts = urllib.parse.urlsplit(v)
+        _ = parts.port  # raises ValueError past 65535
+        if parts.netloc.startswith("["):
+            ipaddress.IPv6Address(parts.hostname)
+    except ValueError as e:
+        raise ValueError(f"tracker URL {shown}: {e}") from None
     scheme, rest = v.split("://", 1)
     return scheme.lower() + "://" + rest
 

@@ -28,6 +28,9 @@ def test_parsing():
     assert s.dht is False and s.dht_bootstrap == (("127.0.0.2", 6881), ("::1", 7000))
     assert s.revisit_seconds == 60 and s.allow_private
     assert Settings.from_env({"PEERCRAWL_TRACKERS": ""}).trackers == ()
+    # an IPv6 literal in brackets is a tracker host like any other
+    v6 = Settings.from_env({"PEERCRAWL_TRACKERS": "UDP://[2001:db8::1]:6969/announce|80"}).trackers
+    assert v6 == (TrackerSpec("udp://[2001:db8::1]:6969/announce", 80),)
 
 
 @pytest.mark.parametrize("spelling", ["0", "0.00", "0e0", "-0", "+0.0", " 0 ", "0E-5"])
@@ -51,6 +54,10 @@ def test_nonnegative_settings_take_any_spelling_of_zero(spelling, name, field):
     ("PEERCRAWL_DHT", "maybe", "on or off"),
     ("PEERCRAWL_TRACKERS", "udp://a:1/announce|many", "not a whole number"),
     ("PEERCRAWL_TRACKERS", "ftp://a/announce", "tracker URL"),
+    ("PEERCRAWL_TRACKERS", "udp://a:\u0661\u0662/announce", "tracker URL"),
+    ("PEERCRAWL_TRACKERS", "udp://a:70000/announce", "out of range"),
+    ("PEERCRAWL_TRACKERS", "udp://a\x01b:1/announce", "unprintable"),
+    ("PEERCRAWL_TRACKERS", "udp://[1.2.3.4]:1/announce", "brackets"),
     ("PEERCRAWL_DHT_LISTEN", "host:1", "IP address"),
     ("PEERCRAWL_DHT_BOOTSTRAP", "router:99999", "out of range"),
     ("PEERCRAWL_NAMESPACE", "a b", "letters"),
