@@ -484,6 +484,15 @@ def _host_port(v: str) -> tuple[str, int]:
         raise ValueError(f"expected host:port, got {v!r}")
     host = host.strip("[]")
     try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        # A name the resolver cannot even encode (a label over 63 characters, a
+        # surrogate) is refused here, not at the first lookup.
+        try:
+            host.encode("idna")
+        except UnicodeError:
+            raise ValueError(f"host of {one_line(v, 60)!r} is not a usable host name") from None
+    try:
         p = int(port)
     except ValueError:
         raise ValueError(f"port of {v!r} is not a number") from None

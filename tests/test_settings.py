@@ -56,6 +56,8 @@ def test_nonnegative_settings_take_any_spelling_of_zero(spelling, name, field):
     ("PEERCRAWL_TRACKERS", "ftp://a/announce", "tracker URL"),
     ("PEERCRAWL_TRACKERS", "udp://a:\u0661\u0662/announce", "tracker URL"),
     ("PEERCRAWL_TRACKERS", "udp://a:70000/announce", "out of range"),
+    ("PEERCRAWL_DHT_BOOTSTRAP", "x" * 70 + ".example:6881", "host name"),
+    ("PEERCRAWL_DHT_BOOTSTRAP", "a\udcffb:6881", "host name"),
     ("PEERCRAWL_TRACKERS", "udp://a\x01b:1/announce", "unprintable"),
     ("PEERCRAWL_TRACKERS", "udp://[1.2.3.4]:1/announce", "brackets"),
     ("PEERCRAWL_DHT_LISTEN", "host:1", "IP address"),
