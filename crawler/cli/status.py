@@ -42,6 +42,8 @@ def _print(r: dict) -> None:
                   "(peercrawl torrent HASH says why; add --readmit HASH returns one)")
         for x in r.get("quarantined_torrents", []):
             con.print(f"  {x['info_hash']}  {x['reason']}")
+    if r.get("eviction_warning"):
+        con.print(f"[bold red]warning:[/] {r['eviction_warning']}", soft_wrap=True)
     if r.get("outage"):
         con.print(f"[bold red]outage:[/] {r['outage']}")
     if r["workers"]:
