@@ -41,6 +41,26 @@ def test_run_crawls_a_magnet_link_and_reports(test_env, opentracker):  # noqa: F
     assert (t["visits"], t["peers_last_visit"], t["state"]) == (1, 4, "cooling")
 
 
+def test_run_reports_any_bad_item_and_trackers_past_the_cap_as_add_does(test_env, tmp_path):
+    # run admits through add's own path: a .torrent that breaks the bencode
+    # parser is one line, and trackers past the per-torrent bound are reported.
+    env = _env(test_env)
+    env["PEERCRAWL_MAX_TRACKERS_PER_TORRENT"] = "2"
+    big = tmp_path / "big_int.torrent"
+    big.write_bytes(b"d4:infod6:lengthi" + b"9" * 5000 + b"eee")
+    ih = hashlib.sha1(b"run-capped").hexdigest()
+    magnet = f"magnet:?xt=urn:btih:{ih}" + "".join(f"&tr=udp://127.0.0.1:{1000 + i}/announce" for i in range(5))
+    r = subprocess.run([str(BIN / "peercrawl"), "run", str(big), magnet, "--duration", "1"], env=env,
+                       capture_output=True, text=True, timeout=60, check=False)
+    assert r.returncode == 1, r.stderr[-2000:]
+    assert f"peercrawl run: argument 1: {big} is not valid bencode" in r.stderr
+    assert "peercrawl run: 3 trackers not stored on 1 torrent" in r.stderr
+    assert "Traceback" not in r.stderr
+    t = json.loads(subprocess.run([str(BIN / "peercrawl"), "torrent", ih, "--json"], env=env,
+                                  capture_output=True, text=True, timeout=30, check=False).stdout)
+    assert len(t["trackers"]) == 2
+
+
 def test_procfile_worker_runs_under_honcho(test_env):
     env = _env(test_env)
     p = subprocess.Popen([str(BIN / "honcho"), "-f", str(ROOT / "Procfile"), "start", "worker"], env=env,

@@ -1,7 +1,7 @@
 """``peercrawl run``'s intake and live progress (SPEC §7).
 
-``add_items`` admits the command's ITEMs as ``peercrawl add`` does (one line
-on stderr per bad item). ``Progress`` counts this process's visits and peers
+``add_items`` admits the command's ITEMs through ``peercrawl add``'s own
+``admit`` (one line on stderr per bad item, whatever the cause). ``Progress`` counts this process's visits and peers
 (fed by ``Worker.on_visit``) and, on a terminal, redraws one line a second
 with the countries recorded so far (the size of the lifetime countries index).
 """
@@ -15,26 +15,16 @@ import click
 import gevent
 import redis
 
+from crawler.cli.add import admit
 from crawler.counters.recorder import index_key
-from crawler.errors import ItemError
-from crawler.items import parse_item
-from crawler.lifecycle import Queue
 
 
 def add_items(ctx, items) -> int:
-    """Add ``items`` to the queue of ``ctx``; returns how many were bad."""
-    good, bad = [], 0
-    for n, text in enumerate(items, 1):
-        try:
-            good.append(parse_item(text, None))
-        except ItemError as e:
-            bad += 1
-            click.echo(f"peercrawl run: argument {n}: {e}", err=True)
-    if good:
-        statuses = Queue(ctx.client, ctx.keys, ctx.settings).add(good)
-        added = statuses.count("added")
-        click.echo(f"added {added}, already tracked {statuses.count('already_tracked')}", err=True)
-    return bad
+    """Add ``items`` to the queue of ``ctx`` as ``peercrawl add`` does; returns how many were bad."""
+    counts = admit(ctx, ((f"argument {n}", text, None) for n, text in enumerate(items, 1)), who="peercrawl run")
+    if counts["invalid"] < len(items):
+        click.echo(f"added {counts['added']}, already tracked {counts['already_tracked']}", err=True)
+    return counts["invalid"]
 
 
 class Progress:

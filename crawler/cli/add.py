@@ -90,6 +90,62 @@ def _lines(f: BinaryIO) -> Iterator[tuple[int, str | ItemError]]:
         yield n, line.decode("utf-8", "surrogateescape")
 
 
+def admit(ctx, sources: Iterator[tuple[str, str | ItemError, Path | None]], *, readmit: bool = False,
+          extra: tuple[str, ...] = (), who: str = "peercrawl add", show_progress: bool = False) -> dict[str, int]:
+    """Parse every ITEM of ``sources`` and add the good ones to ``ctx``'s queue; returns the counts.
+
+    ``sources`` yields ``(where, text or ItemError, base directory)`` as
+    ``_sources`` does. Each bad item, whatever went wrong while parsing it, is
+    one line on stderr (``who: where: reason``) and counts as ``invalid``; the
+    good ones are still added. ``extra`` trackers are added to every item.
+    Trackers past PEERCRAWL_MAX_TRACKERS_PER_TORRENT are reported in one line.
+    """
+    queue = Queue(ctx.client, ctx.keys, ctx.settings)
+    counts = {"added": 0, "already_tracked": 0, "skipped_evicted": 0, "invalid": 0,
+              "skipped_quarantined": 0, "readmitted": 0, "trackers_dropped": 0}
+    capped: set[str] = set()
+
+    def dropped(item: NewItem, n: int) -> None:
+        counts["trackers_dropped"] += n
+        capped.add(item.info_hash)
+
+    def good() -> Iterator[NewItem]:
+        for where, text, base in sources:
+            try:
+                if isinstance(text, ItemError):
+                    raise text
+                item = parse_item(text, base)
+            except ItemError as e:
+                counts["invalid"] += 1
+                click.echo(f"{who}: {where}: {e}", err=True)
+                continue
+            except Exception as e:  # noqa: BLE001 - a fault in one item's parsing costs that item, not the batch
+                counts["invalid"] += 1
+                click.echo(f"{who}: {where}: cannot parse this item: {type(e).__name__}: "
+                           + " ".join(str(e).split())[:200], err=True)
+                continue
+            if extra:
+                item = NewItem(item.info_hash, tuple(dict.fromkeys(item.trackers + extra)))
+            yield item
+
+    progress = _progress() if show_progress else None
+    if progress is not None:
+        with progress:
+            task = progress.add_task("adding", total=None)
+            for _, status in queue.add_stream(good(), readmit=readmit, on_dropped=dropped):
+                counts[status] += 1
+                progress.advance(task)
+    else:
+        for _, status in queue.add_stream(good(), readmit=readmit, on_dropped=dropped):
+            counts[status] += 1
+    if counts["trackers_dropped"]:
+        n, t = counts["trackers_dropped"], len(capped)
+        click.echo(f"{who}: {n} tracker{'s' * (n != 1)} not stored on {t} torrent{'s' * (t != 1)} "
+                   f"(at most {ctx.settings.max_trackers_per_torrent} per torrent, "
+                   "PEERCRAWL_MAX_TRACKERS_PER_TORRENT)", err=True)
+    return counts
+
+
 @click.command("add")
 @click.argument("items", nargs=-1)
 @click.option("--from", "from_file", type=click.File("rb"),
@@ -115,49 +171,8 @@ def command(items: tuple[str, ...], from_file: BinaryIO | None, trackers: tuple[
     except ItemError as e:
         raise click.BadParameter(str(e).split(": ", 1)[-1], param_hint="--tracker") from None
     ctx = open_context()
-    queue = Queue(ctx.client, ctx.keys, ctx.settings)
-    counts = {"added": 0, "already_tracked": 0, "skipped_evicted": 0, "invalid": 0,
-              "skipped_quarantined": 0, "readmitted": 0, "trackers_dropped": 0}
-    capped: set[str] = set()
-
-    def dropped(item: NewItem, n: int) -> None:
-        counts["trackers_dropped"] += n
-        capped.add(item.info_hash)
-
-    def good() -> Iterator[NewItem]:
-        for where, text, base in _sources(items, from_file):
-            try:
-                if isinstance(text, ItemError):
-                    raise text
-                item = parse_item(text, base)
-            except ItemError as e:
-                counts["invalid"] += 1
-                click.echo(f"peercrawl add: {where}: {e}", err=True)
-                continue
-            except Exception as e:  # noqa: BLE001 - a fault in one item's parsing costs that item, not the batch
-                counts["invalid"] += 1
-                click.echo(f"peercrawl add: {where}: cannot parse this item: {type(e).__name__}: "
-                           + " ".join(str(e).split())[:200], err=True)
-                continue
-            if extra:
-                item = NewItem(item.info_hash, tuple(dict.fromkeys(item.trackers + extra)))
-            yield item
-
-    progress = _progress() if from_file is not None and sys.stderr.isatty() else None
-    if progress is not None:
-        with progress:
-            task = progress.add_task("adding", total=None)
-            for _, status in queue.add_stream(good(), readmit=readmit, on_dropped=dropped):
-                counts[status] += 1
-                progress.advance(task)
-    else:
-        for _, status in queue.add_stream(good(), readmit=readmit, on_dropped=dropped):
-            counts[status] += 1
-    if counts["trackers_dropped"]:
-        n, t = counts["trackers_dropped"], len(capped)
-        click.echo(f"peercrawl add: {n} tracker{'s' * (n != 1)} not stored on {t} torrent{'s' * (t != 1)} "
-                   f"(at most {ctx.settings.max_trackers_per_torrent} per torrent, "
-                   "PEERCRAWL_MAX_TRACKERS_PER_TORRENT)", err=True)
+    counts = admit(ctx, _sources(items, from_file), readmit=readmit, extra=extra, who="peercrawl add",
+                   show_progress=from_file is not None and sys.stderr.isatty())
     if as_json:
         click.echo(json.dumps(counts))
     else:
