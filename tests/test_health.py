@@ -29,7 +29,8 @@ def test_backoff_doubles_up_to_max_and_recovers(client, keys):
     other.record(url, True)  # recovery is written at once
     assert h.backing_off_until(url) is None
     rep = tracker_report(client, keys)[url]
-    assert rep == {"answers": 1, "failures": 5, "backing_off": False, "until": None}
+    assert {k: rep[k] for k in ("answers", "failures", "refusals", "backing_off", "until")} == {
+        "answers": 1, "failures": 5, "refusals": 0, "backing_off": False, "until": None}
 
 
 def test_answers_are_batched_then_flushed(client, keys):
@@ -73,7 +74,8 @@ def test_refusal_counts_as_alive(settings, client, keys):
         assert not r.ok and "go away" in r.error
         t.health.flush()
         rep = tracker_report(client, keys)[tr.url]
-        assert rep["failures"] == 0 and rep["answers"] == 1 and not rep["backing_off"]
+        assert (rep["failures"], rep["answers"], rep["refusals"], rep["backing_off"]) == (0, 0, 1, False)
+        assert rep["last_refusal"] == "tracker error: go away"
     finally:
         t.close()
         tr.close()
