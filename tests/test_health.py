@@ -79,3 +79,28 @@ def test_refusal_counts_as_alive(settings, client, keys):
     finally:
         t.close()
         tr.close()
+
+
+def test_health_script_refuses_bad_arguments_before_any_write_and_reads_old_entries(client, keys):
+    import json
+
+    import pytest
+    import redis
+
+    h = TrackerHealth(client, keys)
+    url = "udp://old.example:1/announce"
+    # An entry written before refusals, cuts and caps existed.
+    client.hset(keys.tracker_health, url, json.dumps({"answers": 3, "failures": 1, "streak": 1, "until": 0}))
+    args = [url, 0, 0, "none", 1.0, 60, 3600, 2, 0, "", 0, 0, 0]
+    for i, bad in ((2, "x"), (4, "maybe"), (12, "nan")):
+        wrong = list(args)
+        wrong[i - 1] = bad
+        with pytest.raises(redis.ResponseError, match="tracker_health"):
+            h._script(keys=[keys.tracker_health, keys.tracker_used], args=wrong)
+    assert client.zcard(keys.tracker_used) == 0  # nothing written
+    h.record(url, "refusal", message="tracker error: unregistered")
+    h.flush()
+    rep = tracker_report(client, keys)[url]
+    assert (rep["answers"], rep["failures"], rep["refusals"], rep["last_refusal"]) == (
+        3, 1, 1, "tracker error: unregistered")
+    assert json.loads(client.hget(keys.tracker_health, url))["streak"] == 0  # a refusal is a sign of life
