@@ -7,6 +7,7 @@ tests can show that bad ones do not hurt the others.
 
 from __future__ import annotations
 
+import functools
 import random
 import socket as _stdsocket
 import struct
@@ -36,6 +37,13 @@ def fake_peers(n: int, port: int = 6881) -> bytes:
 
 # The most distinct entries a 2 MiB HTTP reply holds (2 MiB over 6 bytes, less the bencoding).
 HTTP_FLOOD_ENTRIES = 349_504
+
+
+@functools.cache
+def flood_body() -> bytes:
+    """A 2 MiB announce reply of ``HTTP_FLOOD_ENTRIES`` distinct peers (built once per test process)."""
+    return bencode.encode({b"interval": 900, b"complete": 1, b"incomplete": 400_000,
+                           b"peers": fake_peers(HTTP_FLOOD_ENTRIES)})
 
 
 class HostileUdpTracker:
@@ -154,8 +162,7 @@ class HostileHttpTracker:
                 del d[b"peers6"]
                 send(bencode.encode(d))
             elif path == "/flood":
-                send(bencode.encode({b"interval": 900, b"complete": 1, b"incomplete": 400_000,
-                                     b"peers": fake_peers(HTTP_FLOOD_ENTRIES)}))
+                send(flood_body())
             elif path == "/refuse":
                 key = params.get("passkey", ["?"])[0]
                 send(bencode.encode({b"failure reason": f"passkey {key} is not registered here".encode()}))

@@ -11,7 +11,10 @@ import socket
 import time
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from crawler import bencode
 from crawler.lifecycle import NewItem, Queue
 from crawler.settings import Settings, TrackerSpec
 from crawler.sources.health import TrackerHealth, tracker_report
@@ -73,15 +76,31 @@ def test_an_exception_in_the_exchange_is_a_recorded_failure_that_backs_off(http_
 
 
 def test_a_2_mib_http_reply_keeps_factor_times_max_and_counts_the_cut(http_tracker, settings, client, keys):
+    import gevent
+
     t = _trackers(settings, client, keys, source_peers_factor=2)
     url = http_tracker.base + "/flood"
+    hostile.flood_body()  # built before the clock starts: the stand-in shares our event loop
+    stalls = [0.0]
+
+    def tick():
+        last = time.monotonic()
+        while True:
+            gevent.sleep(0.001)
+            now = time.monotonic()
+            stalls[0], last = max(stalls[0], now - last), now
+
+    ticker = gevent.spawn(tick)
     try:
         r = t.announce(url, _hash())
         assert r.ok, r.error
         assert len(r.peers) == 400  # 2 x the default max of 200
         assert r.returned == hostile.HTTP_FLOOD_ENTRIES
     finally:
+        ticker.kill()
         t.close()
+    # Cut before decoding: no second-long stall of every other greenlet (decoding it all took ~1.2 s).
+    assert stalls[0] < 0.4
     rep = tracker_report(client, keys)[url]
     assert rep["peers_cut"] == hostile.HTTP_FLOOD_ENTRIES - 400 and rep["answers"] == 1
 
@@ -289,3 +308,41 @@ def test_passkeys_never_reach_status_logs_or_failure_reasons(http_tracker, test_
     assert "<redacted:" in everything and "nothing" in everything  # the URLs are there, their secrets not
     for secret in (passkey, user, path_key):
         assert secret not in everything
+
+
+@given(
+    st.one_of(st.binary(max_size=80), st.lists(st.fixed_dictionaries(
+        {b"ip": st.sampled_from([b"1.2.3.4", b"::1", b"nope"]), b"port": st.integers(0, 70000)}), max_size=8)),
+    st.binary(max_size=200),
+    st.integers(0, 6),
+)
+def test_cutting_an_http_body_keeps_what_the_codec_would_have_kept(peers, peers6, limit):
+    from crawler.errors import RemoteProtocolError
+    from crawler.sources.http_codec import parse_announce_reply
+    from crawler.sources.trackers import bounded_body
+
+    body = bencode.encode({b"interval": 60, b"complete": 2, b"incomplete": 3, b"peers": peers, b"peers6": peers6})
+    cut_body, cut = bounded_body(body, limit)
+    try:
+        whole = parse_announce_reply(body)
+    except RemoteProtocolError as e:
+        whole = e
+    try:
+        kept = parse_announce_reply(cut_body)
+    except RemoteProtocolError as e:
+        # Whatever fails cut failed whole, with the same message (unless the whole one first
+        # failed on a dictionary entry past the bound, which the cut body no longer holds).
+        assert isinstance(whole, RemoteProtocolError)
+        assert str(whole) == str(e) or (isinstance(peers, list) and len(peers) > limit)
+        return
+    if isinstance(whole, RemoteProtocolError):
+        # Only a malformed entry past the bound of a dictionary list is never looked at.
+        assert isinstance(peers, list) and len(peers) > limit
+        return
+    assert (kept.interval, kept.complete, kept.incomplete) == (whole.interval, whole.complete, whole.incomplete)
+    # Exactly the first `limit` entries of each list, as the codec reads them.
+    first = bencode.encode({b"peers": peers[: limit * 6] if isinstance(peers, bytes) else peers[:limit],
+                            b"peers6": peers6[: limit * 18]})
+    assert kept.peers == parse_announce_reply(first).peers
+    raw = len(peers) // 6 if isinstance(peers, bytes) else len(peers)
+    assert cut == max(0, raw - limit) + max(0, len(peers6) // 18 - limit)
