@@ -252,7 +252,7 @@ class Trackers:
             s = self.udp.announce(addr, family, deadline=stop_deadline, event=udp_codec.EVENT_STOPPED, peers=False,
                                  **common)
             stopped = (s.seeders, s.leechers)
-        except (RemoteProtocolError, TrackerTimeout):
+        except Exception:  # noqa: BLE001 - the withdrawal is best effort; the answer stands
             pass
         return self._result(url, info_hash, configured, asked, reply.peers, cut, reply.seeders, reply.leechers,
                             stopped, float(reply.interval), None, None)
@@ -278,7 +278,9 @@ class Trackers:
             r, _ = get("stopped", min(deadline, time.monotonic() + self.stop_timeout), 0)
             if r.complete is not None and r.incomplete is not None:
                 stopped = (r.complete, r.incomplete)
-        except (RemoteProtocolError, TrackerTimeout, HttpTrackerError):
+        except StoreError:
+            raise
+        except Exception:  # noqa: BLE001 - the withdrawal is best effort; the answer stands
             pass
 
         def num(v):
