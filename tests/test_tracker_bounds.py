@@ -299,7 +299,9 @@ def test_passkeys_never_reach_status_logs_or_failure_reasons(http_tracker, test_
     assert refuser["last_refusal"].startswith("tracker refused: passkey <redacted:")
     (failer,) = [x for x in trackers.values() if x["failures"]]
     assert failer["refusals"] == 0
-    shown.append(peercrawl("status")[1])
+    text_status = peercrawl("status")[1]
+    shown.append(text_status)
+    assert "refusals" in text_status and "last refused" in text_status and "is not registered here" in text_status
     for h in (h1, h2):
         t, text = peercrawl("torrent", h, "--json")
         shown.append(text)
