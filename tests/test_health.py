@@ -91,7 +91,7 @@ def test_health_script_refuses_bad_arguments_before_any_write_and_reads_old_entr
     url = "udp://old.example:1/announce"
     # An entry written before refusals, cuts and caps existed.
     client.hset(keys.tracker_health, url, json.dumps({"answers": 3, "failures": 1, "streak": 1, "until": 0}))
-    args = [url, 0, 0, "none", 1.0, 60, 3600, 2, 0, "", 0, 0, 0]
+    args = [url, 0, 0, "none", 1.0, 60, 3600, 2, 0, "", 0, 0, 0, 86400]
     for i, bad in ((2, "x"), (4, "maybe"), (12, "nan")):
         wrong = list(args)
         wrong[i - 1] = bad
@@ -104,3 +104,23 @@ def test_health_script_refuses_bad_arguments_before_any_write_and_reads_old_entr
     assert (rep["answers"], rep["failures"], rep["refusals"], rep["last_refusal"]) == (
         3, 1, 1, "tracker error: unregistered")
     assert json.loads(client.hget(keys.tracker_health, url))["streak"] == 0  # a refusal is a sign of life
+
+
+def test_a_learned_cap_rises_at_once_and_falls_only_when_left_unconfirmed(client, keys):
+    import time
+
+    url = "udp://capped.example:1/announce"
+    h = TrackerHealth(client, keys, refresh=0, flush=0, cap_confirm=0.5)
+    h.record(url, "answer", returned=82, capped=True)
+    assert h.cap(url) == 82
+    h.record(url, "answer", returned=40, capped=True)  # a short reply for another reason
+    assert h.cap(url) == 82
+    h.record(url, "answer", returned=90)  # more than the cap: it was higher
+    assert h.cap(url) == 90
+    time.sleep(0.6)
+    h.record(url, "answer", returned=90, capped=True)  # confirmed again
+    h.record(url, "answer", returned=50, capped=True)
+    assert h.cap(url) == 90
+    time.sleep(0.6)  # nothing confirms 90 any more: the operator lowered it
+    h.record(url, "answer", returned=50, capped=True)
+    assert h.cap(url) == 50 and tracker_report(client, keys)[url]["learned_cap"] == 50

@@ -21,8 +21,9 @@ Three outcomes of an announce:
 Besides, per tracker: ``cut``, the peers dropped from its replies past the
 per-source bound (``Settings.source_peers_factor``), and ``cap``, the most
 entries it hands out per reply when that is below what we ask (learned from
-replies, see ``Trackers``); ``min(configured max, cap)`` is its max for §2's
-"full".
+replies, see ``Trackers``; it rises with any longer reply, and falls only
+after ``CAP_CONFIRM_SECONDS`` without a reply confirming it); ``min(configured
+max, cap)`` is its max for §2's "full".
 
 A busy worker announces thousands of times a second, so Redis is not asked
 per announce: each process reads a tracker's state at most once per
@@ -61,6 +62,11 @@ ANSWER, REFUSAL, FAILURE = "answer", "refusal", "failure"
 PRUNE_EVERY = 600.0
 # Entries removed per prune call: one bounded script run.
 PRUNE_BATCH = 10_000
+# A learned cap not confirmed (a reply returning that many entries) for this
+# long may be lowered by a smaller capped reply: a tracker's operator lowered
+# it. A busy tracker confirms its cap with every big swarm; a day keeps a
+# cap stable against the odd short reply.
+CAP_CONFIRM_SECONDS = 86400.0
 _EMPTY = {"answers": 0, "failures": 0, "refusals": 0, "streak": 0, "until": 0, "cut": 0}
 
 
@@ -90,12 +96,13 @@ class TrackerHealth:
         flush: float = 1.0,
         cache_size: int = 10_000,
         prune_after: float = 7 * 86400.0,
+        cap_confirm: float = CAP_CONFIRM_SECONDS,
     ):
         self.client = client
         self.keys = keys
         self.base, self.maximum, self.threshold = base, maximum, threshold
         self.refresh, self.flush_every = refresh, flush
-        self.cache_size, self.prune_after = cache_size, prune_after
+        self.cache_size, self.prune_after, self.cap_confirm = cache_size, prune_after, cap_confirm
         self._script = lua.register(client, "tracker_health", package="crawler.sources")
         self._prune = lua.register(client, "tracker_prune", package="crawler.sources")
         self._state: Lru[str, tuple[dict, float]] = Lru(cache_size)  # url -> (state, read at monotonic)
@@ -122,12 +129,15 @@ class TrackerHealth:
         return until if until > time.time() else None
 
     def cap(self, url: str) -> int | None:
-        """The learned cap of ``url`` (the most entries it returns per reply), or None if none was seen."""
+        """The learned cap of ``url`` (the most entries it returns per reply), or None if none was seen.
+
+        This process's batch counts at once when it raises the cap (lowering is the script's call).
+        """
         stored = self._get(url).get("cap")
         cap = int(stored) if stored else 0
         b = self._batch.get(url)
         if b is not None and (b.cap or cap):
-            cap = max(cap, b.cap, b.most)
+            cap = max(cap, b.most) if cap else max(b.cap, b.most)
         return cap or None
 
     def record(self, url: str, outcome: str | bool, *, message: str = "", cut: int = 0,
@@ -189,7 +199,7 @@ class TrackerHealth:
             raw = self._script(
                 keys=[self.keys.tracker_health, self.keys.tracker_used],
                 args=[url, b.answers, failures, outcome, repr(time.time()), self.base, self.maximum,
-                      self.threshold, b.refusals, b.last_refusal, b.cut, b.cap, b.most],
+                      self.threshold, b.refusals, b.last_refusal, b.cut, b.cap, b.most, self.cap_confirm],
             )
         except redis.RedisError as e:
             raise StoreError(f"recording tracker health: {e}") from e

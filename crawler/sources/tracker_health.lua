@@ -19,13 +19,18 @@
 -- ARGV[12] evidence of a cap: the entries of a reply that returned fewer than
 --          asked while its counts said the swarm was larger (0: none)
 -- ARGV[13] the most entries any of the batched replies returned (0: none)
+-- ARGV[14] seconds a cap stands unconfirmed before a smaller capped reply may lower it
 -- Returns the new JSON.
 --
--- The cap only rises: a tracker never returns more entries than its cap, so
--- the largest reply seen is a lower bound of it, and a cap learned from a
--- reply that was short for another reason is corrected by the next longer one.
+-- The cap rises with any reply that returns more: a tracker never returns
+-- more entries than its cap, so the largest reply seen is a lower bound of
+-- it, and a cap learned from a reply that was short for another reason is
+-- corrected by the next longer one. A reply returning the cap confirms it
+-- (cap_at); a tracker that lowered its cap never confirms the old one again,
+-- so once the cap stood unconfirmed for ARGV[14] seconds a smaller capped
+-- reply replaces it.
 local n = {}
-for i = 2, 13 do
+for i = 2, 14 do
   if i ~= 4 and i ~= 10 then
     n[i] = tonumber(ARGV[i])
     if n[i] == nil or n[i] ~= n[i] then
@@ -47,8 +52,19 @@ h.cut = (tonumber(h.cut) or 0) + n[11]
 h.streak = tonumber(h.streak) or 0
 h['until'] = tonumber(h['until']) or 0
 if ARGV[10] ~= '' then h.last_refusal = ARGV[10] end
-if n[12] > 0 then h.cap = math.max(tonumber(h.cap) or 0, n[12]) end
-if h.cap and n[13] > h.cap then h.cap = n[13] end
+h.cap = tonumber(h.cap)
+if n[12] > 0 and not h.cap then
+  h.cap = n[12]
+  h.cap_at = n[5]
+end
+if h.cap and n[13] >= h.cap then
+  h.cap = n[13]
+  h.cap_at = n[5]
+end
+if n[12] > 0 and n[12] < h.cap and n[5] - (tonumber(h.cap_at) or 0) > n[14] then
+  h.cap = n[12]
+  h.cap_at = n[5]
+end
 if outcome == 'ok' then
   h.streak = 0
   h['until'] = 0
