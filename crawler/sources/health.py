@@ -157,7 +157,7 @@ class TrackerHealth:
         b = self._batch.get(url)
         if b is None:
             b = self._batch[url] = _Batch()
-        known_cap = self._get(url).get("cap")
+        state = self._get(url)
         if outcome == REFUSAL:
             b.refusals += 1
             b.last_refusal = redact.text(message, url)[:300]
@@ -168,7 +168,7 @@ class TrackerHealth:
                 b.most = max(b.most, returned)
                 if capped:
                     b.cap = max(b.cap, returned)
-        if self._get(url).get("streak", 0) or (capped and not known_cap):
+        if state.get("streak", 0) or (capped and not state.get("cap")):
             self._write(url, "ok", 0, self._batch.pop(url))
         elif len(self._batch) >= self.cache_size or time.monotonic() - self._last_flush >= self.flush_every:
             self.flush()
