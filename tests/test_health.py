@@ -124,3 +124,16 @@ def test_a_learned_cap_rises_at_once_and_falls_only_when_left_unconfirmed(client
     time.sleep(0.6)  # nothing confirms 90 any more: the operator lowered it
     h.record(url, "answer", returned=50, capped=True)
     assert h.cap(url) == 50 and tracker_report(client, keys)[url]["learned_cap"] == 50
+
+
+def test_entries_from_before_the_index_are_indexed_then_pruned(client, keys):
+    import json
+    import time
+
+    client.hset(keys.tracker_health, "udp://legacy.example:1/announce",
+                json.dumps({"answers": 1, "failures": 0, "streak": 0, "until": 0}))
+    h = TrackerHealth(client, keys, prune_after=0.3)
+    assert h.prune() == 0  # indexed as used now: a whole prune_after to go
+    assert client.zscore(keys.tracker_used, "udp://legacy.example:1/announce") is not None
+    time.sleep(0.4)
+    assert h.prune() == 1 and client.hlen(keys.tracker_health) == 0 and client.zcard(keys.tracker_used) == 0

@@ -109,6 +109,7 @@ class TrackerHealth:
         self._batch: dict[str, _Batch] = {}
         self._last_flush = time.monotonic()
         self._last_prune = float("-inf")
+        self._indexed = False
 
     def _get(self, url: str) -> dict:
         now = time.monotonic()
@@ -185,13 +186,35 @@ class TrackerHealth:
             self.prune()
 
     def prune(self, now: float | None = None) -> int:
-        """Remove the health of trackers unused for ``prune_after`` seconds; how many. Raises ``StoreError``."""
-        cutoff = (time.time() if now is None else now) - self.prune_after
+        """Remove the health of trackers unused for ``prune_after`` seconds; how many. Raises ``StoreError``.
+
+        The first call of a process also indexes entries written before the
+        last-used index existed (as used now: they get a whole ``prune_after``).
+        """
+        now = time.time() if now is None else now
+        if not self._indexed:
+            self._index_unindexed(now)
+        cutoff = now - self.prune_after
         try:
             return int(self._prune(keys=[self.keys.tracker_health, self.keys.tracker_used],
                                    args=[repr(cutoff), PRUNE_BATCH]))
         except redis.RedisError as e:
             raise StoreError(f"pruning tracker health: {e}") from e
+
+    def _index_unindexed(self, now: float) -> None:
+        """ZADD NX every health entry into the last-used index, a page at a time (idempotent)."""
+        try:
+            page = []
+            for url in self.client.hscan_iter(self.keys.tracker_health, count=1000):
+                page.append(url[0] if isinstance(url, tuple) else url)
+                if len(page) >= 1000:
+                    self.client.zadd(self.keys.tracker_used, {u: now for u in page}, nx=True)
+                    page = []
+            if page:
+                self.client.zadd(self.keys.tracker_used, {u: now for u in page}, nx=True)
+        except redis.RedisError as e:
+            raise StoreError(f"indexing tracker health: {e}") from e
+        self._indexed = True
 
     def _write(self, url: str, outcome: str, failures: int, b: _Batch | None) -> None:
         b = b or _Batch()
