@@ -12,6 +12,7 @@ import math
 
 from crawler.lifecycle import Queue
 from crawler.sources.health import tracker_report
+from crawler.store import eviction_warning
 
 
 def live_workers(queue: Queue, now: float) -> list[dict]:
@@ -47,6 +48,7 @@ def queue_report(queue: Queue, now: float) -> dict:
     workers = live_workers(queue, now)
     report["workers"] = workers
     report["trackers"] = tracker_report(queue.client, queue.keys)
+    report["eviction_warning"] = eviction_warning(queue.client)
     report.update(capacity_report(report, workers, queue.settings.revisit_seconds))
     return report
 
@@ -56,10 +58,11 @@ def capacity_report(report: dict, workers: list[dict], revisit_seconds: float) -
 
     Needed: every tracked torrent once per revisit interval. Per worker: the
     visits of the last hour divided by the live workers (or the workers' own
-    recent rate when they report one).
+    recent rate when they report one). A revisit interval of 0 asks for every
+    torrent as often as a worker is free: no finite need, so neither figure.
     """
     tracked = report["tracked"]
-    needed = tracked * 3600.0 / revisit_seconds if revisit_seconds else 0.0
+    needed = tracked * 3600.0 / revisit_seconds if revisit_seconds else None
     done = report["visits_last_hour"]
     n = len(workers)
     per_worker = done / n if n else None
@@ -67,11 +70,11 @@ def capacity_report(report: dict, workers: list[dict], revisit_seconds: float) -
     if rates and sum(rates) > 0:
         per_worker = sum(rates) / len(rates)
     needed_workers = None
-    if per_worker:
+    if per_worker and needed is not None:
         needed_workers = max(1, math.ceil(needed / per_worker))
     out = {
         "capacity": {
-            "visits_needed_per_hour": round(needed, 1),
+            "visits_needed_per_hour": None if needed is None else round(needed, 1),
             "visits_per_worker_hour": None if per_worker is None else round(per_worker, 1),
             "workers_needed": needed_workers,
         }

@@ -117,11 +117,12 @@ class HostileHttpTracker:
 
     /good, /failure, /dictpeers, /odd, /huge (Content-Length, too big),
     /endless (chunked, never ends), /slow (answers after 30 s),
-    /redirect?to=<url>, /loop (redirects to itself), /garbage,
-    /flood (349,504 distinct peers in 2 MiB), /refuse?passkey=K (a failure
-    reason quoting the passkey), and replies whose bytes once escaped the
-    client as untyped exceptions: /superscript (``Content-Length: ²``),
-    /bigint (a 5,000-digit integer), /hugeinterval (an interval no float holds).
+    /redirect?to=<url>, /loop (redirects to itself), /garbage; hostile bytes:
+    /superscript (``Content-Length: ²``), /hexchunk (chunk size ``0x..``),
+    /bigint (a 5,000-digit interval), /farinterval (interval 2^40, counts
+    fine), /bigcount (``complete`` of 2^40), /hugeinterval (an interval no
+    float holds); floods and refusals: /flood (349,504 distinct peers in
+    2 MiB), /refuse?passkey=K (a failure reason quoting the passkey).
     ``tls``: a server-side gevent SSLContext (``tests.tls_trackers``) to
     serve the same over https.
     """
@@ -140,6 +141,9 @@ class HostileHttpTracker:
                 return
             buf += chunk
         target = buf.split(b" ", 2)[1].decode()
+        self.last_target = target
+        host = [v for k, _, v in (line.partition(b": ") for line in buf.split(b"\r\n")) if k.lower() == b"host"]
+        self.last_host = host[0].decode() if host else None
         path, _, query = target.partition("?")
         params = urllib.parse.parse_qs(query)
 
@@ -166,11 +170,6 @@ class HostileHttpTracker:
             elif path == "/refuse":
                 key = params.get("passkey", ["?"])[0]
                 send(bencode.encode({b"failure reason": f"passkey {key} is not registered here".encode()}))
-            elif path == "/superscript":
-                body = bencode.encode(good)
-                sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: \xb2\r\n\r\n" + body)
-            elif path == "/bigint":
-                send(b"d8:intervali" + b"9" * 5000 + b"e5:peers0:e")
             elif path == "/hugeinterval":
                 send(bencode.encode({**good, b"interval": 10**400}))
             elif path == "/failure":
@@ -195,6 +194,19 @@ class HostileHttpTracker:
                 for _ in range(1000):
                     gevent.sleep(0.1)
                     sock.sendall(b"d")
+            elif path == "/superscript":
+                # "²" in Latin-1, as a header is read: str.isdigit() says yes, int() says no.
+                sock.sendall("HTTP/1.1 200 OK\r\nContent-Length: ²\r\n\r\n".encode("latin-1") + bencode.encode(good))
+            elif path == "/hexchunk":
+                body = bencode.encode(good)
+                sock.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+                             + b"0x%x\r\n%s\r\n0\r\n\r\n" % (len(body), body))
+            elif path == "/bigint":
+                send(bencode.encode(good).replace(b"i900e", b"i" + b"9" * 5000 + b"e"))
+            elif path == "/farinterval":
+                send(bencode.encode({**good, b"interval": 2**40, b"min interval": 2**40}))
+            elif path == "/bigcount":
+                send(bencode.encode({**good, b"complete": 2**40}))
             elif path == "/redirect":
                 send(b"", "302 Found", f"Location: {params['to'][0]}\r\n")
             elif path == "/loop":

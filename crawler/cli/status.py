@@ -37,6 +37,8 @@ def _print(r: dict) -> None:
     for name, value in cap.items():
         t.add_row(name.replace("_", " "), str(value))
     con.print(t)
+    if r.get("eviction_warning"):
+        con.print(f"[bold red]warning:[/] {r['eviction_warning']}", soft_wrap=True)
     if r.get("outage"):
         con.print(f"[bold red]outage:[/] {r['outage']}")
     if r["workers"]:
