@@ -39,22 +39,31 @@ def _is_path_secret(segment: str) -> bool:
     return bool(_PATH_SECRET.fullmatch(segment)) and any(c.isdigit() for c in segment)
 
 
+def _split(u: str) -> tuple[str, str, str, str, str]:
+    """(scheme, netloc, path, query, fragment) of ``u``, split as urlsplit does but never raising
+    (a bad IPv6 literal or port is still shown, with its secrets redacted)."""
+    scheme, _, rest = u.partition("://")
+    rest, _, fragment = rest.partition("#")
+    rest, _, query = rest.partition("?")
+    slash = rest.find("/")
+    netloc, path = (rest, "") if slash < 0 else (rest[:slash], rest[slash:])
+    return scheme, netloc, path, query, fragment
+
+
 def secrets(u: str) -> list[str]:
     """The parts of tracker URL ``u`` that ``url`` hides, longest first."""
-    try:
-        parts = urllib.parse.urlsplit(u)
-    except ValueError:
-        return []
+    _, netloc, path, query, fragment = _split(u)
     out = []
-    if "@" in parts.netloc:
-        out.append(parts.netloc.rsplit("@", 1)[0])
-    out += [s for s in parts.path.split("/") if _is_path_secret(s)]
-    if parts.query:
-        out.append(parts.query)
-        # Each value alone too: a tracker's message may quote just the passkey.
-        out += [v for _, v in urllib.parse.parse_qsl(parts.query, keep_blank_values=False) if len(v) >= 4]
-    if parts.fragment:
-        out.append(parts.fragment)
+    if "@" in netloc:
+        out.append(netloc.rsplit("@", 1)[0])
+    out += [s for s in path.split("/") if _is_path_secret(s)]
+    if query:
+        out.append(query)
+        # Each value alone too: a tracker's message may quote just the passkey. A value that is
+        # itself a URL (a redirect target) is left to the URL redaction of ``text``.
+        out += [v for _, v in urllib.parse.parse_qsl(query, keep_blank_values=False) if len(v) >= 4 and "://" not in v]
+    if fragment:
+        out.append(fragment)
     return sorted(set(out), key=len, reverse=True)
 
 
@@ -65,24 +74,17 @@ def url(u: str) -> str:
     """
     if "://" not in u:
         return _CONTROL.sub("?", u)
-    try:
-        parts = urllib.parse.urlsplit(u)
-    except ValueError:
-        # Unparseable (e.g. a bad IPv6 literal): keep the scheme and host-ish start only.
-        head, sep, rest = u.partition("://")
-        return head + sep + (rest.split("/", 1)[0].rsplit("@", 1)[-1] + ("/" + _mark(rest) if "/" in rest else ""))
-    netloc = parts.netloc
+    scheme, netloc, path, query, fragment = _split(u)
     if "@" in netloc:
         user, host = netloc.rsplit("@", 1)
         netloc = _mark(user) + "@" + host
-    path = "/".join(_mark(s) if _is_path_secret(s) else s for s in parts.path.split("/"))
-    out = f"{parts.scheme}://{netloc}{path}"
-    if parts.query:
-        out += "?" + _mark(parts.query)
-    if parts.fragment:
-        out += "#" + _mark(parts.fragment)
+    path = "/".join(_mark(s) if _is_path_secret(s) else s for s in path.split("/"))
+    out = f"{scheme}://{netloc}{path}"
+    if query:
+        out += "?" + _mark(query)
+    if fragment:
+        out += "#" + _mark(fragment)
     return _CONTROL.sub("?", out)
-
 
 def text(message: str, *tracker_urls: str) -> str:
     """``message`` with every URL in it redacted, the secrets of ``tracker_urls`` hidden wherever
