@@ -110,8 +110,13 @@ class Keys:
     # --- trackers' health (SPEC §3) --------------------------------------
     @property
     def tracker_health(self) -> str:
-        """HASH tracker URL -> JSON {answers, failures, streak, until}."""
+        """HASH tracker URL -> JSON {answers, failures, refusals, last_refusal, streak, until, cut, cap, used}."""
         return self._k("trackerhealth")
+
+    @property
+    def tracker_used(self) -> str:
+        """ZSET tracker URL -> unix time it was last used (prunes tracker_health)."""
+        return self._k("trackerused")
 
     def tracker_min_interval(self, info_hash: str) -> str:
         """HASH tracker URL -> unix time before which it must not be re-announced."""

@@ -117,6 +117,20 @@ class Settings:
     # min interval (UDP replies never do); the revisit interval spaces
     # announces anyway.
     tracker_floor: float = 0.0
+    # Peers kept per source and reply: this many times that source's max. We
+    # ask for max + 1, so a tracker that honours numwant never reaches 2x;
+    # past it a reply is padding or an attack (a 2 MiB reply holds 349,504
+    # IPv4 entries), and the rest is cut and counted per tracker in status.
+    source_peers_factor: int = 2
+    # Entries of each per-process cache keyed by tracker URL, host or address
+    # (DNS, the address that answered, UDP connection ids, tracker health):
+    # far above the trackers a crawl uses at once, small in memory (~1 KB each).
+    tracker_cache_size: int = 10_000
+    # Tracker health of a tracker not used for this long is removed from
+    # Redis: a tracker any torrent still names is announced at least once per
+    # revisit interval or backoff (at most 6 h by default), so a week unused
+    # means no torrent names it any more. Must exceed both.
+    tracker_prune_seconds: float = 7 * 86400.0
 
     # --- Queue and scoring (§1, §2) -----------------------------------------
     # SPEC §1: revisit every 30 minutes. 0 is allowed: a visited torrent is
@@ -222,6 +236,9 @@ class Settings:
             tracker_backoff_max=r.get("PEERCRAWL_TRACKER_BACKOFF_MAX_SECONDS", _positive_float, 21600.0),
             tracker_backoff_after=r.get("PEERCRAWL_TRACKER_BACKOFF_AFTER", _bounded_int(1, 100), 2),
             tracker_floor=r.get("PEERCRAWL_TRACKER_FLOOR_SECONDS", _nonnegative_float, 0.0),
+            source_peers_factor=r.get("PEERCRAWL_SOURCE_PEERS_FACTOR", _bounded_int(1, 1000), 2),
+            tracker_cache_size=r.get("PEERCRAWL_TRACKER_CACHE_SIZE", _bounded_int(16, 10_000_000), 10_000),
+            tracker_prune_seconds=r.get("PEERCRAWL_TRACKER_PRUNE_SECONDS", _positive_float, 7 * 86400.0),
             outage_after=r.get("PEERCRAWL_OUTAGE_AFTER", _bounded_int(1, 10_000), 5),
             revisit_seconds=r.get("PEERCRAWL_REVISIT_SECONDS", _nonnegative_float, 1800.0),
             retry_seconds=r.get("PEERCRAWL_RETRY_SECONDS", _positive_float, 300.0),
@@ -264,6 +281,11 @@ class Settings:
             )
         if not self.multiplier_none < self.multiplier_full:
             raise SettingsError("PEERCRAWL_MULTIPLIER_NONE: must be below PEERCRAWL_MULTIPLIER_FULL")
+        if self.tracker_prune_seconds <= max(self.tracker_backoff_max, self.revisit_seconds):
+            raise SettingsError(
+                "PEERCRAWL_TRACKER_PRUNE_SECONDS: must exceed PEERCRAWL_TRACKER_BACKOFF_MAX_SECONDS and "
+                f"PEERCRAWL_REVISIT_SECONDS ({self.tracker_prune_seconds:g} s), or trackers in use are forgotten"
+            )
         if self.dht_node_rate * self.dht_node_window < 2:
             raise SettingsError(
                 "PEERCRAWL_DHT_NODE_RATE: times PEERCRAWL_DHT_NODE_WINDOW must allow at least 2 queries "
@@ -275,6 +297,10 @@ class Settings:
         s = dataclasses.replace(self, **changes)
         s.check()
         return s
+
+    def source_peers_bound(self, max_peers: int) -> int:
+        """The most peers kept from one reply of a source whose max is ``max_peers``."""
+        return self.source_peers_factor * max(1, max_peers)
 
     def tracker_max_peers(self, url: str) -> int:
         """The configured max peers of ``url``, else the default."""

@@ -7,6 +7,8 @@ tests can show that bad ones do not hurt the others.
 
 from __future__ import annotations
 
+import functools
+import random
 import socket as _stdsocket
 import struct
 import urllib.parse
@@ -23,6 +25,25 @@ GOOD_PEERS = (("127.9.0.1", 1111), ("127.9.0.2", 2222))
 
 # UDP modes, by the info-hash's first byte.
 UDP_GOOD, UDP_TRUNCATED, UDP_WRONG_TID, UDP_ERROR, UDP_ODD_PEERS, UDP_SILENT, UDP_WRONG_ACTION, UDP_SPOOF = range(8)
+# A reply filling a whole datagram with distinct peers (10,914 IPv4 entries).
+UDP_FLOOD = 8
+FLOOD_DATAGRAM_ENTRIES = (65507 - 20) // 6
+
+
+def fake_peers(n: int, port: int = 6881) -> bytes:
+    """``n`` distinct compact IPv4 entries (1.0.0.0 upward, all on ``port``), built fast."""
+    return b"".join(struct.pack(">IH", 0x01000000 + i, port) for i in range(n))
+
+
+# The most distinct entries a 2 MiB HTTP reply holds (2 MiB over 6 bytes, less the bencoding).
+HTTP_FLOOD_ENTRIES = 349_504
+
+
+@functools.cache
+def flood_body() -> bytes:
+    """A 2 MiB announce reply of ``HTTP_FLOOD_ENTRIES`` distinct peers (built once per test process)."""
+    return bencode.encode({b"interval": 900, b"complete": 1, b"incomplete": 400_000,
+                           b"peers": fake_peers(HTTP_FLOOD_ENTRIES)})
 
 
 class HostileUdpTracker:
@@ -68,6 +89,9 @@ class HostileUdpTracker:
                 self.sock.sendto(good + b"\x01\x02\x03", addr)
             elif mode == UDP_WRONG_ACTION:
                 self.sock.sendto(u.encode_reply(u.ScrapeReply(tid, (u.ScrapeEntry(1, 2, 3),))), addr)
+            elif mode == UDP_FLOOD:
+                head = struct.pack(">IIIII", u.ANNOUNCE, tid, 900, 20000, 1)
+                self.sock.sendto(head + fake_peers(FLOOD_DATAGRAM_ENTRIES), addr)
             elif mode == UDP_SPOOF:
                 # Right transaction id, wrong source port: must be ignored.
                 self.spoof.sendto(u.encode_reply(u.AnnounceReply(tid, 900, 9, 9, (("6.6.6.6", 666),))), addr)
@@ -96,7 +120,9 @@ class HostileHttpTracker:
     /redirect?to=<url>, /loop (redirects to itself), /garbage; hostile bytes:
     /superscript (``Content-Length: ²``), /hexchunk (chunk size ``0x..``),
     /bigint (a 5,000-digit interval), /farinterval (interval 2^40, counts
-    fine), /bigcount (``complete`` of 2^40).
+    fine), /bigcount (``complete`` of 2^40), /hugeinterval (an interval no
+    float holds); floods and refusals: /flood (349,504 distinct peers in
+    2 MiB), /refuse?passkey=K (a failure reason quoting the passkey).
     ``tls``: a server-side gevent SSLContext (``tests.tls_trackers``) to
     serve the same over https.
     """
@@ -139,6 +165,13 @@ class HostileHttpTracker:
                 d = {**good, b"peers": [{b"ip": b"127.9.0.5", b"port": 5555, b"peer id": b"x" * 20}]}
                 del d[b"peers6"]
                 send(bencode.encode(d))
+            elif path == "/flood":
+                send(flood_body())
+            elif path == "/refuse":
+                key = params.get("passkey", ["?"])[0]
+                send(bencode.encode({b"failure reason": f"passkey {key} is not registered here".encode()}))
+            elif path == "/hugeinterval":
+                send(bencode.encode({**good, b"interval": 10**400}))
             elif path == "/failure":
                 send(bencode.encode({b"failure reason": b"unregistered torrent"}))
             elif path == "/odd":
@@ -187,3 +220,56 @@ class HostileHttpTracker:
 
     def close(self):
         self.server.stop(timeout=0.1)
+
+
+class ListingUdpTracker:
+    """A UDP tracker that behaves as widely used implementations do: it registers
+    the requester in the swarm before it picks the reply (so the requester may
+    be listed, and is counted), and clamps numwant to its own ``clamp``
+    (None: no clamp). Every torrent has ``swarm`` leechers of its own
+    (public-looking addresses) besides whoever announces.
+    """
+
+    def __init__(self, swarm: int, clamp: int | None = None):
+        self.swarm, self.clamp = swarm, clamp
+        self.sock = socket.socket(_stdsocket.AF_INET, _stdsocket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.wanted: list[int] = []  # numwant of every started announce
+        self._peers: dict[bytes, list] = {}
+        self._joined: dict[bytes, set] = {}
+        self.g = gevent.spawn(self._serve)
+
+    @property
+    def url(self) -> str:
+        return f"udp://127.0.0.1:{self.port}/announce"
+
+    def _serve(self):
+        while True:
+            data, addr = self.sock.recvfrom(2048)
+            if len(data) == 16:
+                tid = struct.unpack(">QII", data)[2]
+                self.sock.sendto(u.encode_reply(u.ConnectReply(tid, 0x1234)), addr)
+                continue
+            req = u.AnnounceRequest.decode(data)
+            own = self._peers.setdefault(req.info_hash, [
+                (f"{1 + i // 65536}.{(i // 256) % 256}.{i % 256}.7", 6881) for i in range(self.swarm)])
+            joined = self._joined.setdefault(req.info_hash, set())
+            me = (addr[0], req.port)
+            if req.event == u.EVENT_STOPPED:
+                joined.discard(me)
+                picks = ()
+            else:
+                self.wanted.append(req.num_want)
+                joined.add(me)  # registered before the pick, as the real ones do
+                n = req.num_want if self.clamp is None else min(req.num_want, self.clamp)
+                everyone = own + sorted(joined)
+                picks = tuple(random.sample(everyone, min(n, len(everyone))))
+                if me not in picks and len(everyone) > n:
+                    picks = (me,) + picks[1:]  # this implementation lists the requester first
+            count = len(own) + len(joined)
+            self.sock.sendto(u.encode_reply(u.AnnounceReply(req.transaction_id, 1800, count, 0, picks)), addr)
+
+    def close(self):
+        self.g.kill()
+        self.sock.close()

@@ -29,7 +29,8 @@ def test_backoff_doubles_up_to_max_and_recovers(client, keys):
     other.record(url, True)  # recovery is written at once
     assert h.backing_off_until(url) is None
     rep = tracker_report(client, keys)[url]
-    assert rep == {"answers": 1, "failures": 5, "backing_off": False, "until": None}
+    assert {k: rep[k] for k in ("answers", "failures", "refusals", "backing_off", "until")} == {
+        "answers": 1, "failures": 5, "refusals": 0, "backing_off": False, "until": None}
 
 
 def test_answers_are_batched_then_flushed(client, keys):
@@ -73,7 +74,66 @@ def test_refusal_counts_as_alive(settings, client, keys):
         assert not r.ok and "go away" in r.error
         t.health.flush()
         rep = tracker_report(client, keys)[tr.url]
-        assert rep["failures"] == 0 and rep["answers"] == 1 and not rep["backing_off"]
+        assert (rep["failures"], rep["answers"], rep["refusals"], rep["backing_off"]) == (0, 0, 1, False)
+        assert rep["last_refusal"] == "tracker error: go away"
     finally:
         t.close()
         tr.close()
+
+
+def test_health_script_refuses_bad_arguments_before_any_write_and_reads_old_entries(client, keys):
+    import json
+
+    import pytest
+    import redis
+
+    h = TrackerHealth(client, keys)
+    url = "udp://old.example:1/announce"
+    # An entry written before refusals, cuts and caps existed.
+    client.hset(keys.tracker_health, url, json.dumps({"answers": 3, "failures": 1, "streak": 1, "until": 0}))
+    args = [url, 0, 0, "none", 1.0, 60, 3600, 2, 0, "", 0, 0, 0, 86400]
+    for i, bad in ((2, "x"), (4, "maybe"), (12, "nan")):
+        wrong = list(args)
+        wrong[i - 1] = bad
+        with pytest.raises(redis.ResponseError, match="tracker_health"):
+            h._script(keys=[keys.tracker_health, keys.tracker_used], args=wrong)
+    assert client.zcard(keys.tracker_used) == 0  # nothing written
+    h.record(url, "refusal", message="tracker error: unregistered")
+    h.flush()
+    rep = tracker_report(client, keys)[url]
+    assert (rep["answers"], rep["failures"], rep["refusals"], rep["last_refusal"]) == (
+        3, 1, 1, "tracker error: unregistered")
+    assert json.loads(client.hget(keys.tracker_health, url))["streak"] == 0  # a refusal is a sign of life
+
+
+def test_a_learned_cap_rises_at_once_and_falls_only_when_left_unconfirmed(client, keys):
+    import time
+
+    url = "udp://capped.example:1/announce"
+    h = TrackerHealth(client, keys, refresh=0, flush=0, cap_confirm=0.5)
+    h.record(url, "answer", returned=82, capped=True)
+    assert h.cap(url) == 82
+    h.record(url, "answer", returned=40, capped=True)  # a short reply for another reason
+    assert h.cap(url) == 82
+    h.record(url, "answer", returned=90)  # more than the cap: it was higher
+    assert h.cap(url) == 90
+    time.sleep(0.6)
+    h.record(url, "answer", returned=90, capped=True)  # confirmed again
+    h.record(url, "answer", returned=50, capped=True)
+    assert h.cap(url) == 90
+    time.sleep(0.6)  # nothing confirms 90 any more: the operator lowered it
+    h.record(url, "answer", returned=50, capped=True)
+    assert h.cap(url) == 50 and tracker_report(client, keys)[url]["learned_cap"] == 50
+
+
+def test_entries_from_before_the_index_are_indexed_then_pruned(client, keys):
+    import json
+    import time
+
+    client.hset(keys.tracker_health, "udp://legacy.example:1/announce",
+                json.dumps({"answers": 1, "failures": 0, "streak": 0, "until": 0}))
+    h = TrackerHealth(client, keys, prune_after=0.3)
+    assert h.prune() == 0  # indexed as used now: a whole prune_after to go
+    assert client.zscore(keys.tracker_used, "udp://legacy.example:1/announce") is not None
+    time.sleep(0.4)
+    assert h.prune() == 1 and client.hlen(keys.tracker_health) == 0 and client.zcard(keys.tracker_used) == 0

@@ -110,6 +110,6 @@ def test_numwant_is_the_trackers_max(opentracker, settings, client, keys):  # no
     finally:
         t.close()
     assert r.ok and r.max_peers == 5
-    # We may be one of the 5 opentracker picked, and are dropped: 4 or 5 left.
-    assert len(r.peers) in (4, 5)
+    # We ask for max + 1 = 6: if we are one of the 6 opentracker picked, 5 real peers are left.
+    assert r.returned == 6 and len(r.peers) in (5, 6)
     assert r.leechers == 12

@@ -41,6 +41,7 @@ from crawler.keys import Keys
 from crawler.lifecycle import Lease, Queue
 from crawler.scoring import SourceCount, outcome
 from crawler.settings import Settings
+from crawler.sources import redact
 from crawler.sources.result import SourceResult, VisitResult
 
 log = logs.get("worker.visit")
@@ -112,25 +113,30 @@ class Visitor:
         out = []
         for name, j in zip(names, jobs):
             if j.successful() and j.value is not None:
-                out.append(j.value)
+                out.append(self._bounded(j.value))
             elif j.ready() and j.exception is not None and not isinstance(j.exception, gevent.GreenletExit):
                 if isinstance(j.exception, StoreError):
                     raise j.exception
-                out.append(SourceResult.failed(name, f"{type(j.exception).__name__}: {j.exception}"))
+                error = redact.text(f"{type(j.exception).__name__}: {j.exception}", name)
+                out.append(SourceResult.failed(name, error))
             else:
                 out.append(SourceResult.failed(name, "no answer within the visit deadline"))
         return out
+
+    def _bounded(self, r: SourceResult) -> SourceResult:
+        """``r`` with at most the per-source bound of peers (trackers cut their own; this bounds any source)."""
+        return r.bounded(self.settings.source_peers_bound(r.max_peers))
 
     def _ask_one(self, h: str, url: str, deadline: float) -> SourceResult:
         """One tracker, asked from this greenlet (no greenlet to start for a lone source)."""
         # The tracker bounds itself by the deadline; the extra second only guards a stuck one.
         with gevent.Timeout(max(deadline - time.monotonic(), 0) + 1.0, False):
             try:
-                return self.trackers.announce(url, h, deadline)
+                return self._bounded(self.trackers.announce(url, h, deadline))
             except StoreError:
                 raise
             except Exception as e:  # noqa: BLE001 - a source's bug is that source's failure, as in gather
-                return SourceResult.failed(url, f"{type(e).__name__}: {e}")
+                return SourceResult.failed(url, redact.text(f"{type(e).__name__}: {e}", url))
         return SourceResult.failed(url, "no answer within the visit deadline")
 
     def _not_before(self, r: SourceResult, now: float) -> float:
@@ -175,7 +181,9 @@ class Visitor:
                 raise StoreError(f"writing the trackers' min interval failed: {e}") from e
             not_before.update(fresh)
         if not answered:
-            error = "; ".join(f"{r.source}: {r.error}" for r in results)[:200] or "no source to ask"
+            # Shown by `torrent` and kept in Redis: tracker URLs redacted (their passkeys).
+            error = "; ".join(f"{redact.url(r.source)}: {redact.text(r.error or '', r.source)}"
+                              for r in results)[:200] or "no source to ask"
             self.queue.fail(lease, error, now=now)
             return Visit(h, "failed", lease.score, 0, 0, 0, len(results), error), self._claim(claim)
         vr = VisitResult(h, tuple(results))

@@ -57,9 +57,15 @@ def _print(r: dict) -> None:
     else:
         con.print("no live workers")
     if r["trackers"]:
+        from rich.markup import escape
+
         tr = Table(title="trackers")
-        for col in ("tracker", "answers", "failures", "backing off"):
+        for col in ("tracker", "answers", "failures", "refusals", "backing off", "learned cap", "peers cut"):
             tr.add_column(col)
         for url, x in sorted(r["trackers"].items()):
-            tr.add_row(url, str(x.get("answers")), str(x.get("failures")), str(x.get("backing_off")))
+            tr.add_row(escape(url), str(x.get("answers")), str(x.get("failures")), str(x.get("refusals", 0)),
+                       str(x.get("backing_off")), str(x.get("learned_cap") or ""), str(x.get("peers_cut", 0)))
         con.print(tr)
+        refusing = [(u, x["last_refusal"]) for u, x in sorted(r["trackers"].items()) if x.get("last_refusal")]
+        for url, message in refusing:
+            con.print(f"{escape(url)} last refused: {escape(message)}")

@@ -12,6 +12,7 @@ from crawler.cli.context import open_context
 from crawler.errors import ItemError
 from crawler.items import info_hash
 from crawler.lifecycle import Queue
+from crawler.sources import redact
 
 
 @click.command("torrent")
@@ -34,6 +35,9 @@ def command(hash_: str, as_json: bool) -> None:
             click.echo(json.dumps({"info_hash": h, "state": None}))
         click.echo(f"peercrawl torrent: {h} is not tracked", err=True)
         sys.exit(1)
+    # Tracker URLs may carry passkeys: shown redacted.
+    info["trackers"] = [redact.url(u) for u in info.get("trackers", [])]
+    info["tracker_not_before"] = {redact.url(u): t for u, t in (info.get("tracker_not_before") or {}).items()}
     if as_json:
         click.echo(json.dumps(info, indent=2, sort_keys=True))
         return

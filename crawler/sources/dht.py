@@ -57,7 +57,7 @@ from gevent.event import Event
 from gevent.lock import BoundedSemaphore
 
 from crawler import logs
-from crawler.errors import PeercrawlError
+from crawler.errors import PeercrawlError, StoreError
 from crawler.settings import Settings
 from crawler.sources.dht_alerts import AlertPump, StatsRequests
 from crawler.sources.dht_pacing import Group, NodePacer
@@ -267,6 +267,10 @@ class DhtSource:
             return self._failed(f"no free DHT lookup slot within {self.timeout:g}s")
         try:
             return self._lookup(target, deadline)
+        except StoreError:
+            raise
+        except Exception as e:  # noqa: BLE001 - whatever the DHT side raises is this source's failure
+            return self._failed(f"{type(e).__name__}: {e}")
         finally:
             self._in_flight.release()
 

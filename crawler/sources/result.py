@@ -6,7 +6,8 @@ A source that failed is ``ok=False`` with an ``error``; it never reads as
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import itertools
+from dataclasses import dataclass, field, replace
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,12 @@ class SourceResult:
     @classmethod
     def failed(cls, source: str, error: str, max_peers: int = 0) -> SourceResult:
         return cls(source=source, ok=False, max_peers=max_peers, error=error)
+
+    def bounded(self, limit: int) -> SourceResult:
+        """This result with at most ``limit`` peers (which ones is arbitrary; the count is what matters)."""
+        if len(self.peers) <= limit:
+            return self
+        return replace(self, peers=frozenset(itertools.islice(self.peers, max(0, limit))))
 
 
 @dataclass(frozen=True)

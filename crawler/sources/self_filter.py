@@ -7,21 +7,29 @@ announce port is ours. An address seen on our port in the replies for
 learned addresses on our port are dropped, so a real peer that happens to use
 the same port elsewhere is kept. (A real peer on our random port in several of
 the same torrents would be learned too: one address lost of millions.)
+
+Memory is bounded whatever the trackers list: candidates are cleared past
+``_MAX_CANDIDATES``, and learned addresses are an ``Lru`` of ``_MAX_OWN``
+(a crawler has a handful of public addresses; a hostile tracker listing
+thousands on our port only evicts its own inventions).
 """
 
 from __future__ import annotations
 
+from crawler.sources.lru import Lru
 from crawler.sources.peers import Peer
 
 LEARN_AFTER = 2
 # Bounded memory: candidate addresses seen on our port, with the torrents.
 _MAX_CANDIDATES = 1024
+# Bounded memory: addresses learned as ours (NAT, several interfaces, IPv6).
+_MAX_OWN = 256
 
 
 class SelfFilter:
     def __init__(self, port: int):
         self.port = port
-        self.own: set[str] = set()
+        self.own: Lru[str, bool] = Lru(_MAX_OWN)
         self._seen: dict[str, set[bytes]] = {}
 
     def strip(self, peers, info_hash: bytes) -> tuple[list[Peer], bool]:
@@ -33,7 +41,7 @@ class SelfFilter:
                 kept.append((ip, port))
                 continue
             self._learn(ip, info_hash)
-            if not self.own or ip in self.own:
+            if not len(self.own) or self.own.get(ip):
                 found = True
             else:
                 kept.append((ip, port))
@@ -49,5 +57,5 @@ class SelfFilter:
             seen = self._seen[ip] = set()
         seen.add(info_hash)
         if len(seen) >= LEARN_AFTER:
-            self.own.add(ip)
+            self.own[ip] = True
             del self._seen[ip]

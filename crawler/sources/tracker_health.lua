@@ -1,33 +1,84 @@
--- Record answers/failures of one tracker and compute its backoff, atomically.
+-- Record one tracker's answers, refusals and failures, its learned cap and
+-- the peers cut from its replies, and compute its backoff, atomically.
 --
--- KEYS[1]  HASH tracker URL -> JSON {answers, failures, streak, until}  (keys.tracker_health)
+-- KEYS[1]  HASH tracker URL -> JSON {answers, failures, refusals, last_refusal,
+--          streak, until, cut, cap, used}                      (keys.tracker_health)
+-- KEYS[2]  ZSET tracker URL -> unix time last used             (keys.tracker_used)
 -- ARGV[1]  tracker URL
 -- ARGV[2]  answers to add (batched successes)
 -- ARGV[3]  failures to add
--- ARGV[4]  last outcome: "ok" (resets the streak), "fail" (extends it) or "none"
+-- ARGV[4]  last outcome: "ok" (an answer or a refusal: resets the streak),
+--          "fail" (extends it) or "none"
 -- ARGV[5]  now, unix seconds
 -- ARGV[6]  backoff base seconds
 -- ARGV[7]  backoff max seconds
 -- ARGV[8]  consecutive failures before backing off
+-- ARGV[9]  refusals to add
+-- ARGV[10] the latest refusal's message, already redacted ("" if none)
+-- ARGV[11] peers cut from replies (past the per-source bound) to add
+-- ARGV[12] evidence of a cap: the entries of a reply that returned fewer than
+--          asked while its counts said the swarm was larger (0: none)
+-- ARGV[13] the most entries any of the batched replies returned (0: none)
+-- ARGV[14] seconds a cap stands unconfirmed before a smaller capped reply may lower it
 -- Returns the new JSON.
-local raw = redis.call('HGET', KEYS[1], ARGV[1])
-local h
-if raw then h = cjson.decode(raw) else h = {answers = 0, failures = 0, streak = 0, ['until'] = 0} end
-local fails = tonumber(ARGV[3])
-h.answers = h.answers + tonumber(ARGV[2])
-h.failures = h.failures + fails
-if ARGV[4] == 'ok' then
-  h.streak = 0
-  h['until'] = 0
-elseif ARGV[4] == 'fail' then
-  h.streak = h.streak + fails
-  local over = h.streak - tonumber(ARGV[8])
-  if over >= 0 then
-    local wait = tonumber(ARGV[6]) * math.pow(2, math.min(over, 40))
-    wait = math.min(wait, tonumber(ARGV[7]))
-    h['until'] = tonumber(ARGV[5]) + wait
+--
+-- The cap rises with any reply that returns more: a tracker never returns
+-- more entries than its cap, so the largest reply seen is a lower bound of
+-- it, and a cap learned from a reply that was short for another reason is
+-- corrected by the next longer one. A reply returning the cap confirms it
+-- (cap_at); a tracker that lowered its cap never confirms the old one again,
+-- so once the cap stood unconfirmed for ARGV[14] seconds a smaller capped
+-- reply replaces it.
+local n = {}
+for i = 2, 14 do
+  if i ~= 4 and i ~= 10 then
+    n[i] = tonumber(ARGV[i])
+    if n[i] == nil or n[i] ~= n[i] then
+      return redis.error_reply('tracker_health: ARGV[' .. i .. '] is not a number: ' .. tostring(ARGV[i]))
+    end
   end
 end
+local outcome = ARGV[4]
+if outcome ~= 'ok' and outcome ~= 'fail' and outcome ~= 'none' then
+  return redis.error_reply('tracker_health: unknown outcome ' .. tostring(outcome))
+end
+local raw = redis.call('HGET', KEYS[1], ARGV[1])
+local h
+if raw then h = cjson.decode(raw) else h = {} end
+h.answers = (tonumber(h.answers) or 0) + n[2]
+h.failures = (tonumber(h.failures) or 0) + n[3]
+h.refusals = (tonumber(h.refusals) or 0) + n[9]
+h.cut = (tonumber(h.cut) or 0) + n[11]
+h.streak = tonumber(h.streak) or 0
+h['until'] = tonumber(h['until']) or 0
+if ARGV[10] ~= '' then h.last_refusal = ARGV[10] end
+h.cap = tonumber(h.cap)
+if n[12] > 0 and not h.cap then
+  h.cap = n[12]
+  h.cap_at = n[5]
+end
+if h.cap and n[13] >= h.cap then
+  h.cap = n[13]
+  h.cap_at = n[5]
+end
+if n[12] > 0 and n[12] < h.cap and n[5] - (tonumber(h.cap_at) or 0) > n[14] then
+  h.cap = n[12]
+  h.cap_at = n[5]
+end
+if outcome == 'ok' then
+  h.streak = 0
+  h['until'] = 0
+elseif outcome == 'fail' then
+  h.streak = h.streak + n[3]
+  local over = h.streak - n[8]
+  if over >= 0 then
+    local wait = n[6] * math.pow(2, math.min(over, 40))
+    wait = math.min(wait, n[7])
+    h['until'] = n[5] + wait
+  end
+end
+h.used = n[5]
 local out = cjson.encode(h)
 redis.call('HSET', KEYS[1], ARGV[1], out)
+redis.call('ZADD', KEYS[2], n[5], ARGV[1])
 return out

@@ -21,6 +21,31 @@ policy, each try given an equal share of the time left
 (``addresses.share_of_time``). The address that answered is tried first
 next time, so a dead address costs one announce its share, not every
 announce.
+
+Bounds: at most ``Settings.source_peers_bound(max)`` peers are kept of one
+reply, the rest counted per tracker in tracker health. They are cut before
+their entries are decoded (decoding 349,504 entries of a 2 MiB reply blocks
+the event loop for about a second): UDP datagrams by the client, HTTP bodies
+by ``bounded_body`` (the bencoding is decoded, the peer strings shortened
+and the small dictionary encoded again for the codec).
+Every cache keyed by host or address is an ``Lru`` of
+``Settings.tracker_cache_size`` entries.
+
+numwant and caps: trackers list the requester in their own replies
+(opentracker and others register the announcer before they pick), so we ask
+for max + 1 and keep max real peers. Many trackers clamp numwant to their
+own figure (e.g. 82), below our max; such a tracker would never look "full"
+(§2). A reply that returned fewer entries than asked while the tracker's own
+counts, seeders + leechers - 1 (the - 1: it may count us), say the swarm is
+larger shows a cap; tracker health keeps the largest such reply, raised by
+any later reply that returns more, and ``min(configured max, learned cap)``
+is that tracker's max for scoring. A cap is never learned below
+``MIN_LEARNED_CAP`` entries.
+
+Outcomes: an answer, a refusal (the tracker's error reply: alive, never
+backs off) or a failure; any exception of an exchange, expected or not, is
+that tracker's failure, recorded in its health, except ``StoreError`` (ours,
+propagated). Every error text is redacted (``crawler.sources.redact``).
 """
 
 from __future__ import annotations
@@ -32,10 +57,11 @@ import urllib.parse
 
 import redis
 
+from crawler import bencode
 from crawler.errors import RemoteProtocolError, StoreError
 from crawler.keys import Keys
 from crawler.settings import Settings
-from crawler.sources import addresses, udp_codec
+from crawler.sources import addresses, redact, udp_codec
 from crawler.sources.addresses import (
     AddressCheck,
     Resolver,
@@ -44,13 +70,14 @@ from crawler.sources.addresses import (
     resolve,
     share_of_time,
 )
-from crawler.sources.health import TrackerHealth
+from crawler.sources.health import ANSWER, FAILURE, REFUSAL, TrackerHealth
 from crawler.sources.http_client import HttpTrackerError, http_get, tls_context
 from crawler.sources.http_codec import (
     TrackerRefused,
     announce_url,
     parse_announce_reply,
 )
+from crawler.sources.lru import Lru
 from crawler.sources.result import SourceResult
 from crawler.sources.self_filter import SelfFilter
 from crawler.sources.udp_client import TrackerTimeout, UdpTrackerClient
@@ -61,6 +88,9 @@ DNS_TTL = 300.0
 # The range of the shared port announced when Settings.announce_port is 0: above the ports real
 # clients commonly use (6881-6999, 51413) and the ephemeral range's start.
 RANDOM_PORT_RANGE = (49152, 65535)
+# Below this many entries a short reply is not taken as a cap: real trackers
+# cap at 50 or more, and a tiny learned cap would call small swarms "full".
+MIN_LEARNED_CAP = 10
 
 
 def shared_port(client: redis.Redis, keys: Keys) -> int:
@@ -95,9 +125,11 @@ class Trackers:
         # Default trust store plus Settings.tracker_ca_file; built once (loading
         # the system store costs milliseconds). Raises SettingsError at start.
         self.tls = tls_context(settings.tracker_ca_file)
-        self.udp = udp or UdpTrackerClient(settings.udp_timeout, settings.udp_retries)
+        self.udp = udp or UdpTrackerClient(settings.udp_timeout, settings.udp_retries,
+                                             cache_size=settings.tracker_cache_size)
         self.health = TrackerHealth(
-            client, keys, settings.tracker_backoff_base, settings.tracker_backoff_max, backoff_threshold
+            client, keys, settings.tracker_backoff_base, settings.tracker_backoff_max, backoff_threshold,
+            cache_size=settings.tracker_cache_size, prune_after=settings.tracker_prune_seconds,
         )
         self.port = settings.announce_port or shared_port(client, keys)
         self.peer_id = b"-PC0100-" + os.urandom(12)
@@ -105,43 +137,51 @@ class Trackers:
         self.self_filter = SelfFilter(self.port)
         # The withdrawal is best effort: one try, at most this long.
         self.stop_timeout = stop_timeout if stop_timeout is not None else settings.udp_timeout
-        self._dns: dict[tuple[str, int], tuple[list, float]] = {}
+        self._dns: Lru[tuple[str, int], tuple[list, float]] = Lru(settings.tracker_cache_size)
         # ("udp" | "tcp", host, port) -> the address that last answered (UDP)
         # or accepted a connection (HTTP), tried first next time.
-        self._good: dict[tuple[str, str, int], tuple] = {}
+        self._good: Lru[tuple[str, str, int], tuple] = Lru(settings.tracker_cache_size)
 
     def announce(self, url: str, info_hash_hex: str, deadline: float | None = None) -> SourceResult:
         """Peers of ``info_hash_hex`` from the tracker at ``url``.
 
         ``deadline`` is a time.monotonic() value (default: now +
         ``Settings.visit_deadline``). Returns ``SourceResult`` (ok, or failed
-        with the reason); raises only ``StoreError`` (Redis, ours).
+        with the reason, redacted); raises only ``StoreError`` (Redis, ours).
         """
         if deadline is None:
             deadline = time.monotonic() + self.settings.visit_deadline
-        max_peers = self.settings.tracker_max_peers(url)
+        configured = self.settings.tracker_max_peers(url)
         until = self.health.backing_off_until(url)
         if until is not None:
-            return SourceResult.failed(url, f"tracker backing off for {until - time.time():.0f} s more", max_peers)
+            return self._failed(url, f"tracker backing off for {until - time.time():.0f} s more", configured)
         info_hash = bytes.fromhex(info_hash_hex)
         scheme = urllib.parse.urlsplit(url).scheme.lower()
         try:
             if scheme == "udp":
-                result = self._udp(url, info_hash, max_peers, deadline)
+                result = self._udp(url, info_hash, configured, deadline)
             elif scheme in ("http", "https"):
-                result = self._http(url, info_hash, max_peers, deadline)
+                result = self._http(url, info_hash, configured, deadline)
             else:
-                return SourceResult.failed(url, f"unsupported tracker scheme {scheme!r}", max_peers)
+                return self._failed(url, f"unsupported tracker scheme {scheme!r}", configured)
+        except StoreError:
+            raise
         except addresses.AddressRefused as e:
-            return SourceResult.failed(url, str(e), max_peers)
+            return self._failed(url, str(e), configured)
         except TrackerRefused as e:
-            self.health.record(url, answered=True)
-            return SourceResult.failed(url, str(e), max_peers)
+            message = redact.text(str(e), url)
+            self.health.record(url, REFUSAL, message=message)
+            return self._failed(url, message, configured)
         except (RemoteProtocolError, TrackerTimeout, HttpTrackerError, addresses.HostUnresolved) as e:
-            self.health.record(url, answered=False)
-            return SourceResult.failed(url, f"{type(e).__name__}: {e}", max_peers)
-        self.health.record(url, answered=True)
+            self.health.record(url, FAILURE)
+            return self._failed(url, f"{type(e).__name__}: {e}", configured)
+        except Exception as e:  # noqa: BLE001 - whatever a tracker's bytes provoke is that tracker's failure
+            self.health.record(url, FAILURE)
+            return self._failed(url, f"{type(e).__name__}: {e}", configured)
         return result
+
+    def _failed(self, url: str, error: str, max_peers: int) -> SourceResult:
+        return SourceResult.failed(url, redact.text(error, url), max_peers)
 
     def _targets(self, host: str, port: int, what: str) -> list:
         """The checked addresses of host:port, the one that answered last first."""
@@ -153,37 +193,50 @@ class Trackers:
             self._dns[(host, port)] = (targets, time.monotonic() + DNS_TTL)
         return first(targets, self._good.get(("udp", host, port)))
 
-    def _result(self, url, info_hash, max_peers, peers, seeders, leechers, stopped, interval, min_interval, warning):
-        returned = len(peers)
+    def _result(self, url, info_hash, configured, asked, peers, cut, seeders, leechers, stopped, interval,
+                min_interval, warning):
+        """The answer's ``SourceResult``, its health recorded (cut peers, cap evidence)."""
+        returned = len(peers) + cut  # every entry the tracker handed out, ours included
         peers, own_listed = self.self_filter.strip(peers, info_hash)
+        capped = (
+            MIN_LEARNED_CAP <= returned < asked
+            and seeders is not None and leechers is not None
+            and seeders + leechers - 1 > returned
+        )
+        self.health.record(url, ANSWER, cut=cut, returned=returned, capped=capped)
+        cap = self.health.cap(url)
+        max_peers = min(configured, cap) if cap else configured
         if stopped is not None:
             seeders, leechers = stopped
         elif own_listed and leechers:
             leechers -= 1
         return SourceResult(
             source=url, ok=True, peers=frozenset(peers), max_peers=max_peers,
-            seeders=seeders, leechers=leechers, interval=interval, min_interval=min_interval, warning=warning,
-            returned=returned,
+            seeders=seeders, leechers=leechers, interval=interval, min_interval=min_interval,
+            warning=None if warning is None else redact.text(warning, url), returned=returned,
         )
 
-    def _udp(self, url: str, info_hash: bytes, max_peers: int, deadline: float) -> SourceResult:
+    def _udp(self, url: str, info_hash: bytes, configured: int, deadline: float) -> SourceResult:
         parts = urllib.parse.urlsplit(url)
         try:
             host, port = parts.hostname, parts.port
         except ValueError:
             host, port = None, None
         if not host or not port:
-            return SourceResult.failed(url, "UDP tracker URL lacks a host or port", max_peers)
-        targets = self._targets(host, port, f"tracker udp://{parts.netloc}")
-        common = {"info_hash": info_hash, "peer_id": self.peer_id, "port": self.port, "num_want": max_peers,
+            return self._failed(url, "UDP tracker URL lacks a host or port", configured)
+        targets = self._targets(host, port, f"tracker {redact.url(f'udp://{parts.netloc}')}")
+        asked = configured + 1  # the tracker may list us in its reply
+        limit = self.settings.source_peers_bound(configured)
+        common = {"info_hash": info_hash, "peer_id": self.peer_id, "port": self.port, "num_want": asked,
                   "key": self.key}
         timeouts = []
         for i, (family, addr) in enumerate(targets):
             # Only silence moves on to the next address: a tracker that
             # answered (even with an error or garbage) has been reached.
             try:
-                reply = self.udp.announce(addr, family, deadline=share_of_time(deadline, time.monotonic(),
-                                          len(targets) - i), event=udp_codec.EVENT_STARTED, **common)
+                reply, cut = self.udp.announce_bounded(
+                    addr, family, deadline=share_of_time(deadline, time.monotonic(), len(targets) - i),
+                    event=udp_codec.EVENT_STARTED, limit=limit, **common)
                 break
             except TrackerTimeout as e:
                 timeouts.append(str(e))
@@ -199,37 +252,73 @@ class Trackers:
             s = self.udp.announce(addr, family, deadline=stop_deadline, event=udp_codec.EVENT_STOPPED, peers=False,
                                  **common)
             stopped = (s.seeders, s.leechers)
-        except (RemoteProtocolError, TrackerTimeout):
+        except Exception:  # noqa: BLE001 - the withdrawal is best effort; the answer stands
             pass
-        return self._result(url, info_hash, max_peers, reply.peers, reply.seeders, reply.leechers,
+        return self._result(url, info_hash, configured, asked, reply.peers, cut, reply.seeders, reply.leechers,
                             stopped, float(reply.interval), None, None)
 
-    def _http(self, url: str, info_hash: bytes, max_peers: int, deadline: float) -> SourceResult:
+    def _http(self, url: str, info_hash: bytes, configured: int, deadline: float) -> SourceResult:
         s = self.settings
+        asked = configured + 1  # the tracker may list us in its reply
 
-        def get(event: str, until: float):
-            u = announce_url(url, info_hash, self.peer_id, self.port, max_peers, event=event, key=self.key)
+        limit = s.source_peers_bound(configured)
+
+        def get(event: str, until: float, keep: int):
+            u = announce_url(url, info_hash, self.peer_id, self.port, asked, event=event, key=self.key)
             resp = http_get(u, until, s.http_max_bytes, self.check, tls=self.tls, resolver=self.resolver,
                             preferred=self._good)
-            return parse_announce_reply(resp.body)
+            body, cut = bounded_body(resp.body, keep)
+            return parse_announce_reply(body), cut
 
         # Settings.http_timeout bounds each exchange (redirects included) within the deadline.
-        reply = get("started", min(deadline, time.monotonic() + s.http_timeout))
+        reply, cut = get("started", min(deadline, time.monotonic() + s.http_timeout), limit)
         stopped = None
         try:
-            r = get("stopped", min(deadline, time.monotonic() + self.stop_timeout))
+            # The withdrawal is read for its counts: none of its peers are decoded.
+            r, _ = get("stopped", min(deadline, time.monotonic() + self.stop_timeout), 0)
             if r.complete is not None and r.incomplete is not None:
                 stopped = (r.complete, r.incomplete)
-        except (RemoteProtocolError, TrackerTimeout, HttpTrackerError):
+        except StoreError:
+            raise
+        except Exception:  # noqa: BLE001 - the withdrawal is best effort; the answer stands
             pass
 
         def num(v):
             return None if v is None else float(v)
 
-        return self._result(url, info_hash, max_peers, reply.peers, reply.complete, reply.incomplete,
+        # peers and peers6 were each cut to the bound; together they may still pass it.
+        peers, cut = reply.peers[:limit], cut + max(0, len(reply.peers) - limit)
+        return self._result(url, info_hash, configured, asked, peers, cut, reply.complete, reply.incomplete,
                             stopped, num(reply.interval), num(reply.min_interval), reply.warning)
 
     def close(self) -> None:
-        """Write batched health and close the UDP sockets."""
+        """Write batched health and close the UDP sockets (the ``Trackers`` is done)."""
         self.health.flush()
         self.udp.close()
+
+
+def bounded_body(body: bytes, limit: int) -> tuple[bytes, int]:
+    """An HTTP announce reply with at most ``limit`` entries in each of ``peers`` and ``peers6``,
+    and how many entries were cut.
+
+    Sans-IO. Anything this does not recognise as a well-formed list longer
+    than ``limit`` (undecodable bytes, a compact list that is not whole
+    entries, another type) is left as it is, so the codec judges it exactly
+    as it would the original.
+    """
+    try:
+        d = bencode.decode(body)
+    except Exception:  # noqa: BLE001 - the codec reports what is wrong with it
+        return body, 0
+    if not isinstance(d, dict):
+        return body, 0
+    cut = 0
+    for key, size in ((b"peers", 6), (b"peers6", 18)):
+        v = d.get(key)
+        if isinstance(v, bytes) and not len(v) % size and len(v) > limit * size:
+            cut += len(v) // size - limit
+            d[key] = v[: limit * size]
+        elif isinstance(v, list) and len(v) > limit:
+            cut += len(v) - limit
+            d[key] = v[:limit]
+    return (bencode.encode(d), cut) if cut else (body, 0)

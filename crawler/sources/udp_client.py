@@ -16,6 +16,12 @@ about one connect per tracker per minute. A tracker that answers an announce
 with an error while we used a cached id may have restarted and forgotten it:
 the id is dropped and the announce retried once with a fresh connect.
 
+Connection ids live in an ``Lru`` of ``cache_size`` tracker addresses, so a
+crawl naming many trackers keeps the memory of its most recent ones. An
+announce reply may be cut to ``limit`` entries before its peers are decoded
+(``announce_bounded``): a datagram holds up to ~10,900 IPv4 entries, and
+decoding what is then dropped would only cost time.
+
 Each request is tried ``retries`` times, each try waiting ``timeout`` seconds,
 never past the caller's deadline. gevent.socket is used explicitly; nothing
 here monkey-patches.
@@ -35,6 +41,7 @@ from gevent.event import AsyncResult, Event
 from crawler.errors import PeercrawlError
 from crawler.sources import udp_codec as codec
 from crawler.sources.http_codec import TrackerRefused
+from crawler.sources.lru import Lru
 
 # BEP 15: "A client can use a connection ID until one minute after it has
 # received it." A little under, so a slow announce still arrives in time.
@@ -53,7 +60,8 @@ class UdpTrackerClient:
     ``dropped``) feed the benchmark and logs.
     """
 
-    def __init__(self, timeout: float = 4.0, retries: int = 2, bind4: str = "0.0.0.0", bind6: str = "::"):
+    def __init__(self, timeout: float = 4.0, retries: int = 2, bind4: str = "0.0.0.0", bind6: str = "::",
+                 cache_size: int = 10_000):
         self.timeout = timeout
         self.retries = retries
         self._bind = {_stdsocket.AF_INET: bind4, _stdsocket.AF_INET6: bind6}
@@ -62,7 +70,7 @@ class UdpTrackerClient:
         # transaction id -> (address, expected action, AsyncResult)
         self._pending: dict[int, tuple[tuple, int, AsyncResult]] = {}
         # tracker address -> (connection id, obtained at)
-        self._conn: dict[tuple, tuple[int, float]] = {}
+        self._conn: Lru[tuple, tuple[int, float]] = Lru(cache_size)
         self._connecting: dict[tuple, Event] = {}
         self.connects_sent = 0
         self.announces_sent = 0
@@ -127,10 +135,13 @@ class UdpTrackerClient:
                 return tid
 
     def _request(self, addr: tuple, family: int, build, action: int, deadline: float,
-                 peers: bool = True) -> codec.Reply:
-        """Send ``build(tid)`` up to ``retries`` times; return the parsed matching reply.
+                 peers: bool = True, limit: int | None = None) -> tuple[codec.Reply, int]:
+        """Send ``build(tid)`` up to ``retries`` times; return the parsed matching reply and the entries cut.
 
-        Raises TrackerTimeout, TrackerRefused (error action) or UdpPacketError.
+        ``limit``: most peer entries of an announce reply to decode; a whole
+        list longer than that is cut first (a list that is not whole entries
+        still fails as a whole). Raises TrackerTimeout, TrackerRefused (error
+        action) or UdpPacketError.
         """
         try:
             s = self._sock(family)
@@ -152,10 +163,11 @@ class UdpTrackerClient:
                 raise TrackerTimeout(f"cannot send to {addr[0]}:{addr[1]}: {e}") from e
             finally:
                 self._pending.pop(tid, None)
+            data, cut = _cut(data, family, limit) if peers and limit is not None else (data, 0)
             reply = codec.parse_reply(data, family, peers)
             if isinstance(reply, codec.ErrorReply):
                 raise TrackerRefused(f"tracker error: {reply.message}")
-            return reply
+            return reply, cut
         what = codec.ACTION_NAMES[action]
         raise TrackerTimeout(f"no {what} reply from {addr[0]}:{addr[1]} after {self.retries} tries")
 
@@ -177,7 +189,7 @@ class UdpTrackerClient:
         ev = self._connecting[addr] = Event()
         try:
             self.connects_sent += 1
-            reply = self._request(addr, family, codec.connect_request, codec.CONNECT, deadline)
+            reply, _ = self._request(addr, family, codec.connect_request, codec.CONNECT, deadline)
             self._conn[addr] = (reply.connection_id, time.monotonic())
             return reply.connection_id, False
         finally:
@@ -188,8 +200,8 @@ class UdpTrackerClient:
             ev.set()
 
     def _with_connection(self, addr: tuple, family: int, build, action: int, deadline: float,
-                         peers: bool = True) -> codec.Reply:
-        """Send ``build(connection_id, tid)`` on a valid connection id; the parsed reply.
+                         peers: bool = True, limit: int | None = None) -> tuple[codec.Reply, int]:
+        """Send ``build(connection_id, tid)`` on a valid connection id; the parsed reply and the entries cut.
 
         An error reply on a cached id drops the id and retries once with a
         fresh connect (the tracker may have restarted and forgotten it).
@@ -197,7 +209,7 @@ class UdpTrackerClient:
         for attempt in range(2):
             cid, cached = self.connection_id(addr, family, deadline)
             try:
-                return self._request(addr, family, functools.partial(build, cid), action, deadline, peers)
+                return self._request(addr, family, functools.partial(build, cid), action, deadline, peers, limit)
             except TrackerRefused:
                 if not cached or attempt:
                     raise
@@ -225,6 +237,25 @@ class UdpTrackerClient:
         TrackerRefused or UdpPacketError (a RemoteProtocolError) for the
         tracker's faults.
         """
+        return self.announce_bounded(addr, family, info_hash, peer_id, port, num_want, deadline, event, left, key,
+                                     peers)[0]
+
+    def announce_bounded(
+        self,
+        addr: tuple,
+        family: int,
+        info_hash: bytes,
+        peer_id: bytes,
+        port: int,
+        num_want: int,
+        deadline: float,
+        event: int = codec.EVENT_STARTED,
+        left: int = 1,
+        key: int = 0,
+        peers: bool = True,
+        limit: int | None = None,
+    ) -> tuple[codec.AnnounceReply, int]:
+        """``announce`` keeping at most ``limit`` peer entries: (reply, entries cut undecoded)."""
 
         def build(cid: int, tid: int) -> bytes:
             self.announces_sent += 1
@@ -232,7 +263,7 @@ class UdpTrackerClient:
                 cid, tid, info_hash, peer_id, port, num_want, event, left=left, key=key
             ).encode()
 
-        return self._with_connection(addr, family, build, codec.ANNOUNCE, deadline, peers)
+        return self._with_connection(addr, family, build, codec.ANNOUNCE, deadline, peers, limit)
 
     def scrape(self, addr: tuple, family: int, info_hashes: list[bytes], deadline: float) -> tuple[codec.ScrapeEntry, ...]:
         """Seeders, completed and leechers of each of ``info_hashes`` (1 to 74), in their order, in one packet.
@@ -248,9 +279,25 @@ class UdpTrackerClient:
             self.scrapes_sent += 1
             return codec.scrape_request(cid, tid, info_hashes)
 
-        reply = self._with_connection(addr, family, build, codec.SCRAPE, deadline)
+        reply, _ = self._with_connection(addr, family, build, codec.SCRAPE, deadline)
         if len(reply.entries) != len(info_hashes):
             raise codec.UdpPacketError(
                 f"scrape reply has {len(reply.entries)} entries for {len(info_hashes)} info-hashes"
             )
         return reply.entries
+
+
+def _cut(data: bytes, family: int, limit: int) -> tuple[bytes, int]:
+    """An announce reply datagram cut to ``limit`` peer entries, and how many were cut.
+
+    Anything else (another action, a short packet, a list that is not whole
+    entries) is returned whole for ``parse_reply`` to judge.
+    """
+    size = 6 if family == _stdsocket.AF_INET else 18
+    body = len(data) - 20
+    if len(data) < 8 or codec.peek(data)[0] != codec.ANNOUNCE or body < 0 or body % size:
+        return data, 0
+    entries = body // size
+    if entries <= limit:
+        return data, 0
+    return data[: 20 + max(0, limit) * size], entries - max(0, limit)
