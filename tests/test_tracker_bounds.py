@@ -318,19 +318,17 @@ def test_passkeys_never_reach_status_logs_or_failure_reasons(http_tracker, test_
     st.binary(max_size=200),
     st.integers(0, 6),
 )
-def test_cutting_an_http_body_keeps_what_the_codec_would_have_kept(peers, peers6, limit):
+def test_a_limited_parse_keeps_what_the_whole_parse_would_have_kept(peers, peers6, limit):
     from crawler.errors import RemoteProtocolError
     from crawler.sources.http_codec import parse_announce_reply
-    from crawler.sources.trackers import bounded_body
 
     body = bencode.encode({b"interval": 60, b"complete": 2, b"incomplete": 3, b"peers": peers, b"peers6": peers6})
-    cut_body, cut = bounded_body(body, limit)
     try:
         whole = parse_announce_reply(body)
     except RemoteProtocolError as e:
         whole = e
     try:
-        kept = parse_announce_reply(cut_body)
+        kept = parse_announce_reply(body, limit)
     except RemoteProtocolError as e:
         # Whatever fails cut failed whole, with the same message (unless the whole one first
         # failed on a dictionary entry past the bound, which the cut body no longer holds).
@@ -347,4 +345,4 @@ def test_cutting_an_http_body_keeps_what_the_codec_would_have_kept(peers, peers6
                             b"peers6": peers6[: limit * 18]})
     assert kept.peers == parse_announce_reply(first).peers
     raw = len(peers) // 6 if isinstance(peers, bytes) else len(peers)
-    assert cut == max(0, raw - limit) + max(0, len(peers6) // 18 - limit)
+    assert kept.cut == max(0, raw - limit) + max(0, len(peers6) // 18 - limit)

@@ -83,6 +83,8 @@ class HttpAnnounceReply:
     complete: int | None = None
     incomplete: int | None = None
     warning: str | None = None
+    # entries of peers and peers6 past the caller's limit, not decoded
+    cut: int = 0
 
 
 def _int_field(d: dict, key: bytes, clamp: bool = False) -> int | None:
@@ -105,13 +107,19 @@ def _text(v: object) -> str:
     return one_line(v.decode("utf-8", "replace") if isinstance(v, bytes) else repr(v), 300)
 
 
-def parse_announce_reply(body: bytes) -> HttpAnnounceReply:
+def parse_announce_reply(body: bytes, limit: int | None = None) -> HttpAnnounceReply:
     """Parse a bencoded announce reply.
 
     ``peers`` may be compact (BEP 23) or a list of dictionaries with ``ip`` and
     ``port``; ``peers6`` (BEP 7) adds IPv6 entries. Raises ``TrackerRefused``
     for ``failure reason``, ``HttpReplyError`` (or its cause ``BencodeError``,
     also a ``RemoteProtocolError``) for anything malformed.
+
+    ``limit``: at most this many entries of each of ``peers`` and ``peers6``
+    are decoded (and checked); the rest are counted in ``cut``. Decoding every
+    entry of a 2 MiB reply (349,504 of them) blocks the event loop for about a
+    second. A compact list that is not whole entries is refused as a whole,
+    as without a limit.
     """
     try:
         d = bencode.decode(body)
@@ -122,18 +130,28 @@ def parse_announce_reply(body: bytes) -> HttpAnnounceReply:
     if b"failure reason" in d:
         raise TrackerRefused(f"tracker refused: {_text(d[b'failure reason'])}")
     peers: list[Peer] = []
+    cut = 0
+
+    def bounded(entries, size: int = 1):
+        nonlocal cut
+        n = len(entries) // size
+        if limit is None or n <= limit or len(entries) % size:
+            return entries
+        cut += n - limit
+        return entries[: limit * size]
+
     raw = d.get(b"peers", b"")
     try:
         if isinstance(raw, bytes):
-            peers.extend(parse_compact(raw, socket.AF_INET))
+            peers.extend(parse_compact(bounded(raw, 6), socket.AF_INET))
         elif isinstance(raw, list):
-            peers.extend(_dict_peers(raw))
+            peers.extend(_dict_peers(bounded(raw)))
         else:
             raise HttpReplyError(f"'peers' is a {type(raw).__name__}")
         raw6 = d.get(b"peers6", b"")
         if not isinstance(raw6, bytes):
             raise HttpReplyError(f"'peers6' is a {type(raw6).__name__}, not a byte string")
-        peers.extend(parse_compact(raw6, socket.AF_INET6))
+        peers.extend(parse_compact(bounded(raw6, 18), socket.AF_INET6))
     except PeerListError as e:
         raise HttpReplyError(str(e)) from None
     warning = d.get(b"warning message")
@@ -144,6 +162,7 @@ def parse_announce_reply(body: bytes) -> HttpAnnounceReply:
         complete=_int_field(d, b"complete"),
         incomplete=_int_field(d, b"incomplete"),
         warning=None if warning is None else _text(warning),
+        cut=cut,
     )
 
 

@@ -25,9 +25,8 @@ announce.
 Bounds: at most ``Settings.source_peers_bound(max)`` peers are kept of one
 reply, the rest counted per tracker in tracker health. They are cut before
 their entries are decoded (decoding 349,504 entries of a 2 MiB reply blocks
-the event loop for about a second): UDP datagrams by the client, HTTP bodies
-by ``bounded_body`` (the bencoding is decoded, the peer strings shortened
-and the small dictionary encoded again for the codec).
+the event loop for about a second): UDP datagrams by the client, HTTP
+replies by the codec (``parse_announce_reply``'s ``limit``).
 Every cache keyed by host or address is an ``Lru`` of
 ``Settings.tracker_cache_size`` entries.
 
@@ -57,7 +56,6 @@ import urllib.parse
 
 import redis
 
-from crawler import bencode
 from crawler.errors import RemoteProtocolError, StoreError
 from crawler.keys import Keys
 from crawler.settings import Settings
@@ -267,8 +265,8 @@ class Trackers:
             u = announce_url(url, info_hash, self.peer_id, self.port, asked, event=event, key=self.key)
             resp = http_get(u, until, s.http_max_bytes, self.check, tls=self.tls, resolver=self.resolver,
                             preferred=self._good)
-            body, cut = bounded_body(resp.body, keep)
-            return parse_announce_reply(body), cut
+            reply = parse_announce_reply(resp.body, keep)
+            return reply, reply.cut
 
         # Settings.http_timeout bounds each exchange (redirects included) within the deadline.
         reply, cut = get("started", min(deadline, time.monotonic() + s.http_timeout), limit)
@@ -295,30 +293,3 @@ class Trackers:
         """Write batched health and close the UDP sockets (the ``Trackers`` is done)."""
         self.health.flush()
         self.udp.close()
-
-
-def bounded_body(body: bytes, limit: int) -> tuple[bytes, int]:
-    """An HTTP announce reply with at most ``limit`` entries in each of ``peers`` and ``peers6``,
-    and how many entries were cut.
-
-    Sans-IO. Anything this does not recognise as a well-formed list longer
-    than ``limit`` (undecodable bytes, a compact list that is not whole
-    entries, another type) is left as it is, so the codec judges it exactly
-    as it would the original.
-    """
-    try:
-        d = bencode.decode(body)
-    except Exception:  # noqa: BLE001 - the codec reports what is wrong with it
-        return body, 0
-    if not isinstance(d, dict):
-        return body, 0
-    cut = 0
-    for key, size in ((b"peers", 6), (b"peers6", 18)):
-        v = d.get(key)
-        if isinstance(v, bytes) and not len(v) % size and len(v) > limit * size:
-            cut += len(v) // size - limit
-            d[key] = v[: limit * size]
-        elif isinstance(v, list) and len(v) > limit:
-            cut += len(v) - limit
-            d[key] = v[:limit]
-    return (bencode.encode(d), cut) if cut else (body, 0)
