@@ -103,8 +103,9 @@ class Settings:
     # Extra CA certificates (PEM) trusted for https trackers on top of the
     # default trust store; None: the default store alone, as browsers do.
     tracker_ca_file: Path | None = None
-    # The port announced to trackers; it identifies the crawler's own entry in
-    # replies. 0: each worker process picks a random high port at start.
+    # The port announced to trackers; every entry on it in replies is the
+    # crawler's (SelfFilter). 0: one random high port per namespace, chosen by
+    # the first worker and shared by all through Redis.
     announce_port: int = 0
     allow_private: bool = False
     # Tracker backoff after consecutive failures: base doubles up to max.

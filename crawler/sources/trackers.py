@@ -195,7 +195,7 @@ class Trackers:
                 min_interval, warning):
         """The answer's ``SourceResult``, its health recorded (cut peers, cap evidence)."""
         returned = len(peers) + cut  # every entry the tracker handed out, ours included
-        peers, own_listed = self.self_filter.strip(peers, info_hash)
+        peers, own_listed = self.self_filter.strip(peers)
         capped = (
             MIN_LEARNED_CAP <= returned < asked
             and seeders is not None and leechers is not None
