@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 
+from crawler.counters.recorder import geo_error_report
 from crawler.lifecycle import Queue
 from crawler.sources.health import tracker_report
 
@@ -47,6 +48,7 @@ def queue_report(queue: Queue, now: float) -> dict:
     workers = live_workers(queue, now)
     report["workers"] = workers
     report["trackers"] = tracker_report(queue.client, queue.keys)
+    report["geo_errors"] = geo_error_report(queue.client, queue.keys)
     report.update(capacity_report(report, workers, queue.settings.revisit_seconds))
     return report
 
