@@ -153,7 +153,9 @@ class Recorder:
     def record_places(self, info_hash: str, located: Iterable[tuple[bytes, object]], now: float) -> int:
         """``record_visit`` with IPs already packed and located: ``(packed_ip, Place)`` pairs.
 
-        Pairs must hold distinct IPs. Returns the ``new`` of §2.
+        An IP given twice counts once (its first place is kept): two records of
+        one IP in one record.lua call would each miss the other's new marks.
+        Returns the ``new`` of §2.
         """
         h = info_hash_hex(info_hash)
         fps = self.fingerprints
@@ -170,7 +172,11 @@ class Recorder:
         probes = [_Probe()]
         probe = probes[0]
         bkeys = self._bucket_keys
+        distinct: set[bytes] = set()
         for packed, place in located:
+            if packed in distinct:
+                continue
+            distinct.add(packed)
             pkey = (place.country, place.city, place.postcode)
             vp = vplaces.get(pkey)
             if vp is None:
