@@ -139,3 +139,19 @@ def test_a_malformed_record_call_writes_nothing(client, keys, settings, tmp_path
     assert client.get(bucket) is None and not client.exists(fixed[1])
     args[-1] = rec_ok
     assert rec._record(keys=fixed + [bucket], args=args) == 1
+
+
+def test_malformed_visited_and_sweep_calls_write_nothing(client, keys, settings, tmp_path):
+    import redis
+
+    rec = Recorder(client, keys, settings.replace(stathat_ezkey="k"), geo.open_locator(places_db(tmp_path)))
+    hour, box = keys.sub("sh", "processed", "1"), outbox_key(keys)
+    with pytest.raises(redis.ResponseError, match="visited.lua"):
+        rec._visited(keys=[hour, box], args=[H, "soon"])
+    assert not client.exists(hour) and not client.exists(box)
+    client.set(bucket_key(keys, 3), b"F" * 8 + (5).to_bytes(4, "big"))
+    with pytest.raises(redis.ResponseError, match="sweep.lua"):
+        rec._sweep(keys=[bucket_key(keys, 3)], args=["later"])
+    assert client.strlen(bucket_key(keys, 3)) == 12
+    assert rec._sweep(keys=[bucket_key(keys, n) for n in range(2, 5)], args=[5]) == 1
+    assert not client.exists(bucket_key(keys, 3))
