@@ -1,8 +1,9 @@
 """Counters stay exact under the harshest crawl the settings allow (issue 11, item 15).
 
 Each round crawls the same swarms from scratch in a fresh namespace: real
-``peercrawl worker`` processes against a real opentracker, revisits at 0 s,
-leases of 1 s, a CPU kept busy by spinning processes, and workers SIGKILLed
+``peercrawl worker`` processes against a real opentracker (over UDP and
+HTTP: two sources per visit, the same peers), revisits at 0 s,
+leases of 1 s, a core kept busy by a (niced) spinning process, and workers SIGKILLed
 at random. A last worker then visits every torrent once more, and EVERY
 counter (each torrent's users and places, every country, city and postcode)
 must equal the distinct IPs the test announced for it: no more (an IP counted
@@ -157,7 +158,7 @@ def test_every_counter_exact_after_sigkills_at_revisit_zero_on_a_busy_cpu(test_e
     try:
         while time.monotonic() - start < BUDGET - 20 or rounds == 0:
             ns = "pcstress-" + uuid.uuid4().hex[:12]
-            env = dict(test_env, PEERCRAWL_NAMESPACE=ns, GEOIP_DB=str(db), PEERCRAWL_TRACKERS=ot.udp_url,
+            env = dict(test_env, PEERCRAWL_NAMESPACE=ns, GEOIP_DB=str(db), PEERCRAWL_TRACKERS=f"{ot.udp_url},{ot.http_url}",
                        PEERCRAWL_REVISIT_SECONDS="0", PEERCRAWL_LEASE_SECONDS="1",
                        # revisits at 0 s score a swarm with nothing new x0.8 many times a
                        # second: keep every torrent in the crawl for the whole round
