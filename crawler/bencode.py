@@ -3,9 +3,10 @@
 Used for HTTP tracker replies (``crawler.sources.http_codec``) and for
 ``.torrent`` files. The decoder is strict because its input is untrusted:
 the whole input must be exactly one value (no trailing bytes), integers have
-no leading zeros and no ``-0``, string lengths are bounded by what is left of
-the input, and nesting depth is bounded so a hostile reply cannot exhaust the
-stack. Dictionary keys need not be sorted (real trackers emit unsorted keys)
+no leading zeros and no ``-0`` and at most ``MAX_INT_DIGITS`` digits (Python
+refuses to convert more than 4,300 and the work is quadratic), string lengths
+are bounded by what is left of the input, and nesting depth is bounded so a
+hostile reply cannot exhaust the stack. Only ASCII digits count as digits. Dictionary keys need not be sorted (real trackers emit unsorted keys)
 but must be byte strings and unique.
 
 Values: ``int``, ``bytes``, ``list``, ``dict`` with ``bytes`` keys. ``encode``
@@ -20,6 +21,10 @@ from crawler.errors import RemoteProtocolError
 # Deeper nesting than this is never seen in trackers' replies or .torrent
 # files; it keeps the recursive decoder far from Python's recursion limit.
 MAX_DEPTH = 64
+# The largest integers real bencode holds are 64-bit sizes (20 digits); 64
+# digits leave room for any 128- or 192-bit value and stay far below
+# Python's int-conversion limit of 4,300 digits.
+MAX_INT_DIGITS = 64
 
 
 class BencodeError(RemoteProtocolError):
@@ -99,8 +104,10 @@ def _digits(data: bytes, start: int, end: int, what: str) -> int:
     s = data[start:end]
     neg = s[:1] == b"-"
     body = s[1:] if neg else s
-    if not body or not body.isdigit():
+    if not body or not body.isdigit():  # bytes.isdigit is ASCII-only
         raise BencodeError(f"{what} at offset {start} is not a decimal number: {s[:24]!r}")
+    if len(body) > MAX_INT_DIGITS:
+        raise BencodeError(f"{what} at offset {start} has {len(body)} digits, more than {MAX_INT_DIGITS}")
     if len(body) > 1 and body[:1] == b"0":
         raise BencodeError(f"{what} at offset {start} has a leading zero")
     if neg and body == b"0":

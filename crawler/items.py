@@ -4,19 +4,23 @@ An ITEM is a 40-hex or 32-char base32 info-hash (BitTorrent v1), a magnet
 URI (``xt=urn:btih:...``, trackers from ``tr=``), or the path of a
 ``.torrent`` file (info-hash = SHA-1 of the bencoded ``info`` dictionary as it
 stands in the file; trackers from ``announce`` and ``announce-list``). Every
-failure raises ``ItemError`` with a short reason.
+failure raises ``ItemError`` with a short reason on one line: the item's text
+is shown with unprintable characters escaped (a NUL, a terminal escape, a
+byte that was not UTF-8 and arrived as a surrogate escape).
 """
 
 from __future__ import annotations
 
 import base64
+import errno
 import hashlib
 import re
+import stat
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 from crawler import bencode
-from crawler.errors import ItemError
+from crawler.errors import ItemError, one_line
 from crawler.lifecycle import NewItem
 from crawler.settings import tracker_url
 
@@ -52,8 +56,8 @@ def trackers_of(urls: list[str], where: str) -> tuple[str, ...]:
 
 def parse_magnet(uri: str) -> NewItem:
     """A magnet URI with an ``urn:btih`` topic -> NewItem."""
-    query = urlsplit(uri).query
     try:
+        query = urlsplit(uri).query
         params = parse_qs(query, keep_blank_values=True, strict_parsing=False)
     except ValueError as e:
         raise ItemError(f"bad magnet query: {e}") from None
@@ -67,6 +71,7 @@ def parse_magnet(uri: str) -> NewItem:
 
 def parse_torrent(data: bytes, name: str = ".torrent") -> NewItem:
     """The bytes of a .torrent file -> NewItem."""
+    name = _file(name)
     if not data.startswith(b"d"):
         raise ItemError(f"{name} is not a bencoded dictionary")
     try:
@@ -120,27 +125,64 @@ def parse_item(text: str, base: Path | None = None) -> NewItem:
         return parse_magnet(t)
     if _HEX.match(t) or _B32.match(t):
         return NewItem(info_hash(t))
-    path = Path(t).expanduser()
+    if "\x00" in t:
+        # No hash, magnet or file name holds one; the OS would refuse the name.
+        raise ItemError(f"holds a NUL byte: {_file(t)}")
+    try:
+        path = Path(t).expanduser()
+    except RuntimeError:  # "~name/..." with no such user
+        raise ItemError(f"cannot find the home directory in {_short(t)}") from None
     if base is not None and not path.is_absolute():
         path = base / path
-    if path.suffix.lower() == ".torrent" or path.exists():
-        try:
-            size = path.stat().st_size
-            if size > MAX_TORRENT_FILE:
-                raise ItemError(f"{t}: larger than {MAX_TORRENT_FILE // (1024 * 1024)} MiB, not a .torrent")
-            data = path.read_bytes()
-        except FileNotFoundError:
-            raise ItemError(f"no such file: {t}") from None
-        except IsADirectoryError:
-            raise ItemError(f"{t} is a directory") from None
-        except OSError as e:
-            raise ItemError(f"cannot read {t}: {e.strerror}") from None
-        return parse_torrent(data, t)
+    if path.suffix.lower() == ".torrent" or _exists(path):
+        return parse_torrent(_read(path, t), t)
     if re.fullmatch(r"[0-9a-fA-F]+", t):
         raise ItemError(f"hex info-hash must have 40 characters, this has {len(t)}: {_short(t)}")
-    raise ItemError(f"not an info-hash, magnet URI or .torrent file: {_short(t)}")
+    hint = " (and not UTF-8 text)" if _UNDECODED.search(t) else ""
+    raise ItemError(f"not an info-hash, magnet URI or .torrent file{hint}: {_short(t)}")
+
+
+def _exists(path: Path) -> bool:
+    """Whether ``path`` names something; a name too long to be a file is not one, other errors are (to be reported)."""
+    try:
+        return path.exists()
+    except OSError as e:
+        return e.errno != errno.ENAMETOOLONG
+
+
+def _read(path: Path, t: str) -> bytes:
+    """The bytes of the .torrent at ``path`` (``t`` as the user wrote it); ItemError if unreadable or too big."""
+    try:
+        st = path.stat()
+        if stat.S_ISDIR(st.st_mode):
+            raise ItemError(f"{_file(t)} is a directory")
+        if not stat.S_ISREG(st.st_mode):
+            # A device or FIFO could be endless (/dev/zero) or block forever.
+            raise ItemError(f"{_file(t)} is not a regular file")
+        if st.st_size > MAX_TORRENT_FILE:
+            raise ItemError(f"{_file(t)}: larger than {MAX_TORRENT_FILE // (1024 * 1024)} MiB, not a .torrent")
+        with path.open("rb") as f:
+            data = f.read(MAX_TORRENT_FILE + 1)  # the file may have grown since stat
+    except FileNotFoundError:
+        raise ItemError(f"no such file: {_file(t)}") from None
+    except IsADirectoryError:
+        raise ItemError(f"{_file(t)} is a directory") from None
+    except OSError as e:
+        raise ItemError(f"cannot read {_file(t)}: {e.strerror or e}") from None
+    if len(data) > MAX_TORRENT_FILE:
+        raise ItemError(f"{_file(t)}: larger than {MAX_TORRENT_FILE // (1024 * 1024)} MiB, not a .torrent")
+    return data
+
+
+# Bytes that were not UTF-8, kept as surrogate escapes (argv and --from lines).
+_UNDECODED = re.compile("[\udc80-\udcff]")
 
 
 def _short(t: str) -> str:
-    return t if len(t) <= 60 else t[:57] + "..."
+    """``t`` for a one-line message: at most 60 characters, anything unprintable escaped."""
+    return one_line(t, 60)
 
+
+def _file(t: str) -> str:
+    """A file name for a one-line message: its end kept (the name itself), anything unprintable escaped."""
+    return one_line(t if len(t) <= 200 else "..." + t[-197:], 200)

@@ -120,5 +120,9 @@ class Keys:
 
     @property
     def secret(self) -> str:
-        """STRING: the generated fingerprint key when PEERCRAWL_SECRET is unset."""
+        """STRING: where versions before issue 11 generated the fingerprint key.
+
+        Read only to refuse to record while it is there and to move it out
+        (``peercrawl secret --move``): the key never lives in Redis (SPEC §4).
+        """
         return self._k("secret")

@@ -15,12 +15,13 @@ import dataclasses
 import ipaddress
 import os
 import re
+import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from crawler.errors import SettingsError
+from crawler.errors import SettingsError, one_line
 
 T = TypeVar("T")
 
@@ -372,8 +373,8 @@ def _nonempty(v: str) -> str:
 
 
 def _secret(v: str) -> str:
-    if len(v) < 16:
-        raise ValueError("expected at least 16 characters")
+    if len(v) < 16:  # SettingsError, not ValueError: _Reader would print the key
+        raise SettingsError(f"PEERCRAWL_SECRET: expected at least 16 characters (got {len(v)})")
     return v
 
 
@@ -397,6 +398,29 @@ def _file(v: str) -> Path:
 def _redis_url(v: str) -> str:
     if not re.match(r"^(redis|rediss|unix)://", v):
         raise ValueError("expected a redis://, rediss:// or unix:// URL")
+    # Checked here, with the password hidden, so a bad port or path fails at
+    # start in one line instead of as a traceback from redis-py (SettingsError
+    # is not caught by _Reader, which would show the URL whole).
+    from urllib.parse import urlsplit
+
+    from redis.connection import parse_url
+
+    shown = re.sub(r"^([a-z]+://)([^@/]*?):[^@/]*@", r"\1\2:***@", v)
+    try:
+        parts = parse_url(v)
+        split = urlsplit(v)
+        path, port = split.path, split.port
+    except ValueError as e:
+        raise SettingsError(f"REDIS_URL: {e} (got {shown!r})") from None
+    if v.startswith("unix://") and not path:
+        raise SettingsError(f"REDIS_URL: expected unix:///path/to/redis.sock (got {shown!r})")
+    if not v.startswith("unix://"):
+        if not parts.get("host"):
+            raise SettingsError(f"REDIS_URL: expected a host (got {shown!r})")
+        if port == 0:
+            raise SettingsError(f"REDIS_URL: expected a port from 1 to 65535 (got {shown!r})")
+        if path not in ("", "/") and "db" not in parts:
+            raise SettingsError(f"REDIS_URL: expected a database number after the host (got {shown!r})")
     return v
 
 
@@ -406,13 +430,31 @@ def _http_url(v: str) -> str:
     return v
 
 
-_TRACKER_RE = re.compile(r"^(udp|http|https)://[^/\s:]+(:\d{1,5})?(/\S*)?$", re.IGNORECASE)
+# A host is a bracketed IPv6 literal or a name/IPv4 without brackets or colons;
+# the port is 1-5 ASCII digits (``\d`` would take any script's digits).
+_TRACKER_RE = re.compile(r"^(udp|http|https)://(\[[0-9A-Fa-f:.]+\]|[^/\s:\[\]]+)(:[0-9]{1,5})?(/\S*)?$", re.IGNORECASE)
 
 
 def tracker_url(v: str) -> str:
-    """Validate one tracker URL (udp, http or https); raises ValueError."""
+    """Validate one tracker URL (udp, http or https); raises ValueError with a one-line reason.
+
+    Besides the URL's shape, refuses what no client can use: unprintable
+    characters (a NUL, a control character, a surrogate that Redis could not
+    store as UTF-8), a port above 65535, brackets around something that is not
+    an IPv6 address. The scheme is lower-cased.
+    """
+    shown = one_line(v, 60)
     if not _TRACKER_RE.match(v):
-        raise ValueError(f"not a udp://, http:// or https:// tracker URL: {v}")
+        raise ValueError(f"not a udp://, http:// or https:// tracker URL: {shown}")
+    if not v.isprintable():
+        raise ValueError(f"tracker URL holds unprintable characters: {shown}")
+    try:
+        parts = urllib.parse.urlsplit(v)
+        _ = parts.port  # raises ValueError past 65535
+        if parts.netloc.startswith("["):
+            ipaddress.IPv6Address(parts.hostname)
+    except ValueError as e:
+        raise ValueError(f"tracker URL {shown}: {e}") from None
     scheme, rest = v.split("://", 1)
     return scheme.lower() + "://" + rest
 
@@ -441,6 +483,15 @@ def _host_port(v: str) -> tuple[str, int]:
     if not sep or not host:
         raise ValueError(f"expected host:port, got {v!r}")
     host = host.strip("[]")
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        # A name the resolver cannot even encode (a label over 63 characters, a
+        # surrogate) is refused here, not at the first lookup.
+        try:
+            host.encode("idna")
+        except UnicodeError:
+            raise ValueError(f"host of {one_line(v, 60)!r} is not a usable host name") from None
     try:
         p = int(port)
     except ValueError:

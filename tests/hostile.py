@@ -93,7 +93,10 @@ class HostileHttpTracker:
 
     /good, /failure, /dictpeers, /odd, /huge (Content-Length, too big),
     /endless (chunked, never ends), /slow (answers after 30 s),
-    /redirect?to=<url>, /loop (redirects to itself), /garbage.
+    /redirect?to=<url>, /loop (redirects to itself), /garbage; hostile bytes:
+    /superscript (``Content-Length: ²``), /hexchunk (chunk size ``0x..``),
+    /bigint (a 5,000-digit interval), /farinterval (interval 2^40, counts
+    fine), /bigcount (``complete`` of 2^40).
     ``tls``: a server-side gevent SSLContext (``tests.tls_trackers``) to
     serve the same over https.
     """
@@ -112,6 +115,9 @@ class HostileHttpTracker:
                 return
             buf += chunk
         target = buf.split(b" ", 2)[1].decode()
+        self.last_target = target
+        host = [v for k, _, v in (line.partition(b": ") for line in buf.split(b"\r\n")) if k.lower() == b"host"]
+        self.last_host = host[0].decode() if host else None
         path, _, query = target.partition("?")
         params = urllib.parse.parse_qs(query)
 
@@ -155,6 +161,19 @@ class HostileHttpTracker:
                 for _ in range(1000):
                     gevent.sleep(0.1)
                     sock.sendall(b"d")
+            elif path == "/superscript":
+                # "²" in Latin-1, as a header is read: str.isdigit() says yes, int() says no.
+                sock.sendall("HTTP/1.1 200 OK\r\nContent-Length: ²\r\n\r\n".encode("latin-1") + bencode.encode(good))
+            elif path == "/hexchunk":
+                body = bencode.encode(good)
+                sock.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+                             + b"0x%x\r\n%s\r\n0\r\n\r\n" % (len(body), body))
+            elif path == "/bigint":
+                send(bencode.encode(good).replace(b"i900e", b"i" + b"9" * 5000 + b"e"))
+            elif path == "/farinterval":
+                send(bencode.encode({**good, b"interval": 2**40, b"min interval": 2**40}))
+            elif path == "/bigcount":
+                send(bencode.encode({**good, b"complete": 2**40}))
             elif path == "/redirect":
                 send(b"", "302 Found", f"Location: {params['to'][0]}\r\n")
             elif path == "/loop":

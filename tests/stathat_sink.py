@@ -5,7 +5,8 @@ answers like StatHat (``{"status": 200, "msg": "ok"}``), and records every
 posted JSON body. ``fail_next(n)`` makes the next n posts answer HTTP 500
 (nothing recorded as delivered); ``fail_next(n, after_accept=True)`` records
 them as delivered but still answers 500 (a post whose result the client cannot
-know). Usable as a context manager or a pytest fixture; the worker tests reuse
+know). ``delay``: seconds each post takes before it is answered (a slow
+StatHat; the post is recorded when answered). Usable as a context manager or a pytest fixture; the worker tests reuse
 it.
 """
 
@@ -13,12 +14,14 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 class StatHatSink:
-    def __init__(self, host: str = "127.0.0.1"):
+    def __init__(self, host: str = "127.0.0.1", delay: float = 0.0):
+        self.delay = delay
         self.posts: list[dict] = []  # accepted bodies
         self.requests = 0  # every POST, accepted or failed
         self._fail = 0
@@ -30,6 +33,8 @@ class StatHatSink:
             def do_POST(self):  # noqa: N802 - http.server's naming
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length)
+                if sink.delay:
+                    time.sleep(sink.delay)
                 with sink._lock:
                     sink.requests += 1
                     failing = sink._fail > 0

@@ -2,6 +2,12 @@
 
 import base64
 import hashlib
+import json
+import os
+import subprocess
+import sys
+
+import pytest
 
 from crawler import bencode
 from crawler.keys import Keys
@@ -109,3 +115,106 @@ def test_torrent_unknown_and_bad_hash(test_env):
     assert p.returncode == 1 and "is not tracked" in p.stderr
     p = run(test_env, "torrent", "xyz")
     assert p.returncode == 2 and "Traceback" not in p.stderr
+
+
+def _added(client, namespace, settings, hashes):
+    q = Queue(client, Keys(namespace), settings)
+    return {h for h in hashes if q.state(h)[0] == "ready"}
+
+
+def test_a_bad_torrent_beside_a_good_hash_costs_only_itself(test_env, tmp_path, client, namespace, settings):
+    big = tmp_path / "big_int.torrent"
+    big.write_bytes(b"d4:infod6:lengthi" + b"9" * 5000 + b"eee")
+    p, out = run_json(test_env, "add", H[10], str(big), H[11])
+    assert p.returncode == 1 and "Traceback" not in p.stderr
+    assert out == {"added": 2, "already_tracked": 0, "skipped_evicted": 0, "invalid": 1}
+    (line,) = p.stderr.strip().splitlines()
+    assert line.startswith(f"peercrawl add: argument 2: {big} is not valid bencode: integer at offset")
+    assert _added(client, namespace, settings, H[10:12]) == set(H[10:12])
+
+
+def test_hostile_from_lines_are_reported_with_their_position(test_env, tmp_path, client, namespace, settings):
+    f = tmp_path / "list.txt"
+    f.write_bytes(b"\n".join([
+        H[12].encode(),
+        b"evil\x00name.torrent",
+        b"caf\xe9 au lait",                       # Latin-1, not UTF-8
+        b"\x1b[2J" + b"z" * 5000,
+        b"magnet:?xt=urn:btih:" + H[13].encode() + b"&tr=udp://h%0A:1/a",
+        H[14].encode(),
+    ]) + b"\n")
+    p, out = run_json(test_env, "add", "--from", str(f))
+    assert p.returncode == 1 and "Traceback" not in p.stderr
+    assert out["added"] == 2 and out["invalid"] == 4
+    errs = p.stderr.strip().splitlines()
+    assert [e.split(": ", 2)[1] for e in errs] == [f"{f} line {n}" for n in (2, 3, 4, 5)]
+    assert "holds a NUL byte: evil\\x00name.torrent" in errs[0]
+    assert "(and not UTF-8 text): caf\\udce9 au lait" in errs[1]
+    assert "\\x1b[2Jzzz" in errs[2] and "\x1b" not in p.stderr
+    assert "magnet tr=" in errs[3]
+    assert _added(client, namespace, settings, [H[12], H[14]]) == {H[12], H[14]}
+
+
+@pytest.mark.parametrize("encoding, bom", [("utf-8", b"\xef\xbb\xbf"), ("utf-16-le", b"\xff\xfe"),
+                                           ("utf-16-be", b"\xfe\xff"), ("utf-32-le", b"\xff\xfe\x00\x00")])
+def test_from_files_with_a_byte_order_mark_are_read(test_env, tmp_path, client, namespace, settings, encoding, bom):
+    f = tmp_path / "list.txt"
+    f.write_bytes(bom + f"{H[15]}\r\n# note\r\n{H[16]}\r\n".encode(encoding))
+    p, out = run_json(test_env, "add", "--from", str(f))
+    assert p.returncode == 0, p.stderr
+    assert out == {"added": 2, "already_tracked": 0, "skipped_evicted": 0, "invalid": 0}
+    assert _added(client, namespace, settings, H[15:17]) == set(H[15:17])
+
+
+def test_utf16_without_a_byte_order_mark_is_one_line_naming_the_file(test_env, tmp_path, client, namespace, settings):
+    f = tmp_path / "list.txt"
+    f.write_bytes(f"{H[17]}\n{H[18]}\n".encode("utf-16-le"))
+    p, out = run_json(test_env, "add", H[1], "--from", str(f))
+    assert p.returncode == 1 and "Traceback" not in p.stderr
+    assert out == {"added": 1, "already_tracked": 0, "skipped_evicted": 0, "invalid": 1}
+    assert p.stderr.strip() == (f"peercrawl add: {f}: holds NUL bytes between its characters: UTF-16 or UTF-32 "
+                                "text without a byte-order mark? Save it as UTF-8")
+    assert _added(client, namespace, settings, [H[1]] + H[17:19]) == {H[1]}
+
+
+def test_a_file_named_in_another_encoding_is_found_from_a_list(test_env, tmp_path, client, namespace, settings):
+    name = b"caf\xe9.torrent"  # Latin-1 bytes, as an old file system holds them
+    th = torrent_file(tmp_path / os.fsdecode(name))
+    f = tmp_path / "list.txt"
+    f.write_bytes(name + b"\n")
+    p, out = run_json(test_env, "add", "--from", str(f))
+    assert p.returncode == 0, p.stderr
+    assert _added(client, namespace, settings, [th]) == {th}
+
+
+def test_any_fault_parsing_one_item_is_that_items_line(test_env, client, namespace, settings):
+    # A fault no ItemError foresaw (here a RecursionError injected for one item) must cost only that item.
+    code = ("import crawler.cli.add as a\n"
+            "orig = a.parse_item\n"
+            "def parse(text, base=None):\n"
+            "    if text == 'boom':\n"
+            "        raise RecursionError('maximum recursion depth exceeded\\nin comparison')\n"
+            "    return orig(text, base)\n"
+            "a.parse_item = parse\n"
+            "from crawler.cli import main\n"
+            "main()\n")
+    p = subprocess.run([sys.executable, "-c", code, "add", H[2], "boom", H[3], "--json"], env=test_env,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1 and "Traceback" not in p.stderr
+    assert json.loads(p.stdout) == {"added": 2, "already_tracked": 0, "skipped_evicted": 0, "invalid": 1}
+    assert p.stderr.strip() == ("peercrawl add: argument 2: cannot parse this item: RecursionError: "
+                                "maximum recursion depth exceeded in comparison")
+    assert _added(client, namespace, settings, H[2:4]) == set(H[2:4])
+
+
+def test_a_line_past_the_length_cap_is_one_error_and_the_rest_is_read(test_env, tmp_path, client, namespace,
+                                                                       settings):
+    from crawler.cli.add import MAX_LINE
+
+    f = tmp_path / "list.txt"
+    f.write_bytes(H[5].encode() + b"\n" + b"w" * (2 * MAX_LINE + 7) + b"\n" + H[6].encode() + b"\n")
+    p, out = run_json(test_env, "add", "--from", str(f))
+    assert p.returncode == 1 and "Traceback" not in p.stderr
+    assert out == {"added": 2, "already_tracked": 0, "skipped_evicted": 0, "invalid": 1}
+    assert p.stderr.strip() == f"peercrawl add: {f} line 2: longer than 4 MiB, not an item"
+    assert _added(client, namespace, settings, H[5:7]) == set(H[5:7])

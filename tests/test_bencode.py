@@ -106,3 +106,27 @@ def test_decode_prefix_gives_span():
 def test_depth_limit_is_module_constant():
     ok = b"l" * bencode.MAX_DEPTH + b"e" * bencode.MAX_DEPTH
     assert decode(ok) is not None
+
+
+@pytest.mark.parametrize("data", [
+    b"i" + b"1" * 5000 + b"e",           # Python's int() refuses > 4,300 digits with a bare ValueError
+    b"i-" + b"9" * 4301 + b"e",
+    b"1" * 5000 + b":",                  # a string length likewise
+    b"l" + b"i" + b"7" * (bencode.MAX_INT_DIGITS + 1) + b"ee",
+    b"d1:a" + b"5" * 10_000 + b":xe",
+])
+def test_overlong_numbers_are_bencode_errors(data):
+    with pytest.raises(BencodeError, match="digits, more than"):
+        decode(data)
+
+
+def test_the_longest_integer_allowed_still_decodes():
+    n = int("9" * bencode.MAX_INT_DIGITS)
+    assert decode(encode(n)) == n and decode(encode(-n)) == -n
+
+
+@pytest.mark.parametrize("data", [b"i\xd9\xa1e", "i²e".encode(), b"i\xb2e", b"i 1e", b"i+1e", b"i1_0e",
+                                  "١:a".encode(), b"\xb2:a"])
+def test_only_ascii_digits_are_digits(data):
+    with pytest.raises(BencodeError):
+        decode(data)

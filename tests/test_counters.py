@@ -128,14 +128,14 @@ def test_marks_hold_fingerprints_never_the_address(recorder, client, keys):
     assert fields == 1 + (7 + 1) + (7 + 1)
 
 
-def test_secret_generated_once_and_shared(client, keys, settings, locator):
-    s = settings.replace(secret=None)
+def test_secret_generated_once_into_a_file_and_shared(client, keys, settings, locator):
+    s = settings.replace(secret=None, redis_url=None)  # the embedded default's key (Redis: the test one)
     a = Recorder(client, keys, s, locator)
-    secret = client.get(keys.secret)
-    assert secret and len(secret) == 64
+    key = (s.data_dir / "fingerprint.key").read_bytes()
+    assert len(key.strip()) == 64 and not client.exists(keys.secret)
     assert a.record_visit(H, ["1.1.1.1"], T0) == 1
     b = Recorder(client, keys, s, locator)
-    assert client.get(keys.secret) == secret
+    assert (s.data_dir / "fingerprint.key").read_bytes() == key
     assert b.record_visit(H, ["1.1.1.1"], T0) == 0  # same fingerprints
 
 

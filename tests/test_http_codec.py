@@ -31,7 +31,7 @@ def test_announce_url_percent_encodes_binary(ih, pid):
 
 
 @given(st.lists(st.tuples(ipv4, port), max_size=30), st.lists(st.tuples(ipv6, port), max_size=10),
-       counts, counts, counts, counts, st.none() | st.text(max_size=20))
+       counts, counts, counts, counts, st.none() | st.text(st.characters().filter(str.isprintable), max_size=20))
 def test_reply_round_trip(p4, p6, interval, mi, complete, incomplete, warning):
     d = {b"peers": encode_compact(p4), b"peers6": encode_compact(p6, socket.AF_INET6)}
     for k, v in ((b"interval", interval), (b"min interval", mi), (b"complete", complete), (b"incomplete", incomplete)):
@@ -115,3 +115,55 @@ def test_arbitrary_http_responses_raise_only_typed_errors(data):
 def test_content_length_truncation_named():
     with pytest.raises(h.HttpReplyError, match="body truncated: 3 of 10"):
         h.parse_response(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc")
+
+
+@pytest.mark.parametrize("value", ["²", "١٠", "+5", "-5", " ", "5 5", "0x5", "1_0", "9" * 19, "５"])
+def test_content_length_is_ascii_digits_only(value):
+    raw = f"HTTP/1.1 200 OK\r\nContent-Length: {value}\r\n\r\nabcde".encode()
+    head = h.split_head(raw)
+    assert head is not None
+    with pytest.raises(h.HttpReplyError, match="bad Content-Length"):
+        h.body_complete(head[1], raw[head[2]:])
+    with pytest.raises(h.HttpReplyError, match="bad Content-Length"):
+        h.parse_response(raw)
+
+
+@pytest.mark.parametrize("size", [b"0x5", b"+5", b"-5", b"5_0", "٥".encode(), b"", b"f" * 17, b"5 5"])
+def test_chunk_sizes_are_ascii_hex_only(size):
+    with pytest.raises(h.HttpReplyError, match="bad chunk size"):
+        h.dechunk(size + b"\r\nabcde\r\n0\r\n\r\n")
+
+
+@pytest.mark.parametrize("status", ["٢٠٠", "²００", "20", "2000", "+20"])
+def test_status_codes_are_three_ascii_digits(status):
+    with pytest.raises(h.HttpReplyError, match="bad status line"):
+        h.split_head(f"HTTP/1.1 {status} OK\r\n\r\n".encode())
+
+
+@pytest.mark.parametrize("key", [b"interval", b"min interval"])
+@pytest.mark.parametrize("value", [2**32, 10**40, int("9" * 64)])
+def test_intervals_past_the_field_width_are_clamped(key, value):
+    r = h.parse_announce_reply(bencode.encode({key: value, b"peers": b""}))
+    got = r.interval if key == b"interval" else r.min_interval
+    assert got == h.MAX_INTERVAL
+    float(got)  # what the tracker client does with it
+
+
+@pytest.mark.parametrize("key", [b"complete", b"incomplete"])
+def test_counts_past_any_swarm_are_refused(key):
+    assert h.parse_announce_reply(bencode.encode({key: h.MAX_COUNT}))  # the largest taken
+    with pytest.raises(h.HttpReplyError, match="past any swarm's size"):
+        h.parse_announce_reply(bencode.encode({key: h.MAX_COUNT + 1}))
+
+
+def test_an_integer_past_the_bencode_cap_is_a_reply_error():
+    with pytest.raises(h.HttpReplyError, match="not bencoded: integer at offset 12 has 5000 digits"):
+        h.parse_announce_reply(b"d8:intervali" + b"9" * 5000 + b"ee")
+
+
+def test_refusals_and_warnings_are_one_printable_line():
+    with pytest.raises(h.TrackerRefused) as e:
+        h.parse_announce_reply(bencode.encode({b"failure reason": b"no\r\nX-Injected: 1\x1b[31m"}))
+    assert str(e.value) == "tracker refused: no\\r\\nX-Injected: 1\\x1b[31m"
+    r = h.parse_announce_reply(bencode.encode({b"warning message": b"w" * 1000 + b"\n"}))
+    assert r.warning.isprintable() and len(r.warning) == 300

@@ -2,6 +2,7 @@
 
 import base64
 import hashlib
+import re
 
 import pytest
 from hypothesis import given
@@ -123,3 +124,60 @@ def test_magnet_round_trip(raw, trackers):
     item = parse_magnet(m)
     assert item.info_hash == raw.hex()
     assert item.trackers == tuple(dict.fromkeys(trackers))
+
+
+def _one_line(e: ItemError) -> str:
+    text = str(e)
+    assert text and text.isprintable(), repr(text)  # no newline, NUL, escape or surrogate reaches a terminal
+    return text
+
+
+def test_a_nul_byte_in_a_torrent_path_is_an_item_error():
+    with pytest.raises(ItemError, match="holds a NUL byte") as e:
+        parse_item("some\x00where.torrent")
+    assert "some\\x00where.torrent" in _one_line(e.value)
+
+
+@pytest.mark.parametrize("text, why", [
+    ("~no-such-user-xyz/a.torrent", "cannot find the home directory"),
+    ("x" * 5000, "not an info-hash"),                      # too long for a file name: not a file
+    ("y" * 5000 + ".torrent", "cannot read"),
+    ("/dev/zero", "not a regular file"),                     # would read forever
+    ("caf\udce9.torrent", "no such file"),                   # non-UTF-8 bytes of a name, as POSIX argv gives them
+    ("caf\udce9", "(and not UTF-8 text)"),
+    ("\x1b[2Jhello\x85there\u2028", "not an info-hash"),
+    ("magnet://[oops?xt=urn:btih:" + HEX, "bad magnet query"),
+])
+def test_hostile_item_texts_are_one_line_item_errors(text, why):
+    with pytest.raises(ItemError, match=re.escape(why)) as e:
+        parse_item(text)
+    _one_line(e.value)
+
+
+def test_a_directory_named_like_a_torrent(tmp_path):
+    (tmp_path / "d.torrent").mkdir()
+    with pytest.raises(ItemError, match="is a directory"):
+        parse_item(str(tmp_path / "d.torrent"))
+
+
+def test_a_torrent_with_a_huge_integer_is_an_item_error(tmp_path):
+    data, _ = make_torrent()
+    p = tmp_path / "big.torrent"
+    p.write_bytes(data[:-1] + b"3:bigi" + b"9" * 5000 + b"ee")
+    with pytest.raises(ItemError, match="not valid bencode: integer at offset .* has 5000 digits"):
+        parse_item(str(p))
+
+
+@pytest.mark.parametrize("tr", ["udp%3A%2F%2Fh%00x%3A1%2Fa", "udp://h\udcff:1/a", "http%3A%2F%2Fh%2Fa%0Ab",
+                                "udp://h:%EF%BC%91%EF%BC%92/a", "udp://h:99999/a", "udp://h\u2028:1/a"])
+def test_magnet_trackers_no_client_could_use_are_refused(tr):
+    with pytest.raises(ItemError, match="magnet tr=") as e:
+        parse_item(f"magnet:?xt=urn:btih:{HEX}&tr={tr}")
+    _one_line(e.value)
+
+
+def test_torrent_trackers_no_client_could_use_are_dropped():
+    data, digest = make_torrent(announce=b"udp://h\x00x:1/a",
+                                announce_list=[[b"udp://ok.example:1/a", b"udp://h:\xef\xbc\x91/a", b"\xff\xfe"]])
+    item = parse_torrent(data)
+    assert item.info_hash == digest and item.trackers == ("udp://ok.example:1/a",)

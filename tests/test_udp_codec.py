@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import struct
 
 import pytest
 from hypothesis import given
@@ -48,7 +49,7 @@ replies = st.one_of(
     st.builds(u.ConnectReply, u32, st.integers(0, 2**64 - 1)),
     st.builds(u.AnnounceReply, u32, u32, u32, u32, st.lists(st.tuples(ipv4, port), max_size=30).map(tuple)),
     st.builds(u.ScrapeReply, u32, st.lists(st.builds(u.ScrapeEntry, u32, u32, u32), max_size=10).map(tuple)),
-    st.builds(u.ErrorReply, u32, st.text(max_size=50)),
+    st.builds(u.ErrorReply, u32, st.text(st.characters().filter(str.isprintable), max_size=50)),
 )
 
 
@@ -100,3 +101,10 @@ def test_malformations_named(data, why):
 
 def test_peek_routes_before_parsing():
     assert u.peek(u.encode_reply(u.ErrorReply(77, "x"))) == (u.ERROR, 77)
+
+
+def test_an_error_message_is_one_printable_line():
+    r = u.parse_reply(struct.pack(">II", u.ERROR, 7) + "go\naway \x1b[2J\xff".encode("utf-8", "surrogatepass") + b"\xff")
+    assert isinstance(r, u.ErrorReply) and r.message == "go\\naway \\x1b[2J\xff\ufffd"
+    long = u.parse_reply(struct.pack(">II", u.ERROR, 7) + b"x" * 5000)
+    assert len(long.message) == 300 and long.message.endswith("...")

@@ -67,7 +67,7 @@ def worker(concurrency, max_visits, until_idle, duration) -> None:
     _patch()
     from crawler.cli.context import open_context
 
-    ctx = open_context()
+    ctx = open_context(records=True)
     # Imported after logging is configured: logs.get binds at import time.
     from workers.process import Process
 
@@ -93,7 +93,7 @@ def run(items, concurrency, max_visits, until_idle, duration) -> None:
 
     from crawler.cli.context import open_context
 
-    ctx = open_context()
+    ctx = open_context(records=True)
     from workers.process import Process
     from workers.progress import Progress, add_items
 

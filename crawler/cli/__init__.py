@@ -23,9 +23,9 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from crawler.cli import add, flush, stats, status, torrent
+    from crawler.cli import add, flush, secret, stats, status, torrent
 
-    for mod in (add, status, torrent, stats, flush):
+    for mod in (add, status, torrent, stats, flush, secret):
         cli.add_command(mod.command)
     try:
         from workers import cli as worker_cli

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TextIO
+from typing import BinaryIO
 
 import click
 
@@ -16,30 +17,89 @@ from crawler.items import parse_item, trackers_of
 from crawler.lifecycle import NewItem, Queue
 
 
-def _sources(items: tuple[str, ...], from_file: TextIO | None) -> Iterator[tuple[str, str, Path | None]]:
-    """(where, text, base directory) for every ITEM: arguments, then --from lines."""
+def _sources(items: tuple[str, ...], from_file: BinaryIO | None) -> Iterator[tuple[str, str | ItemError, Path | None]]:
+    """(where, text, base directory) for every ITEM: arguments, then --from lines.
+
+    In place of the text, an ``ItemError`` to report when a line (or the
+    whole file) cannot be read as text.
+    """
     for n, text in enumerate(items, 1):
         yield f"argument {n}", text, None
     if from_file is not None:
         name = getattr(from_file, "name", "-")
         base = None if name in ("-", "<stdin>") else Path(name).parent
         label = "stdin" if base is None else name
-        for n, line in enumerate(from_file, 1):
-            text = line.strip()
-            if not text or text.startswith("#"):
-                continue
-            yield f"{label} line {n}", text, base
+        try:
+            for n, line in _lines(from_file):
+                if isinstance(line, ItemError):
+                    yield f"{label} line {n}", line, base
+                    continue
+                text = line.strip()
+                if not text or text.startswith("#"):
+                    continue
+                yield f"{label} line {n}", text, base
+        except ItemError as e:
+            yield label, e, None
+        except OSError as e:
+            yield label, ItemError(f"reading stopped: {e.strerror or e}"), None
+
+
+# Byte-order marks, longest first (UTF-32 LE's begins with UTF-16 LE's).
+_BOMS = ((b"\xff\xfe\x00\x00", "utf-32"), (b"\x00\x00\xfe\xff", "utf-32"), (b"\xef\xbb\xbf", "utf-8"),
+         (b"\xff\xfe", "utf-16"), (b"\xfe\xff", "utf-16"))
+
+
+# Far longer than any item (a magnet with thousands of trackers); a longer
+# "line" is a file that is not a list, and is not held in memory whole.
+MAX_LINE = 4 * 1024 * 1024
+
+
+def _lines(f: BinaryIO) -> Iterator[tuple[int, str | ItemError]]:
+    """Numbered lines of a --from file as text, or an ``ItemError`` for a line longer than ``MAX_LINE``.
+
+    UTF-8, its BOM skipped if it has one; UTF-16 and UTF-32 with a BOM
+    (Windows editors write them). Bytes that are not UTF-8 become surrogate
+    escapes, as in POSIX argv: a line naming a file by its raw bytes still
+    finds it, and any other such line is refused as an item with the bytes
+    shown. A first line that is a quarter NUL bytes is UTF-16 or UTF-32
+    without a BOM, which cannot be read safely: ``ItemError`` raised for the
+    file.
+    """
+    head = f.peek(4)[:4] if hasattr(f, "peek") else b""
+    encoding = next((enc for bom, enc in _BOMS if head.startswith(bom)), None)
+    wide = encoding in ("utf-16", "utf-32")
+    stream = io.TextIOWrapper(f, encoding=encoding, errors="replace") if wide else f
+    newline = "\n" if wide else b"\n"
+    n = 0
+    while line := stream.readline(MAX_LINE + 1):
+        n += 1
+        if len(line) > MAX_LINE and not line.endswith(newline):
+            while (rest := stream.readline(MAX_LINE)) and not rest.endswith(newline):
+                pass
+            yield n, ItemError(f"longer than {MAX_LINE // (1024 * 1024)} MiB, not an item")
+            continue
+        if wide:
+            yield n, line
+            continue
+        if n == 1:
+            if encoding == "utf-8":
+                line = line[3:]
+            elif line.count(b"\x00") * 4 >= len(line) > 0:
+                raise ItemError("holds NUL bytes between its characters: UTF-16 or UTF-32 text without "
+                                "a byte-order mark? Save it as UTF-8")
+        yield n, line.decode("utf-8", "surrogateescape")
 
 
 @click.command("add")
 @click.argument("items", nargs=-1)
-@click.option("--from", "from_file", type=click.File("r", encoding="utf-8", errors="replace"),
-              help="Read one ITEM per line from FILE, or - for stdin; blank and # lines are skipped.")
+@click.option("--from", "from_file", type=click.File("rb"),
+              help="Read one ITEM per line from FILE, or - for stdin; blank and # lines are skipped. "
+                   "UTF-8, or UTF-16/UTF-32 with a byte-order mark.")
 @click.option("--tracker", "trackers", multiple=True, metavar="URL",
               help="A tracker to add to every item (repeatable).")
 @click.option("--readmit", is_flag=True, help="Re-admit evicted torrents (score back to 1.0).")
 @click.option("--json", "as_json", is_flag=True, help="Print the counts as JSON.")
-def command(items: tuple[str, ...], from_file: TextIO | None, trackers: tuple[str, ...], readmit: bool,
+def command(items: tuple[str, ...], from_file: BinaryIO | None, trackers: tuple[str, ...], readmit: bool,
             as_json: bool) -> None:
     """Add torrents: ITEM is a 40-hex or base32 info-hash, a magnet URI or a .torrent file.
 
@@ -60,10 +120,17 @@ def command(items: tuple[str, ...], from_file: TextIO | None, trackers: tuple[st
     def good() -> Iterator[NewItem]:
         for where, text, base in _sources(items, from_file):
             try:
+                if isinstance(text, ItemError):
+                    raise text
                 item = parse_item(text, base)
             except ItemError as e:
                 counts["invalid"] += 1
                 click.echo(f"peercrawl add: {where}: {e}", err=True)
+                continue
+            except Exception as e:  # noqa: BLE001 - a fault in one item's parsing costs that item, not the batch
+                counts["invalid"] += 1
+                click.echo(f"peercrawl add: {where}: cannot parse this item: {type(e).__name__}: "
+                           + " ".join(str(e).split())[:200], err=True)
                 continue
             if extra:
                 item = NewItem(item.info_hash, tuple(dict.fromkeys(item.trackers + extra)))

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import redis
 
 from crawler import logs, store
+from crawler.errors import StoreError
 from crawler.keys import Keys
 from crawler.settings import Settings
 
@@ -18,15 +19,24 @@ class Context:
     keys: Keys
 
 
-def open_context(**overrides) -> Context:
+def open_context(records: bool = False, **overrides) -> Context:
     """Settings from the environment (flags in ``overrides``), logging, Redis.
 
-    Raises SettingsError or StoreError, which ``crawler.cli.main`` prints as
-    one line.
+    ``records``: the command records peers (worker, run), so the fingerprint
+    key must be usable before it does anything (SPEC §4). Raises
+    SettingsError or StoreError, which ``crawler.cli.main`` prints as one line.
     """
     settings = Settings.from_env()
     if overrides:
         settings = settings.replace(**overrides)
     logs.configure(settings.log_level, settings.log_format)
     client = store.connect(settings)
-    return Context(settings, client, Keys(settings.namespace))
+    keys = Keys(settings.namespace)
+    if records:
+        from crawler.counters.marks import load_secret
+
+        try:
+            load_secret(client, keys, settings)
+        except redis.RedisError as e:
+            raise StoreError(f"cannot check the fingerprint key: {e}") from e
+    return Context(settings, client, keys)

@@ -38,12 +38,14 @@ def _print(r: dict) -> None:
     for name, value in cap.items():
         t.add_row(name.replace("_", " "), str(value))
     con.print(t)
+    if r.get("eviction_warning"):
+        con.print(f"[bold red]warning:[/] {r['eviction_warning']}", soft_wrap=True)
     if r.get("outage"):
         con.print(f"[bold red]outage:[/] {r['outage']}")
     geo = r.get("geo_errors")
     if geo:
         con.print(f"[bold red]GeoIP read errors:[/] {geo['errors']} lookups failed (counted as unplaced); "
-                  f"last: {escape(str(geo['last']))}")
+                  f"last: {escape(str(geo['last']))}", soft_wrap=True)
     if r["workers"]:
         w = Table(title="workers")
         cols = ("id", "host", "pid", "concurrency", "auto", "in_flight", "visits", "visits_per_hour", "failing")

@@ -61,8 +61,9 @@ class Recorder:
     """Records visits' peers into the §4 counters.
 
     ``client``: a redis-py client; ``keys``: the namespace's ``Keys``;
-    ``settings``: uses ``secret``, ``dedupe_seconds``, ``stathat_ezkey`` and
-    ``stathat_families``. ``locator``: a ``geo.Locator`` (default: one built
+    ``settings``: uses ``secret``, ``redis_url`` and ``data_dir`` (the key,
+    ``marks.load_secret``: may raise ``SettingsError``), ``dedupe_seconds``,
+    ``stathat_ezkey`` and ``stathat_families``. ``locator``: a ``geo.Locator`` (default: one built
     from ``settings``, which may raise ``GeoError``). ``mark_buckets`` and
     ``batch_pairs``: see ``marks`` and the module note.
     """
@@ -85,7 +86,7 @@ class Recorder:
         self.batch_pairs = max(8, batch_pairs)
         self.window = math.ceil(settings.dedupe_seconds)
         try:
-            secret = load_secret(client, keys, settings.secret)
+            secret = load_secret(client, keys, settings)
         except redis.RedisError as e:
             raise StoreError(f"cannot read the fingerprint secret: {e}") from e
         self.fingerprints = Fingerprinter(secret, mark_buckets)

@@ -1,8 +1,20 @@
 """Address policy (SPEC §3): refuse non-public tracker hosts and DHT nodes.
 
-Loopback, private, link-local, multicast, reserved and unspecified addresses
-are refused unless ``PEERCRAWL_ALLOW_PRIVATE=1``. Checked after DNS
-resolution, so a public name that resolves to 127.0.0.1 is refused too.
+Loopback, private, link-local, site-local, multicast, reserved and
+unspecified addresses are refused unless ``PEERCRAWL_ALLOW_PRIVATE=1``.
+Checked after DNS resolution, so a public name that resolves to 127.0.0.1 is
+refused too.
+
+IPv6 addresses that carry an IPv4 address inside are judged by that IPv4
+address, whatever the Python version's ``ipaddress`` tables say of the IPv6
+range: IPv4-mapped (``::ffff:0:0/96``), NAT64 (``64:ff9b::/96``, how a DNS64
+network reaches IPv4 trackers), 6to4 (``2002::/16``, the IPv4 in bits 16-47)
+and Teredo (``2001::/32``: both the server's IPv4 and the client's, which is
+stored inverted; either one not public refuses the address). Other forms are
+not recognised (6rd prefixes are chosen by each ISP; ISATAP puts the IPv4 in
+the interface identifier of an otherwise ordinary address) and get the plain
+IPv6 rules. ``crawler.sources.dht_session`` blocks the same ranges for DHT
+nodes, and more where a range cannot be expressed.
 
 ``resolve`` turns a tracker host into the addresses to try, in order, each
 one checked: a name with several addresses (A and AAAA records, round-robin
@@ -37,17 +49,48 @@ class HostUnresolved(PeercrawlError):
     """A tracker host name does not resolve to any IPv4 or IPv6 address."""
 
 
+NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+TEREDO = ipaddress.IPv6Network("2001::/32")
+SIXTOFOUR = ipaddress.IPv6Network("2002::/16")
+# Deprecated (RFC 3879) but still routed inside some sites; Python counts it
+# as global.
+SITE_LOCAL = ipaddress.IPv6Network("fec0::/10")
+# IPv6 documentation (RFC 9637); only newer Pythons know it.
+DOCUMENTATION = ipaddress.IPv6Network("3fff::/20")
+
+
 def kind_of(ip: str) -> str | None:
-    """The reason ``ip`` is not public ("loopback", "private", ...), or None."""
+    """The reason ``ip`` is not public ("loopback", "private", "6to4 address whose ..."), or None."""
     addr = ipaddress.ip_address(ip)
-    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
-        addr = addr.ipv4_mapped
+    if isinstance(addr, ipaddress.IPv6Address):
+        if addr.ipv4_mapped is not None:
+            return _plain(addr.ipv4_mapped)
+        if addr in NAT64:
+            return _embedded("NAT64", ipaddress.IPv4Address(int(addr) & 0xFFFFFFFF))
+        if addr in SIXTOFOUR:
+            return _embedded("6to4", addr.sixtofour)
+        if addr in TEREDO:
+            server, client = addr.teredo
+            return _embedded("Teredo", server, "server ") or _embedded("Teredo", client, "client ")
+        if addr in SITE_LOCAL:
+            return "site-local"
+        if addr in DOCUMENTATION:
+            return "documentation"
+    return _plain(addr)
+
+
+def _plain(addr: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str | None:
     for name in ("loopback", "link_local", "multicast", "unspecified", "reserved", "private"):
         if getattr(addr, "is_" + name):
             return name.replace("_", "-")
     if not addr.is_global:
         return "non-global"
     return None
+
+
+def _embedded(form: str, v4: ipaddress.IPv4Address, role: str = "") -> str | None:
+    reason = _plain(v4)
+    return None if reason is None else f"{form} address whose embedded {role}IPv4 {v4} is a {reason}"
 
 
 def check(ip: str, allow_private: bool, what: str) -> None:
@@ -74,6 +117,10 @@ def system_resolver(host: str, port: int) -> list:
 
     Raises OSError or UnicodeError as getaddrinfo does.
     """
+    # Encoded here, not in gevent's resolver thread, which would print the
+    # UnicodeError of a hostile name (a surrogate, a 300-byte label) as a
+    # traceback on stderr before handing it back.
+    host = host.encode("idna").decode("ascii")
     infos = socket.getaddrinfo(host, port, 0, _stdsocket.SOCK_DGRAM)
     return [(fam, sockaddr) for fam, _, _, _, sockaddr in infos]
 

@@ -37,13 +37,26 @@ ALERT_QUEUE_SIZE = 50_000
 # the lookups in flight.
 BLOCK_RATELIMIT = 100
 
-# Ranges refused for DHT nodes unless private addresses are allowed; the same
-# families as crawler.sources.addresses, as ranges libtorrent's ip_filter takes.
-_BLOCKED = (
+# Ranges refused for DHT nodes unless private addresses are allowed, as
+# ranges libtorrent's ip_filter takes: a superset of what
+# crawler.sources.addresses refuses (tests/test_address_forms.py checks it).
+_BLOCKED_V4 = (
     "0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16",
     "172.16.0.0/12", "192.0.0.0/24", "192.0.2.0/24", "192.168.0.0/16", "198.18.0.0/15",
     "198.51.100.0/24", "203.0.113.0/24", "224.0.0.0/3",
-    "::/8", "100::/64", "2001:db8::/32", "fc00::/7", "fe80::/10", "ff00::/8",
+)
+# IPv6: everything outside 2000::/3 (unallocated or special: loopback,
+# IPv4-mapped, NAT64, ULA, link- and site-local, multicast), where Python's
+# tables call it reserved. Inside 2000::/3: the IETF block 2001::/23 (Teredo
+# included: its client IPv4 sits in the low 32 bits, under every server,
+# flag and port value, so no set of ranges holds just the private ones, and
+# Teredo relays are near-extinct), documentation, and the 6to4 ranges whose
+# embedded IPv4 (bits 16-47) is in a blocked IPv4 range. Public NAT64 and
+# Teredo addresses, which trackers may use, are blocked for the DHT.
+_BLOCKED_V6 = ("::/3", "4000::/2", "8000::/1", "2001::/23", "2001:db8::/32", "3fff::/20")
+_BLOCKED = _BLOCKED_V4 + _BLOCKED_V6 + tuple(
+    str(ipaddress.IPv6Network(((0x2002 << 112) | (int(n.network_address) << 80), 16 + n.prefixlen)))
+    for n in map(ipaddress.IPv4Network, _BLOCKED_V4)
 )
 
 

@@ -115,8 +115,12 @@ def http_get(
             location = resp.headers.get("location")
             if not location:
                 raise HttpReplyError(f"redirect {resp.status} without Location")
-            url = urllib.parse.urljoin(url, location)
-            if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
+            try:
+                url = urllib.parse.urljoin(url, location)
+                scheme = urllib.parse.urlsplit(url).scheme
+            except ValueError as e:  # "http://[::1": brackets that do not close
+                raise HttpReplyError(f"bad Location {location[:100]!r}: {e}") from None
+            if scheme not in ("http", "https"):
                 raise HttpTrackerError(f"redirect to a non-HTTP URL {url[:100]!r}")
             continue
         if resp.status != 200:
@@ -126,7 +130,10 @@ def http_get(
 
 
 def _get_once(url, deadline, max_bytes, check, tls, resolver, preferred) -> HttpResponse:
-    parts = urllib.parse.urlsplit(url)
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError as e:
+        raise HttpTrackerError(f"not an HTTP URL: {url[:100]!r}: {e}") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise HttpTrackerError(f"not an HTTP URL: {url[:100]!r}")
     is_tls = parts.scheme == "https"
@@ -142,7 +149,13 @@ def _get_once(url, deadline, max_bytes, check, tls, resolver, preferred) -> Http
     target = parts.path or "/"
     if parts.query:
         target += "?" + parts.query
-    host_header = parts.netloc.rsplit("@", 1)[-1]
+    # A URL from a magnet or a .torrent may hold any character; the request
+    # line and Host header hold ASCII only (and a space would end the target).
+    target = _UNSAFE.sub(lambda m: urllib.parse.quote(m.group(), safe=""), target)
+    try:
+        host_header = _ascii_host(parts.netloc.rsplit("@", 1)[-1])
+    except UnicodeError as e:
+        raise HttpTrackerError(f"{what}: host name cannot be encoded: {e}") from None
     left = deadline - time.monotonic()
     if left <= 0:
         raise TrackerTimeout(f"{what}: deadline passed")
@@ -160,6 +173,19 @@ def _get_once(url, deadline, max_bytes, check, tls, resolver, preferred) -> Http
             raise HttpTrackerError(f"{what}: {e}") from e
         finally:
             s.close()
+
+
+_UNSAFE = re.compile(r"[^\x21-\x7e]")
+
+
+def _ascii_host(netloc: str) -> str:
+    """``netloc`` (no userinfo) for the Host header: a non-ASCII name IDNA-encoded; raises UnicodeError."""
+    if netloc.isascii():
+        return netloc
+    host, sep, port = netloc.rpartition(":")
+    if not sep or not port.isdigit() or not port.isascii():
+        host, sep, port = netloc, "", ""
+    return host.encode("idna").decode("ascii") + sep + port
 
 
 def _connect(targets: list, deadline: float, what: str) -> tuple[socket.socket, tuple]:

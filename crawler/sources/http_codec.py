@@ -11,13 +11,27 @@ Malformations raise ``HttpReplyError``; a tracker that answers with
 
 from __future__ import annotations
 
+import re
 import socket
 import urllib.parse
 from dataclasses import dataclass
 
 from crawler import bencode
-from crawler.errors import RemoteProtocolError
+from crawler.errors import RemoteProtocolError, one_line
 from crawler.sources.peers import Peer, PeerListError, canonical_ip, parse_compact
+
+# Numbers in HTTP heads are ASCII digits only: str.isdigit() also accepts "²"
+# and "١", which int() then refuses or reads. 18 decimal digits (an exabyte)
+# or 16 hex digits are past any size the client would read.
+_DECIMAL = re.compile(r"[0-9]{1,18}")
+_HEX = re.compile(rb"[0-9A-Fa-f]{1,16}")
+
+# An announce reply's integers are bencode's, up to 64 digits. An interval
+# above BEP 15's field width (2^32 - 1 s, 136 years: "do not come back") is
+# clamped to it, so the float() downstream cannot overflow; a negative one
+# is refused. A count above that width is no real swarm's and is refused.
+MAX_INTERVAL = 2**32 - 1
+MAX_COUNT = 2**32 - 1
 
 
 class HttpReplyError(RemoteProtocolError):
@@ -71,17 +85,24 @@ class HttpAnnounceReply:
     warning: str | None = None
 
 
-def _int_field(d: dict, key: bytes) -> int | None:
+def _int_field(d: dict, key: bytes, clamp: bool = False) -> int | None:
+    """The non-negative integer at ``key``, or None; an interval (``clamp``) is cut to
+    ``MAX_INTERVAL``, a count above ``MAX_COUNT`` refused."""
     v = d.get(key)
     if v is None:
         return None
     if not isinstance(v, int) or v < 0:
         raise HttpReplyError(f"{key.decode()!r} is not a non-negative integer: {v!r:.40}")
+    if clamp:
+        return min(v, MAX_INTERVAL)
+    if v > MAX_COUNT:
+        raise HttpReplyError(f"{key.decode()!r} of {len(str(v))} digits is past any swarm's size")
     return v
 
 
 def _text(v: object) -> str:
-    return v.decode("utf-8", "replace")[:300] if isinstance(v, bytes) else repr(v)[:300]
+    """A tracker's message for one line of a log or ``status``."""
+    return one_line(v.decode("utf-8", "replace") if isinstance(v, bytes) else repr(v), 300)
 
 
 def parse_announce_reply(body: bytes) -> HttpAnnounceReply:
@@ -118,8 +139,8 @@ def parse_announce_reply(body: bytes) -> HttpAnnounceReply:
     warning = d.get(b"warning message")
     return HttpAnnounceReply(
         peers=tuple(peers),
-        interval=_int_field(d, b"interval"),
-        min_interval=_int_field(d, b"min interval"),
+        interval=_int_field(d, b"interval", clamp=True),
+        min_interval=_int_field(d, b"min interval", clamp=True),
         complete=_int_field(d, b"complete"),
         incomplete=_int_field(d, b"incomplete"),
         warning=None if warning is None else _text(warning),
@@ -178,12 +199,25 @@ def split_head(raw: bytes) -> tuple[int, dict[str, str], int] | None:
     return int(parts[1]), headers, end + 4
 
 
+def content_length(headers: dict[str, str]) -> int | None:
+    """The Content-Length, or None without one; raises ``HttpReplyError`` unless it is ASCII digits."""
+    v = headers.get("content-length")
+    if v is None:
+        return None
+    if not _DECIMAL.fullmatch(v):
+        raise HttpReplyError(f"bad Content-Length {v[:20]!r}")
+    return int(v)
+
+
 def body_complete(headers: dict[str, str], body: bytes) -> bool:
-    """Whether ``body`` is all of it (so the client may stop reading before close)."""
+    """Whether ``body`` is all of it (so the client may stop reading before close).
+
+    Raises ``HttpReplyError`` for a bad Content-Length.
+    """
     if "chunked" in headers.get("transfer-encoding", "").lower():
         return body.endswith(b"0\r\n\r\n")
-    length = headers.get("content-length")
-    return length is not None and length.isdigit() and len(body) >= int(length)
+    length = content_length(headers)
+    return length is not None and len(body) >= length
 
 
 def parse_response(raw: bytes, closed: bool = True) -> HttpResponse:
@@ -198,13 +232,10 @@ def parse_response(raw: bytes, closed: bool = True) -> HttpResponse:
     body = raw[off:]
     if "chunked" in headers.get("transfer-encoding", "").lower():
         body = dechunk(body)
-    elif "content-length" in headers:
-        cl = headers["content-length"]
-        if not cl.isdigit():
-            raise HttpReplyError(f"bad Content-Length {cl[:20]!r}")
-        if len(body) < int(cl):
+    elif (cl := content_length(headers)) is not None:
+        if len(body) < cl:
             raise HttpReplyError(f"body truncated: {len(body)} of {cl} bytes")
-        body = body[: int(cl)]
+        body = body[:cl]
     return HttpResponse(status, headers, body)
 
 
@@ -217,12 +248,10 @@ def dechunk(data: bytes) -> bytes:
         if eol < 0:
             raise HttpReplyError("chunked body truncated in a chunk size")
         size_text = data[i:eol].split(b";", 1)[0].strip()
-        try:
-            size = int(size_text, 16)
-        except ValueError:
-            raise HttpReplyError(f"bad chunk size {size_text[:20]!r}") from None
-        if size < 0:
-            raise HttpReplyError("negative chunk size")
+        # int(x, 16) alone would also take "0x10", "+10", "1_0" and "-1".
+        if not _HEX.fullmatch(size_text):
+            raise HttpReplyError(f"bad chunk size {size_text[:20]!r}")
+        size = int(size_text, 16)
         if size == 0:
             return b"".join(out)
         start = eol + 2

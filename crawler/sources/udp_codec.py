@@ -15,7 +15,7 @@ import socket
 import struct
 from dataclasses import dataclass
 
-from crawler.errors import RemoteProtocolError
+from crawler.errors import RemoteProtocolError, one_line
 from crawler.sources.peers import Peer, PeerListError, check_compact, parse_compact
 
 PROTOCOL_ID = 0x41727101980
@@ -164,7 +164,7 @@ def parse_reply(data: bytes, family: int = socket.AF_INET, peers: bool = True) -
         entries = tuple(ScrapeEntry(*struct.unpack_from(">III", body, o)) for o in range(0, len(body), 12))
         return ScrapeReply(tid, entries)
     if action == ERROR:
-        return ErrorReply(tid, data[8:].decode("utf-8", "replace")[:300])
+        return ErrorReply(tid, one_line(data[8:].decode("utf-8", "replace"), 300))
     raise UdpPacketError(f"unknown action {action}")
 
 

@@ -4,18 +4,30 @@ Strategy: the recorder adds increments to the outbox hash in the same Lua
 step as the counters. A flush renames the outbox to an in-flight hash under
 a leased claim (``claim.lua``), so increments made meanwhile start a fresh
 outbox and nothing is read twice. Each chunk StatHat accepts is deleted from
-the in-flight hash (``settle.lua`` ack); on a failed post the rest is added
-back into the outbox (nack) and the next flush retries with backoff. A
-flusher that dies mid-flush leaves the in-flight hash behind; once its lease
-lapses the next flush posts it ("recovered"). Nothing is lost; nothing is
-doubled unless a post's result is unknown (a timeout after StatHat accepted
-it), which is the one case the EZ API cannot tell us.
+the in-flight hash and the lease renewed, in one ``settle.lua`` ack; on a
+failed post the rest is added back into the outbox (nack) and the next flush
+retries with backoff. A flusher that dies mid-flush leaves the in-flight
+hash behind; once its lease lapses the next flush posts it ("recovered").
+
+No double posts when a result is known: a post starts only while the claim
+has at least a post's worst time (the client's whole-post timeout) plus a
+margin left on it, and every ack renews the claim, so a live flusher's claim
+never lapses while one of its posts is under way and no other flusher can
+take the batch over then. A flusher stalled past its lease (a paused
+process) acks what it posted if nobody took the batch meanwhile; if someone
+did, its settle is refused and it stops at once. A whole flush is bounded
+(``budget_seconds``; 3 s for the flush at shutdown): what is left then goes
+back to the outbox. The one
+case that can double is a post whose result is unknown (StatHat accepted it
+but the answer never came): it is put back and posted again, which the EZ
+API gives no way to avoid.
 """
 
 from __future__ import annotations
 
 import random
 import threading
+import time
 import uuid
 
 import redis
@@ -30,8 +42,22 @@ log = logs.get("stathat")
 
 # StatHat documents no batch limit; a few hundred stats keep a post small (<40 KB).
 DEFAULT_CHUNK = 500
-# Longer than a post (10 s timeout) so a live flusher never loses its claim.
+# Several posts (10 s timeout each) long, so a flusher renews it every chunk
+# without ever waiting for it, and a dead flusher's batch waits a minute.
 DEFAULT_LEASE_SECONDS = 60.0
+# A flush of a large backlog (thousands of stats after an outage) ends after
+# this long and hands the rest back to the outbox, so the worker's final flush
+# at shutdown and ``peercrawl flush`` return in bounded time.
+DEFAULT_BUDGET_SECONDS = 60.0
+# Time kept free on the claim beyond a post's worst time: the settle round
+# trip and clock granularity.
+LEASE_MARGIN_SECONDS = 0.5
+# The flush at shutdown: the worker waits 4 s for it (SHUTDOWN_MARGIN - 2 in
+# workers/pool.py) before killing it, and a post killed midway has an unknown
+# result; ending on its own leaves nothing in doubt.
+FINAL_BUDGET_SECONDS = 3.0
+# In the final flush, a post given less time than this is not started.
+MIN_POST_SECONDS = 0.2
 
 
 class Flusher:
@@ -51,7 +77,8 @@ class Flusher:
         sink: EZClient | None = None,
         *,
         chunk: int = DEFAULT_CHUNK,
-        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        lease_seconds: float | None = None,
+        budget_seconds: float = DEFAULT_BUDGET_SECONDS,
         backoff_base: float = 1.0,
         backoff_max: float = 300.0,
     ):
@@ -61,7 +88,15 @@ class Flusher:
             sink = EZClient(settings.stathat_url, settings.stathat_ezkey, timeout=settings.http_timeout)
         self.sink = sink
         self.chunk = max(1, chunk)
-        self.lease_ms = int(lease_seconds * 1000)
+        self.budget_seconds = budget_seconds
+        # The longest one post may take: the client's whole-post timeout.
+        self.post_seconds = float(getattr(sink, "timeout", settings.http_timeout))
+        if lease_seconds is None:  # a long PEERCRAWL_HTTP_TIMEOUT stretches the lease with it
+            lease_seconds = max(DEFAULT_LEASE_SECONDS, 2 * self.post_seconds + LEASE_MARGIN_SECONDS)
+        self.lease_seconds, self.lease_ms = lease_seconds, int(lease_seconds * 1000)
+        if self.enabled and lease_seconds < self.post_seconds + LEASE_MARGIN_SECONDS:
+            raise ValueError(f"the StatHat claim lease ({lease_seconds} s) must outlast a post "
+                             f"({self.post_seconds} s) by {LEASE_MARGIN_SECONDS} s")
         self.backoff_base, self.backoff_max = backoff_base, backoff_max
         self.post_count = "torrents.count" in settings.stathat_families
         self.token = uuid.uuid4().hex
@@ -76,19 +111,29 @@ class Flusher:
             pipe.zcard(k)
         return sum(pipe.execute())
 
-    def flush_once(self) -> dict:
-        """Claim, post and settle once.
+    def flush_once(self, final: bool = False) -> dict:
+        """Claim, post and settle once, within the flusher's budget.
+
+        A post starts only while a whole post's time is left of the budget;
+        ``final`` (the flush at shutdown): within ``FINAL_BUDGET_SECONDS``, each
+        post's timeout cut to what is left.
 
         Returns ``{"enabled", "ok", "stats", "increments", "requests",
-        "recovered", "busy", "error"}``: ``stats`` counter stats posted,
-        ``increments`` their summed counts, ``busy`` when another flusher holds
-        the claim. Raises ``StoreError`` if Redis fails; a failed post is
-        ``ok: False`` with ``error`` (its deltas are back in the outbox).
+        "recovered", "busy", "lost", "deferred", "error"}``: ``stats`` counter
+        stats posted, ``increments`` their summed counts, ``busy`` when another
+        flusher holds the claim, ``lost`` when another flusher took this batch
+        over mid-flush (this one stopped), ``deferred`` stats handed back to
+        the outbox when the flush ran out of time. Raises ``StoreError`` if
+        Redis fails; a failed post is ``ok: False`` with ``error`` (its deltas
+        are back in the outbox).
         """
         out = {"enabled": self.enabled, "ok": True, "stats": 0, "increments": 0, "requests": 0,
-               "recovered": False, "busy": False, "error": None}
+               "recovered": False, "busy": False, "lost": False, "deferred": 0, "error": None}
         if not self.enabled:
             return out
+        started = time.monotonic()
+        end = started + (min(self.budget_seconds, FINAL_BUDGET_SECONDS) if final else self.budget_seconds)
+        least = MIN_POST_SECONDS if final else self.post_seconds  # the time a post needs to start
         try:
             claimed = self._claim(keys=self._keys, args=[self.token, self.lease_ms])
             batch = []
@@ -99,41 +144,71 @@ class Flusher:
                 out["recovered"] = bool(claimed[1])
                 flat = claimed[2]
                 batch = [(flat[i], int(flat[i + 1])) for i in range(0, len(flat), 2)]
+                zeros = [f for f, n in batch if n == 0]  # nothing to post; settled at once
                 batch = [(f, n) for f, n in batch if n != 0]
+                if zeros and not self._settle_call(["ack"] + zeros):
+                    out["lost"] = True
+                    return out
             value = [{"stat": "torrents.count", "value": self.tracked()}] if self.post_count else []
         except redis.RedisError as e:
             raise StoreError(f"claiming the StatHat outbox failed: {e}") from e
+        # Measured from before the claim was sent: Redis started the lease later.
+        lease_end = started + self.lease_seconds
         if not batch and not value:
             return out
+        held = bool(batch)  # an in-flight hash is ours to settle
         chunks = [batch[i : i + self.chunk] for i in range(0, len(batch), self.chunk)] or [[]]
         for n, part in enumerate(chunks):
+            now = time.monotonic()
+            if end - now < least and held:
+                out["deferred"] = sum(len(p) for p in chunks[n:])
+                if self._settle_call(["nack"]):
+                    log.info("stathat_flush_deferred", stats=out["deferred"], after_s=round(now - started, 1))
+                else:
+                    out["lost"], out["deferred"] = True, 0
+                return out
+            if held and lease_end - now < self.post_seconds + LEASE_MARGIN_SECONDS:
+                # Renew before posting (a stalled process): no post may outlive the claim.
+                if not self._settle_call(["ack"]):
+                    out["lost"] = True
+                    return out
+                lease_end = now + self.lease_seconds
             data = [{"stat": f.decode("utf-8", "replace"), "count": c} for f, c in part]
             if n == 0:
                 data += value
+            if end - now < least:  # torrents.count alone: skip it this time
+                return out
             out["requests"] += 1
             try:
-                self.sink.post(data)
+                self.sink.post(data, timeout=min(self.post_seconds, end - now))
             except PostError as e:
                 out["ok"], out["error"] = False, str(e)
-                if batch:
-                    self._settle_call(["nack"])
+                if held and not self._settle_call(["nack"]):
+                    out["lost"] = True
                 log.warning("stathat_post_failed", error=str(e), pending=sum(c for _, c in batch))
                 return out
-            if part:
-                self._settle_call(["ack"] + [f for f, _ in part])
             out["stats"] += len(part)
             out["increments"] += sum(c for _, c in part)
+            if part:
+                before = time.monotonic()
+                if not self._settle_call(["ack"] + [f for f, _ in part]):
+                    out["lost"] = True
+                    return out
+                lease_end = before + self.lease_seconds
         return out
 
-    def _settle_call(self, args: list) -> None:
+    def _settle_call(self, args: list) -> bool:
+        """Run settle.lua; False (logged) when another flusher took the batch over."""
         try:
-            if not self._settle(keys=self._keys, args=[self.token] + args):
-                log.warning("stathat_claim_lost", note="another flusher took over this batch")
+            settled = self._settle(keys=self._keys, args=[self.token, self.lease_ms] + args)
         except redis.RedisError as e:
             raise StoreError(f"settling the StatHat outbox failed: {e}") from e
+        if not settled:
+            log.warning("stathat_claim_lost", note="another flusher took over this batch; stopping")
+        return bool(settled)
 
     def run_forever(self, stop_event: threading.Event, sweep=None) -> None:
-        """Flush every ``flush_seconds`` until ``stop_event`` is set, then flush once more.
+        """Flush every ``flush_seconds`` until ``stop_event`` is set, then flush once more (briefly).
 
         After a failure, waits ``backoff_base * 2**k`` (jittered, at most
         ``backoff_max``) instead. ``sweep``: an optional callable run each
@@ -156,6 +231,6 @@ class Flusher:
                 delay *= random.uniform(0.8, 1.2)
             stop_event.wait(delay)
         try:
-            self.flush_once()
+            self.flush_once(final=True)
         except StoreError as e:  # pragma: no cover - shutdown with Redis gone
             log.warning("stathat_final_flush_failed", error=str(e))

@@ -1,0 +1,67 @@
+"""Hostile bytes from a real HTTP tracker end as typed failures of that tracker, never as exceptions."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from crawler.sources import http_codec as h
+from crawler.sources.trackers import Trackers
+from tests.hostile import GOOD_PEERS, HostileHttpTracker
+from tests.tls_trackers import resolver_for
+
+
+@pytest.fixture
+def http_tracker():
+    t = HostileHttpTracker()
+    yield t
+    t.close()
+
+
+@pytest.fixture
+def trackers(settings, client, keys):
+    t = Trackers(settings.replace(http_timeout=2.0), client, keys, backoff_threshold=1000, stop_timeout=0.5)
+    yield t
+    t.close()
+
+
+@pytest.mark.parametrize("path, why", [
+    ("/superscript", "HttpReplyError: bad Content-Length '²'"),
+    ("/hexchunk", "HttpReplyError: bad chunk size b'0x"),
+    ("/bigint", "integer at offset"),
+    ("/bigcount", "'complete' of 13 digits is past any swarm's size"),
+])
+def test_hostile_numbers_are_typed_failures(http_tracker, trackers, path, why):
+    r = trackers.announce(http_tracker.base + path, os.urandom(20).hex())
+    assert not r.ok and why in r.error, r.error
+
+
+def test_an_interval_past_any_float_use_is_clamped(http_tracker, trackers):
+    r = trackers.announce(http_tracker.base + "/farinterval", os.urandom(20).hex())
+    assert r.ok, r.error
+    assert set(r.peers) >= set(GOOD_PEERS)
+    assert r.interval == r.min_interval == float(h.MAX_INTERVAL)
+
+
+@pytest.mark.parametrize("location, why", [
+    ("http://[::1/announce", "HttpReplyError: bad Location 'http://[::1/announce': Invalid IPv6 URL"),
+    ("http://127.0.0.1:%C2%B2/good", "bad port"),
+])
+def test_a_hostile_redirect_location_is_a_typed_failure(http_tracker, trackers, location, why):
+    r = trackers.announce(f"{http_tracker.base}/redirect?to={location}", os.urandom(20).hex())
+    assert not r.ok and why in r.error, r.error
+
+
+def test_a_tracker_url_with_a_non_ascii_name_and_query_is_sent_encoded(http_tracker, settings, client, keys):
+    # URLs from magnets and .torrent files may hold any character; the request must still be ASCII.
+    t = Trackers(settings.replace(http_timeout=2.0), client, keys, resolver=resolver_for({"трекер.test": ["127.0.0.1"]}),
+                 stop_timeout=0.5)
+    try:
+        r = t.announce(f"http://трекер.test:{http_tracker.port}/good?passkey=ключ ü", os.urandom(20).hex())
+    finally:
+        t.close()
+    assert r.ok, r.error
+    assert set(r.peers) >= set(GOOD_PEERS)
+    assert http_tracker.last_host == f"xn--e1aaowdh.test:{http_tracker.port}"
+    assert "passkey=%D0%BA%D0%BB%D1%8E%D1%87%20%C3%BC&" in http_tracker.last_target

@@ -1,0 +1,270 @@
+"""Every parser of untrusted bytes, fuzzed past its caps: only the typed errors ever escape.
+
+bencode (BencodeError), BEP 15 replies (UdpPacketError), HTTP response framing
+and announce replies (HttpReplyError, TrackerRefused: RemoteProtocolError),
+and ITEMs as ``add`` reads them (ItemError, one printable line). Inputs are
+built from hostile pieces (numbers of every length and script, signs, hex
+prefixes, nesting past MAX_DEPTH, integers past MAX_INT_DIGITS, counts past
+MAX_COUNT, bodies shorter and longer than announced) rather than uniform
+noise, which rarely gets past the first byte. Each test is bounded by
+max_examples and a deadline so the suite stays fast.
+"""
+
+from __future__ import annotations
+
+import io
+import socket
+import struct
+from datetime import timedelta
+
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
+
+from crawler import bencode
+from crawler.cli.add import _sources
+from crawler.errors import ItemError, RemoteProtocolError
+from crawler.items import MAX_TORRENT_FILE, parse_item, parse_torrent
+from crawler.sources import http_codec as h
+from crawler.sources import udp_codec as u
+
+BOUNDED = hsettings(max_examples=300, deadline=timedelta(seconds=2))
+SMALL = hsettings(max_examples=120, deadline=timedelta(seconds=2))
+
+# --- hostile pieces ----------------------------------------------------------
+
+ascii_digits = st.integers(0, bencode.MAX_INT_DIGITS * 3).map(lambda n: "9" * n)
+odd_digits = st.text(st.sampled_from("0123456789²³¹١٢٣０１２⁹٩߉๑"), max_size=8)
+number_text = st.one_of(
+    ascii_digits, odd_digits,
+    st.integers(-(10**80), 10**80).map(str),
+    st.sampled_from(["", "-", "+1", "-0", "0x10", "1_0", " 1", "1 ", "00", "1e3", "inf", "nan"]),
+    st.integers(0, 2**70).map(lambda n: f"{n:x}"),
+)
+number_bytes = number_text.map(lambda t: t.encode("utf-8"))
+
+
+def _bencode_tokens():
+    token = st.one_of(
+        st.sampled_from([b"i", b"e", b"l", b"d", b":", b"le", b"de", b"0:", b"1:a", b"i0e", b"4:info"]),
+        number_bytes.map(lambda n: b"i" + n + b"e"),
+        number_bytes.map(lambda n: n + b":"),
+        st.binary(max_size=8),
+    )
+    return st.lists(token, max_size=40).map(b"".join)
+
+
+nested = st.integers(0, bencode.MAX_DEPTH * 2).flatmap(
+    lambda d: st.sampled_from([b"l", b"d1:a"]).map(lambda o: o * d + b"i1e" + b"e" * d))
+
+
+def _only_bencode_errors(data: bytes) -> None:
+    try:
+        bencode.decode(data)
+    except bencode.BencodeError as e:
+        assert str(e).isprintable()
+    try:
+        bencode.decode_prefix(data, 0)
+    except bencode.BencodeError:
+        pass
+
+
+# --- bencode -----------------------------------------------------------------
+
+
+@BOUNDED
+@given(_bencode_tokens() | nested | st.binary(max_size=300))
+def test_bencode_raises_only_bencode_errors(data):
+    _only_bencode_errors(data)
+
+
+@SMALL
+@given(st.integers(bencode.MAX_INT_DIGITS + 1, 20_000), st.sampled_from([b"i", b"i-", b""]))
+def test_bencode_numbers_past_the_cap(n, prefix):
+    data = prefix + b"7" * n + (b"e" if prefix else b":")
+    try:
+        bencode.decode(data)
+    except bencode.BencodeError as e:
+        assert "more than" in str(e)
+    else:
+        raise AssertionError("a number past MAX_INT_DIGITS was accepted")
+
+
+# --- BEP 15 replies ----------------------------------------------------------
+
+
+udp_heads = st.tuples(st.integers(0, 6), st.integers(0, 2**32 - 1)).map(lambda t: struct.pack(">II", *t))
+
+
+@BOUNDED
+@given(udp_heads, st.binary(max_size=2100), st.sampled_from([socket.AF_INET, socket.AF_INET6]), st.booleans())
+def test_udp_replies_raise_only_packet_errors(head, rest, family, peers):
+    for data in (head + rest, head[: len(rest) % 9] , rest):
+        try:
+            u.parse_reply(data, family, peers=peers)
+        except u.UdpPacketError as e:
+            assert str(e).isprintable()
+        try:
+            u.AnnounceRequest.decode(data)
+        except u.UdpPacketError:
+            pass
+
+
+# --- HTTP framing and announce replies ----------------------------------------
+
+status_line = st.one_of(
+    st.tuples(st.sampled_from(["HTTP/1.1", "HTTP/1.0", "HTTP/2", "ICY", ""]), number_text,
+              st.sampled_from(["OK", "", "Found"])).map(lambda t: " ".join(t)),
+    st.just("HTTP/1.1 200 OK"),
+)
+header = st.one_of(
+    number_text.map(lambda n: f"Content-Length: {n}"),
+    st.sampled_from(["Transfer-Encoding: chunked", "Transfer-Encoding: gzip, chunked", "Location: /x",
+                     "Bad header", ": empty name", " Folded: x", "X: \x00"]),
+    st.text(max_size=30).filter(lambda t: "\r\n" not in t),
+)
+chunk = st.tuples(number_bytes | st.binary(max_size=4), st.binary(max_size=40)).map(
+    lambda t: t[0] + b"\r\n" + t[1] + b"\r\n")
+body = st.one_of(st.binary(max_size=300), st.lists(chunk, max_size=6).map(lambda c: b"".join(c) + b"0\r\n\r\n"))
+
+
+def _response(line: str, headers: list[str], payload: bytes) -> bytes:
+    return "\r\n".join([line, *headers]).encode("latin-1", "replace") + b"\r\n\r\n" + payload
+
+
+def _read_like_the_client(raw: bytes, cut: int) -> None:
+    """What ``http_client._exchange`` does with bytes arriving in two pieces."""
+    buf = b""
+    head = None
+    for piece in (raw[:cut], raw[cut:]):
+        buf += piece
+        if head is None:
+            head = h.split_head(buf)
+        if head is not None and h.body_complete(head[1], buf[head[2]:]):
+            break
+    h.parse_response(buf)
+
+
+@BOUNDED
+@given(status_line, st.lists(header, max_size=5), body, st.integers(0, 400))
+def test_http_framing_raises_only_reply_errors(line, headers, payload, cut):
+    raw = _response(line, headers, payload)
+    try:
+        _read_like_the_client(raw, cut)
+    except h.HttpReplyError as e:
+        assert str(e).isprintable()
+    for data in (payload, raw[:cut]):
+        try:
+            h.dechunk(data)
+        except h.HttpReplyError:
+            pass
+
+
+big = st.one_of(st.integers(-(2**40), 2**40), st.integers(h.MAX_COUNT - 2, h.MAX_COUNT + 2),
+                st.integers(10**60, 10**70), st.binary(max_size=10))
+reply_value = st.recursive(
+    big | st.binary(max_size=30),
+    lambda c: st.lists(c, max_size=4) | st.dictionaries(st.sampled_from([b"ip", b"port", b"peer id"]), c, max_size=3),
+    max_leaves=10,
+)
+reply = st.dictionaries(
+    st.sampled_from([b"interval", b"min interval", b"complete", b"incomplete", b"peers", b"peers6",
+                     b"failure reason", b"warning message"]), reply_value, max_size=6)
+
+
+@BOUNDED
+@given(reply)
+def test_announce_replies_raise_only_remote_errors(d):
+    try:
+        r = h.parse_announce_reply(bencode.encode(d))
+    except RemoteProtocolError as e:
+        assert str(e).isprintable() or isinstance(e, h.TrackerRefused)
+        return
+    for v in (r.interval, r.min_interval):
+        assert v is None or 0 <= v <= h.MAX_INTERVAL
+        float(v or 0)
+    for v in (r.complete, r.incomplete):
+        assert v is None or 0 <= v <= h.MAX_COUNT
+
+
+# --- ITEMs as add reads them ---------------------------------------------------
+
+hex_ish = st.text(st.sampled_from("0123456789abcdefABCDEF٠١g"), min_size=38, max_size=42)
+item_text = st.one_of(
+    hex_ish,
+    st.text(max_size=60),
+    st.text(st.sampled_from("ABCDEFGHIJKLMNOPQRSTUVWXYZ234567=1"), min_size=31, max_size=33),
+    st.tuples(hex_ish, st.lists(st.text(max_size=30), max_size=3)).map(
+        lambda t: "magnet:?xt=urn:btih:" + t[0] + "".join("&tr=" + x for x in t[1])),
+    st.text(max_size=40).map(lambda t: "magnet:" + t),
+    st.text(max_size=30).map(lambda t: t + ".torrent"),
+    st.text(max_size=20).map(lambda t: "~" + t),
+    st.integers(250, 5000).map(lambda n: "q" * n),
+)
+
+
+def _one_line_item_error(e: ItemError) -> None:
+    assert str(e) and str(e).isprintable(), repr(str(e))
+
+
+@BOUNDED
+@given(item_text)
+def test_item_texts_raise_only_one_line_item_errors(text):
+    try:
+        item = parse_item(text)
+    except ItemError as e:
+        _one_line_item_error(e)
+    else:
+        assert len(item.info_hash) == 40 and all(t.isprintable() for t in item.trackers)
+
+
+@BOUNDED
+@given(_bencode_tokens().map(lambda b: b"d" + b) | nested | st.binary(max_size=200))
+def test_torrent_bytes_raise_only_item_errors(data):
+    try:
+        item = parse_torrent(data, "x.torrent")
+    except ItemError as e:
+        _one_line_item_error(e)
+    else:
+        assert len(item.info_hash) == 40
+
+
+line_bytes = st.one_of(
+    item_text.map(lambda t: t.encode("utf-8", "surrogatepass")),
+    st.binary(max_size=60),
+    st.sampled_from([b"\xef\xbb\xbf", b"\xff\xfe", b"\xfe\xff", b"\x00\x00\xfe\xff", b"# c", b"\r", b""]),
+)
+from_file = st.one_of(
+    st.lists(line_bytes, max_size=8).map(lambda ls: b"\n".join(ls)),
+    st.tuples(st.sampled_from(["utf-16-le", "utf-16-be", "utf-32-le", "utf-32-be"]), st.booleans(),
+              st.lists(item_text, max_size=4)).map(
+        lambda t: ({"utf-16-le": b"\xff\xfe", "utf-16-be": b"\xfe\xff", "utf-32-le": b"\xff\xfe\x00\x00",
+                    "utf-32-be": b"\x00\x00\xfe\xff"}[t[0]] if t[1] else b"")
+        + "\n".join(t[2]).encode(t[0], "surrogatepass")),
+)
+
+
+@SMALL
+@given(from_file)
+def test_from_files_raise_only_one_line_item_errors(data):
+    f = io.BufferedReader(io.BytesIO(data))
+    for where, text, base in _sources((), f):
+        assert where.startswith("stdin line ") or where == "stdin"
+        try:
+            if isinstance(text, ItemError):
+                raise text
+            parse_item(text, base)
+        except ItemError as e:
+            _one_line_item_error(e)
+
+
+def test_a_torrent_file_past_the_size_cap_is_refused_unread(tmp_path):
+    p = tmp_path / "huge.torrent"
+    with p.open("wb") as f:  # sparse: past the cap without writing it
+        f.truncate(MAX_TORRENT_FILE + 1)
+    try:
+        parse_item(str(p))
+    except ItemError as e:
+        assert "larger than 64 MiB" in str(e)
+    else:
+        raise AssertionError("a file past MAX_TORRENT_FILE was accepted")
