@@ -128,6 +128,12 @@ class Keys:
         return self._k(*parts)
 
     @property
+    def geo_errors(self) -> str:
+        """HASH errors (lookups that failed on a damaged GeoIP database, in total),
+        last (the last error, no address), at (its unix time)."""
+        return self._k("geoerrors")
+
+    @property
     def announce_port(self) -> str:
         """STRING: the port every worker announces on when PEERCRAWL_ANNOUNCE_PORT is 0."""
         return self._k("announceport")

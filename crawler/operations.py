@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 
+from crawler.counters.recorder import geo_error_report
 from crawler.lifecycle import Queue
 from crawler.sources.health import tracker_report
 from crawler.store import eviction_warning
@@ -49,6 +50,7 @@ def queue_report(queue: Queue, now: float) -> dict:
     workers = live_workers(queue, now)
     report["workers"] = workers
     report["trackers"] = tracker_report(queue.client, queue.keys)
+    report["geo_errors"] = geo_error_report(queue.client, queue.keys)
     report["eviction_warning"] = eviction_warning(queue.client)
     report.update(capacity_report(report, workers, queue.settings.revisit_seconds))
     return report

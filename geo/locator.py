@@ -4,7 +4,12 @@ Strategy: the database is opened (and checked to be a City database) when the
 ``Locator`` is built, so a missing, unreadable or wrong ``GEOIP_DB`` fails at
 start with one clear ``GeoError`` instead of on the first peer. Lookups never
 raise for an address the database does not know (private ranges, an IPv6
-address in an IPv4-only database): they answer an empty ``Place``. Names are
+address in an IPv4-only database): they answer an empty ``Place``. Nor for a
+database damaged past its header (it opens, then some records do not decode):
+such a lookup is a read error, answered with an empty ``Place`` (the peer
+still counts for its torrent) and tallied in ``read_errors`` and
+``last_read_error`` for the recorder to publish (``status`` shows it); it is
+not cached, so each failing lookup counts. Names are
 GeoIP's English names, raw; turning them into metric names is the counters'
 job (``crawler.counters.names``).
 """
@@ -108,10 +113,23 @@ class Locator:
                     f"whose data is from {self.built.year}; places are out of date ({_README})"
                 ),
             )
-        self.locate = lru_cache(maxsize=cache_size)(self._locate) if cache_size > 0 else self._locate
+        self.read_errors = 0
+        self.last_read_error: str | None = None
+        self._cached = lru_cache(maxsize=cache_size)(self._locate) if cache_size > 0 else self._locate
+
+    def locate(self, ip: str) -> Place:
+        """The ``Place`` of ``ip`` (text form); raises ``ValueError`` if it is not an IP.
+
+        A read error of the database answers ``NOWHERE`` and is tallied.
+        """
+        try:
+            return self._cached(ip)
+        except _ReadError as e:
+            self.read_errors += 1
+            self.last_read_error = str(e)
+            return NOWHERE
 
     def _locate(self, ip: str) -> Place:
-        """The ``Place`` of ``ip`` (text form); raises ``ValueError`` if it is not an IP."""
         addr = ipaddress.ip_address(ip)
         if addr.version == 6 and addr.ipv4_mapped is not None:
             addr = addr.ipv4_mapped
@@ -119,17 +137,21 @@ class Locator:
             return NOWHERE
         try:
             r = self._reader.city(str(addr))
+            return Place(
+                country=_clean(r.country.name),
+                city=_clean(r.city.name),
+                postcode=_clean(r.postal.code),
+            )
         except geoip2.errors.AddressNotFoundError:
             return NOWHERE
-        return Place(
-            country=_clean(r.country.name),
-            city=_clean(r.city.name),
-            postcode=_clean(r.postal.code),
-        )
+        except Exception as e:  # noqa: BLE001 - damaged data raises anything: InvalidDatabaseError, struct, Unicode, Type...
+            # no peer address at rest (SPEC §4): the message may quote it
+            msg = str(e).replace(str(addr), "<ip>").replace(ip, "<ip>")
+            raise _ReadError(f"{self.path}: a lookup failed: {type(e).__name__}: {msg}"[:300]) from e
 
     def cache_info(self):
         """functools cache statistics (None when the cache is off)."""
-        return getattr(self.locate, "cache_info", lambda: None)()
+        return getattr(self._cached, "cache_info", lambda: None)()
 
     def close(self) -> None:
         self._reader.close()
@@ -139,6 +161,10 @@ class Locator:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class _ReadError(Exception):
+    """A lookup hit damaged data (never cached: ``locate`` turns it into NOWHERE)."""
 
 
 def open_locator(path: Path | str | None = None, cache_size: int = 100_000) -> Locator:

@@ -427,3 +427,51 @@ def test_a_visit_larger_than_one_probe_call(client, keys, settings, locator):
     assert _flags(r, H, located, T0 + 60) == "0" * 2200 + "1" * 300
     assert r.record_places(H, located, T0 + 60) == 300
     assert counts(client, keys, "countries") == {"countries.Iceland.users": 1250}
+
+
+def test_an_ip_whose_place_changes_counts_once_for_its_torrent(client, keys, settings, tmp_path):
+    """The database moves an IP between visits (another city, another country, no place at
+    all, and back): each new place is a new place mark, never a second torrent mark."""
+    moves = [
+        {"7.7.7.0/24": ("Germany", "Berlin", "10115")},
+        {"7.7.7.0/24": ("Germany", "München", "80331")},
+        {"7.7.7.0/24": ("Japan", "東京", None)},
+        {},  # unmapped
+        {"7.7.7.0/24": ("Germany", "Berlin", "10115")},
+    ]
+    ips = [f"7.7.7.{i}" for i in range(1, 41)]
+    seen = set()
+    for n, nets in enumerate(moves):
+        loc = geo.open_locator(write_city_db(tmp_path / f"move{n}.mmdb", nets or {"8.8.8.0/24": ("X", None, None)}))
+        rec = Recorder(client, keys, settings, loc, batch_pairs=60)
+        # two torrents, the second visited by half of the IPs; revisits at the same second
+        rec.record_visit(H, ips, T0 + n)
+        rec.record_visit(H2, ips[::2], T0 + n)
+        for h, some in ((H, ips), (info_hash_hex(H2), ips[::2])):
+            for ip in some:
+                p = loc.locate(ip)
+                seen.update((m.name, ip) for m in metrics_for(h, p.country, p.city, p.postcode))
+    want: dict = {}
+    for name, _ in seen:
+        want[name] = want.get(name, 0) + 1
+    got = {}
+    for fam in ("countries", "cities", "postcodes"):
+        got.update(counts(client, keys, fam))
+        for h in (H, H2):
+            got.update(counts(client, keys, fam, torrent=info_hash_hex(h)))
+    got.update(counts(client, keys, "torrents"))
+    assert got == want
+    assert got[f"torrents.{H}.users"] == 40 and got[f"torrents.{info_hash_hex(H2)}.users"] == 20
+
+
+def test_one_address_in_several_forms_counts_once(recorder, client, keys):
+    forms = ["1.1.1.5", "::ffff:1.1.1.5", "::FFFF:101:105", " 1.1.1.5 ", "0:0:0:0:0:ffff:1.1.1.5"]
+    assert recorder.record_visit(H, forms, T0) == 1
+    assert counts(client, keys, "torrents") == {f"torrents.{H}.users": 1}
+    assert counts(client, keys, "countries") == {"countries.Germany.users": 1}
+    # record_places given one packed IP twice (two places) counts it once too
+    packed = ipaddress.ip_address("2.2.2.9").packed
+    Place = geo.Place
+    assert recorder.record_places(H, [(packed, Place("United States", "St. Louis", "63101")),
+                                      (packed, Place("Japan", None, None))], T0) == 1
+    assert counts(client, keys, "countries") == {"countries.Germany.users": 1, "countries.United States.users": 1}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from structlog.testing import capture_logs
 
@@ -89,3 +91,72 @@ def test_bundled_geolite2_warns_about_its_age_and_places_real_addresses():
     assert loc.locate("2001:4860:4860::8888") == geo.Place("United States", "Mountain View", "94043")
     assert loc.locate("8.8.8.8") == geo.Place("United States", None, None)
     assert loc.locate("192.168.1.1").empty
+
+
+def write_damaged_city_db(path, networks: dict, damaged_postcodes) -> Path:
+    """A City database that opens fine but whose records holding ``damaged_postcodes`` do not decode.
+
+    Each postcode's string is found in the data section and its control byte
+    (UTF-8 string, length 5: 0x45) overwritten with 0: an extended type whose
+    next byte (the postcode's first digit) names no type, so a lookup of that
+    record raises ``maxminddb.InvalidDatabaseError`` while the others, and the
+    header and metadata, read as before.
+    """
+    good = write_city_db(path.with_name("undamaged-" + path.name), networks)
+    raw = bytearray(good.read_bytes())
+    for code in damaged_postcodes:
+        marked = b"\x45" + code.encode()
+        at = raw.find(marked)
+        assert len(code) == 5 and at > 0 and raw.find(marked, at + 1) < 0, code
+        raw[at] = 0
+    path.write_bytes(bytes(raw))
+    return path
+
+
+def damaged_networks(n: int) -> tuple[dict, set[str], set[str]]:
+    """``n`` one-address networks 127.1.0.1.. (peer_address(0..n-1)) with distinct postcodes;
+    every third one damaged. Returns (networks, damaged IPs, damaged postcodes)."""
+    nets, bad_ips, bad_codes = {}, set(), set()
+    for i in range(n):
+        ip, code = f"127.1.0.{i + 1}", f"{10100 + i:05d}"
+        nets[f"{ip}/32"] = ("Germany", "Berlin", code)
+        if i % 3 == 0:
+            bad_ips.add(ip)
+            bad_codes.add(code)
+    return nets, bad_ips, bad_codes
+
+
+def test_a_damaged_database_opens_then_failing_lookups_are_unplaced_and_tallied(tmp_path):
+    nets, bad_ips, bad_codes = damaged_networks(30)
+    db = write_damaged_city_db(tmp_path / "damaged.mmdb", nets, bad_codes)
+    loc = geo.open_locator(db)
+    for _ in range(2):  # a failure is not cached: each failing lookup counts
+        for i in range(30):
+            ip = f"127.1.0.{i + 1}"
+            want = geo.Place() if ip in bad_ips else geo.Place("Germany", "Berlin", f"{10100 + i:05d}")
+            assert loc.locate(ip) == want, ip
+    assert loc.read_errors == 2 * len(bad_ips) == 20
+    assert "InvalidDatabaseError" in loc.last_read_error and str(db) in loc.last_read_error
+    assert "127.1.0." not in loc.last_read_error  # no peer address at rest
+    with pytest.raises(ValueError):
+        loc.locate("not-an-ip")  # a caller's bad argument is still an error, not a read error
+
+
+def test_read_errors_are_counted_in_redis_and_the_visit_still_counts_the_ips(tmp_path, client, keys, settings):
+    from crawler.counters import Recorder, top
+    from crawler.counters.recorder import geo_error_report
+
+    nets, bad_ips, bad_codes = damaged_networks(30)
+    db = write_damaged_city_db(tmp_path / "damaged.mmdb", nets, bad_codes)
+    rec = Recorder(client, keys, settings, geo.open_locator(db))
+    h = "ab" * 20
+    ips = [f"127.1.0.{i + 1}" for i in range(30)]
+    assert geo_error_report(client, keys) is None
+    assert rec.record_visit(h, ips, 1_700_000_000) == 30
+    report = geo_error_report(client, keys)
+    assert report["errors"] == len(bad_ips) and "InvalidDatabaseError" in report["last"]
+    assert report["at"] == 1_700_000_000
+    counts = {r["metric"]: r["count"] for r in top(client, keys, "countries", limit=100)}
+    assert counts == {"countries.Germany.users": 30 - len(bad_ips)}
+    assert rec.record_visit(h, ips, 1_700_000_100) == 0  # nothing new; the errors are tallied again
+    assert geo_error_report(client, keys)["errors"] == 2 * len(bad_ips)

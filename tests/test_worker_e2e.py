@@ -251,3 +251,26 @@ def test_sigterm_exits_0_within_25s_and_hands_back(env):
     assert (s["in_flight"], s["ready"], s["workers"]) == (0, 5, [])
     for ih in hashes:
         assert pcj(env, "torrent", ih)["score"] == 1.0
+
+
+def test_a_damaged_geoip_database_leaves_visits_complete_and_shows_in_status(env, opentracker, tmp_path):  # noqa: F811
+    from tests.test_geo import damaged_networks, write_damaged_city_db
+
+    nets, bad_ips, bad_codes = damaged_networks(12)
+    env["GEOIP_DB"] = str(write_damaged_city_db(tmp_path / "damaged.mmdb", nets, bad_codes))
+    ih = h("damaged-geo")
+    ot = opentracker([ih])
+    ips = announce(ot, ih, 12, 0)  # 127.1.0.1-12: every third one's record does not decode
+    assert bad_ips <= ips and len(bad_ips) == 4
+    env.update(PEERCRAWL_TRACKERS=ot.udp_url)
+    pcj(env, "add", ih)
+    pc(env, "worker", "--until-idle", "--concurrency", "2", timeout=60)
+    t = pcj(env, "torrent", ih)
+    assert t["state"] == "cooling" and t["visits"] == 1 and t["peers_last_visit"] == 12, t
+    assert counter(env, "torrents") == {f"torrents.{ih}.users": 12}  # unplaced peers still count here
+    assert counter(env, "countries") == {"countries.Germany.users": 12 - len(bad_ips)}
+    status = pcj(env, "status")
+    assert status["geo_errors"]["errors"] == len(bad_ips), status["geo_errors"]
+    assert "InvalidDatabaseError" in status["geo_errors"]["last"]
+    text = pc(env, "status").stdout
+    assert "GeoIP read errors" in text and "4 lookups failed" in text

@@ -26,6 +26,7 @@ def command(as_json: bool) -> None:
 
 def _print(r: dict) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     con = Console()
@@ -46,6 +47,10 @@ def _print(r: dict) -> None:
         con.print(f"[bold red]warning:[/] {r['eviction_warning']}", soft_wrap=True)
     if r.get("outage"):
         con.print(f"[bold red]outage:[/] {r['outage']}")
+    geo = r.get("geo_errors")
+    if geo:
+        con.print(f"[bold red]GeoIP read errors:[/] {geo['errors']} lookups failed (counted as unplaced); "
+                  f"last: {escape(str(geo['last']))}", soft_wrap=True)
     if r["workers"]:
         w = Table(title="workers")
         cols = ("id", "host", "pid", "concurrency", "auto", "in_flight", "visits", "visits_per_hour", "failing")

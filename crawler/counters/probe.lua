@@ -21,12 +21,26 @@ local cutoff, h, p = tonumber(ARGV[1]), ARGV[2], ARGV[3]
 if not redis.call('ZSCORE', KEYS[1], h) then
   return string.rep('1', #p / 10)
 end
-local got = redis.call('MGET', unpack(KEYS, 2))
+if #p % 10 ~= 0 then
+  return redis.error_reply('probe.lua: probes of ' .. #p .. ' bytes are not whole 10-byte records')
+end
+-- MGET in slices: unpack() of more than ~8000 values overflows Lua's stack
+local got = {}
+for first = 2, #KEYS, 1000 do
+  local last = math.min(first + 999, #KEYS)
+  local part = redis.call('MGET', unpack(KEYS, first, last))
+  for j = 1, #part do
+    got[first - 2 + j] = part[j]
+  end
+end
 local out = {}
 for o = 1, #p, 10 do
   local a, b = byte(p, o, o + 1)
   local s = got[a * 256 + b]
   local flag = '1'
+  if a * 256 + b > #KEYS - 1 then
+    return redis.error_reply('probe.lua: bucket number out of range at byte ' .. o)
+  end
   if s then
     local f = sub(p, o + 2, o + 9)
     local x = find(s, f, 1, true)

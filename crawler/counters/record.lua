@@ -32,8 +32,8 @@
 -- str = u16 length .. bytes; integers big endian.
 --
 -- Python sends only the IPs probe.lua found might count (their group record
--- missing or stale), with places and fingerprints; names are read, and metric
--- names and index members built, only when something counted. Every pair is
+-- missing or stale), with places and fingerprints; metric names and index
+-- members are built only when something counted. Every pair is
 -- checked here again (another worker may have recorded the IP since the
 -- probe): for each mark missing or expired, write it (one MSET of every
 -- changed bucket's whole string at the end, not APPEND, so a string is
@@ -55,14 +55,52 @@ local function u16(s, i)
   return a * 256 + b
 end
 
--- mark buckets: KEYS[nfixed + 1..], all read with one MGET (a missing one is
--- ''); every read and write goes through vals
+-- Everything is read and checked before the first write (the MSET of the
+-- marks); a malformed call fails with nothing written. unpack() goes in
+-- slices of at most 1000 values (Lua's stack holds ~8000).
+local SLICE = 1000
+
+local function str(s, i)
+  local len = u16(s, i)
+  return sub(s, i + 2, i + 1 + len), i + 2 + len
+end
+-- names: countries {key position, name}; places {country, city, postcode}
+local countries, cs, i = {}, ARGV[5], 1
+while i <= #cs do
+  local pos = u16(cs, i)
+  local name
+  name, i = str(cs, i + 2)
+  if pos < 12 or pos + 5 > tonumber(ARGV[7]) then
+    return redis.error_reply('record.lua: country key position ' .. pos .. ' out of range')
+  end
+  countries[#countries + 1] = {pos, name}
+end
+local places, ps = {}, ARGV[6]
+i = 1
+while i <= #ps do
+  local c = u16(ps, i)
+  local y, z
+  y, i = str(ps, i + 2)
+  z, i = str(ps, i)
+  if c > #countries then
+    return redis.error_reply('record.lua: place of unknown country number ' .. c)
+  end
+  places[#places + 1] = {c, y, z}
+end
+
+-- mark buckets: KEYS[nfixed + 1..], read with MGET (a missing one is '');
+-- every read and write goes through vals
 local nfixed = tonumber(ARGV[7])
+if not nfixed or nfixed < 11 or nfixed > #KEYS then
+  return redis.error_reply('record.lua: bad key count ' .. tostring(ARGV[7]))
+end
+local nb = #KEYS - nfixed
 local vals = {}
-do
-  local got = redis.call('MGET', unpack(KEYS, nfixed + 1))
-  for i = 1, #KEYS - nfixed do
-    vals[i] = got[i] or ''
+for first = nfixed + 1, #KEYS, SLICE do
+  local last = math.min(first + SLICE - 1, #KEYS)
+  local got = redis.call('MGET', unpack(KEYS, first, last))
+  for j = first, last do
+    vals[j - nfixed] = got[j - first + 1] or ''
   end
 end
 -- counts per place number: {[j] = count} for metric slot j (created when one counts)
@@ -100,6 +138,13 @@ local o, np = 1, #p
 while o <= np do
   local t1, t2, g1, g2, p1, p2, k = byte(p, o, o + 6)
   local tb, gb, pno = t1 * 256 + t2, g1 * 256 + g2, p1 * 256 + p2
+  -- a whole record, known place and buckets (k: the users mark, then pairs of
+  -- place metrics; the group record when the place has a country)
+  if not k or (k ~= 1 and k ~= 3 and k ~= 5 and k ~= 7) or o + 6 + 8 * (k == 1 and 1 or k + 1) > np
+      or pno < 1 or pno > #places or tb < 1 or tb > nb or (k > 1 and (gb < 1 or gb > nb))
+      or (k > 1) ~= (places[pno][1] > 0) then
+    return redis.error_reply('record.lua: malformed peer record at byte ' .. o)
+  end
   o = o + 7
   local gf
   if k >= 3 then
@@ -172,35 +217,13 @@ do
       kv[#kv + 1] = vals[b]
     end
   end
-  if #kv > 0 then
-    redis.call('MSET', unpack(kv))
+  for first = 1, #kv, SLICE do  -- SLICE is even: a key never leaves its value
+    redis.call('MSET', unpack(kv, first, math.min(first + SLICE - 1, #kv)))
   end
 end
 
 if t_users == 0 and next(counted) == nil then
   return 0
-end
-
--- names, read only now: countries {key position, name}; places {country, city, postcode}
-local function str(s, i)
-  local len = u16(s, i)
-  return sub(s, i + 2, i + 1 + len), i + 2 + len
-end
-local countries, cs, i = {}, ARGV[5], 1
-while i <= #cs do
-  local pos = u16(cs, i)
-  local name
-  name, i = str(cs, i + 2)
-  countries[#countries + 1] = {pos, name}
-end
-local places, ps = {}, ARGV[6]
-i = 1
-while i <= #ps do
-  local c = u16(ps, i)
-  local y, z
-  y, i = str(ps, i + 2)
-  z, i = str(ps, i)
-  places[#places + 1] = {c, y, z}
 end
 
 -- Increments are gathered per index pair (the lifetime index at key position

@@ -108,6 +108,7 @@ class Recorder:
         self._country_index_keys: dict = {}
         self._places: dict = {}
         self._post = ("c" if self._post_countries else "-") + ("t" if self._post_torrents else "-")
+        self._geo_published = getattr(locator, "read_errors", 0)
 
     # --- recording --------------------------------------------------------
     def record_visit(self, info_hash: str, ips: Iterable[str], now: float) -> int:
@@ -120,18 +121,42 @@ class Recorder:
         """
         located = []
         seen: set[bytes] = set()
+        locate = self.locator.locate
         for ip in ips:
             packed = normalize_ip(ip)
             if packed is None or packed in seen:
                 continue
             seen.add(packed)
-            located.append((packed, self.locator.locate(_text(packed))))
+            located.append((packed, locate(_text(packed))))
+        if getattr(self.locator, "read_errors", 0) != self._geo_published:
+            self._publish_geo_errors(now)
         return self.record_places(info_hash, located, now)
+
+    def _publish_geo_errors(self, now: float) -> None:
+        """Add the locator's read errors not yet published to ``Keys.geo_errors`` (one round trip).
+
+        Those IPs were recorded as unplaced; this is what tells the operator why.
+        """
+        total = self.locator.read_errors
+        # taken before the round trip: another greenlet's visit must not publish the same errors
+        delta, self._geo_published = total - self._geo_published, total
+        p = self.client.pipeline(transaction=True)
+        p.hincrby(self.keys.geo_errors, "errors", delta)
+        p.hset(self.keys.geo_errors, mapping={"last": self.locator.last_read_error or "", "at": int(now)})
+        try:
+            p.execute()
+        except redis.RedisError as e:
+            self._geo_published -= delta
+            raise StoreError(f"recording GeoIP read errors failed: {e}") from e
+        log.warning("geoip_read_errors", errors=total, last=self.locator.last_read_error,
+                    message="GeoIP lookups failed on a damaged database; those peers count as unplaced")
 
     def record_places(self, info_hash: str, located: Iterable[tuple[bytes, object]], now: float) -> int:
         """``record_visit`` with IPs already packed and located: ``(packed_ip, Place)`` pairs.
 
-        Pairs must hold distinct IPs. Returns the ``new`` of §2.
+        An IP given twice counts once (its first place is kept): two records of
+        one IP in one record.lua call would each miss the other's new marks.
+        Returns the ``new`` of §2.
         """
         h = info_hash_hex(info_hash)
         fps = self.fingerprints
@@ -148,7 +173,11 @@ class Recorder:
         probes = [_Probe()]
         probe = probes[0]
         bkeys = self._bucket_keys
+        distinct: set[bytes] = set()
         for packed, place in located:
+            if packed in distinct:
+                continue
+            distinct.add(packed)
             pkey = (place.country, place.city, place.postcode)
             vp = vplaces.get(pkey)
             if vp is None:
@@ -330,6 +359,19 @@ class Recorder:
             return removed
         except redis.RedisError as e:
             raise StoreError(f"sweeping dedupe marks failed: {e}") from e
+
+
+def geo_error_report(client: redis.Redis, keys: Keys) -> dict | None:
+    """GeoIP read errors for ``status``: ``{"errors", "last", "at"}``, or None if there were none."""
+    try:
+        got = client.hgetall(keys.geo_errors)
+    except redis.RedisError as e:
+        raise StoreError(f"reading GeoIP errors failed: {e}") from e
+    if not got:
+        return None
+    d = {k.decode(): v.decode("utf-8", "replace") for k, v in got.items()}
+    return {"errors": int(d.get("errors", 0)), "last": d.get("last") or None,
+            "at": int(d["at"]) if d.get("at", "").isdigit() else None}
 
 
 class _PlaceInfo:

@@ -11,9 +11,22 @@
 
 local byte, sub, concat = string.byte, string.sub, table.concat
 local cutoff = tonumber(ARGV[1])
-local removed = 0
+if not cutoff then
+  return redis.error_reply('sweep.lua: cutoff must be a number')
+end
+-- every bucket read (MGET in slices: unpack() holds ~8000 values) and every
+-- new value computed before the first write
+local vals = {}
+for first = 1, #KEYS, 1000 do
+  local last = math.min(first + 999, #KEYS)
+  local got = redis.call('MGET', unpack(KEYS, first, last))
+  for j = first, last do
+    vals[j] = got[j - first + 1]
+  end
+end
+local removed, writes = 0, {}
 for i = 1, #KEYS do
-  local s = redis.call('GET', KEYS[i])
+  local s = vals[i]
   if s then
     local keep, dropped = {}, 0
     for x = 1, #s - 11, 12 do
@@ -26,12 +39,15 @@ for i = 1, #KEYS do
     end
     if dropped > 0 then
       removed = removed + dropped
-      if #keep == 0 then
-        redis.call('DEL', KEYS[i])
-      else
-        redis.call('SET', KEYS[i], concat(keep))
-      end
+      writes[#writes + 1] = {KEYS[i], concat(keep)}
     end
+  end
+end
+for _, w in ipairs(writes) do
+  if w[2] == '' then
+    redis.call('DEL', w[1])
+  else
+    redis.call('SET', w[1], w[2])
   end
 end
 return removed

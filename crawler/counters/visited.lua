@@ -9,8 +9,12 @@
 -- Returns 1 when this is the torrent's first visit of the hour (the outbox's
 -- torrents.processed got +1), else 0.
 
+local keep = tonumber(ARGV[2])
+if not keep or keep < 1 or #ARGV[1] ~= 40 then  -- checked before the first write
+  return redis.error_reply('visited.lua: bad info-hash or seconds')
+end
 if redis.call('HSETNX', KEYS[1], ARGV[1], 1) == 1 then
-  redis.call('EXPIRE', KEYS[1], tonumber(ARGV[2]))
+  redis.call('EXPIRE', KEYS[1], math.floor(keep))
   redis.call('HINCRBY', KEYS[2], 'torrents.processed', 1)
   return 1
 end

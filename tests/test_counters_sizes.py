@@ -1,0 +1,157 @@
+"""Each counter script driven at the largest input the code can send, counts exact.
+
+A visit may carry up to 2 x (max peers per source) x (sources) peers: several
+thousand. ``record_visit`` cuts them into probe.lua calls of ``PROBE_IPS`` IPs
+and record.lua calls of ``batch_pairs`` pairs; here both limits are also
+lifted far past Lua's unpack() limit (~8,000 values), so each script sees
+more keys in one call than a single unpack could hold, over hundreds of places.
+Every counter must equal the distinct IPs per metric, and sweep.lua must
+remove exactly the expired marks.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections import Counter
+
+import pytest
+
+import geo
+from crawler.counters import Recorder, metrics_for, outbox_key, top
+from crawler.counters import recorder as recorder_module
+from crawler.counters.marks import bucket_key
+from tests.mmdb import write_city_db
+
+T0 = 1_715_342_400  # 2024-05-10 12:00 UTC
+H = "5e" * 20
+N_IPS = 9000
+
+
+def places_db(tmp_path):
+    """20 countries x 30 cities (every 3rd without a postcode, every 10th country without cities)."""
+    nets = {}
+    for c in range(20):
+        for y in range(30):
+            net = f"10.{c}.{y}.0/24"
+            if c % 10 == 9:
+                nets[net] = (f"Land {c}", None, None)
+            else:
+                nets[net] = (f"Land {c}", f"Town {c}.{y}", None if y % 3 == 0 else f"{c:02d}{y:03d}")
+    return write_city_db(tmp_path / "places.mmdb", nets)
+
+
+def peers(n: int, offset: int = 0) -> list[str]:
+    """``n`` distinct IPs over the 600 places, plus every 7th unmapped (11.x)."""
+    out = []
+    for i in range(offset, offset + n):
+        if i % 7 == 0:
+            out.append(str(ipaddress.IPv4Address("11.0.0.0") + i))
+        else:
+            p = i % 600
+            out.append(f"10.{p // 30}.{p % 30}.{i // 600 % 250 + 1}")
+    assert len(set(out)) == n
+    return out
+
+
+def expected(locator, visits) -> dict:
+    pairs = set()
+    for h, ips in visits:
+        for ip in ips:
+            p = locator.locate(ip)
+            for m in metrics_for(h, p.country, p.city, p.postcode):
+                pairs.add((m.name, ip))
+    return dict(Counter(name for name, _ in pairs))
+
+
+def counters(client, keys, torrents) -> dict:
+    out = {}
+    for fam in ("countries", "cities", "postcodes"):
+        out.update({r["metric"]: r["count"] for r in top(client, keys, fam, limit=100_000)})
+        for h in torrents:
+            out.update({r["metric"]: r["count"] for r in top(client, keys, fam, torrent=h, limit=100_000)})
+    out.update({r["metric"]: r["count"] for r in top(client, keys, "torrents", limit=100_000)})
+    return out
+
+
+def marks_held(client, keys, buckets: int) -> int:
+    """Records in every mark bucket (each a whole number of 12-byte records)."""
+    total = 0
+    for first in range(0, buckets, 4096):
+        p = client.pipeline(transaction=False)
+        for n in range(first, min(first + 4096, buckets)):
+            p.strlen(bucket_key(keys, n))
+        for n, size in enumerate(p.execute(), first):
+            assert size % 12 == 0, n
+            total += size // 12
+    return total
+
+
+@pytest.mark.parametrize("huge", [False, True], ids=["as-sent", "limits-lifted"])
+def test_probe_record_and_sweep_at_their_largest_calls(huge, client, keys, settings, tmp_path, monkeypatch):
+    db = places_db(tmp_path)
+    loc = geo.open_locator(db)
+    s = settings.replace(stathat_ezkey="k", stathat_families=("countries", "torrents"))
+    if huge:
+        # one probe.lua call and one record.lua call for the whole visit
+        monkeypatch.setattr(recorder_module, "PROBE_IPS", 20_000)
+        rec = Recorder(client, keys, s, loc, mark_buckets=1 << 16, batch_pairs=10**6)
+    else:
+        rec = Recorder(client, keys, s, loc, mark_buckets=1 << 16)
+    first, second = peers(N_IPS), peers(N_IPS, offset=N_IPS // 2)  # half of the second visit is new
+    assert rec.record_visit(H, first, T0) == N_IPS
+    # the torrent is known now: probe.lua reads the buckets of every IP
+    assert rec.record_visit(H, second, T0 + 60) == N_IPS // 2
+    visits = [(H, first), (H, second)]
+    want = expected(loc, visits)
+    assert len({m for m in want if m.startswith("countries.")}) > 900  # many places
+    assert counters(client, keys, [H]) == want
+    box = {k.decode(): int(v) for k, v in client.hgetall(outbox_key(keys)).items()}
+    assert box == want  # every family is posted with an ezkey
+    # sweep.lua over every bucket: nothing is stale yet, then everything is
+    held = marks_held(client, keys, 1 << 16)
+    assert held > 1.5 * N_IPS * 5
+    assert rec.sweep(budget=1 << 16, now=T0 + 120) == 0
+    assert rec.sweep(budget=1 << 16, now=T0 + 60 + rec.window + 1) == held
+    assert marks_held(client, keys, 1 << 16) == 0
+
+
+def test_visited_counts_thousands_of_torrents_once_each(client, keys, settings, tmp_path):
+    rec = Recorder(client, keys, settings.replace(stathat_ezkey="k"), geo.open_locator(places_db(tmp_path)))
+    hashes = [f"{i:040x}" for i in range(3000)]
+    firsts = sum(rec.visited(h, T0) for h in hashes + hashes[:1000])
+    assert firsts == 3000
+    assert int(client.hget(outbox_key(keys), "torrents.processed")) == 3000
+    assert rec.visited(hashes[0], T0 + 3600)  # a new clock hour counts it again
+
+
+def test_a_malformed_record_call_writes_nothing(client, keys, settings, tmp_path):
+    """record.lua checks its whole input before its first write."""
+    import redis
+
+    rec = Recorder(client, keys, settings, geo.open_locator(places_db(tmp_path)))
+    fixed = rec._fixed_keys(H, "2024-05")
+    bucket = rec._bucket_key(1)
+    # a whole k=1 record, then a truncated one: nothing may be written
+    rec_ok = (1).to_bytes(2, "big") + bytes(2) + (1).to_bytes(2, "big") + bytes([1]) + b"A" * 8
+    args = [T0, T0 - rec.window, H, "--", b"", (0).to_bytes(2, "big") + bytes(4), len(fixed), rec_ok + rec_ok[:10]]
+    with pytest.raises(redis.ResponseError, match="malformed peer record"):
+        rec._record(keys=fixed + [bucket], args=args)
+    assert client.get(bucket) is None and not client.exists(fixed[1])
+    args[-1] = rec_ok
+    assert rec._record(keys=fixed + [bucket], args=args) == 1
+
+
+def test_malformed_visited_and_sweep_calls_write_nothing(client, keys, settings, tmp_path):
+    import redis
+
+    rec = Recorder(client, keys, settings.replace(stathat_ezkey="k"), geo.open_locator(places_db(tmp_path)))
+    hour, box = keys.sub("sh", "processed", "1"), outbox_key(keys)
+    with pytest.raises(redis.ResponseError, match="visited.lua"):
+        rec._visited(keys=[hour, box], args=[H, "soon"])
+    assert not client.exists(hour) and not client.exists(box)
+    client.set(bucket_key(keys, 3), b"F" * 8 + (5).to_bytes(4, "big"))
+    with pytest.raises(redis.ResponseError, match="sweep.lua"):
+        rec._sweep(keys=[bucket_key(keys, 3)], args=["later"])
+    assert client.strlen(bucket_key(keys, 3)) == 12
+    assert rec._sweep(keys=[bucket_key(keys, n) for n in range(2, 5)], args=[5]) == 1
+    assert not client.exists(bucket_key(keys, 3))
