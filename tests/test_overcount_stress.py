@@ -188,9 +188,6 @@ def test_every_counter_exact_after_sigkills_at_revisit_zero_on_a_busy_cpu(test_e
     assert not bad, f"{len(bad)} of {rounds} rounds miscounted (metric: (got, truth)): {bad[:3]}"
 
 
-@pytest.mark.xfail(strict=True, reason="crawler/sources/self_filter.py keeps an entry on the crawler's port from an "
-                   "address it has not learned yet, once it has learned its own (see the issue 11 report): "
-                   "drop every entry on the namespace's port (SPEC §3: the port identifies the crawler)")
 def test_leftovers_of_other_crawler_machines_are_never_counted(test_env, opentracker, redis_url):  # noqa: F811
     """Workers of one namespace on several machines share its announce port. One SIGKILLed
     between its announce and its withdrawal stays listed at its machine's address; the
