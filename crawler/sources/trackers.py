@@ -232,7 +232,7 @@ class Trackers:
             # Only silence moves on to the next address: a tracker that
             # answered (even with an error or garbage) has been reached.
             try:
-                reply, cut = self.udp.announce_bounded(
+                reply = self.udp.announce(
                     addr, family, deadline=share_of_time(deadline, time.monotonic(), len(targets) - i),
                     event=udp_codec.EVENT_STARTED, limit=limit, **common)
                 break
@@ -252,7 +252,7 @@ class Trackers:
             stopped = (s.seeders, s.leechers)
         except Exception:  # noqa: BLE001 - the withdrawal is best effort; the answer stands
             pass
-        return self._result(url, info_hash, configured, asked, reply.peers, cut, reply.seeders, reply.leechers,
+        return self._result(url, info_hash, configured, asked, reply.peers, reply.cut, reply.seeders, reply.leechers,
                             stopped, float(reply.interval), None, None)
 
     def _http(self, url: str, info_hash: bytes, configured: int, deadline: float) -> SourceResult:
@@ -265,15 +265,14 @@ class Trackers:
             u = announce_url(url, info_hash, self.peer_id, self.port, asked, event=event, key=self.key)
             resp = http_get(u, until, s.http_max_bytes, self.check, tls=self.tls, resolver=self.resolver,
                             preferred=self._good)
-            reply = parse_announce_reply(resp.body, keep)
-            return reply, reply.cut
+            return parse_announce_reply(resp.body, keep)
 
         # Settings.http_timeout bounds each exchange (redirects included) within the deadline.
-        reply, cut = get("started", min(deadline, time.monotonic() + s.http_timeout), limit)
+        reply = get("started", min(deadline, time.monotonic() + s.http_timeout), limit)
         stopped = None
         try:
             # The withdrawal is read for its counts: none of its peers are decoded.
-            r, _ = get("stopped", min(deadline, time.monotonic() + self.stop_timeout), 0)
+            r = get("stopped", min(deadline, time.monotonic() + self.stop_timeout), 0)
             if r.complete is not None and r.incomplete is not None:
                 stopped = (r.complete, r.incomplete)
         except StoreError:
@@ -285,7 +284,7 @@ class Trackers:
             return None if v is None else float(v)
 
         # peers and peers6 were each cut to the bound; together they may still pass it.
-        peers, cut = reply.peers[:limit], cut + max(0, len(reply.peers) - limit)
+        peers, cut = reply.peers[:limit], reply.cut + max(0, len(reply.peers) - limit)
         return self._result(url, info_hash, configured, asked, peers, cut, reply.complete, reply.incomplete,
                             stopped, num(reply.interval), num(reply.min_interval), reply.warning)
 

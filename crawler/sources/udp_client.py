@@ -19,7 +19,7 @@ the id is dropped and the announce retried once with a fresh connect.
 Connection ids live in an ``Lru`` of ``cache_size`` tracker addresses, so a
 crawl naming many trackers keeps the memory of its most recent ones. An
 announce reply may be cut to ``limit`` entries before its peers are decoded
-(``announce_bounded``): a datagram holds up to ~10,900 IPv4 entries, and
+(``announce``'s ``limit``): a datagram holds up to ~10,900 IPv4 entries, and
 decoding what is then dropped would only cost time.
 
 Each request is tried ``retries`` times, each try waiting ``timeout`` seconds,
@@ -29,6 +29,7 @@ here monkey-patches.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import random
 import socket as _stdsocket
@@ -229,33 +230,16 @@ class UdpTrackerClient:
         left: int = 1,
         key: int = 0,
         peers: bool = True,
+        limit: int | None = None,
     ) -> codec.AnnounceReply:
         """Announce to the tracker at ``addr`` (a resolved sockaddr) and return its reply.
 
         ``peers=False`` reads the counts only (the peer list is checked, not
-        built): a withdrawal needs no peers. Raises TrackerTimeout,
-        TrackerRefused or UdpPacketError (a RemoteProtocolError) for the
-        tracker's faults.
+        built): a withdrawal needs no peers. ``limit``: at most this many peer
+        entries are decoded, the rest counted in the reply's ``cut``. Raises
+        TrackerTimeout, TrackerRefused or UdpPacketError (a
+        RemoteProtocolError) for the tracker's faults.
         """
-        return self.announce_bounded(addr, family, info_hash, peer_id, port, num_want, deadline, event, left, key,
-                                     peers)[0]
-
-    def announce_bounded(
-        self,
-        addr: tuple,
-        family: int,
-        info_hash: bytes,
-        peer_id: bytes,
-        port: int,
-        num_want: int,
-        deadline: float,
-        event: int = codec.EVENT_STARTED,
-        left: int = 1,
-        key: int = 0,
-        peers: bool = True,
-        limit: int | None = None,
-    ) -> tuple[codec.AnnounceReply, int]:
-        """``announce`` keeping at most ``limit`` peer entries: (reply, entries cut undecoded)."""
 
         def build(cid: int, tid: int) -> bytes:
             self.announces_sent += 1
@@ -263,7 +247,8 @@ class UdpTrackerClient:
                 cid, tid, info_hash, peer_id, port, num_want, event, left=left, key=key
             ).encode()
 
-        return self._with_connection(addr, family, build, codec.ANNOUNCE, deadline, peers, limit)
+        reply, cut = self._with_connection(addr, family, build, codec.ANNOUNCE, deadline, peers, limit)
+        return dataclasses.replace(reply, cut=cut) if cut else reply
 
     def scrape(self, addr: tuple, family: int, info_hashes: list[bytes], deadline: float) -> tuple[codec.ScrapeEntry, ...]:
         """Seeders, completed and leechers of each of ``info_hashes`` (1 to 74), in their order, in one packet.

@@ -100,6 +100,8 @@ class AnnounceReply:
     leechers: int
     seeders: int
     peers: tuple[Peer, ...]
+    # peer entries past the client's limit, cut before decoding
+    cut: int = 0
 
 
 @dataclass(frozen=True)
