@@ -11,6 +11,10 @@ the map; it just colours no shape, and the page says so.
 
 from __future__ import annotations
 
+import functools
+import json
+from pathlib import Path
+
 NAMES: dict[str, list[str]] = {
     "AD": ["Andorra"],
     "AE": ["United Arab Emirates"],
@@ -268,5 +272,16 @@ CODE_OF: dict[str, str] = {name: code for code, names in NAMES.items() for name 
 
 
 def map_code(country: str) -> str | None:
-    """The map shape (ISO alpha-2) of a country as ``stats`` names it (unescaped), or None."""
-    return CODE_OF.get(country)
+    """The map shape (ISO alpha-2) of a country as ``stats`` names it (unescaped), or None.
+
+    None also for countries too small for the 1:110m map (Singapore, Malta...).
+    """
+    code = CODE_OF.get(country)
+    return code if code in shapes() else None
+
+
+@functools.cache
+def shapes() -> frozenset[str]:
+    """The ISO codes the vendored map has a shape for."""
+    with (Path(__file__).parent / "static" / "world.json").open(encoding="utf-8") as f:
+        return frozenset(feature["properties"]["name"] for feature in json.load(f)["features"])
