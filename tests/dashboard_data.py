@@ -59,8 +59,9 @@ def record_world(client, keys, settings, tmp: Path) -> dict:
         HASHES[2]: ips("13.13.13", 4) + ips("2.2.2", 2),
     }
     june = {
-        HASHES[0]: ips("1.1.1", 3) + ips("7.7.7", 3),  # marks of May are still fresh: India is new
-        HASHES[3]: ips("1.1.2", 2) + ips("6.6.6", 1),
+        # May's marks are still fresh: only 7.7.7.9-10 and 1.1.2.5-6 are new to their country
+        HASHES[0]: ips("1.1.1", 3) + ips("7.7.7", 10),
+        HASHES[3]: ips("1.1.2", 6) + ips("6.6.6", 1),
     }
     for when, visits in ((T_MAY, may), (T_JUNE, june)):
         for h, addrs in visits.items():
