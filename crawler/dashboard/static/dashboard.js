@@ -204,7 +204,7 @@ function renderOperators(d) {
   }, true);
   const m = d.tables.minutes;
   chart('minutes-chart').setOption({
-    animation: false, tooltip: { trigger: 'axis' }, legend: {},
+    animation: false, tooltip: { trigger: 'axis' }, legend: { top: 0 },
     grid: { left: 8, right: 24, top: 32, bottom: 8, containLabel: true },
     xAxis: { type: 'category', data: m.map(r => r.minute.slice(11, 16)) }, yAxis: { type: 'value', minInterval: 1 },
     series: [{ type: 'line', name: 'visits', data: m.map(r => r.visits), showSymbol: false },
@@ -219,17 +219,23 @@ function renderOperators(d) {
 
 const RENDER = { overview: renderOverview, months: renderMonths, country: renderCountry, torrent: renderTorrent, operators: renderOperators };
 
+let latest = 0;
+
 async function refresh() {
   const stamp = document.getElementById('updated');
+  const seq = ++latest;
+  const asked = month();
   try {
     const r = await fetch(apiPath() + query(), { credentials: 'same-origin', cache: 'no-store' });
     const d = await r.json();
+    if (seq !== latest) return;  // a newer request (another period) is on its way: drop this answer
     if (!r.ok) throw new Error(d.error || r.statusText);
     fillMonths(d.months);
     await RENDER[page](d);
     setCsvLinks();
     stamp.textContent = 'updated ' + new Date().toLocaleTimeString();
     stamp.className = 'muted';
+    body.dataset.month = asked;
     body.dataset.rendered = String(Number(body.dataset.rendered || 0) + 1);
   } catch (e) {
     stamp.textContent = 'update failed: ' + e.message;
