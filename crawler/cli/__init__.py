@@ -23,9 +23,9 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from crawler.cli import add, dashboard, flush, stats, status, torrent
+    from crawler.cli import add, dashboard, export, flush, stats, status, torrent
 
-    for mod in (add, status, torrent, stats, flush, dashboard):
+    for mod in (add, status, torrent, stats, flush, dashboard, export):
         cli.add_command(mod.command)
     try:
         from workers import cli as worker_cli

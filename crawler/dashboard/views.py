@@ -21,17 +21,16 @@ import redis
 
 from crawler.counters import top
 from crawler.counters.names import LIFETIME, unescape
-from crawler.counters.recorder import index_key, outbox_key
+from crawler.counters.recorder import outbox_key
 from crawler.dashboard.countries import map_code
 from crawler.errors import StoreError
+from crawler.export import months_with_counters
 from crawler.keys import Keys
 from crawler.lifecycle import Queue
 from crawler.operations import queue_report
 
 # Every country a month can hold (GeoLite2 knows ~250).
 ALL_COUNTRIES = 1000
-# How far back the month selector looks for month counters.
-MONTHS_BACK = 120
 
 
 class Views:
@@ -44,21 +43,7 @@ class Views:
     # --- analysts -----------------------------------------------------------
     def months(self, now: float | None = None) -> list[str]:
         """The months (``YYYY-MM``, newest first) that have month counters."""
-        now = time.time() if now is None else now
-        d = _dt.datetime.fromtimestamp(now, _dt.UTC)
-        y, m = d.year, d.month
-        cands = []
-        for _ in range(MONTHS_BACK):
-            cands.append(f"{y:04d}-{m:02d}")
-            y, m = (y, m - 1) if m > 1 else (y - 1, 12)
-        p = self.client.pipeline(transaction=False)
-        for month in cands:
-            p.exists(index_key(self.keys, month, ("torrents",)))
-        try:
-            got = p.execute()
-        except redis.RedisError as e:
-            raise StoreError(f"reading the months failed: {e}") from e
-        return [month for month, n in zip(cands, got) if n]
+        return months_with_counters(self.client, self.keys, now)
 
     def overview(self, month: str | None = None, limit: int = 20) -> dict:
         """The landing page: users per country (all of them) and the top torrents."""
