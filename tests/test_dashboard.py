@@ -212,3 +212,32 @@ def test_every_geolite_name_has_one_code_and_shapes_are_iso():
     assert shapes() <= set(NAMES)
     assert map_code("United States") == "US" and map_code("DR Congo") == "CD" and map_code("Congo Republic") == "CG"
     assert map_code("Atlantis") is None
+
+
+def test_hostile_addresses_never_break_the_dashboard(client, keys, settings, world):
+    """Any country name, month, limit, hash or token in the address: a clear 4xx or an answer, never a 500;
+    a name lands in the page escaped."""
+    from urllib.parse import quote
+
+    from hypothesis import HealthCheck, given
+    from hypothesis import settings as hsettings
+    from hypothesis import strategies as st
+
+    web = create_app(Views(client, keys, settings)).test_client()
+    guarded = create_app(Views(client, keys, settings), token="a-token-of-sixteen+").test_client()
+    text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=300)
+
+    @hsettings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(name=text, month=text, limit=text, h=text, token=text)
+    def check(name, month, limit, h, token):
+        q = f"?month={quote(month)}&limit={quote(limit)}"
+        for path in (f"/api/country/{quote(name, safe='')}{q}", f"/api/overview{q}", f"/api/torrent/{quote(h, safe='')}{q}",
+                     f"/api/overview{q}&format=csv&table={quote(name)}", f"/country/{quote(name, safe='')}",
+                     f"/torrent/{quote(h, safe='')}", f"/api/operators?hours={quote(limit)}"):
+            r = web.get(path)
+            assert r.status_code in (200, 301, 308, 400, 404, 405), (path, r.status_code)
+        assert guarded.get(f"/api/overview?token={quote(token)}").status_code in (303, 401)
+
+    check()
+    r = web.get("/country/" + quote("<script>alert(1)</script>", safe=""))
+    assert r.status_code == 200 and "<script>alert(1)</script>" not in r.get_data(as_text=True)
