@@ -241,3 +241,15 @@ def test_hostile_addresses_never_break_the_dashboard(client, keys, settings, wor
     check()
     r = web.get("/country/" + quote("<script>alert(1)</script>", safe=""))
     assert r.status_code == 200 and "<script>alert(1)</script>" not in r.get_data(as_text=True)
+
+
+def test_dashboard_command_errors_are_one_line(test_env):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        p = run(test_env, "dashboard", "--port", str(s.getsockname()[1]), timeout=30)
+    assert p.returncode == 1 and "cannot listen on 127.0.0.1" in p.stderr and "Traceback" not in p.stderr
+    p = run(dict(test_env, PEERCRAWL_DASHBOARD_TOKEN="short"), "dashboard", timeout=30)
+    assert p.returncode == 2 and "PEERCRAWL_DASHBOARD_TOKEN" in p.stderr and "Traceback" not in p.stderr
