@@ -73,3 +73,21 @@ def record_world(client, keys, settings, tmp: Path) -> dict:
         q.complete(lease, Outcome.SOME, peers=10 + n,
                    seeders=5 + n, leechers=20 + n, now=time.time())
     return {"hashes": HASHES, "months": ["2026-06", "2026-05"]}
+
+
+def stats_json(env: dict, *args: str) -> list[tuple]:
+    """``peercrawl stats ... --json`` as (metric, count) pairs, run in this process.
+
+    The same command and output as the subprocess (tests/cli.py) without a new
+    interpreter per call, which many comparisons would otherwise spend.
+    """
+    import json
+
+    from click.testing import CliRunner
+
+    from crawler.cli import _register, cli
+
+    _register()
+    r = CliRunner().invoke(cli, ["stats", *args, "--json"], env=env, catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    return [(x["metric"], x["count"]) for x in json.loads(r.stdout)]

@@ -25,7 +25,7 @@ import pytest
 import geo
 from crawler.counters import Recorder
 from tests.cli import run
-from tests.dashboard_data import HASHES, WORLD, record_world
+from tests.dashboard_data import HASHES, WORLD, record_world, stats_json
 from tests.mmdb import write_city_db
 
 pytestmark = pytest.mark.slow
@@ -90,9 +90,7 @@ def browser(tmp_path):
 
 
 def stats(env, *args) -> list[tuple]:
-    p = run(env, "stats", *args, "--json")
-    assert p.returncode == 0, p.stderr
-    return [(r["metric"], r["count"]) for r in json.loads(p.stdout)]
+    return stats_json(env, *args)
 
 
 def wait_rendered(d, at_least: int = 1, timeout: float = 20, month: str = "") -> None:

@@ -20,6 +20,7 @@ import urllib.request
 import pytest
 
 from tests.cli import run
+from tests.dashboard_data import stats_json
 from tests.mmdb import write_city_db
 from tests.opentracker import opentracker, peer_address  # noqa: F401 (fixture)
 from tests.test_dashboard_browser import browser, dom_counts, figure, painted_colours, shot, wait_rendered  # noqa: F401
@@ -34,9 +35,7 @@ PLACES = {
 
 
 def stats(env, *args) -> list[tuple]:
-    p = run(env, "stats", *args, "--json")
-    assert p.returncode == 0, p.stderr
-    return [(r["metric"], r["count"]) for r in json.loads(p.stdout)]
+    return stats_json(env, *args)
 
 
 def test_a_crawl_shows_on_the_dashboard(test_env, opentracker, browser, tmp_path):  # noqa: F811 (fixtures)

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from tests.cli import run
-from tests.dashboard_data import HASHES, record_world
+from tests.dashboard_data import HASHES, record_world, stats_json
 
 
 @pytest.fixture
@@ -21,18 +21,6 @@ def stats(env, *args) -> list[tuple]:
     p = run(env, "stats", *args, "--json")
     assert p.returncode == 0, p.stderr
     return [(r["metric"], r["count"]) for r in json.loads(p.stdout)]
-
-
-def stats_here(env, *args) -> list[tuple]:
-    """``stats ... --json`` run in this process (the same command, without a new interpreter each time)."""
-    from click.testing import CliRunner
-
-    from crawler.cli import _register, cli
-
-    _register()
-    r = CliRunner().invoke(cli, ["stats", *args, "--json"], env=env, catch_exceptions=False)
-    assert r.exit_code == 0, r.output
-    return [(x["metric"], x["count"]) for x in json.loads(r.stdout)]
 
 
 def test_stats_formats(world, test_env):
@@ -63,10 +51,10 @@ def test_export_writes_every_counter(world, test_env, tmp_path):
     for month in (None, "2026-05", "2026-06"):
         extra = ("--month", month) if month else ()
         for fam in ("countries", "cities", "postcodes", "torrents"):
-            want |= set(stats_here(test_env, fam, "--limit", "1000", *extra))
+            want |= set(stats_json(test_env, fam, "--limit", "1000", *extra))
         for h in HASHES:
             for fam in ("countries", "cities", "postcodes"):
-                want |= set(stats_here(test_env, fam, "--torrent", h, "--limit", "1000", *extra))
+                want |= set(stats_json(test_env, fam, "--torrent", h, "--limit", "1000", *extra))
     assert ("countries.Germany.users", 15) in want and len(want) > 100
     assert got == want
     la = [r for r in files["cities"] if r["metric"] == "countries.United States.cities.St%2E Louis.users"]

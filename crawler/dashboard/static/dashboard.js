@@ -153,7 +153,7 @@ function renderMonths(d) {
   const months = [...new Set(rows.map(r => r.month))];
   const c = chart('months-chart');
   c.setOption({
-    animation: false, tooltip: { trigger: 'axis' }, legend: { type: 'scroll' },
+    animation: false, tooltip: { trigger: 'axis' }, legend: { type: 'scroll', top: 0 },
     grid: { left: 8, right: 24, top: 40, bottom: 8, containLabel: true },
     xAxis: { type: 'category', data: months }, yAxis: { type: 'value', minInterval: 1 },
     series: d.countries.map(name => ({ type: 'line', name, data: months.map(m => (rows.find(r => r.month === m && r.country === name) || {}).count || 0) })),
