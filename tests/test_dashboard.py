@@ -253,3 +253,11 @@ def test_dashboard_command_errors_are_one_line(test_env):
     assert p.returncode == 1 and "cannot listen on 127.0.0.1" in p.stderr and "Traceback" not in p.stderr
     p = run(dict(test_env, PEERCRAWL_DASHBOARD_TOKEN="short"), "dashboard", timeout=30)
     assert p.returncode == 2 and "PEERCRAWL_DASHBOARD_TOKEN" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_without_token_only_loopback_names_are_served(web):
+    assert web.get("/api/overview", headers={"Host": "127.0.0.1:8650"}).status_code == 200
+    assert web.get("/api/overview", headers={"Host": "localhost:8650"}).status_code == 200
+    assert web.get("/api/overview", headers={"Host": "[::1]:8650"}).status_code == 200
+    r = web.get("/api/overview", headers={"Host": "rebound.example:8650"})
+    assert r.status_code == 403 and b"PEERCRAWL_DASHBOARD_TOKEN" in r.data

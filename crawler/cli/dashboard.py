@@ -26,7 +26,8 @@ def command(host: str, port: int) -> None:
     except OSError as e:
         raise click.ClickException(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
     if host not in ("127.0.0.1", "::1", "localhost") and ctx.settings.dashboard_token is None:
-        click.echo(f"peercrawl dashboard: warning: serving {host} without PEERCRAWL_DASHBOARD_TOKEN", err=True)
+        click.echo(f"peercrawl dashboard: warning: {host} without PEERCRAWL_DASHBOARD_TOKEN: only requests "
+                   "addressed to localhost or 127.0.0.1 are answered", err=True)
     click.echo(f"peercrawl dashboard: {address(server)}", err=True)
     import signal
 

@@ -36,8 +36,16 @@ CSP = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline';
        "connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'")
 
 
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
+
+
 def create_app(views: Views, token: str | None = None) -> Flask:
-    """The WSGI app over ``views``; ``token``: required on every request when set."""
+    """The WSGI app over ``views``; ``token``: required on every request when set.
+
+    Without a token only requests addressed to a loopback name are answered
+    (``Host: localhost`` or ``127.0.0.1``, any port): a web page elsewhere
+    cannot read the crawl through a DNS name rebound to 127.0.0.1.
+    """
     app = Flask(__name__, static_folder="static", template_folder="templates")
     app.json.sort_keys = False
     app.json.ensure_ascii = False
@@ -46,6 +54,9 @@ def create_app(views: Views, token: str | None = None) -> Flask:
     @app.before_request
     def _check_token():
         if token is None:
+            host = request.host.rsplit(":", 1)[0] if not request.host.endswith("]") else request.host
+            if host.lower() not in LOOPBACK_NAMES:
+                abort(Response("without PEERCRAWL_DASHBOARD_TOKEN only loopback addresses are served\n", 403))
             return None
         given = request.args.get("token")
         if given is not None:
