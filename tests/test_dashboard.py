@@ -185,7 +185,9 @@ def test_metrics_trackers_and_workers(client, keys, settings, world, test_env):
     health.record("http://127.0.0.1:1/announce", False)
     health.record("http://127.0.0.1:1/announce", False)
     health.flush()
-    Heartbeat(client, keys, interval=30, worker_id="w1").beat({"concurrency": 7, "visits": 3})
+    Heartbeat(client, keys, interval=30, worker_id="w1").beat(
+        {"concurrency": 7, "visits": 3, "auto": True,
+         "autoscale": {"t": 5.0, "size": 7, "was": 5, "why": "behind and visits grew", "busy": 5.0}})
     web = create_app(Views(client, keys, settings)).test_client()
     families = {f.name: f for f in text_string_to_metric_families(web.get("/metrics").get_data(as_text=True))}
     status = json.loads(run(test_env, "status", "--json").stdout)
@@ -200,7 +202,8 @@ def test_metrics_trackers_and_workers(client, keys, settings, world, test_env):
     assert answers["udp://127.0.0.1:6969/announce"] == 2 and backing["http://127.0.0.1:1/announce"] == 1
     assert [(s.labels["worker"], s.value) for s in families["peercrawl_worker_concurrency"].samples] == [("w1", 7)]
     d = web.get("/api/operators").get_json()
-    assert [(w["id"], w["concurrency"]) for w in d["tables"]["workers"]] == [("w1", 7)]
+    assert [(w["id"], w["concurrency"], w["autoscale"]) for w in d["tables"]["workers"]] == [
+        ("w1", 7, "5 -> 7: behind and visits grew")]
 
 
 def test_every_geolite_name_has_one_code_and_shapes_are_iso():

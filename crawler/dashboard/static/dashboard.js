@@ -137,7 +137,7 @@ async function renderOverview(d) {
     tooltip: { trigger: 'item', formatter: p => p.data ? `${p.data.labels.join(', ')}: ${p.data.value}` : `${p.name}: 0` },
     visualMap: { min: 0, max, left: 8, bottom: 8, text: ['users', ''], calculable: true,
       inRange: { color: ['#dbe7ff', '#3a6fd8', '#0b2a6b'] } },
-    series: [{ type: 'map', map: 'world', roam: true, data, nameProperty: 'name',
+    series: [{ type: 'map', map: 'world', roam: true, data, nameProperty: 'name', layoutCenter: ['55%', '50%'], layoutSize: '150%',
       itemStyle: { areaColor: '#eceff3', borderColor: '#fff' }, emphasis: { label: { show: false } } }],
   }, true);
   if (!c._peercrawlClick) {
