@@ -142,7 +142,7 @@ def create_app(views: Views, token: str | None = None) -> Flask:
     @app.get("/api/operators")
     def api_operators():
         hours = request.args.get("hours", "6")
-        if not hours.isdigit() or not 1 <= int(hours) <= 48:
+        if not (hours.isascii() and hours.isdigit()) or not 1 <= int(hours) <= 48:
             abort(Response("hours: expected 1 to 48\n", 400))
         return _answer(views.operators(int(hours)))
 
@@ -202,7 +202,7 @@ def _month() -> str | None:
 
 def _limit(default: int = 20, most: int = 1000) -> int:
     raw = request.args.get("limit", str(default))
-    if not raw.isdigit() or not 1 <= int(raw) <= most:
+    if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= most:  # "²".isdigit() is True
         abort(Response(f"limit: expected 1 to {most}\n", 400))
     return int(raw)
 
