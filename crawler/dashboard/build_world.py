@@ -99,7 +99,7 @@ def _planar(ring: list[list[float]]) -> list[list[list[float]]]:
     r = _unwrap(ring)
     xs = [x for x, _ in r]
     if min(xs) >= -180 and max(xs) <= 180:
-        return [ring]
+        return [r]  # the ring itself, or closed along its pole
     pieces = []
     for shift in (-360, 0, 360):
         moved = [[x + shift, y] for x, y in r]
@@ -124,7 +124,7 @@ def build(topo: dict, iso: dict) -> dict:
             if not rings:
                 continue
             outer = _planar(rings[0])
-            if len(outer) == 1 and outer[0] is rings[0]:
+            if outer == [rings[0]]:
                 polygons.setdefault(code, []).append(rings)
             else:  # cut at the antimeridian (no country there has holes at 1:110m)
                 polygons.setdefault(code, []).extend([piece] for piece in outer)
