@@ -184,6 +184,13 @@ class Settings:
     # Failed visits in a row before a worker reports an outage (log + status).
     outage_after: int = 5
 
+    # --- Dashboard and metrics (§10) ----------------------------------------
+    # None: no token asked; the dashboard binds to 127.0.0.1 unless told otherwise.
+    dashboard_token: str | None = None
+    # None: workers serve no /metrics (the dashboard always does); a port is
+    # opt-in because several workers on one machine would need one each.
+    metrics_port: int | None = None
+
     # --- Logging ------------------------------------------------------------
     log_level: str = "info"
     # auto: JSON lines when stderr is not a terminal, coloured text when it is.
@@ -267,6 +274,8 @@ class Settings:
             concurrency_max=r.get("PEERCRAWL_CONCURRENCY_MAX", _bounded_int(1, 10_000), 500),
             shutdown_seconds=r.get("PEERCRAWL_SHUTDOWN_SECONDS", _positive_float, 25.0),
             visit_deadline=r.get("PEERCRAWL_VISIT_DEADLINE", _positive_float, 30.0),
+            dashboard_token=r.get("PEERCRAWL_DASHBOARD_TOKEN", _secret, None),
+            metrics_port=r.get("PEERCRAWL_METRICS_PORT", _bounded_int(1, 65535), None),
             log_level=r.get("PEERCRAWL_LOG_LEVEL", _choice("debug", "info", "warning", "error"), "info"),
             log_format=r.get("PEERCRAWL_LOG_FORMAT", _choice("auto", "json", "console"), "auto"),
         )

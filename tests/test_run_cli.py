@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -31,10 +32,11 @@ def test_run_crawls_a_magnet_link_and_reports(test_env, opentracker):  # noqa: F
         ot.announce_from(peer_address(i), ih, 6881)
     env = _env(test_env)
     magnet = f"magnet:?xt=urn:btih:{ih}&tr={ot.udp_url}"
-    r = subprocess.run([str(BIN / "peercrawl"), "run", magnet, "not-an-item", "--until-idle"], env=env,
-                       capture_output=True, text=True, timeout=60, check=False)
+    r = subprocess.run([str(BIN / "peercrawl"), "run", magnet, "not-an-item", "--until-idle", "--dashboard-port", "0"],
+                       env=env, capture_output=True, text=True, timeout=60, check=False)
     assert r.returncode == 1, r.stderr[-2000:]  # the bad item is reported; the good one was crawled
     assert "argument 2" in r.stderr
+    assert re.search(r"peercrawl run: dashboard at http://127\.0\.0\.1:\d+/", r.stderr), r.stderr[-2000:]
     assert "1 visits (0 failed), 4 peers found" in r.stdout
     t = json.loads(subprocess.run([str(BIN / "peercrawl"), "torrent", ih, "--json"], env=env,
                                   capture_output=True, text=True, timeout=30, check=False).stdout)

@@ -80,7 +80,12 @@ def worker(concurrency, max_visits, until_idle, duration) -> None:
 @click.command("run")
 @click.argument("items", nargs=-1)
 @_options
-def run(items, concurrency, max_visits, until_idle, duration) -> None:
+@click.option("--dashboard-host", default="127.0.0.1", show_default=True,
+              help="Where the dashboard listens (docs/dashboard.md).")
+@click.option("--dashboard-port", type=click.IntRange(0, 65535), default=8650, show_default=True,
+              help="The dashboard's port (0: any free port).")
+@click.option("--no-dashboard", is_flag=True, help="Do not serve the dashboard.")
+def run(items, concurrency, max_visits, until_idle, duration, dashboard_host, dashboard_port, no_dashboard) -> None:
     """One machine: add ITEMs (info-hashes, magnet links, .torrent files), then crawl.
 
     Runs the worker and the StatHat flusher with the embedded defaults (an
@@ -100,12 +105,32 @@ def run(items, concurrency, max_visits, until_idle, duration) -> None:
     bad = add_items(ctx, items)
     size = None if c == "auto" else (c or ctx.settings.concurrency)
     progress = Progress(ctx.client, ctx.keys, live=sys.stderr.isatty())
+    server = None if no_dashboard else _dashboard(ctx, dashboard_host, dashboard_port)
     proc = Process(ctx.settings, _client(ctx, size), ctx.keys, concurrency=size, max_visits=max_visits,
                    until_idle=until_idle, duration=duration, on_visit=progress.visit)
-    with progress:
-        code = proc.run()
+    try:
+        with progress:
+            code = proc.run()
+    finally:
+        if server is not None:
+            server.stop(timeout=2)
     progress.summary()
     raise SystemExit(code or (1 if bad else 0))
+
+
+def _dashboard(ctx, host: str, port: int):
+    """Serve the dashboard beside the workers, on the same gevent loop; None if the port is taken."""
+    from crawler.dashboard.server import address, make_server
+
+    server = make_server(ctx.client, ctx.keys, ctx.settings, host, port)
+    try:
+        server.start()
+    except OSError as e:
+        # Another run (or dashboard) of this machine holds the port: crawl anyway.
+        click.echo(f"peercrawl run: no dashboard: cannot listen on {host}:{port}: {e.strerror or e}", err=True)
+        return None
+    click.echo(f"peercrawl run: dashboard at {address(server)}", err=True)
+    return server
 
 
 commands = [worker, run]

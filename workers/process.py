@@ -54,6 +54,12 @@ class Process:
             autoscaler = Autoscaler(client, settings.concurrency_min, settings.concurrency_max,
                                     interval=autoscale_interval, **(autoscale_options or {}))
         flusher = Flusher(client, keys, settings) if flush else None
+        self.metrics = self._metrics_server = None
+        if settings.metrics_port is not None:
+            from workers.metrics import WorkerMetrics
+
+            self.metrics = WorkerMetrics()
+            on_visit = _both(on_visit, self.metrics.visit)
         self.worker = Worker(
             self.queue, self.visitor, concurrency=concurrency, autoscaler=autoscaler, max_visits=max_visits,
             until_idle=until_idle, duration=duration, flusher=flusher,
@@ -61,6 +67,11 @@ class Process:
             heartbeat=Heartbeat(client, keys, heartbeat_interval), failing_after=settings.outage_after if failing_after is None else failing_after,
             on_visit=on_visit,
         )
+        if self.metrics is not None:
+            from workers.metrics import instrument, serve
+
+            instrument(self, self.metrics)
+            self._metrics_server = serve(self.metrics, settings.metrics_port)
 
     def run(self, signals: bool = True) -> int:
         """Run until a stop condition or signal; returns the exit code (0)."""
@@ -78,3 +89,17 @@ class Process:
             log.warning("trackers_close_failed", error=str(e))
         if self.dht is not None:
             self.dht.close()
+        if self._metrics_server is not None:
+            self._metrics_server.stop(timeout=1)
+
+
+def _both(first, second):
+    """One ``on_visit`` calling ``first`` (if any), then ``second``."""
+    if first is None:
+        return second
+
+    def both(v):
+        first(v)
+        second(v)
+
+    return both

@@ -23,9 +23,9 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from crawler.cli import add, flush, secret, stats, status, torrent
+    from crawler.cli import add, dashboard, export, flush, secret, stats, status, torrent
 
-    for mod in (add, status, torrent, stats, flush, secret):
+    for mod in (add, status, torrent, stats, flush, secret, dashboard, export):
         cli.add_command(mod.command)
     try:
         from workers import cli as worker_cli
@@ -37,7 +37,7 @@ def _register() -> None:
 
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
-    if args[:1] in (["worker"], ["run"]):
+    if args[:1] in (["worker"], ["run"], ["dashboard"]):
         # gevent patches before redis-py and ssl are imported (workers.cli).
         from gevent import monkey
 

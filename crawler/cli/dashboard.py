@@ -1,0 +1,41 @@
+"""``peercrawl dashboard``: the web page and ``/metrics`` (SPEC §10, docs/dashboard.md)."""
+
+from __future__ import annotations
+
+import click
+
+
+@click.command("dashboard")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to bind; anything but loopback should come with PEERCRAWL_DASHBOARD_TOKEN.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8650, show_default=True,
+              help="Port to listen on (0: any free port).")
+def command(host: str, port: int) -> None:
+    """Serve the dashboard (analysts' map and tables, operators' view) and /metrics, read-only."""
+    from gevent import monkey
+
+    if not monkey.is_module_patched("socket"):
+        monkey.patch_all()
+    from crawler.cli.context import open_context
+    from crawler.dashboard.server import address, make_server
+
+    ctx = open_context()
+    server = make_server(ctx.client, ctx.keys, ctx.settings, host, port)
+    try:
+        server.start()
+    except OSError as e:
+        raise click.ClickException(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+    if host not in ("127.0.0.1", "::1", "localhost") and ctx.settings.dashboard_token is None:
+        click.echo(f"peercrawl dashboard: warning: {host} without PEERCRAWL_DASHBOARD_TOKEN: only requests "
+                   "addressed to localhost or 127.0.0.1 are answered", err=True)
+    click.echo(f"peercrawl dashboard: {address(server)}", err=True)
+    import signal
+
+    import gevent
+    from gevent.event import Event
+
+    stop = Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        gevent.signal_handler(sig, stop.set)
+    stop.wait()
+    server.stop(timeout=5)

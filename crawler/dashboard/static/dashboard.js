@@ -1,0 +1,263 @@
+// peercrawl dashboard: polls /api/<page> every REFRESH ms and redraws tables and charts.
+// Every number shown is a `count` of the JSON (the numbers of `peercrawl stats --json`).
+'use strict';
+
+const REFRESH = 5000;
+const body = document.body;
+const page = body.dataset.page;
+const arg = body.dataset.arg;
+const charts = {};
+let worldReady = null;
+
+function el(tag, attrs, ...kids) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === 'text') e.textContent = v; else if (v !== null && v !== undefined) e.setAttribute(k, v);
+  }
+  for (const k of kids) e.append(k);
+  return e;
+}
+
+function chart(id) {
+  const node = document.getElementById(id);
+  if (!node) return null;
+  if (!charts[id]) charts[id] = echarts.init(node, null, { renderer: 'canvas' });
+  return charts[id];
+}
+
+function month() { const s = document.getElementById('month'); return s ? s.value : ''; }
+
+function apiPath() {
+  if (page === 'overview') return '/api/overview';
+  if (page === 'months') return '/api/months';
+  if (page === 'country') return '/api/country/' + encodeURIComponent(arg);
+  if (page === 'torrent') return '/api/torrent/' + arg;
+  return '/api/operators';
+}
+
+function query(extra) {
+  const q = new URLSearchParams(extra || {});
+  if (month()) q.set('month', month());
+  const s = q.toString();
+  return s ? '?' + s : '';
+}
+
+function setCsvLinks() {
+  for (const a of document.querySelectorAll('a.csv')) {
+    a.href = apiPath() + query({ format: 'csv', table: a.dataset.table });
+    a.setAttribute('download', '');
+  }
+}
+
+function fillMonths(months) {
+  const sel = document.getElementById('month');
+  if (!sel || !months) return;
+  const have = Array.from(sel.options).map(o => o.value).slice(1).join(',');
+  if (have === months.join(',')) return;
+  const keep = sel.value;
+  sel.length = 1;
+  for (const m of months) sel.append(el('option', { value: m, text: m }));
+  sel.value = months.includes(keep) ? keep : '';
+}
+
+// A table of counters: one row per {metric, count}; data-metric/data-count carry the raw values.
+function countTable(name, rows, label, link) {
+  const tb = document.querySelector(`table[data-table="${name}"] tbody`);
+  if (!tb) return;
+  tb.replaceChildren(...rows.map(r => {
+    const text = label(r);
+    const href = link ? link(r) : null;
+    const cell = el('td', { class: 'name' }, href ? el('a', { href, text }) : text);
+    return el('tr', { 'data-metric': r.metric, 'data-count': r.count }, cell,
+      el('td', { class: 'count', text: String(r.count) }));
+  }));
+}
+
+function rowsTable(name, rows, cols) {
+  const tb = document.querySelector(`table[data-table="${name}"] tbody`);
+  if (!tb) return;
+  tb.replaceChildren(...rows.map(r => el('tr', {}, ...cols.map(c => {
+    const v = typeof c === 'function' ? c(r) : r[c];
+    return el('td', { 'data-key': typeof c === 'string' ? c : null, text: v === null || v === undefined ? '–' : String(v) });
+  }))));
+}
+
+function figures(id, pairs) {
+  const dl = document.getElementById(id);
+  dl.replaceChildren(...pairs.map(([k, label, v]) => el('div', { 'data-key': k },
+    el('dt', { text: label }), el('dd', { text: v === null || v === undefined ? '–' : String(v) }))));
+}
+
+function bar(id, rows, label, color) {
+  const c = chart(id);
+  if (!c) return;
+  const top = rows.slice(0, 15).reverse();
+  c.setOption({
+    animation: false, grid: { left: 8, right: 24, top: 8, bottom: 8, containLabel: true },
+    tooltip: {}, xAxis: { type: 'value', minInterval: 1 },
+    yAxis: { type: 'category', data: top.map(label) },
+    series: [{ type: 'bar', data: top.map(r => r.count), itemStyle: { color: color || '#3a6fd8' } }],
+  }, true);
+}
+
+function monthLine(id, rows) {
+  const c = chart(id);
+  if (!c) return;
+  c.setOption({
+    animation: false, grid: { left: 8, right: 24, top: 16, bottom: 8, containLabel: true }, tooltip: { trigger: 'axis' },
+    xAxis: { type: 'category', data: rows.map(r => r.month) }, yAxis: { type: 'value', minInterval: 1 },
+    series: [{ type: 'line', name: 'users', data: rows.map(r => r.count), symbolSize: 6 }],
+  }, true);
+}
+
+function loadWorld() {
+  if (!worldReady) {
+    worldReady = fetch(body.dataset.world).then(r => r.json()).then(g => echarts.registerMap('world', g));
+  }
+  return worldReady;
+}
+
+async function renderOverview(d) {
+  const countries = d.tables.countries;
+  countTable('countries', countries, r => r.name, r => '/country/' + encodeURIComponent(r.country));
+  countTable('torrents', d.tables.torrents, r => r.info_hash, r => '/torrent/' + r.info_hash);
+  const unmapped = countries.filter(r => !r.map_code).map(r => `${r.name} (${r.count})`);
+  document.getElementById('unmapped').textContent = unmapped.length ? 'Not on the map: ' + unmapped.join(', ') : '';
+  await loadWorld();
+  const byCode = {};
+  for (const r of countries) if (r.map_code) {
+    const b = byCode[r.map_code] || (byCode[r.map_code] = { name: r.map_code, value: 0, labels: [] });
+    b.value += r.count; b.labels.push(r.name);
+  }
+  const data = Object.values(byCode);
+  const max = Math.max(1, ...data.map(x => x.value));
+  const c = chart('map');
+  c.setOption({
+    animation: false,
+    tooltip: { trigger: 'item', formatter: p => p.data ? `${p.data.labels.join(', ')}: ${p.data.value}` : `${p.name}: 0` },
+    visualMap: { min: 0, max, left: 8, bottom: 8, text: ['users', ''], calculable: true,
+      inRange: { color: ['#dbe7ff', '#3a6fd8', '#0b2a6b'] } },
+    series: [{ type: 'map', map: 'world', roam: true, data, nameProperty: 'name', layoutCenter: ['55%', '50%'], layoutSize: '150%',
+      itemStyle: { areaColor: '#eceff3', borderColor: '#fff' }, emphasis: { label: { show: false } } }],
+  }, true);
+  if (!c._peercrawlClick) {
+    c.on('click', p => { if (p.data) location.href = '/country/' + encodeURIComponent(countries.find(r => r.map_code === p.data.name).country); });
+    c._peercrawlClick = true;
+  }
+}
+
+function renderMonths(d) {
+  const rows = d.tables.months;
+  countTable('months', rows.filter(r => r.metric), r => `${r.month} ${r.country}`);
+  const tb = document.querySelector('table[data-table="months"] tbody');
+  const months = [...new Set(rows.map(r => r.month))];
+  const c = chart('months-chart');
+  c.setOption({
+    animation: false, tooltip: { trigger: 'axis' }, legend: { type: 'scroll', top: 0 },
+    grid: { left: 8, right: 24, top: 40, bottom: 8, containLabel: true },
+    xAxis: { type: 'category', data: months }, yAxis: { type: 'value', minInterval: 1 },
+    series: d.countries.map(name => ({ type: 'line', name, data: months.map(m => (rows.find(r => r.month === m && r.country === name) || {}).count || 0) })),
+  }, true);
+  return tb;
+}
+
+function renderCountry(d) {
+  document.getElementById('users').textContent = String(d.users);
+  document.getElementById('users').dataset.metric = d.metric || '';
+  countTable('cities', d.tables.cities, r => r.name);
+  countTable('postcodes', d.tables.postcodes, r => r.name);
+  bar('cities-chart', d.tables.cities, r => r.name);
+  bar('postcodes-chart', d.tables.postcodes, r => r.name, '#2a9d8f');
+  monthLine('months-chart', d.tables.months);
+}
+
+function renderTorrent(d) {
+  const t = d.torrent || {};
+  const when = x => x ? new Date(x * 1000).toISOString().replace('.000', '') : null;
+  figures('torrent', [['users', 'users', d.users], ['state', 'state', t.state], ['score', 'score', t.score],
+    ['seeders', 'seeders', t.seeders], ['leechers', 'leechers', t.leechers], ['visits', 'visits', t.visits],
+    ['failed_visits', 'failed visits', t.failed_visits], ['peers_last_visit', 'peers last visit', t.peers_last_visit],
+    ['last_visit', 'last visit (UTC)', when(t.last_visit)], ['trackers', 'trackers', (t.trackers || []).length]]);
+  countTable('countries', d.tables.countries, r => r.name, r => '/country/' + encodeURIComponent(r.country));
+  countTable('cities', d.tables.cities, r => `${r.name}, ${r.country}`);
+  bar('countries-chart', d.tables.countries, r => r.name);
+  monthLine('months-chart', d.tables.months);
+}
+
+function renderOperators(d) {
+  const s = d.status, cap = s.capacity || {};
+  const mb = b => (b / 1048576).toFixed(1) + ' MB';
+  figures('figures', [['tracked', 'tracked', s.tracked], ['ready', 'ready', s.ready], ['cooling', 'cooling', s.cooling],
+    ['in_flight', 'in flight', s.in_flight], ['evicted', 'evicted', s.evicted],
+    ['queue_latency_s', 'queue latency (s)', s.queue_latency_s], ['visits_last_hour', 'visits last hour', s.visits_last_hour],
+    ['failed_visits_last_hour', 'failed visits last hour', s.failed_visits_last_hour],
+    ['workers', 'live workers', s.workers.length], ['workers_needed', 'workers needed', cap.workers_needed],
+    ['visits_needed_per_hour', 'visits needed / h', cap.visits_needed_per_hour],
+    ['outbox', 'StatHat outbox (stats)', d.outbox.enabled ? d.outbox.stats_waiting + d.outbox.stats_in_flight : 'off']]);
+  const out = document.getElementById('outage');
+  out.hidden = !s.outage; out.textContent = s.outage || '';
+  const states = d.tables.states;
+  chart('states-chart').setOption({
+    animation: false, tooltip: {}, grid: { left: 8, right: 8, top: 8, bottom: 8, containLabel: true },
+    xAxis: { type: 'category', data: states.map(r => r.state) }, yAxis: { type: 'value', minInterval: 1 },
+    series: [{ type: 'bar', data: states.map(r => r.count), itemStyle: { color: '#3a6fd8' } }],
+  }, true);
+  const m = d.tables.minutes;
+  chart('minutes-chart').setOption({
+    animation: false, tooltip: { trigger: 'axis' }, legend: { top: 0 },
+    grid: { left: 8, right: 24, top: 32, bottom: 8, containLabel: true },
+    xAxis: { type: 'category', data: m.map(r => r.minute.slice(11, 16)) }, yAxis: { type: 'value', minInterval: 1 },
+    series: [{ type: 'line', name: 'visits', data: m.map(r => r.visits), showSymbol: false },
+      { type: 'line', name: 'failed', data: m.map(r => r.failed), showSymbol: false, itemStyle: { color: '#b00020' } }],
+  }, true);
+  rowsTable('workers', d.tables.workers, ['id', 'concurrency', 'auto', 'in_flight', 'visits', 'visits_per_hour', 'failing', 'autoscale']);
+  rowsTable('trackers', d.tables.trackers, ['tracker', 'answers', 'failures', 'backing_off',
+    r => r.until ? new Date(r.until * 1000).toISOString() : null]);
+  rowsTable('redis', d.redis, ['node', r => mb(r.used_memory_bytes), r => mb(r.used_memory_peak_bytes),
+    r => r.maxmemory_bytes ? mb(r.maxmemory_bytes) : 'none']);
+}
+
+const RENDER = { overview: renderOverview, months: renderMonths, country: renderCountry, torrent: renderTorrent, operators: renderOperators };
+
+let latest = 0;
+
+async function refresh() {
+  const stamp = document.getElementById('updated');
+  const seq = ++latest;
+  const asked = month();
+  try {
+    const r = await fetch(apiPath() + query(), { credentials: 'same-origin', cache: 'no-store' });
+    const d = await r.json();
+    if (seq !== latest) return;  // a newer request (another period) is on its way: drop this answer
+    if (!r.ok) throw new Error(d.error || r.statusText);
+    fillMonths(d.months);
+    await RENDER[page](d);
+    setCsvLinks();
+    stamp.textContent = 'updated ' + new Date().toLocaleTimeString();
+    stamp.className = 'muted';
+    body.dataset.month = asked;
+    body.dataset.rendered = String(Number(body.dataset.rendered || 0) + 1);
+  } catch (e) {
+    stamp.textContent = 'update failed: ' + e.message;
+    stamp.className = 'alert';
+  }
+}
+
+function start() {
+  const sel = document.getElementById('month');
+  const params = new URLSearchParams(location.search);
+  if (sel) {
+    if (params.get('month')) { sel.append(el('option', { value: params.get('month'), text: params.get('month') })); sel.value = params.get('month'); }
+    sel.addEventListener('change', () => {
+      const q = new URLSearchParams(location.search);
+      if (sel.value) q.set('month', sel.value); else q.delete('month');
+      history.replaceState(null, '', location.pathname + (q.toString() ? '?' + q : ''));
+      refresh();
+    });
+  }
+  window.addEventListener('resize', () => Object.values(charts).forEach(c => c.resize()));
+  refresh();
+  setInterval(refresh, REFRESH);
+}
+
+start();

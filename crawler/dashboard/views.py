@@ -1,0 +1,228 @@
+"""What each dashboard page shows, as JSON-able dicts (SPEC §10).
+
+Every number comes from the functions behind ``stats`` and ``status``
+(``crawler.counters.top``, ``crawler.operations.queue_report``,
+``Queue.torrent``), so the page shows what ``stats --json`` and
+``status --json`` print. Each view returns ``{"tables": {name: rows}, ...}``:
+a table is a list of flat dicts, the rows one chart draws, which is also
+what its CSV link downloads.
+
+Cost: each view is a handful of index reads (ZREVRANGE, HGETALL of one
+torrent's index, one pipelined EXISTS per month probe); nothing grows with
+the number of tracked torrents or places except the rows asked for.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import time
+
+import redis
+
+from crawler.counters import top
+from crawler.counters.names import LIFETIME, unescape
+from crawler.counters.recorder import outbox_key
+from crawler.dashboard.countries import map_code
+from crawler.errors import StoreError
+from crawler.export import months_with_counters
+from crawler.keys import Keys
+from crawler.lifecycle import Queue
+from crawler.operations import queue_report
+
+# Every country a month can hold (GeoLite2 knows ~250).
+ALL_COUNTRIES = 1000
+
+
+class Views:
+    """The read model of the dashboard over one namespace. Raises ``StoreError``."""
+
+    def __init__(self, client: redis.Redis, keys: Keys, settings):
+        self.client, self.keys, self.settings = client, keys, settings
+        self.queue = Queue(client, keys, settings)
+
+    # --- analysts -----------------------------------------------------------
+    def months(self, now: float | None = None) -> list[str]:
+        """The months (``YYYY-MM``, newest first) that have month counters."""
+        return months_with_counters(self.client, self.keys, now)
+
+    def overview(self, month: str | None = None, limit: int = 20) -> dict:
+        """The landing page: users per country (all of them) and the top torrents."""
+        countries = [_country_row(r) for r in top(self.client, self.keys, "countries", month=month,
+                                                  limit=ALL_COUNTRIES)]
+        torrents = [_torrent_row(r) for r in top(self.client, self.keys, "torrents", month=month, limit=limit)]
+        return {
+            "month": month,
+            "months": self.months(),
+            "total_users_in_countries": sum(r["count"] for r in countries),
+            "tables": {"countries": countries, "torrents": torrents},
+        }
+
+    def country(self, name: str, month: str | None = None, limit: int = 20) -> dict:
+        """One country: its users, top cities and postcodes, users per month.
+
+        ``name`` is the English name as the user reads it (``St. Louis`` style,
+        unescaped), as ``stats --country`` takes it.
+        """
+        c, t = self.client, self.keys
+        users = top(c, t, "countries", country=name, month=month, limit=1)
+        cities = [_place_row(r) for r in top(c, t, "cities", country=name, month=month, limit=limit)]
+        postcodes = [_place_row(r) for r in top(c, t, "postcodes", country=name, month=month, limit=limit)]
+        series = []
+        for m in reversed(self.months()):
+            got = top(c, t, "countries", country=name, month=m, limit=1)
+            series.append({"month": m, "metric": got[0]["metric"] if got else None,
+                           "count": got[0]["count"] if got else 0})
+        return {
+            "country": name,
+            "month": month,
+            "months": self.months(),
+            "users": users[0]["count"] if users else 0,
+            "metric": users[0]["metric"] if users else None,
+            "map_code": map_code(name),
+            "tables": {"cities": cities, "postcodes": postcodes, "months": series},
+        }
+
+    def months_by_country(self, countries: int = 10) -> dict:
+        """Users per month of the ``countries`` largest countries (lifetime), oldest month first."""
+        c, t = self.client, self.keys
+        leaders = [_country_row(r) for r in top(c, t, "countries", limit=countries)]
+        names = [r["name"] for r in leaders]
+        rows = []
+        for m in reversed(self.months()):
+            got = {_country_row(r)["name"]: r for r in top(c, t, "countries", month=m, limit=ALL_COUNTRIES)}
+            for name in names:
+                r = got.get(name)
+                rows.append({"month": m, "country": name, "metric": r["metric"] if r else None,
+                             "count": r["count"] if r else 0})
+        return {"countries": names, "tables": {"months": rows}}
+
+    def torrent(self, info_hash: str, month: str | None = None, limit: int = 20) -> dict | None:
+        """One torrent: its queue record (``torrent --json``), users by country, cities, months."""
+        c, t = self.client, self.keys
+        info = self.queue.torrent(info_hash, time.time())
+        users = top(c, t, "torrents", torrent=info_hash, month=month, limit=1)
+        if info is None and not users:
+            return None
+        countries = [_country_row(r, torrent=True) for r in top(c, t, "countries", torrent=info_hash, month=month,
+                                                                 limit=ALL_COUNTRIES)]
+        cities = [_place_row(r, torrent=True) for r in top(c, t, "cities", torrent=info_hash, month=month,
+                                                           limit=limit)]
+        series = []
+        for m in reversed(self.months()):
+            got = top(c, t, "torrents", torrent=info_hash, month=m, limit=1)
+            series.append({"month": m, "metric": got[0]["metric"] if got else None,
+                           "count": got[0]["count"] if got else 0})
+        return {
+            "info_hash": info_hash,
+            "month": month,
+            "months": self.months(),
+            "users": users[0]["count"] if users else 0,
+            "metric": users[0]["metric"] if users else None,
+            "torrent": info,
+            "tables": {"countries": countries, "cities": cities, "months": series},
+        }
+
+    # --- operators ----------------------------------------------------------
+    def operators(self, hours: int = 6, now: float | None = None) -> dict:
+        """``status --json`` plus visits per minute, the outbox backlog and Redis memory."""
+        now = time.time() if now is None else now
+        report = queue_report(self.queue, now)
+        minutes = self.visits_per_minute(hours, now)
+        trackers = [{"tracker": url, **h} for url, h in sorted(report["trackers"].items())]
+        workers = [_worker_row(w) for w in report["workers"]]
+        states = [{"state": s, "count": report[s]} for s in ("ready", "cooling", "in_flight", "evicted")]
+        return {
+            "status": report,
+            "outbox": self.outbox(),
+            "redis": self.redis_memory(),
+            "tables": {"states": states, "minutes": minutes, "workers": workers, "trackers": trackers},
+        }
+
+    def visits_per_minute(self, hours: int, now: float) -> list[dict]:
+        """``[{"minute", "visits", "failed"}]`` for each minute of the last ``hours``, oldest first.
+
+        The per-minute counts ``status`` sums (``Queue.visits_since``): the
+        last 60 rows add up to ``visits_last_hour`` at the same ``now``.
+        """
+        k = self.keys
+        p = self.client.pipeline(transaction=False)
+        p.hgetall(k.visits)
+        p.hgetall(k.failed_visits)
+        try:
+            ok, failed = p.execute()
+        except redis.RedisError as e:
+            raise StoreError(f"reading visit counts failed: {e}") from e
+        ok = {int(m): int(n) for m, n in ok.items()}
+        failed = {int(m): int(n) for m, n in failed.items()}
+        last = int(now // 60) * 60
+        first = last - (hours * 60 - 1) * 60
+        return [
+            {"minute": _dt.datetime.fromtimestamp(m, _dt.UTC).strftime("%Y-%m-%dT%H:%MZ"),
+             "visits": ok.get(m, 0), "failed": failed.get(m, 0)}
+            for m in range(first, last + 60, 60)
+        ]
+
+    def outbox(self) -> dict:
+        """StatHat backlog: stats waiting in the outbox and in the batch being posted."""
+        p = self.client.pipeline(transaction=False)
+        p.hlen(outbox_key(self.keys))
+        p.hlen(self.keys.sub("sh", "inflight"))
+        try:
+            waiting, in_flight = p.execute()
+        except redis.RedisError as e:
+            raise StoreError(f"reading the StatHat outbox failed: {e}") from e
+        return {"enabled": self.settings.stathat_ezkey is not None, "stats_waiting": waiting,
+                "stats_in_flight": in_flight}
+
+    def redis_memory(self) -> list[dict]:
+        """Memory of each Redis node (one row unless on a cluster)."""
+        try:
+            if hasattr(self.client, "get_nodes"):  # redis.cluster.RedisCluster
+                got = self.client.info("memory", target_nodes=self.client.ALL_NODES)
+                items = sorted(got.items()) if isinstance(got, dict) and "used_memory" not in got else [("", got)]
+            else:
+                items = [("", self.client.info("memory"))]
+        except redis.RedisError as e:
+            raise StoreError(f"reading Redis memory failed: {e}") from e
+        return [{"node": node or "redis", "used_memory_bytes": int(i.get("used_memory", 0)),
+                 "used_memory_peak_bytes": int(i.get("used_memory_peak", 0)),
+                 "maxmemory_bytes": int(i.get("maxmemory", 0))} for node, i in items]
+
+
+def _parts(metric: str) -> list[str]:
+    return metric.split(".")
+
+
+def _country_row(r: dict, torrent: bool = False) -> dict:
+    """``countries.<c>.users[.<month>]`` (or a torrent's) with its name and map shape."""
+    p = _parts(r["metric"])
+    escaped = p[3] if torrent else p[1]
+    name = unescape(escaped)
+    return {"metric": r["metric"], "count": r["count"], "name": escaped, "country": name,
+            "map_code": map_code(name)}
+
+
+def _place_row(r: dict, torrent: bool = False) -> dict:
+    """A city or postcode counter with its country and place name as ``stats`` prints them."""
+    p = _parts(r["metric"])
+    country, place = (p[3], p[5]) if torrent else (p[1], p[3])
+    return {"metric": r["metric"], "count": r["count"], "name": place, "country": country}
+
+
+def _torrent_row(r: dict) -> dict:
+    return {"metric": r["metric"], "count": r["count"], "info_hash": _parts(r["metric"])[1]}
+
+
+def _worker_row(w: dict) -> dict:
+    auto = w.get("autoscale")
+    return {
+        "id": w.get("id"), "host": w.get("host"), "pid": w.get("pid"), "concurrency": w.get("concurrency"),
+        "auto": w.get("auto"), "in_flight": w.get("in_flight"), "visits": w.get("visits"),
+        "visits_per_hour": w.get("visits_per_hour"), "failing": w.get("failing"),
+        # the last decision of --concurrency auto: new size, the size before, and why
+        "autoscale": None if not isinstance(auto, dict) else
+        f"{auto.get('was')} -> {auto.get('size')}: {auto.get('why')}",
+    }
+
+
+__all__ = ["LIFETIME", "Views"]

@@ -1,0 +1,142 @@
+"""``peercrawl export``: every unique-IP counter, lifetime and months, as CSV files.
+
+One file per family (SPEC §4), each row one counter: its metric name exactly
+as ``stats`` prints it (month counters end in ``.<YYYY-MM>``), its period
+(``all`` or ``YYYY-MM``), the parts of the name unescaped for spreadsheets
+(``St. Louis``), and the count. Strategy: every counter lives in an index
+(``crawler.counters.names``), so walking the indexes finds them all without
+scanning the keyspace: the countries index gives the per-country city and
+postcode indexes, the torrents index the per-torrent ones. Large indexes are
+read in slices and files are written as they are read, so memory stays flat
+with millions of torrents.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as _dt
+import time
+from pathlib import Path
+
+import redis
+
+from crawler.counters.names import LIFETIME, hashed, metric_of, query_for, unescape
+from crawler.counters.recorder import index_key
+from crawler.errors import StoreError
+from crawler.keys import Keys
+
+# How far back month counters are looked for.
+MONTHS_BACK = 120
+# Members per ZRANGE slice and torrents per pipelined HGETALL round.
+SLICE = 10_000
+TORRENTS_PER_ROUND = 500
+
+FILES = {
+    "countries": ("country",),
+    "cities": ("country", "city"),
+    "postcodes": ("country", "postcode"),
+    "torrents": ("info_hash",),
+    "torrent_countries": ("info_hash", "country"),
+    "torrent_cities": ("info_hash", "country", "city"),
+    "torrent_postcodes": ("info_hash", "country", "postcode"),
+}
+
+
+def months_with_counters(client: redis.Redis, keys: Keys, now: float | None = None) -> list[str]:
+    """The months (``YYYY-MM``, newest first, up to ``MONTHS_BACK`` back) that have month counters."""
+    now = time.time() if now is None else now
+    d = _dt.datetime.fromtimestamp(now, _dt.UTC)
+    y, m = d.year, d.month
+    cands = []
+    for _ in range(MONTHS_BACK):
+        cands.append(f"{y:04d}-{m:02d}")
+        y, m = (y, m - 1) if m > 1 else (y - 1, 12)
+    p = client.pipeline(transaction=False)
+    for month in cands:
+        p.exists(index_key(keys, month, ("torrents",)))  # every recorded IP counts for a torrent
+    try:
+        got = p.execute()
+    except redis.RedisError as e:
+        raise StoreError(f"reading the months failed: {e}") from e
+    return [month for month, n in zip(cands, got) if n]
+
+
+def export(client: redis.Redis, keys: Keys, out: Path, now: float | None = None) -> dict[str, int]:
+    """Write ``<out>/<family>.csv`` for every family; returns rows written per file.
+
+    Raises ``StoreError`` if Redis fails, ``OSError`` if a file cannot be written.
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    periods = [LIFETIME] + sorted(months_with_counters(client, keys, now))
+    counts = {}
+    files = {name: (out / f"{name}.csv").open("w", newline="", encoding="utf-8") for name in FILES}
+    try:
+        writers = {name: csv.writer(f, lineterminator="\n") for name, f in files.items()}
+        for name, cols in FILES.items():
+            writers[name].writerow(("metric", "period", *cols, "count"))
+            counts[name] = 0
+        try:
+            countries = [c.decode() for c in client.zrange(index_key(keys, LIFETIME, ("countries",)), 0, -1)]
+            for period in periods:
+                w = _Writer(client, keys, period, writers, counts)
+                w.index("countries", query_for("countries"), lambda m: (unescape(m),))
+                for c in countries:
+                    raw = unescape(c)
+                    for fam in ("cities", "postcodes"):
+                        w.index(fam, query_for(fam, country=raw), lambda m, raw=raw: (raw, unescape(m)))
+                w.index("torrents", query_for("torrents"), lambda m: (m,), keep=True)
+                w.torrents()
+        except redis.RedisError as e:
+            raise StoreError(f"reading counters failed: {e}") from e
+    finally:
+        for f in files.values():
+            f.close()
+    return counts
+
+
+class _Writer:
+    """Writes the counters of one period."""
+
+    def __init__(self, client, keys, period, writers, counts):
+        self.client, self.keys, self.period = client, keys, period
+        self.writers, self.counts = writers, counts
+        self.suffix = "" if period == LIFETIME else "." + period
+        self.hashes: list[str] = []
+
+    def index(self, name: str, q, parts, keep: bool = False) -> None:
+        """Every member of one sorted-set index, largest first, in slices; ``keep``: remember them."""
+        key = index_key(self.keys, self.period, q.scope)
+        w = self.writers[name]
+        start = 0
+        while True:
+            got = self.client.zrevrange(key, start, start + SLICE - 1, withscores=True)
+            for m, n in got:
+                member = m.decode()
+                w.writerow((metric_of(q, member) + self.suffix, self.period, *parts(member), int(n)))
+                if keep:
+                    self.hashes.append(member)
+            self.counts[name] += len(got)
+            if len(got) < SLICE:
+                return
+            start += SLICE
+
+    def torrents(self) -> None:
+        """Each torrent's own indexes (hashes): its countries, cities and postcodes."""
+        fams = (("countries", "torrent_countries"), ("cities", "torrent_cities"), ("postcodes", "torrent_postcodes"))
+        for i in range(0, len(self.hashes), TORRENTS_PER_ROUND):
+            chunk = self.hashes[i : i + TORRENTS_PER_ROUND]
+            p = self.client.pipeline(transaction=False)
+            queries = []
+            for h in chunk:
+                for fam, name in fams:
+                    q = query_for(fam, torrent=h)
+                    assert hashed(q.scope)
+                    p.hgetall(index_key(self.keys, self.period, q.scope))
+                    queries.append((h, q, name))
+            for (h, q, name), rows in zip(queries, p.execute()):
+                w = self.writers[name]
+                for m, n in sorted(rows.items(), key=lambda kv: (-int(kv[1]), kv[0])):
+                    member = m.decode()
+                    parts = tuple(unescape(x) for x in member.split(".", 1))
+                    w.writerow((metric_of(q, member) + self.suffix, self.period, h, *parts, int(n)))
+                self.counts[name] += len(rows)

@@ -1,0 +1,60 @@
+"""``PEERCRAWL_METRICS_PORT``: a worker crawling a real opentracker serves its own /metrics."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+import time
+import urllib.request
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.cli import run
+from tests.opentracker import free_port, opentracker, peer_address  # noqa: F401 (fixture)
+
+
+def scrape(port: int) -> dict:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for f in text_string_to_metric_families(text) for s in f.samples}
+
+
+def test_worker_metrics_count_a_real_crawl(test_env, opentracker):  # noqa: F811 (fixture)
+    ih = hashlib.sha1(b"worker-metrics").hexdigest()
+    ot = opentracker([ih])
+    for i in range(5):
+        ot.announce_from(peer_address(i), ih, 6881)
+    assert run(test_env, "add", f"magnet:?xt=urn:btih:{ih}&tr={ot.udp_url}").returncode == 0
+    port = free_port()
+    env = dict(test_env, PEERCRAWL_METRICS_PORT=str(port))
+    p = subprocess.Popen([sys.executable, "-m", "crawler", "worker", "--concurrency", "4", "--duration", "30"],
+                         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        m: dict = {}
+        end = time.monotonic() + 25
+        while time.monotonic() < end:
+            try:
+                m = scrape(port)
+            except OSError:
+                m = {}
+            if m.get(("peercrawl_worker_visits_total", (("state", "cooling"),))):
+                break
+            time.sleep(0.3)
+        info = json.loads(run(test_env, "torrent", ih, "--json").stdout)
+        users = json.loads(run(test_env, "stats", "torrents", "--torrent", ih, "--json").stdout)
+        assert m[("peercrawl_worker_visits_total", (("state", "cooling"),))] == info["visits"] == 1
+        assert m[("peercrawl_worker_peers_found_total", ())] == info["peers_last_visit"] == 5
+        assert m[("peercrawl_worker_peers_new_total", ())] == (users[0]["count"] if users else 0)
+        assert m[("peercrawl_worker_tracker_announces_total", (("outcome", "answered"), ("url", ot.udp_url)))] == 1
+        assert m[("peercrawl_worker_recording_seconds_count", ())] == 1
+        assert m[("peercrawl_worker_claim_seconds_count", (("call", "claim"),))] >= 1
+        assert m[("peercrawl_worker_pool_size", ())] == 4
+        # labels stay bounded: no info-hash, no peer address
+        assert not any(ih in str(k) or "127.1." in str(k) for k in m)
+    finally:
+        p.terminate()
+        _, err = p.communicate(timeout=30)
+    assert p.returncode == 0, err[-2000:]

@@ -1,0 +1,142 @@
+"""``/metrics`` of one worker process (``PEERCRAWL_METRICS_PORT``, SPEC §10).
+
+What this process did since it started, as Prometheus counters and
+histograms: visits by state, peers found and new, tracker announces by
+outcome (answered, refused, failed, backing off), DHT lookups, how long
+recording a visit's peers and claiming torrents take, and the pool's size.
+The queue's own gauges (states, latency, workers needed) are the
+dashboard's ``/metrics``: every worker serving them would count them once
+per worker.
+
+Strategy: ``instrument`` wraps a few methods of the process's own objects
+(the instance attributes shadow the class's methods), so the workers' code
+does not know about metrics and a process without a metrics port pays
+nothing. Labels are bounded: a visit ``state`` (five values), a tracker
+``url`` (the trackers in use) and an ``outcome`` (four values).
+"""
+
+from __future__ import annotations
+
+import time
+from functools import wraps
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from crawler import logs
+
+log = logs.get("worker.metrics")
+
+# Seconds: a Redis round trip is ~0.1-1 ms; a large visit's recording tens of ms.
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+
+
+class WorkerMetrics:
+    """The metrics of one worker process, in their own registry."""
+
+    def __init__(self):
+        r = self.registry = CollectorRegistry(auto_describe=True)
+        self.visits = Counter("peercrawl_worker_visits", "Visits finished, by the torrent's state after it.",
+                              ["state"], registry=r)
+        self.peers = Counter("peercrawl_worker_peers_found", "Peers returned by the sources, summed per visit.",
+                             registry=r)
+        self.new = Counter("peercrawl_worker_peers_new", "Peers new to their torrent in the dedupe window.",
+                           registry=r)
+        self.announces = Counter("peercrawl_worker_tracker_announces", "Tracker announces by outcome.",
+                                 ["url", "outcome"], registry=r)
+        self.dht = Counter("peercrawl_worker_dht_lookups", "DHT get_peers lookups by outcome.", ["outcome"],
+                           registry=r)
+        self.recording = Histogram("peercrawl_worker_recording_seconds",
+                                   "Time to record one visit's peers into the counters.",
+                                   buckets=LATENCY_BUCKETS, registry=r)
+        self.claiming = Histogram("peercrawl_worker_claim_seconds",
+                                  "Time of one claim call (alone, or with the previous visit's completion).",
+                                  ["call"], buckets=LATENCY_BUCKETS, registry=r)
+        self.pool = Gauge("peercrawl_worker_pool_size", "Visits the pool runs at a time (autoscale's size).",
+                          registry=r)
+        self.running = Gauge("peercrawl_worker_visits_in_flight", "Visits running now.", registry=r)
+
+    def visit(self, v) -> None:
+        """``Worker.on_visit``."""
+        if v.state == "skipped":
+            return
+        self.visits.labels(v.state).inc()
+        self.peers.inc(v.peers)
+        self.new.inc(v.new)
+
+
+def instrument(process, metrics: WorkerMetrics) -> None:
+    """Wrap ``process``'s recorder, queue, trackers and DHT so they feed ``metrics``."""
+    rec = process.recorder
+    rec.record_visit = _timed(metrics.recording, rec.record_visit)
+    q = process.queue
+    q.claim = _timed(metrics.claiming.labels("claim"), q.claim)
+    q.complete_and_claim = _timed(metrics.claiming.labels("complete_and_claim"), q.complete_and_claim)
+    tr = process.trackers
+    announce, record = tr.announce, tr.health.record
+    last: dict = {}  # greenlet -> whether the tracker answered, as health saw it
+
+    def health_record(url, answered):
+        import gevent
+
+        last[gevent.getcurrent()] = answered
+        return record(url, answered)
+
+    @wraps(announce)
+    def counted_announce(url, *args, **kwargs):
+        import gevent
+
+        me = gevent.getcurrent()
+        last.pop(me, None)
+        result = announce(url, *args, **kwargs)
+        answered = last.pop(me, None)
+        if result.ok:
+            outcome = "answered"
+        elif answered is None:
+            outcome = "backing_off" if (result.error or "").startswith("tracker backing off") else "failed"
+        else:
+            outcome = "refused" if answered else "failed"
+        metrics.announces.labels(url, outcome).inc()
+        return result
+
+    tr.health.record = health_record
+    tr.announce = counted_announce
+    if process.dht is not None:
+        lookup = process.dht.lookup
+
+        @wraps(lookup)
+        def counted_lookup(*args, **kwargs):
+            result = lookup(*args, **kwargs)
+            metrics.dht.labels("answered" if result.ok else "failed").inc()
+            return result
+
+        process.dht.lookup = counted_lookup
+    w = process.worker
+    metrics.pool.set_function(lambda: w.target)
+    metrics.running.set_function(lambda: len(w.pool))
+
+
+def serve(metrics: WorkerMetrics, port: int, host: str = "0.0.0.0"):
+    """Serve ``/metrics`` on ``port`` with gevent; None (and one warning) if the port is taken."""
+    from gevent.pywsgi import WSGIServer
+    from prometheus_client import make_wsgi_app
+
+    server = WSGIServer((host, port), make_wsgi_app(metrics.registry), log=None)
+    try:
+        server.start()
+    except OSError as e:
+        log.warning("metrics_port_taken", port=port, error=str(e.strerror or e))
+        return None
+    log.info("metrics_serving", address=f"http://{host}:{server.address[1]}/metrics")
+    return server
+
+
+def _timed(hist, fn):
+    @wraps(fn)
+    def run(*args, **kwargs):
+        t = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            hist.observe(time.perf_counter() - t)
+
+    return run
