@@ -186,6 +186,10 @@ class HostileHttpTracker:
                 sock.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
                 for _ in range(100000):
                     sock.sendall(b"10\r\n" + b"y" * 16 + b"\r\n")
+            elif path == "/endlesswide":
+                sock.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+                for _ in range(100000):
+                    sock.sendall(b"1000\r\n" + b"y" * 4096 + b"\r\n")
             elif path == "/slow":
                 gevent.sleep(30)
                 send(bencode.encode(good))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import time
 import urllib.parse
 
 import pytest
@@ -153,6 +154,21 @@ def test_an_endless_body_is_refused_without_the_close():
     with pytest.raises(h.ReplyTooLarge, match="larger than 1000 bytes"):
         for _ in range(200):
             assert reader.feed(b"10\r\n" + b"y" * 16 + b"\r\n") is None
+
+
+def test_chunk_framing_is_bounded_by_count_and_by_bytes():
+    reader = h.ResponseReader("t.example", "/", max_body=1 << 20)
+    reader.feed(CHUNKED)
+    t0 = time.monotonic()
+    with pytest.raises(h.HttpReplyError, match=f"chunked body in more than {h.MAX_CHUNKS} chunks"):
+        reader.feed(b"1\r\nx\r\n" * (h.MAX_CHUNKS + 1))
+    assert time.monotonic() - t0 < 2  # ~0.1 s; 1-byte chunks up to the cap would take 20 s and more
+    # Chunk extensions carry no body: 1 byte of body per 60 KiB line, cut at twice the body cap.
+    reader = h.ResponseReader("t.example", "/", max_body=100_000)
+    reader.feed(CHUNKED)
+    with pytest.raises(h.ReplyTooLarge, match=r"larger than 265536 bytes received, \d of them body"):
+        for _ in range(10):
+            reader.feed(b"1;" + b"e" * 60_000 + b"\r\nx\r\n")
 
 
 def test_a_content_length_past_the_cap_is_refused_before_its_body():
