@@ -190,11 +190,13 @@ class HttpRequestError(PeercrawlError):
 
 
 class ReplyTooLarge(HttpReplyError):
-    """The response body passed the caller's cap (``Settings.http_max_bytes``)."""
+    """The response passed the caller's cap (``Settings.http_max_bytes`` of body, twice that on the wire)."""
 
 
 @dataclass(frozen=True)
 class HttpResponse:
+    """A final response: status, headers (names lower-cased, Latin-1 text; the last of a name wins), body."""
+
     status: int
     headers: dict[str, str]
     body: bytes
