@@ -191,7 +191,7 @@ class Keys:
 
     @property
     def secret(self) -> str:
-        """STRING: where versions before issue 11 generated the fingerprint key.
+        """STRING: where older versions generated the fingerprint key.
 
         Read only to refuse to record while it is there and to move it out
         (``peercrawl secret --move``): the key never lives in Redis (SPEC §4).
