@@ -156,7 +156,7 @@ def main() -> None:
                             stathat_ezkey="bench")
         buckets = max(64, speed_marks // 100)
         ours = Recorder(client, keys, settings, locator=object(), mark_buckets=buckets)
-        seed = Seed(client, keys.sub("seed") + ":")
+        seed = Seed(client, keys.scratch("seed") + ":")
         groups = [make_visits(rng, per_round, 0x0B000000 + i * 100_000) for i in range(rounds)]
         rtt_groups = [make_visits(rng, per_round_rtt, 0x0C000000 + i * 100_000) for i in range(rounds)]
         out["rounds"], out["visits_per_round"], out["rtt_visits_per_round"] = rounds, per_round, per_round_rtt
@@ -181,7 +181,7 @@ def main() -> None:
         # bytes per (metric, IP) mark on these realistic visits: group records included
         pairs = sum(len(metrics_for(h, p.country, p.city, p.postcode))
                     for g in groups for h, peers in g for _, p in peers)
-        mixed_bytes, _ = memory(client, keys.sub("mk", "[0-9]*"), None, rng)
+        mixed_bytes, _ = memory(client, keys.mark_buckets_match, None, rng)
         out["bytes_per_mark_in_these_visits"] = round(mixed_bytes / pairs, 1)
         delete_namespace(client, ns)
 
@@ -196,8 +196,8 @@ def main() -> None:
             mem.record_places(h, [(ipaddress.IPv4Address(ip0 + j).packed, one_country)
                                   for j in range(i, min(n_marks, i + 1000))], NOW)
         ours_delta = client.info("memory")["used_memory"] - base
-        ours_bytes, ours_keys = memory(client, keys.sub("mk", "[0-9]*"), None, rng)
-        seed_prefix = keys.sub("seedmem") + ":"
+        ours_bytes, ours_keys = memory(client, keys.mark_buckets_match, None, rng)
+        seed_prefix = keys.scratch("seedmem") + ":"
         base = client.info("memory")["used_memory"]
         for i in range(0, n_marks, 2000):
             pipe = client.pipeline(transaction=False)

@@ -309,7 +309,7 @@ def baseline(client, ns: str, ot: OpenTracker, sink: Sink, db, hashes: list[str]
     Visits each of ``hashes`` once (``concurrency`` greenlets); timed until the last visit ends.
     """
     k = Keys(ns)
-    client.zadd(k.sub("bq"), dict.fromkeys(hashes, 1.0))
+    client.zadd(k.scratch("bq"), dict.fromkeys(hashes, 1.0))
     loc = Locator.open(db)
     month = month_of(time.time())
     done, posts, rts = [0], [0], ROUND_TRIPS[0]
@@ -324,7 +324,7 @@ def baseline(client, ns: str, ot: OpenTracker, sink: Sink, db, hashes: list[str]
 
     def visit() -> None:
         while True:
-            popped = client.zpopmax(k.sub("bq"))
+            popped = client.zpopmax(k.scratch("bq"))
             if not popped:
                 return
             h, score = popped[0][0].decode(), popped[0][1]
@@ -339,12 +339,12 @@ def baseline(client, ns: str, ot: OpenTracker, sink: Sink, db, hashes: list[str]
             for ip, _ in reply.peers:
                 p = loc.locate(ip)
                 for m in metrics_for(h, p.country, p.city, p.postcode):
-                    if client.set(k.sub("bm", m.name, ip), 1, nx=True, ex=30 * 86400):
-                        client.incr(k.sub("bc", m.name))
-                        client.incr(k.sub("bc", m.name, month))
+                    if client.set(k.scratch("bm", m.name, ip), 1, nx=True, ex=30 * 86400):
+                        client.incr(k.scratch("bc", m.name))
+                        client.incr(k.scratch("bc", m.name, month))
                         if m.family == "countries":
                             post(m.name)
-            client.zadd(k.sub("bs"), {h: score * (0.8 if reply.peers else 0.5)})
+            client.zadd(k.scratch("bs"), {h: score * (0.8 if reply.peers else 0.5)})
             done[0] += 1
 
     pool = Pool(concurrency)

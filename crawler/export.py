@@ -21,7 +21,6 @@ from pathlib import Path
 import redis
 
 from crawler.counters.names import LIFETIME, hashed, metric_of, query_for, unescape
-from crawler.counters.recorder import index_key
 from crawler.errors import StoreError
 from crawler.keys import Keys
 
@@ -53,7 +52,7 @@ def months_with_counters(client: redis.Redis, keys: Keys, now: float | None = No
         y, m = (y, m - 1) if m > 1 else (y - 1, 12)
     p = client.pipeline(transaction=False)
     for month in cands:
-        p.exists(index_key(keys, month, ("torrents",)))  # every recorded IP counts for a torrent
+        p.exists(keys.index(month, ("torrents",)))  # every recorded IP counts for a torrent
     try:
         got = p.execute()
     except redis.RedisError as e:
@@ -76,7 +75,7 @@ def export(client: redis.Redis, keys: Keys, out: Path, now: float | None = None)
             writers[name].writerow(("metric", "period", *cols, "count"))
             counts[name] = 0
         try:
-            countries = [c.decode() for c in client.zrange(index_key(keys, LIFETIME, ("countries",)), 0, -1)]
+            countries = [c.decode() for c in client.zrange(keys.index(LIFETIME, ("countries",)), 0, -1)]
             for period in periods:
                 w = _Writer(client, keys, period, writers, counts)
                 w.index("countries", query_for("countries"), lambda m: (unescape(m),))
@@ -105,7 +104,7 @@ class _Writer:
 
     def index(self, name: str, q, parts, keep: bool = False) -> None:
         """Every member of one sorted-set index, largest first, in slices; ``keep``: remember them."""
-        key = index_key(self.keys, self.period, q.scope)
+        key = self.keys.index(self.period, q.scope)
         w = self.writers[name]
         start = 0
         while True:
@@ -131,7 +130,7 @@ class _Writer:
                 for fam, name in fams:
                     q = query_for(fam, torrent=h)
                     assert hashed(q.scope)
-                    p.hgetall(index_key(self.keys, self.period, q.scope))
+                    p.hgetall(self.keys.index(self.period, q.scope))
                     queries.append((h, q, name))
             for (h, q, name), rows in zip(queries, p.execute()):
                 w = self.writers[name]

@@ -5,6 +5,11 @@ keys all arrive through KEYS, touches keys of one slot: the scripts run
 unchanged on Redis Cluster (the whole namespace then lives on one shard; run
 several namespaces to spread load). Info-hashes appear as 40 lower-case hex
 characters.
+
+Each key is one named property or method below whose docstring gives its
+type and content; docs/redis.md describes them all. No other module builds a
+key name (tests/test_keys.py greps crawler/, workers/ and geo/ for it): a new
+key gets a method here.
 """
 
 from __future__ import annotations
@@ -14,10 +19,13 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Keys:
+    """The key names of one namespace (``PEERCRAWL_NAMESPACE``)."""
+
     namespace: str
 
     @property
     def prefix(self) -> str:
+        """``{<namespace>}``: the hash tag every key starts with."""
         return "{" + self.namespace + "}"
 
     def _k(self, *parts: str) -> str:
@@ -122,10 +130,53 @@ class Keys:
         """HASH tracker URL -> unix time before which it must not be re-announced."""
         return self._k("mi", info_hash)
 
-    # --- counters and StatHat (SPEC §4, §6) ------------------------------
-    def sub(self, *parts: str) -> str:
-        """A key of a subsystem under the namespace, e.g. sub("c", name)."""
-        return self._k(*parts)
+    # --- counters, dedupe marks and StatHat (SPEC §4, §6) -----------------
+    def mark_bucket(self, n: int) -> str:
+        """STRING: dedupe mark bucket ``n`` (``mk:<n>``), 12-byte records of
+        (8-byte keyed fingerprint, big-endian u32 unix second); see counters/marks.py."""
+        return self._k("mk", str(n))
+
+    @property
+    def mark_buckets_match(self) -> str:
+        """SCAN MATCH pattern of every mark bucket (``mk:[0-9]*``; not the sweep cursor)."""
+        return self._k("mk", "[0-9]*")
+
+    @property
+    def sweep_cursor(self) -> str:
+        """STRING integer: the bucket number the next sweep of stale marks starts at
+        (INCRBY, shared by every worker; taken modulo the bucket count)."""
+        return self._k("mk", "sweep")
+
+    def index(self, period: str, scope: tuple[str, ...]) -> str:
+        """One counter index ``ix:<period>:<scope...>`` (counters/names.py).
+
+        ``period`` is ``all`` (lifetime) or ``YYYY-MM``; ``scope`` the family and
+        its narrowing, e.g. ``("cities", "c", "Germany")``. A ZSET member -> count,
+        except one torrent's indexes (``(family, "t", <info-hash>)``): a HASH
+        member -> count.
+        """
+        return self._k("ix", period, *scope)
+
+    @property
+    def outbox(self) -> str:
+        """HASH StatHat stat name -> pending count (``sh:outbox``), written with the counters."""
+        return self._k("sh", "outbox")
+
+    @property
+    def outbox_in_flight(self) -> str:
+        """HASH StatHat stat name -> count of the batch a flusher is posting (``sh:inflight``)."""
+        return self._k("sh", "inflight")
+
+    @property
+    def outbox_owner(self) -> str:
+        """STRING ``"<token> <lease end, Redis ms>"``: the flusher holding the claim on
+        ``outbox_in_flight`` (``sh:owner``; no TTL, renewed by each ack)."""
+        return self._k("sh", "owner")
+
+    def processed(self, hour: int) -> str:
+        """HASH info-hash -> 1: torrents counted in ``torrents.processed`` in unix hour
+        ``hour`` (``sh:processed:<hour>``; visited.lua: expires two hours after its last new member)."""
+        return self._k("sh", "processed", str(int(hour)))
 
     @property
     def geo_errors(self) -> str:
@@ -140,9 +191,34 @@ class Keys:
 
     @property
     def secret(self) -> str:
-        """STRING: where versions before issue 11 generated the fingerprint key.
+        """STRING: where older versions generated the fingerprint key.
 
         Read only to refuse to record while it is there and to move it out
         (``peercrawl secret --move``): the key never lives in Redis (SPEC §4).
         """
         return self._k("secret")
+
+    # --- not peercrawl's ---------------------------------------------------
+    @property
+    def match_all(self) -> str:
+        """SCAN MATCH pattern of every key of the namespace (``{<namespace>}*``)."""
+        return self.prefix + "*"
+
+    def scratch(self, *parts: str) -> str:
+        """Any type: a key a benchmark or test keeps for itself under the namespace
+        (a baseline design's counters, a connection probe), so dropping the
+        namespace drops it too. peercrawl never reads or writes one (a test
+        forbids it in crawler/, workers/ and geo/); a first part that names one
+        of peercrawl's own keys is refused.
+        """
+        if not parts or parts[0] in RESERVED:
+            raise ValueError(f"scratch key {parts!r} would collide with one of peercrawl's keys")
+        return self._k(*parts)
+
+
+# The first part (after the namespace) of every key built above.
+RESERVED = frozenset({
+    "ready", "since", "cooling", "leases", "evicted", "tombstones", "held", "claims", "expiries",
+    "quarantined", "quarantine", "t", "tr", "visits", "failedvisits", "workers", "w", "trackerhealth",
+    "trackerused", "mi", "mk", "ix", "sh", "geoerrors", "announceport", "secret",
+})

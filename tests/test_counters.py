@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import geo
-from crawler.counters import Recorder, escape, metrics_for, month_of, outbox_key, top, unescape
+from crawler.counters import Recorder, escape, metrics_for, month_of, top, unescape
 from crawler.counters.marks import parse_bucket
 from crawler.counters.names import info_hash_hex, metric_of, query_for
 from tests.mmdb import write_city_db
@@ -114,7 +114,7 @@ def test_marks_hold_fingerprints_never_the_address(recorder, client, keys):
     import ipaddress
 
     needles = [ip.encode() for ip in ips] + [ipaddress.ip_address(ip).packed for ip in ips]
-    marks = list(client.scan_iter(match=keys.sub("mk", "*"), count=1000))
+    marks = list(client.scan_iter(match=keys.mark_buckets_match, count=1000))
     assert len(marks) >= 1
     fields = 0
     for k in marks:
@@ -145,7 +145,7 @@ def test_sweep_frees_expired_marks_only(client, keys, settings, locator):
     r.record_visit(H, [f"2.2.2.{n}" for n in range(1, 41)], T0 + 20 * DAY)
 
     def nfields():
-        return sum(client.strlen(r_key) // 12 for r_key in client.scan_iter(match=keys.sub("mk", "[0-9]*")))
+        return sum(client.strlen(r_key) // 12 for r_key in client.scan_iter(match=keys.mark_buckets_match))
 
     per_ip = 7 + 1  # marks of the 7 metrics and the IP's group record
     assert nfields() == 40 * per_ip + 40 * per_ip
@@ -166,10 +166,10 @@ def test_a_field_straddling_two_records_is_not_a_mark(client, keys, settings, lo
     # the field at an unaligned offset inside one record's bytes too
     raw = b"\x01" * 8 + field[:4] + field[4:] + b"\x02" * 4 + fresh + b"\x03" * 2 + field[:6] + fresh
     raw += b"\x04" * (12 - len(raw) % 12) if len(raw) % 12 else b""
-    client.set(keys.sub("mk", "0"), raw)
+    client.set(keys.mark_bucket(0), raw)
     before = len(raw) // 12
     assert r.record_visit(H, [ip], T0) == 1
-    records = parse_bucket(client.get(keys.sub("mk", "0")))
+    records = parse_bucket(client.get(keys.mark_bucket(0)))
     assert len(records) == before + 1 and records[-1] == (field, int(T0))
     assert r.record_visit(H, [ip], T0 + 1) == 0
 
@@ -181,7 +181,7 @@ def test_a_peer_in_many_torrents_spreads_over_buckets(client, keys, settings, lo
     torrents = [f"{n:040x}" for n in range(300)]
     for h in torrents:
         assert r.record_visit(h, ["1.1.1.1"], T0) == 1
-    sizes = [client.strlen(k) for k in client.scan_iter(match=keys.sub("mk", "[0-9]*"))]
+    sizes = [client.strlen(k) for k in client.scan_iter(match=keys.mark_buckets_match)]
     records = sum(sizes) // 12
     assert records == 300 * (4 + 1) + 3  # per torrent 4 marks and a group; 3 place marks
     assert max(sizes) // 12 < records // 8  # ~1/64 each; one bucket would hold them all
@@ -191,10 +191,10 @@ def test_a_peer_in_many_torrents_spreads_over_buckets(client, keys, settings, lo
 def test_an_expired_mark_is_renewed_in_place(client, keys, settings, locator):
     r = Recorder(client, keys, settings, locator, mark_buckets=1)
     assert r.record_visit(H, ["9.9.9.9", "1.1.1.1"], T0) == 2
-    size = client.strlen(keys.sub("mk", "0"))
+    size = client.strlen(keys.mark_bucket(0))
     assert r.record_visit(H, ["9.9.9.9"], T0 + 30 * DAY + 1) == 1
-    records = parse_bucket(client.get(keys.sub("mk", "0")))
-    assert client.strlen(keys.sub("mk", "0")) == size  # renewed, not appended
+    records = parse_bucket(client.get(keys.mark_bucket(0)))
+    assert client.strlen(keys.mark_bucket(0)) == size  # renewed, not appended
     assert sorted(t for _, t in records).count(int(T0 + 30 * DAY + 1)) == 1
     assert r.record_visit(H, ["9.9.9.9"], T0 + 30 * DAY + 2) == 0
     assert r.record_visit(H, ["1.1.1.1"], T0 + 30 * DAY + 2) == 1
@@ -203,19 +203,19 @@ def test_an_expired_mark_is_renewed_in_place(client, keys, settings, locator):
 def test_no_ezkey_no_outbox(recorder, client, keys):
     recorder.record_visit(H, ["1.1.1.1"], T0)
     assert not recorder.visited(H, T0)
-    assert not client.exists(outbox_key(keys))
+    assert not client.exists(keys.outbox)
 
 
 def test_outbox_takes_the_configured_families(client, keys, settings, locator):
     r = Recorder(client, keys, settings.replace(stathat_ezkey="k"), locator)
     r.record_visit(H, ["1.1.1.1", "9.9.9.9"], T0)
-    box = {k.decode(): int(v) for k, v in client.hgetall(outbox_key(keys)).items()}
+    box = {k.decode(): int(v) for k, v in client.hgetall(keys.outbox).items()}
     assert box == {"countries.Germany.users": 1, "countries.Germany.cities.München.users": 1,
                    "countries.Germany.postcodes.80331.users": 1}
-    client.delete(outbox_key(keys))
+    client.delete(keys.outbox)
     r = Recorder(client, keys, settings.replace(stathat_ezkey="k", stathat_families=("torrents",)), locator)
     r.record_visit(H, ["1.1.2.2"], T0)
-    box = {k.decode() for k in client.hgetall(outbox_key(keys))}
+    box = {k.decode() for k in client.hgetall(keys.outbox)}
     assert f"torrents.{H}.users" in box and len(box) == 4  # users + country + city + postcode
 
 
@@ -225,7 +225,7 @@ def test_visited_counts_each_torrent_once_per_hour(client, keys, settings, locat
     assert r.visited(H, hour + 1) and not r.visited(H, hour + 3599)
     assert r.visited(H2, hour + 10)
     assert r.visited(H, hour + 3600)
-    assert int(client.hget(outbox_key(keys), "torrents.processed")) == 3
+    assert int(client.hget(keys.outbox, "torrents.processed")) == 3
 
 
 def test_bad_info_hash_is_refused(recorder):

@@ -17,7 +17,7 @@ import pytest
 import redis
 
 import geo
-from crawler.counters import Recorder, metrics_for, outbox_key, top
+from crawler.counters import Recorder, metrics_for, top
 from crawler.keys import Keys
 from tests.mmdb import write_city_db
 
@@ -84,7 +84,7 @@ def test_many_processes_count_each_distinct_ip_exactly_once(redis_url, namespace
     assert got == dict(want)
     # §2's `new` summed over every process is each torrent's distinct IPs, once
     assert sum(news) == sum(c for m, c in want.items() if m.count(".") == 2 and m.startswith("torrents."))
-    box = {k.decode(): int(v) for k, v in client.hgetall(outbox_key(keys)).items()}
+    box = {k.decode(): int(v) for k, v in client.hgetall(keys.outbox).items()}
     assert box == {m: c for m, c in want.items() if m.startswith("countries.")}
 
 
@@ -118,7 +118,7 @@ def test_sigkill_mid_visit_then_retry_never_double_counts(attempt, redis_url, na
         child.stdin.write("\n".join(ips))
         child.stdin.close()
         assert child.stdout.readline().strip() == "ready"
-        users = keys.sub("ix", "all", "torrents")
+        users = keys.index("all", ("torrents",))
         deadline = time.monotonic() + 20
         threshold = 50 + 100 * attempt
         while (client.zscore(users, h) or 0) < threshold and time.monotonic() < deadline:
@@ -138,5 +138,5 @@ def test_sigkill_mid_visit_then_retry_never_double_counts(attempt, redis_url, na
     want = expected(geo.open_locator(db), [(h, ips)])
     got = {m: c for m, c in all_counters(client, keys).items()}
     assert got == dict(want)
-    box = {k.decode(): int(v) for k, v in client.hgetall(outbox_key(keys)).items()}
+    box = {k.decode(): int(v) for k, v in client.hgetall(keys.outbox).items()}
     assert box == {m: c for m, c in want.items() if m.startswith("countries.")}

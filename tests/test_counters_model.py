@@ -21,9 +21,8 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from crawler.counters import Recorder, metrics_for, month_of, outbox_key
+from crawler.counters import Recorder, metrics_for, month_of
 from crawler.counters.names import LIFETIME
-from crawler.counters.recorder import index_key
 from crawler.counters.stats import index_count
 from crawler.keys import Keys
 from geo import Place
@@ -95,7 +94,7 @@ def test_counts_equal_the_model(client, namespace, settings, history, batch_pair
         for (m, month), n in model.months.items():
             for scope, member in m.indexes:
                 assert index_count(client, keys, month, scope, member) == n, (m.name, month, scope)
-        box = {k.decode(): int(v) for k, v in client.hgetall(outbox_key(keys)).items()}
+        box = {k.decode(): int(v) for k, v in client.hgetall(keys.outbox).items()}
         assert box == dict(model.outbox)
     finally:
         delete_namespace(client, keys.namespace)
@@ -112,6 +111,6 @@ def test_a_group_record_expires_with_its_oldest_mark(client, keys, settings):
     assert rec.record_places(TORRENTS[1], [(ip, berlin)], T0 + 20 * DAY) == 1
     m = metrics_for(TORRENTS[1], "Germany", "Berlin", "10115")[1]  # countries.Germany.users
     scope, member = m.indexes[0]
-    assert client.zscore(index_key(keys, LIFETIME, scope), member) == 1
+    assert client.zscore(keys.index(LIFETIME, scope), member) == 1
     assert rec.record_places(TORRENTS[1], [(ip, berlin)], T0 + 31 * DAY) == 0
-    assert client.zscore(index_key(keys, LIFETIME, scope), member) == 2
+    assert client.zscore(keys.index(LIFETIME, scope), member) == 2

@@ -17,9 +17,8 @@ from collections import Counter
 import pytest
 
 import geo
-from crawler.counters import Recorder, metrics_for, outbox_key, top
+from crawler.counters import Recorder, metrics_for, top
 from crawler.counters import recorder as recorder_module
-from crawler.counters.marks import bucket_key
 from tests.mmdb import write_city_db
 
 T0 = 1_715_342_400  # 2024-05-10 12:00 UTC
@@ -79,7 +78,7 @@ def marks_held(client, keys, buckets: int) -> int:
     for first in range(0, buckets, 4096):
         p = client.pipeline(transaction=False)
         for n in range(first, min(first + 4096, buckets)):
-            p.strlen(bucket_key(keys, n))
+            p.strlen(keys.mark_bucket(n))
         for n, size in enumerate(p.execute(), first):
             assert size % 12 == 0, n
             total += size // 12
@@ -105,7 +104,7 @@ def test_probe_record_and_sweep_at_their_largest_calls(huge, client, keys, setti
     want = expected(loc, visits)
     assert len({m for m in want if m.startswith("countries.")}) > 900  # many places
     assert counters(client, keys, [H]) == want
-    box = {k.decode(): int(v) for k, v in client.hgetall(outbox_key(keys)).items()}
+    box = {k.decode(): int(v) for k, v in client.hgetall(keys.outbox).items()}
     assert box == want  # every family is posted with an ezkey
     # sweep.lua over every bucket: nothing is stale yet, then everything is
     held = marks_held(client, keys, 1 << 16)
@@ -120,7 +119,7 @@ def test_visited_counts_thousands_of_torrents_once_each(client, keys, settings, 
     hashes = [f"{i:040x}" for i in range(3000)]
     firsts = sum(rec.visited(h, T0) for h in hashes + hashes[:1000])
     assert firsts == 3000
-    assert int(client.hget(outbox_key(keys), "torrents.processed")) == 3000
+    assert int(client.hget(keys.outbox, "torrents.processed")) == 3000
     assert rec.visited(hashes[0], T0 + 3600)  # a new clock hour counts it again
 
 
@@ -145,13 +144,13 @@ def test_malformed_visited_and_sweep_calls_write_nothing(client, keys, settings,
     import redis
 
     rec = Recorder(client, keys, settings.replace(stathat_ezkey="k"), geo.open_locator(places_db(tmp_path)))
-    hour, box = keys.sub("sh", "processed", "1"), outbox_key(keys)
+    hour, box = keys.processed(1), keys.outbox
     with pytest.raises(redis.ResponseError, match="visited.lua"):
         rec._visited(keys=[hour, box], args=[H, "soon"])
     assert not client.exists(hour) and not client.exists(box)
-    client.set(bucket_key(keys, 3), b"F" * 8 + (5).to_bytes(4, "big"))
+    client.set(keys.mark_bucket(3), b"F" * 8 + (5).to_bytes(4, "big"))
     with pytest.raises(redis.ResponseError, match="sweep.lua"):
-        rec._sweep(keys=[bucket_key(keys, 3)], args=["later"])
-    assert client.strlen(bucket_key(keys, 3)) == 12
-    assert rec._sweep(keys=[bucket_key(keys, n) for n in range(2, 5)], args=[5]) == 1
-    assert not client.exists(bucket_key(keys, 3))
+        rec._sweep(keys=[keys.mark_bucket(3)], args=["later"])
+    assert client.strlen(keys.mark_bucket(3)) == 12
+    assert rec._sweep(keys=[keys.mark_bucket(n) for n in range(2, 5)], args=[5]) == 1
+    assert not client.exists(keys.mark_bucket(3))

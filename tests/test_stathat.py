@@ -9,7 +9,7 @@ import threading
 import pytest
 
 import geo
-from crawler.counters import Recorder, outbox_key, top
+from crawler.counters import Recorder, top
 from crawler.stathat import EZClient, Flusher, PostError
 from tests.mmdb import write_city_db
 from tests.stathat_sink import StatHatSink
@@ -80,7 +80,7 @@ def test_totals_posted_equal_the_counters(client, keys, posting, locator, sink):
     assert dict(got) == want
     assert sink.values("torrents.count") == [4, 4]
     assert sink.ezkeys() == {"test-ezkey"}
-    assert not client.exists(outbox_key(keys)) and not client.exists(keys.sub("sh", "inflight"))
+    assert not client.exists(keys.outbox) and not client.exists(keys.outbox_in_flight)
 
 
 def test_failing_first_posts_lose_and_double_nothing(client, keys, posting, locator, sink):
@@ -92,7 +92,7 @@ def test_failing_first_posts_lose_and_double_nothing(client, keys, posting, loca
     for i in range(0, len(ips), 10):
         rec.record_visit(H, ips[i : i + 10], T0 + i)
         results.append(fl.flush_once())
-    while not results[-1]["ok"] or client.exists(outbox_key(keys)):
+    while not results[-1]["ok"] or client.exists(keys.outbox):
         results.append(fl.flush_once())
         assert len(results) < 20
     assert [r["ok"] for r in results[:3]] == [False, False, False]
@@ -106,7 +106,7 @@ def test_a_batch_left_in_flight_by_a_dead_flusher_is_recovered(client, keys, pos
     rec.record_visit(H, ["1.1.1.1", "2.2.2.2"], T0)
     dead = Flusher(client, keys, posting)
     claimed = dead._claim(keys=dead._keys, args=[dead.token, 300])  # claims for 0.3 s, then "dies"
-    assert claimed[0] == 1 and not client.exists(outbox_key(keys))
+    assert claimed[0] == 1 and not client.exists(keys.outbox)
     rec.record_visit(H, ["1.1.2.2"], T0 + 1)  # lands in a fresh outbox meanwhile
     live = Flusher(client, keys, posting)
     assert live.flush_once()["busy"] and sink.posts == []
@@ -128,7 +128,7 @@ def test_http_requests_per_10000_increments(client, keys, posting, tmp_path, sin
     ips = [f"7.{n % 20}.{(n // 20) % 20}.{n // 400 + 1}" for n in range(3334)]
     for i in range(0, len(ips), 200):
         rec.record_visit(H, ips[i : i + 200], T0)
-    box = {k: int(v) for k, v in client.hgetall(outbox_key(keys)).items()}
+    box = {k: int(v) for k, v in client.hgetall(keys.outbox).items()}
     increments = sum(box.values())
     assert increments == 3334 * 3
     r = Flusher(client, keys, posting).flush_once()
@@ -145,7 +145,7 @@ def test_without_ezkey_nothing_is_written_or_posted(client, keys, settings, loca
     rec.record_visit(H, ["1.1.1.1"], T0)
     r = Flusher(client, keys, settings.replace(stathat_url=sink.url)).flush_once()
     assert r["enabled"] is False and r["requests"] == 0
-    assert sink.requests == 0 and not client.exists(outbox_key(keys))
+    assert sink.requests == 0 and not client.exists(keys.outbox)
 
 
 def test_run_forever_flushes_until_stopped_and_backs_off(client, keys, posting, locator, sink):
@@ -173,7 +173,7 @@ def test_run_forever_flushes_until_stopped_and_backs_off(client, keys, posting, 
 
 def _owe(client, keys, stats: int) -> None:
     """Put ``stats`` stats of one increment each in the outbox, as the recorder does."""
-    client.hset(outbox_key(keys), mapping={f"countries.C{n}.users": 1 for n in range(stats)})
+    client.hset(keys.outbox, mapping={f"countries.C{n}.users": 1 for n in range(stats)})
 
 
 def test_two_flushers_and_a_slow_sink_post_each_increment_once(client, keys, settings):
@@ -196,7 +196,7 @@ def test_two_flushers_and_a_slow_sink_post_each_increment_once(client, keys, set
             t.start()
         try:
             for _ in range(200):
-                if not client.exists(outbox_key(keys), keys.sub("sh", "inflight")):
+                if not client.exists(keys.outbox, keys.outbox_in_flight):
                     break
                 threading.Event().wait(0.1)
         finally:
@@ -224,7 +224,7 @@ class _Stalling:
 
 def _drain(client, keys, fl, limit=50):
     for _ in range(limit):
-        if not client.exists(outbox_key(keys), keys.sub("sh", "inflight")):
+        if not client.exists(keys.outbox, keys.outbox_in_flight):
             return
         fl.flush_once()
     raise AssertionError("the outbox did not drain")
@@ -268,7 +268,7 @@ def test_a_flush_past_its_budget_hands_the_rest_back(client, keys, settings):
         fl = Flusher(client, keys, s, chunk=1, lease_seconds=2.0, budget_seconds=1.0)
         first = fl.flush_once()
         assert first["ok"] and 0 < first["deferred"] < 10 and first["stats"] + first["deferred"] == 10
-        assert not client.exists(keys.sub("sh", "inflight")) and client.hlen(outbox_key(keys)) == first["deferred"]
+        assert not client.exists(keys.outbox_in_flight) and client.hlen(keys.outbox) == first["deferred"]
         _drain(client, keys, fl)
         assert dict(slow.counts()) == {f"countries.C{n}.users": 1 for n in range(10)} and slow.requests == 10
 
@@ -318,7 +318,7 @@ def test_the_final_flush_ends_within_its_budget_and_keeps_the_rest(client, keys,
         r = fl.flush_once(final=True)
         assert time.monotonic() - started < FINAL_BUDGET_SECONDS + 0.5
         assert r["deferred"] and r["stats"] + r["deferred"] == 20 or not r["ok"]
-        assert not client.exists(keys.sub("sh", "inflight"))  # nothing left in doubt for a lease to expire
+        assert not client.exists(keys.outbox_in_flight)  # nothing left in doubt for a lease to expire
         slow.delay = 0
         _drain(client, keys, fl)
         total = sum(slow.counts().values())
@@ -334,8 +334,8 @@ def test_a_long_http_timeout_stretches_the_lease(settings, client, keys):
 
 
 def test_a_claim_in_the_older_format_is_respected_until_its_ttl(client, keys, posting, sink):
-    client.hset(keys.sub("sh", "inflight"), "countries.Germany.users", 1)
-    client.set(keys.sub("sh", "owner"), "an-older-flusher", px=400)
+    client.hset(keys.outbox_in_flight, "countries.Germany.users", 1)
+    client.set(keys.outbox_owner, "an-older-flusher", px=400)
     fl = Flusher(client, keys, posting)
     assert fl.flush_once()["busy"] and sink.requests == 0
     import time

@@ -30,7 +30,7 @@ client = worker_client(plain, 120) if sys.argv[3] == "worker" else plain
 errors = []
 def hold(i):
     try:
-        client.blpop("{" + sys.argv[4] + "}:nothing:%d" % i, timeout=0.5)
+        client.blpop(sys.argv[4], timeout=0.5)  # an empty key: waits, holding its connection
     except redis.RedisError as e:
         errors.append(type(e).__name__)
 gevent.joinall([gevent.spawn(hold, i) for i in range(130)])
@@ -38,15 +38,15 @@ print(json.dumps({"errors": len(errors), "kinds": sorted(set(errors))}))
 """
 
 
-def run(redis_url: str, which: str, namespace: str) -> dict:
-    r = subprocess.run([sys.executable, "-c", SCRIPT, str(ROOT), redis_url, which, namespace],
+def run(redis_url: str, which: str, keys) -> dict:
+    r = subprocess.run([sys.executable, "-c", SCRIPT, str(ROOT), redis_url, which, keys.scratch("nothing")],
                        capture_output=True, text=True, timeout=60, check=True)
     return json.loads(r.stdout)
 
 
-def test_many_greenlets_wait_for_a_connection_instead_of_failing(redis_url, namespace):
-    assert run(redis_url, "plain", namespace)["kinds"] == ["MaxConnectionsError"]  # the bug
-    assert run(redis_url, "worker", namespace) == {"errors": 0, "kinds": []}
+def test_many_greenlets_wait_for_a_connection_instead_of_failing(redis_url, keys):
+    assert run(redis_url, "plain", keys)["kinds"] == ["MaxConnectionsError"]  # the bug
+    assert run(redis_url, "worker", keys) == {"errors": 0, "kinds": []}
 
 
 def test_worker_client_talks_to_the_same_server_with_a_bounded_blocking_pool(client, keys, redis_url):
@@ -55,8 +55,8 @@ def test_worker_client_talks_to_the_same_server_with_a_bounded_blocking_pool(cli
     assert isinstance(pool, redis.BlockingConnectionPool)
     assert pool.connection_class.__name__ == "Worker" + client.connection_pool.connection_class.__name__
     assert pool.max_connections == 40 + EXTRA_CONNECTIONS
-    client.set(keys.sub("probe"), b"x")
-    assert wc.get(keys.sub("probe")) == b"x"
+    client.set(keys.scratch("probe"), b"x")
+    assert wc.get(keys.scratch("probe")) == b"x"
     # A client whose pool the caller chose is used as it is.
     custom = redis.Redis(connection_pool=redis.BlockingConnectionPool.from_url(redis_url))
     assert worker_client(custom, 40) is custom
@@ -73,9 +73,9 @@ import gevent, redis
 sys.path.insert(0, sys.argv[1])
 from workers.connections import worker_client
 client = worker_client(redis.Redis.from_url(sys.argv[2]), 1)
-key = "{" + sys.argv[3] + "}:value"
+key, empty = sys.argv[3], sys.argv[4]
 client.set(key, b"right")
-g = gevent.spawn(client.blpop, key + ":empty", timeout=0.4)
+g = gevent.spawn(client.blpop, empty, timeout=0.4)
 gevent.sleep(0.1)
 g.kill()
 gevent.sleep(0.6)  # the BLPOP's nil reply has arrived on that connection
@@ -83,7 +83,8 @@ print([client.get(key) for _ in range(3)])
 """
 
 
-def test_a_command_killed_mid_reply_does_not_leak_its_reply_to_the_next(redis_url, namespace):
-    r = subprocess.run([sys.executable, "-c", KILLED, str(ROOT), redis_url, namespace],
+def test_a_command_killed_mid_reply_does_not_leak_its_reply_to_the_next(redis_url, keys):
+    r = subprocess.run([sys.executable, "-c", KILLED, str(ROOT), redis_url, keys.scratch("value"),
+                        keys.scratch("value", "empty")],
                        capture_output=True, text=True, timeout=60, check=True)
     assert r.stdout.strip() == "[b'right', b'right', b'right']", r.stderr[-2000:]

@@ -16,7 +16,7 @@ import gevent
 import redis
 
 from crawler.cli.add import admit
-from crawler.counters.recorder import index_key
+from crawler.counters.names import LIFETIME
 
 
 def add_items(ctx, items) -> int:
@@ -35,7 +35,7 @@ class Progress:
         self.live, self.every = live, every
         self.visits = self.failed = self.peers = self.new = 0
         self.started = time.monotonic()
-        self._countries_key = index_key(keys, "all", ("countries",))
+        self._countries_key = keys.index(LIFETIME, ("countries",))
         self._live = None
         self._loop = None
 

@@ -9,12 +9,7 @@
 
 from crawler.counters.marks import DEFAULT_BUCKETS, normalize_ip
 from crawler.counters.names import Metric, escape, metrics_for, month_of, unescape
-from crawler.counters.recorder import (
-    DEFAULT_BATCH_PAIRS,
-    Recorder,
-    index_key,
-    outbox_key,
-)
+from crawler.counters.recorder import DEFAULT_BATCH_PAIRS, Recorder
 from crawler.counters.stats import count, top
 
 __all__ = [
@@ -24,11 +19,9 @@ __all__ = [
     "Recorder",
     "count",
     "escape",
-    "index_key",
     "metrics_for",
     "month_of",
     "normalize_ip",
-    "outbox_key",
     "top",
     "unescape",
 ]

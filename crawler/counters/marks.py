@@ -215,11 +215,6 @@ class Fingerprinter:
 
 
 
-def bucket_key(keys: Keys, n: int) -> str:
-    """Key of mark bucket ``n``."""
-    return keys.sub("mk", str(n))
-
-
 RECORD = 12  # bytes per mark: 8-byte field, u32 unix second
 
 

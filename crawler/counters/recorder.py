@@ -27,7 +27,6 @@ from crawler import logs
 from crawler.counters.marks import (
     DEFAULT_BUCKETS,
     Fingerprinter,
-    bucket_key,
     load_secret,
     normalize_ip,
 )
@@ -45,16 +44,6 @@ PROBE_IPS = 2000
 _FRESH = ord("0")
 # Buckets one sweep call examines (~100 fields each): ~1-2 ms of Redis.
 SWEEP_CALL_BUCKETS = 64
-
-
-def outbox_key(keys: Keys) -> str:
-    """HASH stat name -> pending StatHat count."""
-    return keys.sub("sh", "outbox")
-
-
-def index_key(keys: Keys, period: str, scope: tuple[str, ...]) -> str:
-    """ZSET of one index: ``period`` is ``all`` or ``YYYY-MM``."""
-    return keys.sub("ix", period, *scope)
 
 
 class Recorder:
@@ -95,14 +84,13 @@ class Recorder:
         self._post_countries = posting and "countries" in families
         self._post_torrents = posting and "torrents" in families
         self._post_processed = posting and "torrents.processed" in families
-        self._outbox = outbox_key(keys)
+        self._outbox = keys.outbox
         self._outbox_b = self._outbox.encode()
         self._record = register(client, "record", package=__package__)
         self._probe_script = register(client, "probe", package=__package__)
-        self._torrents_key = index_key(keys, LIFETIME, ("torrents",)).encode()
+        self._torrents_key = keys.index(LIFETIME, ("torrents",)).encode()
         self._sweep = register(client, "sweep", package=__package__)
         self._visited = register(client, "visited", package=__package__)
-        self._sweep_cursor = keys.sub("mk", "sweep")
         self._index_keys: dict = {}
         self._bucket_keys: dict = {}
         self._country_index_keys: dict = {}
@@ -294,7 +282,7 @@ class Recorder:
         if key is None:
             if len(self._index_keys) > 100_000:  # bounded: a worker sees many torrents
                 self._index_keys.clear()
-            key = self._index_keys[k] = index_key(self.keys, period, scope).encode()  # bytes: redis-py sends them as is
+            key = self._index_keys[k] = self.keys.index(period, scope).encode()  # bytes: redis-py sends them as is
         return key
 
     def _country_keys(self, country: str, month: str) -> list:
@@ -312,7 +300,7 @@ class Recorder:
     def _bucket_key(self, n: int) -> bytes:
         key = self._bucket_keys.get(n)
         if key is None:
-            key = self._bucket_keys[n] = bucket_key(self.keys, n).encode()
+            key = self._bucket_keys[n] = self.keys.mark_bucket(n).encode()
         return key
 
     # --- torrents.processed ----------------------------------------------
@@ -328,7 +316,7 @@ class Recorder:
         try:
             return bool(
                 self._visited(
-                    keys=[self.keys.sub("sh", "processed", str(hour)), self._outbox],
+                    keys=[self.keys.processed(hour), self._outbox],
                     args=[info_hash_hex(info_hash), 2 * 3600],
                 )
             )
@@ -349,12 +337,12 @@ class Recorder:
         try:
             if now is None:
                 now = self.client.time()[0]
-            start = self.client.incrby(self._sweep_cursor, budget) - budget
+            start = self.client.incrby(self.keys.sweep_cursor, budget) - budget
             cutoff = int(now) - self.window
             removed = 0
             buckets = [(start + i) % n for i in range(budget)]
             for i in range(0, len(buckets), SWEEP_CALL_BUCKETS):
-                chunk = [bucket_key(self.keys, b) for b in buckets[i : i + SWEEP_CALL_BUCKETS]]
+                chunk = [self.keys.mark_bucket(b) for b in buckets[i : i + SWEEP_CALL_BUCKETS]]
                 removed += self._sweep(keys=chunk, args=[cutoff])
             return removed
         except redis.RedisError as e:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import redis
 
 from crawler.counters.names import LIFETIME, Metric, Query, check_month, hashed, metric_of, query_for
-from crawler.counters.recorder import index_key
 from crawler.errors import StoreError
 from crawler.keys import Keys
 
@@ -50,7 +49,7 @@ def top(
     q = query_for(family, torrent, country)
     period = LIFETIME if month is None else check_month(month)
     suffix = "" if month is None else "." + month
-    key = index_key(keys, period, q.scope)
+    key = keys.index(period, q.scope)
     try:
         if q.across_countries:
             rows = _top_across_countries(client, keys, q, period, limit)
@@ -80,7 +79,7 @@ def count(client: redis.Redis, keys: Keys, metric: Metric, month: str | None = N
 
 def index_count(client: redis.Redis, keys: Keys, period: str, scope: tuple[str, ...], member: str) -> int:
     """The count of ``member`` in one index (0 if absent): a metric's count as that index holds it."""
-    n = _count_in(client, index_key(keys, period, scope), scope, member)
+    n = _count_in(client, keys.index(period, scope), scope, member)
     return 0 if n is None else int(n)
 
 
@@ -121,10 +120,10 @@ def _top_across_countries(client: redis.Redis, keys: Keys, q: Query, period: str
     ``limit``. Countries come from the lifetime countries index: a place
     counted in any period had its country counted in the lifetime one.
     """
-    countries = [c.decode() for c in client.zrange(index_key(keys, LIFETIME, ("countries",)), 0, -1)]
+    countries = [c.decode() for c in client.zrange(keys.index(LIFETIME, ("countries",)), 0, -1)]
     if not countries:
         return []
-    ckeys = [index_key(keys, period, q.scope + (c,)) for c in countries]
+    ckeys = [keys.index(period, q.scope + (c,)) for c in countries]
     pipe = client.pipeline(transaction=False)
     for k in ckeys:
         pipe.zrevrange(k, 0, limit - 1, withscores=True)

@@ -21,7 +21,6 @@ import redis
 
 from crawler.counters import top
 from crawler.counters.names import LIFETIME, unescape
-from crawler.counters.recorder import outbox_key
 from crawler.dashboard.countries import map_code
 from crawler.errors import StoreError
 from crawler.export import months_with_counters
@@ -165,8 +164,8 @@ class Views:
     def outbox(self) -> dict:
         """StatHat backlog: stats waiting in the outbox and in the batch being posted."""
         p = self.client.pipeline(transaction=False)
-        p.hlen(outbox_key(self.keys))
-        p.hlen(self.keys.sub("sh", "inflight"))
+        p.hlen(self.keys.outbox)
+        p.hlen(self.keys.outbox_in_flight)
         try:
             waiting, in_flight = p.execute()
         except redis.RedisError as e:

@@ -100,7 +100,7 @@ class Flusher:
         self.backoff_base, self.backoff_max = backoff_base, backoff_max
         self.post_count = "torrents.count" in settings.stathat_families
         self.token = uuid.uuid4().hex
-        self._keys = [keys.sub("sh", "outbox"), keys.sub("sh", "inflight"), keys.sub("sh", "owner")]
+        self._keys = [keys.outbox, keys.outbox_in_flight, keys.outbox_owner]
         self._claim = register(client, "claim", package=__package__)
         self._settle = register(client, "settle", package=__package__)
 

@@ -1,0 +1,156 @@
+"""Key names: one home (crawler/keys.py), a layout that cannot drift silently.
+
+Data written by earlier versions stays readable only while every name stays
+exactly as it was, so every key ``Keys`` builds is listed here with its
+exact string and the form docs/redis.md gives it. A new key fails
+``test_every_key_is_listed`` until it is added here and documented. And no
+module of crawler/, workers/ or geo/ builds a key of its own: the source is
+searched for the ways one could.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from pathlib import Path
+
+import pytest
+
+from crawler.keys import RESERVED, Keys
+
+ROOT = Path(__file__).resolve().parent.parent
+K = Keys("ns")
+H = "ab" * 20
+
+# name -> (the key Keys builds, its exact string for namespace "ns", its form in docs/redis.md)
+LAYOUT = {
+    "ready": (K.ready, "{ns}:ready", "`{ns}:ready`"),
+    "since": (K.since, "{ns}:since", "`{ns}:since`"),
+    "cooling": (K.cooling, "{ns}:cooling", "`{ns}:cooling`"),
+    "leases": (K.leases, "{ns}:leases", "`{ns}:leases`"),
+    "evicted": (K.evicted, "{ns}:evicted", "`{ns}:evicted`"),
+    "tombstones": (K.tombstones, "{ns}:tombstones", "`{ns}:tombstones`"),
+    "held": (K.held, "{ns}:held", "`{ns}:held`"),
+    "claims": (K.claims, "{ns}:claims", "`{ns}:claims`"),
+    "expiries": (K.expiries, "{ns}:expiries", "`{ns}:expiries`"),
+    "quarantined": (K.quarantined, "{ns}:quarantined", "`{ns}:quarantined`"),
+    "quarantine": (K.quarantine, "{ns}:quarantine", "`{ns}:quarantine`"),
+    "torrent": (K.torrent(H), "{ns}:t:" + H, "`{ns}:t:<h>`"),
+    "trackers": (K.trackers(H), "{ns}:tr:" + H, "`{ns}:tr:<h>`"),
+    "visits": (K.visits, "{ns}:visits", "`{ns}:visits`"),
+    "failed_visits": (K.failed_visits, "{ns}:failedvisits", "`{ns}:failedvisits`"),
+    "workers": (K.workers, "{ns}:workers", "`{ns}:workers`"),
+    "worker": (K.worker("host-1-2"), "{ns}:w:host-1-2", "`{ns}:w:<worker-id>`"),
+    "tracker_health": (K.tracker_health, "{ns}:trackerhealth", "`{ns}:trackerhealth`"),
+    "tracker_used": (K.tracker_used, "{ns}:trackerused", "`{ns}:trackerused`"),
+    "tracker_min_interval": (K.tracker_min_interval(H), "{ns}:mi:" + H, "`{ns}:mi:<h>`"),
+    "mark_bucket": (K.mark_bucket(262143), "{ns}:mk:262143", "`{ns}:mk:<n>`"),
+    "mark_buckets_match": (K.mark_buckets_match, "{ns}:mk:[0-9]*", "`{ns}:mk:<n>`"),
+    "sweep_cursor": (K.sweep_cursor, "{ns}:mk:sweep", "`{ns}:mk:sweep`"),
+    "index": (K.index("2026-11", ("cities", "c", "Germany")), "{ns}:ix:2026-11:cities:c:Germany",
+              "`{ns}:ix:<all|YYYY-MM>:<family>[:c:<country>]`"),
+    "outbox": (K.outbox, "{ns}:sh:outbox", "`{ns}:sh:outbox`"),
+    "outbox_in_flight": (K.outbox_in_flight, "{ns}:sh:inflight", "`{ns}:sh:inflight`"),
+    "outbox_owner": (K.outbox_owner, "{ns}:sh:owner", "`{ns}:sh:owner`"),
+    "processed": (K.processed(493_000), "{ns}:sh:processed:493000", "`{ns}:sh:processed:<hour>`"),
+    "geo_errors": (K.geo_errors, "{ns}:geoerrors", "`{ns}:geoerrors`"),
+    "announce_port": (K.announce_port, "{ns}:announceport", "`{ns}:announceport`"),
+    "secret": (K.secret, "{ns}:secret", "`{ns}:secret`"),
+}
+# Not keys: the hash tag, the namespace's SCAN pattern, and keys of tests and benchmarks.
+NOT_KEYS = {"namespace", "prefix", "match_all", "scratch"}
+
+
+def test_the_layout_is_exactly_as_stored_data_expects():
+    for name, (got, want, _) in LAYOUT.items():
+        assert got == want, name
+    assert K.index("all", ("torrents",)) == "{ns}:ix:all:torrents"
+    assert K.index("all", ("countries", "t", H)) == "{ns}:ix:all:countries:t:" + H
+    assert K.mark_bucket(0) == "{ns}:mk:0"
+    assert K.prefix == "{ns}" and K.match_all == "{ns}*"
+
+
+def test_every_key_is_listed_documented_and_reserved():
+    public = {n for n in dir(Keys) if not n.startswith("_")}
+    assert public - NOT_KEYS == set(LAYOUT), "a key of Keys is missing from LAYOUT (or LAYOUT names a gone one)"
+    doc = (ROOT / "docs" / "redis.md").read_text()
+    for name, (got, _, form) in LAYOUT.items():
+        assert form in doc, f"docs/redis.md does not describe {name} as {form}"
+        assert got.split(":")[1] in RESERVED, name
+        member = inspect.getattr_static(Keys, name)
+        assert (member.fget if isinstance(member, property) else member).__doc__, f"Keys.{name} has no docstring"
+
+
+def test_scratch_keys_never_collide_with_peercrawls():
+    assert K.scratch("bq") == "{ns}:bq" and K.scratch("bm", "x", "1.2.3.4") == "{ns}:bm:x:1.2.3.4"
+    for first in ("mk", "sh", "ready", "t"):
+        with pytest.raises(ValueError, match="collide"):
+            K.scratch(first, "x")
+    with pytest.raises(ValueError):
+        K.scratch()
+
+
+# Ways a module could build a key name of its own (keys.py's _k is the only one).
+FORBIDDEN = [
+    (re.compile(r"""["']\{["']\s*\+"""), 'a "{" + ... hash tag'),
+    (re.compile(r"""\+\s*["']\}"""), 'a ... + "}" hash tag'),
+    (re.compile(r"\{\{\{[^}]*\}\}\}"), "an f-string or format hash tag"),
+    (re.compile(r"""["']\{%s\}"""), "a %-format hash tag"),
+    (re.compile(r"""["']:["']\.join\("""), 'a ":".join'),
+    (re.compile(r"\._k\("), "Keys._k"),
+    (re.compile(r"\bkeys\.prefix\b"), "Keys.prefix"),
+    (re.compile(r"\bkeys\.sub\("), "Keys.sub"),
+    (re.compile(r"\.scratch\("), "a scratch key (tests and benchmarks only)"),
+    (re.compile(r"""["'](?:""" + "|".join(sorted(RESERVED)) + r"""):"""), "a literal key segment"),
+]
+
+
+def key_building(text: str) -> list[tuple[int, str]]:
+    """(line number, what) of every line of ``text`` that looks like it builds a key."""
+    found = []
+    for n, line in enumerate(text.splitlines(), 1):
+        code = line.split("#", 1)[0] if line.lstrip().startswith("#") else line
+        for pattern, what in FORBIDDEN:
+            if pattern.search(code):
+                found.append((n, what))
+    return found
+
+
+def test_the_detector_finds_each_way_of_building_a_key():
+    planted = [
+        'key = "{" + settings.namespace + "}:sh:outbox"',
+        "key = prefix + '}:x'",
+        'key = f"{{{ns}}}:mk:{n}"',
+        'key = "{%s}:ready" % ns',
+        'key = ":".join((keys.prefix, "ix", period))',
+        'key = keys._k("sh", "inflight")',
+        'key = self.keys.prefix + ":mk:sweep"',
+        'key = keys.sub("sh", "outbox")',
+        'key = keys.scratch("mk2")',
+        'client.hlen(ns_tag + "sh:inflight")',
+    ]
+    for line in planted:
+        assert key_building(line), line
+    assert not key_building('key = self.keys.outbox\nname = re.sub("x", "y", s)  # {ns}:sh:outbox\n'
+                            'SECRET = re.compile(rf"[a-z]{{{LEN},}}")')
+
+
+def test_no_module_builds_a_key_outside_keys_py():
+    offenders = []
+    for top in ("crawler", "workers", "geo"):
+        for path in sorted((ROOT / top).rglob("*.py")):
+            if path == ROOT / "crawler" / "keys.py":
+                continue
+            for n, what in key_building(path.read_text()):
+                offenders.append(f"{path.relative_to(ROOT)}:{n}: {what}")
+    assert not offenders, "key names are built only in crawler/keys.py:\n" + "\n".join(offenders)
+    assert not hasattr(Keys, "sub")
+
+
+def test_no_lua_script_builds_a_key():
+    """Every key reaches a script through KEYS (Redis Cluster routes by them)."""
+    scripts = sorted(ROOT.glob("crawler/**/*.lua"))
+    assert len(scripts) >= 10
+    for path in scripts:
+        code = "\n".join(line.split("--", 1)[0] for line in path.read_text().splitlines())
+        assert not re.search(r"KEYS\[[^\]]*\]\s*\.\.|\.\.\s*KEYS\[|'\{|\"\{", code), path
