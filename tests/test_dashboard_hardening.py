@@ -57,10 +57,9 @@ def by_url(fams: dict, name: str, sample: str | None = None) -> dict:
     return {s.labels["url"]: s.value for s in fams[name].samples if sample is None or s.name == sample}
 
 
-@pytest.fixture
-def hardened(client, keys, settings, tmp_path):
-    """The dashboard's small world plus every hardening figure, written by the real code."""
-    record_world(client, keys, settings, tmp_path)
+def harden(client, keys, settings, tmp_path) -> None:
+    """Write every hardening figure with the real code: tracker health with refusals, a cut and a
+    learned cap (some URLs with secrets), one quarantined torrent (``POISON``), GeoIP read errors."""
     health = TrackerHealth(client, keys, flush=0.0)
     for _ in range(3):
         health.record(PRIVATE, REFUSAL, message=f"unregistered torrent for {PRIVATE} (passkey s3cr3tKEY99)")
@@ -82,6 +81,13 @@ def hardened(client, keys, settings, tmp_path):
     rec = Recorder(client, keys, settings, geo.open_locator(write_damaged_city_db(tmp_path / "bad.mmdb", nets,
                                                                                   bad_codes)))
     rec.record_visit("ee" * 20, [f"127.1.0.{i + 1}" for i in range(9)], int(now))
+
+
+@pytest.fixture
+def hardened(client, keys, settings, tmp_path):
+    """The dashboard's small world plus every hardening figure."""
+    record_world(client, keys, settings, tmp_path)
+    harden(client, keys, settings, tmp_path)
     return create_app(Views(client, keys, settings)).test_client()
 
 
@@ -189,3 +195,13 @@ def test_eviction_warning_on_the_page_and_in_metrics(private_redis, test_env, ke
         assert families(web)["peercrawl_redis_evicting_keys"].samples[0].value == 1
     finally:
         client.close()
+
+
+def test_the_torrent_page_shows_its_trackers_redacted_as_torrent_json(hardened, client, keys, settings, test_env):
+    Queue(client, keys, settings).add([NewItem(POISON, (PRIVATE, USERINFO, PUBLIC))], readmit=True)
+    d = hardened.get(f"/api/torrent/{POISON}").get_json()
+    info = json.loads(run(test_env, "torrent", POISON, "--json").stdout)
+    assert d["torrent"]["trackers"] == info["trackers"] and len(info["trackers"]) == 3
+    assert d["torrent"]["tracker_not_before"] == info["tracker_not_before"]
+    for secret in SECRETS:
+        assert secret not in json.dumps(d), secret

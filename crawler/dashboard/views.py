@@ -28,6 +28,7 @@ from crawler.export import months_with_counters
 from crawler.keys import Keys
 from crawler.lifecycle import Queue
 from crawler.operations import queue_report
+from crawler.sources import redact
 
 # The queue states of ``status --json``, as the states chart and the /metrics gauge show them.
 STATES = ("ready", "cooling", "in_flight", "quarantined", "evicted")
@@ -102,6 +103,9 @@ class Views:
         """One torrent: its queue record (``torrent --json``), users by country, cities, months."""
         c, t = self.client, self.keys
         info = self.queue.torrent(info_hash, time.time())
+        if info is not None:  # tracker URLs may carry passkeys: redacted as ``torrent --json`` shows them
+            info["trackers"] = [redact.url(u) for u in info["trackers"]]
+            info["tracker_not_before"] = {redact.url(u): n for u, n in info["tracker_not_before"].items()}
         users = top(c, t, "torrents", torrent=info_hash, month=month, limit=1)
         if info is None and not users:
             return None

@@ -178,7 +178,8 @@ function renderTorrent(d) {
   figures('torrent', [['users', 'users', d.users], ['state', 'state', t.state], ['score', 'score', t.score],
     ['seeders', 'seeders', t.seeders], ['leechers', 'leechers', t.leechers], ['visits', 'visits', t.visits],
     ['failed_visits', 'failed visits', t.failed_visits], ['peers_last_visit', 'peers last visit', t.peers_last_visit],
-    ['last_visit', 'last visit (UTC)', when(t.last_visit)], ['trackers', 'trackers', (t.trackers || []).length]]);
+    ['last_visit', 'last visit (UTC)', when(t.last_visit)], ['trackers', 'trackers', (t.trackers || []).length],
+    ...(t.quarantine ? [['quarantine', 'quarantined (add --readmit)', t.quarantine.message]] : [])]);
   countTable('countries', d.tables.countries, r => r.name, r => '/country/' + encodeURIComponent(r.country));
   countTable('cities', d.tables.cities, r => `${r.name}, ${r.country}`);
   bar('countries-chart', d.tables.countries, r => r.name);
