@@ -27,6 +27,7 @@ from crawler.counters import Recorder
 from tests.cli import run
 from tests.dashboard_data import HASHES, WORLD, record_world, stats_json
 from tests.mmdb import write_city_db
+from tests.test_dashboard_hardening import POISON, SECRETS, harden
 
 pytestmark = pytest.mark.slow
 
@@ -129,6 +130,14 @@ def figure(d, key: str) -> str:
         "return document.querySelector(`[data-key='${arguments[0]}'] dd`).textContent", key)
 
 
+def rows_shown(d, table: str) -> list[dict]:
+    """The cells of a rows table as the page shows them, by their data-key."""
+    return d.execute_script(
+        "return Array.from(document.querySelectorAll(`table[data-table='${arguments[0]}'] tbody tr`))"
+        ".map(tr => Object.fromEntries(Array.from(tr.querySelectorAll('td[data-key]'))"
+        ".map(td => [td.dataset.key, td.textContent])))", table)
+
+
 def shot(d, tmp_path: Path, name: str) -> None:
     ARTIFACTS.mkdir(exist_ok=True)
     for where in (ARTIFACTS, tmp_path):
@@ -204,15 +213,34 @@ def test_pages_render_and_show_the_numbers_of_stats(dashboard, browser, test_env
     assert painted_colours(d, "countries-chart") > 3
     shot(d, tmp_path, "torrent")
 
-    # operators: the figures of status --json
+    # operators: the figures of status --json, the hardening's included (no tracker secret on the page)
+    harden(client, keys, settings, tmp_path)
     d.get(base + "/operators")
     wait_rendered(d)
     time.sleep(0.5)
     status = json.loads(run(test_env, "status", "--json").stdout)
-    for k in ("tracked", "ready", "cooling", "in_flight", "evicted", "visits_last_hour"):
+    for k in ("tracked", "ready", "cooling", "in_flight", "quarantined", "evicted", "visits_last_hour"):
         assert figure(d, k) == str(status[k]), k
+    assert figure(d, "geo_errors") == str(status["geo_errors"]["errors"]) == "3"
+    assert status["geo_errors"]["last"] in d.find_element("id", "geo-error").text
+    trackers = rows_shown(d, "trackers")
+    assert {r["tracker"] for r in trackers} == set(status["trackers"])
+    for r in trackers:
+        t = status["trackers"][r["tracker"]]
+        for k in ("answers", "failures", "refusals", "last_refusal", "peers_cut", "learned_cap"):
+            assert r[k] == ("–" if t[k] is None else str(t[k]).lower()), (r["tracker"], k)
+    quarantined = d.execute_script(
+        "return Array.from(document.querySelectorAll(`table[data-table='quarantined'] tbody tr`))"
+        ".map(tr => Array.from(tr.cells).map(td => td.textContent))")
+    assert [(q[0], q[2]) for q in quarantined] == [
+        (x["info_hash"], x["reason"]) for x in status["quarantined_torrents"]] and quarantined[0][0] == POISON
+    for secret in SECRETS:
+        assert secret not in d.page_source, secret
     assert painted_colours(d, "minutes-chart") > 3 and painted_colours(d, "states-chart") > 3
     shot(d, tmp_path, "operators")
+    d.execute_script("document.querySelector(`table[data-table='trackers']`).scrollIntoView()")
+    assert d.execute_script("return document.documentElement.scrollWidth <= window.innerWidth")  # wraps, no h-scroll
+    shot(d, tmp_path, "operators-trackers")
 
     # it refreshes itself: a visit recorded now shows up without reloading
     d.get(base + "/")

@@ -7,12 +7,16 @@ import json
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from crawler.sources import redact
 from tests.cli import run
 from tests.opentracker import free_port, opentracker, peer_address  # noqa: F401 (fixture)
+
+PASSKEY = "0123456789abcdef0123456789abcdef"
 
 
 def scrape(port: int) -> dict:
@@ -27,7 +31,9 @@ def test_worker_metrics_count_a_real_crawl(test_env, opentracker):  # noqa: F811
     ot = opentracker([ih])
     for i in range(5):
         ot.announce_from(peer_address(i), ih, 6881)
-    assert run(test_env, "add", f"magnet:?xt=urn:btih:{ih}&tr={ot.udp_url}").returncode == 0
+    # a private tracker's URL: the passkey (a path segment, BEP 41 URL data) must not reach a label
+    url = ot.udp_url.rsplit("/", 1)[0] + f"/{PASSKEY}/announce"
+    assert run(test_env, "add", f"magnet:?xt=urn:btih:{ih}&tr={urllib.parse.quote(url, safe='')}").returncode == 0
     port = free_port()
     env = dict(test_env, PEERCRAWL_METRICS_PORT=str(port))
     p = subprocess.Popen([sys.executable, "-m", "crawler", "worker", "--concurrency", "4", "--duration", "30"],
@@ -48,7 +54,8 @@ def test_worker_metrics_count_a_real_crawl(test_env, opentracker):  # noqa: F811
         assert m[("peercrawl_worker_visits_total", (("state", "cooling"),))] == info["visits"] == 1
         assert m[("peercrawl_worker_peers_found_total", ())] == info["peers_last_visit"] == 5
         assert m[("peercrawl_worker_peers_new_total", ())] == (users[0]["count"] if users else 0)
-        assert m[("peercrawl_worker_tracker_announces_total", (("outcome", "answered"), ("url", ot.udp_url)))] == 1
+        assert m[("peercrawl_worker_tracker_announces_total", (("outcome", "answered"), ("url", redact.url(url))))] == 1
+        assert PASSKEY not in str(m) and "<redacted:" in redact.url(url)
         assert m[("peercrawl_worker_recording_seconds_count", ())] == 1
         assert m[("peercrawl_worker_claim_seconds_count", (("call", "claim"),))] >= 1
         assert m[("peercrawl_worker_pool_size", ())] == 4

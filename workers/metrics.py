@@ -12,7 +12,8 @@ Strategy: ``instrument`` wraps a few methods of the process's own objects
 (the instance attributes shadow the class's methods), so the workers' code
 does not know about metrics and a process without a metrics port pays
 nothing. Labels are bounded: a visit ``state`` (five values), a tracker
-``url`` (the trackers in use) and an ``outcome`` (four values).
+``url`` (the trackers this process announced to, redacted as ``status``
+shows them: no passkey or query) and an ``outcome`` (four values).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from functools import wraps
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from crawler import logs
+from crawler.sources import redact
+from crawler.sources.health import REFUSAL
 
 log = logs.get("worker.metrics")
 
@@ -73,13 +76,14 @@ def instrument(process, metrics: WorkerMetrics) -> None:
     q.complete_and_claim = _timed(metrics.claiming.labels("complete_and_claim"), q.complete_and_claim)
     tr = process.trackers
     announce, record = tr.announce, tr.health.record
-    last: dict = {}  # greenlet -> whether the tracker answered, as health saw it
+    last: dict = {}  # greenlet -> the announce's outcome as health saw it (ANSWER, REFUSAL, FAILURE)
 
-    def health_record(url, answered):
+    @wraps(record)
+    def health_record(url, outcome, *args, **kwargs):
         import gevent
 
-        last[gevent.getcurrent()] = answered
-        return record(url, answered)
+        last[gevent.getcurrent()] = outcome
+        return record(url, outcome, *args, **kwargs)
 
     @wraps(announce)
     def counted_announce(url, *args, **kwargs):
@@ -88,14 +92,14 @@ def instrument(process, metrics: WorkerMetrics) -> None:
         me = gevent.getcurrent()
         last.pop(me, None)
         result = announce(url, *args, **kwargs)
-        answered = last.pop(me, None)
+        seen = last.pop(me, None)
         if result.ok:
             outcome = "answered"
-        elif answered is None:
+        elif seen is None:
             outcome = "backing_off" if (result.error or "").startswith("tracker backing off") else "failed"
         else:
-            outcome = "refused" if answered else "failed"
-        metrics.announces.labels(url, outcome).inc()
+            outcome = "refused" if seen == REFUSAL else "failed"
+        metrics.announces.labels(redact.url(url), outcome).inc()
         return result
 
     tr.health.record = health_record

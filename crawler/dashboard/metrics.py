@@ -3,19 +3,26 @@
 A custom collector reads ``queue_report`` (what ``status --json`` prints)
 and the outbox backlog at scrape time, so the workers' hot path is not
 touched and the values equal ``status --json`` taken at the same moment.
-Labels are bounded: a queue ``state`` (four values), a tracker ``url`` (the
-trackers in use, tens) and a ``worker`` id (live processes); nothing per
-torrent or per IP.
+Labels are bounded: a queue ``state`` (five values), a tracker ``url`` (the
+trackers in tracker health: entries unused for ``tracker_prune_seconds`` are
+pruned, so the set follows the trackers in use), a ``worker`` id (live
+processes) and a Redis ``node``; nothing per torrent or per IP. Every ``url``
+is the redacted one ``status --json`` keys trackers by (crawler/sources/redact.py):
+no passkey, userinfo or query ever lands in a label. The quarantined
+torrents' list is per torrent, so only its count is here (the operators page
+lists them).
+
+Texts (a tracker's last refusal, the last GeoIP error) are ``_info`` metrics:
+one series per tracker (or one), the redacted message a label, capped by
+``tracker_health`` at 300 characters.
 """
 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 
-from crawler.dashboard.views import Views
-
-STATES = ("ready", "cooling", "in_flight", "evicted")
+from crawler.dashboard.views import STATES, Views
 
 
 class CrawlCollector:
@@ -56,17 +63,19 @@ class CrawlCollector:
             yield GaugeMetricFamily("peercrawl_workers_needed",
                                     "Workers needed to visit every tracked torrent once per revisit interval.",
                                     value=needed)
-        answers = CounterMetricFamily("peercrawl_tracker_answers", "Answers of each tracker.", labels=["url"])
-        failures = CounterMetricFamily("peercrawl_tracker_failures", "Failures of each tracker.", labels=["url"])
-        backing = GaugeMetricFamily("peercrawl_tracker_backing_off", "1 while a tracker is backed off.",
-                                    labels=["url"])
-        for url, h in sorted(r["trackers"].items()):
-            answers.add_metric([url], h["answers"])
-            failures.add_metric([url], h["failures"])
-            backing.add_metric([url], 1 if h["backing_off"] else 0)
-        yield answers
-        yield failures
-        yield backing
+        yield from _trackers(r["trackers"])
+        geo = r.get("geo_errors") or {}
+        yield CounterMetricFamily("peercrawl_geoip_read_errors", "GeoIP database read errors (status geo_errors).",
+                                  value=geo.get("errors", 0))
+        if geo.get("at") is not None:
+            yield GaugeMetricFamily("peercrawl_geoip_last_read_error_timestamp_seconds",
+                                    "When the last GeoIP read error happened.", value=geo["at"])
+        if geo.get("last"):
+            yield InfoMetricFamily("peercrawl_geoip_last_read_error", "The last GeoIP read error.",
+                                   value={"message": geo["last"]})
+        yield GaugeMetricFamily("peercrawl_redis_evicting_keys",
+                                "1 when Redis's maxmemory-policy evicts keys (status eviction_warning).",
+                                value=0 if r.get("eviction_warning") is None else 1)
         out = ops["outbox"]
         yield GaugeMetricFamily("peercrawl_stathat_outbox_stats",
                                 "StatHat stats waiting to be posted (outbox and the batch in flight).",
@@ -76,6 +85,41 @@ class CrawlCollector:
         for row in ops["redis"]:
             mem.add_metric([row["node"]], row["used_memory_bytes"])
         yield mem
+
+
+def _trackers(trackers: dict):
+    """The families of tracker health, one series per (redacted) tracker URL."""
+    answers = CounterMetricFamily("peercrawl_tracker_answers", "Answers of each tracker.", labels=["url"])
+    failures = CounterMetricFamily("peercrawl_tracker_failures", "Failures of each tracker.", labels=["url"])
+    refusals = CounterMetricFamily("peercrawl_tracker_refusals",
+                                   "Announces a tracker answered with an error (failure reason).", labels=["url"])
+    cut = CounterMetricFamily("peercrawl_tracker_peers_cut",
+                              "Peers dropped from a tracker's replies past the per-source bound.", labels=["url"])
+    backing = GaugeMetricFamily("peercrawl_tracker_backing_off", "1 while a tracker is backed off.", labels=["url"])
+    until = GaugeMetricFamily("peercrawl_tracker_backoff_until_timestamp_seconds",
+                              "When a backed-off tracker is tried again.", labels=["url"])
+    cap = GaugeMetricFamily("peercrawl_tracker_learned_cap_peers",
+                            "Most peers a tracker hands out per reply, as learned (trackers seen capping).",
+                            labels=["url"])
+    used = GaugeMetricFamily("peercrawl_tracker_last_used_timestamp_seconds",
+                             "When a worker last wrote the tracker's health.", labels=["url"])
+    refusal = InfoMetricFamily("peercrawl_tracker_last_refusal", "The last refusal message of a tracker (redacted).",
+                               labels=["url"])
+    for url, h in sorted(trackers.items()):
+        answers.add_metric([url], h["answers"])
+        failures.add_metric([url], h["failures"])
+        refusals.add_metric([url], h["refusals"])
+        cut.add_metric([url], h["peers_cut"])
+        backing.add_metric([url], 1 if h["backing_off"] else 0)
+        if h["until"] is not None:
+            until.add_metric([url], h["until"])
+        if h["learned_cap"] is not None:
+            cap.add_metric([url], h["learned_cap"])
+        if isinstance(h.get("last_used"), (int, float)):
+            used.add_metric([url], h["last_used"])
+        if h["last_refusal"]:
+            refusal.add_metric([url], {"message": h["last_refusal"]})
+    yield from (answers, failures, refusals, cut, backing, until, cap, used, refusal)
 
 
 def registry_for(views: Views) -> CollectorRegistry:

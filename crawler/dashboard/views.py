@@ -27,7 +27,10 @@ from crawler.export import months_with_counters
 from crawler.keys import Keys
 from crawler.lifecycle import Queue
 from crawler.operations import queue_report
+from crawler.sources import redact
 
+# The queue states of ``status --json``, as the states chart and the /metrics gauge show them.
+STATES = ("ready", "cooling", "in_flight", "quarantined", "evicted")
 # Every country a month can hold (GeoLite2 knows ~250).
 ALL_COUNTRIES = 1000
 
@@ -99,6 +102,9 @@ class Views:
         """One torrent: its queue record (``torrent --json``), users by country, cities, months."""
         c, t = self.client, self.keys
         info = self.queue.torrent(info_hash, time.time())
+        if info is not None:  # tracker URLs may carry passkeys: redacted as ``torrent --json`` shows them
+            info["trackers"] = [redact.url(u) for u in info["trackers"]]
+            info["tracker_not_before"] = {redact.url(u): n for u, n in info["tracker_not_before"].items()}
         users = top(c, t, "torrents", torrent=info_hash, month=month, limit=1)
         if info is None and not users:
             return None
@@ -127,14 +133,19 @@ class Views:
         now = time.time() if now is None else now
         report = queue_report(self.queue, now)
         minutes = self.visits_per_minute(hours, now)
-        trackers = [{"tracker": url, **h} for url, h in sorted(report["trackers"].items())]
+        trackers = [{"tracker": url, **h, "until": _iso(h["until"]),
+                     "last_used": _iso(h["last_used"]) if isinstance(h["last_used"], (int, float)) else None}
+                    for url, h in sorted(report["trackers"].items())]
         workers = [_worker_row(w) for w in report["workers"]]
-        states = [{"state": s, "count": report[s]} for s in ("ready", "cooling", "in_flight", "evicted")]
+        states = [{"state": s, "count": report[s]} for s in STATES]
+        quarantined = [{"info_hash": q["info_hash"], "at": _iso(q["at"]), "reason": q["reason"]}
+                       for q in report["quarantined_torrents"]]
         return {
             "status": report,
             "outbox": self.outbox(),
             "redis": self.redis_memory(),
-            "tables": {"states": states, "minutes": minutes, "workers": workers, "trackers": trackers},
+            "tables": {"states": states, "minutes": minutes, "workers": workers, "trackers": trackers,
+                       "quarantined": quarantined},
         }
 
     def visits_per_minute(self, hours: int, now: float) -> list[dict]:
@@ -186,6 +197,10 @@ class Views:
         return [{"node": node or "redis", "used_memory_bytes": int(i.get("used_memory", 0)),
                  "used_memory_peak_bytes": int(i.get("used_memory_peak", 0)),
                  "maxmemory_bytes": int(i.get("maxmemory", 0))} for node, i in items]
+
+
+def _iso(t: float | None) -> str | None:
+    return None if t is None else _dt.datetime.fromtimestamp(t, _dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _parts(metric: str) -> list[str]:

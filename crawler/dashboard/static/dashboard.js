@@ -78,6 +78,7 @@ function rowsTable(name, rows, cols) {
   if (!tb) return;
   tb.replaceChildren(...rows.map(r => el('tr', {}, ...cols.map(c => {
     const v = typeof c === 'function' ? c(r) : r[c];
+    if (v instanceof Node) return el('td', {}, v);
     return el('td', { 'data-key': typeof c === 'string' ? c : null, text: v === null || v === undefined ? '–' : String(v) });
   }))));
 }
@@ -177,7 +178,8 @@ function renderTorrent(d) {
   figures('torrent', [['users', 'users', d.users], ['state', 'state', t.state], ['score', 'score', t.score],
     ['seeders', 'seeders', t.seeders], ['leechers', 'leechers', t.leechers], ['visits', 'visits', t.visits],
     ['failed_visits', 'failed visits', t.failed_visits], ['peers_last_visit', 'peers last visit', t.peers_last_visit],
-    ['last_visit', 'last visit (UTC)', when(t.last_visit)], ['trackers', 'trackers', (t.trackers || []).length]]);
+    ['last_visit', 'last visit (UTC)', when(t.last_visit)], ['trackers', 'trackers', (t.trackers || []).length],
+    ...(t.quarantine ? [['quarantine', 'quarantined (add --readmit)', t.quarantine.message]] : [])]);
   countTable('countries', d.tables.countries, r => r.name, r => '/country/' + encodeURIComponent(r.country));
   countTable('cities', d.tables.cities, r => `${r.name}, ${r.country}`);
   bar('countries-chart', d.tables.countries, r => r.name);
@@ -188,14 +190,18 @@ function renderOperators(d) {
   const s = d.status, cap = s.capacity || {};
   const mb = b => (b / 1048576).toFixed(1) + ' MB';
   figures('figures', [['tracked', 'tracked', s.tracked], ['ready', 'ready', s.ready], ['cooling', 'cooling', s.cooling],
-    ['in_flight', 'in flight', s.in_flight], ['evicted', 'evicted', s.evicted],
+    ['in_flight', 'in flight', s.in_flight], ['quarantined', 'quarantined', s.quarantined], ['evicted', 'evicted', s.evicted],
     ['queue_latency_s', 'queue latency (s)', s.queue_latency_s], ['visits_last_hour', 'visits last hour', s.visits_last_hour],
     ['failed_visits_last_hour', 'failed visits last hour', s.failed_visits_last_hour],
     ['workers', 'live workers', s.workers.length], ['workers_needed', 'workers needed', cap.workers_needed],
     ['visits_needed_per_hour', 'visits needed / h', cap.visits_needed_per_hour],
-    ['outbox', 'StatHat outbox (stats)', d.outbox.enabled ? d.outbox.stats_waiting + d.outbox.stats_in_flight : 'off']]);
-  const out = document.getElementById('outage');
-  out.hidden = !s.outage; out.textContent = s.outage || '';
+    ['outbox', 'StatHat outbox (stats)', d.outbox.enabled ? d.outbox.stats_waiting + d.outbox.stats_in_flight : 'off'],
+    ['geo_errors', 'GeoIP read errors', s.geo_errors ? s.geo_errors.errors : 0]]);
+  const alert = (id, text) => { const n = document.getElementById(id); n.hidden = !text; n.textContent = text || ''; };
+  alert('outage', s.outage);
+  alert('eviction', s.eviction_warning);
+  const g = s.geo_errors;
+  alert('geo-error', g && g.last ? `last GeoIP read error${g.at ? ' at ' + new Date(g.at * 1000).toISOString() : ''}: ${g.last}` : null);
   const states = d.tables.states;
   chart('states-chart').setOption({
     animation: false, tooltip: {}, grid: { left: 8, right: 8, top: 8, bottom: 8, containLabel: true },
@@ -211,8 +217,10 @@ function renderOperators(d) {
       { type: 'line', name: 'failed', data: m.map(r => r.failed), showSymbol: false, itemStyle: { color: '#b00020' } }],
   }, true);
   rowsTable('workers', d.tables.workers, ['id', 'concurrency', 'auto', 'in_flight', 'visits', 'visits_per_hour', 'failing', 'autoscale']);
-  rowsTable('trackers', d.tables.trackers, ['tracker', 'answers', 'failures', 'backing_off',
-    r => r.until ? new Date(r.until * 1000).toISOString() : null]);
+  rowsTable('trackers', d.tables.trackers, ['tracker', 'answers', 'failures', 'refusals', 'last_refusal',
+    'backing_off', 'until', 'peers_cut', 'learned_cap', 'last_used']);
+  document.getElementById('quarantined-panel').hidden = !s.quarantined;
+  rowsTable('quarantined', d.tables.quarantined, [r => el('a', { href: '/torrent/' + r.info_hash, text: r.info_hash }), 'at', 'reason']);
   rowsTable('redis', d.redis, ['node', r => mb(r.used_memory_bytes), r => mb(r.used_memory_peak_bytes),
     r => r.maxmemory_bytes ? mb(r.maxmemory_bytes) : 'none']);
 }
