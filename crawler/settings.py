@@ -145,8 +145,8 @@ class Settings:
     # Tries per UDP request (connect or announce) before the tracker failed:
     # one lost datagram should not fail a tracker.
     udp_retries: int = p.setting("PEERCRAWL_UDP_RETRIES", 2, p.bounded_int(1, 10), "tries per UDP tracker request")
-    # One HTTP exchange, redirects included; HTTP trackers answer in well under
-    # a second when they answer at all.
+    # One HTTP exchange, redirects included (TCP and TLS setup take longer than
+    # one UDP try); within the visit deadline a slow tracker is given up.
     http_timeout: float = p.setting(
         "PEERCRAWL_HTTP_TIMEOUT", 10.0, p.positive_float, "one HTTP tracker exchange, redirects included",
         shown="10 s")
@@ -257,7 +257,8 @@ class Settings:
     geoip_db: Path | None = p.setting(
         "GEOIP_DB", None, p.path, "GeoIP2/GeoLite2 City database (see `GeoLite2.mmdb.README`)",
         shown="bundled 2018 GeoLite2 (with a warning)")
-    # Peers repeat across torrents and visits; 100,000 places are a few MB.
+    # Peers repeat across torrents and visits: an LRU of places spares most
+    # database reads while its memory stays bounded.
     geo_cache_size: int = p.setting(
         "PEERCRAWL_GEO_CACHE_SIZE", 100_000, p.bounded_int(0, 10_000_000), "LRU entries of IP → place")
     # Dedupe window of the unique-IP counters (SPEC §4: 30 days).
@@ -284,10 +285,10 @@ class Settings:
         "PEERCRAWL_FLUSH_SECONDS", 10.0, p.positive_float, "how often the worker's flusher posts")
 
     # --- Worker (§7) --------------------------------------------------------
-    # Visits at a time; most of a visit is waiting on the network.
+    # Visits at a time (greenlets); most of a visit is waiting on the network.
     concurrency: int = p.setting("PEERCRAWL_CONCURRENCY", 50, p.bounded_int(1, 10_000), "pool size")
-    # Bounds of --concurrency auto: a few runners keep a worker useful; 500
-    # greenlets stay within one process's sockets and Redis connections.
+    # Bounds of --concurrency auto (workers.autoscale); the worker's Redis
+    # connection pool is sized for the max.
     concurrency_min: int = p.setting(
         "PEERCRAWL_CONCURRENCY_MIN", 4, p.bounded_int(1, 10_000), "least pool size of `--concurrency auto`")
     concurrency_max: int = p.setting(
