@@ -75,6 +75,7 @@ def read(env: Mapping[str, str], var: Var, values: Mapping[str, Any]) -> Any:
 
 
 def shown(var: Var) -> str:
+    """A setting's default as README.md shows it."""
     if var.shown is not None:
         return var.shown
     d = var.default
@@ -92,6 +93,7 @@ def shown(var: Var) -> str:
 
 
 def positive_int(v: str) -> int:
+    """A whole number above 0."""
     try:
         n = int(v)
     except ValueError:
@@ -102,6 +104,7 @@ def positive_int(v: str) -> int:
 
 
 def bounded_int(lo: int, hi: int) -> Callable[[str], int]:
+    """A parser of whole numbers from ``lo`` to ``hi``."""
     def parse(v: str) -> int:
         try:
             n = int(v)
@@ -115,6 +118,7 @@ def bounded_int(lo: int, hi: int) -> Callable[[str], int]:
 
 
 def positive_float(v: str) -> float:
+    """A finite number above 0."""
     try:
         x = float(v)
     except ValueError:
@@ -125,6 +129,7 @@ def positive_float(v: str) -> float:
 
 
 def nonnegative_float(v: str) -> float:
+    """A finite number of 0 or more."""
     # Any spelling of zero ("0", "0.00", "0e0", "-0") means zero.
     try:
         x = float(v)
@@ -138,6 +143,7 @@ def nonnegative_float(v: str) -> float:
 
 
 def fraction(v: str) -> float:
+    """A number strictly between 0 and 1."""
     x = positive_float(v)
     if x >= 1:
         raise ValueError("expected a number between 0 and 1")
@@ -145,6 +151,7 @@ def fraction(v: str) -> float:
 
 
 def on_off(v: str) -> bool:
+    """``on``/``off`` (also 1/0, true/false, yes/no), any case."""
     low = v.lower()
     if low in ("1", "on", "true", "yes"):
         return True
@@ -154,6 +161,7 @@ def on_off(v: str) -> bool:
 
 
 def choice(*options: str) -> Callable[[str], str]:
+    """A parser of one of ``options``, any case, returned lower-cased."""
     def parse(v: str) -> str:
         if v.lower() not in options:
             raise ValueError("expected one of " + ", ".join(options))
@@ -163,6 +171,7 @@ def choice(*options: str) -> Callable[[str], str]:
 
 
 def nonempty(v: str) -> str:
+    """Any text (emptiness is handled by ``read``: an empty variable is unset)."""
     return v
 
 
@@ -174,6 +183,7 @@ def secret(v: str) -> str:
 
 
 def namespace(v: str) -> str:
+    """A key prefix: 1-64 letters, digits or ``_ . : -``."""
     if not re.fullmatch(r"[A-Za-z0-9_.:-]{1,64}", v):
         raise ValueError("expected 1-64 letters, digits or _ . : -")
     return v
@@ -185,6 +195,7 @@ def path(v: str) -> Path:
 
 
 def existing_file(v: str) -> Path:
+    """A path to a file that exists."""
     p = path(v)
     if not p.is_file():
         raise ValueError("no such file")
@@ -192,6 +203,7 @@ def existing_file(v: str) -> Path:
 
 
 def redis_url(v: str) -> str:
+    """A ``redis://``, ``rediss://`` or ``unix://`` URL redis-py can use; errors hide the password."""
     if not re.match(r"^(redis|rediss|unix)://", v):
         raise ValueError("expected a redis://, rediss:// or unix:// URL")
     # Checked here, with the password hidden, so a bad port or path fails at
@@ -221,6 +233,7 @@ def redis_url(v: str) -> str:
 
 
 def http_url(v: str) -> str:
+    """An ``http://`` or ``https://`` URL with a host."""
     if not re.match(r"^https?://[^/\s]+", v):
         raise ValueError("expected an http:// or https:// URL")
     return v
@@ -276,6 +289,7 @@ def trackers(v: str, default_max: int) -> tuple[tuple[str, int], ...]:
 
 
 def host_port(v: str) -> tuple[str, int]:
+    """``host:port`` (IPv6 in brackets), the port from 0 to 65535."""
     host, sep, port = v.strip().rpartition(":")
     if not sep or not host:
         raise ValueError(f"expected host:port, got {v!r}")
@@ -299,10 +313,12 @@ def host_port(v: str) -> tuple[str, int]:
 
 
 def host_ports(v: str) -> tuple[tuple[str, int], ...]:
+    """Comma-separated ``host:port`` entries."""
     return tuple(host_port(x) for x in v.split(",") if x.strip())
 
 
 def listen(v: str) -> tuple[str, int]:
+    """``ip:port`` to listen on."""
     host, port = host_port(v)
     try:
         ipaddress.ip_address(host)
@@ -312,6 +328,7 @@ def listen(v: str) -> tuple[str, int]:
 
 
 def families(v: str) -> tuple[str, ...]:
+    """Comma-separated StatHat metric families."""
     fams = tuple(x.strip() for x in v.split(",") if x.strip())
     allowed = {"countries", "torrents", "torrents.count", "torrents.processed"}
     for f in fams:

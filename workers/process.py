@@ -88,6 +88,7 @@ class Process:
             self.close()
 
     def close(self) -> None:
+        """Close the sources and the metrics server (a Redis error at exit is logged, not raised)."""
         try:
             self.trackers.close()
         except (StoreError, OSError) as e:  # Redis gone at exit: health counts are best effort
