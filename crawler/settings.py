@@ -333,9 +333,8 @@ class Settings:
         """
         env = os.environ if env is None else env
         values: dict[str, Any] = {}
-        declared = [(f.name, f.metadata["var"]) for f in dataclasses.fields(cls)]
         # Settings that build on another one (``uses``) come after it.
-        for name, var in sorted(declared, key=lambda nv: nv[1].uses is not None):
+        for name, var in sorted(declarations(), key=lambda nv: nv[1].uses is not None):
             values[name] = p.read(env, var, values)
         s = cls(**values)
         s.check()
