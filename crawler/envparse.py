@@ -213,7 +213,9 @@ def redis_url(v: str) -> str:
 
     from redis.connection import parse_url
 
-    shown = re.sub(r"^([a-z]+://)([^@/]*?):[^@/]*@", r"\1\2:***@", v)
+    from crawler.sources import redact
+
+    shown = redact.url(v)
     try:
         parts = parse_url(v)
         split = urlsplit(v)

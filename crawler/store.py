@@ -24,7 +24,6 @@ import fcntl
 import hashlib
 import json
 import os
-import re
 import subprocess
 import tempfile
 import time
@@ -35,6 +34,7 @@ import redis
 from crawler import logs
 from crawler.errors import StoreError
 from crawler.settings import Settings
+from crawler.sources import redact
 
 log = logs.get("store")
 
@@ -56,7 +56,7 @@ def connect(settings: Settings, **kwargs) -> redis.Redis:
     Responses are bytes (``decode_responses`` off) so that binary values and
     non-UTF-8 names survive; callers decode what they show.
     """
-    where = redact(settings.redis_url) if settings.redis_url else str(settings.data_dir)
+    where = redact.url(settings.redis_url) if settings.redis_url else str(settings.data_dir)
     try:
         if settings.redis_url:
             client = redis.Redis.from_url(settings.redis_url, **kwargs)
@@ -90,11 +90,6 @@ def eviction_warning(client: redis.Redis) -> str | None:
     when = f"once it holds {limit} bytes" if limit else "once a maxmemory limit is set"
     return (f"Redis maxmemory-policy is {policy}: it evicts keys {when}, and evicted marks count "
             "their IPs again; set maxmemory-policy noeviction (docs/operations.md)")
-
-
-def redact(url: str) -> str:
-    """``url`` without its password (``redis://user:***@host``)."""
-    return re.sub(r"^([a-z]+://)([^@/]*?):[^@/]*@", r"\1\2:***@", url)
 
 
 def socket_path(data_dir: Path) -> Path:

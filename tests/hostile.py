@@ -186,6 +186,10 @@ class HostileHttpTracker:
                 sock.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
                 for _ in range(100000):
                     sock.sendall(b"10\r\n" + b"y" * 16 + b"\r\n")
+            elif path == "/endlesswide":
+                sock.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+                for _ in range(100000):
+                    sock.sendall(b"1000\r\n" + b"y" * 4096 + b"\r\n")
             elif path == "/slow":
                 gevent.sleep(30)
                 send(bencode.encode(good))
@@ -197,6 +201,14 @@ class HostileHttpTracker:
             elif path == "/superscript":
                 # "²" in Latin-1, as a header is read: str.isdigit() says yes, int() says no.
                 sock.sendall("HTTP/1.1 200 OK\r\nContent-Length: ²\r\n\r\n".encode("latin-1") + bencode.encode(good))
+            elif path == "/untilclose":
+                # HTTP/1.0 without Content-Length: the body ends when the connection does.
+                body = bencode.encode(good)
+                sock.sendall(b"HTTP/1.0 200 OK\r\n\r\n" + body[:10])
+                gevent.sleep(0.05)
+                sock.sendall(body[10:])
+            elif path == "/twolengths":
+                sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nabcdef")
             elif path == "/hexchunk":
                 body = bencode.encode(good)
                 sock.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"

@@ -29,13 +29,20 @@ def trackers(settings, client, keys):
 
 @pytest.mark.parametrize("path, why", [
     ("/superscript", "HttpReplyError: bad Content-Length '²'"),
-    ("/hexchunk", "HttpReplyError: bad chunk size b'0x"),
+    ("/hexchunk", "HttpReplyError: bad chunked body: illegal chunk header: b'0x"),
+    ("/twolengths", "HttpReplyError: conflicting Content-Length headers '5, 6'"),
     ("/bigint", "integer at offset"),
     ("/bigcount", "'complete' of 13 digits is past any swarm's size"),
 ])
 def test_hostile_numbers_are_typed_failures(http_tracker, trackers, path, why):
     r = trackers.announce(http_tracker.base + path, os.urandom(20).hex())
     assert not r.ok and why in r.error, r.error
+
+
+def test_a_body_delimited_by_the_close_is_read_whole(http_tracker, trackers):
+    r = trackers.announce(http_tracker.base + "/untilclose", os.urandom(20).hex())
+    assert r.ok, r.error
+    assert set(r.peers) >= set(GOOD_PEERS) and r.warning == "be nice"
 
 
 def test_an_interval_past_any_float_use_is_clamped(http_tracker, trackers):

@@ -343,3 +343,22 @@ def test_a_claim_in_the_older_format_is_respected_until_its_ttl(client, keys, po
     time.sleep(0.5)
     r = fl.flush_once()
     assert r["recovered"] and r["stats"] == 1 and sink.counts()["countries.Germany.users"] == 1
+
+
+@pytest.mark.parametrize("chunk", [500, 12_000])
+def test_an_outbox_past_lua_unpack_limits_is_posted_exactly_once(client, keys, posting, sink, chunk):
+    # 12,000 owed stats (a backlog after an outage): one failed post puts every
+    # in-flight count back (nack), the next flush posts them all, in chunks of
+    # the default size or in one chunk wider than Lua's ~8,000-value stack.
+    owed = {f"countries.C{i}.users": 1 + i % 7 for i in range(12_000)}
+    client.hset(outbox_key(keys), mapping=owed)
+    fl = Flusher(client, keys, posting, chunk=chunk)
+    sink.fail_next(1)
+    assert not fl.flush_once()["ok"]
+    assert sum(int(v) for v in client.hvals(outbox_key(keys))) == sum(owed.values())
+    r = fl.flush_once()
+    assert r["ok"] and r["stats"] == 12_000 and r["increments"] == sum(owed.values())
+    got = sink.counts()
+    got.pop("torrents.count", None)
+    assert dict(got) == owed
+    assert not client.exists(outbox_key(keys))

@@ -9,10 +9,11 @@ accepts the connection, each connect given an equal share of the time left
 For ``https`` the connection is wrapped in TLS and the certificate verified
 against the default trust store plus ``Settings.tracker_ca_file``
 (``tls_context``); a certificate that does not verify, or a handshake that
-fails, is a ``TrackerTlsError``. Read raw bytes until the server closes, the
-response is complete, the size cap is passed (a failure: an endless body),
-or the deadline passes (the handshake included). Follow at most
-``MAX_REDIRECTS`` redirects, each re-resolved and re-checked. Parsing is
+fails, is a ``TrackerTlsError``. Read bytes into the codec's
+``ResponseReader`` (h11 framing) until it has the whole response, the body
+passes the size cap (a failure: an endless body), or the deadline passes
+(the handshake included). Follow at most ``MAX_REDIRECTS`` redirects, each
+re-resolved and re-checked. Framing and parsing are
 ``crawler.sources.http_codec``'s job.
 """
 
@@ -33,16 +34,14 @@ from crawler.sources import addresses
 from crawler.sources.addresses import AddressCheck, Resolver, first, resolve
 from crawler.sources.http_codec import (
     HttpReplyError,
+    HttpRequestError,
     HttpResponse,
-    body_complete,
-    parse_response,
-    request_bytes,
-    split_head,
+    ReplyTooLarge,
+    ResponseReader,
 )
 from crawler.sources.udp_client import TrackerTimeout
 
 MAX_REDIRECTS = 3
-_HEAD_MAX = 64 * 1024
 CA_FILE_SETTING = "PEERCRAWL_TRACKER_CA_FILE"
 
 
@@ -156,6 +155,10 @@ def _get_once(url, deadline, max_bytes, check, tls, resolver, preferred) -> Http
         host_header = _ascii_host(parts.netloc.rsplit("@", 1)[-1])
     except UnicodeError as e:
         raise HttpTrackerError(f"{what}: host name cannot be encoded: {e}") from None
+    try:
+        reader = ResponseReader(host_header, target, max_bytes)
+    except HttpRequestError as e:
+        raise HttpTrackerError(f"{what}: {e}") from None
     left = deadline - time.monotonic()
     if left <= 0:
         raise TrackerTimeout(f"{what}: deadline passed")
@@ -166,7 +169,7 @@ def _get_once(url, deadline, max_bytes, check, tls, resolver, preferred) -> Http
         try:
             if is_tls:
                 s = _handshake(s, tls or _default_context(), parts.hostname, what)
-            return _exchange(s, request_bytes(host_header, target), max_bytes, what)
+            return _exchange(s, reader, what)
         except _stdssl.SSLError as e:
             raise TrackerTlsError(f"{what}: TLS error: {_ssl_text(e)}") from e
         except OSError as e:
@@ -227,23 +230,16 @@ def _ssl_text(e: _stdssl.SSLError) -> str:
     return re.sub(r"\s*\(_ssl\.c:\d+\)$", "", str(e)) or type(e).__name__
 
 
-def _exchange(s, request: bytes, max_bytes: int, what: str) -> HttpResponse:
-    s.sendall(request)
-    buf = bytearray()
-    head = None
-    while True:
-        chunk = s.recv(65536)
-        if not chunk:
-            break
-        buf += chunk
-        if head is None:
-            head = split_head(bytes(buf))
-            if head is None and len(buf) > _HEAD_MAX:
-                raise HttpReplyError(f"response head larger than {_HEAD_MAX} bytes")
-        if head is not None:
-            if len(buf) - head[2] > max_bytes:
-                raise HttpTrackerError(f"{what}: reply larger than {max_bytes} bytes")
-            if body_complete(head[1], bytes(buf[head[2]:])):
-                break
-    return parse_response(bytes(buf))
-
+def _exchange(s, reader: ResponseReader, what: str) -> HttpResponse:
+    """Send the request and feed what arrives to ``reader`` until it has the whole response."""
+    s.sendall(reader.request)
+    try:
+        while True:
+            chunk = s.recv(65536)
+            response = reader.feed(chunk)
+            if response is not None:
+                return response
+            if not chunk:  # the reader raises on a close before the end; this is only a guard
+                raise HttpReplyError("connection closed before the response was whole")
+    except ReplyTooLarge as e:
+        raise HttpTrackerError(f"{what}: {e}") from None
