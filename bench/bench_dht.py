@@ -194,7 +194,7 @@ class SourceSide:
 
     def __init__(self, settings: Settings, hashes: list[str], expected: dict, concurrency: int, table: int):
         self.hashes, self.expected, self.concurrency = hashes, expected, concurrency
-        self.source = DhtSource(settings, settle=settings.dht_timeout, extra=EXTRA)
+        self.source = DhtSource(settings.replace(dht_settle=settings.dht_timeout), extra=EXTRA)
         end = time.monotonic() + 10
         while self.source.dht_health()["nodes"] < table and time.monotonic() < end:
             gevent.sleep(0.05)

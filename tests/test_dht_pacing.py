@@ -248,7 +248,7 @@ def _burst(swarm, crawler_ip: str, **changes):
     )
     hashes = [HASH_A, HASH_B, HASH_C] + [hashlib.sha1(f"pacing-{i}".encode()).hexdigest() for i in range(LOOKUPS - 3)]
     _drain(swarm)  # forget what came before
-    with DhtSource(settings, settle=0.5) as source:
+    with DhtSource(settings.replace(dht_settle=0.5)) as source:
         start = time.monotonic()
         jobs = [gevent.spawn(source.lookup, ih) for ih in hashes]
         gevent.joinall(jobs, raise_error=True)

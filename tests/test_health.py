@@ -44,8 +44,8 @@ def test_answers_are_batched_then_flushed(client, keys):
 
 def test_backing_off_tracker_skipped_without_traffic(settings, client, keys):
     tr = HostileUdpTracker()
-    t = Trackers(settings.replace(udp_timeout=0.2, udp_retries=1, tracker_backoff_base=60), client, keys,
-                 backoff_threshold=2)
+    t = Trackers(settings.replace(udp_timeout=0.2, udp_retries=1, tracker_backoff_base=60, tracker_backoff_after=2),
+                 client, keys)
     try:
         silent = (bytes([UDP_SILENT]) + os.urandom(19)).hex()
         good = (bytes([UDP_GOOD]) + os.urandom(19)).hex()
@@ -68,7 +68,7 @@ def test_refusal_counts_as_alive(settings, client, keys):
     from tests.hostile import UDP_ERROR
 
     tr = HostileUdpTracker()
-    t = Trackers(settings.replace(udp_timeout=0.2), client, keys, backoff_threshold=1)
+    t = Trackers(settings.replace(udp_timeout=0.2, tracker_backoff_after=1), client, keys)
     try:
         r = t.announce(tr.url, (bytes([UDP_ERROR]) + os.urandom(19)).hex())
         assert not r.ok and "go away" in r.error

@@ -21,7 +21,8 @@ def http_tracker():
 
 @pytest.fixture
 def trackers(settings, client, keys):
-    t = Trackers(settings.replace(http_timeout=2.0), client, keys, backoff_threshold=1000, stop_timeout=0.5)
+    # udp_timeout bounds the "stopped" announce.
+    t = Trackers(settings.replace(http_timeout=2.0, udp_timeout=0.5, tracker_backoff_after=1000), client, keys)
     yield t
     t.close()
 
@@ -62,8 +63,8 @@ def test_a_hostile_redirect_location_is_a_typed_failure(http_tracker, trackers, 
 
 def test_a_tracker_url_with_a_non_ascii_name_and_query_is_sent_encoded(http_tracker, settings, client, keys):
     # URLs from magnets and .torrent files may hold any character; the request must still be ASCII.
-    t = Trackers(settings.replace(http_timeout=2.0), client, keys, resolver=resolver_for({"трекер.test": ["127.0.0.1"]}),
-                 stop_timeout=0.5)
+    t = Trackers(settings.replace(http_timeout=2.0, udp_timeout=0.5), client, keys,
+                 resolver=resolver_for({"трекер.test": ["127.0.0.1"]}))
     try:
         r = t.announce(f"http://трекер.test:{http_tracker.port}/good?passkey=ключ ü", os.urandom(20).hex())
     finally:

@@ -1,9 +1,14 @@
 """Settings from the environment: defaults, parsing, one-line errors naming the variable."""
 
+import dataclasses
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from crawler.errors import SettingsError
-from crawler.settings import Settings, TrackerSpec
+from crawler.settings import Settings, TrackerSpec, declarations, markdown_table
 from tests.cli import run
 
 
@@ -93,3 +98,64 @@ def test_a_bad_secret_is_not_shown():
     with pytest.raises(SettingsError) as e:
         Settings.from_env({"PEERCRAWL_SECRET": "hunter2-pw"})
     assert "hunter2" not in str(e.value) and "got 10" in str(e.value)
+
+
+def test_a_bad_dashboard_token_names_its_own_variable_and_is_not_shown():
+    with pytest.raises(SettingsError) as e:
+        Settings.from_env({"PEERCRAWL_DASHBOARD_TOKEN": "hunter2-pw"})
+    msg = str(e.value)
+    assert msg.startswith("PEERCRAWL_DASHBOARD_TOKEN:") and "hunter2" not in msg and "got 10" in msg
+
+
+# --- each setting declared once ----------------------------------------------
+
+def test_every_field_is_declared_with_one_variable():
+    fields = [f.name for f in dataclasses.fields(Settings)]
+    decl = declarations()
+    assert [name for name, _ in decl] == fields
+    envs = [var.env for _, var in decl]
+    assert len(set(envs)) == len(envs)
+    assert all(var.meaning.strip() for _, var in decl)
+
+
+def test_unset_environment_gives_the_dataclass_defaults():
+    # One default per setting: from_env({}) and Settings() cannot disagree.
+    assert Settings.from_env({}) == Settings()
+    # ... and a setting derived from another follows it when unset.
+    s = Settings.from_env({"PEERCRAWL_TRACKER_MAX_PEERS": "30"})
+    assert s.trackers and all(t.max_peers == 30 for t in s.trackers)
+    assert Settings.from_env({"PEERCRAWL_TRACKERS": "udp://a:1/x"}).trackers == (TrackerSpec("udp://a:1/x", 200),)
+
+
+@pytest.mark.parametrize("name, var", declarations(), ids=[n for n, _ in declarations()])
+def test_each_number_and_switch_reaches_its_own_field(name, var):
+    # Another valid value in the variable changes its field and no other one
+    # (but those declared to follow it when unset).
+    default = getattr(Settings(), name)
+    if isinstance(default, bool):
+        raw = "off" if default else "on"
+    elif isinstance(default, int):
+        raw = str(default + 1)
+    elif isinstance(default, float):
+        raw = repr(default / 2 if default else 1.0)
+    else:
+        pytest.skip("text, paths and lists: test_parsing")
+    s, base = Settings.from_env({var.env: raw}), Settings.from_env({})
+    followers = [n for n, v in declarations() if v.uses == name]
+    changed = [f.name for f in dataclasses.fields(Settings) if getattr(s, f.name) != getattr(base, f.name)]
+    assert changed == sorted([name, *followers], key=[f.name for f in dataclasses.fields(Settings)].index)
+
+
+def test_readme_settings_table_is_the_generated_one():
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    start = readme.index("| variable | meaning | default |")
+    table = readme[start:readme.index("\n\n", start) + 1]
+    assert table == markdown_table(), "README.md's settings table is stale: run " \
+        "`python -m crawler.settings --markdown` and paste its output over the table"
+
+
+def test_the_table_command_prints_it():
+    p = subprocess.run([sys.executable, "-m", "crawler.settings", "--markdown"], capture_output=True, text=True,
+                       timeout=30)
+    assert p.returncode == 0 and p.stdout == markdown_table() and p.stderr == ""
+    assert p.stdout.count("\n") == 2 + len(declarations())

@@ -63,8 +63,8 @@ def make_trackers(settings, client, keys):
     made = []
 
     def make(names, **kw) -> Trackers:
-        s = settings.replace(udp_timeout=0.4, udp_retries=2, http_timeout=5.0)
-        t = Trackers(s, client, keys, resolver=resolver_for(names), backoff_threshold=1000, stop_timeout=0.4, **kw)
+        s = settings.replace(udp_timeout=0.4, udp_retries=2, http_timeout=5.0, tracker_backoff_after=1000)
+        t = Trackers(s, client, keys, resolver=resolver_for(names), **kw)
         made.append(t)
         return t
 

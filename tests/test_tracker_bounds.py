@@ -43,7 +43,7 @@ def udp_tracker():
 
 def _trackers(settings, client, keys, **kw) -> Trackers:
     s = settings.replace(**{"udp_timeout": 0.5, "udp_retries": 1, "http_timeout": 3.0, **kw})
-    return Trackers(s, client, keys, backoff_threshold=s.tracker_backoff_after, stop_timeout=0.5)
+    return Trackers(s, client, keys)
 
 
 # --- item 4: whatever escapes an exchange is that tracker's failure ------------------------
@@ -126,7 +126,7 @@ def test_caches_stay_bounded_after_many_distinct_trackers(settings, client, keys
         return [(socket.AF_INET, ("127.0.0.1", port)), (socket.AF_INET6, ("::1", port))]
 
     s = settings.replace(udp_timeout=0.5, udp_retries=1, tracker_cache_size=16)
-    t = Trackers(s, client, keys, resolver=resolver, stop_timeout=0.5)
+    t = Trackers(s, client, keys, resolver=resolver)
     t.health.flush_every = 3600  # only the size bound flushes the batch
     try:
         for name, port in names.items():

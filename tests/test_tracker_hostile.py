@@ -21,8 +21,8 @@ def _hash(mode: int) -> str:
 @pytest.fixture
 def trackers(settings, client, keys):
     # udp: 2 tries of 0.5 s; backoff after many failures so one test's faults do not bench the tracker.
-    t = Trackers(settings.replace(udp_timeout=0.5, udp_retries=2, http_timeout=2.0, http_max_bytes=256 * 1024),
-                 client, keys, backoff_threshold=1000, stop_timeout=0.5)
+    t = Trackers(settings.replace(udp_timeout=0.5, udp_retries=2, http_timeout=2.0, http_max_bytes=256 * 1024,
+                                  tracker_backoff_after=1000), client, keys)
     yield t
     t.close()
 

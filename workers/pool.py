@@ -58,13 +58,15 @@ class Worker:
     the pool size, or None for ``autoscaler`` to choose it. ``flusher``: a
     ``Flusher`` run in the background (None: none). ``on_visit``: called with
     each ``Visit`` (``run``'s progress). ``heartbeat``: a ``Heartbeat``.
+    Bounds come from ``queue.settings`` (an outage is reported after
+    ``outage_after`` failed visits in a row).
     ``run()`` returns the process exit code (0).
     """
 
     def __init__(self, queue: Queue, visitor: Visitor, *, concurrency: int | None = None, autoscaler=None,
                  max_visits: int | None = None, until_idle: bool = False, duration: float | None = None,
                  flusher=None, sweep: Callable | None = None, heartbeat: Heartbeat | None = None,
-                 failing_after: int = 5, on_visit: Callable[[Visit], None] | None = None):
+                 on_visit: Callable[[Visit], None] | None = None):
         self.queue, self.visitor = queue, visitor
         self.settings = queue.settings
         self.autoscaler = autoscaler
@@ -72,7 +74,7 @@ class Worker:
         self.max_visits, self.until_idle, self.duration = max_visits, until_idle, duration
         self.flusher, self.sweep = flusher, sweep
         self.heartbeat = heartbeat or Heartbeat(queue.client, queue.keys)
-        self.health = Health(failing_after)
+        self.health = Health(self.settings.outage_after)
         self.on_visit = on_visit
         self.claimed = 0
         self.pool: dict[gevent.Greenlet, Lease] = {}

@@ -1,7 +1,8 @@
 """Assembling one worker process from settings: sources, recorder, flusher, pool.
 
-``build`` is what the ``worker`` and ``run`` commands call after gevent is
-patched; tests and the benchmark call it too, with their own collaborators.
+``Process`` is what the ``worker`` and ``run`` commands build after gevent is
+patched; tests and the benchmark build it too, with settings of their own
+(``settings.replace(...)``).
 """
 
 from __future__ import annotations
@@ -27,7 +28,14 @@ log = logs.get("worker")
 class Process:
     """Everything one worker process owns; ``run()`` runs the pool and closes the sources.
 
-    ``concurrency``: a pool size, or None for ``--concurrency auto``.
+    Every bound comes from ``settings``. The other parameters are the
+    command's flags: ``concurrency`` (a pool size, or None for
+    ``--concurrency auto``), ``max_visits``, ``until_idle``, ``duration``;
+    ``on_visit`` (``run``'s progress). Hooks for which no setting exists:
+    ``flush=False`` runs no flusher and no sweep (tests that count the outbox
+    themselves); ``autoscale_interval`` and ``autoscale_options`` (the
+    ``Autoscaler``'s pace and targets, tuned by the benchmark; a deployment has
+    no reason to change them).
     Raises ``GeoError`` (database), ``StoreError`` (Redis) or
     ``AddressRefused`` (a private DHT router without allow_private) at build.
     """
@@ -35,20 +43,17 @@ class Process:
     def __init__(self, settings: Settings, client, keys: Keys, *, concurrency: int | None,
                  max_visits: int | None = None, until_idle: bool = False, duration: float | None = None,
                  on_visit: Callable[[Visit], None] | None = None, flush: bool = True,
-                 tracker_floor: float | None = None, failing_after: int | None = None,
-                 heartbeat_interval: float = 5.0, locator=None, dht_extra: dict | None = None,
                  autoscale_interval: float = 5.0, autoscale_options: dict | None = None):
         self.settings, self.client, self.keys = settings, client, keys
         self.queue = Queue(client, keys, settings)
-        self.recorder = Recorder(client, keys, settings, locator)
-        self.trackers = Trackers(settings, client, keys, backoff_threshold=settings.tracker_backoff_after)
+        self.recorder = Recorder(client, keys, settings)
+        self.trackers = Trackers(settings, client, keys)
         self.dht = None
         if settings.dht:
             from crawler.sources.dht import DhtSource
 
-            self.dht = DhtSource(settings, settle=settings.dht_settle, extra=dht_extra)
-        self.visitor = Visitor(self.queue, keys, settings, self.trackers, self.recorder, self.dht,
-                               settings.tracker_floor if tracker_floor is None else tracker_floor)
+            self.dht = DhtSource(settings)
+        self.visitor = Visitor(self.queue, keys, settings, self.trackers, self.recorder, self.dht)
         autoscaler = None
         if concurrency is None:
             autoscaler = Autoscaler(client, settings.concurrency_min, settings.concurrency_max,
@@ -64,7 +69,7 @@ class Process:
             self.queue, self.visitor, concurrency=concurrency, autoscaler=autoscaler, max_visits=max_visits,
             until_idle=until_idle, duration=duration, flusher=flusher,
             sweep=self.recorder.sweep if flush else None,
-            heartbeat=Heartbeat(client, keys, heartbeat_interval), failing_after=settings.outage_after if failing_after is None else failing_after,
+            heartbeat=Heartbeat(client, keys),
             on_visit=on_visit,
         )
         if self.metrics is not None:
@@ -83,6 +88,7 @@ class Process:
             self.close()
 
     def close(self) -> None:
+        """Close the sources and the metrics server (a Redis error at exit is logged, not raised)."""
         try:
             self.trackers.close()
         except (StoreError, OSError) as e:  # Redis gone at exit: health counts are best effort

@@ -46,10 +46,6 @@ from crawler.sources.result import SourceResult, VisitResult
 
 log = logs.get("worker.visit")
 
-# The spacing of two announces of one torrent to one tracker that gave no min
-# interval: none beyond the revisit interval (a deployment wanting libtorrent's
-# politeness would pass 300, its min_announce_interval).
-DEFAULT_TRACKER_FLOOR = 0.0
 # Not-before entries outlive the longest min interval a tracker may ask for.
 MIN_INTERVAL_CAP = 6 * 3600.0
 # Torrents remembered as noted for torrents.processed in the current hour:
@@ -76,16 +72,14 @@ class Visitor:
 
     ``trackers``: a ``crawler.sources.trackers.Trackers``; ``dht``: a
     ``DhtSource`` or None; ``recorder``: a ``crawler.counters.Recorder``.
-    ``tracker_floor``: seconds a tracker is left alone for a torrent when it
-    gave no min interval. ``visit`` raises only ``StoreError`` (Redis).
+    ``settings.tracker_floor``: seconds a tracker is left alone for a torrent
+    when it gave no min interval. ``visit`` raises only ``StoreError`` (Redis).
     """
 
-    def __init__(self, queue: Queue, keys: Keys, settings: Settings, trackers, recorder, dht=None,
-                 tracker_floor: float = DEFAULT_TRACKER_FLOOR):
+    def __init__(self, queue: Queue, keys: Keys, settings: Settings, trackers, recorder, dht=None):
         self.queue, self.keys, self.settings = queue, keys, settings
         self.client = queue.client
         self.trackers, self.recorder, self.dht = trackers, recorder, dht
-        self.tracker_floor = tracker_floor
         self._defaults = tuple(t.url for t in settings.trackers)
         self._hour, self._noted = -1, set()
 
@@ -140,7 +134,7 @@ class Visitor:
         return SourceResult.failed(url, "no answer within the visit deadline")
 
     def _not_before(self, r: SourceResult, now: float) -> float:
-        wait = r.min_interval if r.min_interval is not None else self.tracker_floor
+        wait = r.min_interval if r.min_interval is not None else self.settings.tracker_floor
         return now + min(max(wait, 0.0), MIN_INTERVAL_CAP)
 
     def visit(self, lease: Lease) -> Visit:

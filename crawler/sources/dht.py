@@ -16,7 +16,7 @@ a traversal running):
 
 libtorrent posts no "lookup finished" alert for ``dht_get_peers``, so a lookup
 ends at the first of: ``max_peers`` peers gathered, no new query or reply for
-``settle`` seconds (the traversal is over or only waits on dead nodes, which
+``dht_settle`` seconds (the traversal is over or only waits on dead nodes, which
 would cost the full query timeout), or the ``dht_timeout`` deadline. A lookup
 sleeps on its event until it has its peers; one hub timer (``TICK``) wakes
 those that settled or reached their deadline.
@@ -134,8 +134,8 @@ class DhtSource:
 
     ``settings``: dht_listen, dht_bootstrap, dht_upload_rate_limit,
     dht_lookups_in_flight, dht_timeout, dht_max_peers, dht_node_rate,
-    dht_node_window, allow_private are used.
-    ``settle``: seconds without a new query after which a lookup is over.
+    dht_node_window, allow_private are used, and dht_settle: seconds without
+    a new reply after which a lookup is over.
     ``read_only``: run as a BEP 43 read-only node (see dht_session).
     ``extra``: libtorrent settings overriding ours (tests and benchmarks).
 
@@ -144,11 +144,11 @@ class DhtSource:
     the lookups.
     """
 
-    def __init__(self, settings: Settings, settle: float = 2.0, read_only: bool = True, extra: dict | None = None):
+    def __init__(self, settings: Settings, read_only: bool = True, extra: dict | None = None):
         self.settings = settings
         self.max_peers = settings.dht_max_peers
         self.timeout = settings.dht_timeout
-        self.settle = settle
+        self.settle = settings.dht_settle
         self.bootstrap = resolve_bootstrap(settings.dht_bootstrap, settings.allow_private)
         self._session = new_session(settings, self.bootstrap, read_only, extra)
         # Every info-hash with a traversal not yet retired by the pacer.

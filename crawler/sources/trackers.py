@@ -101,7 +101,13 @@ def shared_port(client: redis.Redis, keys: Keys) -> int:
 
 
 class Trackers:
-    """Every tracker exchange of one worker process (one per process, shared by greenlets)."""
+    """Every tracker exchange of one worker process (one per process, shared by greenlets).
+
+    Every bound comes from ``settings``. ``udp``, ``address_check`` and
+    ``resolver`` are collaborators no setting describes, injected by tests
+    (a UDP client of their own, one loopback address treated as public, names
+    with several addresses); None: the real ones.
+    """
 
     def __init__(
         self,
@@ -109,8 +115,6 @@ class Trackers:
         client: redis.Redis,
         keys: Keys,
         udp: UdpTrackerClient | None = None,
-        backoff_threshold: int = 2,
-        stop_timeout: float | None = None,
         address_check: AddressCheck | None = None,
         resolver: Resolver | None = None,
     ):
@@ -126,15 +130,16 @@ class Trackers:
         self.udp = udp or UdpTrackerClient(settings.udp_timeout, settings.udp_retries,
                                              cache_size=settings.tracker_cache_size)
         self.health = TrackerHealth(
-            client, keys, settings.tracker_backoff_base, settings.tracker_backoff_max, backoff_threshold,
+            client, keys, settings.tracker_backoff_base, settings.tracker_backoff_max, settings.tracker_backoff_after,
             cache_size=settings.tracker_cache_size, prune_after=settings.tracker_prune_seconds,
         )
         self.port = settings.announce_port or shared_port(client, keys)
         self.peer_id = b"-PC0100-" + os.urandom(12)
         self.key = random.getrandbits(32)
         self.self_filter = SelfFilter(self.port)
-        # The withdrawal is best effort: one try, at most this long.
-        self.stop_timeout = stop_timeout if stop_timeout is not None else settings.udp_timeout
+        # The withdrawal is best effort: one try, at most one UDP try's time
+        # (Settings.udp_timeout), whether the tracker speaks UDP or HTTP.
+        self.stop_timeout = settings.udp_timeout
         self._dns: Lru[tuple[str, int], tuple[list, float]] = Lru(settings.tracker_cache_size)
         # ("udp" | "tcp", host, port) -> the address that last answered (UDP)
         # or accepted a connection (HTTP), tried first next time.
