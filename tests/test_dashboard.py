@@ -256,8 +256,6 @@ def test_dashboard_command_errors_are_one_line(test_env):
     assert p.returncode == 1 and "cannot listen on 127.0.0.1" in p.stderr and "Traceback" not in p.stderr
 
 
-@pytest.mark.xfail(strict=True, reason="crawler/settings.py _secret names PEERCRAWL_SECRET in the error of every "
-                   "variable it parses (PEERCRAWL_DASHBOARD_TOKEN too); the fix is settings.py's")
 def test_a_short_dashboard_token_is_named(test_env):
     p = run(dict(test_env, PEERCRAWL_DASHBOARD_TOKEN="short"), "dashboard", timeout=30)
     assert p.returncode == 2 and "PEERCRAWL_DASHBOARD_TOKEN" in p.stderr and "Traceback" not in p.stderr

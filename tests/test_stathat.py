@@ -351,14 +351,14 @@ def test_an_outbox_past_lua_unpack_limits_is_posted_exactly_once(client, keys, p
     # in-flight count back (nack), the next flush posts them all, in chunks of
     # the default size or in one chunk wider than Lua's ~8,000-value stack.
     owed = {f"countries.C{i}.users": 1 + i % 7 for i in range(12_000)}
-    client.hset(outbox_key(keys), mapping=owed)
+    client.hset(keys.outbox, mapping=owed)
     fl = Flusher(client, keys, posting, chunk=chunk)
     sink.fail_next(1)
     assert not fl.flush_once()["ok"]
-    assert sum(int(v) for v in client.hvals(outbox_key(keys))) == sum(owed.values())
+    assert sum(int(v) for v in client.hvals(keys.outbox)) == sum(owed.values())
     r = fl.flush_once()
     assert r["ok"] and r["stats"] == 12_000 and r["increments"] == sum(owed.values())
     got = sink.counts()
     got.pop("torrents.count", None)
     assert dict(got) == owed
-    assert not client.exists(outbox_key(keys))
+    assert not client.exists(keys.outbox)
