@@ -10,16 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
-import subprocess
-import sys
-import threading
 import time
 import urllib.request
 
 import pytest
 
-from tests.cli import run
+from tests.cli import run, start_run
 from tests.dashboard_data import stats_json
 from tests.mmdb import write_city_db
 from tests.opentracker import opentracker, peer_address  # noqa: F401 (fixture)
@@ -49,23 +45,8 @@ def test_a_crawl_shows_on_the_dashboard(test_env, opentracker, browser, tmp_path
         ot.announce_from(peer_address(i), b, 6881)
     env = dict(test_env, GEOIP_DB=str(write_city_db(tmp_path / "city.mmdb", PLACES)))
     magnets = [f"magnet:?xt=urn:btih:{h}&tr={ot.udp_url}" for h in (a, b)]
-    p = subprocess.Popen([sys.executable, "-m", "crawler", "run", *magnets, "--duration", "60",
-                          "--dashboard-port", "0"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                         text=True)
-    found: list[str] = []
-    ready = threading.Event()
-
-    def read():
-        for line in p.stderr:
-            m = re.search(r"dashboard at (http://\S+)/", line)
-            if m:
-                found.append(m.group(1))
-                ready.set()
-
-    threading.Thread(target=read, daemon=True).start()
+    p, base = start_run(env, *magnets, "--duration", "60")
     try:
-        assert ready.wait(30), "run printed no dashboard address"
-        base = found[0]
         end = time.monotonic() + 30
         status: dict = {}
         while time.monotonic() < end:
