@@ -14,6 +14,7 @@ import struct
 import urllib.parse
 
 import gevent
+import pytest
 from gevent import socket
 from gevent.server import StreamServer
 
@@ -285,3 +286,19 @@ class ListingUdpTracker:
     def close(self):
         self.g.kill()
         self.sock.close()
+
+
+@pytest.fixture
+def http_tracker():
+    """A hostile HTTP tracker stand-in for one test."""
+    t = HostileHttpTracker()
+    yield t
+    t.close()
+
+
+@pytest.fixture
+def udp_tracker():
+    """A hostile UDP tracker stand-in for one test."""
+    t = HostileUdpTracker()
+    yield t
+    t.close()

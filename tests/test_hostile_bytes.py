@@ -8,15 +8,11 @@ import pytest
 
 from crawler.sources import http_codec as h
 from crawler.sources.trackers import Trackers
-from tests.hostile import GOOD_PEERS, HostileHttpTracker
+from tests.hostile import (
+    GOOD_PEERS,
+    http_tracker,  # noqa: F401 (fixtures)
+)
 from tests.tls_trackers import resolver_for
-
-
-@pytest.fixture
-def http_tracker():
-    t = HostileHttpTracker()
-    yield t
-    t.close()
 
 
 @pytest.fixture

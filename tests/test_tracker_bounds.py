@@ -20,25 +20,11 @@ from crawler.settings import Settings, TrackerSpec
 from crawler.sources.health import TrackerHealth, tracker_report
 from crawler.sources.trackers import Trackers
 from tests import hostile
-from tests.hostile import HostileHttpTracker, HostileUdpTracker, ListingUdpTracker
+from tests.hostile import HostileHttpTracker, HostileUdpTracker, ListingUdpTracker, http_tracker, udp_tracker  # noqa: F401 (fixtures)
 
 
 def _hash(mode: int = 0) -> str:
     return (bytes([mode]) + os.urandom(19)).hex()
-
-
-@pytest.fixture
-def http_tracker():
-    t = HostileHttpTracker()
-    yield t
-    t.close()
-
-
-@pytest.fixture
-def udp_tracker():
-    t = HostileUdpTracker()
-    yield t
-    t.close()
 
 
 def _trackers(settings, client, keys, **kw) -> Trackers:

@@ -11,7 +11,7 @@ import pytest
 from crawler.sources import addresses
 from crawler.sources.trackers import Trackers
 from tests import hostile
-from tests.hostile import GOOD_PEERS, HostileHttpTracker, HostileUdpTracker
+from tests.hostile import GOOD_PEERS, HostileHttpTracker, HostileUdpTracker, http_tracker, udp_tracker  # noqa: F401 (fixtures)
 
 
 def _hash(mode: int) -> str:
@@ -23,20 +23,6 @@ def trackers(settings, client, keys):
     # udp: 2 tries of 0.5 s; backoff after many failures so one test's faults do not bench the tracker.
     t = Trackers(settings.replace(udp_timeout=0.5, udp_retries=2, http_timeout=2.0, http_max_bytes=256 * 1024,
                                   tracker_backoff_after=1000), client, keys)
-    yield t
-    t.close()
-
-
-@pytest.fixture
-def udp_tracker():
-    t = HostileUdpTracker()
-    yield t
-    t.close()
-
-
-@pytest.fixture
-def http_tracker():
-    t = HostileHttpTracker()
     yield t
     t.close()
 
