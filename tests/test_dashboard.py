@@ -10,12 +10,13 @@ from __future__ import annotations
 import csv
 import io
 import json
+from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from crawler.dashboard.app import create_app
-from crawler.dashboard.countries import NAMES, map_code, shapes
+from crawler.dashboard.countries import CODE_OF, NAMES, map_code, shapes
 from crawler.dashboard.views import Views
 from tests.cli import run
 from tests.dashboard_data import HASHES, record_world
@@ -215,6 +216,14 @@ def test_every_geolite_name_has_one_code_and_shapes_are_iso():
     assert shapes() <= set(NAMES)
     assert map_code("United States") == "US" and map_code("DR Congo") == "CD" and map_code("Congo Republic") == "CG"
     assert map_code("Atlantis") is None
+
+
+def test_every_name_of_a_2024_geolite_database_finds_its_code():
+    """The table knows the names of a current GeoLite2, not only the bundled 2018 one's."""
+    path = Path(__file__).parent / "data" / "geolite2_country_names_20240618.json"
+    current = json.loads(path.read_text(encoding="utf-8"))["names"]
+    assert len(current) == 251
+    assert {name: CODE_OF.get(name) for name in current.values()} == {name: code for code, name in current.items()}
 
 
 def test_hostile_addresses_never_break_the_dashboard(client, keys, settings, world):

@@ -4,7 +4,8 @@ Counters name countries by GeoLite2's English name (SPEC §4, docs/metrics.md);
 the vendored world map (``static/world.json``) names its shapes by ISO 3166-1
 alpha-2 code. ``NAMES`` lists, per code, every English name GeoLite2 has used
 for it: the names of the bundled 2018 database first (read from it), then
-those of later releases where they differ (``DR Congo``, ``Türkiye``...).
+those of the 2024-06-18 release where they differ (``DR Congo``, ``Türkiye``...;
+``tests/data/`` keeps that release's names).
 A name not listed here (a future rename) is still counted and listed beside
 the map; it just colours no shape, and the page says so.
 """
@@ -30,7 +31,7 @@ NAMES: dict[str, list[str]] = {
     "AT": ["Austria"],
     "AU": ["Australia"],
     "AW": ["Aruba"],
-    "AX": ["Åland"],
+    "AX": ["Åland", "Åland Islands"],
     "AZ": ["Azerbaijan"],
     "BA": ["Bosnia and Herzegovina"],
     "BB": ["Barbados"],
@@ -41,7 +42,7 @@ NAMES: dict[str, list[str]] = {
     "BH": ["Bahrain"],
     "BI": ["Burundi"],
     "BJ": ["Benin"],
-    "BL": ["Saint-Barthélemy"],
+    "BL": ["Saint-Barthélemy", "Saint Barthélemy"],
     "BM": ["Bermuda"],
     "BN": ["Brunei"],
     "BO": ["Bolivia"],
@@ -54,7 +55,7 @@ NAMES: dict[str, list[str]] = {
     "BY": ["Belarus"],
     "BZ": ["Belize"],
     "CA": ["Canada"],
-    "CC": ["Cocos [Keeling] Islands"],
+    "CC": ["Cocos [Keeling] Islands", "Cocos (Keeling) Islands"],
     "CD": ["Congo", "DR Congo"],
     "CF": ["Central African Republic"],
     "CG": ["Republic of the Congo", "Congo Republic"],
@@ -85,6 +86,7 @@ NAMES: dict[str, list[str]] = {
     "ER": ["Eritrea"],
     "ES": ["Spain"],
     "ET": ["Ethiopia"],
+    "EU": ["Europe"],  # addresses GeoLite2 places in Europe but in no one country
     "FI": ["Finland"],
     "FJ": ["Fiji"],
     "FK": ["Falkland Islands"],
@@ -111,7 +113,7 @@ NAMES: dict[str, list[str]] = {
     "GW": ["Guinea-Bissau"],
     "GY": ["Guyana"],
     "HK": ["Hong Kong"],
-    "HM": ["Heard Island and McDonald Islands"],
+    "HM": ["Heard Island and McDonald Islands", "Heard and McDonald Islands"],
     "HN": ["Honduras"],
     "HR": ["Croatia"],
     "HT": ["Haiti"],
@@ -247,12 +249,12 @@ NAMES: dict[str, list[str]] = {
     "TZ": ["Tanzania"],
     "UA": ["Ukraine"],
     "UG": ["Uganda"],
-    "UM": ["U.S. Minor Outlying Islands"],
+    "UM": ["U.S. Minor Outlying Islands", "U.S. Outlying Islands"],
     "US": ["United States"],
     "UY": ["Uruguay"],
     "UZ": ["Uzbekistan"],
     "VA": ["Vatican City"],
-    "VC": ["Saint Vincent and the Grenadines"],
+    "VC": ["Saint Vincent and the Grenadines", "St Vincent and Grenadines"],
     "VE": ["Venezuela"],
     "VG": ["British Virgin Islands"],
     "VI": ["U.S. Virgin Islands"],
