@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from crawler import lua
 from crawler.keys import Keys
 from crawler.lifecycle import MAX_CLAIM, NewItem, Queue
 from crawler.scoring import Outcome
@@ -32,6 +33,12 @@ def membership(client, keys: Keys) -> dict[str, list[str]]:
         for h in client.zrange(getattr(keys, state), 0, -1):
             out.setdefault(h.decode(), []).append(state)
     return out
+
+
+def scripts(client) -> tuple:
+    """add.lua, claim.lua and complete.lua as Redis runs them, for calls past the clamps of the
+    ``Queue`` methods (the KEYS and ARGV still come from the queue's own builders)."""
+    return tuple(lua.register(client, name) for name in ("add", "claim", "complete"))
 
 
 def assert_conserved(client, keys: Keys, expected: set[str]) -> None:
@@ -105,6 +112,7 @@ def test_every_queue_script_at_its_largest_values_conserves_every_torrent(client
     keys = Keys(namespace)
     s = settings.replace(max_trackers_per_torrent=TRACKERS_MAX, quarantine_after=2, evict_below=0.9)
     q = Queue(client, keys, s)
+    add_lua, claim_lua, _ = scripts(client)
     n = 2 * CONCURRENCY_MAX + 8
     hs = hashes(n, salt=11)
     everyone = set(hs)
@@ -122,7 +130,7 @@ def test_every_queue_script_at_its_largest_values_conserves_every_torrent(client
 
     # add.lua itself, past the Python batch: every item again in one call.
     k, a, _ = q._add_args([NewItem(h, (big[0],)) for h in hs], True, 1.0)
-    letters, lost = q._add(keys=k, args=a)
+    letters, lost = add_lua(keys=k, args=a)
     assert letters.decode() == "t" * n and lost == []
     assert_conserved(client, keys, everyone)
 
@@ -130,7 +138,7 @@ def test_every_queue_script_at_its_largest_values_conserves_every_torrent(client
     now = time.time() + 10
     ca = q._claim_args(CONCURRENCY_MAX, now)
     ca["args"][2], ca["args"][3] = CONCURRENCY_MAX, 2 * CONCURRENCY_MAX + 8
-    flat = q._claim(**ca)
+    flat = claim_lua(**ca)
     assert len(flat) == 3 * CONCURRENCY_MAX
     assert client.zcard(keys.leases) == CONCURRENCY_MAX and client.zcard(keys.ready) == n - CONCURRENCY_MAX
     assert_conserved(client, keys, everyone)
@@ -143,15 +151,15 @@ def test_every_queue_script_at_its_largest_values_conserves_every_torrent(client
     later = now + s.lease_seconds + 1
     ca = q._claim_args(0, later)
     ca["args"][3] = 2 * CONCURRENCY_MAX + 8
-    q._claim(**ca)
+    claim_lua(**ca)
     assert client.zcard(keys.leases) == 0 and client.zcard(keys.ready) == n
     assert_conserved(client, keys, everyone)
     ca = q._claim_args(CONCURRENCY_MAX, later)
     ca["args"][3] = 2 * CONCURRENCY_MAX + 8
-    assert len(q._claim(**ca)) == 3 * CONCURRENCY_MAX
+    assert len(claim_lua(**ca)) == 3 * CONCURRENCY_MAX
     ca = q._claim_args(0, later + s.lease_seconds + 1)
     ca["args"][3] = 2 * CONCURRENCY_MAX + 8
-    q._claim(**ca)
+    claim_lua(**ca)
     quarantined = {h.decode() for h in client.zrange(keys.quarantined, 0, -1)}
     assert len(quarantined) == CONCURRENCY_MAX
     assert q.counts(now=later)["tracked"] == n
@@ -159,7 +167,7 @@ def test_every_queue_script_at_its_largest_values_conserves_every_torrent(client
 
     # Re-admit them all in one add.lua call: back to due, score kept.
     k, a, _ = q._add_args([NewItem(h) for h in sorted(quarantined)], True, later)
-    letters, _ = q._add(keys=k, args=a)
+    letters, _ = add_lua(keys=k, args=a)
     assert letters.decode() == "q" * CONCURRENCY_MAX
     assert client.zcard(keys.quarantined) == 0 and client.hlen(keys.quarantine) == 0
     assert_conserved(client, keys, everyone)
@@ -188,7 +196,7 @@ def test_every_queue_script_at_its_largest_values_conserves_every_torrent(client
     # Re-admit every evicted torrent in one call, each with trackers past the bound.
     evicted = [h.decode() for h in client.zrange(keys.evicted, 0, -1)]
     k, a, _ = q._add_args([NewItem(h, tuple(big[:5])) for h in evicted], True, t)
-    letters, _ = q._add(keys=k, args=a)
+    letters, _ = add_lua(keys=k, args=a)
     assert letters.decode() == "r" * len(evicted)
     assert client.zcard(keys.evicted) == 0
     assert_conserved(client, keys, everyone)
@@ -198,6 +206,7 @@ def test_every_queue_script_at_its_largest_values_conserves_every_torrent(client
 def test_scripts_refuse_bad_arguments_before_writing(client, namespace, settings):
     keys = Keys(namespace)
     q = Queue(client, keys, settings)
+    add_lua, claim_lua, complete_lua = scripts(client)
     (h,) = hashes(1, salt=3)
     q.add([NewItem(h)], now=1.0)
     (lease,) = q.claim(1, now=100.0)
@@ -205,21 +214,21 @@ def test_scripts_refuse_bad_arguments_before_writing(client, namespace, settings
     ca = q._claim_args(1, 100.0)
     ca["args"][2] = "many"
     with pytest.raises(Exception, match="claim.lua: bad arguments"):
-        q._claim(**ca)
+        claim_lua(**ca)
     args = q._complete_args(lease, Outcome.SOME, 1, None, None, None, 100.0)
     args["args"][3] = "not a number"
     with pytest.raises(Exception, match="complete.lua: bad arguments"):
-        q._complete(**args)
+        complete_lua(**args)
     args = q._complete_args(lease, Outcome.SOME, 1, None, None, float("nan"), 100.0)
     with pytest.raises(Exception, match="complete.lua: bad arguments"):
-        q._complete(**args)
+        complete_lua(**args)
     with pytest.raises(Exception, match="defer.lua: bad arguments"):
         q.defer(lease, float("nan"))
     k, a, _ = q._add_args([NewItem(h)], True, 1.0)
     with pytest.raises(Exception, match="add.lua"):
-        q._add(keys=k[:-1], args=a)
+        add_lua(keys=k[:-1], args=a)
     with pytest.raises(Exception, match="add.lua: malformed item"):
-        q._add(keys=k, args=a[:-1] + ["5"])
+        add_lua(keys=k, args=a[:-1] + ["5"])
     client.hset(keys.torrent(h), "visits", "garbage")
     with pytest.raises(Exception, match="complete.lua: a stored score or count"):
         q.complete(lease, Outcome.SOME, now=100.0)

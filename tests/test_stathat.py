@@ -101,18 +101,32 @@ def test_failing_first_posts_lose_and_double_nothing(client, keys, posting, loca
     assert sink.requests >= 3 + math.ceil(len(lifetime_countries(client, keys)) / 2)
 
 
+class Died(Exception):
+    """The flusher's process ended."""
+
+
+class DiesMidPost(EZClient):
+    """A client whose process ends while its post is under way."""
+
+    def post(self, data, timeout=None):
+        raise Died
+
+
 def test_a_batch_left_in_flight_by_a_dead_flusher_is_recovered(client, keys, posting, locator, sink):
     rec = Recorder(client, keys, posting, locator)
     rec.record_visit(H, ["1.1.1.1", "2.2.2.2"], T0)
-    dead = Flusher(client, keys, posting)
-    claimed = dead._claim(keys=dead._keys, args=[dead.token, 300])  # claims for 0.3 s, then "dies"
-    assert claimed[0] == 1 and not client.exists(keys.outbox)
+    # Claims the outbox for 1 s and dies in its post.
+    dead = Flusher(client, keys, posting, DiesMidPost(posting.stathat_url, "test-ezkey", timeout=0.5),
+                   lease_seconds=1.0)
+    with pytest.raises(Died):
+        dead.flush_once()
+    assert client.exists(keys.outbox_in_flight) and not client.exists(keys.outbox)
     rec.record_visit(H, ["1.1.2.2"], T0 + 1)  # lands in a fresh outbox meanwhile
     live = Flusher(client, keys, posting)
     assert live.flush_once()["busy"] and sink.posts == []
     import time
 
-    time.sleep(0.4)  # the dead flusher's lease lapses
+    time.sleep(1.1)  # the dead flusher's lease lapses
     r = live.flush_once()
     assert r["ok"] and r["recovered"]
     assert live.flush_once()["ok"]  # then the fresh outbox

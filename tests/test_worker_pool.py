@@ -1,6 +1,7 @@
 """The pool in-process against a real opentracker and Redis: runners that complete
 and claim in one round trip still stop at exactly ``--max-visits``, leave when the
-autoscaler shrinks the pool, and hand back what they claimed as a stop came."""
+autoscaler shrinks the pool, and hand back what they claimed as a stop came. Then
+the slots' bookkeeping alone, turn by turn."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from crawler.settings import TrackerSpec
 from tests.mmdb import write_city_db
 from tests.opentracker import opentracker, peer_address  # noqa: F401 (fixture)
 from workers.process import Process
+from workers.slots import CLAIM, LEAVE, Slots
 
 
 def hashes(tag: str, n: int) -> list[str]:
@@ -42,7 +44,7 @@ def test_max_visits_is_exact_when_runners_claim_as_they_complete(crawl, client, 
     p = Process(s, client, keys, concurrency=4, max_visits=13, flush=False)
     assert p.run(signals=False) == 0
     q = Queue(client, keys, s)
-    assert visits(q, hs) == 13 and p.worker.claimed == 13
+    assert visits(q, hs) == 13 and p.worker.slots.claimed == 13
     c = q.counts()
     assert (c["in_flight"], c["ready"], c["cooling"]) == (0, 40 - 13, 13)
 
@@ -56,9 +58,9 @@ def test_runners_leave_when_the_pool_shrinks(crawl, client, keys):
 
     def on_visit(v) -> None:
         if w.health.visits == 8:
-            w.target = 2  # what the autoscaler does
+            w.slots.target = 2  # what the autoscaler does
         elif w.health.visits > 8 + 8:  # every runner has finished the visit it had then
-            seen_after.append(len(w.pool))
+            seen_after.append(w.slots.running)
 
     assert p.run(signals=False) == 0
     q = Queue(client, keys, s)
@@ -70,15 +72,7 @@ def test_a_stop_hands_back_a_torrent_claimed_at_the_same_moment(crawl, client, k
     s, hs = crawl
     p = Process(s, client, keys, concurrency=3, until_idle=True, flush=False)
     w = p.worker
-    real = w._next_count
-
-    def next_count() -> int:
-        n = real()
-        if w.health.visits >= 5:
-            w.stop()  # the stop arrives while this completion claims the next torrent
-        return n
-
-    w._next_count = next_count
+    w.visitor = StopWhileClaiming(w.visitor, w, after=5)
     g = gevent.spawn(p.run, False)
     assert g.get(timeout=30) == 0
     q = Queue(client, keys, s)
@@ -86,3 +80,71 @@ def test_a_stop_hands_back_a_torrent_claimed_at_the_same_moment(crawl, client, k
     done = visits(q, hs)
     assert c["in_flight"] == 0  # nothing left leased: claimed torrents went back to ready
     assert c["cooling"] == done and c["ready"] == 40 - done
+    assert w.visitor.stopped
+
+
+class StopWhileClaiming:
+    """The worker's visitor, stopping ``worker`` once ``after`` visits were counted, at the
+    moment a completing runner has reserved its next claim and before the claim is sent."""
+
+    def __init__(self, visitor, worker, after: int):
+        self.visitor, self.worker, self.after = visitor, worker, after
+        self.stopped = False
+
+    def visit_then_claim(self, lease, claim=None):
+        def reserve_then_stop() -> int:
+            n = claim()
+            if self.worker.health.visits >= self.after:
+                self.stopped = True
+                self.worker.stop()
+            return n
+
+        return self.visitor.visit_then_claim(lease, reserve_then_stop if claim is not None else None)
+
+
+def test_slots_count_each_claim_once_and_stop_at_the_limit():
+    s = Slots(target=2, limit=3)
+    assert s.free() == 2
+    s.start("a", "lease-a")
+    s.start("b", "lease-b")
+    assert (s.claimed, s.running, s.free()) == (2, 2, 0)
+    assert s.reserve("a") == CLAIM  # the third and last claim, reserved before it is sent
+    assert s.reserve("b") == LEAVE and s.exhausted()  # b completes meanwhile: nothing left for it
+    s.answered("b", [])
+    s.release("b")
+    assert (s.claimed, s.running, s.leaving) == (3, 1, 0)
+    s.answered("a", ["lease-c"])
+    s.hold("a", "lease-c")
+    assert s.reserve("a") == LEAVE
+    s.release("a")
+    assert (s.claimed, s.running, s.leaving, s.free()) == (3, 0, 0, 0)
+
+
+def test_slots_give_back_a_reserved_claim_that_brought_nothing_or_was_handed_back():
+    s = Slots(target=1, limit=2)
+    s.start("a", "lease-a")
+    assert s.reserve("a") == CLAIM and s.claimed == 2
+    s.answered("a", [])  # nothing was ready
+    assert s.claimed == 1 and not s.exhausted()
+    s.hold("a", "lease-a2")
+    assert s.reserve("a") == CLAIM
+    s.answered("a", ["lease-b"])  # claimed just as the stop came: handed back, never visited
+    s.release("a")
+    assert (s.claimed, s.running, s.free()) == (1, 0, 1)
+
+
+def test_slots_let_runners_leave_when_the_target_shrinks_or_the_worker_stops():
+    s = Slots(target=3)
+    for r in "abc":
+        s.start(r, f"lease-{r}")
+    s.target = 1
+    assert s.reserve("a") == LEAVE  # 3 running, 1 wanted: a leaves
+    assert s.free() == -1 and s.leaving == 1
+    assert s.reserve("b") == LEAVE  # 2 not leaving, 1 wanted: b leaves too
+    assert s.reserve("c") == CLAIM  # c is the one left
+    s.release("a")
+    s.release("b")
+    assert (s.running, s.leaving, s.free()) == (1, 0, 0)
+    s.hold("c", "lease-d")
+    assert s.reserve("c", claiming=False) == LEAVE  # the worker stops
+    assert s.free() == 1 and s.claimed == 4

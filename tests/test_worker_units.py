@@ -13,7 +13,8 @@ from crawler.operations import queue_report
 from crawler.sources.trackers import Trackers
 from tests.mmdb import write_city_db
 from tests.opentracker import opentracker, peer_address  # noqa: F401 (fixture)
-from workers.autoscale import Autoscaler, settled
+from tests.test_store import private_redis  # noqa: F401 (fixture)
+from workers.autoscale import Autoscaler, Sample, settled
 from workers.heartbeat import Health, Heartbeat
 from workers.visit import Visitor
 
@@ -143,6 +144,18 @@ def test_autoscaler_steps_back_when_growing_did_not_visit_faster(client):
     assert b.decide(10, busy=10, latency=9.0, cpu=0.5, rtt=None, rate=360.0) == (13, "behind")
 
 
+def test_autoscaler_steps_from_a_sample_of_the_pools_figures(client):
+    a = Autoscaler(client, low=2, high=40, start=8)
+    # Redis could not tell the queue latency: the size is held and nothing is recorded.
+    assert a.step(Sample(size=8, busy=8, visits=0, latency=None)) == 8 and a.history == []
+    new = a.step(Sample(size=8, busy=8, visits=50, latency=30.0))
+    last = a.history[-1]
+    # Behind with every runner busy: grown, unless this (shared) machine's CPU is saturated.
+    assert (new, last["why"]) in ((10, "behind"), (8, "hold: saturated"))
+    assert (last["size"], last["was"], last["busy"], a.size) == (new, 8, 8, new)
+    a.close()
+
+
 def test_settled_means_no_change_during_the_last_steps():
     def h(*sizes, start=8):
         out, was = [], start
@@ -174,15 +187,16 @@ def test_a_skip_defers_without_counting_a_visit_or_a_failure(settings, client, k
     assert again.token == lease.token + 1
 
 
-def test_complete_and_claim_reloads_a_script_redis_does_not_know(settings, client, keys):
+def test_complete_and_claim_reloads_the_scripts_a_restarted_redis_forgot(settings, keys, private_redis):  # noqa: F811
     from crawler.scoring import Outcome
 
+    _, client = private_redis
     q = Queue(client, keys, settings)
-    # A script text never loaded into this Redis: its EVALSHA answers NOSCRIPT.
-    q._complete = client.register_script(q._complete.script + f"\n-- {time.time_ns()}\n")
     hs = [hashlib.sha1(f"ns{i}".encode()).hexdigest() for i in range(3)]
     q.add([NewItem(x) for x in hs])
     (lease,) = q.claim(1)
+    # As after a restart: this Redis (the test's own) knows no script; each EVALSHA answers NOSCRIPT.
+    client.script_flush()
     (state, score), nxt = q.complete_and_claim(lease, Outcome.FULL, 1)
     assert (state, score) == ("cooling", 1.2) and len(nxt) == 1
     assert q.torrent(lease.info_hash)["visits"] == 1

@@ -1,11 +1,13 @@
-"""``--concurrency auto``: the pool size that keeps queue latency low (seed 000's wish).
+"""``--concurrency auto``: the pool size that keeps queue latency low.
 
-Strategy: every ``interval`` seconds the controller samples
+Strategy: every ``interval`` seconds the worker hands the controller a
+``Sample`` of its figures (pool size, busy runners, visits so far, queue
+latency), and the controller measures the rest itself. It weighs
 
 - queue latency: how late the oldest due torrent is (``Queue.counts``);
 - busy: how many of the pool's runners hold a torrent, on average over the
   interval (sampled by the probe greenlet);
-- visits per second over the interval;
+- visits per second over the interval (from the sample's visit count);
 - the CPU share of this process (1.0 = one core: a gevent process runs its
   Python on one core);
 - event-loop lag: how late the probe greenlet, sleeping 50 ms, wakes up on
@@ -48,13 +50,14 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import gevent
 import redis
 from gevent import monkey
+from gevent.event import Event
 
 from crawler import logs
-from crawler.errors import StoreError
 
 log = logs.get("worker.autoscale")
 
@@ -67,8 +70,24 @@ LAG_PERIOD = 0.05
 RAW_TIMEOUT = 0.25
 
 
+@dataclass(frozen=True)
+class Sample:
+    """The pool's figures at one step, as the worker sees them.
+
+    ``size``: the pool size now; ``busy``: runners holding a torrent now
+    (stands in for the probe's mean when the probe has not run);
+    ``visits``: visits counted since the worker started; ``latency``: queue
+    latency in seconds, None when Redis could not tell (the size is held).
+    """
+
+    size: int
+    busy: int
+    visits: int
+    latency: float | None
+
+
 class Autoscaler:
-    """Chooses the pool size; ``step(worker)`` returns the new size.
+    """Chooses the pool size; ``step(sample)`` returns the new size.
 
     ``client``: the worker's Redis client (its connection settings are used
     for the out-of-loop round trip; TLS and cluster clients fall back to a
@@ -108,9 +127,9 @@ class Autoscaler:
         self._cpu = (wall, cpu)
         return (cpu - c0) / max(wall - w0, 1e-6)
 
-    def probe(self, busy: Callable[[], int]) -> None:
-        """The probe (a service greenlet): how late a short sleep wakes up, and ``busy()``, per interval."""
-        while True:
+    def probe(self, busy: Callable[[], int], stop: Event) -> None:
+        """The probe (a service greenlet): how late a short sleep wakes up, and ``busy()``, until ``stop`` is set."""
+        while not stop.is_set():
             t = time.perf_counter()
             gevent.sleep(LAG_PERIOD)
             self._lag_sum += max(0.0, time.perf_counter() - t - LAG_PERIOD)
@@ -201,39 +220,44 @@ class Autoscaler:
         self._visits = (now, visits)
         return (visits - v0) / max(now - t0, 1e-6)
 
-    def decide(self, size: int, busy: float, latency: float, cpu: float, rtt: float | None,
-               lag: float = 0.0, rate: float | None = None) -> tuple[int, str]:
-        """The next size and why, from one sample (pure but for the memories: ceiling, floor, last growth)."""
+    def _pressure(self, cpu: float, rtt: float | None, lag: float) -> tuple[bool, bool]:
+        """(overloaded, saturated), as the strategy above defines them."""
         best = self.best_rtt
         slow = rtt is not None and best is not None
         overloaded = lag > self.lag_max or (slow and rtt > self.overload_factor * best + 0.020)
         saturated = cpu >= self.cpu_busy or lag > self.lag_high or (slow and rtt > self.rtt_factor * best + 0.002)
-        behind = latency > self.latency_target
-        grew, self._grew = self._grew, None
-        if overloaded:
-            new, why = size - max(1, math.ceil(size * 0.2)), "overloaded"
-            self.ceiling, self._ceiling_left = size, self.memory_steps
-        elif (grew is not None and behind and rate is not None and size > grew[0]
-              and rate < grew[1] * (1 + self.gain_min)):
-            new, why = grew[0], "plateau"
-            self.ceiling, self._ceiling_left = size, self.memory_steps
-        elif behind and busy >= 0.9 * size and not saturated:
-            new, why = size + max(1, math.ceil(size * 0.25)), "behind"
-            self.floor, self._floor_left = size, self.memory_steps
-            if self.ceiling is not None:
-                new = min(new, self.ceiling - 1)
-                if new <= size:
-                    new, why = size, "hold: under a ceiling"
-            if new > size and rate is not None:
-                self._grew = (size, rate)
-        elif busy < 0.5 * size and not behind:
-            new = size - max(1, math.ceil(size * 0.1))
-            if self.floor is not None:
-                new = max(new, self.floor + 1)
-            why = "idle" if new < size else "hold: above a floor"
-            new = min(new, size)
-        else:
-            new, why = size, "hold: saturated" if behind else "hold"
+        return overloaded, saturated
+
+    def _plateaued(self, grew: tuple[int, float] | None, size: int, rate: float | None) -> bool:
+        """The last growth (``grew``: the size and visits/s before it) did not raise visits/s by ``gain_min``."""
+        return (grew is not None and rate is not None and size > grew[0]
+                and rate < grew[1] * (1 + self.gain_min))
+
+    def _cap(self, size: int) -> None:
+        """Remember ``size`` as a ceiling for ``memory_steps`` decisions."""
+        self.ceiling, self._ceiling_left = size, self.memory_steps
+
+    def _grow(self, size: int, rate: float | None) -> tuple[int, str]:
+        """Behind with the pool busy: a quarter more, under any ceiling; ``size`` becomes a floor."""
+        new, why = size + max(1, math.ceil(size * 0.25)), "behind"
+        self.floor, self._floor_left = size, self.memory_steps
+        if self.ceiling is not None:
+            new = min(new, self.ceiling - 1)
+            if new <= size:
+                new, why = size, "hold: under a ceiling"
+        if new > size and rate is not None:
+            self._grew = (size, rate)
+        return new, why
+
+    def _shrink(self, size: int) -> tuple[int, str]:
+        """Idle: a tenth less, but not down to a floor."""
+        new = size - max(1, math.ceil(size * 0.1))
+        if self.floor is not None:
+            new = max(new, self.floor + 1)
+        return min(new, size), ("idle" if new < size else "hold: above a floor")
+
+    def _age(self, why: str) -> None:
+        """One decision older: ceilings and floors not renewed by it are forgotten after ``memory_steps``."""
         if self._ceiling_left > 0 and why not in ("overloaded", "plateau"):
             self._ceiling_left -= 1
             if self._ceiling_left == 0:
@@ -242,20 +266,39 @@ class Autoscaler:
             self._floor_left -= 1
             if self._floor_left == 0:
                 self.floor = None
+
+    def decide(self, size: int, busy: float, latency: float, cpu: float, rtt: float | None,
+               lag: float = 0.0, rate: float | None = None) -> tuple[int, str]:
+        """The next size and why, from one sample (pure but for the memories: ceiling, floor, last growth)."""
+        overloaded, saturated = self._pressure(cpu, rtt, lag)
+        behind = latency > self.latency_target
+        grew, self._grew = self._grew, None
+        if overloaded:
+            new, why = size - max(1, math.ceil(size * 0.2)), "overloaded"
+            self._cap(size)
+        elif behind and self._plateaued(grew, size, rate):
+            new, why = grew[0], "plateau"
+            self._cap(size)
+        elif behind and busy >= 0.9 * size and not saturated:
+            new, why = self._grow(size, rate)
+        elif busy < 0.5 * size and not behind:
+            new, why = self._shrink(size)
+        else:
+            new, why = size, "hold: saturated" if behind else "hold"
+        self._age(why)
         return max(self.low, min(self.high, new)), why
 
-    def step(self, worker) -> int:
-        """Sample ``worker`` (its queue, pool, visit count and target) and return the new size."""
+    def step(self, sample: Sample) -> int:
+        """Weigh ``sample`` with this process's own measures (CPU, lag, round trip); the new size."""
         cpu = self._cpu_share()
         lag = self._lag()
-        rate = self._rate(worker.health.visits)
+        rate = self._rate(sample.visits)
         rtt = self._rtt()
-        try:
-            latency = worker.queue.counts()["queue_latency_s"]
-        except StoreError:  # Redis trouble: hold the size rather than guess
+        latency = sample.latency
+        if latency is None:  # Redis trouble: hold the size rather than guess
             return self.size
-        busy = self._busy(len(worker.pool))
-        new, why = self.decide(worker.target, busy, latency, cpu, rtt, lag, rate)
+        busy = self._busy(sample.busy)
+        new, why = self.decide(sample.size, busy, latency, cpu, rtt, lag, rate)
         if new != self.size:
             log.info("pool_resized", size=new, was=self.size, why=why, latency_s=latency,
                      visits_per_s=round(rate, 1), cpu=round(cpu, 2), lag_ms=round(lag * 1000, 1),

@@ -115,8 +115,8 @@ def instrument(process, metrics: WorkerMetrics) -> None:
 
         process.dht.lookup = counted_lookup
     w = process.worker
-    metrics.pool.set_function(lambda: w.target)
-    metrics.running.set_function(lambda: len(w.pool))
+    metrics.pool.set_function(lambda: w.slots.target)
+    metrics.running.set_function(lambda: w.slots.running)
 
 
 def serve(metrics: WorkerMetrics, port: int, host: str = "0.0.0.0"):

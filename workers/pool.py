@@ -7,19 +7,22 @@ has nothing ready for it, when the pool is above its target (autoscaling
 shrank it) or when the worker stops. One loop fills the free slots: it
 claims as many torrents as there are missing runners (one ``claim`` round
 trip for the batch) and starts a runner per lease, waiting with a growing
-pause while nothing is ready. Around it run a few service greenlets: the lease extender
-(every in-flight lease pushed forward every third of the lease time), the
-heartbeat (``status`` figures), the StatHat flusher with the dedupe-mark
-sweep, and with ``--concurrency auto`` the pool-size controller.
+pause while nothing is ready. Who holds which lease and who may claim next
+is counted in one place, ``Slots`` (``workers/slots.py``). Around the loop
+run a few service greenlets: the lease extender (every in-flight lease
+pushed forward every third of the lease time), the heartbeat (``status``
+figures), the StatHat flusher with the dedupe-mark sweep, and with
+``--concurrency auto`` the pool-size controller, which decides from a
+``Sample`` of the pool's figures.
 
 Stopping. ``--max-visits`` stops claiming after that many claims,
 ``--duration`` after that many seconds, ``--until-idle`` once nothing is
 ready or in flight anywhere (cooling torrents do not count); each then lets
 the running visits finish. SIGTERM or SIGINT stops claiming at once, waits
 for running visits until ``shutdown_seconds`` minus a margin, kills the
-rest and hands their torrents back (``Queue.release``), flushes StatHat once
-more and leaves the worker registry: well inside the 25 s a dyno manager
-gives before SIGKILL. A process killed outright leaves its leases to expire,
+rest and hands their torrents back (``Queue.release``), stops every
+service (the flusher posting to StatHat once more) and leaves the worker
+registry: well inside the 25 s a dyno manager gives before SIGKILL. A process killed outright leaves its leases to expire,
 and the next claim anywhere puts those torrents back in ready.
 """
 
@@ -35,7 +38,9 @@ from gevent.event import Event
 from crawler import logs
 from crawler.errors import StoreError
 from crawler.lifecycle import Lease, Queue
+from workers.autoscale import Sample
 from workers.heartbeat import Health, Heartbeat
+from workers.slots import Slots
 from workers.visit import Visit, Visitor
 
 log = logs.get("worker")
@@ -59,7 +64,8 @@ class Worker:
     ``Flusher`` run in the background (None: none). ``on_visit``: called with
     each ``Visit`` (``run``'s progress). ``heartbeat``: a ``Heartbeat``.
     Bounds come from ``queue.settings`` (an outage is reported after
-    ``outage_after`` failed visits in a row).
+    ``outage_after`` failed visits in a row). ``slots``: the runners and
+    their leases (``Slots``; ``slots.target`` is the pool size).
     ``run()`` returns the process exit code (0).
     """
 
@@ -70,21 +76,19 @@ class Worker:
         self.queue, self.visitor = queue, visitor
         self.settings = queue.settings
         self.autoscaler = autoscaler
-        self.target = concurrency if concurrency is not None else autoscaler.size
-        self.max_visits, self.until_idle, self.duration = max_visits, until_idle, duration
+        self.slots = Slots(concurrency if concurrency is not None else autoscaler.size, max_visits)
+        self.until_idle, self.duration = until_idle, duration
         self.flusher, self.sweep = flusher, sweep
         self.heartbeat = heartbeat or Heartbeat(queue.client, queue.keys)
         self.health = Health(self.settings.outage_after)
         self.on_visit = on_visit
-        self.claimed = 0
-        self.pool: dict[gevent.Greenlet, Lease] = {}
         self.stopping = Event()  # stop claiming
         self.signalled = False
         self._signal_at = 0.0
-        self._slot = Event()
+        self._wake = Event()  # a slot came free or the target changed: the claim loop looks again
         self._services: list[gevent.Greenlet] = []
-        self._flush_stop = Event()
-        self._leaving = 0  # runners that will not claim again (pool shrinking)
+        self._flushing: gevent.Greenlet | None = None  # the flusher's greenlet, one of _services
+        self._services_stop = Event()  # every service ends its loop
         self._started = time.monotonic()
 
     # --- control ------------------------------------------------------------
@@ -93,32 +97,33 @@ class Worker:
         if signum is not None and not self.signalled:
             self.signalled = True
             self._signal_at = time.monotonic()
-            log.info("worker_stopping", signal=signal.Signals(signum).name, in_flight=len(self.pool))
+            log.info("worker_stopping", signal=signal.Signals(signum).name, in_flight=self.slots.running)
         self.stopping.set()
-        self._slot.set()
+        self._wake.set()
 
     def install_signals(self) -> None:
+        """Stop on SIGTERM and SIGINT (``stop`` with the signal)."""
         for sig in (signal.SIGTERM, signal.SIGINT):
             gevent.signal_handler(sig, self.stop, sig)
+
+    def _claiming(self) -> bool:
+        """True while the worker still claims: not stopping, within ``--duration``."""
+        if self.stopping.is_set():
+            return False
+        return self.duration is None or time.monotonic() - self._started < self.duration
 
     # --- the loop -------------------------------------------------------------
     def run(self) -> int:
         """Claim and visit until a stop condition; returns 0."""
-        started = self._started = time.monotonic()
-        log.info("worker_started", id=self.heartbeat.id, concurrency=self.target,
+        self._started = time.monotonic()
+        log.info("worker_started", id=self.heartbeat.id, concurrency=self.slots.target,
                  auto=self.autoscaler is not None, until_idle=self.until_idle,
-                 max_visits=self.max_visits, duration=self.duration)
+                 max_visits=self.slots.limit, duration=self.duration)
         self._start_services()
         idle = IDLE_POLL[0]
         try:
-            while not self.stopping.is_set():
-                if self.duration is not None and time.monotonic() - started >= self.duration:
-                    break
-                free = self.target - (len(self.pool) - self._leaving)
-                if self.max_visits is not None:
-                    if self.claimed >= self.max_visits:
-                        break
-                    free = min(free, self.max_visits - self.claimed)
+            while self._claiming() and not self.slots.exhausted():
+                free = self.slots.free()
                 if free <= 0:
                     self._wait(1.0)
                     continue
@@ -134,7 +139,7 @@ class Worker:
                     for lease in leases:
                         self._spawn(lease)
                     continue
-                if self.until_idle and not self.pool and self._idle():
+                if self.until_idle and not self.slots.running and self._idle():
                     log.info("worker_idle", note="nothing ready or in flight")
                     break
                 self._wait(self._idle_delay(idle))
@@ -163,80 +168,59 @@ class Worker:
         return min(idle, max(due, IDLE_POLL_MIN))
 
     def _wait(self, seconds: float) -> None:
-        self._slot.clear()
-        self._slot.wait(seconds)
+        self._wake.clear()
+        self._wake.wait(seconds)
 
     def _spawn(self, lease: Lease) -> None:
-        self.claimed += 1
         g = gevent.Greenlet(self._runner, lease)
-        self.pool[g] = lease
+        self.slots.start(g, lease)
         g.start()
 
     def _runner(self, lease: Lease) -> None:
         """Visit ``lease``, then go on with the torrent claimed at its completion, until none."""
         me = gevent.getcurrent()
         current: Lease | None = lease
-        asked: list[int | None] = [None]  # what next_count answered for the current visit
-
-        def next_count() -> int:
-            n = asked[0] = self._next_count()
-            if n == 0:
-                self._leaving += 1
-            return n
-
         try:
             while current is not None:
-                self.pool[me] = current
-                asked[0] = None
-                try:
-                    v, nxt = self.visitor.visit_then_claim(current, next_count)
-                except StoreError as e:
-                    # The lease expires and the torrent comes back; nothing is lost.
-                    log.warning("visit_store_error", info_hash=current.info_hash, error=str(e))
+                self.slots.hold(me, current)
+                done = self._visit(me, current)
+                if done is None:
                     return
-                except gevent.GreenletExit:
-                    self._hand_back(current)
-                    raise
-                except Exception as e:  # a bug must not kill the pool; the lease expires
-                    log.exception("visit_crashed", info_hash=current.info_hash)
-                    try:  # kept on the torrent: quarantine, if it comes to that, shows why
-                        self.queue.note_error(current.info_hash, f"visit crashed: {type(e).__name__}: {e}")
-                    except StoreError:
-                        pass
-                    return
-                if asked[0] and not nxt:
-                    self.claimed -= 1  # the slot reserved for the next claim: nothing came
-                    asked[0] = None
+                v, nxt = done
+                self.slots.answered(me, nxt)
                 current = nxt[0] if nxt else None
                 if current is not None and self.stopping.is_set():
                     self._hand_back(current)  # claimed just as the stop came
                     current = None
-                if v.state != "skipped" and self.health.note(v.state != "failed", v.peers):
-                    self._outage_changed()
-                if self.on_visit is not None:
-                    self.on_visit(v)
+                self._noted(v)
         finally:
-            if asked[0] == 0:
-                self._leaving -= 1
-            elif asked[0]:
-                self.claimed -= 1  # reserved, and the visit raised before or during the claim
-            self.pool.pop(me, None)
-            self._slot.set()
+            self.slots.release(me)
+            self._wake.set()
 
-    def _next_count(self) -> int:
-        """1 if a runner finishing a visit should claim its next torrent (reserving it), else 0.
+    def _visit(self, me: gevent.Greenlet, lease: Lease) -> tuple[Visit, list[Lease]] | None:
+        """One visit and the claim at its completion; None when the runner must end."""
+        try:
+            return self.visitor.visit_then_claim(lease, lambda: self.slots.reserve(me, self._claiming()))
+        except StoreError as e:
+            # The lease expires and the torrent comes back; nothing is lost.
+            log.warning("visit_store_error", info_hash=lease.info_hash, error=str(e))
+        except gevent.GreenletExit:
+            self._hand_back(lease)
+            raise
+        except Exception as e:  # a bug must not kill the pool; the lease expires
+            log.exception("visit_crashed", info_hash=lease.info_hash)
+            try:  # kept on the torrent: quarantine, if it comes to that, shows why
+                self.queue.note_error(lease.info_hash, f"visit crashed: {type(e).__name__}: {e}")
+            except StoreError:
+                pass
+        return None
 
-        0 when stopping, when the pool is above its target (autoscaling
-        shrank it: this runner leaves) or when ``--max-visits`` is reached.
-        """
-        if self.stopping.is_set() or len(self.pool) - self._leaving > self.target:
-            return 0
-        if self.duration is not None and time.monotonic() - self._started >= self.duration:
-            return 0
-        if self.max_visits is not None and self.claimed >= self.max_visits:
-            return 0
-        self.claimed += 1
-        return 1
+    def _noted(self, v: Visit) -> None:
+        """Count a finished visit in the health figures and tell ``on_visit``."""
+        if v.state != "skipped" and self.health.note(v.state != "failed", v.peers):
+            self._outage_changed()
+        if self.on_visit is not None:
+            self.on_visit(v)
 
     def _hand_back(self, lease: Lease) -> None:
         try:
@@ -258,9 +242,9 @@ class Worker:
     def figures(self) -> dict:
         """What the heartbeat publishes."""
         return {
-            "concurrency": self.target,
+            "concurrency": self.slots.target,
             "auto": self.autoscaler is not None,
-            "in_flight": len(self.pool),
+            "in_flight": self.slots.running,
             "visits": self.health.visits,
             "failed_visits": self.health.failed,
             "peers": self.health.peers,
@@ -277,61 +261,83 @@ class Worker:
             log.warning("heartbeat_failed", error=str(e))
 
     def _every(self, seconds: float, fn: Callable[[], None]) -> None:
-        while not self._flush_stop.wait(seconds):
+        while not self._services_stop.wait(seconds):
             try:
                 fn()
             except StoreError as e:
                 log.warning("service_failed", service=getattr(fn, "__name__", "?"), error=str(e))
 
     def _extend(self) -> None:
-        for g, lease in list(self.pool.items()):
+        held = self.slots.held
+        for g, lease in list(held.items()):
             # A runner may have completed the lease since the snapshot (each
             # extend is a round trip), or be reading the reply of the round
             # trip that completed it: only a lease still held a moment after
             # the failed extend counts as lost.
-            if self.pool.get(g) is lease and not self.queue.extend(lease):
+            if held.get(g) is lease and not self.queue.extend(lease):
                 gevent.sleep(0.05)
-                if self.pool.get(g) is lease:
+                if held.get(g) is lease:
                     log.warning("lease_lost", info_hash=lease.info_hash)
+
+    def sample(self) -> Sample:
+        """What the autoscaler decides from: the pool's size, busy runners, visits, queue latency."""
+        try:
+            latency = self.queue.counts()["queue_latency_s"]
+        except StoreError:  # Redis trouble: the autoscaler holds the size
+            latency = None
+        return Sample(size=self.slots.target, busy=self.slots.running, visits=self.health.visits, latency=latency)
 
     def _autoscale(self) -> None:
         if not self.stopping.is_set():  # a draining pool says nothing about the right size
-            self.target = self.autoscaler.step(self)
-            self._slot.set()  # the claim loop starts the new runners now
+            self.slots.target = self.autoscaler.step(self.sample())
+            self._wake.set()  # the claim loop starts the new runners now
 
     def _start_services(self) -> None:
         self._beat()
-        spawn = gevent.spawn
-        self._services.append(spawn(self._every, self.heartbeat.interval, self._beat))
-        self._services.append(spawn(self._every, max(self.settings.lease_seconds / 3, 0.5), self._extend))
-        self._services.append(spawn(self._every, TRIM_SECONDS, self.queue.trim_visit_buckets))
-        if self.autoscaler is not None:
-            self._services.append(spawn(self._every, self.autoscaler.interval, self._autoscale))
-            self._services.append(spawn(self.autoscaler.probe, lambda: len(self.pool)))
-        if self.flusher is not None:
-            self._services.append(spawn(self.flusher.run_forever, self._flush_stop, self.sweep))
 
-    def _shutdown(self) -> None:
-        self.stopping.set()
+        def spawn(fn, *args) -> gevent.Greenlet:
+            g = gevent.spawn(fn, *args)
+            self._services.append(g)
+            return g
+
+        spawn(self._every, self.heartbeat.interval, self._beat)
+        spawn(self._every, max(self.settings.lease_seconds / 3, 0.5), self._extend)
+        spawn(self._every, TRIM_SECONDS, self.queue.trim_visit_buckets)
+        if self.autoscaler is not None:
+            spawn(self._every, self.autoscaler.interval, self._autoscale)
+            spawn(self.autoscaler.probe, lambda: self.slots.running, self._services_stop)
+        if self.flusher is not None:
+            self._flushing = spawn(self.flusher.run_forever, self._services_stop, self.sweep)
+
+    def _drain(self) -> None:
+        """Wait for the running visits (bounded), then kill the rest, which hand their torrents back."""
         # A normal end (until-idle, max-visits, duration) lets visits finish;
         # a signal (now or while waiting) bounds the wait by the shutdown budget.
         normal_end = time.monotonic() + self.settings.visit_deadline + 5.0
         budget = max(self.settings.shutdown_seconds - SHUTDOWN_MARGIN, 1.0)
-        while self.pool:
+        while self.slots.held:
             end = self._signal_at + budget if self.signalled else normal_end
             left = end - time.monotonic()
             if left <= 0:
                 break
-            gevent.joinall(list(self.pool), timeout=min(0.5, left))
-        if self.pool:
-            log.warning("handing_back", torrents=len(self.pool))
-            gevent.killall(list(self.pool), block=True, timeout=4.0)
-        self._flush_stop.set()
-        flusher = self._services[-1] if self.flusher is not None and self._services else None
-        if flusher is not None:
-            flusher.join(timeout=SHUTDOWN_MARGIN - 2.0)
+            gevent.joinall(list(self.slots.held), timeout=min(0.5, left))
+        if self.slots.held:
+            log.warning("handing_back", torrents=self.slots.running)
+            gevent.killall(list(self.slots.held), block=True, timeout=4.0)
+
+    def _stop_services(self) -> None:
+        """Tell every service to end; the flusher gets time for its last flush, the rest are killed."""
+        self._services_stop.set()
+        if self._flushing is not None:
+            self._flushing.join(timeout=SHUTDOWN_MARGIN - 2.0)
         gevent.killall(self._services, block=True, timeout=1.0)
         if self.autoscaler is not None:
             self.autoscaler.close()
+
+    def _shutdown(self) -> None:
+        self.stopping.set()
+        self._drain()
+        self._stop_services()
         self.heartbeat.leave()
-        log.info("worker_stopped", visits=self.health.visits, failed=self.health.failed, claimed=self.claimed)
+        log.info("worker_stopped", visits=self.health.visits, failed=self.health.failed,
+                 claimed=self.slots.claimed)
