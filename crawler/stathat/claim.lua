@@ -33,7 +33,9 @@ if redis.call('EXISTS', KEYS[2]) == 1 then
     if who and who ~= token and tonumber(ends) > now then
       return {0}
     end
-    -- a claim of an older version: the bare token, its lease a TTL
+    -- a bare token whose lease is the key's TTL, as flushers that keep no lease
+    -- end in the value write it: honoured while it lasts, so a rolling upgrade
+    -- never posts one batch from two flushers
     if not who and redis.call('PTTL', KEYS[3]) > 0 then
       return {0}
     end

@@ -1,4 +1,4 @@
-"""A small client for StatHat's EZ API (the PyPI ``stathat`` 0.0.2 is Python 2 only).
+"""A small client for StatHat's EZ API (the PyPI ``stathat`` package does not install: docs/decisions.md).
 
 One ``post`` sends one batch as JSON::
 
