@@ -72,31 +72,41 @@ def _decode(data: bytes, i: int, depth: int) -> tuple[object, int]:
     if 0x30 <= c <= 0x39:  # digit: a string
         return _bytes(data, i)
     if c == 0x6C:  # l
-        out: list = []
-        i += 1
-        while True:
-            if i >= len(data):
-                raise BencodeError(f"truncated: list not closed at offset {i}")
-            if data[i] == 0x65:  # e
-                return out, i + 1
-            v, i = _decode(data, i, depth + 1)
-            out.append(v)
+        return _list(data, i + 1, depth)
     if c == 0x64:  # d
-        d: dict = {}
-        i += 1
-        while True:
-            if i >= len(data):
-                raise BencodeError(f"truncated: dictionary not closed at offset {i}")
-            if data[i] == 0x65:
-                return d, i + 1
-            if not 0x30 <= data[i] <= 0x39:
-                raise BencodeError(f"dictionary key at offset {i} is not a byte string")
-            k, i = _bytes(data, i)
-            if k in d:
-                raise BencodeError(f"duplicate dictionary key {k[:40]!r} before offset {i}")
-            v, i = _decode(data, i, depth + 1)
-            d[k] = v
+        return _dict(data, i + 1, depth)
     raise BencodeError(f"unexpected byte {bytes([c])!r} at offset {i}")
+
+
+def _list(data: bytes, i: int, depth: int) -> tuple[list, int]:
+    """The items of a list whose ``l`` is at ``i - 1``, up to its ``e``."""
+    out: list = []
+    size = len(data)
+    while True:
+        if i >= size:
+            raise BencodeError(f"truncated: list not closed at offset {i}")
+        if data[i] == 0x65:  # e
+            return out, i + 1
+        v, i = _decode(data, i, depth + 1)
+        out.append(v)
+
+
+def _dict(data: bytes, i: int, depth: int) -> tuple[dict, int]:
+    """The entries of a dictionary whose ``d`` is at ``i - 1``, up to its ``e``."""
+    d: dict = {}
+    size = len(data)
+    while True:
+        if i >= size:
+            raise BencodeError(f"truncated: dictionary not closed at offset {i}")
+        if data[i] == 0x65:  # e
+            return d, i + 1
+        if not 0x30 <= data[i] <= 0x39:
+            raise BencodeError(f"dictionary key at offset {i} is not a byte string")
+        k, i = _bytes(data, i)
+        if k in d:
+            raise BencodeError(f"duplicate dictionary key {k[:40]!r} before offset {i}")
+        v, i = _decode(data, i, depth + 1)
+        d[k] = v
 
 
 def _digits(data: bytes, start: int, end: int, what: str) -> int:

@@ -1,4 +1,4 @@
-"""Declaring settings (``setting``, ``Var``, ``read``) and the parsers of their variables.
+"""Declaring settings (``setting``, ``Var``, ``read_all``, ``markdown_table``) and the parsers of their variables.
 
 Each parser takes the stripped text and returns a value or raises.
 
@@ -14,7 +14,7 @@ import dataclasses
 import ipaddress
 import re
 import urllib.parse
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -72,6 +72,24 @@ def read(env: Mapping[str, str], var: Var, values: Mapping[str, Any]) -> Any:
             raise SettingsError(f"{var.env}: {e}") from None
         shown = raw if len(raw) <= 60 else raw[:57] + "..."
         raise SettingsError(f"{var.env}: {e} (got {shown!r})") from None
+
+
+def read_all(env: Mapping[str, str], declared: Iterable[tuple[str, Var]]) -> dict[str, Any]:
+    """Every declared setting's value by field name (see ``read``); raises ``SettingsError`` at the first bad one."""
+    values: dict[str, Any] = {}
+    # Settings that build on another one (``uses``) come after it.
+    for name, var in sorted(declared, key=lambda nv: nv[1].uses is not None):
+        values[name] = read(env, var, values)
+    return values
+
+
+def markdown_table(declared: Iterable[Var]) -> str:
+    """A settings table for README.md: one row per variable (name, meaning, default as ``shown``)."""
+    rows = ["| variable | meaning | default |", "|---|---|---|"]
+    for var in declared:
+        cells = (f"`{var.env}`", var.meaning, shown(var))
+        rows.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(rows) + "\n"
 
 
 def shown(var: Var) -> str:

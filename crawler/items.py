@@ -20,9 +20,9 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 from crawler import bencode
+from crawler.envparse import tracker_url
 from crawler.errors import ItemError, one_line
 from crawler.lifecycle import NewItem
-from crawler.settings import tracker_url
 
 _HEX = re.compile(r"^[0-9a-fA-F]{40}$")
 _B32 = re.compile(r"^[A-Za-z2-7]{32}$")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 
-from crawler.counters.recorder import geo_error_report
+from crawler.counters.geo_errors import geo_error_report
 from crawler.lifecycle import Queue
 from crawler.sources.health import tracker_report
 from crawler.store import eviction_warning

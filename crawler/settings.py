@@ -21,10 +21,8 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from crawler import envparse as p
-from crawler.envparse import tracker_url  # noqa: F401 - the item parser's import
 from crawler.errors import SettingsError
 
 # A short list of long-lived public trackers; a torrent's own trackers (magnet
@@ -331,12 +329,7 @@ class Settings:
 
         Raises ``SettingsError`` naming the first bad variable.
         """
-        env = os.environ if env is None else env
-        values: dict[str, Any] = {}
-        # Settings that build on another one (``uses``) come after it.
-        for name, var in sorted(declarations(), key=lambda nv: nv[1].uses is not None):
-            values[name] = p.read(env, var, values)
-        s = cls(**values)
+        s = cls(**p.read_all(os.environ if env is None else env, declarations()))
         s.check()
         return s
 
@@ -385,11 +378,7 @@ def declarations() -> list[tuple[str, p.Var]]:
 
 def markdown_table() -> str:
     """README.md's settings table, one row per variable, made from the declarations."""
-    rows = ["| variable | meaning | default |", "|---|---|---|"]
-    for _, var in declarations():
-        cells = (f"`{var.env}`", var.meaning, p.shown(var))
-        rows.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
-    return "\n".join(rows) + "\n"
+    return p.markdown_table(var for _, var in declarations())
 
 
 def main(argv: list[str]) -> int:

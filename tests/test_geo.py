@@ -144,7 +144,7 @@ def test_a_damaged_database_opens_then_failing_lookups_are_unplaced_and_tallied(
 
 def test_read_errors_are_counted_in_redis_and_the_visit_still_counts_the_ips(tmp_path, client, keys, settings):
     from crawler.counters import Recorder, top
-    from crawler.counters.recorder import geo_error_report
+    from crawler.counters.geo_errors import geo_error_report
 
     nets, bad_ips, bad_codes = damaged_networks(30)
     db = write_damaged_city_db(tmp_path / "damaged.mmdb", nets, bad_codes)

@@ -5,6 +5,9 @@
   ``sweep`` (frees expired dedupe marks).
 - ``top(...)``: the rankings behind ``peercrawl stats``.
 - ``names``: metric names, the escaping rule and the index layout.
+- ``marks``: the fingerprint secret and the dedupe marks' buckets;
+  ``calls`` and ``places``: the arguments of the probe.lua and record.lua
+  calls; ``geo_errors``: GeoIP read errors, published and reported.
 """
 
 from crawler.counters.marks import DEFAULT_BUCKETS, normalize_ip

@@ -13,6 +13,9 @@ costs one round trip after the probe, while each call holds Redis for a
 bounded time (other clients' commands run between them). A crash between
 batches leaves every finished batch counted and the rest not: a retry counts
 exactly the rest (its pairs' marks are already there).
+
+The calls' arguments are built in ``calls`` (a place's part of them in
+``places``); the locator's read errors are published by ``geo_errors``.
 """
 
 from __future__ import annotations
@@ -23,19 +26,19 @@ from collections.abc import Iterable
 
 import redis
 
-from crawler import logs
+from crawler.counters.calls import ProbeCall, RecordBatch
+from crawler.counters.geo_errors import GeoErrorTally
 from crawler.counters.marks import (
     DEFAULT_BUCKETS,
     Fingerprinter,
     load_secret,
     normalize_ip,
 )
-from crawler.counters.names import LIFETIME, escape, info_hash_hex, month_of
+from crawler.counters.names import LIFETIME, info_hash_hex, month_of
+from crawler.counters.places import PlaceInfo
 from crawler.errors import StoreError
 from crawler.keys import Keys
 from crawler.lua import register, run_pipelined
-
-log = logs.get("counters")
 
 # ~1,400 pairs held Redis ~5 ms in one call; 800 keeps a call near 3 ms.
 DEFAULT_BATCH_PAIRS = 800
@@ -96,7 +99,7 @@ class Recorder:
         self._country_index_keys: dict = {}
         self._places: dict = {}
         self._post = ("c" if self._post_countries else "-") + ("t" if self._post_torrents else "-")
-        self._geo_published = getattr(locator, "read_errors", 0)
+        self._geo_errors = GeoErrorTally(client, keys, locator)
 
     # --- recording --------------------------------------------------------
     def record_visit(self, info_hash: str, ips: Iterable[str], now: float) -> int:
@@ -116,28 +119,8 @@ class Recorder:
                 continue
             seen.add(packed)
             located.append((packed, locate(_text(packed))))
-        if getattr(self.locator, "read_errors", 0) != self._geo_published:
-            self._publish_geo_errors(now)
+        self._geo_errors.publish(now)
         return self.record_places(info_hash, located, now)
-
-    def _publish_geo_errors(self, now: float) -> None:
-        """Add the locator's read errors not yet published to ``Keys.geo_errors`` (one round trip).
-
-        Those IPs were recorded as unplaced; this is what tells the operator why.
-        """
-        total = self.locator.read_errors
-        # taken before the round trip: another greenlet's visit must not publish the same errors
-        delta, self._geo_published = total - self._geo_published, total
-        p = self.client.pipeline(transaction=True)
-        p.hincrby(self.keys.geo_errors, "errors", delta)
-        p.hset(self.keys.geo_errors, mapping={"last": self.locator.last_read_error or "", "at": int(now)})
-        try:
-            p.execute()
-        except redis.RedisError as e:
-            self._geo_published -= delta
-            raise StoreError(f"recording GeoIP read errors failed: {e}") from e
-        log.warning("geoip_read_errors", errors=total, last=self.locator.last_read_error,
-                    message="GeoIP lookups failed on a damaged database; those peers count as unplaced")
 
     def record_places(self, info_hash: str, located: Iterable[tuple[bytes, object]], now: float) -> int:
         """``record_visit`` with IPs already packed and located: ``(packed_ip, Place)`` pairs.
@@ -147,18 +130,36 @@ class Recorder:
         Returns the ``new`` of §2.
         """
         h = info_hash_hex(info_hash)
-        fps = self.fingerprints
-        ip_hash, n_buckets, from_bytes = fps.ip_hasher().copy, fps.buckets, int.from_bytes
-        t_fp = fps.torrent(h)
+        t_fp = self.fingerprints.torrent(h)
         now_i = int(now)
         if not 0 <= now_i < 1 << 32:
             raise ValueError(f"time {now!r} does not fit a mark (unix seconds, 32 bits)")
-        # 1. fingerprint every IP and probe its group record (one read-only
-        # call per PROBE_IPS, pipelined): a revisit whose peers are all known
-        # ends here, and Python builds full records only for the others.
+        # 1. fingerprint every IP and probe its group record: a revisit whose
+        # peers are all known ends here, and Python builds full records only
+        # for the others.
+        rows, probes = self._probe_calls(t_fp, located)
+        if not rows:
+            return 0
+        flags = self._probe(h, now_i, probes)
+        # 2. record the IPs that might count (record.lua checks again, atomically)
+        month = month_of(now)
+        batches = self._batches(rows, flags, self._fixed_keys(h, month), month)
+        if not batches[-1].pairs:
+            return 0
+        return self._run(h, now_i, batches)
+
+    def _probe_calls(self, t_fp: int, located: Iterable[tuple[bytes, object]]) -> tuple[list, list[ProbeCall]]:
+        """Fingerprint each distinct IP of ``located`` into probe.lua calls of ``PROBE_IPS`` IPs.
+
+        Returns the rows ``(place tuple, (PlaceInfo, metric lanes of this
+        visit, its probe lane), IP fingerprint, bucket of (IP, torrent))``,
+        one per IP in the calls' order, and the calls.
+        """
+        fps = self.fingerprints
+        ip_hash, n_buckets, from_bytes = fps.ip_hasher().copy, fps.buckets, int.from_bytes
         vplaces: dict = {}  # place tuple -> (info, metric lanes of this visit, its probe lane)
-        rows = []  # (place tuple, vplace, IP fingerprint, bucket of (IP, torrent))
-        probes = [_Probe()]
+        rows = []
+        probes = [ProbeCall()]
         probe = probes[0]
         bkeys = self._bucket_keys
         distinct: set[bytes] = set()
@@ -176,7 +177,7 @@ class Recorder:
             d.update(packed)
             f = from_bytes(d.digest(), "big")
             if probe.n == PROBE_IPS:
-                probe = _Probe()
+                probe = ProbeCall()
                 probes.append(probe)
             bucket = ((f >> 64) ^ t_fp) % n_buckets
             b = probe.bnumbers.get(bucket)
@@ -186,24 +187,27 @@ class Recorder:
             probe.args += ((b << 64) | (vp[2] ^ (f & _LOW64))).to_bytes(10, "big")
             probe.n += 1
             rows.append((pkey, vp, f, bucket))
-        if not rows:
-            return 0
-        flags = self._probe(h, now_i, probes)
-        # 2. record the IPs that might count (record.lua checks again, atomically)
-        month = month_of(now)
-        fixed = self._fixed_keys(h, month)
-        limit = self.batch_pairs
-        batches = [_Batch(fixed, month)]
+        return rows, probes
+
+    def _batches(self, rows: list, flags: bytes, fixed: list, month: str) -> list[RecordBatch]:
+        """Build the record.lua calls for the ``rows`` whose probe flag is not fresh.
+
+        Each call takes at most ``batch_pairs`` pairs (one IP's pairs are
+        never split); the last call holds no pairs only if no IP might count.
+        """
+        bkeys, n_buckets, limit = self._bucket_keys, self.fingerprints.buckets, self.batch_pairs
+        country_keys = self._country_keys
+        batches = [RecordBatch(fixed, month)]
         batch = batches[0]
         for (pkey, (info, lanes, _), f, bucket), flag in zip(rows, flags):
             if flag == _FRESH:
                 continue
             if batch.pairs and batch.pairs + info.k > limit:
-                batch = _Batch(fixed, month)
+                batch = RecordBatch(fixed, month)
                 batches.append(batch)
             head = batch.heads.get(pkey)
             if head is None:
-                head = batch.add_place(pkey, info, self)
+                head = batch.add_place(pkey, info, country_keys)
             # the torrent's marks of this IP (and its group): bucket by (IP, torrent)
             tb = batch.bnumbers.get(bucket)
             if tb is None:
@@ -220,11 +224,9 @@ class Recorder:
             batch.ips += ((tb << info.tshift) | (gb << info.gshift) | head
                           | (lanes ^ (f & _LOW64) * info.r)).to_bytes(info.nbytes, "big")
             batch.pairs += info.k
-        if not batch.pairs:
-            return 0
-        return self._run(h, now_i, batches)
+        return batches
 
-    def _probe(self, h: str, now: int, probes: list[_Probe]) -> bytes:
+    def _probe(self, h: str, now: int, probes: list[ProbeCall]) -> bytes:
         """Run ``probe.lua`` over ``probes`` in one round trip: one flag byte per IP."""
         cutoff = now - self.window
         try:
@@ -246,16 +248,16 @@ class Recorder:
             keys.append(self._index_key(month, scope))
         return keys
 
-    def _place_info(self, pkey: tuple) -> _PlaceInfo:
+    def _place_info(self, pkey: tuple) -> PlaceInfo:
         """Escaped names and metric fingerprints of a place (cached per process)."""
         info = self._places.get(pkey)
         if info is None:
             if len(self._places) > 100_000:  # bounded: the world has ~100k cities
                 self._places.clear()
-            info = self._places[pkey] = _PlaceInfo(pkey, self.fingerprints)
+            info = self._places[pkey] = PlaceInfo(pkey, self.fingerprints)
         return info
 
-    def _run(self, h: str, now: int, batches: list[_Batch]) -> int:
+    def _run(self, h: str, now: int, batches: list[RecordBatch]) -> int:
         """Run ``record.lua`` once per batch, all in one round trip.
 
         Returns the sum of their counts of torrents.<h>.users.
@@ -349,122 +351,7 @@ class Recorder:
             raise StoreError(f"sweeping dedupe marks failed: {e}") from e
 
 
-def geo_error_report(client: redis.Redis, keys: Keys) -> dict | None:
-    """GeoIP read errors for ``status``: ``{"errors", "last", "at"}``, or None if there were none."""
-    try:
-        got = client.hgetall(keys.geo_errors)
-    except redis.RedisError as e:
-        raise StoreError(f"reading GeoIP errors failed: {e}") from e
-    if not got:
-        return None
-    d = {k.decode(): v.decode("utf-8", "replace") for k, v in got.items()}
-    return {"errors": int(d.get("errors", 0)), "last": d.get("last") or None,
-            "at": int(d["at"]) if d.get("at", "").isdigit() else None}
-
-
-class _PlaceInfo:
-    """A place's escaped names and its metric fingerprints, in record.lua's slot order.
-
-    The slots are: the torrent's users metric, then country, torrent-country,
-    city, torrent-city, postcode, torrent-postcode (the parts the place has):
-    ``k`` of them; when k >= 3 the IP's group record for (torrent, place)
-    goes first (``"g"`` + the place's names, XOR the torrent). An IP's
-    record in record.lua's ``ips`` argument is built as one integer: a 7-byte
-    header (torrent bucket, place bucket, place number, k) and the 8-byte
-    fields, field i = ``low64(ip) XOR metric_i``. So that costs one multiply
-    and one XOR per IP, the metrics sit in lanes of one integer: ``g`` holds
-    the global metrics (0 in torrent lanes), ``tr`` has a 1 in the low bit of
-    every torrent lane (the torrent's fingerprint is XORed into those per
-    visit: ``g ^ t_fp * tr``) and ``r`` in every lane (``low64 * r`` repeats
-    the IP's half in each).
-    """
-
-    __slots__ = ("country", "country_s", "g", "gshift", "k", "nbytes", "r", "shift", "tail", "tr", "tshift")
-
-    def __init__(self, pkey: tuple, fps: Fingerprinter):
-        c = escape(pkey[0])
-        y = escape(pkey[1]) if c is not None else None
-        z = escape(pkey[2]) if c is not None else None
-        self.country = c
-        # the names as record.lua reads them (length-prefixed UTF-8; empty = unknown)
-        self.country_s = None if c is None else _str(c)
-        self.tail = _str(y or "") + _str(z or "")
-        slots: list[tuple[int, bool]] = [(0, True)]  # (global fingerprint, is a torrent metric)
-        if c is not None:
-            name = f"countries.{c}"
-            slots += [(fps.place(name), False), (fps.place("t" + name), True)]
-            for family, part in (("cities", y), ("postcodes", z)):
-                if part is not None:
-                    name = f"countries.{c}.{family}.{part}"
-                    slots += [(fps.place(name), False), (fps.place("t" + name), True)]
-        self.k = len(slots)
-        if self.k >= 3:
-            # the group record of (IP, torrent, place), first (see record.lua)
-            slots.insert(0, (fps.place("g" + ".".join(n or "" for n in (c, y, z))), True))
-        lanes = len(slots)
-        self.g = self.tr = self.r = 0
-        for i, (g, t) in enumerate(slots):  # the first slot in the highest lane
-            lane = 64 * (lanes - 1 - i)
-            self.g |= g << lane
-            self.r |= 1 << lane
-            if t:
-                self.tr |= 1 << lane
-        self.shift = 64 * lanes  # where the place number and k go
-        self.gshift = self.shift + 24  # where the place marks' bucket number goes
-        self.tshift = self.shift + 40  # where the torrent marks' bucket number goes
-        self.nbytes = 7 + 8 * lanes
-
-
-class _Probe:
-    """The arguments of one probe.lua call."""
-
-    __slots__ = ("args", "bnumbers", "buckets", "n")
-
-    def __init__(self):
-        self.buckets: list = []
-        self.bnumbers: dict = {}
-        self.args = bytearray()
-        self.n = 0
-
-
-class _Batch:
-    """The arguments of one record.lua call, built IP by IP."""
-
-    __slots__ = ("bnumbers", "buckets", "countries", "country_numbers", "heads", "ips", "keys", "month", "pairs",
-                 "places")
-
-    def __init__(self, fixed: list, month: str):
-        self.keys, self.month = list(fixed), month
-        self.buckets: list = []  # mark bucket keys, after ``keys``
-        self.bnumbers: dict = {}  # bucket number -> 1-based index in ``buckets``
-        self.countries, self.country_numbers = bytearray(), {}
-        self.places, self.heads = bytearray(), {}  # place tuple -> its IPs' header bits
-        self.ips = bytearray()
-        self.pairs = 0
-
-    def add_place(self, pkey: tuple, info: _PlaceInfo, rec: Recorder) -> int:
-        """Number the place (and its country) in this batch; returns its IPs' header bits."""
-        c = 0
-        if info.country is not None:
-            c = self.country_numbers.get(info.country)
-            if c is None:
-                pos = len(self.keys) + 1
-                self.keys += rec._country_keys(info.country, self.month)
-                self.countries += pos.to_bytes(2, "big") + info.country_s
-                c = self.country_numbers[info.country] = len(self.country_numbers) + 1
-        self.places += c.to_bytes(2, "big") + info.tail
-        n = len(self.heads) + 1
-        head = self.heads[pkey] = ((n << 8) | info.k) << info.shift
-        return head
-
-
 _LOW64 = (1 << 64) - 1
-
-
-def _str(s: str) -> bytes:
-    """A length-prefixed UTF-8 string as record.lua reads it."""
-    b = s.encode("utf-8")
-    return len(b).to_bytes(2, "big") + b
 
 
 def _text(packed: bytes) -> str:

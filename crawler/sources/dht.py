@@ -5,8 +5,8 @@ torrents). Every greenlet calls ``DhtSource.lookup(info_hash_hex)``, which
 starts a ``get_peers`` traversal (``session.dht_get_peers``, asynchronous) and
 sleeps on a gevent event. Alerts reach the hub through ``AlertPump`` (a pipe
 libtorrent writes to, watched by the hub: no polling, nothing that waits
-inside libtorrent), and are routed by info-hash (a ``_Target`` per hash with
-a traversal running):
+inside libtorrent), and are routed by info-hash (a ``Target`` per hash with
+a traversal running, see dht_lookups):
 
 - ``dht_get_peers_reply_alert``: a node answered with peers; they are added
   to every waiting lookup of that info-hash.
@@ -34,7 +34,7 @@ Pacing: a lookup starts only when ``NodePacer`` (dht_pacing) says no remote
 node would then get more than ``dht_node_rate`` queries a second from this
 process; the dispatcher reports every outgoing query's destination to it.
 A lookup that cannot start before its deadline fails ("paced"). After a
-lookup stops waiting its traversal may go on, so its ``_Target`` stays
+lookup stops waiting its traversal may go on, so its ``Target`` stays
 registered (and counted by the pacer) until the hash has been quiet for
 ``dht_pacing.TRAVERSAL_QUIET`` seconds.
 
@@ -59,7 +59,8 @@ from gevent.lock import BoundedSemaphore
 from crawler import logs
 from crawler.errors import PeercrawlError, StoreError
 from crawler.settings import Settings
-from crawler.sources.dht_alerts import AlertPump, StatsRequests
+from crawler.sources.dht_alerts import AlertPump, StatsRequests, responses
+from crawler.sources.dht_lookups import Lookup, Target
 from crawler.sources.dht_pacing import Group, NodePacer
 from crawler.sources.dht_session import listen_interface, new_session, resolve_bootstrap
 from crawler.sources.result import SourceResult
@@ -67,12 +68,6 @@ from crawler.sources.result import SourceResult
 log = logs.get(__name__)
 
 SOURCE = "dht"
-
-# Incoming queries counted in dht_messages_in; the rest are responses.
-_QUERY_COUNTERS = (
-    "dht.dht_ping_in", "dht.dht_find_node_in", "dht.dht_get_peers_in", "dht.dht_announce_peer_in",
-    "dht.dht_get_in", "dht.dht_put_in", "dht.dht_sample_infohashes_in",
-)
 
 
 class DhtClosed(PeercrawlError):
@@ -89,44 +84,8 @@ _STATS_ALERT = lt.session_stats_alert
 _BOOTSTRAP_ALERT = lt.dht_bootstrap_alert
 
 
-def _responses(values: dict) -> int:
-    return values.get("dht.dht_messages_in", 0) - sum(values.get(k, 0) for k in _QUERY_COUNTERS)
-
-
 def _canonical(ip: str) -> str:
     return str(ipaddress.ip_address(ip)) if ":" in ip else ip
-
-
-class _Target(Group):
-    """Every traversal of one info-hash not yet retired by the pacer.
-
-    ``lookups``: the lookups whose greenlet still waits (usually one);
-    ``queries``: get_peers queries sent for the hash so far. The pacer's
-    part (``Group``) counts the traversals and the addresses they queried.
-    Mutated only by the hub's dispatcher and by lookups starting and ending.
-    """
-
-    __slots__ = ("key", "lookups", "queries")
-
-    def __init__(self, key: bytes, now: float):
-        super().__init__(now)
-        self.key = key
-        self.lookups: list[_Lookup] = []
-        self.queries = 0
-
-
-class _Lookup:
-    """One greenlet's lookup: the peers gathered, and the event it sleeps on."""
-
-    __slots__ = ("deadline", "event", "max_peers", "peers", "queries_before", "target")
-
-    def __init__(self, target: _Target, max_peers: int, deadline: float):
-        self.target = target
-        self.peers: set[tuple[str, int]] = set()
-        self.event = Event()
-        self.max_peers = max_peers
-        self.deadline = deadline
-        self.queries_before = target.queries
 
 
 class DhtSource:
@@ -152,10 +111,10 @@ class DhtSource:
         self.bootstrap = resolve_bootstrap(settings.dht_bootstrap, settings.allow_private)
         self._session = new_session(settings, self.bootstrap, read_only, extra)
         # Every info-hash with a traversal not yet retired by the pacer.
-        self._targets: dict[bytes, _Target] = {}
+        self._targets: dict[bytes, Target] = {}
         # Lookups whose greenlet still waits; a hub timer wakes those that
         # settled or hit their deadline (one timer, not one per lookup).
-        self._live: set[_Lookup] = set()
+        self._live: set[Lookup] = set()
         # Referenced: while it runs (only while lookups wait) it keeps the
         # hub alive, as their timeouts would.
         self._ticker = gevent.get_hub().loop.timer(TICK, TICK)
@@ -202,7 +161,7 @@ class DhtSource:
                 gevent.get_hub().handle_error(None, *sys.exc_info())
 
     @staticmethod
-    def _on_peers(alert, live: list[_Lookup]) -> None:
+    def _on_peers(alert, live: list[Lookup]) -> None:
         # Wakes a lookup only once it has enough peers; settle and deadline
         # are the ticker's.
         peers = None
@@ -275,6 +234,21 @@ class DhtSource:
             self._in_flight.release()
 
     def _lookup(self, target: bytes, deadline: float) -> SourceResult:
+        refused = self._refusal(deadline)
+        if refused is not None:
+            return refused
+        # Baseline counters, taken by libtorrent before the traversal starts
+        # (posted calls run in order); only read if no peer comes back.
+        before = self._stats.baseline(self._session)
+        lk = self._traverse(target, deadline)
+        if self._closed:
+            return self._failed("DHT source closed")
+        if lk.peers:
+            return SourceResult(source=SOURCE, ok=True, peers=frozenset(lk.peers), max_peers=self.max_peers)
+        return self._without_peers(lk, before, deadline)
+
+    def _refusal(self, deadline: float) -> SourceResult | None:
+        """Why no traversal may start before ``deadline`` (closed, no bootstrap, paced), or None."""
         if self._closed:
             return self._failed("DHT source closed")
         if not self._bootstrapped.is_set():
@@ -292,16 +266,16 @@ class DhtSource:
                 f"paced: no DHT lookup could start within {self.timeout:g}s without sending a node more than "
                 f"{self.settings.dht_node_rate:g} queries/s"
             )
+        return None
 
-        # Baseline counters, taken by libtorrent before the traversal starts
-        # (posted calls run in order); only read if no peer comes back.
-        before = self._stats.baseline(self._session)
+    def _traverse(self, target: bytes, deadline: float) -> Lookup:
+        """Start a get_peers traversal of ``target``; return the lookup once ``_wait`` is over."""
         now = time.monotonic()
         group = self._targets.get(target)
         if group is None:
-            group = self._targets[target] = _Target(target, now)
+            group = self._targets[target] = Target(target, now)
         group.last_activity = now
-        lk = _Lookup(group, self.max_peers, deadline)
+        lk = Lookup(group, self.max_peers, deadline)
         group.lookups.append(lk)
         self._pacer.start(group)
         live = self._live
@@ -318,22 +292,24 @@ class DhtSource:
             group.lookups.remove(lk)
             self._pacer.end(group)
             self._wake_paced()
-        if self._closed:
-            return self._failed("DHT source closed")
-        if lk.peers:
-            return SourceResult(source=SOURCE, ok=True, peers=frozenset(lk.peers), max_peers=self.max_peers)
-        # No peers: answered only if some DHT node responded meanwhile. The
-        # snapshots may overrun the deadline by a little (they are local).
+        return lk
+
+    def _without_peers(self, lk: Lookup, before, deadline: float) -> SourceResult:
+        """A lookup that gathered no peers answered only if some DHT node responded meanwhile.
+
+        ``before``: the baseline counters' request. The snapshots may overrun
+        the deadline by a little (they are local).
+        """
         first = self._snapshot(before, max(deadline - time.monotonic(), 1.0))
         after = None if self._closed else self._snapshot(self._stats.post(self._session), 1.0)
         if self._closed:
             return self._failed("DHT source closed")
         if first is None or after is None:
             return self._failed("DHT session did not report its counters in time")
-        if _responses(after) > _responses(first):
+        if responses(after) > responses(first):
             return SourceResult(source=SOURCE, ok=True, peers=frozenset(), max_peers=self.max_peers)
         nodes = after.get("dht.dht_nodes", 0)
-        queries = group.queries - lk.queries_before
+        queries = lk.target.queries - lk.queries_before
         return self._failed(f"no DHT node responded ({queries} queries sent, {nodes} nodes in routing table)")
 
     def _wait_for_pace(self, deadline: float) -> bool:
@@ -353,7 +329,7 @@ class DhtSource:
         finally:
             self._pace_waiters -= 1
 
-    def _wait(self, lk: _Lookup, deadline: float) -> None:
+    def _wait(self, lk: Lookup, deadline: float) -> None:
         """Sleep until the lookup has enough peers, settles, or hits the deadline."""
         while not self._closed and len(lk.peers) < lk.max_peers:
             now = time.monotonic()
@@ -368,7 +344,7 @@ class DhtSource:
     # --- status and shutdown --------------------------------------------
 
     def dht_health(self) -> dict:
-        """``{"nodes", "bootstrapped", "lookups_in_flight", "bootstrap_nodes", "paced_lookups"}`` for status.
+        """The node's health: ``{"nodes", "bootstrapped", "lookups_in_flight", "bootstrap_nodes", "paced_lookups"}``.
 
         Never waits: ``nodes`` comes from the latest counters seen, and a
         fresh read is requested for the next call.

@@ -21,7 +21,8 @@ records values and sets gevent events.
 
 Session statistics (``post_session_stats``) come back as alerts in the order
 they were asked for, so ``StatsRequests`` matches them to their askers with a
-FIFO of ``AsyncResult``s.
+FIFO of ``AsyncResult``s; ``responses`` reads how many responses a node had
+received from such counters.
 """
 
 from __future__ import annotations
@@ -36,6 +37,12 @@ import gevent
 from gevent.event import AsyncResult
 
 _READ = 1  # libev/libuv EV_READ
+
+# Incoming queries counted in dht_messages_in; the rest are responses.
+_QUERY_COUNTERS = (
+    "dht.dht_ping_in", "dht.dht_find_node_in", "dht.dht_get_peers_in", "dht.dht_announce_peer_in",
+    "dht.dht_get_in", "dht.dht_put_in", "dht.dht_sample_infohashes_in",
+)
 
 
 class AlertPump:
@@ -151,3 +158,8 @@ class StatsRequests:
         """Wake every pending asker with ``error`` (used at close)."""
         while self._pending:
             self._pending.popleft().set_exception(error)
+
+
+def responses(values: dict) -> int:
+    """Responses the DHT node received, from a counter dict: ``dht_messages_in`` less incoming queries."""
+    return values.get("dht.dht_messages_in", 0) - sum(values.get(k, 0) for k in _QUERY_COUNTERS)

@@ -1,0 +1,71 @@
+"""A place's escaped names and metric fingerprints, laid out as record.lua reads them.
+
+``PlaceInfo`` is built once per place a process sees (the recorder caches
+it) and turns each IP's record into one multiply and one XOR: see its
+docstring for the lanes. ``lua_string`` is the length-prefixed UTF-8 that
+record.lua reads names in.
+"""
+
+from __future__ import annotations
+
+from crawler.counters.marks import Fingerprinter
+from crawler.counters.names import escape
+
+
+class PlaceInfo:
+    """A place's escaped names and its metric fingerprints, in record.lua's slot order.
+
+    The slots are: the torrent's users metric, then country, torrent-country,
+    city, torrent-city, postcode, torrent-postcode (the parts the place has):
+    ``k`` of them; when k >= 3 the IP's group record for (torrent, place)
+    goes first (``"g"`` + the place's names, XOR the torrent). An IP's
+    record in record.lua's ``ips`` argument is built as one integer: a 7-byte
+    header (torrent bucket, place bucket, place number, k) and the 8-byte
+    fields, field i = ``low64(ip) XOR metric_i``. So that costs one multiply
+    and one XOR per IP, the metrics sit in lanes of one integer: ``g`` holds
+    the global metrics (0 in torrent lanes), ``tr`` has a 1 in the low bit of
+    every torrent lane (the torrent's fingerprint is XORed into those per
+    visit: ``g ^ t_fp * tr``) and ``r`` in every lane (``low64 * r`` repeats
+    the IP's half in each).
+    """
+
+    __slots__ = ("country", "country_s", "g", "gshift", "k", "nbytes", "r", "shift", "tail", "tr", "tshift")
+
+    def __init__(self, pkey: tuple, fps: Fingerprinter):
+        c = escape(pkey[0])
+        y = escape(pkey[1]) if c is not None else None
+        z = escape(pkey[2]) if c is not None else None
+        self.country = c
+        # the names as record.lua reads them (length-prefixed UTF-8; empty = unknown)
+        self.country_s = None if c is None else lua_string(c)
+        self.tail = lua_string(y or "") + lua_string(z or "")
+        slots: list[tuple[int, bool]] = [(0, True)]  # (global fingerprint, is a torrent metric)
+        if c is not None:
+            name = f"countries.{c}"
+            slots += [(fps.place(name), False), (fps.place("t" + name), True)]
+            for family, part in (("cities", y), ("postcodes", z)):
+                if part is not None:
+                    name = f"countries.{c}.{family}.{part}"
+                    slots += [(fps.place(name), False), (fps.place("t" + name), True)]
+        self.k = len(slots)
+        if self.k >= 3:
+            # the group record of (IP, torrent, place), first (see record.lua)
+            slots.insert(0, (fps.place("g" + ".".join(n or "" for n in (c, y, z))), True))
+        lanes = len(slots)
+        self.g = self.tr = self.r = 0
+        for i, (g, t) in enumerate(slots):  # the first slot in the highest lane
+            lane = 64 * (lanes - 1 - i)
+            self.g |= g << lane
+            self.r |= 1 << lane
+            if t:
+                self.tr |= 1 << lane
+        self.shift = 64 * lanes  # where the place number and k go
+        self.gshift = self.shift + 24  # where the place marks' bucket number goes
+        self.tshift = self.shift + 40  # where the torrent marks' bucket number goes
+        self.nbytes = 7 + 8 * lanes
+
+
+def lua_string(s: str) -> bytes:
+    """A length-prefixed UTF-8 string as record.lua reads it."""
+    b = s.encode("utf-8")
+    return len(b).to_bytes(2, "big") + b

@@ -1,0 +1,44 @@
+"""What DHT lookups wait on: the traversals of an info-hash and each greenlet's lookup.
+
+``DhtSource`` (see the strategy note in ``dht``) keeps a ``Target`` per
+info-hash with a traversal the pacer has not retired, and a ``Lookup`` per
+greenlet waiting on one. Both are mutated only by the hub's alert dispatcher
+and by lookups starting and ending.
+"""
+
+from __future__ import annotations
+
+from gevent.event import Event
+
+from crawler.sources.dht_pacing import Group
+
+
+class Target(Group):
+    """Every traversal of one info-hash not yet retired by the pacer.
+
+    ``lookups``: the lookups whose greenlet still waits (usually one);
+    ``queries``: get_peers queries sent for the hash so far. The pacer's
+    part (``Group``) counts the traversals and the addresses they queried.
+    """
+
+    __slots__ = ("key", "lookups", "queries")
+
+    def __init__(self, key: bytes, now: float):
+        super().__init__(now)
+        self.key = key
+        self.lookups: list[Lookup] = []
+        self.queries = 0
+
+
+class Lookup:
+    """One greenlet's lookup: the peers gathered, and the event it sleeps on."""
+
+    __slots__ = ("deadline", "event", "max_peers", "peers", "queries_before", "target")
+
+    def __init__(self, target: Target, max_peers: int, deadline: float):
+        self.target = target
+        self.peers: set[tuple[str, int]] = set()
+        self.event = Event()
+        self.max_peers = max_peers
+        self.deadline = deadline
+        self.queries_before = target.queries
