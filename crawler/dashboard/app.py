@@ -21,7 +21,7 @@ from urllib.parse import urlencode
 
 import redis
 from flask import Flask, Response, abort, jsonify, redirect, render_template, request
-from prometheus_client import CONTENT_TYPE_LATEST
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.openmetrics import exposition as openmetrics
 
 from crawler import logs
@@ -50,53 +50,63 @@ def create_app(views: Views, token: str | None = None) -> Flask:
     app = Flask(__name__, static_folder="static", template_folder="templates")
     app.json.sort_keys = False
     app.json.ensure_ascii = False
-    registry = registry_for(views)
+    app.before_request(lambda: _check_access(token))
+    app.after_request(_headers)
+    app.register_error_handler(StoreError, _store_error)
+    app.register_error_handler(redis.RedisError, _store_error)  # a read that does not wrap its errors
+    app.register_error_handler(401, _unauthorized)
+    _pages(app)
+    _data(app, views)
+    return app
 
-    @app.before_request
-    def _check_token():
-        if token is None:
-            host = request.host.rsplit(":", 1)[0] if not request.host.endswith("]") else request.host
-            if host.lower() not in LOOPBACK_NAMES:
-                abort(Response("without PEERCRAWL_DASHBOARD_TOKEN only loopback addresses are served\n", 403))
-            return None
-        given = request.args.get("token")
-        if given is not None:
-            if not hmac.compare_digest(given.encode(), token.encode()):
-                abort(401)
-            # The token leaves the address bar and history: a cookie carries it from now on.
-            args = [(k, v) for k, v in request.args.items(multi=True) if k != "token"]
-            target = request.path + ("?" + urlencode(args) if args else "")
-            resp = redirect(target, code=303)
-            resp.set_cookie(COOKIE, token, httponly=True, samesite="Strict")
-            return resp
-        header = request.headers.get("Authorization", "")
-        for candidate in (request.cookies.get(COOKIE), header[7:] if header.startswith("Bearer ") else None):
-            if candidate is not None and hmac.compare_digest(candidate.encode(), token.encode()):
-                return None
-        abort(401)
 
-    @app.after_request
-    def _headers(resp: Response) -> Response:
-        resp.headers["Content-Security-Policy"] = CSP
-        resp.headers["X-Content-Type-Options"] = "nosniff"
-        resp.headers["Referrer-Policy"] = "no-referrer"
-        if request.path.startswith("/api/"):
-            resp.headers["Cache-Control"] = "no-store"
+def _check_access(token: str | None) -> Response | None:
+    """None to serve the request; a redirect that moves ``?token=`` into a cookie; else 401/403."""
+    if token is None:
+        host = request.host.rsplit(":", 1)[0] if not request.host.endswith("]") else request.host
+        if host.lower() not in LOOPBACK_NAMES:
+            abort(Response("without PEERCRAWL_DASHBOARD_TOKEN only loopback addresses are served\n", 403))
+        return None
+    given = request.args.get("token")
+    if given is not None:
+        if not hmac.compare_digest(given.encode(), token.encode()):
+            abort(401)
+        # The token leaves the address bar and history: a cookie carries it from now on.
+        args = [(k, v) for k, v in request.args.items(multi=True) if k != "token"]
+        target = request.path + ("?" + urlencode(args) if args else "")
+        resp = redirect(target, code=303)
+        resp.set_cookie(COOKIE, token, httponly=True, samesite="Strict")
         return resp
+    header = request.headers.get("Authorization", "")
+    for candidate in (request.cookies.get(COOKIE), header[7:] if header.startswith("Bearer ") else None):
+        if candidate is not None and hmac.compare_digest(candidate.encode(), token.encode()):
+            return None
+    abort(401)
 
-    @app.errorhandler(StoreError)
-    @app.errorhandler(redis.RedisError)  # read paths of status that do not wrap their errors
-    def _store_error(e: Exception):
-        msg = str(e) if isinstance(e, StoreError) else f"Redis is not answering: {e}"
-        log.warning("dashboard_store_error", error=msg)
-        return jsonify({"error": msg}), 503
 
-    @app.errorhandler(401)
-    def _unauthorized(_e):
-        return Response("a token is required: open the address with ?token=PEERCRAWL_DASHBOARD_TOKEN\n", 401,
-                        {"Content-Type": "text/plain; charset=utf-8", "WWW-Authenticate": "Bearer"})
+def _headers(resp: Response) -> Response:
+    resp.headers["Content-Security-Policy"] = CSP
+    resp.headers["X-Content-Type-Options"] = "nosniff"
+    resp.headers["Referrer-Policy"] = "no-referrer"
+    if request.path.startswith("/api/"):
+        resp.headers["Cache-Control"] = "no-store"
+    return resp
 
-    # --- pages ----------------------------------------------------------------
+
+def _store_error(e: Exception):
+    msg = str(e) if isinstance(e, StoreError) else f"Redis is not answering: {e}"
+    log.warning("dashboard_store_error", error=msg)
+    return jsonify({"error": msg}), 503
+
+
+def _unauthorized(_e):
+    return Response("a token is required: open the address with ?token=PEERCRAWL_DASHBOARD_TOKEN\n", 401,
+                    {"Content-Type": "text/plain; charset=utf-8", "WWW-Authenticate": "Bearer"})
+
+
+def _pages(app: Flask) -> None:
+    """The HTML shells: each names its page; its script fetches the data."""
+
     @app.get("/")
     def landing():
         return render_template("page.html", page="overview", title="Users by country", arg="")
@@ -117,7 +127,15 @@ def create_app(views: Views, token: str | None = None) -> Flask:
     def operators_page():
         return render_template("page.html", page="operators", title="Operators", arg="")
 
-    # --- data -----------------------------------------------------------------
+    @app.get("/favicon.ico")
+    def favicon():
+        return Response(status=204)
+
+
+def _data(app: Flask, views: Views) -> None:
+    """The JSON (and CSV) views, ``/metrics`` and ``/healthz``."""
+    registry = registry_for(views)
+
     @app.get("/api/overview")
     def api_overview():
         return _answer(views.overview(_month(), _limit()))
@@ -148,24 +166,15 @@ def create_app(views: Views, token: str | None = None) -> Flask:
 
     @app.get("/metrics")
     def metrics():
-        accept = request.headers.get("Accept", "")
-        if "application/openmetrics-text" in accept:
+        if "application/openmetrics-text" in request.headers.get("Accept", ""):
             return Response(openmetrics.generate_latest(registry), 200,
                             {"Content-Type": openmetrics.CONTENT_TYPE_LATEST})
-        from prometheus_client import generate_latest
-
         return Response(generate_latest(registry), 200, {"Content-Type": CONTENT_TYPE_LATEST})
-
-    @app.get("/favicon.ico")
-    def favicon():
-        return Response(status=204)
 
     @app.get("/healthz")
     def healthz():
         views.client.ping()
         return jsonify({"ok": True, "time": time.time()})
-
-    return app
 
 
 def _answer(view: dict):
