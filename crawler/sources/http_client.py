@@ -129,22 +129,47 @@ def http_get(
 
 
 def _get_once(url, deadline, max_bytes, check, tls, resolver, preferred) -> HttpResponse:
+    parts, port, what = _split(url)
+    targets = resolve(parts.hostname, port, check, what, resolver)
+    key = ("tcp", parts.hostname, port)
+    if preferred is not None and len(targets) > 1:
+        targets = first(targets, preferred.get(key))
+    reader = _reader(parts, max_bytes, what)
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TrackerTimeout(f"{what}: deadline passed")
+    with gevent.Timeout(left, TrackerTimeout(f"{what}: no complete reply in time")):
+        s, chosen = _connect(targets, deadline, what)
+        if preferred is not None and len(targets) > 1:
+            preferred[key] = chosen
+        try:
+            if parts.scheme == "https":
+                s = _handshake(s, tls or _default_context(), parts.hostname, what)
+            return _exchange(s, reader, what)
+        except _stdssl.SSLError as e:
+            raise TrackerTlsError(f"{what}: TLS error: {_ssl_text(e)}") from e
+        except OSError as e:
+            raise HttpTrackerError(f"{what}: {e}") from e
+        finally:
+            s.close()
+
+def _split(url: str) -> tuple[urllib.parse.SplitResult, int, str]:
+    """``url``'s parts, port, and the name errors give it; raises ``HttpTrackerError``."""
     try:
         parts = urllib.parse.urlsplit(url)
     except ValueError as e:
         raise HttpTrackerError(f"not an HTTP URL: {url[:100]!r}: {e}") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise HttpTrackerError(f"not an HTTP URL: {url[:100]!r}")
-    is_tls = parts.scheme == "https"
     try:
-        port = parts.port or (443 if is_tls else 80)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
     except ValueError as e:
         raise HttpTrackerError(f"bad port in {url[:100]!r}") from e
-    what = f"tracker {parts.scheme}://{parts.netloc}"
-    targets = resolve(parts.hostname, port, check, what, resolver)
-    key = ("tcp", parts.hostname, port)
-    if preferred is not None and len(targets) > 1:
-        targets = first(targets, preferred.get(key))
+    return parts, port, f"tracker {parts.scheme}://{parts.netloc}"
+
+
+def _reader(parts: urllib.parse.SplitResult, max_bytes: int, what: str) -> ResponseReader:
+    """The GET of ``parts``' path and query, framed by h11; raises ``HttpTrackerError``."""
     target = parts.path or "/"
     if parts.query:
         target += "?" + parts.query
@@ -156,26 +181,9 @@ def _get_once(url, deadline, max_bytes, check, tls, resolver, preferred) -> Http
     except UnicodeError as e:
         raise HttpTrackerError(f"{what}: host name cannot be encoded: {e}") from None
     try:
-        reader = ResponseReader(host_header, target, max_bytes)
+        return ResponseReader(host_header, target, max_bytes)
     except HttpRequestError as e:
         raise HttpTrackerError(f"{what}: {e}") from None
-    left = deadline - time.monotonic()
-    if left <= 0:
-        raise TrackerTimeout(f"{what}: deadline passed")
-    with gevent.Timeout(left, TrackerTimeout(f"{what}: no complete reply in time")):
-        s, chosen = _connect(targets, deadline, what)
-        if preferred is not None and len(targets) > 1:
-            preferred[key] = chosen
-        try:
-            if is_tls:
-                s = _handshake(s, tls or _default_context(), parts.hostname, what)
-            return _exchange(s, reader, what)
-        except _stdssl.SSLError as e:
-            raise TrackerTlsError(f"{what}: TLS error: {_ssl_text(e)}") from e
-        except OSError as e:
-            raise HttpTrackerError(f"{what}: {e}") from e
-        finally:
-            s.close()
 
 
 _UNSAFE = re.compile(r"[^\x21-\x7e]")
