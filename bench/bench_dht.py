@@ -141,9 +141,9 @@ class PlainSide:
         self.batch(range(len(hashes)))  # warm-up, untimed
 
     def batch(self, indexes: range) -> Round:
-        session, hashes, expected, timeout = self.session, self.hashes, self.expected, self.timeout
+        session, hashes = self.session, self.hashes
         pending: dict[lt.sha1_hash, list] = {}  # target -> [[found set, start, hex], ...]
-        started = complete = 0
+        started = self._complete = 0
         last_start = 0.0
         queue = iter(indexes)
         last = indexes[-1]
@@ -173,17 +173,23 @@ class PlainSide:
                         peers = a.peers()
                         for e in entries:
                             e[0].update(peers)
-            now = time.monotonic()
-            for ih, entries in list(pending.items()):
-                for e in list(entries):
-                    found, begun, hexed = e
-                    if len(found) >= PEERS_PER_HASH or now - begun > timeout:
-                        complete += found == expected[hexed]
-                        entries.remove(e)
-                        start_next()
-                if not entries:
-                    pending.pop(ih, None)
-        return Round(started, complete, last_start - t0, time.thread_time() - cpu0, self.concurrency)
+            for _ in range(self._settle(pending, time.monotonic())):
+                start_next()
+        return Round(started, self._complete, last_start - t0, time.thread_time() - cpu0, self.concurrency)
+
+    def _settle(self, pending: dict, now: float) -> int:
+        """Drop the lookups that found their peers or timed out (counting the complete); how many."""
+        done = 0
+        for ih, entries in list(pending.items()):
+            for e in list(entries):
+                found, begun, hexed = e
+                if len(found) >= PEERS_PER_HASH or now - begun > self.timeout:
+                    self._complete += found == self.expected[hexed]
+                    entries.remove(e)
+                    done += 1
+            if not entries:
+                pending.pop(ih, None)
+        return done
 
     def close(self) -> None:
         self.session = None
