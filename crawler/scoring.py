@@ -22,6 +22,7 @@ from crawler.settings import Settings
 
 
 class Outcome(str, enum.Enum):
+    """What a visit found, which sets the score's multiplier (SPEC §2)."""
     NONE = "none"  # no peers at all: x0.5
     SOME = "some"  # peers, but no full source with enough new ones: x0.8
     FULL = "full"  # some source full and enough new peers: x1.2
@@ -36,6 +37,7 @@ class SourceCount:
 
     @property
     def full(self) -> bool:
+        """Whether the source gave as many peers as it may give at most (more could be waiting)."""
         return self.max_peers > 0 and self.returned >= self.max_peers
 
 
@@ -55,6 +57,7 @@ def outcome(found: int, new: int, sources: Iterable[SourceCount], new_fraction: 
 
 
 def multiplier(o: Outcome, settings: Settings) -> float:
+    """The score multiplier of outcome ``o`` under ``settings``."""
     return {
         Outcome.NONE: settings.multiplier_none,
         Outcome.SOME: settings.multiplier_some,

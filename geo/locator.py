@@ -154,6 +154,7 @@ class Locator:
         return getattr(self._cached, "cache_info", lambda: None)()
 
     def close(self) -> None:
+        """Close the database (its memory map)."""
         self._reader.close()
 
     def __enter__(self) -> "Locator":

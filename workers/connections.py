@@ -54,6 +54,7 @@ class WorkerPool(redis.BlockingConnectionPool):
     """A blocking pool that notes whether each connection came back cleanly (see the module note)."""
 
     def release(self, connection) -> None:
+        """Take ``connection`` back, noting whether its command ended cleanly."""
         # Called from redis-py's ``finally`` blocks: an exception on its way
         # out means the command may not have read its reply.
         connection.released_clean = sys.exc_info()[0] is None

@@ -49,12 +49,14 @@ class Progress:
         self.new += v.new
 
     def countries(self) -> int:
+        """Countries with at least one counted user so far (0 if Redis does not answer)."""
         try:
             return int(self.client.zcard(self._countries_key))
         except redis.RedisError:
             return -1
 
     def line(self) -> str:
+        """The progress line: visits, peers, new peers, countries, elapsed time."""
         secs = time.monotonic() - self.started
         return (f"{self.visits} visits ({self.failed} failed), {self.peers} peers found, {self.new} new, "
                 f"{self.countries()} countries so far, {secs:.0f} s")
@@ -83,4 +85,5 @@ class Progress:
             self._live.__exit__(None, None, None)
 
     def summary(self) -> None:
+        """Print the last progress line to stdout."""
         click.echo(self.line(), file=sys.stdout)

@@ -36,6 +36,7 @@ def _register() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    """The ``peercrawl`` entry point: gevent's patching first for the commands that serve or crawl, then click."""
     args = sys.argv[1:] if argv is None else argv
     if args[:1] in (["worker"], ["run"], ["dashboard"]):
         # gevent patches before redis-py and ssl are imported (workers.cli).

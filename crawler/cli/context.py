@@ -14,6 +14,7 @@ from crawler.settings import Settings
 
 @dataclass
 class Context:
+    """What a command works with: its validated settings, the Redis client and the namespace's key names."""
     settings: Settings
     client: redis.Redis
     keys: Keys

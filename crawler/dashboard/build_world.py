@@ -137,6 +137,7 @@ def build(topo: dict, iso: dict) -> dict:
 
 
 def main(argv: list[str]) -> None:
+    """Write the vendored map: ``build_world TOPOJSON ISO_CODES OUT`` (see the module note)."""
     topo_path, iso_path, out_path = argv
     with open(topo_path, encoding="utf-8") as f:
         topo = json.load(f)

@@ -32,9 +32,11 @@ class CrawlCollector:
         self.views = views
 
     def describe(self):
+        """No metrics at registration: describing them would read Redis before the first scrape."""
         return []  # values come from Redis at scrape time; no scrape at registration
 
     def collect(self):
+        """The crawl's gauges and counters, read from Redis through ``views`` at this scrape."""
         v = self.views
         ops = v.operators(hours=1)
         r = ops["status"]

@@ -24,6 +24,7 @@ def make_server(client, keys, settings, host: str = "127.0.0.1", port: int = 865
 
 
 def address(server: WSGIServer) -> str:
+    """The address to open ``server`` at, an IPv6 host in brackets."""
     host, port = server.address[:2]
     shown = f"[{host}]" if ":" in host else host
     return f"http://{shown}:{port}/"

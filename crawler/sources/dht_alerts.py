@@ -128,6 +128,7 @@ class StatsRequests:
         self._last_at = 0.0
 
     def post(self, session) -> AsyncResult:
+        """Ask ``session`` for its counters; the result is set when the alert arrives."""
         result = AsyncResult()
         self._pending.append(result)
         session.post_session_stats()
@@ -150,6 +151,7 @@ class StatsRequests:
         return self.post(session)
 
     def on_alert(self, values: dict) -> None:
+        """The dispatcher's call: keep ``values`` and answer the oldest pending request."""
         self.latest = values
         if self._pending:
             self._pending.popleft().set(values)

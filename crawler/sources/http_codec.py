@@ -73,6 +73,7 @@ def announce_url(
 
 @dataclass(frozen=True)
 class HttpAnnounceReply:
+    """An HTTP tracker's announce reply (BEP 3, BEP 23), fields absent from the reply None."""
     peers: tuple[Peer, ...]
     interval: int | None = None
     min_interval: int | None = None

@@ -28,6 +28,7 @@ class Lru(Generic[K, V]):
         self._d: OrderedDict[K, V] = OrderedDict()
 
     def get(self, key: K, default=None):
+        """The value of ``key`` (now the most recently used), or ``default``."""
         value = self._d.get(key, _MISSING)
         if value is _MISSING:
             return default
@@ -46,6 +47,7 @@ class Lru(Generic[K, V]):
             self._d.popitem(last=False)
 
     def pop(self, key: K, default=None):
+        """Remove ``key`` and return its value, or ``default``."""
         return self._d.pop(key, default)
 
     def __delitem__(self, key: K) -> None:
@@ -61,4 +63,5 @@ class Lru(Generic[K, V]):
         return iter(list(self._d))
 
     def clear(self) -> None:
+        """Forget every entry."""
         self._d.clear()

@@ -40,6 +40,7 @@ class SourceResult:
 
     @classmethod
     def failed(cls, source: str, error: str, max_peers: int = 0) -> SourceResult:
+        """A source that gave no answer, with why."""
         return cls(source=source, ok=False, max_peers=max_peers, error=error)
 
     def bounded(self, limit: int) -> SourceResult:
@@ -68,10 +69,12 @@ class VisitResult:
 
     @property
     def seeders(self) -> int | None:
+        """The largest seeder count any answering source gave, or None."""
         vals = [s.seeders for s in self.sources if s.ok and s.seeders is not None]
         return max(vals) if vals else None
 
     @property
     def leechers(self) -> int | None:
+        """The largest leecher count any answering source gave, or None."""
         vals = [s.leechers for s in self.sources if s.ok and s.leechers is not None]
         return max(vals) if vals else None

@@ -20,6 +20,7 @@ from crawler.sources.peers import Peer
 
 
 class SelfFilter:
+    """Drops the entries on the namespace's announce port (see the module note)."""
     def __init__(self, port: int):
         self.port = port
 

@@ -43,6 +43,7 @@ def connect_request(transaction_id: int) -> bytes:
 
 @dataclass(frozen=True)
 class AnnounceRequest:
+    """A BEP 15 announce, as ``encode_announce`` packs it."""
     connection_id: int
     transaction_id: int
     info_hash: bytes
@@ -89,12 +90,14 @@ def scrape_request(connection_id: int, transaction_id: int, info_hashes: list[by
 
 @dataclass(frozen=True)
 class ConnectReply:
+    """A BEP 15 connect reply: the connection id to announce with."""
     transaction_id: int
     connection_id: int
 
 
 @dataclass(frozen=True)
 class AnnounceReply:
+    """A BEP 15 announce reply, its compact peers decoded."""
     transaction_id: int
     interval: int
     leechers: int
@@ -106,6 +109,7 @@ class AnnounceReply:
 
 @dataclass(frozen=True)
 class ScrapeEntry:
+    """One torrent's figures in a BEP 15 scrape reply."""
     seeders: int
     completed: int
     leechers: int
@@ -113,12 +117,14 @@ class ScrapeEntry:
 
 @dataclass(frozen=True)
 class ScrapeReply:
+    """A BEP 15 scrape reply: one entry per info-hash asked, in order."""
     transaction_id: int
     entries: tuple[ScrapeEntry, ...]
 
 
 @dataclass(frozen=True)
 class ErrorReply:
+    """A BEP 15 error reply: the tracker's message."""
     transaction_id: int
     message: str
 
