@@ -2,7 +2,7 @@
 
 Strategy: every ``interval`` seconds the controller samples
 
-- queue latency: how late the oldest due torrent is (``Queue.counts``);
+- queue latency: how late the oldest due torrent is (``QueueView.counts``);
 - busy: how many of the pool's runners hold a torrent, on average over the
   interval (sampled by the probe greenlet);
 - visits per second over the interval;
@@ -251,7 +251,7 @@ class Autoscaler:
         rate = self._rate(worker.health.visits)
         rtt = self._rtt()
         try:
-            latency = worker.queue.counts()["queue_latency_s"]
+            latency = worker.view.counts()["queue_latency_s"]
         except StoreError:  # Redis trouble: hold the size rather than guess
             return self.size
         busy = self._busy(len(worker.pool))

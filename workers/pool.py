@@ -35,6 +35,7 @@ from gevent.event import Event
 from crawler import logs
 from crawler.errors import StoreError
 from crawler.lifecycle import Lease, Queue
+from crawler.queue_view import QueueView
 from workers.heartbeat import Health, Heartbeat
 from workers.visit import Visit, Visitor
 
@@ -68,6 +69,7 @@ class Worker:
                  flusher=None, sweep: Callable | None = None, heartbeat: Heartbeat | None = None,
                  on_visit: Callable[[Visit], None] | None = None):
         self.queue, self.visitor = queue, visitor
+        self.view = QueueView(queue.client, queue.keys)
         self.settings = queue.settings
         self.autoscaler = autoscaler
         self.target = concurrency if concurrency is not None else autoscaler.size
@@ -145,7 +147,7 @@ class Worker:
 
     def _idle(self) -> bool:
         try:
-            c = self.queue.counts()
+            c = self.view.counts()
         except StoreError:
             return False
         return c["ready"] == 0 and c["in_flight"] == 0
@@ -155,7 +157,7 @@ class Worker:
         while the queue stays empty), or less when a torrent falls due sooner, so a paced
         queue is visited on time rather than up to ``IDLE_POLL[1]`` late."""
         try:
-            due = self.queue.next_due()
+            due = self.view.next_due()
         except StoreError:
             return idle
         if due is None:
