@@ -61,6 +61,7 @@ import math
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import islice
 
 import redis
 
@@ -148,16 +149,13 @@ class Queue:
         cut: list[int] = []
         for item in items:
             if item.trackers or readmit:  # only these items' own keys are touched
-                keys.append(k.torrent(item.info_hash))
-                keys.append(k.trackers(item.info_hash))
+                keys += (k.torrent(item.info_hash), k.trackers(item.info_hash))
             trackers, n = item.trackers, 0
             if len(trackers) > cap:
                 unique = tuple(dict.fromkeys(trackers))
                 trackers, n = unique[:cap], max(0, len(unique) - cap)
             cut.append(n)
-            args.append(item.info_hash)
-            args.append(str(len(trackers)))
-            args.extend(trackers)
+            args += (item.info_hash, str(len(trackers)), *trackers)
         return keys, args, cut
 
     @staticmethod
@@ -196,20 +194,14 @@ class Queue:
         """
         batch = max(1, min(batch, ADD_BATCH))
         pipeline = max(1, pipeline)
-        pending: list[list[NewItem]] = []
-        current: list[NewItem] = []
-        for item in items:
-            current.append(item)
-            if len(current) >= batch:
-                pending.append(current)
-                current = []
-                if len(pending) >= pipeline:
-                    yield from self._flush(pending, readmit, on_dropped, now)
-                    pending = []
-        if current:
-            pending.append(current)
-        if pending:
-            yield from self._flush(pending, readmit, on_dropped, now)
+        stream = iter(items)
+        while True:
+            batches: list[list[NewItem]] = []
+            while len(batches) < pipeline and (part := list(islice(stream, batch))):
+                batches.append(part)
+            if not batches:
+                return
+            yield from self._flush(batches, readmit, on_dropped, now)
 
     def _flush(self, batches: list[list[NewItem]], readmit: bool, on_dropped: Callable[[NewItem, int], None] | None,
                now: float | None) -> Iterator[tuple[NewItem, str]]:
