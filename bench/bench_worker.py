@@ -69,8 +69,9 @@ import bench_trackers
 
 from crawler import logs
 from crawler.counters.names import metrics_for, month_of
+from crawler.items import NewItem
 from crawler.keys import Keys
-from crawler.lifecycle import NewItem, Queue
+from crawler.lifecycle import Queue
 from crawler.settings import Settings, TrackerSpec
 from crawler.sources import udp_codec as u
 from geo import Locator

@@ -17,18 +17,28 @@ import hashlib
 import re
 import stat
 from pathlib import Path
+from typing import NamedTuple
 from urllib.parse import parse_qs, urlsplit
 
 from crawler import bencode
 from crawler.envparse import tracker_url
 from crawler.errors import ItemError, one_line
-from crawler.lifecycle import NewItem
 
 _HEX = re.compile(r"^[0-9a-fA-F]{40}$")
 _B32 = re.compile(r"^[A-Za-z2-7]{32}$")
 
 # A .torrent larger than this is not a torrent file (big ones are a few MiB).
 MAX_TORRENT_FILE = 64 * 1024 * 1024
+
+
+class NewItem(NamedTuple):
+    """One torrent to add: a 40-hex info-hash and its own trackers.
+
+    A named tuple rather than a dataclass: bulk intake makes millions.
+    """
+
+    info_hash: str
+    trackers: tuple[str, ...] = ()
 
 
 def info_hash(text: str) -> str:

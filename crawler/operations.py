@@ -1,57 +1,39 @@
 """The operators' view of a crawl: queue states, throughput, workers, trackers.
 
-``queue_report`` gathers what ``peercrawl status`` shows (SPEC §7). Workers
-register themselves in a sorted set scored by heartbeat expiry (see
-``workers``); a process that stops beating drops out when its entry expires.
+``queue_report`` gathers what ``peercrawl status`` shows (SPEC §7) from the
+owners of each part: the queue's read model (``QueueView``), the worker
+registry, tracker health, GeoIP errors and the server's eviction policy.
+On the way it drops per-minute visit counts older than two days
+(``Queue.trim_visit_buckets``) and the entries of workers whose heartbeat
+expired, so neither grows while no worker runs long enough to trim.
 """
 
 from __future__ import annotations
 
-import json
 import math
 
 from crawler.counters.geo_errors import geo_error_report
 from crawler.lifecycle import Queue
+from crawler.queue_view import QueueView
+from crawler.registry import WorkerRegistry
 from crawler.sources.health import tracker_report
 from crawler.store import eviction_warning
 
 
-def live_workers(queue: Queue, now: float) -> list[dict]:
-    """Live worker processes and their figures; stale entries are trimmed."""
-    c, k = queue.client, queue.keys
-    c.zremrangebyscore(k.workers, "-inf", now)
-    ids = c.zrangebyscore(k.workers, now, "+inf")
-    if not ids:
-        return []
-    p = c.pipeline(transaction=False)
-    for wid in ids:
-        p.hgetall(k.worker(wid.decode()))
-    out = []
-    for wid, h in zip(ids, p.execute()):
-        if not h:
-            continue
-        d = {a.decode(): b.decode() for a, b in h.items()}
-        row: dict = {"id": wid.decode()}
-        for name, value in d.items():
-            try:
-                row[name] = json.loads(value)
-            except ValueError:
-                row[name] = value
-        out.append(row)
-    return out
-
-
 def queue_report(queue: Queue, now: float) -> dict:
-    """Everything ``status --json`` prints."""
-    report = queue.counts(now)
-    report["quarantined_torrents"] = queue.quarantined(10) if report.get("quarantined") else []
-    report["visits_last_hour"] = queue.visits_since(3600, now)
-    report["failed_visits_last_hour"] = queue.visits_since(3600, now, failed=True)
-    workers = live_workers(queue, now)
+    """Everything ``status --json`` prints. Raises ``StoreError``."""
+    c, k = queue.client, queue.keys
+    view = QueueView(c, k)
+    queue.trim_visit_buckets(now)
+    report = view.counts(now)
+    report["quarantined_torrents"] = view.quarantined(10) if report.get("quarantined") else []
+    report["visits_last_hour"] = view.visits_since(3600, now)
+    report["failed_visits_last_hour"] = view.visits_since(3600, now, failed=True)
+    workers = WorkerRegistry(c, k).live(now)
     report["workers"] = workers
-    report["trackers"] = tracker_report(queue.client, queue.keys)
-    report["geo_errors"] = geo_error_report(queue.client, queue.keys)
-    report["eviction_warning"] = eviction_warning(queue.client)
+    report["trackers"] = tracker_report(c, k)
+    report["geo_errors"] = geo_error_report(c, k)
+    report["eviction_warning"] = eviction_warning(c)
     report.update(capacity_report(report, workers, queue.settings.revisit_seconds))
     return report
 

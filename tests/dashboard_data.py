@@ -13,7 +13,8 @@ from pathlib import Path
 
 import geo
 from crawler.counters import Recorder
-from crawler.lifecycle import NewItem, Queue
+from crawler.items import NewItem
+from crawler.lifecycle import Queue
 from crawler.scoring import Outcome
 from tests.mmdb import write_city_db
 

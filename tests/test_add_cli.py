@@ -10,8 +10,10 @@ import sys
 import pytest
 
 from crawler import bencode
+from crawler.items import NewItem
 from crawler.keys import Keys
-from crawler.lifecycle import NewItem, Queue
+from crawler.lifecycle import Queue
+from crawler.queue_view import QueueView
 from crawler.scoring import Outcome
 from tests.cli import run, run_json
 
@@ -35,10 +37,11 @@ def test_every_item_form(test_env, tmp_path, client, namespace, settings):
     assert p.returncode == 0, p.stderr
     assert out == {"added": 4, "already_tracked": 0, "skipped_evicted": 0, "invalid": 0, **QUIET}
     q = Queue(client, Keys(namespace), settings)
+    view = QueueView(q.client, q.keys)
     for h in (H[0], H[1], H[2], th):
-        assert q.state(h)[0] == "ready"
-    assert q.torrent(H[2])["trackers"] == ["http://tr.example/announce", "udp://extra.example:1/announce"]
-    assert q.torrent(th)["trackers"] == ["udp://extra.example:1/announce", "udp://t.example:6969/announce"]
+        assert view.state(h)[0] == "ready"
+    assert view.torrent(H[2])["trackers"] == ["http://tr.example/announce", "udp://extra.example:1/announce"]
+    assert view.torrent(th)["trackers"] == ["udp://extra.example:1/announce", "udp://t.example:6969/announce"]
     # torrent --json shows it
     p, info = run_json(test_env, "torrent", th)
     assert info["state"] == "ready" and info["score"] == 1.0 and info["visits"] == 0
@@ -46,17 +49,18 @@ def test_every_item_form(test_env, tmp_path, client, namespace, settings):
 
 def test_duplicates_and_evicted_with_and_without_readmit(test_env, client, namespace, settings):
     q = Queue(client, Keys(namespace), settings)
+    view = QueueView(q.client, q.keys)
     q.add([NewItem(H[3])])
     for _ in range(8):
         (lease,) = q.claim(1)
         q.complete(lease, Outcome.NONE, due=0)
-    assert q.state(H[3])[0] == "evicted"
+    assert view.state(H[3])[0] == "evicted"
     p, out = run_json(test_env, "add", H[0], H[0], H[3])
     assert p.returncode == 0
     assert out == {"added": 1, "already_tracked": 1, "skipped_evicted": 1, "invalid": 0, **QUIET}
     p, out = run_json(test_env, "add", H[0], H[3], "--readmit")
     assert out == {"added": 1, "already_tracked": 1, "skipped_evicted": 0, "invalid": 0, **QUIET}
-    assert q.state(H[3]) == ("ready", 1.0)
+    assert view.state(H[3]) == ("ready", 1.0)
     p = run(test_env, "add", H[3])
     assert p.stdout.strip() == "added 0, already tracked 1, evicted and skipped 0, invalid 0"
 
@@ -83,7 +87,8 @@ def test_mixed_file_reports_bad_lines_and_adds_good_ones(test_env, tmp_path, cli
     assert errs[2].startswith(f"peercrawl add: {f} line 7: no such file")
     assert "Traceback" not in p.stderr
     q = Queue(client, Keys(namespace), settings)
-    assert {h for h in H[4:7] if q.state(h)[0] == "ready"} == set(H[4:7])
+    view = QueueView(q.client, q.keys)
+    assert {h for h in H[4:7] if view.state(h)[0] == "ready"} == set(H[4:7])
 
 
 def test_from_stdin_in_many_batches(test_env, client, namespace, settings):
@@ -92,7 +97,8 @@ def test_from_stdin_in_many_batches(test_env, client, namespace, settings):
     assert p.returncode == 0, p.stderr
     assert out == {"added": 2600, "already_tracked": 100, "skipped_evicted": 0, "invalid": 0, **QUIET}
     q = Queue(client, Keys(namespace), settings)
-    assert q.counts()["ready"] == 2600 and len(q.claim(2000)) + len(q.claim(2000)) == 2600
+    view = QueueView(q.client, q.keys)
+    assert view.counts()["ready"] == 2600 and len(q.claim(2000)) + len(q.claim(2000)) == 2600
 
 
 def test_usage_errors_are_one_line(test_env):
@@ -121,7 +127,8 @@ def test_torrent_unknown_and_bad_hash(test_env):
 
 def _added(client, namespace, settings, hashes):
     q = Queue(client, Keys(namespace), settings)
-    return {h for h in hashes if q.state(h)[0] == "ready"}
+    view = QueueView(q.client, q.keys)
+    return {h for h in hashes if view.state(h)[0] == "ready"}
 
 
 def test_a_bad_torrent_beside_a_good_hash_costs_only_itself(test_env, tmp_path, client, namespace, settings):

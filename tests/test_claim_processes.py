@@ -7,8 +7,10 @@ import time
 
 import redis
 
+from crawler.items import NewItem
 from crawler.keys import Keys
-from crawler.lifecycle import NewItem, Queue
+from crawler.lifecycle import Queue
+from crawler.queue_view import QueueView
 from crawler.scoring import Outcome
 
 N = 400
@@ -30,6 +32,7 @@ def claimer(url, settings, out, batch):
 
 def test_many_processes_claim_each_torrent_once_per_round(redis_url, client, keys, settings):
     q = Queue(client, keys, settings)
+    view = QueueView(q.client, q.keys)
     hashes = ["%040x" % (5 * 10**9 + i) for i in range(N)]
     assert q.add([NewItem(h) for h in hashes]) == ["added"] * N
     ctx = mp.get_context("fork")
@@ -44,7 +47,7 @@ def test_many_processes_claim_each_torrent_once_per_round(redis_url, client, key
     claimed = [h for r in results for h in r]
     assert sorted(claimed) == sorted(hashes)  # every torrent once, none twice
     assert sum(1 for r in results if r) >= 2  # really shared between processes
-    c = q.counts()
+    c = view.counts()
     assert (c["ready"], c["cooling"], c["in_flight"], c["tracked"]) == (0, N, 0, N)
 
 
@@ -58,6 +61,7 @@ def holder(url, settings, ready_fd):
 def test_killed_claimer_loses_nothing(redis_url, client, keys, settings):
     settings = settings.replace(lease_seconds=1.5)
     q = Queue(client, keys, settings)
+    view = QueueView(q.client, q.keys)
     hashes = ["%040x" % (6 * 10**9 + i) for i in range(50)]
     q.add([NewItem(h) for h in hashes])
     r, w = os.pipe()
@@ -69,7 +73,7 @@ def test_killed_claimer_loses_nothing(redis_url, client, keys, settings):
     p.join(timeout=10)
     assert p.exitcode == -signal.SIGKILL
     assert q.claim(50) == []  # still leased to the dead process
-    assert q.counts()["in_flight"] == 50
+    assert view.counts()["in_flight"] == 50
     time.sleep(1.7)
     back = q.claim(100)
     assert sorted(l.info_hash for l in back) == sorted(hashes)

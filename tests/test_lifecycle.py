@@ -4,7 +4,9 @@ import json
 
 import pytest
 
-from crawler.lifecycle import NewItem, Queue
+from crawler.items import NewItem
+from crawler.lifecycle import Queue
+from crawler.queue_view import QueueView
 from crawler.scoring import Outcome
 
 H = [f"{i:040x}" for i in range(1, 50)]
@@ -13,6 +15,11 @@ H = [f"{i:040x}" for i in range(1, 50)]
 @pytest.fixture
 def q(client, keys, settings):
     return Queue(client, keys, settings)
+
+
+@pytest.fixture
+def view(client, keys):
+    return QueueView(client, keys)
 
 
 def members(client, keys):
@@ -27,30 +34,30 @@ def members(client, keys):
     return sets
 
 
-def test_new_torrents_enter_ready_with_score_one(q, client, keys):
+def test_new_torrents_enter_ready_with_score_one(q, view, client, keys):
     assert q.add([NewItem(H[0]), NewItem(H[1])], now=100) == ["added", "added"]
-    assert q.state(H[0], 100) == ("ready", 1.0)
+    assert view.state(H[0], 100) == ("ready", 1.0)
     # admitted due at once; the first claim ranks them in the ready set
     assert members(client, keys)["cooling"] == {H[0], H[1]}
-    assert q.counts(100)["ready"] == 2 and q.counts(100)["cooling"] == 0
+    assert view.counts(100)["ready"] == 2 and view.counts(100)["cooling"] == 0
     q.housekeep(now=100)
     assert members(client, keys)["ready"] == {H[0], H[1]}
     assert [l.score for l in q.claim(5, now=101)] == [1.0, 1.0]
 
 
-def test_adding_a_tracked_torrent_keeps_score_and_state_and_merges_trackers(q, client, keys):
+def test_adding_a_tracked_torrent_keeps_score_and_state_and_merges_trackers(q, view, client, keys):
     q.add([NewItem(H[0], ("udp://a:1/announce",))], now=100)
     (lease,) = q.claim(1, now=101)
     q.complete(lease, Outcome.SOME, now=102)
     assert q.add([NewItem(H[0], ("http://b:2/announce",))], now=103) == ["already_tracked"]
-    state, score = q.state(H[0], 103)
+    state, score = view.state(H[0], 103)
     assert state == "cooling" and score == pytest.approx(0.8)
-    assert q.torrent(H[0], 103)["trackers"] == ["http://b:2/announce", "udp://a:1/announce"]
+    assert view.torrent(H[0], 103)["trackers"] == ["http://b:2/announce", "udp://a:1/announce"]
     # in flight too
     q.add([NewItem(H[1])], now=100)
     (lease,) = q.claim(1, now=104)
     assert q.add([NewItem(H[1])], now=105) == ["already_tracked"]
-    assert q.state(H[1], 105)[0] == "in_flight"
+    assert view.state(H[1], 105)[0] == "in_flight"
 
 
 def test_claim_takes_highest_score_first(q, client, keys):
@@ -64,7 +71,7 @@ def test_claim_takes_highest_score_first(q, client, keys):
     assert got == [H[1], H[2], H[0]]
 
 
-def test_lease_expiry_returns_torrent_with_score_kept_and_claims_raised(q, settings):
+def test_lease_expiry_returns_torrent_with_score_kept_and_claims_raised(q, view, settings):
     q.add([NewItem(H[0])], now=100)
     (l1,) = q.claim(1, now=100)
     assert l1.token == 1
@@ -76,8 +83,8 @@ def test_lease_expiry_returns_torrent_with_score_kept_and_claims_raised(q, setti
     assert q.extend(l1, now=300) is False
     assert q.fail(l1, now=300) is False
     assert q.release(l1, now=300) is False
-    assert q.state(H[0], 300)[0] == "in_flight"
-    assert q.torrent(H[0], 300)["claims"] == 2
+    assert view.state(H[0], 300)[0] == "in_flight"
+    assert view.torrent(H[0], 300)["claims"] == 2
 
 
 def test_extend_keeps_the_lease(q, settings):
@@ -91,20 +98,20 @@ def test_extend_keeps_the_lease(q, settings):
     assert q.complete(lease, Outcome.SOME, now=t)[0] == "cooling"
 
 
-def test_complete_cools_for_the_revisit_interval(q, settings):
+def test_complete_cools_for_the_revisit_interval(q, view, settings):
     q.add([NewItem(H[0])], now=100)
     (lease,) = q.claim(1, now=100)
     q.complete(lease, Outcome.SOME, now=110, peers=7, seeders=3, leechers=4)
     assert q.claim(1, now=110 + settings.revisit_seconds - 1) == []
-    assert q.state(H[0], 111)[0] == "cooling"
-    info = q.torrent(H[0], 111)
+    assert view.state(H[0], 111)[0] == "cooling"
+    info = view.torrent(H[0], 111)
     assert (info["visits"], info["seeders"], info["leechers"], info["peers_last_visit"]) == (1, 3, 4, 7)
     assert info["last_visit"] == 110 and info["due"] == 110 + settings.revisit_seconds
     (again,) = q.claim(1, now=110 + settings.revisit_seconds + 1)
     assert again.score == pytest.approx(0.8)
 
 
-def test_failed_visit_keeps_score_and_retries_sooner(q, settings):
+def test_failed_visit_keeps_score_and_retries_sooner(q, view, settings):
     q.add([NewItem(H[0])], now=100)
     (lease,) = q.claim(1, now=100)
     q.complete(lease, Outcome.NONE, now=100, due=100)
@@ -115,11 +122,11 @@ def test_failed_visit_keeps_score_and_retries_sooner(q, settings):
         assert q.claim(1, now=101 + i * 1000 + settings.retry_seconds - 1) == []
         (lease,) = q.claim(1, now=101 + i * 1000 + settings.retry_seconds + 1)
         assert lease.score == 0.5
-    info = q.torrent(H[0], 200000)
+    info = view.torrent(H[0], 200000)
     assert info["failed_visits"] == 20 and info["visits"] == 1 and info["last_error"] == "all sources failed"
 
 
-def test_eviction_leaves_a_tombstone_that_expires(q, client, keys, settings):
+def test_eviction_leaves_a_tombstone_that_expires(q, view, client, keys, settings):
     q.add([NewItem(H[0], ("udp://a:1/announce",))], now=100)
     t = 100
     for _ in range(8):
@@ -129,17 +136,17 @@ def test_eviction_leaves_a_tombstone_that_expires(q, client, keys, settings):
     assert state == "evicted" and score == pytest.approx(0.5**8)
     tomb = json.loads(client.hget(keys.tombstones, H[0]))
     assert tomb["reason"] == "low score" and float(tomb["score"]) == pytest.approx(0.5**8)
-    assert q.torrent(H[0], t)["state"] == "evicted"
+    assert view.torrent(H[0], t)["state"] == "evicted"
     assert 0 < client.ttl(keys.torrent(H[0])) <= settings.tombstone_seconds
-    assert q.counts(t)["evicted"] == 1 and q.counts(t)["tracked"] == 0
+    assert view.counts(t)["evicted"] == 1 and view.counts(t)["tracked"] == 0
     # before the tombstone period: add refuses; after it, housekeeping forgets it
     assert q.add([NewItem(H[0])], now=t) == ["skipped_evicted"]
     q.housekeep(now=t + settings.tombstone_seconds + 10)
-    assert q.state(H[0], t)[0] is None
+    assert view.state(H[0], t)[0] is None
     assert q.add([NewItem(H[0])], now=t) == ["added"]
 
 
-def test_readmit_brings_an_evicted_torrent_back(q, client, keys):
+def test_readmit_brings_an_evicted_torrent_back(q, view, client, keys):
     q.add([NewItem(H[0])], now=100)
     t = 100
     for _ in range(8):
@@ -147,31 +154,31 @@ def test_readmit_brings_an_evicted_torrent_back(q, client, keys):
         q.complete(lease, Outcome.NONE, now=t, due=t)
         t += 1
     assert q.add([NewItem(H[0])], readmit=True, now=t) == ["added"]
-    assert q.state(H[0], t) == ("ready", 1.0)
+    assert view.state(H[0], t) == ("ready", 1.0)
     assert client.ttl(keys.torrent(H[0])) == -1
     assert client.hget(keys.tombstones, H[0]) is None
 
 
-def test_release_hands_back_unvisited(q):
+def test_release_hands_back_unvisited(q, view):
     q.add([NewItem(H[0])], now=100)
     (lease,) = q.claim(1, now=100)
     assert q.release(lease, now=101)
-    assert q.state(H[0], 101) == ("ready", 1.0)
-    assert q.torrent(H[0], 101)["visits"] == 0
+    assert view.state(H[0], 101) == ("ready", 1.0)
+    assert view.torrent(H[0], 101)["visits"] == 0
 
 
-def test_counts_and_latency(q):
+def test_counts_and_latency(q, view):
     q.add([NewItem(h) for h in H[:4]], now=100)
     leases = q.claim(3, now=250)
     q.complete(leases[0], Outcome.SOME, now=250, due=260)
     q.complete(leases[1], Outcome.SOME, now=250, due=5000)
-    c = q.counts(now=300)
+    c = view.counts(now=300)
     # the one due at 260 counts as ready; the fourth has been ready since 100
     assert c == {"tracked": 4, "ready": 2, "cooling": 1, "in_flight": 1, "evicted": 0, "quarantined": 0,
                  "queue_latency_s": 200.0}
 
 
-def test_no_sequence_loses_or_duplicates(q, client, keys, settings):
+def test_no_sequence_loses_or_duplicates(q, view, client, keys, settings):
     """A random walk over every operation keeps each torrent in exactly one state."""
     import random
 
@@ -202,26 +209,26 @@ def test_no_sequence_loses_or_duplicates(q, client, keys, settings):
         added = set().union(*sets.values())
         # everything ever added is somewhere, unless its tombstone expired
         for h in added:
-            assert q.state(h, t)[0] is not None
+            assert view.state(h, t)[0] is not None
 
 
-def test_complete_and_claim_in_one_round_trip(q):
+def test_complete_and_claim_in_one_round_trip(q, view):
     q.add([NewItem(h) for h in H[:3]], now=100)
     (lease,) = q.claim(1, now=100)
     (state, score), nxt = q.complete_and_claim(lease, Outcome.FULL, 2, now=101, due=5000)
     assert (state, score) == ("cooling", 1.2)
     assert len(nxt) == 2 and lease.info_hash not in {l.info_hash for l in nxt}
-    c = q.counts(now=102)
+    c = view.counts(now=102)
     assert (c["cooling"], c["in_flight"], c["ready"]) == (1, 2, 0)
 
 
-def test_add_any_number_of_items(q):
+def test_add_any_number_of_items(q, view):
     many = ["%040x" % (7 * 10**9 + i) for i in range(5000)]
     assert q.add([NewItem(h) for h in many], now=100) == ["added"] * 5000
-    assert q.counts(100)["ready"] == 5000
+    assert view.counts(100)["ready"] == 5000
 
 
-def test_old_minute_counts_are_trimmed_without_status(q, settings):
+def test_old_minute_counts_are_trimmed_without_status(q, view, settings):
     # A visit and a failure three days ago, another visit now: trimming drops
     # the old minute of each hash and keeps what status reads.
     day = 86400
@@ -235,5 +242,17 @@ def test_old_minute_counts_are_trimmed_without_status(q, settings):
     assert len(q.client.hkeys(q.keys.visits)) == 2 and len(q.client.hkeys(q.keys.failed_visits)) == 1
     assert q.trim_visit_buckets(now=t0 + 3 * day) == 2
     assert q.client.hkeys(q.keys.failed_visits) == []
-    assert q.visits_since(3600, now=t0 + 3 * day) == 1
+    assert view.visits_since(3600, now=t0 + 3 * day) == 1
     assert q.trim_visit_buckets(now=t0 + 3 * day) == 0
+
+
+def test_held_trackers_come_back_in_the_plan_until_the_hold_expires(q, view, client, keys):
+    a, b = "udp://a:1/announce", "http://b:2/announce"
+    q.add([NewItem(H[0], (a, b))], now=100)
+    assert sorted(q.plan(H[0])[0]) == [b, a] and q.plan(H[0])[1] == {}
+    q.hold_trackers(H[0], {a: 1234.5}, ttl=60)
+    q.hold_trackers(H[0], {b: 99.0}, ttl=60)
+    own, not_before = q.plan(H[0])
+    assert sorted(own) == [b, a] and not_before == {a: 1234.5, b: 99.0}
+    assert view.torrent(H[0], 100)["tracker_not_before"] == not_before
+    assert 0 < client.ttl(keys.tracker_min_interval(H[0])) <= 60

@@ -18,8 +18,10 @@ from pathlib import Path
 import pytest
 
 from crawler import bencode
+from crawler.items import NewItem
 from crawler.keys import Keys
-from crawler.lifecycle import NewItem, Queue
+from crawler.lifecycle import Queue
+from crawler.queue_view import QueueView
 from crawler.scoring import Outcome
 from tests.cli import run, run_json
 
@@ -43,6 +45,7 @@ def expire(q, lease, now):
 
 
 def test_k_expiries_in_a_row_quarantine_with_score_and_last_error_kept(q, client, namespace):
+    view = QueueView(q.client, q.keys)
     keys = Keys(namespace)
     t, other = h("poison"), h("fine")
     q.add([NewItem(t), NewItem(other)], now=0.0)
@@ -59,30 +62,31 @@ def test_k_expiries_in_a_row_quarantine_with_score_and_last_error_kept(q, client
         now = expire(q, lease, now)
         q.housekeep(now=now)
         if k < 3:
-            assert q.state(t) == ("ready", 1.2)
+            assert view.state(t) == ("ready", 1.2)
             assert client.hget(keys.expiries, t) == str(k).encode()
-    assert q.state(t) == ("quarantined", 1.2)
+    assert view.state(t) == ("quarantined", 1.2)
     assert q.claim(5, now=now) == []  # not handed out any more
-    c = q.counts(now=now)
+    c = view.counts(now=now)
     assert c["quarantined"] == 1 and c["tracked"] == 2 and c["ready"] == 0
-    info = q.torrent(t, now=now)
+    info = view.torrent(t, now=now)
     assert info["state"] == "quarantined" and info["last_error"] == "udp://x: timed out"
     assert info["quarantine"]["expiries"] == 3
     assert info["quarantine"]["message"] == ("lease expired 3 times in a row without a completion; "
                                              "last error: udp://x: timed out")
     # add without --readmit leaves it (its trackers merged); with it, it is due at once, score kept.
     assert q.add([NewItem(t, ("udp://new.example:1/announce",))], now=now) == ["skipped_quarantined"]
-    assert q.state(t)[0] == "quarantined"
+    assert view.state(t)[0] == "quarantined"
     assert q.add([NewItem(t), NewItem(t)], readmit=True, now=now) == ["readmitted", "already_tracked"]
-    assert q.state(t, now=now) == ("ready", 1.2)
+    assert view.state(t, now=now) == ("ready", 1.2)
     assert client.zcard(keys.quarantined) == 0 and client.hget(keys.expiries, t) is None
     (lease,) = q.claim(1, now=now)
     assert lease.info_hash == t and lease.score == 1.2
-    assert q.torrent(t, now=now)["trackers"] == ["udp://new.example:1/announce"]
+    assert view.torrent(t, now=now)["trackers"] == ["udp://new.example:1/announce"]
 
 
 @pytest.mark.parametrize("settle", ["complete", "fail", "defer"])
 def test_a_visit_that_comes_back_ends_the_streak(q, client, namespace, settle):
+    view = QueueView(q.client, q.keys)
     t = h("streak")
     q.add([NewItem(t)], now=0.0)
     now = 1.0
@@ -102,7 +106,7 @@ def test_a_visit_that_comes_back_ends_the_streak(q, client, namespace, settle):
         (lease,) = q.claim(1, now=now)
         now = expire(q, lease, now)
     q.housekeep(now=now)
-    assert q.state(t, now=now)[0] == "ready"
+    assert view.state(t, now=now)[0] == "ready"
 
 
 def test_release_neither_counts_nor_ends_a_streak(q, client, namespace):
@@ -131,9 +135,10 @@ def test_a_visit_that_crashes_its_runner_leaves_its_error_for_the_quarantine(cli
     p.worker.visitor.visit_then_claim = crash
     assert p.run(signals=False) == 0
     q = Queue(client, keys, s)
+    view = QueueView(q.client, q.keys)
     time.sleep(1.1)
     q.housekeep()
-    info = q.torrent(t)
+    info = view.torrent(t)
     assert info["state"] == "quarantined"
     assert info["quarantine"]["message"] == ("lease expired 1 time in a row without a completion; "
                                              "last error: visit crashed: RuntimeError: boom")
@@ -271,6 +276,7 @@ def test_a_random_walk_with_expiries_and_readmits_keeps_every_torrent_in_one_sta
     keys = Keys(namespace)
     s = settings.replace(quarantine_after=2, lease_seconds=30)
     q = Queue(client, keys, s)
+    view = QueueView(q.client, q.keys)
     rnd = random.Random(11)
     hs = [h(f"walk {i}") for i in range(15)]
     t, held, added, quarantined_seen = 1000.0, [], set(), 0
@@ -305,5 +311,5 @@ def test_a_random_walk_with_expiries_and_readmits_keeps_every_torrent_in_one_sta
         quarantined_seen += len(quarantined)
         for m in quarantined:
             assert client.hexists(keys.held, m) and client.hexists(keys.quarantine, m)
-        assert q.counts(now=t)["tracked"] == sum(1 for v in where.values() if v != ["evicted"])
+        assert view.counts(now=t)["tracked"] == sum(1 for v in where.values() if v != ["evicted"])
     assert quarantined_seen  # the walk did reach the state

@@ -14,8 +14,10 @@ import time
 import pytest
 
 from crawler import lua
+from crawler.items import NewItem
 from crawler.keys import Keys
-from crawler.lifecycle import MAX_CLAIM, NewItem, Queue
+from crawler.lifecycle import MAX_CLAIM, Queue
+from crawler.queue_view import QueueView
 from crawler.scoring import Outcome
 from tests.cli import run, run_json
 
@@ -75,12 +77,13 @@ def test_readmit_batch_with_an_8000_tracker_magnet_after_an_evicted_torrent(test
                                                                             namespace, settings):
     keys = Keys(namespace)
     q = Queue(client, keys, settings)
+    view = QueueView(q.client, q.keys)
     evicted, big, good = hashes(3, salt=7)
     q.add([NewItem(evicted, ("udp://kept.example:1/announce",))])
     for _ in range(8):
         (lease,) = q.claim(1)
         q.complete(lease, Outcome.NONE, due=0)
-    assert q.state(evicted)[0] == "evicted"
+    assert view.state(evicted)[0] == "evicted"
     magnet = f"magnet:?xt=urn:btih:{big}&" + "&".join(f"tr=udp://t{i}.example:6969/announce" for i in range(8000))
     f = tmp_path / "list.txt"
     f.write_text(f"{evicted}\n{magnet}\n{good}\n")
@@ -90,9 +93,9 @@ def test_readmit_batch_with_an_8000_tracker_magnet_after_an_evicted_torrent(test
     assert out["added"] == 3 and out["invalid"] == 0, out
     assert out["trackers_dropped"] == 8000 - 64, out
     for h in (evicted, big, good):
-        assert q.state(h) == ("ready", 1.0), h
+        assert view.state(h) == ("ready", 1.0), h
     assert client.scard(keys.trackers(big)) == 64
-    assert q.torrent(evicted)["trackers"] == ["udp://kept.example:1/announce"]
+    assert view.torrent(evicted)["trackers"] == ["udp://kept.example:1/announce"]
     assert client.ttl(keys.trackers(evicted)) == -1  # the eviction's expiry was lifted
     assert_conserved(client, keys, {evicted, big, good})
     p = run(env, "add", big, "--tracker", "udp://one-more.example:1/announce")
@@ -113,6 +116,7 @@ def test_every_queue_script_at_its_largest_values_conserves_every_torrent(client
     s = settings.replace(max_trackers_per_torrent=TRACKERS_MAX, quarantine_after=2, evict_below=0.9)
     q = Queue(client, keys, s)
     add_lua, claim_lua, _ = scripts(client)
+    view = QueueView(q.client, q.keys)
     n = 2 * CONCURRENCY_MAX + 8
     hs = hashes(n, salt=11)
     everyone = set(hs)
@@ -162,7 +166,7 @@ def test_every_queue_script_at_its_largest_values_conserves_every_torrent(client
     claim_lua(**ca)
     quarantined = {h.decode() for h in client.zrange(keys.quarantined, 0, -1)}
     assert len(quarantined) == CONCURRENCY_MAX
-    assert q.counts(now=later)["tracked"] == n
+    assert view.counts(now=later)["tracked"] == n
     assert_conserved(client, keys, everyone)
 
     # Re-admit them all in one add.lua call: back to due, score kept.
@@ -200,7 +204,7 @@ def test_every_queue_script_at_its_largest_values_conserves_every_torrent(client
     assert letters.decode() == "r" * len(evicted)
     assert client.zcard(keys.evicted) == 0
     assert_conserved(client, keys, everyone)
-    assert q.counts(now=t)["tracked"] == n
+    assert view.counts(now=t)["tracked"] == n
 
 
 def test_scripts_refuse_bad_arguments_before_writing(client, namespace, settings):
@@ -287,6 +291,7 @@ def test_a_tracker_set_stored_past_the_bound_is_never_announced_whole(test_env, 
     try:
         (ih,) = hashes(1, salt=5)
         q = Queue(client, keys, settings)
+        view = QueueView(q.client, q.keys)
         q.add([NewItem(ih)])
         # 300 trackers stored before the bound (or under a higher one).
         client.sadd(keys.trackers(ih), *(tracker.url(i) for i in range(300)))
@@ -299,6 +304,6 @@ def test_a_tracker_set_stored_past_the_bound_is_never_announced_whole(test_env, 
         assert w.returncode == 0, w.stderr[-2000:]
         # Ten trackers asked (each may see a second request: the crawler's "stopped" event).
         assert len(set(tracker.paths)) == 10, tracker.paths
-        assert q.torrent(ih)["visits"] == 1
+        assert view.torrent(ih)["visits"] == 1
     finally:
         tracker.close()

@@ -1,7 +1,9 @@
 """PEERCRAWL_REVISIT_SECONDS=0 (SPEC §8): a visited torrent is due again at once."""
 
-from crawler.lifecycle import NewItem, Queue
+from crawler.items import NewItem
+from crawler.lifecycle import Queue
 from crawler.operations import capacity_report
+from crawler.queue_view import QueueView
 from crawler.scoring import Outcome
 from crawler.settings import Settings
 
@@ -11,10 +13,11 @@ H = "ab" * 20
 def test_a_visited_torrent_is_claimable_again_at_once(client, keys, settings):
     q = Queue(client, keys, settings.replace(revisit_seconds=Settings.from_env(
         {"PEERCRAWL_REVISIT_SECONDS": "0.00"}).revisit_seconds))
+    view = QueueView(client, keys)
     q.add([NewItem(H)], now=100)
     (lease,) = q.claim(1, now=100)
     q.complete(lease, Outcome.SOME, now=101)
-    assert q.state(H, 101)[0] == "ready"
+    assert view.state(H, 101)[0] == "ready"
     (again,) = q.claim(1, now=101)
     assert again.info_hash == H and again.score == lease.score * 0.8
 

@@ -6,7 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from crawler.lifecycle import NewItem, Queue
+from crawler.items import NewItem
+from crawler.lifecycle import Queue
+from crawler.queue_view import QueueView
 from crawler.scoring import Outcome, SourceCount, next_score, outcome
 from crawler.settings import Settings
 
@@ -77,6 +79,7 @@ def test_outcome_matches_the_rule(found, new, srcs):
 def test_redis_applies_the_same_scores(client, keys, settings, sequence):
     """complete.lua's multiplication and threshold agree with next_score, visit by visit."""
     q = Queue(client, keys, settings)
+    view = QueueView(q.client, q.keys)
     h = "c" * 40
     q.add([NewItem(h)], now=1000.0)
     expected, now = 1.0, 1000.0
@@ -90,7 +93,7 @@ def test_redis_applies_the_same_scores(client, keys, settings, sequence):
         assert state == ("evicted" if evicted else "cooling")
         if evicted:
             assert n == len(sequence) - 1
-            assert q.state(h, now)[0] == "evicted"
+            assert view.state(h, now)[0] == "evicted"
             assert q.claim(1, now=now + 1) == []
             return
-    assert q.state(h, now + 1)[0] == "ready"
+    assert view.state(h, now + 1)[0] == "ready"

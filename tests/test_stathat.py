@@ -10,6 +10,7 @@ import pytest
 
 import geo
 from crawler.counters import Recorder, top
+from crawler.queue_view import QueueView
 from crawler.stathat import EZClient, Flusher, PostError
 from tests.mmdb import write_city_db
 from tests.stathat_sink import StatHatSink
@@ -63,6 +64,8 @@ def test_totals_posted_equal_the_counters(client, keys, posting, locator, sink):
     client.zadd(keys.ready, {"a" * 40: 1, "b" * 40: 1})
     client.zadd(keys.cooling, {"c" * 40: 1})
     client.zadd(keys.leases, {"d" * 40: 1})
+    client.zadd(keys.quarantined, {"e" * 40: 1})  # tracked too, as status counts it (SPEC §1)
+    client.zadd(keys.evicted, {"f" * 40: 1})  # not tracked
     rec = Recorder(client, keys, posting, locator)
     fl = Flusher(client, keys, posting)
     rec.record_visit(H, ["1.1.1.1", "1.1.1.2", "2.2.2.2", "4.4.4.4", "9.9.9.9"], T0)
@@ -78,7 +81,7 @@ def test_totals_posted_equal_the_counters(client, keys, posting, locator, sink):
     got = sink.counts()
     assert got.pop("torrents.processed") == 2
     assert dict(got) == want
-    assert sink.values("torrents.count") == [4, 4]
+    assert sink.values("torrents.count") == [5, 5] == [QueueView(client, keys).counts()["tracked"]] * 2
     assert sink.ezkeys() == {"test-ezkey"}
     assert not client.exists(keys.outbox) and not client.exists(keys.outbox_in_flight)
 

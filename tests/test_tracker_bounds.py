@@ -15,7 +15,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from crawler import bencode
-from crawler.lifecycle import NewItem, Queue
+from crawler.items import NewItem
+from crawler.lifecycle import Queue
+from crawler.queue_view import QueueView
 from crawler.settings import Settings, TrackerSpec
 from crawler.sources.health import TrackerHealth, tracker_report
 from crawler.sources.trackers import Trackers
@@ -184,6 +186,7 @@ def _visit_score(settings, client, keys, tmp_path, url, ih):
 
     s = settings.replace(geoip_db=write_city_db(tmp_path / "c.mmdb"), udp_timeout=1.0)
     q = Queue(client, keys, s)
+    view = QueueView(q.client, q.keys)
     q.add([NewItem(ih, (url,))])
     t = Trackers(s, client, keys)
     try:
@@ -191,7 +194,7 @@ def _visit_score(settings, client, keys, tmp_path, url, ih):
         v = Visitor(q, keys, s, t, Recorder(client, keys, s)).visit(lease)
     finally:
         t.close()
-    return v, q.state(ih)[1]
+    return v, view.state(ih)[1]
 
 
 def test_a_tracker_clamping_numwant_has_its_cap_learned_and_a_big_swarm_scores_full(settings, client, keys,

@@ -10,7 +10,9 @@ import hashlib
 import gevent
 import pytest
 
-from crawler.lifecycle import NewItem, Queue
+from crawler.items import NewItem
+from crawler.lifecycle import Queue
+from crawler.queue_view import QueueView
 from crawler.settings import TrackerSpec
 from tests.mmdb import write_city_db
 from tests.opentracker import opentracker, peer_address  # noqa: F401 (fixture)
@@ -36,7 +38,8 @@ def crawl(settings, client, keys, opentracker, tmp_path):  # noqa: F811 (fixture
 
 
 def visits(q: Queue, hs: list[str]) -> int:
-    return sum(q.torrent(h)["visits"] for h in hs)
+    view = QueueView(q.client, q.keys)
+    return sum(view.torrent(h)["visits"] for h in hs)
 
 
 def test_max_visits_is_exact_when_runners_claim_as_they_complete(crawl, client, keys):
@@ -44,8 +47,9 @@ def test_max_visits_is_exact_when_runners_claim_as_they_complete(crawl, client, 
     p = Process(s, client, keys, concurrency=4, max_visits=13, flush=False)
     assert p.run(signals=False) == 0
     q = Queue(client, keys, s)
+    view = QueueView(q.client, q.keys)
     assert visits(q, hs) == 13 and p.worker.slots.claimed == 13
-    c = q.counts()
+    c = view.counts()
     assert (c["in_flight"], c["ready"], c["cooling"]) == (0, 40 - 13, 13)
 
 
@@ -64,7 +68,8 @@ def test_runners_leave_when_the_pool_shrinks(crawl, client, keys):
 
     assert p.run(signals=False) == 0
     q = Queue(client, keys, s)
-    assert visits(q, hs) == 40 and q.counts()["in_flight"] == 0
+    view = QueueView(q.client, q.keys)
+    assert visits(q, hs) == 40 and view.counts()["in_flight"] == 0
     assert seen_after and max(seen_after) <= 2
 
 
@@ -76,7 +81,8 @@ def test_a_stop_hands_back_a_torrent_claimed_at_the_same_moment(crawl, client, k
     g = gevent.spawn(p.run, False)
     assert g.get(timeout=30) == 0
     q = Queue(client, keys, s)
-    c = q.counts()
+    view = QueueView(q.client, q.keys)
+    c = view.counts()
     done = visits(q, hs)
     assert c["in_flight"] == 0  # nothing left leased: claimed torrents went back to ready
     assert c["cooling"] == done and c["ready"] == 40 - done

@@ -8,8 +8,10 @@ import time
 
 import pytest
 
-from crawler.lifecycle import NewItem, Queue
+from crawler.items import NewItem
+from crawler.lifecycle import Queue
 from crawler.operations import queue_report
+from crawler.queue_view import QueueView
 from crawler.sources.trackers import Trackers
 from tests.mmdb import write_city_db
 from tests.opentracker import opentracker, peer_address  # noqa: F401 (fixture)
@@ -29,6 +31,7 @@ def test_cooling_respects_the_trackers_min_interval(settings, client, keys, open
     from crawler.counters.recorder import Recorder
 
     q = Queue(client, keys, s)
+    view = QueueView(q.client, q.keys)
     q.add([NewItem(ih, (ot.http_url,))])
     trackers = Trackers(s, client, keys)
     v = Visitor(q, keys, s, trackers, Recorder(client, keys, s))
@@ -36,18 +39,18 @@ def test_cooling_respects_the_trackers_min_interval(settings, client, keys, open
     t0 = time.time()
     visit = v.visit(lease)
     assert (visit.state, visit.peers) == ("cooling", 3)
-    nb = q.torrent(ih)["tracker_not_before"]
+    nb = view.torrent(ih)["tracker_not_before"]
     assert nb[ot.http_url] > t0 + 60  # the tracker's min interval, not the 1 s revisit
     # The torrent cools until the tracker may be asked again, whatever the revisit setting.
-    assert q.torrent(ih)["due"] == pytest.approx(nb[ot.http_url], abs=1.0)
+    assert view.torrent(ih)["due"] == pytest.approx(nb[ot.http_url], abs=1.0)
     # Forced ready early (as after a restart), the visit asks nobody and keeps the score.
     client.zadd(keys.cooling, {ih: time.time() - 1})
     (lease,) = q.claim(1)
     again = v.visit(lease)
     assert again.state == "skipped" and again.asked == 0
-    assert q.state(ih)[1] == pytest.approx(0.8)
+    assert view.state(ih)[1] == pytest.approx(0.8)
     # Deferred, not failed: no failed visit counted, due when the tracker may be asked.
-    t = q.torrent(ih)
+    t = view.torrent(ih)
     assert (t["state"], t["visits"], t["failed_visits"]) == ("cooling", 1, 0)
     assert t["due"] == pytest.approx(nb[ot.http_url], abs=1.0)
     trackers.close()
@@ -172,15 +175,16 @@ def test_settled_means_no_change_during_the_last_steps():
 
 def test_a_skip_defers_without_counting_a_visit_or_a_failure(settings, client, keys):
     q = Queue(client, keys, settings)
+    view = QueueView(q.client, q.keys)
     ih = hashlib.sha1(b"defer").hexdigest()
     q.add([NewItem(ih)])
     (lease,) = q.claim(1)
     due = time.time() + 600
     assert q.defer(lease, due) is True
-    t = q.torrent(ih)
+    t = view.torrent(ih)
     assert (t["state"], t["score"], t["visits"], t["failed_visits"]) == ("cooling", 1.0, 0, 0)
     assert t["due"] == pytest.approx(due)
-    assert q.visits_since(3600, failed=True) == 0 and q.visits_since(3600) == 0
+    assert view.visits_since(3600, failed=True) == 0 and view.visits_since(3600) == 0
     assert q.defer(lease, due) is False  # not in flight any more: nothing changes
     client.zadd(keys.cooling, {ih: time.time() - 1})
     (again,) = q.claim(1)
@@ -192,6 +196,7 @@ def test_complete_and_claim_reloads_the_scripts_a_restarted_redis_forgot(setting
 
     _, client = private_redis
     q = Queue(client, keys, settings)
+    view = QueueView(client, keys)
     hs = [hashlib.sha1(f"ns{i}".encode()).hexdigest() for i in range(3)]
     q.add([NewItem(x) for x in hs])
     (lease,) = q.claim(1)
@@ -199,4 +204,4 @@ def test_complete_and_claim_reloads_the_scripts_a_restarted_redis_forgot(setting
     client.script_flush()
     (state, score), nxt = q.complete_and_claim(lease, Outcome.FULL, 1)
     assert (state, score) == ("cooling", 1.2) and len(nxt) == 1
-    assert q.torrent(lease.info_hash)["visits"] == 1
+    assert view.torrent(lease.info_hash)["visits"] == 1

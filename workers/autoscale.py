@@ -4,7 +4,7 @@ Strategy: every ``interval`` seconds the worker hands the controller a
 ``Sample`` of its figures (pool size, busy runners, visits so far, queue
 latency), and the controller measures the rest itself. It weighs
 
-- queue latency: how late the oldest due torrent is (``Queue.counts``);
+- queue latency: how late the oldest due torrent is (``QueueView.counts``);
 - busy: how many of the pool's runners hold a torrent, on average over the
   interval (sampled by the probe greenlet);
 - visits per second over the interval (from the sample's visit count);

@@ -1,15 +1,13 @@
-"""Worker registration for ``peercrawl status`` (SPEC §7).
+"""A worker's own figures for ``peercrawl status`` (SPEC §7): its health and its heartbeat.
 
-Each process writes its figures to ``keys.worker(id)`` (a HASH whose values
-are JSON) and its heartbeat expiry to the ``keys.workers`` ZSET, every
-``interval`` seconds with a TTL of ``3 × interval``. ``status`` lists the
-entries whose expiry is in the future, so a process killed with SIGKILL drops
-out within the TTL with nobody cleaning up after it.
+``Health`` keeps the worker's recent visits (rate, outage streak);
+``Heartbeat`` publishes them every ``interval`` seconds through the worker
+registry (``crawler.registry.WorkerRegistry``) with a TTL of ``3 × interval``,
+so a process killed with SIGKILL drops out of ``status`` within the TTL.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import time
@@ -20,6 +18,7 @@ import redis
 
 from crawler.errors import StoreError
 from crawler.keys import Keys
+from crawler.registry import WorkerRegistry
 
 # How far back visits_per_hour looks: long enough to smooth bursts of claims,
 # short enough that a slowed worker shows it within minutes.
@@ -73,7 +72,7 @@ class Heartbeat:
     """Registers one worker process; ``beat(figures)`` refreshes it, ``leave()`` removes it."""
 
     def __init__(self, client: redis.Redis, keys: Keys, interval: float = 5.0, worker_id: str | None = None):
-        self.client, self.keys = client, keys
+        self.registry = WorkerRegistry(client, keys)
         self.interval = interval
         self.ttl = 3 * interval
         self.host = socket.gethostname()
@@ -85,22 +84,11 @@ class Heartbeat:
         """Write ``figures`` (JSON-able values) plus host, pid and started; raises ``StoreError``."""
         now = time.time() if now is None else now
         row = {"host": self.host, "pid": self.pid, "started": round(self.started, 3), **figures}
-        key = self.keys.worker(self.id)
-        p = self.client.pipeline(transaction=True)
-        p.hset(key, mapping={k: json.dumps(v) for k, v in row.items()})
-        p.expire(key, int(self.ttl) + 1)
-        p.zadd(self.keys.workers, {self.id: now + self.ttl})
-        try:
-            p.execute()
-        except redis.RedisError as e:
-            raise StoreError(f"worker heartbeat failed: {e}") from e
+        self.registry.write(self.id, row, self.ttl, now)
 
     def leave(self) -> None:
-        """Remove this worker from ``status`` (clean shutdown); errors are ignored."""
+        """Remove this worker from ``status`` (clean shutdown); errors are ignored (its entry expires)."""
         try:
-            p = self.client.pipeline(transaction=True)
-            p.zrem(self.keys.workers, self.id)
-            p.delete(self.keys.worker(self.id))
-            p.execute()
-        except redis.RedisError:
+            self.registry.leave(self.id)
+        except StoreError:
             pass

@@ -38,6 +38,7 @@ from gevent.event import Event
 from crawler import logs
 from crawler.errors import StoreError
 from crawler.lifecycle import Lease, Queue
+from crawler.queue_view import QueueView
 from workers.autoscale import Sample
 from workers.heartbeat import Health, Heartbeat
 from workers.slots import Slots
@@ -74,6 +75,7 @@ class Worker:
                  flusher=None, sweep: Callable | None = None, heartbeat: Heartbeat | None = None,
                  on_visit: Callable[[Visit], None] | None = None):
         self.queue, self.visitor = queue, visitor
+        self.view = QueueView(queue.client, queue.keys)
         self.settings = queue.settings
         self.autoscaler = autoscaler
         self.slots = Slots(concurrency if concurrency is not None else autoscaler.size, max_visits)
@@ -150,7 +152,7 @@ class Worker:
 
     def _idle(self) -> bool:
         try:
-            c = self.queue.counts()
+            c = self.view.counts()
         except StoreError:
             return False
         return c["ready"] == 0 and c["in_flight"] == 0
@@ -160,7 +162,7 @@ class Worker:
         while the queue stays empty), or less when a torrent falls due sooner, so a paced
         queue is visited on time rather than up to ``IDLE_POLL[1]`` late."""
         try:
-            due = self.queue.next_due()
+            due = self.view.next_due()
         except StoreError:
             return idle
         if due is None:
@@ -282,7 +284,7 @@ class Worker:
     def sample(self) -> Sample:
         """What the autoscaler decides from: the pool's size, busy runners, visits, queue latency."""
         try:
-            latency = self.queue.counts()["queue_latency_s"]
+            latency = self.view.counts()["queue_latency_s"]
         except StoreError:  # Redis trouble: the autoscaler holds the size
             latency = None
         return Sample(size=self.slots.target, busy=self.slots.running, visits=self.health.visits, latency=latency)

@@ -5,10 +5,11 @@ before which each may not be re-announced (``tracker_min_interval``). Every
 eligible tracker and the DHT are asked at once, each in its own greenlet and
 all under one deadline. Then, in this order:
 
-1. the not-before times the trackers just gave are written: now + the
-   tracker's ``min interval`` (HTTP trackers), else now + ``tracker_floor``
-   (default 0: BEP 15 replies carry no min interval, and the revisit interval,
-   1800 s by default, already spaces announces);
+1. the not-before times the trackers just gave are kept
+   (``Queue.hold_trackers``): now + the tracker's ``min interval`` (HTTP
+   trackers), else now + ``tracker_floor`` (default 0: BEP 15 replies carry
+   no min interval, and the revisit interval, 1800 s by default, already
+   spaces announces);
 2. no source answered: ``Queue.fail`` (score kept, short retry; SPEC §1);
 3. otherwise the peers are recorded (§4) *before* the completion, so a crash
    between the two leaves a lease that expires and a retry that counts only
@@ -33,7 +34,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import gevent
-import redis
 
 from crawler import logs
 from crawler.errors import StoreError
@@ -78,7 +78,6 @@ class Visitor:
 
     def __init__(self, queue: Queue, keys: Keys, settings: Settings, trackers, recorder, dht=None):
         self.queue, self.keys, self.settings = queue, keys, settings
-        self.client = queue.client
         self.trackers, self.recorder, self.dht = trackers, recorder, dht
         self._defaults = tuple(t.url for t in settings.trackers)
         self._hour, self._noted = -1, set()
@@ -165,14 +164,7 @@ class Visitor:
         fresh = {r.source: self._not_before(r, now) for r in answered if r.source != "dht"}
         fresh = {u: t for u, t in fresh.items() if t > now}
         if fresh:
-            p = self.client.pipeline(transaction=False)
-            key = self.keys.tracker_min_interval(h)
-            p.hset(key, mapping={u: repr(t) for u, t in fresh.items()})
-            p.expire(key, int(MIN_INTERVAL_CAP + s.revisit_seconds))
-            try:
-                p.execute()
-            except redis.RedisError as e:
-                raise StoreError(f"writing the trackers' min interval failed: {e}") from e
+            self.queue.hold_trackers(h, fresh, MIN_INTERVAL_CAP + s.revisit_seconds)
             not_before.update(fresh)
         if not answered:
             # Shown by `torrent` and kept in Redis: tracker URLs redacted (their passkeys).

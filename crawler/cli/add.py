@@ -13,8 +13,8 @@ import click
 
 from crawler.cli.context import open_context
 from crawler.errors import ItemError
-from crawler.items import parse_item, trackers_of
-from crawler.lifecycle import NewItem, Queue
+from crawler.items import NewItem, parse_item, trackers_of
+from crawler.lifecycle import Queue
 
 
 def _sources(items: tuple[str, ...], from_file: BinaryIO | None) -> Iterator[tuple[str, str | ItemError, Path | None]]:

@@ -11,7 +11,7 @@ import click
 from crawler.cli.context import open_context
 from crawler.errors import ItemError
 from crawler.items import info_hash
-from crawler.lifecycle import Queue
+from crawler.queue_view import QueueView
 from crawler.sources import redact
 
 
@@ -29,7 +29,7 @@ def command(hash_: str, as_json: bool) -> None:
     except ItemError as e:
         raise click.BadParameter(str(e), param_hint="HASH") from None
     ctx = open_context()
-    info = Queue(ctx.client, ctx.keys, ctx.settings).torrent(h, time.time())
+    info = QueueView(ctx.client, ctx.keys).torrent(h, time.time())
     if info is None:
         if as_json:
             click.echo(json.dumps({"info_hash": h, "state": None}))

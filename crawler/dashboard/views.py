@@ -2,7 +2,7 @@
 
 Every number comes from the functions behind ``stats`` and ``status``
 (``crawler.counters.top``, ``crawler.operations.queue_report``,
-``Queue.torrent``), so the page shows what ``stats --json`` and
+``QueueView.torrent``), so the page shows what ``stats --json`` and
 ``status --json`` print. Each view returns ``{"tables": {name: rows}, ...}``:
 a table is a list of flat dicts, the rows one chart draws, which is also
 what its CSV link downloads.
@@ -27,6 +27,7 @@ from crawler.export import months_with_counters
 from crawler.keys import Keys
 from crawler.lifecycle import Queue
 from crawler.operations import queue_report
+from crawler.queue_view import QueueView
 from crawler.sources import redact
 
 # The queue states of ``status --json``, as the states chart and the /metrics gauge show them.
@@ -40,7 +41,8 @@ class Views:
 
     def __init__(self, client: redis.Redis, keys: Keys, settings):
         self.client, self.keys, self.settings = client, keys, settings
-        self.queue = Queue(client, keys, settings)
+        self.queue = Queue(client, keys, settings)  # for queue_report's housekeeping
+        self.view = QueueView(client, keys)
 
     # --- analysts -----------------------------------------------------------
     def months(self, now: float | None = None) -> list[str]:
@@ -101,7 +103,7 @@ class Views:
     def torrent(self, info_hash: str, month: str | None = None, limit: int = 20) -> dict | None:
         """One torrent: its queue record (``torrent --json``), users by country, cities, months."""
         c, t = self.client, self.keys
-        info = self.queue.torrent(info_hash, time.time())
+        info = self.view.torrent(info_hash, time.time())
         if info is not None:  # tracker URLs may carry passkeys: redacted as ``torrent --json`` shows them
             info["trackers"] = [redact.url(u) for u in info["trackers"]]
             info["tracker_not_before"] = {redact.url(u): n for u, n in info["tracker_not_before"].items()}
@@ -151,7 +153,7 @@ class Views:
     def visits_per_minute(self, hours: int, now: float) -> list[dict]:
         """``[{"minute", "visits", "failed"}]`` for each minute of the last ``hours``, oldest first.
 
-        The per-minute counts ``status`` sums (``Queue.visits_since``): the
+        The per-minute counts ``status`` sums (``QueueView.visits_since``): the
         last 60 rows add up to ``visits_last_hour`` at the same ``now``.
         """
         k = self.keys

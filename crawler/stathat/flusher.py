@@ -36,6 +36,7 @@ from crawler import logs
 from crawler.errors import StoreError
 from crawler.keys import Keys
 from crawler.lua import register
+from crawler.queue_view import QueueView
 from crawler.stathat.client import EZClient, PostError
 
 log = logs.get("stathat")
@@ -103,13 +104,16 @@ class Flusher:
         self._keys = [keys.outbox, keys.outbox_in_flight, keys.outbox_owner]
         self._claim = register(client, "claim", package=__package__)
         self._settle = register(client, "settle", package=__package__)
+        self._view = QueueView(client, keys)
 
     def tracked(self) -> int:
-        """``torrents.count``: tracked torrents (ready + cooling + in flight)."""
-        pipe = self.client.pipeline(transaction=False)
-        for k in (self.keys.ready, self.keys.cooling, self.keys.leases):
-            pipe.zcard(k)
-        return sum(pipe.execute())
+        """``torrents.count``: the tracked torrents ``status`` shows (SPEC §6, §7); raises ``StoreError``.
+
+        Read through the queue's read model, so the posted value is
+        ``status``' ``tracked``: every torrent not evicted, the quarantined
+        included (they are kept until readmitted, SPEC §1).
+        """
+        return self._view.counts()["tracked"]
 
     def flush_once(self, final: bool = False) -> dict:
         """Claim, post and settle once, within the flusher's budget.

@@ -1,0 +1,198 @@
+"""The read model of the torrent lifecycle (SPEC §1, §7): what the queue holds, never a change to it.
+
+``crawler.lifecycle.Queue`` owns the torrent states and is the only writer of
+them; ``QueueView`` reads the same keys for everyone who only looks: ``status``
+and the dashboard (state counts, quarantined torrents, visits per hour), the
+``torrent`` command (one torrent's record), the worker pool (how long until
+something is due), the autoscaler (queue latency) and the StatHat flusher
+(``torrents.count``). Apart, a reader needs no Lua scripts and no settings,
+and a reader holds no method that could change a torrent's state.
+
+The view interprets the sets as users see them: a cooling torrent past its
+due time, or a lease past its deadline, is shown as ready (the next claim
+moves it there). Each method is one round trip; ``counts`` and ``state`` run
+theirs as a MULTI, so the figures of one answer are from one instant. Redis
+errors are raised as ``StoreError``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import redis
+
+from crawler.errors import StoreError
+from crawler.keys import Keys
+
+
+class QueueView:
+    """Reads of one namespace's score queue. ``client``: a redis-py client (bytes responses)."""
+
+    def __init__(self, client: redis.Redis, keys: Keys):
+        self.client = client
+        self.keys = keys
+
+    def _run(self, pipe: redis.client.Pipeline, what: str) -> list:
+        try:
+            return pipe.execute()
+        except redis.RedisError as e:
+            raise StoreError(f"reading {what} failed: {e}") from e
+
+    def counts(self, now: float | None = None) -> dict:
+        """State counts as users see them (SPEC §7 status).
+
+        ``tracked`` is every torrent not evicted: ready, cooling, in flight
+        and quarantined (SPEC §1: a quarantined torrent is kept until
+        readmitted). ``queue_latency_s``: how long the oldest ready torrent
+        has been past its due time.
+        """
+        now = time.time() if now is None else now
+        k = self.keys
+        p = self.client.pipeline(transaction=True)
+        p.zcard(k.ready)
+        p.zcount(k.cooling, "-inf", now)
+        p.zcard(k.cooling)
+        p.zcount(k.leases, "-inf", now)
+        p.zcard(k.leases)
+        p.zcard(k.evicted)
+        p.zrange(k.since, 0, 0, withscores=True)
+        p.zrange(k.cooling, 0, 0, withscores=True)
+        p.zrange(k.leases, 0, 0, withscores=True)
+        p.zcard(k.quarantined)
+        ready, cool_due, cooling, lease_due, leases, evicted, since0, cool0, lease0, quarantined = self._run(
+            p, "the queue")
+        oldest = [s for (_, s) in since0] + [s for (_, s) in cool0 + lease0 if s <= now]
+        latency = max(0.0, now - min(oldest)) if oldest else 0.0
+        return {
+            "tracked": ready + cooling + leases + quarantined,
+            "ready": ready + cool_due + lease_due,
+            "cooling": cooling - cool_due,
+            "in_flight": leases - lease_due,
+            "quarantined": quarantined,
+            "evicted": evicted,
+            "queue_latency_s": round(latency, 3),
+        }
+
+    def quarantined(self, limit: int = 10) -> list[dict]:
+        """The most recently quarantined torrents (at most ``limit``): info-hash, when, reason."""
+        k = self.keys
+        try:
+            members = self.client.zrevrange(k.quarantined, 0, max(limit, 1) - 1, withscores=True)
+            records = self.client.hmget(k.quarantine, [m for m, _ in members]) if members else []
+        except redis.RedisError as e:
+            raise StoreError(f"reading the quarantined torrents failed: {e}") from e
+        out = []
+        for (m, at), rec in zip(members, records):
+            reason = json.loads(rec)["reason"] if rec else None
+            out.append({"info_hash": m.decode(), "at": at, "reason": reason})
+        return out
+
+    def next_due(self, now: float | None = None) -> float | None:
+        """Seconds until a claim could get something: 0 if a torrent is ready (or due, or its
+        lease expired), else until the first cooling torrent is due or lease expires; None if
+        nothing is tracked but evicted torrents."""
+        now = time.time() if now is None else now
+        k = self.keys
+        p = self.client.pipeline(transaction=False)
+        p.zcard(k.ready)
+        p.zrange(k.cooling, 0, 0, withscores=True)
+        p.zrange(k.leases, 0, 0, withscores=True)
+        ready, cool0, lease0 = self._run(p, "the queue")
+        if ready:
+            return 0.0
+        times = [t for (_, t) in cool0 + lease0]
+        return max(0.0, min(times) - now) if times else None
+
+    def visits_since(self, seconds: float = 3600, now: float | None = None, failed: bool = False) -> int:
+        """Visits completed (or failed, with ``failed``) in the last ``seconds``.
+
+        Sums the per-minute counts ``complete.lua`` and ``defer.lua`` keep;
+        dropping old minutes is the queue's (``Queue.trim_visit_buckets``).
+        """
+        now = time.time() if now is None else now
+        key = self.keys.failed_visits if failed else self.keys.visits
+        try:
+            buckets = self.client.hgetall(key)
+        except redis.RedisError as e:
+            raise StoreError(f"reading the visit counts failed: {e}") from e
+        return sum(int(n) for minute, n in buckets.items() if int(minute) > now - seconds)
+
+    def state(self, info_hash: str, now: float | None = None) -> tuple[str | None, float | None]:
+        """The torrent's state and score, or (None, None) if not known."""
+        now = time.time() if now is None else now
+        k = self.keys
+        p = self.client.pipeline(transaction=True)
+        p.zscore(k.ready, info_hash)
+        p.zscore(k.cooling, info_hash)
+        p.zscore(k.leases, info_hash)
+        p.zscore(k.evicted, info_hash)
+        p.hget(k.held, info_hash)
+        p.hget(k.tombstones, info_hash)
+        p.zscore(k.quarantined, info_hash)
+        ready, cooling, lease, evicted, held, tomb, quarantined = self._run(p, "a torrent's state")
+        if ready is not None:
+            return "ready", ready
+        if cooling is not None:
+            return ("ready" if cooling <= now else "cooling"), float(held or 1)
+        if lease is not None:
+            return ("ready" if lease <= now else "in_flight"), float(held or 1)
+        if evicted is not None:
+            return "evicted", float(json.loads(tomb)["score"]) if tomb else None
+        if quarantined is not None:
+            return "quarantined", float(held or 1)
+        return None, None
+
+    def torrent(self, info_hash: str, now: float | None = None) -> dict | None:
+        """Everything known about one torrent (SPEC §7 ``torrent``), or None."""
+        now = time.time() if now is None else now
+        state, score = self.state(info_hash, now)
+        if state is None:
+            return None
+        k = self.keys
+        p = self.client.pipeline(transaction=False)
+        p.hgetall(k.torrent(info_hash))
+        p.smembers(k.trackers(info_hash))
+        p.hget(k.claims, info_hash)
+        p.zscore(k.cooling, info_hash)
+        p.zscore(k.leases, info_hash)
+        p.hget(k.tombstones, info_hash)
+        p.hgetall(k.tracker_min_interval(info_hash))
+        p.hget(k.quarantine, info_hash)
+        p.hget(k.expiries, info_hash)
+        h, trackers, claims, due, deadline, tomb, min_intervals, quarantine, expiries = self._run(p, "a torrent")
+        h = {a.decode(): b.decode() for a, b in h.items()}
+
+        def num(name: str, cast=int):
+            return cast(h[name]) if name in h else None
+
+        out = {
+            "info_hash": info_hash,
+            "state": state,
+            "score": score,
+            "visits": num("visits") or 0,
+            "failed_visits": num("failed_visits") or 0,
+            "claims": int(claims) if claims else 0,
+            "last_visit": num("last_visit", float),
+            "last_outcome": h.get("last_outcome"),
+            "last_failure": num("last_failure", float),
+            "last_error": h.get("last_error"),
+            "seeders": num("seeders"),
+            "leechers": num("leechers"),
+            "peers_last_visit": num("peers_last_visit"),
+            "trackers": sorted(t.decode() for t in trackers),
+            "due": due if state == "cooling" else None,
+            "lease_deadline": deadline if state == "in_flight" else None,
+            "tracker_not_before": {a.decode(): float(b) for a, b in min_intervals.items()},
+            "expired_leases_in_a_row": int(expiries) if expiries else 0,
+        }
+        if tomb:
+            out["tombstone"] = json.loads(tomb)
+        if quarantine and state == "quarantined":
+            q = json.loads(quarantine)
+            q["last_error"] = out["last_error"]
+            q["message"] = q["reason"] + (f"; last error: {out['last_error']}" if out["last_error"]
+                                          else "; no visit error recorded")
+            out["quarantine"] = q
+        return out
+
