@@ -138,12 +138,23 @@ class Flusher:
         started = time.monotonic()
         end = started + (min(self.budget_seconds, FINAL_BUDGET_SECONDS) if final else self.budget_seconds)
         least = MIN_POST_SECONDS if final else self.post_seconds  # the time a post needs to start
+        taken = self._take(out)
+        if taken is not None and (taken[0] or taken[1]):
+            self._post_all(out, *taken, started, end, least)
+        return out
+
+    def _take(self, out: dict) -> tuple[list, list] | None:
+        """Claim the outbox: (its owed stats, the torrents.count stat to send), or None to stop.
+
+        None when another flusher holds the claim (``busy``) or took this
+        batch over (``lost``). Stats owed nothing are settled at once.
+        """
         try:
             claimed = self._claim(keys=self._keys, args=[self.token, self.lease_ms])
             batch = []
             if claimed[0] == 0:  # another flusher is posting; it posts torrents.count too
                 out["busy"] = True
-                return out
+                return None
             if claimed[0] == 1:
                 out["recovered"] = bool(claimed[1])
                 flat = claimed[2]
@@ -152,54 +163,63 @@ class Flusher:
                 batch = [(f, n) for f, n in batch if n != 0]
                 if zeros and not self._settle_call(["ack"] + zeros):
                     out["lost"] = True
-                    return out
+                    return None
             value = [{"stat": "torrents.count", "value": self.tracked()}] if self.post_count else []
         except redis.RedisError as e:
             raise StoreError(f"claiming the StatHat outbox failed: {e}") from e
+        return batch, value
+
+    def _post_all(self, out: dict, batch: list, value: list, started: float, end: float, least: float) -> None:
+        """Post ``batch`` in chunks (``value`` with the first), settling each, until done or out of time."""
         # Measured from before the claim was sent: Redis started the lease later.
         lease_end = started + self.lease_seconds
-        if not batch and not value:
-            return out
         held = bool(batch)  # an in-flight hash is ours to settle
         chunks = [batch[i : i + self.chunk] for i in range(0, len(batch), self.chunk)] or [[]]
         for n, part in enumerate(chunks):
             now = time.monotonic()
             if end - now < least and held:
-                out["deferred"] = sum(len(p) for p in chunks[n:])
-                if self._settle_call(["nack"]):
-                    log.info("stathat_flush_deferred", stats=out["deferred"], after_s=round(now - started, 1))
-                else:
-                    out["lost"], out["deferred"] = True, 0
-                return out
+                self._defer(out, sum(len(p) for p in chunks[n:]), now - started)
+                return
             if held and lease_end - now < self.post_seconds + LEASE_MARGIN_SECONDS:
                 # Renew before posting (a stalled process): no post may outlive the claim.
                 if not self._settle_call(["ack"]):
                     out["lost"] = True
-                    return out
+                    return
                 lease_end = now + self.lease_seconds
-            data = [{"stat": f.decode("utf-8", "replace"), "count": c} for f, c in part]
-            if n == 0:
-                data += value
             if end - now < least:  # torrents.count alone: skip it this time
-                return out
-            out["requests"] += 1
-            try:
-                self.sink.post(data, timeout=min(self.post_seconds, end - now))
-            except PostError as e:
-                out["ok"], out["error"] = False, str(e)
-                if held and not self._settle_call(["nack"]):
-                    out["lost"] = True
-                log.warning("stathat_post_failed", error=str(e), pending=sum(c for _, c in batch))
-                return out
+                return
+            data = [{"stat": f.decode("utf-8", "replace"), "count": c} for f, c in part] + (value if n == 0 else [])
+            if not self._post(out, data, min(self.post_seconds, end - now), held, batch):
+                return
             out["stats"] += len(part)
             out["increments"] += sum(c for _, c in part)
             if part:
                 before = time.monotonic()
                 if not self._settle_call(["ack"] + [f for f, _ in part]):
                     out["lost"] = True
-                    return out
+                    return
                 lease_end = before + self.lease_seconds
-        return out
+
+    def _defer(self, out: dict, stats: int, after: float) -> None:
+        """Out of time: hand the claimed stats back to the outbox (``deferred``)."""
+        out["deferred"] = stats
+        if self._settle_call(["nack"]):
+            log.info("stathat_flush_deferred", stats=stats, after_s=round(after, 1))
+        else:
+            out["lost"], out["deferred"] = True, 0
+
+    def _post(self, out: dict, data: list, timeout: float, held: bool, batch: list) -> bool:
+        """One post; False when it failed (the claimed stats handed back, ``error`` set)."""
+        out["requests"] += 1
+        try:
+            self.sink.post(data, timeout=timeout)
+        except PostError as e:
+            out["ok"], out["error"] = False, str(e)
+            if held and not self._settle_call(["nack"]):
+                out["lost"] = True
+            log.warning("stathat_post_failed", error=str(e), pending=sum(c for _, c in batch))
+            return False
+        return True
 
     def _settle_call(self, args: list) -> bool:
         """Run settle.lua; False (logged) when another flusher took the batch over."""
