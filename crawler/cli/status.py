@@ -26,18 +26,30 @@ def command(as_json: bool) -> None:
 
 def _print(r: dict) -> None:
     from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
 
     con = Console()
+    _queue_table(con, r)
+    _warnings(con, r)
+    _workers_table(con, r["workers"])
+    _trackers_table(con, r["trackers"])
+
+
+def _queue_table(con, r: dict) -> None:
+    from rich.table import Table
+
     t = Table(title="peercrawl queue", show_header=False)
     for name in ("tracked", "ready", "cooling", "in_flight", "quarantined", "evicted", "visits_last_hour",
                  "failed_visits_last_hour", "queue_latency_s"):
         t.add_row(name.replace("_", " "), str(r.get(name)))
-    cap = r.get("capacity") or {}
-    for name, value in cap.items():
+    for name, value in (r.get("capacity") or {}).items():
         t.add_row(name.replace("_", " "), str(value))
     con.print(t)
+
+
+def _warnings(con, r: dict) -> None:
+    """Quarantined torrents, Redis eviction, an outage, GeoIP read errors: each when there is one."""
+    from rich.markup import escape
+
     if r.get("quarantined"):
         con.print(f"[bold yellow]quarantined:[/] {r['quarantined']} torrents whose lease expired again and again "
                   "(peercrawl torrent HASH says why; add --readmit HASH returns one)")
@@ -51,26 +63,36 @@ def _print(r: dict) -> None:
     if geo:
         con.print(f"[bold red]GeoIP read errors:[/] {geo['errors']} lookups failed (counted as unplaced); "
                   f"last: {escape(str(geo['last']))}", soft_wrap=True)
-    if r["workers"]:
-        w = Table(title="workers")
-        cols = ("id", "host", "pid", "concurrency", "auto", "in_flight", "visits", "visits_per_hour", "failing")
-        for col in cols:
-            w.add_column(col.replace("_", " "))
-        for x in r["workers"]:
-            w.add_row(*(str(x.get(c, "")) for c in cols))
-        con.print(w)
-    else:
-        con.print("no live workers")
-    if r["trackers"]:
-        from rich.markup import escape
 
-        tr = Table(title="trackers")
-        for col in ("tracker", "answers", "failures", "refusals", "backing off", "learned cap", "peers cut"):
-            tr.add_column(col)
-        for url, x in sorted(r["trackers"].items()):
-            tr.add_row(escape(url), str(x.get("answers")), str(x.get("failures")), str(x.get("refusals", 0)),
-                       str(x.get("backing_off")), str(x.get("learned_cap") or ""), str(x.get("peers_cut", 0)))
-        con.print(tr)
-        refusing = [(u, x["last_refusal"]) for u, x in sorted(r["trackers"].items()) if x.get("last_refusal")]
-        for url, message in refusing:
-            con.print(f"{escape(url)} last refused: {escape(message)}")
+
+def _workers_table(con, workers: list[dict]) -> None:
+    from rich.table import Table
+
+    if not workers:
+        con.print("no live workers")
+        return
+    w = Table(title="workers")
+    cols = ("id", "host", "pid", "concurrency", "auto", "in_flight", "visits", "visits_per_hour", "failing")
+    for col in cols:
+        w.add_column(col.replace("_", " "))
+    for x in workers:
+        w.add_row(*(str(x.get(c, "")) for c in cols))
+    con.print(w)
+
+
+def _trackers_table(con, trackers: dict) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    if not trackers:
+        return
+    tr = Table(title="trackers")
+    for col in ("tracker", "answers", "failures", "refusals", "backing off", "learned cap", "peers cut"):
+        tr.add_column(col)
+    for url, x in sorted(trackers.items()):
+        tr.add_row(escape(url), str(x.get("answers")), str(x.get("failures")), str(x.get("refusals", 0)),
+                   str(x.get("backing_off")), str(x.get("learned_cap") or ""), str(x.get("peers_cut", 0)))
+    con.print(tr)
+    refusing = [(u, x["last_refusal"]) for u, x in sorted(trackers.items()) if x.get("last_refusal")]
+    for url, message in refusing:
+        con.print(f"{escape(url)} last refused: {escape(message)}")
