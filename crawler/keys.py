@@ -64,7 +64,7 @@ class Keys:
 
     @property
     def held(self) -> str:
-        """HASH info-hash -> score of torrents cooling or in flight."""
+        """HASH info-hash -> score of torrents cooling, in flight or quarantined (no field: 1.0)."""
         return self._k("held")
 
     @property
@@ -191,7 +191,7 @@ class Keys:
 
     @property
     def secret(self) -> str:
-        """STRING: where older versions generated the fingerprint key.
+        """STRING: a fingerprint key found in Redis; never written (the key must not live beside the marks).
 
         Read only to refuse to record while it is there and to move it out
         (``peercrawl secret --move``): the key never lives in Redis (SPEC §4).

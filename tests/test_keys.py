@@ -1,7 +1,7 @@
 """Key names: one home (crawler/keys.py), a layout that cannot drift silently.
 
-Data written by earlier versions stays readable only while every name stays
-exactly as it was, so every key ``Keys`` builds is listed here with its
+Data already in Redis stays readable after an upgrade only while every name
+stays exactly as it was, so every key ``Keys`` builds is listed here with its
 exact string and the form docs/redis.md gives it. A new key fails
 ``test_every_key_is_listed`` until it is added here and documented. And no
 module of crawler/, workers/ or geo/ builds a key of its own: the source is

@@ -20,7 +20,7 @@ from tests.test_embedded import embedded_env, servers  # noqa: F401 (fixture)
 
 H = "ab" * 20
 T0 = 1_715_342_400
-LEGACY = "0123456789abcdef" * 4  # what older versions generated into {ns}:secret
+LEGACY = "0123456789abcdef" * 4  # a key as found in Redis ({ns}:secret)
 
 
 def one_line(p) -> str:
@@ -105,7 +105,7 @@ def test_a_key_file_with_no_key_is_refused(tmp_path):
 
 
 def _marks_of_the_legacy_key(client, keys, settings, locator):
-    """Marks made as older versions did: the key generated into Redis."""
+    """Marks made with a key kept in Redis ({ns}:secret)."""
     rec = Recorder(client, keys, settings.replace(secret=LEGACY), locator)
     assert rec.record_visit(H, ["1.1.1.1", "2.2.2.2"], T0) == 2
     client.set(keys.secret, LEGACY)

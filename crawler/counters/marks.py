@@ -62,8 +62,8 @@ def load_secret(client: redis.Redis, keys: Keys, settings) -> bytes:
     ``PEERCRAWL_SECRET`` if set; else, with ``REDIS_URL``, a ``SettingsError``
     saying how to make one; else (the embedded default) the key in
     ``<data_dir>/fingerprint.key``, generated into a new owner-only file on
-    first use. While the namespace still holds the key older versions kept
-    in Redis (``{ns}:secret``), refuses with how to move it out
+    first use. While the namespace holds a key in Redis
+    (``{ns}:secret``), refuses with how to move it out
     (``peercrawl secret --move``): a new key would count every IP again.
     Raises ``redis.RedisError`` if Redis fails.
     """
