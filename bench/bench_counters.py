@@ -66,6 +66,7 @@ def make_places(rng: random.Random, n: int) -> list[Place]:
 
 
 def make_visits(rng: random.Random, n: int, start: int) -> list[tuple[str, list[tuple[bytes, Place]]]]:
+    """``n`` visits of 50 peers each over 5,000 places, IPs numbered from ``start``."""
     places = make_places(rng, 5000)
     visits = []
     ip = start
@@ -92,6 +93,7 @@ class Seed:
                 yield f"{self.prefix}{m.name}", ip, month
 
     def visit_rtt(self, h, peers) -> int:
+        """One visit the seed's way, a round trip per (metric, IP): how many were new."""
         c, new = self.client, 0
         for metric, ip, month in self._pairs(h, peers):
             if c.get(f"{metric}.{ip}") is None:
@@ -102,6 +104,7 @@ class Seed:
         return new
 
     def visit_pipelined(self, h, peers) -> int:
+        """One visit the seed's way with its commands pipelined (two round trips): how many were new."""
         pairs = list(self._pairs(h, peers))
         pipe = self.client.pipeline(transaction=False)
         for metric, ip, _ in pairs:
@@ -121,6 +124,7 @@ class Seed:
 
 
 def rate(fn, visits) -> float:
+    """Visits per second of ``fn(h, peers)`` over ``visits``."""
     t = time.perf_counter()
     for h, peers in visits:
         fn(h, peers)
@@ -139,6 +143,7 @@ def memory(client, keys_pattern, sample: int | None, rng) -> tuple[int, int]:
 
 
 def main() -> None:
+    """Run the benchmark and print its JSON."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="5 rounds of a few visits and 20k marks (~15 s)")
     ap.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")

@@ -60,6 +60,7 @@ def make_places(rng: random.Random, n: int) -> list[Place]:
 
 
 def fill(client, keys, settings, torrents: int, places: int, visits: int, rng: random.Random) -> dict:
+    """Fill the namespace with ``torrents`` tracked torrents and counters over ``places`` places; the times taken."""
     t = time.perf_counter()
     q = Queue(client, keys, settings)
     for _ in q.add_stream(NewItem(f"{i:040x}") for i in range(torrents)):
@@ -94,6 +95,7 @@ def timed_call(fn, rounds: int) -> float:
 
 
 def timed(url: str, rounds: int) -> dict:
+    """Fetch ``url`` ``rounds`` times: median, 95th percentile and worst milliseconds, and the answer's size."""
     ms = []
     size = 0
     for _ in range(rounds):
@@ -108,6 +110,7 @@ def timed(url: str, rounds: int) -> dict:
 
 
 def main() -> None:
+    """Run the benchmark and print its JSON."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="100,000 torrents and 10,000 places")
     ap.add_argument("--torrents", type=int)

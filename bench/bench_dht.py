@@ -102,6 +102,7 @@ EXTRA = {"dht_block_ratelimit": 1_000_000}
 
 
 def plan(n_hashes: int, swarm_size: int) -> dict:
+    """Which swarm nodes announce each of ``n_hashes`` info-hashes, on which port: info-hash -> (nodes, port)."""
     out = {}
     for k in range(n_hashes):
         ih = hashlib.sha1(f"bench-dht-{k}".encode()).hexdigest()
@@ -141,6 +142,7 @@ class PlainSide:
         self.batch(range(len(hashes)))  # warm-up, untimed
 
     def batch(self, indexes: range) -> Round:
+        """Look up ``indexes``' info-hashes, ``concurrency`` at a time, straight on the libtorrent session."""
         session, hashes = self.session, self.hashes
         pending: dict[lt.sha1_hash, list] = {}  # target -> [[found set, start, hex], ...]
         started = self._complete = 0
@@ -192,6 +194,7 @@ class PlainSide:
         return done
 
     def close(self) -> None:
+        """Drop the session (libtorrent closes it)."""
         self.session = None
 
 
@@ -207,6 +210,7 @@ class SourceSide:
         self.batch(range(len(hashes)))  # warm-up, untimed
 
     def batch(self, indexes: range) -> Round:
+        """Look up ``indexes``' info-hashes through ``DhtSource.lookup``, ``concurrency`` greenlets."""
         source, hashes, expected = self.source, self.hashes, self.expected
         counter = iter(indexes)
         results: list[bool] = []
@@ -227,6 +231,7 @@ class SourceSide:
         return Round(len(results), sum(results), last_start - t0, time.thread_time() - cpu0, self.concurrency)
 
     def close(self) -> None:
+        """Close the DhtSource."""
         self.source.close()
 
 
@@ -248,14 +253,17 @@ class Round:
 
     @property
     def completeness(self) -> float:
+        """The share of lookups that found every announced peer."""
         return self.complete / max(self.started, 1)
 
     @property
     def cpu_us(self) -> float:
+        """Python CPU microseconds per lookup."""
         return 1e6 * self.cpu / max(self.started, 1)
 
 
 def main(argv=None) -> int:
+    """Run the benchmark and print its JSON; 0 when both sides completed their lookups."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="12 rounds per side instead of 30")
     ap.add_argument("--rounds", type=int, default=None, help="rounds per side")

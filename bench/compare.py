@@ -41,6 +41,7 @@ def leaves(value, prefix: str = "") -> dict[str, float]:
 
 
 def run_once(tree: Path, bench: str, args: list[str]) -> dict[str, float]:
+    """One run of ``bench`` in ``tree``: its JSON's numeric figures, flattened."""
     p = subprocess.run([sys.executable, f"bench/{bench}", *args], cwd=tree, capture_output=True, text=True)
     if p.returncode != 0:
         raise SystemExit(f"compare: {bench} failed in {tree}: {p.stderr.strip().splitlines()[-1:]}")
@@ -48,6 +49,7 @@ def run_once(tree: Path, bench: str, args: list[str]) -> dict[str, float]:
 
 
 def main() -> None:
+    """Parse the command line, run base and head interleaved, print medians and head/base."""
     argv = sys.argv[1:]
     extra: list[str] = []
     if "--" in argv:

@@ -113,6 +113,113 @@ class HostileUdpTracker:
         self.spoof.close()
 
 
+def _good() -> dict:
+    return {b"interval": 900, b"min interval": 60, b"complete": 1, b"incomplete": 3,
+            b"peers": encode_compact(GOOD_PEERS), b"peers6": encode_compact([("::1", 3333)], _stdsocket.AF_INET6),
+            b"warning message": b"be nice"}
+
+
+class _Reply:
+    """One HTTP reply on ``sock``: ``send`` a whole one, or ``raw`` bytes as they are."""
+
+    def __init__(self, sock):
+        self.raw = sock.sendall
+
+    def send(self, body: bytes, status="200 OK", extra=""):
+        self.raw(f"HTTP/1.1 {status}\r\nContent-Length: {len(body)}\r\n{extra}\r\n".encode() + body)
+
+
+def _chunked(r: _Reply, _p) -> None:
+    body = bencode.encode(_good())
+    half = len(body) // 2
+    r.raw(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+          + b"%x\r\n%s\r\n%x\r\n%s\r\n0\r\n\r\n" % (half, body[:half], len(body) - half, body[half:]))
+
+
+def _dictpeers(r: _Reply, _p) -> None:
+    d = {**_good(), b"peers": [{b"ip": b"127.9.0.5", b"port": 5555, b"peer id": b"x" * 20}]}
+    del d[b"peers6"]
+    r.send(bencode.encode(d))
+
+
+def _huge(r: _Reply, _p) -> None:
+    r.raw(b"HTTP/1.1 200 OK\r\nContent-Length: 100000000\r\n\r\n")
+    for _ in range(2000):
+        r.raw(b"x" * 65536)
+
+
+def _endless(chunk: int):
+    def serve(r: _Reply, _p) -> None:
+        r.raw(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        for _ in range(100000):
+            r.raw(b"%x\r\n" % chunk + b"y" * chunk + b"\r\n")
+    return serve
+
+
+def _slow(r: _Reply, _p) -> None:
+    gevent.sleep(30)
+    r.send(bencode.encode(_good()))
+
+
+def _drip(r: _Reply, _p) -> None:
+    r.raw(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n")
+    for _ in range(1000):
+        gevent.sleep(0.1)
+        r.raw(b"d")
+
+
+def _untilclose(r: _Reply, _p) -> None:
+    # HTTP/1.0 without Content-Length: the body ends when the connection does.
+    body = bencode.encode(_good())
+    r.raw(b"HTTP/1.0 200 OK\r\n\r\n" + body[:10])
+    gevent.sleep(0.05)
+    r.raw(body[10:])
+
+
+def _hexchunk(r: _Reply, _p) -> None:
+    body = bencode.encode(_good())
+    r.raw(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + b"0x%x\r\n%s\r\n0\r\n\r\n" % (len(body), body))
+
+
+def _refuse(r: _Reply, p: dict) -> None:
+    key = p.get("passkey", ["?"])[0]
+    r.send(bencode.encode({b"failure reason": f"passkey {key} is not registered here".encode()}))
+
+
+def _not_found(r: _Reply, _p) -> None:
+    r.send(b"", "404 Not Found")
+
+
+# HostileHttpTracker's paths: each answers (reply, query parameters).
+HTTP_ROUTES = {
+    "/good": lambda r, p: r.send(bencode.encode(_good())),
+    "/chunked": _chunked,
+    "/dictpeers": _dictpeers,
+    "/flood": lambda r, p: r.send(flood_body()),
+    "/refuse": _refuse,
+    "/hugeinterval": lambda r, p: r.send(bencode.encode({**_good(), b"interval": 10**400})),
+    "/failure": lambda r, p: r.send(bencode.encode({b"failure reason": b"unregistered torrent"})),
+    "/odd": lambda r, p: r.send(bencode.encode({**_good(), b"peers": b"\x01" * 7})),
+    "/garbage": lambda r, p: r.send(b"<html>hello</html>"),
+    "/huge": _huge,
+    "/endless": _endless(16),
+    "/endlesswide": _endless(4096),
+    "/slow": _slow,
+    "/drip": _drip,
+    # "²" in Latin-1, as a header is read: str.isdigit() says yes, int() says no.
+    "/superscript": lambda r, p: r.raw("HTTP/1.1 200 OK\r\nContent-Length: ²\r\n\r\n".encode("latin-1")
+                                       + bencode.encode(_good())),
+    "/untilclose": _untilclose,
+    "/twolengths": lambda r, p: r.raw(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nabcdef"),
+    "/hexchunk": _hexchunk,
+    "/bigint": lambda r, p: r.send(bencode.encode(_good()).replace(b"i900e", b"i" + b"9" * 5000 + b"e")),
+    "/farinterval": lambda r, p: r.send(bencode.encode({**_good(), b"interval": 2**40, b"min interval": 2**40})),
+    "/bigcount": lambda r, p: r.send(bencode.encode({**_good(), b"complete": 2**40})),
+    "/redirect": lambda r, p: r.send(b"", "302 Found", f"Location: {p['to'][0]}\r\n"),
+    "/loop": lambda r, p: r.send(b"", "302 Found", "Location: /loop\r\n"),
+}
+
+
 class HostileHttpTracker:
     """An HTTP tracker on 127.0.0.1; the path picks the misbehaviour.
 
@@ -146,86 +253,8 @@ class HostileHttpTracker:
         host = [v for k, _, v in (line.partition(b": ") for line in buf.split(b"\r\n")) if k.lower() == b"host"]
         self.last_host = host[0].decode() if host else None
         path, _, query = target.partition("?")
-        params = urllib.parse.parse_qs(query)
-
-        def send(body: bytes, status="200 OK", extra=""):
-            sock.sendall(f"HTTP/1.1 {status}\r\nContent-Length: {len(body)}\r\n{extra}\r\n".encode() + body)
-
-        good = {b"interval": 900, b"min interval": 60, b"complete": 1, b"incomplete": 3,
-                b"peers": encode_compact(GOOD_PEERS), b"peers6": encode_compact([("::1", 3333)], _stdsocket.AF_INET6),
-                b"warning message": b"be nice"}
         try:
-            if path == "/good":
-                send(bencode.encode(good))
-            elif path == "/chunked":
-                body = bencode.encode(good)
-                half = len(body) // 2
-                sock.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
-                             + b"%x\r\n%s\r\n%x\r\n%s\r\n0\r\n\r\n" % (half, body[:half], len(body) - half, body[half:]))
-            elif path == "/dictpeers":
-                d = {**good, b"peers": [{b"ip": b"127.9.0.5", b"port": 5555, b"peer id": b"x" * 20}]}
-                del d[b"peers6"]
-                send(bencode.encode(d))
-            elif path == "/flood":
-                send(flood_body())
-            elif path == "/refuse":
-                key = params.get("passkey", ["?"])[0]
-                send(bencode.encode({b"failure reason": f"passkey {key} is not registered here".encode()}))
-            elif path == "/hugeinterval":
-                send(bencode.encode({**good, b"interval": 10**400}))
-            elif path == "/failure":
-                send(bencode.encode({b"failure reason": b"unregistered torrent"}))
-            elif path == "/odd":
-                send(bencode.encode({**good, b"peers": b"\x01" * 7}))
-            elif path == "/garbage":
-                send(b"<html>hello</html>")
-            elif path == "/huge":
-                sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100000000\r\n\r\n")
-                for _ in range(2000):
-                    sock.sendall(b"x" * 65536)
-            elif path == "/endless":
-                sock.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
-                for _ in range(100000):
-                    sock.sendall(b"10\r\n" + b"y" * 16 + b"\r\n")
-            elif path == "/endlesswide":
-                sock.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
-                for _ in range(100000):
-                    sock.sendall(b"1000\r\n" + b"y" * 4096 + b"\r\n")
-            elif path == "/slow":
-                gevent.sleep(30)
-                send(bencode.encode(good))
-            elif path == "/drip":
-                sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n")
-                for _ in range(1000):
-                    gevent.sleep(0.1)
-                    sock.sendall(b"d")
-            elif path == "/superscript":
-                # "²" in Latin-1, as a header is read: str.isdigit() says yes, int() says no.
-                sock.sendall("HTTP/1.1 200 OK\r\nContent-Length: ²\r\n\r\n".encode("latin-1") + bencode.encode(good))
-            elif path == "/untilclose":
-                # HTTP/1.0 without Content-Length: the body ends when the connection does.
-                body = bencode.encode(good)
-                sock.sendall(b"HTTP/1.0 200 OK\r\n\r\n" + body[:10])
-                gevent.sleep(0.05)
-                sock.sendall(body[10:])
-            elif path == "/twolengths":
-                sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nabcdef")
-            elif path == "/hexchunk":
-                body = bencode.encode(good)
-                sock.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
-                             + b"0x%x\r\n%s\r\n0\r\n\r\n" % (len(body), body))
-            elif path == "/bigint":
-                send(bencode.encode(good).replace(b"i900e", b"i" + b"9" * 5000 + b"e"))
-            elif path == "/farinterval":
-                send(bencode.encode({**good, b"interval": 2**40, b"min interval": 2**40}))
-            elif path == "/bigcount":
-                send(bencode.encode({**good, b"complete": 2**40}))
-            elif path == "/redirect":
-                send(b"", "302 Found", f"Location: {params['to'][0]}\r\n")
-            elif path == "/loop":
-                send(b"", "302 Found", "Location: /loop\r\n")
-            else:
-                send(b"", "404 Not Found")
+            HTTP_ROUTES.get(path, _not_found)(_Reply(sock), urllib.parse.parse_qs(query))
         except OSError:
             pass
         finally:

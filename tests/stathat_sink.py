@@ -20,6 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 class StatHatSink:
+    """StatHat's EZ API on loopback, recording what it accepts (see the module note)."""
     def __init__(self, host: str = "127.0.0.1", delay: float = 0.0):
         self.delay = delay
         self.posts: list[dict] = []  # accepted bodies

@@ -53,6 +53,7 @@ visit = st.tuples(
 
 
 class Model:
+    """The counters as SPEC §4 defines them, in plain Python: what Redis must agree with."""
     def __init__(self):
         self.marks: dict = {}
         self.lifetime: Counter = Counter()

@@ -267,6 +267,7 @@ def _burst(swarm, crawler_ip: str, **changes):
 
 @dataclass
 class Burst:
+    """What one burst of lookups against the swarm did to its busiest node."""
     results: list
     worst_packets: int  # most packets one node got from the crawler within BAN_WINDOW
     worst_queries: int  # ... of them the lookups' get_peers queries, what the pacer sees

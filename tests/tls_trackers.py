@@ -29,6 +29,7 @@ TRACKER_NAME = "tracker.test"
 
 @dataclass(frozen=True)
 class Pki:
+    """The certificates of the TLS trackers: a trusted CA and its server pair, and a rogue pair."""
     ca: Path  # the CA certificate clients trust (PEM)
     cert: Path  # server certificate for tracker.test and 127.0.0.1, signed by ca
     key: Path

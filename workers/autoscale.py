@@ -205,6 +205,7 @@ class Autoscaler:
         return rtt
 
     def close(self) -> None:
+        """Close the raw connection used to time Redis round trips."""
         if self._raw:
             try:
                 self._raw.close()

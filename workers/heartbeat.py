@@ -57,6 +57,7 @@ class Health:
 
     @property
     def failing(self) -> bool:
+        """Whether the last ``failing_after`` visits in a row all failed."""
         return self.streak >= self.failing_after
 
     def per_hour(self, now: float | None = None) -> float:
