@@ -267,7 +267,7 @@ class Queue:
             args=[h, lease.token, repr(multiplier(result, self.settings)), repr(self.settings.evict_below),
                   repr(now), repr(due), int(math.ceil(self.settings.tombstone_seconds)),
                   "" if seeders is None else seeders, "" if leechers is None else leechers, peers, _minute(now),
-                  result.value],
+                  result.value, self.settings.torrent_history],
         )
 
     @staticmethod

@@ -18,12 +18,27 @@ errors are raised as ``StoreError``.
 from __future__ import annotations
 
 import json
+import struct
 import time
 
 import redis
 
 from crawler.errors import StoreError
 from crawler.keys import Keys
+
+# One visit in a torrent's history, as complete.lua packs it: time, new score,
+# peers found, seeders, leechers (little-endian; NOT_REPORTED: the sources gave none).
+HISTORY_ENTRY = struct.Struct("<IfIII")
+NOT_REPORTED = 0xFFFFFFFF
+
+
+def history(raw: bytes) -> list[dict]:
+    """The visits packed in a torrent hash's ``hist`` field, oldest first (a partial entry ignored)."""
+    whole = raw[: len(raw) - len(raw) % HISTORY_ENTRY.size]
+    return [{"at": float(t), "score": float(f"{score:.7g}"), "peers": peers,
+             "seeders": None if seeders == NOT_REPORTED else seeders,
+             "leechers": None if leechers == NOT_REPORTED else leechers}
+            for t, score, peers, seeders, leechers in HISTORY_ENTRY.iter_unpack(whole)]
 
 
 class QueueView:
@@ -161,6 +176,7 @@ class QueueView:
         p.hget(k.quarantine, info_hash)
         p.hget(k.expiries, info_hash)
         h, trackers, claims, due, deadline, tomb, min_intervals, quarantine, expiries = self._run(p, "a torrent")
+        hist = history(h.pop(b"hist", b""))
         h = {a.decode(): b.decode() for a, b in h.items()}
 
         def num(name: str, cast=int):
@@ -185,6 +201,7 @@ class QueueView:
             "lease_deadline": deadline if state == "in_flight" else None,
             "tracker_not_before": {a.decode(): float(b) for a, b in min_intervals.items()},
             "expired_leases_in_a_row": int(expiries) if expiries else 0,
+            "history": hist,
         }
         if tomb:
             out["tombstone"] = json.loads(tomb)

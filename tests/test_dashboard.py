@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -89,6 +90,13 @@ def test_torrent_page_equals_torrent_and_stats(web, test_env):
     assert [(r["month"], r["count"]) for r in d["tables"]["months"]] == [
         (m, stats(test_env, "torrents", "--torrent", h, "--month", m)[0]["count"]) for m in ("2026-05", "2026-06")]
     assert [r["count"] for r in d["tables"]["months"]] == [39, 10]
+    # its visits, as `torrent --json` keeps them, and as CSV
+    assert len(info["history"]) == 1 and info["history"][0]["peers"] == info["peers_last_visit"]
+    assert [(r["score"], r["peers"], r["seeders"], r["leechers"]) for r in d["tables"]["visits"]] == [
+        (v["score"], v["peers"], v["seeders"], v["leechers"]) for v in info["history"]]
+    assert d["tables"]["visits"][0]["at"] == time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(info["history"][0]["at"]))
+    rows = list(csv.DictReader(io.StringIO(web.get(f"/api/torrent/{h}?format=csv&table=visits").get_data(as_text=True))))
+    assert [int(r["peers"]) for r in rows] == [v["peers"] for v in info["history"]]
     assert web.get("/api/torrent/" + "99" * 20).status_code == 404
     assert web.get("/api/torrent/xyz").status_code == 404
 

@@ -211,6 +211,10 @@ def test_pages_render_and_show_the_numbers_of_stats(dashboard, browser, test_env
     assert dom_counts(d, "countries") == stats(test_env, "countries", "--torrent", h, "--limit", "1000")
     assert dom_counts(d, "cities") == stats(test_env, "cities", "--torrent", h)
     assert painted_colours(d, "countries-chart") > 3
+    peers = d.execute_script("return Array.from(document.querySelectorAll(\"table[data-table='visits'] tbody tr\"))"
+                             ".map(tr => tr.querySelector(\"td[data-key='peers']\").textContent)")
+    assert peers == [str(v["peers"]) for v in reversed(info["history"])]
+    assert painted_colours(d, "visits-chart") > 1
     shot(d, tmp_path, "torrent")
 
     # operators: the figures of status --json, the hardening's included (no tracker secret on the page)

@@ -256,3 +256,43 @@ def test_held_trackers_come_back_in_the_plan_until_the_hold_expires(q, view, cli
     assert sorted(own) == [b, a] and not_before == {a: 1234.5, b: 99.0}
     assert view.torrent(H[0], 100)["tracker_not_before"] == not_before
     assert 0 < client.ttl(keys.tracker_min_interval(H[0])) <= 60
+
+
+def test_a_torrent_keeps_its_last_visits_oldest_first(client, keys, settings, view):
+    q = Queue(client, keys, settings.replace(torrent_history=3))
+    q.add([NewItem(H[0])], now=100)
+    outcomes = [(Outcome.FULL, 50, 7, None), (Outcome.SOME, 40, None, 3), (Outcome.NONE, 0, 0, 0),
+                (Outcome.FULL, 60, 9, 12)]
+    for i, (o, peers, seeders, leechers) in enumerate(outcomes):
+        (lease,) = q.claim(1, now=1000 * (i + 1))
+        q.complete(lease, o, peers=peers, seeders=seeders, leechers=leechers, due=0, now=1000 * (i + 1) + 5)
+    hist = view.torrent(H[0])["history"]
+    # three kept: the first visit (score 1.2) dropped; scores 1.2*0.8, *0.5, *1.2
+    assert hist == [
+        {"at": 2005.0, "score": pytest.approx(0.96), "peers": 40, "seeders": None, "leechers": 3},
+        {"at": 3005.0, "score": pytest.approx(0.48), "peers": 0, "seeders": 0, "leechers": 0},
+        {"at": 4005.0, "score": pytest.approx(0.576), "peers": 60, "seeders": 9, "leechers": 12},
+    ]
+    assert view.torrent(H[0])["visits"] == 4  # the count is every visit, the history the last ones
+
+
+def test_the_history_at_its_largest_drops_one_per_visit_and_off_forgets_it(client, keys, settings, view):
+    from crawler.queue_view import HISTORY_ENTRY
+
+    most = 10_000
+    q = Queue(client, keys, settings.replace(torrent_history=most))
+    q.add([NewItem(H[1])], now=100)
+    client.hset(keys.torrent(H[1]), "hist", b"".join(HISTORY_ENTRY.pack(t, 1.0, t, t, t) for t in range(most)))
+    (lease,) = q.claim(1, now=200_000)
+    q.complete(lease, Outcome.SOME, peers=5, due=0, now=200_001)
+    hist = view.torrent(H[1])["history"]
+    assert len(hist) == most and hist[0]["at"] == 1.0 and hist[-1]["at"] == 200_001.0 and hist[-1]["peers"] == 5
+    # bytes this script did not write (a length not a whole number of entries): started again
+    client.hset(keys.torrent(H[1]), "hist", b"\x00" * 21)
+    (lease,) = q.claim(1, now=300_000)
+    q.complete(lease, Outcome.SOME, peers=6, due=0, now=300_001)
+    assert [v["peers"] for v in view.torrent(H[1])["history"]] == [6]
+    off = Queue(client, keys, settings.replace(torrent_history=0))
+    (lease,) = off.claim(1, now=400_000)
+    off.complete(lease, Outcome.SOME, peers=7, due=0, now=400_001)
+    assert view.torrent(H[1])["history"] == [] and not client.hexists(keys.torrent(H[1]), "hist")

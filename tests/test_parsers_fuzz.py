@@ -17,6 +17,7 @@ import socket
 import struct
 from datetime import timedelta
 
+import pytest
 from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
@@ -25,6 +26,7 @@ from crawler import bencode
 from crawler.cli.add import _sources
 from crawler.errors import ItemError, RemoteProtocolError
 from crawler.items import MAX_TORRENT_FILE, parse_item, parse_torrent
+from crawler.queue_view import HISTORY_ENTRY, NOT_REPORTED, history
 from crawler.sources import http_codec as h
 from crawler.sources import udp_codec as u
 
@@ -263,3 +265,21 @@ def test_a_torrent_file_past_the_size_cap_is_refused_unread(tmp_path):
         assert "larger than 64 MiB" in str(e)
     else:
         raise AssertionError("a file past MAX_TORRENT_FILE was accepted")
+
+
+u32 = st.integers(0, 2**32 - 1)
+
+
+@BOUNDED
+@given(st.binary(max_size=20 * 300 + 19))
+def test_any_history_bytes_give_one_visit_per_whole_entry(raw):
+    assert len(history(raw)) == len(raw) // HISTORY_ENTRY.size
+
+
+@BOUNDED
+@given(st.lists(st.tuples(u32, st.floats(0.0, 2.0**100, width=32), u32, u32, u32), max_size=300))
+def test_a_packed_history_reads_back(visits):
+    got = history(b"".join(HISTORY_ENTRY.pack(*v) for v in visits))
+    assert [(g["at"], g["peers"]) for g in got] == [(float(t), p) for t, _, p, _, _ in visits]
+    assert [g["seeders"] for g in got] == [None if s == NOT_REPORTED else s for _, _, _, s, _ in visits]
+    assert [g["score"] for g in got] == [pytest.approx(f, rel=1e-6) for _, f, _, _, _ in visits]

@@ -114,6 +114,8 @@ class Views:
                                                                  limit=ALL_COUNTRIES)]
         cities = [_place_row(r, torrent=True) for r in top(c, t, "cities", torrent=info_hash, month=month,
                                                            limit=limit)]
+        visits = [{"at": _iso(v["at"]), **{k: v[k] for k in ("score", "peers", "seeders", "leechers")}}
+                  for v in (info or {}).get("history", [])]
         series = []
         for m in reversed(self.months()):
             got = top(c, t, "torrents", torrent=info_hash, month=m, limit=1)
@@ -126,7 +128,7 @@ class Views:
             "users": users[0]["count"] if users else 0,
             "metric": users[0]["metric"] if users else None,
             "torrent": info,
-            "tables": {"countries": countries, "cities": cities, "months": series},
+            "tables": {"countries": countries, "cities": cities, "months": series, "visits": visits},
         }
 
     # --- operators ----------------------------------------------------------

@@ -1,7 +1,10 @@
 -- complete.lua: finish a visit that some source answered (SPEC §1, §2).
 -- The new score is the held score times ARGV[3]; below ARGV[4] the torrent
 -- is evicted (tombstone kept ARGV[7] seconds), else it cools until ARGV[6].
--- A completion ends the torrent's streak of expired leases.
+-- A completion ends the torrent's streak of expired leases. The torrent
+-- hash's ``hist`` field keeps its last ARGV[13] visits, 20 bytes each
+-- (little-endian u32 time, f32 new score, u32 peers, u32 seeders, u32
+-- leechers; 0xFFFFFFFF: not reported), oldest first; 0 keeps none.
 --
 -- KEYS[1]  leases     ZSET info-hash -> lease deadline
 -- KEYS[2]  held       HASH info-hash -> score while out of ready
@@ -17,7 +20,8 @@
 -- ARGV[1] info-hash, ARGV[2] token, ARGV[3] multiplier, ARGV[4] threshold,
 -- ARGV[5] now, ARGV[6] due time, ARGV[7] tombstone seconds,
 -- ARGV[8] seeders ('' unknown), ARGV[9] leechers ('' unknown),
--- ARGV[10] peers found, ARGV[11] minute, ARGV[12] outcome (none/some/full)
+-- ARGV[10] peers found, ARGV[11] minute, ARGV[12] outcome (none/some/full),
+-- ARGV[13] visits kept in the history (0-10000)
 --
 -- Returns {'cooling'|'evicted', new score as string} or {'stale'} when the
 -- lease is not this holder's any more (nothing changed). Every argument is
@@ -30,7 +34,7 @@ local function number(v)  -- a number ZADD takes (tonumber accepts NaN, ZADD doe
   return x ~= nil and x == x
 end
 if not (mult and threshold and number(ARGV[5]) and number(ARGV[6]) and tonumber(ARGV[7])
-    and tonumber(ARGV[10]) and tonumber(ARGV[11]))
+    and tonumber(ARGV[10]) and tonumber(ARGV[11]) and tonumber(ARGV[13]))
     or (ARGV[8] ~= '' and not tonumber(ARGV[8])) or (ARGV[9] ~= '' and not tonumber(ARGV[9])) then
   return redis.error_reply('complete.lua: bad arguments')
 end
@@ -42,6 +46,12 @@ if not score or not tonumber(redis.call('HGET', KEYS[7], 'visits') or '0')
     or not tonumber(redis.call('HGET', KEYS[9], ARGV[11]) or '0') then
   return redis.error_reply('complete.lua: a stored score or count of ' .. h .. ' is not a number')
 end
+local kept = tonumber(ARGV[13])
+if kept < 0 or kept > 10000 or kept % 1 ~= 0 then
+  return redis.error_reply('complete.lua: bad arguments')
+end
+local hist = kept > 0 and (redis.call('HGET', KEYS[7], 'hist') or '') or ''
+if #hist % 20 ~= 0 then hist = '' end  -- not a history this script wrote: start again
 local new = score * mult
 local text = string.format('%.17g', new)
 redis.call('ZREM', KEYS[1], h)
@@ -52,6 +62,18 @@ redis.call('HSET', KEYS[7], 'last_visit', ARGV[5], 'peers_last_visit', ARGV[10],
 if ARGV[8] ~= '' then redis.call('HSET', KEYS[7], 'seeders', ARGV[8]) end
 if ARGV[9] ~= '' then redis.call('HSET', KEYS[7], 'leechers', ARGV[9]) end
 redis.call('HINCRBY', KEYS[9], ARGV[11], 1)
+if kept > 0 then
+  local function u32(v)  -- a count as stored; '' (not reported) and anything past u32 as 0xFFFFFFFF
+    local x = tonumber(v)
+    if x == nil or x < 0 or x >= 4294967295 then return 4294967295 end
+    return math.floor(x)
+  end
+  local t = math.max(0, math.min(math.floor(tonumber(ARGV[5])), 4294967295))
+  hist = hist .. struct.pack('<IfIII', t, new, u32(ARGV[10]), u32(ARGV[8]), u32(ARGV[9]))
+  redis.call('HSET', KEYS[7], 'hist', string.sub(hist, -20 * kept))
+else
+  redis.call('HDEL', KEYS[7], 'hist')
+end
 if new < threshold then
   redis.call('HDEL', KEYS[2], h)
   redis.call('ZADD', KEYS[5], ARGV[5], h)

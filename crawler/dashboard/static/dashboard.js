@@ -184,6 +184,24 @@ function renderTorrent(d) {
   countTable('cities', d.tables.cities, r => `${r.name}, ${r.country}`);
   bar('countries-chart', d.tables.countries, r => r.name);
   monthLine('months-chart', d.tables.months);
+  visitLines('visits-chart', d.tables.visits);
+  rowsTable('visits', d.tables.visits.slice().reverse(), ['at', 'score', 'peers', 'seeders', 'leechers']);
+}
+
+function visitLines(id, rows) {
+  // Score on the left axis, peers, seeders and leechers on the right, one point per visit.
+  const c = chart(id);
+  if (!c) return;
+  const line = (name, key, axis, color) => ({ type: 'line', name, yAxisIndex: axis, data: rows.map(r => r[key]),
+    connectNulls: false, itemStyle: color ? { color } : undefined });
+  c.setOption({
+    animation: false, tooltip: { trigger: 'axis' }, legend: { top: 0 },
+    grid: { left: 8, right: 8, top: 32, bottom: 8, containLabel: true },
+    xAxis: { type: 'category', data: rows.map(r => r.at.slice(5, 16).replace('T', ' ')) },
+    yAxis: [{ type: 'value', name: 'score' }, { type: 'value', name: 'peers', minInterval: 1 }],
+    series: [line('score', 'score', 0, '#0b2a6b'), line('peers', 'peers', 1, '#2a9d8f'),
+      line('seeders', 'seeders', 1, '#e9c46a'), line('leechers', 'leechers', 1, '#e76f51')],
+  }, true);
 }
 
 function renderOperators(d) {
