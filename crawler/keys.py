@@ -95,6 +95,10 @@ class Keys:
         """SET of the torrent's own tracker URLs (magnet tr=, announce-list)."""
         return self._k("tr", info_hash)
 
+    def history(self, info_hash: str) -> str:
+        """STRING of the torrent's last visits, 20 bytes each (``complete.lua``, ``queue_view.history``)."""
+        return self._k("vh", info_hash)
+
     @property
     def visits(self) -> str:
         """HASH unix minute -> visits completed in that minute."""
@@ -219,6 +223,6 @@ class Keys:
 # The first part (after the namespace) of every key built above.
 RESERVED = frozenset({
     "ready", "since", "cooling", "leases", "evicted", "tombstones", "held", "claims", "expiries",
-    "quarantined", "quarantine", "t", "tr", "visits", "failedvisits", "workers", "w", "trackerhealth",
+    "quarantined", "quarantine", "t", "tr", "vh", "visits", "failedvisits", "workers", "w", "trackerhealth",
     "trackerused", "mi", "mk", "ix", "sh", "geoerrors", "announceport", "secret",
 })

@@ -149,7 +149,7 @@ class Queue:
         cut: list[int] = []
         for item in items:
             if item.trackers or readmit:  # only these items' own keys are touched
-                keys += (k.torrent(item.info_hash), k.trackers(item.info_hash))
+                keys += (k.torrent(item.info_hash), k.trackers(item.info_hash), k.history(item.info_hash))
             trackers, n = item.trackers, 0
             if len(trackers) > cap:
                 unique = tuple(dict.fromkeys(trackers))
@@ -263,7 +263,7 @@ class Queue:
         h = lease.info_hash
         return dict(
             keys=[k.leases, k.held, k.claims, k.cooling, k.evicted, k.tombstones, k.torrent(h), k.trackers(h),
-                  k.visits, k.expiries],
+                  k.visits, k.expiries, k.history(h)],
             args=[h, lease.token, repr(multiplier(result, self.settings)), repr(self.settings.evict_below),
                   repr(now), repr(due), int(math.ceil(self.settings.tombstone_seconds)),
                   "" if seeders is None else seeders, "" if leechers is None else leechers, peers, _minute(now),

@@ -33,7 +33,7 @@ NOT_REPORTED = 0xFFFFFFFF
 
 
 def history(raw: bytes) -> list[dict]:
-    """The visits packed in a torrent hash's ``hist`` field, oldest first (a partial entry ignored)."""
+    """The visits packed in a torrent's history string, oldest first (a partial entry ignored)."""
     whole = raw[: len(raw) - len(raw) % HISTORY_ENTRY.size]
     return [{"at": float(t), "score": float(f"{score:.7g}"), "peers": peers,
              "seeders": None if seeders == NOT_REPORTED else seeders,
@@ -175,8 +175,9 @@ class QueueView:
         p.hgetall(k.tracker_min_interval(info_hash))
         p.hget(k.quarantine, info_hash)
         p.hget(k.expiries, info_hash)
-        h, trackers, claims, due, deadline, tomb, min_intervals, quarantine, expiries = self._run(p, "a torrent")
-        hist = history(h.pop(b"hist", b""))
+        p.get(k.history(info_hash))
+        h, trackers, claims, due, deadline, tomb, min_intervals, quarantine, expiries, hist = self._run(p, "a torrent")
+        hist = history(hist or b"")
         h = {a.decode(): b.decode() for a, b in h.items()}
 
         def num(name: str, cast=int):

@@ -249,10 +249,11 @@ class Settings:
     quarantine_after: int = p.setting(
         "PEERCRAWL_QUARANTINE_AFTER", 5, p.bounded_int(1, 1000),
         "leases expired in a row (no completion) that quarantine a torrent; `add --readmit` returns it")
-    # 20 bytes per visit kept in the torrent's hash, read by `torrent` and the
-    # dashboard's torrent page; the default is half a day at the default revisit.
+    # 20 bytes per visit kept in a string per torrent (~360 bytes at the
+    # default, measured), read by `torrent` and the dashboard's torrent page:
+    # six hours at the default revisit interval.
     torrent_history: int = p.setting(
-        "PEERCRAWL_TORRENT_HISTORY", 24, p.bounded_int(0, 10_000),
+        "PEERCRAWL_TORRENT_HISTORY", 12, p.bounded_int(0, 10_000),
         "visits each torrent keeps (time, score, peers, seeders, leechers) for `torrent` and the dashboard (0–10000)")
 
     # --- Counters, geolocation, StatHat (§4–§6) ------------------------------

@@ -37,6 +37,7 @@ LAYOUT = {
     "quarantine": (K.quarantine, "{ns}:quarantine", "`{ns}:quarantine`"),
     "torrent": (K.torrent(H), "{ns}:t:" + H, "`{ns}:t:<h>`"),
     "trackers": (K.trackers(H), "{ns}:tr:" + H, "`{ns}:tr:<h>`"),
+    "history": (K.history(H), "{ns}:vh:" + H, "`{ns}:vh:<h>`"),
     "visits": (K.visits, "{ns}:visits", "`{ns}:visits`"),
     "failed_visits": (K.failed_visits, "{ns}:failedvisits", "`{ns}:failedvisits`"),
     "workers": (K.workers, "{ns}:workers", "`{ns}:workers`"),

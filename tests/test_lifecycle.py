@@ -282,17 +282,28 @@ def test_the_history_at_its_largest_drops_one_per_visit_and_off_forgets_it(clien
     most = 10_000
     q = Queue(client, keys, settings.replace(torrent_history=most))
     q.add([NewItem(H[1])], now=100)
-    client.hset(keys.torrent(H[1]), "hist", b"".join(HISTORY_ENTRY.pack(t, 1.0, t, t, t) for t in range(most)))
+    client.set(keys.history(H[1]), b"".join(HISTORY_ENTRY.pack(t, 1.0, t, t, t) for t in range(most)))
     (lease,) = q.claim(1, now=200_000)
     q.complete(lease, Outcome.SOME, peers=5, due=0, now=200_001)
     hist = view.torrent(H[1])["history"]
     assert len(hist) == most and hist[0]["at"] == 1.0 and hist[-1]["at"] == 200_001.0 and hist[-1]["peers"] == 5
     # bytes this script did not write (a length not a whole number of entries): started again
-    client.hset(keys.torrent(H[1]), "hist", b"\x00" * 21)
+    client.set(keys.history(H[1]), b"\x00" * 21)
     (lease,) = q.claim(1, now=300_000)
     q.complete(lease, Outcome.SOME, peers=6, due=0, now=300_001)
     assert [v["peers"] for v in view.torrent(H[1])["history"]] == [6]
     off = Queue(client, keys, settings.replace(torrent_history=0))
     (lease,) = off.claim(1, now=400_000)
     off.complete(lease, Outcome.SOME, peers=7, due=0, now=400_001)
-    assert view.torrent(H[1])["history"] == [] and not client.hexists(keys.torrent(H[1]), "hist")
+    assert view.torrent(H[1])["history"] == [] and not client.exists(keys.history(H[1]))
+
+
+def test_an_evicted_torrents_history_expires_with_its_tombstone_unless_readmitted(client, keys, settings, view):
+    q = Queue(client, keys, settings.replace(evict_below=0.9))
+    q.add([NewItem(H[2])], now=100)
+    (lease,) = q.claim(1, now=200)
+    assert q.complete(lease, Outcome.NONE, peers=0, now=201)[0] == "evicted"
+    assert 0 < client.ttl(keys.history(H[2])) <= settings.tombstone_seconds
+    assert [v["score"] for v in view.torrent(H[2])["history"]] == [0.5]
+    assert q.add([NewItem(H[2])], readmit=True, now=300) == ["added"]
+    assert client.ttl(keys.history(H[2])) == -1 and len(view.torrent(H[2])["history"]) == 1

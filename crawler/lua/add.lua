@@ -8,9 +8,10 @@
 -- KEYS[6] quarantined ZSET info-hash -> quarantine time
 -- KEYS[7] quarantine  HASH info-hash -> JSON {reason, at, expiries, score}
 -- KEYS[8] expiries    HASH info-hash -> leases expired in a row
--- KEYS[9..]         the torrent HASH and trackers SET of each item that has
---                   trackers, or of every item when re-admitting (only those
---                   items' keys are touched, so the others need none)
+-- KEYS[9..]         the torrent HASH, trackers SET and history STRING of each
+--                   item that has trackers, or of every item when
+--                   re-admitting (only those items' keys are touched, so the
+--                   others need none)
 --
 -- ARGV[1] now, ARGV[2] readmit (1/0), ARGV[3] most trackers one torrent keeps
 -- then per item: info-hash, number of trackers k, k tracker URLs
@@ -67,8 +68,8 @@ while a <= #ARGV do
   end
   local item = {h = h, first = a + 2, k = k}
   if k > 0 or readmit then
-    item.tkey, item.trkey = KEYS[nkeys + 1], KEYS[nkeys + 2]
-    nkeys = nkeys + 2
+    item.tkey, item.trkey, item.hkey = KEYS[nkeys + 1], KEYS[nkeys + 2], KEYS[nkeys + 3]
+    nkeys = nkeys + 3
   end
   items[#items + 1] = item
   hashes[#hashes + 1] = h
@@ -115,6 +116,7 @@ for i, item in ipairs(items) do
       unevict[#unevict + 1] = h
       persist[#persist + 1] = item.tkey
       persist[#persist + 1] = item.trkey
+      persist[#persist + 1] = item.hkey
     elseif status == 'q' then
       unquarantine[#unquarantine + 1] = h
     end

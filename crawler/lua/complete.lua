@@ -1,10 +1,12 @@
 -- complete.lua: finish a visit that some source answered (SPEC §1, §2).
 -- The new score is the held score times ARGV[3]; below ARGV[4] the torrent
 -- is evicted (tombstone kept ARGV[7] seconds), else it cools until ARGV[6].
--- A completion ends the torrent's streak of expired leases. The torrent
--- hash's ``hist`` field keeps its last ARGV[13] visits, 20 bytes each
+-- A completion ends the torrent's streak of expired leases. The history
+-- string keeps the torrent's last ARGV[13] visits, 20 bytes each
 -- (little-endian u32 time, f32 new score, u32 peers, u32 seeders, u32
--- leechers; 0xFFFFFFFF: not reported), oldest first; 0 keeps none.
+-- leechers; 0xFFFFFFFF: not reported), oldest first; 0 keeps none. A string
+-- of its own: as a field of the torrent hash it would pass the 64-byte
+-- listpack limit and cost the hash ~700 bytes more in a hashtable.
 --
 -- KEYS[1]  leases     ZSET info-hash -> lease deadline
 -- KEYS[2]  held       HASH info-hash -> score while out of ready
@@ -16,6 +18,7 @@
 -- KEYS[8]  trackers   SET of this torrent's own trackers
 -- KEYS[9]  visits     HASH unix minute -> visits completed
 -- KEYS[10] expiries   HASH info-hash -> leases expired in a row
+-- KEYS[11] history    STRING of this torrent's last visits
 --
 -- ARGV[1] info-hash, ARGV[2] token, ARGV[3] multiplier, ARGV[4] threshold,
 -- ARGV[5] now, ARGV[6] due time, ARGV[7] tombstone seconds,
@@ -50,7 +53,7 @@ local kept = tonumber(ARGV[13])
 if kept < 0 or kept > 10000 or kept % 1 ~= 0 then
   return redis.error_reply('complete.lua: bad arguments')
 end
-local hist = kept > 0 and (redis.call('HGET', KEYS[7], 'hist') or '') or ''
+local hist = kept > 0 and (redis.call('GET', KEYS[11]) or '') or ''
 if #hist % 20 ~= 0 then hist = '' end  -- not a history this script wrote: start again
 local new = score * mult
 local text = string.format('%.17g', new)
@@ -70,9 +73,9 @@ if kept > 0 then
   end
   local t = math.max(0, math.min(math.floor(tonumber(ARGV[5])), 4294967295))
   hist = hist .. struct.pack('<IfIII', t, new, u32(ARGV[10]), u32(ARGV[8]), u32(ARGV[9]))
-  redis.call('HSET', KEYS[7], 'hist', string.sub(hist, -20 * kept))
+  redis.call('SET', KEYS[11], string.sub(hist, -20 * kept))
 else
-  redis.call('HDEL', KEYS[7], 'hist')
+  redis.call('DEL', KEYS[11])
 end
 if new < threshold then
   redis.call('HDEL', KEYS[2], h)
@@ -80,6 +83,7 @@ if new < threshold then
   redis.call('HSET', KEYS[6], h, cjson.encode({reason = 'low score', at = tonumber(ARGV[5]), score = text}))
   redis.call('EXPIRE', KEYS[7], ARGV[7])
   redis.call('EXPIRE', KEYS[8], ARGV[7])
+  if kept > 0 then redis.call('EXPIRE', KEYS[11], ARGV[7]) end
   return {'evicted', text}
 end
 redis.call('HSET', KEYS[2], h, text)
