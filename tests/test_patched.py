@@ -13,10 +13,13 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 
 import gevent
 import gevent.socket
 from gevent import monkey
+
+from tests.stathat_sink import StatHatSink
 
 
 def _patched() -> list[str]:
@@ -53,3 +56,14 @@ def test_redis_py_connects_through_a_gevent_socket(client):
         assert isinstance(connection._sock, gevent.socket.socket)
     finally:
         client.connection_pool.release(connection)
+
+
+def test_a_stand_in_built_on_threads_still_serves_requests_at_once():
+    # StatHatSink is a ThreadingHTTPServer: patched, its threads are greenlets
+    # on the test's own hub, and slow posts must still overlap.
+    with StatHatSink(delay=1.0) as sink:
+        body = json.dumps({"ezkey": "k", "data": [{"stat": "s", "count": 1}]}).encode()
+        posts = [gevent.spawn(urllib.request.urlopen, sink.url, body, 30) for _ in range(4)]
+        gevent.joinall(posts, raise_error=True)
+        assert all(p.value.status == 200 for p in posts)
+        assert sink.requests == 4 and sink.most_at_once >= 2
