@@ -12,10 +12,10 @@ this module with ``-p tests.gevent_patch`` (``pythonpath = ["."]`` makes
 ``-p`` plugins are imported before the plugins installed as entry points
 (pytest-timeout, hypothesis) and before any conftest, so before redis-py,
 ssl and the code under test are imported. A patch at the top of
-``tests/conftest.py`` would come after those plugins and would be skipped by
-any run that does not load that conftest first; a wrapper script (dramatiq's
-``pytest-gevent.py``) would not cover ``python -m pytest``, the command the
-README and ``.ci/run`` give. pytest itself has imported ``socket``,
+``tests/conftest.py`` would run after those plugins had been imported (and
+had made their locks and thread-locals unpatched); a wrapper script
+(dramatiq's ``pytest-gevent.py``) would not cover ``python -m pytest``, the
+command the README and ``.ci/run`` give. pytest itself has imported ``socket``,
 ``threading``, ``selectors`` and ``subprocess`` by then; gevent patches those
 modules in place, and pytest holds no socket, lock or thread of its own that
 the code under test shares. ``tests/test_patched.py`` checks the result.
