@@ -7,7 +7,9 @@ posted JSON body. ``fail_next(n)`` makes the next n posts answer HTTP 500
 them as delivered but still answers 500 (a post whose result the client cannot
 know). ``delay``: seconds each post takes before it is answered (a slow
 StatHat; the post is recorded when answered). Usable as a context manager or a pytest fixture; the worker tests reuse
-it.
+it. Each request has a thread of its own, a greenlet when the suite runs
+patched (tests/gevent_patch.py); ``most_at_once`` is the most requests it
+held at one time, which shows whether posts really overlapped.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ class StatHatSink:
         self.delay = delay
         self.posts: list[dict] = []  # accepted bodies
         self.requests = 0  # every POST, accepted or failed
+        self.most_at_once = 0
+        self._at_once = 0
         self._fail = 0
         self._fail_after_accept = False
         self._lock = threading.Lock()
@@ -34,9 +38,13 @@ class StatHatSink:
             def do_POST(self):  # noqa: N802 - http.server's naming
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length)
+                with sink._lock:
+                    sink._at_once += 1
+                    sink.most_at_once = max(sink.most_at_once, sink._at_once)
                 if sink.delay:
                     time.sleep(sink.delay)
                 with sink._lock:
+                    sink._at_once -= 1
                     sink.requests += 1
                     failing = sink._fail > 0
                     if failing:

@@ -3,22 +3,20 @@
 from __future__ import annotations
 
 import calendar
-import multiprocessing as mp
+import json
 import os
 import random
 import signal
 import subprocess
 import sys
 import textwrap
-import time
 from collections import Counter
 
 import pytest
-import redis
 
 import geo
 from crawler.counters import Recorder, metrics_for, top
-from crawler.keys import Keys
+from tests.holding_proxy import HoldingProxy
 from tests.mmdb import write_city_db
 
 T0 = calendar.timegm((2024, 5, 10, 12, 0, 0))
@@ -49,19 +47,25 @@ def expected(locator, visits) -> Counter:
     return Counter(name for name, _ in pairs)
 
 
-def _worker(redis_url, namespace, settings, db, visits, start, result):
-    client = redis.Redis.from_url(redis_url)
-    rec = Recorder(client, Keys(namespace), settings, geo.open_locator(db), batch_pairs=50)
-    start.wait(30)
-    new = 0
-    for h, ips in visits:
-        new += rec.record_visit(h, ips, T0)
-    result.put(new)
+RECORDING_CHILD = textwrap.dedent(
+    """
+    import json, sys, redis, geo
+    from crawler.counters import Recorder
+    from crawler.keys import Keys
+    from crawler.settings import Settings
+    url, ns, db, now = sys.argv[1:5]
+    visits = json.loads(sys.stdin.readline())
+    s = Settings(redis_url=url, namespace=ns, secret="test-secret-0123456789", stathat_ezkey="k")
+    rec = Recorder(redis.Redis.from_url(url), Keys(ns), s, geo.open_locator(db), batch_pairs=50)
+    print("ready", flush=True)
+    sys.stdin.readline()  # "go": every process starts at once
+    print(sum(rec.record_visit(h, ips, float(now)) for h, ips in visits), flush=True)
+    """
+)
 
 
-def test_many_processes_count_each_distinct_ip_exactly_once(redis_url, namespace, client, keys, settings, tmp_path):
+def test_many_processes_count_each_distinct_ip_exactly_once(redis_url, namespace, client, keys, tmp_path):
     db = write_city_db(tmp_path / "city.mmdb")
-    s = settings.replace(stathat_ezkey="k")
     rng = random.Random(7)
     plans = []
     for _ in range(4):
@@ -69,16 +73,30 @@ def test_many_processes_count_each_distinct_ip_exactly_once(redis_url, namespace
         for _ in range(6):
             visits.append((rng.choice(TORRENTS), rng.sample(POOL, 150)))
         plans.append(visits)
-    ctx = mp.get_context("spawn")
-    start, result = ctx.Event(), ctx.Queue()
-    procs = [ctx.Process(target=_worker, args=(redis_url, namespace, s, db, v, start, result)) for v in plans]
-    for p in procs:
-        p.start()
-    start.set()
-    news = [result.get(timeout=60) for _ in procs]
-    for p in procs:
-        p.join(30)
-        assert p.exitcode == 0
+    # subprocess, not multiprocessing: gevent watches the children it starts
+    # (the suite runs patched), so their exit status is never lost to its
+    # SIGCHLD handler, which reaps every child.
+    procs = [subprocess.Popen([sys.executable, "-c", RECORDING_CHILD, redis_url, namespace, str(db), str(T0)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=os.getcwd())
+             for _ in plans]
+    try:
+        for p, plan in zip(procs, plans):
+            p.stdin.write(json.dumps(plan) + "\n")
+            p.stdin.flush()
+        for p in procs:
+            assert p.stdout.readline().strip() == "ready"
+        for p in procs:
+            p.stdin.write("go\n")
+            p.stdin.close()
+        news = []
+        for p in procs:
+            news.append(int(p.stdout.read()))
+            assert p.wait(60) == 0
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(10)
     want = expected(geo.open_locator(db), [v for plan in plans for v in plan])
     got = all_counters(client, keys)
     assert got == dict(want)
@@ -110,25 +128,29 @@ def test_sigkill_mid_visit_then_retry_never_double_counts(attempt, redis_url, na
     db = write_city_db(tmp_path / "city.mmdb")
     h = TORRENTS[attempt]
     ips = POOL  # 600 IPs, one IP per Lua batch: ~600 round trips
+    # The child reaches Redis through a proxy that passes its first n commands
+    # (a different n each attempt, of ~440: a few to connect, the probe, then
+    # one pipelined record.lua call per IP) and holds the rest: Redis has run
+    # a prefix of the visit's pipeline when the child is killed, however fast
+    # the machine is.
+    proxy = HoldingProxy(redis_url, commands=50 + 150 * attempt)
     child = subprocess.Popen(
-        [sys.executable, "-c", KILLED_CHILD, redis_url, namespace, str(db), h, str(T0)],
+        [sys.executable, "-c", KILLED_CHILD, proxy.url, namespace, str(db), h, str(T0)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=os.getcwd(),
     )
     try:
         child.stdin.write("\n".join(ips))
         child.stdin.close()
         assert child.stdout.readline().strip() == "ready"
-        users = keys.index("all", ("torrents",))
-        deadline = time.monotonic() + 20
-        threshold = 50 + 100 * attempt
-        while (client.zscore(users, h) or 0) < threshold and time.monotonic() < deadline:
-            time.sleep(0.002)
+        assert proxy.held.wait(60), "the child should reach Redis through the proxy"
         child.send_signal(signal.SIGKILL)
         child.wait(10)
     finally:
         if child.poll() is None:
             child.kill()
             child.wait(10)
+        proxy.close()
+    users = keys.index("all", ("torrents",))
     assert child.returncode == -signal.SIGKILL
     before = int(client.zscore(users, h) or 0)
     assert 0 < before < len(ips), "the kill should land mid-visit"

@@ -49,6 +49,7 @@ PLACES = {
 }
 BUDGET = float(os.environ.get("PEERCRAWL_STRESS_SECONDS", "75"))  # seconds of rounds; a round takes ~20 s
 ROUND = 16.0  # seconds of kills per round
+NEAR_1 = repr(1 - 2**-53)  # the largest double below 1 (0.9999999999999999)
 
 
 def swarms(rng: random.Random, n: int) -> dict[str, set[int]]:
@@ -160,9 +161,12 @@ def test_every_counter_exact_after_sigkills_at_revisit_zero_on_a_busy_cpu(test_e
             ns = "pcstress-" + uuid.uuid4().hex[:12]
             env = dict(test_env, PEERCRAWL_NAMESPACE=ns, GEOIP_DB=str(db), PEERCRAWL_TRACKERS=f"{ot.udp_url},{ot.http_url}",
                        PEERCRAWL_REVISIT_SECONDS="0", PEERCRAWL_LEASE_SECONDS="1",
-                       # revisits at 0 s score a swarm with nothing new x0.8 many times a
-                       # second: keep every torrent in the crawl for the whole round
-                       PEERCRAWL_EVICT_BELOW="1e-300",
+                       # revisits at 0 s rescore each torrent thousands of times a round,
+                       # more the faster the machine (x0.8 each: below 1e-300 after ~3,100);
+                       # multipliers of the largest double below 1 keep every torrent in the
+                       # crawl for the whole round however many visits it gets
+                       PEERCRAWL_EVICT_BELOW="1e-300", PEERCRAWL_MULTIPLIER_SOME=NEAR_1,
+                       PEERCRAWL_MULTIPLIER_NONE=NEAR_1,
                        PYTHONPATH=os.getcwd() + os.pathsep + test_env.get("PYTHONPATH", ""))
             try:
                 one_round(env, list(plan), rng)
