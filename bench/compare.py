@@ -6,7 +6,9 @@ Checks BASE and HEAD (default: the work tree's HEAD) out into temporary git
 worktrees and runs ``python bench/<bench> ARGS`` in each, alternating
 (base, head, base, head, ...) so that both see the same moments of a shared
 machine. Each run's JSON is flattened to its numeric leaves; the output is
-JSON with, per leaf, the median of each side and head/base. The benchmarks
+JSON with, per leaf, the median of each side, head/base, and the base
+side's spread ((largest - smallest) / median): the run-to-run noise a
+head/base ratio has to be read against. The benchmarks
 import the project from their working directory, so each side runs its own
 code with this interpreter's installed dependencies.
 """
@@ -48,6 +50,12 @@ def run_once(tree: Path, bench: str, args: list[str]) -> dict[str, float]:
     return leaves(json.loads(p.stdout))
 
 
+def _spread(values: list[float]) -> float | None:
+    """The run-to-run noise of one side: (largest - smallest) / median, None when the median is 0."""
+    m = statistics.median(values)
+    return round((max(values) - min(values)) / abs(m), 3) if m else None
+
+
 def main() -> None:
     """Parse the command line, run base and head interleaved, print medians and head/base."""
     argv = sys.argv[1:]
@@ -84,7 +92,8 @@ def main() -> None:
     for name in names:
         b = statistics.median(r[name] for r in runs["base"] if name in r)
         h = statistics.median(r[name] for r in runs["head"] if name in r)
-        result[name] = {"base": b, "head": h, "head_over_base": round(h / b, 3) if b else None}
+        result[name] = {"base": b, "head": h, "head_over_base": round(h / b, 3) if b else None,
+                        "base_spread": _spread([r[name] for r in runs["base"] if name in r])}
     print(json.dumps({"bench": a.bench, "base": commits["base"], "head": commits["head"], "runs": a.runs, "figures": result},
                      indent=2))
 
