@@ -356,23 +356,6 @@ def test_all_cities_of_a_month_include_countries_not_new_that_month(client, keys
                                               "countries.Germany.cities.Hamburg.users": 1}
 
 
-def _flags(rec, h, located, now):
-    """What record_places' probe answers for ``located``: one "0"/"1" per IP."""
-    seen = {}
-
-    def keep(h_, now_, probes):
-        seen["flags"] = real(h_, now_, probes)
-        return b"0" * len(seen["flags"])  # record nothing: only the answer is wanted
-
-    real = rec._probe
-    rec._probe = keep
-    try:
-        rec.record_places(h, located, now)
-    finally:
-        rec._probe = real
-    return seen["flags"].decode()
-
-
 def test_the_probe_leaves_out_exactly_the_ips_whose_group_is_fresh(client, keys, settings, locator):
     from geo import Place
 
@@ -380,15 +363,15 @@ def test_the_probe_leaves_out_exactly_the_ips_whose_group_is_fresh(client, keys,
     berlin, munich, nowhere = Place("Germany", "Berlin", "10115"), Place("Germany", "München", None), Place()
     ip = [bytes([10, 0, 0, n]) for n in range(6)]
     # a torrent never counted: every IP must be looked at
-    assert _flags(r, H, [(ip[0], berlin), (ip[1], nowhere)], T0) == "11"
+    assert r.probe(H, [(ip[0], berlin), (ip[1], nowhere)], T0) == "11"
     r.record_places(H, [(ip[0], berlin), (ip[1], nowhere), (ip[2], berlin)], T0)
     r.record_places(H, [(ip[3], berlin)], T0 + 10 * DAY)
     later = T0 + 30 * DAY  # ip 0-2 expired (recorded 30 days ago), ip 3 fresh
-    assert _flags(r, H, [(ip[0], berlin), (ip[1], nowhere), (ip[3], berlin), (ip[4], berlin)], T0 + DAY) == "0001"
-    assert _flags(r, H, [(ip[0], berlin), (ip[1], nowhere), (ip[3], berlin)], later) == "110"
+    assert r.probe(H, [(ip[0], berlin), (ip[1], nowhere), (ip[3], berlin), (ip[4], berlin)], T0 + DAY) == "0001"
+    assert r.probe(H, [(ip[0], berlin), (ip[1], nowhere), (ip[3], berlin)], later) == "110"
     # another place is another group; another torrent has none
-    assert _flags(r, H, [(ip[3], munich)], T0 + 11 * DAY) == "1"
-    assert _flags(r, H2, [(ip[3], berlin)], T0 + 11 * DAY) == "1"
+    assert r.probe(H, [(ip[3], munich)], T0 + 11 * DAY) == "1"
+    assert r.probe(H2, [(ip[3], berlin)], T0 + 11 * DAY) == "1"
     # and what the probe left out really could not count
     assert r.record_places(H, [(ip[0], berlin), (ip[1], nowhere), (ip[3], berlin)], T0 + DAY) == 0
 
@@ -401,16 +384,10 @@ def test_an_ip_recorded_by_another_worker_after_the_probe_counts_once(client, ke
     berlin = Place("Germany", "Berlin", "10115")
     located = [(bytes([10, 0, 1, n]), berlin) for n in range(20)]
     b.record_places(H, located[:1], T0)  # H is now counted, so the probe reads buckets
-    real = a._probe
-
-    def probe_then_race(h, now, probes):
-        flags = real(h, now, probes)
-        assert flags == b"0" + b"1" * 19
-        assert b.record_places(H, located[5:], now) == 15  # b records 15 of them meanwhile
-        return flags
-
-    a._probe = probe_then_race
-    assert a.record_places(H, located, T0 + 60) == 4
+    assert a.probe(H, located, T0 + 60) == "0" + "1" * 19
+    raced = []
+    a.after_probe = lambda: raced.append(b.record_places(H, located[5:], T0 + 60))  # b records 15 meanwhile
+    assert a.record_places(H, located, T0 + 60) == 4 and raced == [15]
     assert counts(client, keys, "torrents") == {f"torrents.{H}.users": 20}
     assert counts(client, keys, "cities") == {"countries.Germany.cities.Berlin.users": 20}
 
@@ -424,7 +401,7 @@ def test_a_visit_larger_than_one_probe_call(client, keys, settings, locator):
     located = [(n.to_bytes(4, "big"), Place("Iceland") if n % 2 else Place()) for n in range(1, 2501)]
     assert len(located) > PROBE_IPS
     assert r.record_places(H, located[:2200], T0) == 2200
-    assert _flags(r, H, located, T0 + 60) == "0" * 2200 + "1" * 300
+    assert r.probe(H, located, T0 + 60) == "0" * 2200 + "1" * 300
     assert r.record_places(H, located, T0 + 60) == 300
     assert counts(client, keys, "countries") == {"countries.Iceland.users": 1250}
 

@@ -17,6 +17,7 @@ from collections import Counter
 import pytest
 
 import geo
+from crawler import lua
 from crawler.counters import Recorder, metrics_for, top
 from crawler.counters import recorder as recorder_module
 from tests.mmdb import write_city_db
@@ -128,29 +129,31 @@ def test_a_malformed_record_call_writes_nothing(client, keys, settings, tmp_path
     import redis
 
     rec = Recorder(client, keys, settings, geo.open_locator(places_db(tmp_path)))
+    record = lua.register(client, "record", package="crawler.counters")  # as the recorder calls it
     fixed = rec._fixed_keys(H, "2024-05")
-    bucket = rec._bucket_key(1)
+    bucket = keys.mark_bucket(1)
     # a whole k=1 record, then a truncated one: nothing may be written
     rec_ok = (1).to_bytes(2, "big") + bytes(2) + (1).to_bytes(2, "big") + bytes([1]) + b"A" * 8
     args = [T0, T0 - rec.window, H, "--", b"", (0).to_bytes(2, "big") + bytes(4), len(fixed), rec_ok + rec_ok[:10]]
     with pytest.raises(redis.ResponseError, match="malformed peer record"):
-        rec._record(keys=fixed + [bucket], args=args)
+        record(keys=fixed + [bucket], args=args)
     assert client.get(bucket) is None and not client.exists(fixed[1])
     args[-1] = rec_ok
-    assert rec._record(keys=fixed + [bucket], args=args) == 1
+    assert record(keys=fixed + [bucket], args=args) == 1
 
 
 def test_malformed_visited_and_sweep_calls_write_nothing(client, keys, settings, tmp_path):
     import redis
 
-    rec = Recorder(client, keys, settings.replace(stathat_ezkey="k"), geo.open_locator(places_db(tmp_path)))
+    visited = lua.register(client, "visited", package="crawler.counters")
+    sweep = lua.register(client, "sweep", package="crawler.counters")
     hour, box = keys.processed(1), keys.outbox
     with pytest.raises(redis.ResponseError, match="visited.lua"):
-        rec._visited(keys=[hour, box], args=[H, "soon"])
+        visited(keys=[hour, box], args=[H, "soon"])
     assert not client.exists(hour) and not client.exists(box)
     client.set(keys.mark_bucket(3), b"F" * 8 + (5).to_bytes(4, "big"))
     with pytest.raises(redis.ResponseError, match="sweep.lua"):
-        rec._sweep(keys=[keys.mark_bucket(3)], args=["later"])
+        sweep(keys=[keys.mark_bucket(3)], args=["later"])
     assert client.strlen(keys.mark_bucket(3)) == 12
-    assert rec._sweep(keys=[keys.mark_bucket(n) for n in range(2, 5)], args=[5]) == 1
+    assert sweep(keys=[keys.mark_bucket(n) for n in range(2, 5)], args=[5]) == 1
     assert not client.exists(keys.mark_bucket(3))

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import ipaddress
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import redis
 
@@ -100,6 +100,9 @@ class Recorder:
         self._places: dict = {}
         self._post = ("c" if self._post_countries else "-") + ("t" if self._post_torrents else "-")
         self._geo_errors = GeoErrorTally(client, keys, locator)
+        # Called between a visit's probe and its recording: a test interleaves
+        # another writer there. None in production.
+        self.after_probe: Callable[[], None] | None = None
 
     # --- recording --------------------------------------------------------
     def record_visit(self, info_hash: str, ips: Iterable[str], now: float) -> int:
@@ -141,12 +144,21 @@ class Recorder:
         if not rows:
             return 0
         flags = self._probe(h, now_i, probes)
+        if self.after_probe is not None:
+            self.after_probe()
         # 2. record the IPs that might count (record.lua checks again, atomically)
         month = month_of(now)
         batches = self._batches(rows, flags, self._fixed_keys(h, month), month)
         if not batches[-1].pairs:
             return 0
         return self._run(h, now_i, batches)
+
+    def probe(self, info_hash: str, located: Iterable[tuple[bytes, object]], now: float) -> str:
+        """What the probe answers for ``located``, recording nothing: per distinct IP "1" if it
+        might count, "0" if its group record is fresh (it cannot count)."""
+        h = info_hash_hex(info_hash)
+        rows, probes = self._probe_calls(self.fingerprints.torrent(h), located)
+        return self._probe(h, int(now), probes).decode() if rows else ""
 
     def _probe_calls(self, t_fp: int, located: Iterable[tuple[bytes, object]]) -> tuple[list, list[ProbeCall]]:
         """Fingerprint each distinct IP of ``located`` into probe.lua calls of ``PROBE_IPS`` IPs.
