@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 import redis
+from redis.cluster import RedisCluster
 
 from crawler import logs
 from crawler.errors import StoreError
@@ -59,7 +60,7 @@ def connect(settings: Settings, **kwargs) -> redis.Redis:
     where = redact.url(settings.redis_url) if settings.redis_url else str(settings.data_dir)
     try:
         if settings.redis_url:
-            client = redis.Redis.from_url(settings.redis_url, **kwargs)
+            client = _remote(settings.redis_url, **kwargs)
         else:
             client = _embedded(Path(settings.data_dir), **kwargs)
         client.ping()
@@ -72,24 +73,65 @@ def connect(settings: Settings, **kwargs) -> redis.Redis:
     return client
 
 
+def _remote(url: str, **kwargs) -> redis.Redis:
+    """The client of ``REDIS_URL``: redis-py's cluster client when the node it names is in a cluster.
+
+    The node is asked once (``INFO cluster``): a node of a Redis Cluster says
+    ``cluster_enabled:1``, and then the cluster client starts from it, learns
+    the slot map and follows ``MOVED``/``ASK``, so any node's address serves.
+    A URL needs no special scheme, and a server that is not a cluster node
+    (or hides INFO) is used as it is.
+    """
+    client = redis.Redis.from_url(url, **kwargs)
+    try:
+        enabled = client.info("cluster").get("cluster_enabled")
+    except redis.ResponseError:  # INFO renamed or denied: not something we can shard across
+        return client
+    if not enabled:
+        return client
+    client.close()
+    return RedisCluster.from_url(url, **kwargs)
+
+
+def is_cluster(client) -> bool:
+    """Whether ``client`` is redis-py's cluster client."""
+    return isinstance(client, RedisCluster)
+
+
+def node_infos(client, section: str) -> list[tuple[str, dict]]:
+    """``(node, INFO section)`` of every node: one ``("redis", ...)`` off a cluster.
+
+    On a cluster, every node (masters and replicas) as ``host:port``, sorted.
+    Raises ``redis.RedisError``.
+    """
+    if not is_cluster(client):
+        return [("redis", client.info(section))]
+    got = client.info(section, target_nodes=RedisCluster.ALL_NODES)
+    return sorted(got.items())
+
+
 def eviction_warning(client: redis.Redis) -> str | None:
-    """One line when the server would evict keys under memory pressure, else None.
+    """One line when a server would evict keys under memory pressure, else None.
 
     Evicted marks count their IPs again, evicted queue state loses torrents
     (docs/operations.md). Read from INFO (CONFIG may be disabled on managed
-    Redis); None when the server does not say.
+    Redis); None when the servers do not say. On a cluster, the first node
+    that would evict is named.
     """
     try:
-        info = client.info("memory")
+        infos = node_infos(client, "memory")
     except redis.RedisError:
         return None
-    policy = info.get("maxmemory_policy") if isinstance(info, dict) else None
-    if policy is None or policy == "noeviction":
-        return None
-    limit = info.get("maxmemory") or 0
-    when = f"once it holds {limit} bytes" if limit else "once a maxmemory limit is set"
-    return (f"Redis maxmemory-policy is {policy}: it evicts keys {when}, and evicted marks count "
-            "their IPs again; set maxmemory-policy noeviction (docs/operations.md)")
+    for node, info in infos:
+        policy = info.get("maxmemory_policy") if isinstance(info, dict) else None
+        if policy is None or policy == "noeviction":
+            continue
+        limit = info.get("maxmemory") or 0
+        when = f"once it holds {limit} bytes" if limit else "once a maxmemory limit is set"
+        where = f"Redis {node}" if is_cluster(client) else "Redis"
+        return (f"{where} maxmemory-policy is {policy}: it evicts keys {when}, and evicted marks count "
+                "their IPs again; set maxmemory-policy noeviction (docs/operations.md)")
+    return None
 
 
 def socket_path(data_dir: Path) -> Path:

@@ -19,6 +19,7 @@ import time
 
 import redis
 
+from crawler import store
 from crawler.counters import top
 from crawler.counters.names import LIFETIME, unescape
 from crawler.dashboard.countries import map_code
@@ -191,14 +192,10 @@ class Views:
     def redis_memory(self) -> list[dict]:
         """Memory of each Redis node (one row unless on a cluster)."""
         try:
-            if hasattr(self.client, "get_nodes"):  # redis.cluster.RedisCluster
-                got = self.client.info("memory", target_nodes=self.client.ALL_NODES)
-                items = sorted(got.items()) if isinstance(got, dict) and "used_memory" not in got else [("", got)]
-            else:
-                items = [("", self.client.info("memory"))]
+            items = store.node_infos(self.client, "memory")
         except redis.RedisError as e:
             raise StoreError(f"reading Redis memory failed: {e}") from e
-        return [{"node": node or "redis", "used_memory_bytes": int(i.get("used_memory", 0)),
+        return [{"node": node, "used_memory_bytes": int(i.get("used_memory", 0)),
                  "used_memory_peak_bytes": int(i.get("used_memory_peak", 0)),
                  "maxmemory_bytes": int(i.get("maxmemory", 0))} for node, i in items]
 

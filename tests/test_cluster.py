@@ -1,0 +1,107 @@
+"""peercrawl on a real Redis Cluster (SPEC §9): any node's address serves every command.
+
+The cluster (three masters, three replicas) is started per session by
+``tests.redis_cluster``; each test keeps to its own namespace and names, as
+``REDIS_URL``, a node that holds none of the namespace's keys, so every
+command goes through the cluster client's redirections.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import uuid
+
+import pytest
+import redis
+
+from crawler import store
+from crawler.keys import Keys
+from crawler.settings import Settings
+from tests.mmdb import write_city_db
+from tests.opentracker import opentracker, peer_address  # noqa: F401 (fixture)
+from tests.redis_cluster import redis_cluster  # noqa: F401 (fixture)
+from tests.stathat_sink import StatHatSink
+from tests.test_worker_e2e import PLACES, ROOT, counter, pc, pcj
+
+SECRET = "test-secret-0123456789"
+
+
+def h(name: str) -> str:
+    return hashlib.sha1(name.encode()).hexdigest()
+
+
+@pytest.fixture
+def cluster_ns(redis_cluster):  # noqa: F811
+    """A namespace on the cluster, and the URL of a node that holds none of its keys."""
+    ns = "pccluster-" + uuid.uuid4().hex[:12]
+    holders = redis_cluster.serving(Keys(ns).ready)
+    # Neither the master of the namespace's slot nor its replica: a node that answers MOVED for every key.
+    far = next(p for p in redis_cluster.live() if p not in holders)
+    yield ns, redis_cluster.url(far)
+    client = store.connect(Settings(redis_url=redis_cluster.url(far), secret=SECRET))
+    keys = list(client.scan_iter(match=Keys(ns).match_all, count=1000))
+    for k in keys:
+        client.delete(k)
+    client.close()
+
+
+@pytest.fixture
+def env(test_env, tmp_path, cluster_ns):
+    ns, url = cluster_ns
+    e = dict(test_env, REDIS_URL=url, PEERCRAWL_NAMESPACE=ns)
+    e["PYTHONPATH"] = ROOT + os.pathsep + e.get("PYTHONPATH", "")
+    e["GEOIP_DB"] = str(write_city_db(tmp_path / "city.mmdb", PLACES))
+    return e
+
+
+def test_a_cluster_node_gets_the_cluster_client_and_a_single_redis_does_not(cluster_ns, redis_url):
+    ns, url = cluster_ns
+    client = store.connect(Settings(redis_url=url, secret=SECRET))
+    assert store.is_cluster(client)
+    # The node named holds no key of the namespace: a plain client would be sent elsewhere.
+    with pytest.raises(redis.exceptions.MovedError):
+        redis.Redis.from_url(url).set(Keys(ns).announce_port, 1)
+    assert not store.is_cluster(store.connect(Settings(redis_url=redis_url, secret=SECRET)))
+    nodes = store.node_infos(client, "server")
+    assert len(nodes) == 6 and all(":" in node for node, _ in nodes)
+
+
+def test_every_command_works_through_a_node_that_owns_nothing(env, opentracker, tmp_path):  # noqa: F811
+    germany, japan = h("cluster-germany"), h("cluster-japan")
+    ot = opentracker([germany, japan])
+    ips = {germany: {peer_address(i) for i in range(6)}, japan: {peer_address(250 + i) for i in range(4)}}
+    for ih, addresses in ips.items():
+        for ip in addresses:
+            ot.announce_from(ip, ih, 6881, left=1)
+    with StatHatSink() as sink:
+        env.update(PEERCRAWL_TRACKERS=ot.udp_url, STATHAT_EZKEY="test-ez-key", STATHAT_URL=sink.url,
+                   PEERCRAWL_STATHAT_FAMILIES="countries,torrents")
+        assert pcj(env, "add", germany, japan)["added"] == 2
+        assert pcj(env, "status")["tracked"] == 2
+        pc(env, "worker", "--until-idle", "--concurrency", "4", timeout=90)
+        for ih, addresses in ips.items():
+            t = pcj(env, "torrent", ih)
+            assert (t["state"], t["visits"], t["peers_last_visit"]) == ("cooling", 1, len(addresses))
+            assert len(t["history"]) == 1
+        countries = counter(env, "countries")
+        assert countries == {"countries.Germany.users": 6, "countries.Japan.users": 4}
+        assert counter(env, "torrents") == {f"torrents.{germany}.users": 6, f"torrents.{japan}.users": 4}
+        pc(env, "flush")
+        posted = sink.counts()
+        assert {m: posted[m] for m in countries} == countries
+        status = pcj(env, "status")
+        assert status["visits_last_hour"] == 2 and status["eviction_warning"] is None
+        pc(env, "export", "--out", str(tmp_path / "export"))
+        assert "countries.Germany.users,all" in (tmp_path / "export" / "countries.csv").read_text()
+
+
+def test_the_dashboard_shows_every_cluster_node(cluster_ns, redis_cluster):  # noqa: F811
+    from crawler.dashboard.views import Views
+
+    ns, url = cluster_ns
+    client = store.connect(Settings(redis_url=url, secret=SECRET))
+    settings = Settings(redis_url=url, namespace=ns, secret=SECRET)
+    rows = Views(client, Keys(ns), settings).redis_memory()
+    assert sorted(r["node"] for r in rows) == sorted(f"127.0.0.1:{p}" for p in redis_cluster.ports)
+    assert all(r["used_memory_bytes"] > 0 for r in rows)
