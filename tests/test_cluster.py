@@ -105,3 +105,13 @@ def test_the_dashboard_shows_every_cluster_node(cluster_ns, redis_cluster):  # n
     rows = Views(client, Keys(ns), settings).redis_memory()
     assert sorted(r["node"] for r in rows) == sorted(f"127.0.0.1:{p}" for p in redis_cluster.ports)
     assert all(r["used_memory_bytes"] > 0 for r in rows)
+    # the operators' page and /metrics read the same rows
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from crawler.dashboard.app import create_app
+
+    web = create_app(Views(client, Keys(ns), settings)).test_client()
+    assert sorted(r["node"] for r in web.get("/api/operators").get_json()["redis"]) == sorted(r["node"] for r in rows)
+    families = {f.name: f for f in text_string_to_metric_families(web.get("/metrics").get_data(as_text=True))}
+    assert sorted(s.labels["node"] for s in families["peercrawl_redis_used_memory_bytes"].samples) == sorted(
+        r["node"] for r in rows)
