@@ -14,6 +14,7 @@ import math
 
 from crawler.counters.geo_errors import geo_error_report
 from crawler.lifecycle import Queue
+from crawler.nodes import node_report
 from crawler.queue_view import QueueView
 from crawler.registry import WorkerRegistry
 from crawler.sources.health import tracker_report
@@ -34,6 +35,7 @@ def queue_report(queue: Queue, now: float) -> dict:
     report["trackers"] = tracker_report(c, k)
     report["geo_errors"] = geo_error_report(c, k)
     report["eviction_warning"] = eviction_warning(c)
+    report["redis"] = node_report(c)
     report.update(capacity_report(report, workers, queue.settings.revisit_seconds))
     return report
 

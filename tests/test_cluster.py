@@ -67,7 +67,7 @@ def test_a_cluster_node_gets_the_cluster_client_and_a_single_redis_does_not(clus
     assert len(nodes) == 6 and all(":" in node for node, _ in nodes)
 
 
-def test_every_command_works_through_a_node_that_owns_nothing(env, opentracker, tmp_path):  # noqa: F811
+def test_every_command_works_through_a_node_that_owns_nothing(env, opentracker, tmp_path, redis_cluster):  # noqa: F811
     germany, japan = h("cluster-germany"), h("cluster-japan")
     ot = opentracker([germany, japan])
     ips = {germany: {peer_address(i) for i in range(6)}, japan: {peer_address(250 + i) for i in range(4)}}
@@ -92,6 +92,13 @@ def test_every_command_works_through_a_node_that_owns_nothing(env, opentracker, 
         assert {m: posted[m] for m in countries} == countries
         status = pcj(env, "status")
         assert status["visits_last_hour"] == 2 and status["eviction_warning"] is None
+        nodes = status["redis"]["nodes"]
+        assert status["redis"]["cluster"] and status["redis"]["healthy"] and len(nodes) == 6
+        # the namespace's keys are on one master and its replica, counted on each
+        holders = {f"127.0.0.1:{p}" for p in redis_cluster.serving(Keys(env["PEERCRAWL_NAMESPACE"]).ready)}
+        assert all(r["keys"] > 0 for r in nodes if r["node"] in holders)
+        table = pc(env, "status").stdout
+        assert "redis cluster: ok, 16384 of 16384 slots served" in table
         pc(env, "export", "--out", str(tmp_path / "export"))
         assert "countries.Germany.users,all" in (tmp_path / "export" / "countries.csv").read_text()
 
@@ -102,7 +109,10 @@ def test_the_dashboard_shows_every_cluster_node(cluster_ns, redis_cluster):  # n
     ns, url = cluster_ns
     client = store.connect(Settings(redis_url=url, secret=SECRET))
     settings = Settings(redis_url=url, namespace=ns, secret=SECRET)
-    rows = Views(client, Keys(ns), settings).redis_memory()
+    report = Views(client, Keys(ns), settings).operators()["status"]["redis"]
+    assert (report["cluster"], report["healthy"], report["slots_ok"]) == (True, True, 16384)
+    rows = report["nodes"]
+    assert sorted(r["role"] for r in rows) == ["master"] * 3 + ["slave"] * 3
     assert sorted(r["node"] for r in rows) == sorted(f"127.0.0.1:{p}" for p in redis_cluster.ports)
     assert all(r["used_memory_bytes"] > 0 for r in rows)
     # the operators' page and /metrics read the same rows
@@ -115,3 +125,11 @@ def test_the_dashboard_shows_every_cluster_node(cluster_ns, redis_cluster):  # n
     families = {f.name: f for f in text_string_to_metric_families(web.get("/metrics").get_data(as_text=True))}
     assert sorted(s.labels["node"] for s in families["peercrawl_redis_used_memory_bytes"].samples) == sorted(
         r["node"] for r in rows)
+
+
+def test_status_shows_a_single_redis_as_one_node(test_env):
+    status = pcj(dict(test_env, PYTHONPATH=ROOT), "status")
+    (node,) = status["redis"]["nodes"]
+    assert (status["redis"]["cluster"], status["redis"]["healthy"], node["node"], node["role"]) == (
+        False, True, "redis", "master")
+    assert node["used_memory_bytes"] > 0 and node["cpu_s"] > 0

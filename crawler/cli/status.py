@@ -32,6 +32,7 @@ def _print(r: dict) -> None:
     _warnings(con, r)
     _workers_table(con, r["workers"])
     _trackers_table(con, r["trackers"])
+    _nodes_table(con, r["redis"])
 
 
 def _queue_table(con, r: dict) -> None:
@@ -96,3 +97,18 @@ def _trackers_table(con, trackers: dict) -> None:
     refusing = [(u, x["last_refusal"]) for u, x in sorted(trackers.items()) if x.get("last_refusal")]
     for url, message in refusing:
         con.print(f"{escape(url)} last refused: {escape(message)}")
+
+
+def _nodes_table(con, redis_report: dict) -> None:
+    from rich.table import Table
+
+    title = "redis"
+    if redis_report["cluster"]:
+        title = f"redis cluster: {redis_report['state']}, {redis_report['slots_ok']} of 16384 slots served"
+    t = Table(title=title)
+    cols = ("node", "role", "keys", "used_memory_bytes", "ops_per_s", "cpu_s")
+    for col in cols:
+        t.add_column(col.replace("_", " "))
+    for row in redis_report["nodes"]:
+        t.add_row(*(str(row.get(c, "")) for c in cols))
+    con.print(t)

@@ -19,7 +19,6 @@ import time
 
 import redis
 
-from crawler import store
 from crawler.counters import top
 from crawler.counters.names import LIFETIME, unescape
 from crawler.dashboard.countries import map_code
@@ -148,7 +147,7 @@ class Views:
         return {
             "status": report,
             "outbox": self.outbox(),
-            "redis": self.redis_memory(),
+            "redis": report["redis"]["nodes"],
             "tables": {"states": states, "minutes": minutes, "workers": workers, "trackers": trackers,
                        "quarantined": quarantined},
         }
@@ -189,15 +188,6 @@ class Views:
         return {"enabled": self.settings.stathat_ezkey is not None, "stats_waiting": waiting,
                 "stats_in_flight": in_flight}
 
-    def redis_memory(self) -> list[dict]:
-        """Memory of each Redis node (one row unless on a cluster)."""
-        try:
-            items = store.node_infos(self.client, "memory")
-        except redis.RedisError as e:
-            raise StoreError(f"reading Redis memory failed: {e}") from e
-        return [{"node": node, "used_memory_bytes": int(i.get("used_memory", 0)),
-                 "used_memory_peak_bytes": int(i.get("used_memory_peak", 0)),
-                 "maxmemory_bytes": int(i.get("maxmemory", 0))} for node, i in items]
 
 
 def _iso(t: float | None) -> str | None:

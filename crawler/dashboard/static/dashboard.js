@@ -239,8 +239,11 @@ function renderOperators(d) {
     'backing_off', 'until', 'peers_cut', 'learned_cap', 'last_used']);
   document.getElementById('quarantined-panel').hidden = !s.quarantined;
   rowsTable('quarantined', d.tables.quarantined, [r => el('a', { href: '/torrent/' + r.info_hash, text: r.info_hash }), 'at', 'reason']);
-  rowsTable('redis', d.redis, ['node', r => mb(r.used_memory_bytes), r => mb(r.used_memory_peak_bytes),
-    r => r.maxmemory_bytes ? mb(r.maxmemory_bytes) : 'none']);
+  const rc = s.redis || {};
+  document.getElementById('redis-title').textContent = rc.cluster
+    ? `Redis cluster: ${rc.healthy ? 'healthy' : 'NOT healthy'} (${rc.state}, ${rc.slots_ok} of 16384 slots served)` : 'Redis';
+  rowsTable('redis', d.redis, ['node', 'role', 'keys', r => mb(r.used_memory_bytes), r => mb(r.used_memory_peak_bytes),
+    r => r.maxmemory_bytes ? mb(r.maxmemory_bytes) : 'none', 'ops_per_s']);
 }
 
 const RENDER = { overview: renderOverview, months: renderMonths, country: renderCountry, torrent: renderTorrent, operators: renderOperators };

@@ -1,0 +1,50 @@
+"""The Redis servers behind a crawl, as operators see them (SPEC §7, §9): one row per node.
+
+``status --json`` prints ``node_report``: for a single Redis one row, for a
+cluster one row per node (masters and replicas), each with its role, keys,
+memory (used, peak, limit), commands per second and CPU seconds, plus whether the cluster is
+healthy (``cluster_state:ok`` and every slot served, as the node the client
+asks says). Everything comes from ``INFO`` and ``CLUSTER INFO``: no CONFIG,
+which managed Redis often disables.
+"""
+
+from __future__ import annotations
+
+import redis
+
+from crawler import store
+from crawler.errors import StoreError
+
+SLOTS = 16384
+
+
+def _row(node: str, info: dict) -> dict:
+    keys = sum(v.get("keys", 0) for k, v in info.items() if k.startswith("db") and isinstance(v, dict))
+    return {
+        "node": node,
+        "role": info.get("role"),
+        "keys": keys,
+        "used_memory_bytes": int(info.get("used_memory", 0)),
+        "used_memory_peak_bytes": int(info.get("used_memory_peak", 0)),
+        "maxmemory_bytes": int(info.get("maxmemory", 0)),
+        "ops_per_s": int(info.get("instantaneous_ops_per_sec", 0)),
+        "cpu_s": round(float(info.get("used_cpu_sys", 0)) + float(info.get("used_cpu_user", 0)), 2),
+    }
+
+
+def node_report(client) -> dict:
+    """``{"cluster", "healthy", "state", "slots_ok", "nodes"}``; raises ``StoreError``.
+
+    Off a cluster ``healthy`` is True whenever the server answered.
+    """
+    try:
+        rows = [_row(node, info) for node, info in store.node_infos(client, "default")]
+        if not store.is_cluster(client):
+            return {"cluster": False, "healthy": True, "state": "ok", "slots_ok": None, "nodes": rows}
+        info = client.cluster_info()
+    except redis.RedisError as e:
+        raise StoreError(f"reading the Redis nodes failed: {e}") from e
+    state = info.get("cluster_state")
+    slots_ok = int(info.get("cluster_slots_ok", 0))
+    return {"cluster": True, "healthy": state == "ok" and slots_ok == SLOTS, "state": state,
+            "slots_ok": slots_ok, "nodes": rows}
