@@ -121,15 +121,16 @@ class RedisCluster:
         return [p for p, proc in self.procs.items() if proc.poll() is None]
 
     def wait_healthy(self, seconds: float = 60.0, replicated: bool = False) -> None:
-        """Until every live node says ``cluster_state:ok`` and every slot is served
-        (and, with ``replicated``, every slot range lists a replica)."""
+        """Until every live node says ``cluster_state:ok``, every slot is served, three
+        connected masters are up (a killed master's replica promoted) and, with
+        ``replicated``, every slot range lists a replica."""
         end = time.monotonic() + seconds
         while True:
             try:
                 infos = [self.node(p).execute_command("CLUSTER", "INFO").decode() for p in self.live()]
                 views = [self.node(p).execute_command("CLUSTER", "SLOTS") for p in self.live()] if replicated else []
                 if all("cluster_state:ok" in i and "cluster_slots_ok:16384" in i for i in infos) and all(
-                        len(r) >= 4 for slots in views for r in slots):
+                        len(r) >= 4 for slots in views for r in slots) and len(self.masters()) == MASTERS:
                     return
             except redis.RedisError:
                 pass
