@@ -12,20 +12,26 @@ from importlib import resources
 
 import redis
 
+# A line ``--! include NAME`` is replaced by the text of this package's
+# NAME.lua: helpers several scripts share (slices.lua) have one home, and each
+# script still reaches Redis as one self-contained text.
+INCLUDE = "--! include "
+
 
 @cache
-def source(name: str) -> str:
-    """The text of ``<name>.lua`` shipped in this package or a sibling."""
-    return resources.files(__package__).joinpath(name + ".lua").read_text("utf-8")
+def source(name: str, package: str | None = None) -> str:
+    """The text of ``<name>.lua`` in this package (or ``package``), its includes inlined."""
+    text = resources.files(package or __package__).joinpath(name + ".lua").read_text("utf-8")
+    lines = text.split("\n")
+    for i, line in enumerate(lines):
+        if line.startswith(INCLUDE):
+            lines[i] = source(line[len(INCLUDE):].split()[0]).rstrip("\n")
+    return "\n".join(lines)
 
 
 def register(client: redis.Redis, name: str, package: str | None = None) -> "redis.commands.core.Script":
     """A redis-py Script for ``name``: EVALSHA, loading the script on NOSCRIPT."""
-    if package is None:
-        text = source(name)
-    else:
-        text = resources.files(package).joinpath(name + ".lua").read_text("utf-8")
-    return client.register_script(text)
+    return client.register_script(source(name, package))
 
 
 def run_pipelined(client: redis.Redis, calls: list) -> list:

@@ -33,28 +33,13 @@
 -- read, before the first write; every multi-value command is sliced (Lua's
 -- stack holds ~8,000 unpacked values), so no batch fails halfway.
 
-local STEP = 1000  -- values per unpack; even, so pairs are never split
+--! include slices  (STEP, each, read)
 
 local now = ARGV[1]
 local readmit = ARGV[2] == '1'
 local cap = tonumber(ARGV[3])
 if not tonumber(now) or tonumber(now) ~= tonumber(now) or not cap or cap < 0 then  -- x ~= x: NaN
   return redis.error_reply('add.lua: bad arguments')
-end
-
-local function each(cmd, key, list)
-  for i = 1, #list, STEP do
-    redis.call(cmd, key, unpack(list, i, math.min(i + STEP - 1, #list)))
-  end
-end
-
-local function read(cmd, key, list)
-  local out = {}
-  for i = 1, #list, STEP do
-    local part = redis.call(cmd, key, unpack(list, i, math.min(i + STEP - 1, #list)))
-    for j = 1, #part do out[#out + 1] = part[j] end
-  end
-  return out
 end
 
 -- Parse and size the batch.

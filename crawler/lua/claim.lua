@@ -33,7 +33,7 @@
 --
 -- Returns a flat list: info-hash, score (string), token, ... for each claim.
 
-local STEP = 1000  -- values per unpack; even, so pairs are never split
+--! include slices  (STEP, each, read)
 
 local now, deadline = tonumber(ARGV[1]), tonumber(ARGV[2])
 local n, budget = tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -42,21 +42,6 @@ local cutoff, K = tonumber(ARGV[5]), tonumber(ARGV[6])
 if not (now and deadline and n and budget and cutoff and K) or now ~= now or deadline ~= deadline
     or n < 0 or budget < 0 or K < 1 or n ~= math.floor(n) or budget ~= math.floor(budget) then
   return redis.error_reply('claim.lua: bad arguments')
-end
-
-local function each(cmd, key, list)
-  for i = 1, #list, STEP do
-    redis.call(cmd, key, unpack(list, i, math.min(i + STEP - 1, #list)))
-  end
-end
-
-local function read(cmd, key, list)
-  local out = {}
-  for i = 1, #list, STEP do
-    local part = redis.call(cmd, key, unpack(list, i, math.min(i + STEP - 1, #list)))
-    for j = 1, #part do out[#out + 1] = part[j] end
-  end
-  return out
 end
 
 -- Reads: what is due, its held scores and expiry streaks, old tombstones,
