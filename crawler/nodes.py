@@ -2,7 +2,7 @@
 
 ``status --json`` prints ``node_report``: for a single Redis one row, for a
 cluster one row per node (masters and replicas), each with its role, keys,
-memory (used, peak, limit), commands per second and CPU seconds, plus whether the cluster is
+memory (used, peak, limit, eviction policy), commands per second and CPU seconds, plus whether the cluster is
 healthy (``cluster_state:ok`` and every slot served, as the node the client
 asks says). Everything comes from ``INFO`` and ``CLUSTER INFO``: no CONFIG,
 which managed Redis often disables.
@@ -27,6 +27,7 @@ def _row(node: str, info: dict) -> dict:
         "used_memory_bytes": int(info.get("used_memory", 0)),
         "used_memory_peak_bytes": int(info.get("used_memory_peak", 0)),
         "maxmemory_bytes": int(info.get("maxmemory", 0)),
+        "maxmemory_policy": info.get("maxmemory_policy"),
         "ops_per_s": int(info.get("instantaneous_ops_per_sec", 0)),
         "cpu_s": round(float(info.get("used_cpu_sys", 0)) + float(info.get("used_cpu_user", 0)), 2),
     }
@@ -48,3 +49,23 @@ def node_report(client) -> dict:
     slots_ok = int(info.get("cluster_slots_ok", 0))
     return {"cluster": True, "healthy": state == "ok" and slots_ok == SLOTS, "state": state,
             "slots_ok": slots_ok, "nodes": rows}
+
+
+def eviction_warning(report: dict) -> str | None:
+    """One line when a node of ``report`` (``node_report``) would evict keys under memory pressure.
+
+    Evicted marks count their IPs again, evicted queue state loses torrents
+    (docs/operations.md). Read from INFO (CONFIG may be disabled on managed
+    Redis); None when no node says it evicts. On a cluster, the first node
+    that would is named.
+    """
+    for row in report["nodes"]:
+        policy = row["maxmemory_policy"]
+        if policy is None or policy == "noeviction":
+            continue
+        limit = row["maxmemory_bytes"]
+        when = f"once it holds {limit} bytes" if limit else "once a maxmemory limit is set"
+        where = f"Redis {row['node']}" if report["cluster"] else "Redis"
+        return (f"{where} maxmemory-policy is {policy}: it evicts keys {when}, and evicted marks count "
+                "their IPs again; set maxmemory-policy noeviction (docs/operations.md)")
+    return None

@@ -14,11 +14,10 @@ import math
 
 from crawler.counters.geo_errors import geo_error_report
 from crawler.lifecycle import Queue
-from crawler.nodes import node_report
+from crawler.nodes import eviction_warning, node_report
 from crawler.queue_view import QueueView
 from crawler.registry import WorkerRegistry
 from crawler.sources.health import tracker_report
-from crawler.store import eviction_warning
 
 
 def queue_report(queue: Queue, now: float) -> dict:
@@ -34,8 +33,8 @@ def queue_report(queue: Queue, now: float) -> dict:
     report["workers"] = workers
     report["trackers"] = tracker_report(c, k)
     report["geo_errors"] = geo_error_report(c, k)
-    report["eviction_warning"] = eviction_warning(c)
-    report["redis"] = node_report(c)
+    report["redis"] = node_report(c)  # one INFO per node serves both
+    report["eviction_warning"] = eviction_warning(report["redis"])
     report.update(capacity_report(report, workers, queue.settings.revisit_seconds))
     return report
 

@@ -110,30 +110,6 @@ def node_infos(client, section: str) -> list[tuple[str, dict]]:
     return sorted(got.items())
 
 
-def eviction_warning(client: redis.Redis) -> str | None:
-    """One line when a server would evict keys under memory pressure, else None.
-
-    Evicted marks count their IPs again, evicted queue state loses torrents
-    (docs/operations.md). Read from INFO (CONFIG may be disabled on managed
-    Redis); None when the servers do not say. On a cluster, the first node
-    that would evict is named.
-    """
-    try:
-        infos = node_infos(client, "memory")
-    except redis.RedisError:
-        return None
-    for node, info in infos:
-        policy = info.get("maxmemory_policy") if isinstance(info, dict) else None
-        if policy is None or policy == "noeviction":
-            continue
-        limit = info.get("maxmemory") or 0
-        when = f"once it holds {limit} bytes" if limit else "once a maxmemory limit is set"
-        where = f"Redis {node}" if is_cluster(client) else "Redis"
-        return (f"{where} maxmemory-policy is {policy}: it evicts keys {when}, and evicted marks count "
-                "their IPs again; set maxmemory-policy noeviction (docs/operations.md)")
-    return None
-
-
 def socket_path(data_dir: Path) -> Path:
     """The embedded server's unix socket for ``data_dir``."""
     p = data_dir / "redis.sock"

@@ -71,20 +71,26 @@ class Views:
         users = top(c, t, "countries", country=name, month=month, limit=1)
         cities = [_place_row(r) for r in top(c, t, "cities", country=name, month=month, limit=limit)]
         postcodes = [_place_row(r) for r in top(c, t, "postcodes", country=name, month=month, limit=limit)]
-        series = []
-        for m in reversed(self.months()):
-            got = top(c, t, "countries", country=name, month=m, limit=1)
-            series.append({"month": m, "metric": got[0]["metric"] if got else None,
-                           "count": got[0]["count"] if got else 0})
+        months = self.months()
         return {
             "country": name,
             "month": month,
-            "months": self.months(),
+            "months": months,
             "users": users[0]["count"] if users else 0,
             "metric": users[0]["metric"] if users else None,
             "map_code": map_code(name),
-            "tables": {"cities": cities, "postcodes": postcodes, "months": series},
+            "tables": {"cities": cities, "postcodes": postcodes,
+                       "months": self._per_month(months, "countries", country=name)},
         }
+
+    def _per_month(self, months: list[str], family: str, **scope) -> list[dict]:
+        """``{"month", "metric", "count"}`` of ``family``'s count in ``scope`` for each of ``months``, oldest first."""
+        rows = []
+        for m in reversed(months):
+            got = top(self.client, self.keys, family, month=m, limit=1, **scope)
+            rows.append({"month": m, "metric": got[0]["metric"] if got else None,
+                         "count": got[0]["count"] if got else 0})
+        return rows
 
     def months_by_country(self, countries: int = 10) -> dict:
         """Users per month of the ``countries`` largest countries (lifetime), oldest month first."""
@@ -116,19 +122,16 @@ class Views:
                                                            limit=limit)]
         visits = [{"at": _iso(v["at"]), **{k: v[k] for k in ("score", "peers", "seeders", "leechers")}}
                   for v in (info or {}).get("history", [])]
-        series = []
-        for m in reversed(self.months()):
-            got = top(c, t, "torrents", torrent=info_hash, month=m, limit=1)
-            series.append({"month": m, "metric": got[0]["metric"] if got else None,
-                           "count": got[0]["count"] if got else 0})
+        months = self.months()
         return {
             "info_hash": info_hash,
             "month": month,
-            "months": self.months(),
+            "months": months,
             "users": users[0]["count"] if users else 0,
             "metric": users[0]["metric"] if users else None,
             "torrent": info,
-            "tables": {"countries": countries, "cities": cities, "months": series, "visits": visits},
+            "tables": {"countries": countries, "cities": cities,
+                       "months": self._per_month(months, "torrents", torrent=info_hash), "visits": visits},
         }
 
     # --- operators ----------------------------------------------------------
