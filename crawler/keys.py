@@ -1,10 +1,16 @@
 """Every Redis key name peercrawl uses, in one place (docs/redis.md).
 
-All keys share the hash tag ``{<namespace>}`` so that every Lua script, whose
-keys all arrive through KEYS, touches keys of one slot: the scripts run
-unchanged on Redis Cluster (the whole namespace then lives on one shard; run
-several namespaces to spread load). Info-hashes appear as 40 lower-case hex
-characters.
+A namespace's keys live in shards (SPEC §9). The home, hash tag
+``{<namespace>}``, holds what the whole crawl shares (workers, trackers'
+health, the layout). A crawl of ``n`` shards (``PEERCRAWL_QUEUE_SHARDS``)
+keeps its queue and its counters in shards ``0..n-1``: a torrent's queue
+keys in the shard of its info-hash (``Keys.for_torrent``), an IP's marks and
+counter parts in the shard of its fingerprint. With one shard, shard 0 is the
+home itself, so a one-shard crawl is exactly the layout of a single Redis;
+with more, shard ``i``'s tag is ``{<namespace>/<i>.<k>}``, ``k`` chosen so the
+tags spread evenly over the cluster's slot space (``shard_tag``). Every Lua
+script touches one shard's keys, all through KEYS, so each runs in one slot.
+Info-hashes appear as 40 lower-case hex characters.
 
 Each key is one named property or method below whose docstring gives its
 type and content; docs/redis.md describes them all. No other module builds a
@@ -14,22 +20,102 @@ key gets a method here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cache
+
+from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
+
+# Most shards a namespace may have (PEERCRAWL_QUEUE_SHARDS): each shard costs
+# every status read and every shard-wide housekeeping pass a command.
+MAX_SHARDS = 1024
+
+
+@cache
+def shard_tag(namespace: str, i: int, shards: int) -> str:
+    """The hash tag's text of shard ``i`` of ``shards`` (more than one).
+
+    ``<namespace>/<i>.<k>`` with the smallest ``k`` whose slot falls in the
+    ``i``-th of ``shards`` equal parts of the 16,384 slots. ``redis-cli
+    --cluster create`` gives each master one contiguous, equal range of
+    slots, so with a shard count that is a multiple of the masters every
+    master holds the same number of shards. (``/`` is not allowed in a
+    namespace, so no namespace's tags meet another's.)
+    """
+    low = i * REDIS_CLUSTER_HASH_SLOTS // shards
+    high = (i + 1) * REDIS_CLUSTER_HASH_SLOTS // shards
+    k = 0
+    while not low <= key_slot(f"{namespace}/{i}.{k}".encode()) < high:
+        k += 1
+    return f"{namespace}/{i}.{k}"
+
+
+def shard_of(info_hash: str, shards: int) -> int:
+    """The shard of a torrent: its info-hash's first 60 bits modulo ``shards``.
+
+    Info-hashes are SHA-1 (or truncated SHA-256) digests, so uniform.
+    """
+    return int(info_hash[:15], 16) % shards
 
 
 @dataclass(frozen=True)
 class Keys:
-    """The key names of one namespace (``PEERCRAWL_NAMESPACE``)."""
+    """The key names of one namespace (``PEERCRAWL_NAMESPACE``) and its layout.
+
+    ``Keys(namespace, shards)`` is the home; ``shard(i)`` (and
+    ``for_torrent``, ``all_shards``) the keys of one shard, whose ``tag`` is
+    not empty unless the crawl has a single shard. A home-only key asked of
+    a shard raises ``ValueError``: it would name a key nobody reads.
+    """
 
     namespace: str
+    shards: int = 1
+    tag: str = field(default="", compare=True)
+
+    def __post_init__(self):
+        if not 1 <= self.shards <= MAX_SHARDS:
+            raise ValueError(f"a namespace has 1 to {MAX_SHARDS} shards, not {self.shards}")
 
     @property
     def prefix(self) -> str:
-        """``{<namespace>}``: the hash tag every key starts with."""
-        return "{" + self.namespace + "}"
+        """``{<namespace>}`` (the home, and the one shard of a one-shard crawl) or ``{<tag>}``."""
+        return "{" + (self.tag or self.namespace) + "}"
 
     def _k(self, *parts: str) -> str:
         return ":".join((self.prefix,) + parts)
+
+    def _home(self, *parts: str) -> str:
+        if self.tag:
+            raise ValueError(f"{parts[0]!r} is a key of the namespace's home, not of shard {self.tag!r}")
+        return self._k(*parts)
+
+    # --- the layout (SPEC §9) -------------------------------------------------
+    def shard(self, i: int) -> Keys:
+        """The keys of shard ``i`` (``0 <= i < shards``)."""
+        if not 0 <= i < self.shards:
+            raise ValueError(f"shard {i} of a namespace with {self.shards} shards")
+        if self.shards == 1:
+            return Keys(self.namespace)
+        return Keys(self.namespace, self.shards, shard_tag(self.namespace, i, self.shards))
+
+    @property
+    def all_shards(self) -> tuple[Keys, ...]:
+        """Every shard's keys, shard 0 first."""
+        return _all_shards(self.namespace, self.shards)
+
+    def for_torrent(self, info_hash: str) -> Keys:
+        """The keys of the shard holding ``info_hash``'s queue state (``shard_of``)."""
+        return self.shard(shard_of(info_hash, self.shards))
+
+    @property
+    def home(self) -> Keys:
+        """The namespace's home: what every shard of the crawl shares."""
+        return Keys(self.namespace, self.shards)
+
+    @property
+    def layout(self) -> str:
+        """STRING JSON ``{"shards": n}``: the crawl's layout, written by the first process
+        that opens a namespace (``crawler/layout.py``); ``reshard`` changes it."""
+        return self._home("layout")
 
     # --- the queue (SPEC §1) ---------------------------------------------
     @property
@@ -113,22 +199,22 @@ class Keys:
     @property
     def workers(self) -> str:
         """ZSET worker id -> heartbeat expiry time."""
-        return self._k("workers")
+        return self._home("workers")
 
     def worker(self, worker_id: str) -> str:
         """HASH of one worker process (host, pid, concurrency, visits...)."""
-        return self._k("w", worker_id)
+        return self._home("w", worker_id)
 
     # --- trackers' health (SPEC §3) --------------------------------------
     @property
     def tracker_health(self) -> str:
         """HASH tracker URL -> JSON {answers, failures, refusals, last_refusal, streak, until, cut, cap, used}."""
-        return self._k("trackerhealth")
+        return self._home("trackerhealth")
 
     @property
     def tracker_used(self) -> str:
         """ZSET tracker URL -> unix time it was last used (prunes tracker_health)."""
-        return self._k("trackerused")
+        return self._home("trackerused")
 
     def tracker_min_interval(self, info_hash: str) -> str:
         """HASH tracker URL -> unix time before which it must not be re-announced."""
@@ -186,12 +272,12 @@ class Keys:
     def geo_errors(self) -> str:
         """HASH errors (lookups that failed on a damaged GeoIP database, in total),
         last (the last error, no address), at (its unix time)."""
-        return self._k("geoerrors")
+        return self._home("geoerrors")
 
     @property
     def announce_port(self) -> str:
         """STRING: the port every worker announces on when PEERCRAWL_ANNOUNCE_PORT is 0."""
-        return self._k("announceport")
+        return self._home("announceport")
 
     @property
     def secret(self) -> str:
@@ -200,13 +286,13 @@ class Keys:
         Read only to refuse to record while it is there and to move it out
         (``peercrawl secret --move``): the key never lives in Redis (SPEC §4).
         """
-        return self._k("secret")
+        return self._home("secret")
 
     # --- not peercrawl's ---------------------------------------------------
     @property
     def match_all(self) -> str:
-        """SCAN MATCH pattern of every key of the namespace (``{<namespace>}*``)."""
-        return self.prefix + "*"
+        """SCAN MATCH pattern of every key of the namespace, home and shards (``{<namespace>[}/]*``)."""
+        return "{" + self.namespace + "[}/]*"
 
     def scratch(self, *parts: str) -> str:
         """Any type: a key a benchmark or test keeps for itself under the namespace
@@ -220,9 +306,15 @@ class Keys:
         return self._k(*parts)
 
 
+@cache
+def _all_shards(namespace: str, shards: int) -> tuple[Keys, ...]:
+    home = Keys(namespace, shards)
+    return tuple(home.shard(i) for i in range(shards))
+
+
 # The first part (after the namespace) of every key built above.
 RESERVED = frozenset({
     "ready", "since", "cooling", "leases", "evicted", "tombstones", "held", "claims", "expiries",
     "quarantined", "quarantine", "t", "tr", "vh", "visits", "failedvisits", "workers", "w", "trackerhealth",
-    "trackerused", "mi", "mk", "ix", "sh", "geoerrors", "announceport", "secret",
+    "trackerused", "mi", "mk", "ix", "sh", "geoerrors", "announceport", "secret", "layout",
 })

