@@ -50,11 +50,12 @@ def shard_tag(namespace: str, i: int, shards: int) -> str:
 
 
 def shard_of(info_hash: str, shards: int) -> int:
-    """The shard of a torrent: its info-hash's first 60 bits modulo ``shards``.
+    """The shard of a torrent: its info-hash, as a 160-bit number, modulo ``shards``.
 
-    Info-hashes are SHA-1 (or truncated SHA-256) digests, so uniform.
+    Info-hashes are SHA-1 (or truncated SHA-256) digests, so uniform; all
+    bits count, so hand-made hashes that differ only at one end spread too.
     """
-    return int(info_hash[:15], 16) % shards
+    return int(info_hash, 16) % shards
 
 
 @dataclass(frozen=True)
@@ -93,9 +94,7 @@ class Keys:
         """The keys of shard ``i`` (``0 <= i < shards``)."""
         if not 0 <= i < self.shards:
             raise ValueError(f"shard {i} of a namespace with {self.shards} shards")
-        if self.shards == 1:
-            return Keys(self.namespace)
-        return Keys(self.namespace, self.shards, shard_tag(self.namespace, i, self.shards))
+        return _all_shards(self.namespace, self.shards)[i]
 
     @property
     def all_shards(self) -> tuple[Keys, ...]:
@@ -308,8 +307,9 @@ class Keys:
 
 @cache
 def _all_shards(namespace: str, shards: int) -> tuple[Keys, ...]:
-    home = Keys(namespace, shards)
-    return tuple(home.shard(i) for i in range(shards))
+    if shards == 1:
+        return (Keys(namespace),)
+    return tuple(Keys(namespace, shards, shard_tag(namespace, i, shards)) for i in range(shards))
 
 
 # The first part (after the namespace) of every key built above.

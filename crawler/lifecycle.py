@@ -29,6 +29,13 @@ old tombstones forgotten) runs inside every claim, bounded per call: a queue
 needs no separate janitor process, and a dead worker's torrents come back as
 soon as anyone claims.
 
+Shards (SPEC §9). A namespace's queue may be split into shards, each with
+its own sets under its own hash tag (``Keys.for_torrent``): every script
+above runs in the torrent's shard, and a claim in the shard that offers the
+best score (``crawler.shard_tops``), its housekeeping that shard's. An add
+sends each item to its shard, all shards' calls in one pipeline. A
+one-shard queue is exactly the queue of a single Redis.
+
 Poison torrents. Each expired lease raises the torrent's streak in the
 ``expiries`` hash; a completion or a deferral (failed visit or nothing to
 ask) ends it, since the worker came back. At the K-th expiry in a row
@@ -68,9 +75,10 @@ import redis
 from crawler import lua
 from crawler.errors import StoreError
 from crawler.items import NewItem
-from crawler.keys import Keys
+from crawler.keys import Keys, shard_of
 from crawler.scoring import Outcome, multiplier
 from crawler.settings import Settings
+from crawler.shard_tops import ShardTops
 
 # Housekeeping moves at most this many expired leases, due torrents and old
 # tombstones each per call. A claim of n moves 2n + 8: more than it takes,
@@ -133,16 +141,16 @@ class Queue:
         self._release = lua.register(client, "release")
         self._defer = lua.register(client, "defer")
         self._plan = lua.register(client, "plan")
+        self.tops = ShardTops(keys.shards)
 
     # --- intake ------------------------------------------------------------
-    def _add_args(self, items: Sequence[NewItem], readmit: bool, now: float) -> tuple[list, list, list[int]]:
-        """KEYS and ARGV of one add.lua call, and per item the trackers cut here.
+    def _add_args(self, k: Keys, items: Sequence[NewItem], readmit: bool, now: float) -> tuple[list, list, list[int]]:
+        """KEYS and ARGV of one add.lua call in shard ``k``, and per item the trackers cut here.
 
         An item's trackers beyond the per-torrent bound are not sent (the
         script could not store them anyway), so one hostile magnet cannot
         make a call huge.
         """
-        k = self.keys
         cap = self.settings.max_trackers_per_torrent
         keys = [k.ready, k.cooling, k.leases, k.evicted, k.tombstones, k.quarantined, k.quarantine, k.expiries]
         args: list = [repr(now), "1" if readmit else "0", cap]
@@ -205,22 +213,35 @@ class Queue:
 
     def _flush(self, batches: list[list[NewItem]], readmit: bool, on_dropped: Callable[[NewItem, int], None] | None,
                now: float | None) -> Iterator[tuple[NewItem, str]]:
+        """Admit ``batches`` in one round trip: each batch's items split by shard, one add.lua call each."""
         now = time.time() if now is None else now
-        calls, cuts = [], []
-        for b in batches:
-            keys, args, cut = self._add_args(b, readmit, now)
-            calls.append((self._add, keys, args))
-            cuts.append(cut)
+        calls, parts = [], []
+        for n, b in enumerate(batches):
+            by_shard: dict[Keys, list[int]] = {}
+            for i, item in enumerate(b):
+                by_shard.setdefault(self.keys.for_torrent(item.info_hash), []).append(i)
+            for k, positions in by_shard.items():
+                part = [b[i] for i in positions]
+                keys, args, cut = self._add_args(k, part, readmit, now)
+                calls.append((self._add, keys, args))
+                parts.append((n, positions, part, cut))
         try:
             results = lua.run_pipelined(self.client, calls)
         except redis.RedisError as e:
             raise StoreError(f"adding torrents failed: {e}") from e
-        for b, reply, cut in zip(batches, results, cuts):
-            yield from zip(b, self._added(b, reply, cut, on_dropped))
+        statuses = [[""] * len(b) for b in batches]
+        for (n, positions, part, cut), reply in zip(parts, results):
+            for i, st in zip(positions, self._added(part, reply, cut, on_dropped)):
+                statuses[n][i] = st
+                if st in ("added", "readmitted"):  # due at once; a readmitted one's held score unknown here
+                    self._arrived(batches[n][i].info_hash, now, now, None if readmit else 1.0)
+        for b, st in zip(batches, statuses):
+            yield from zip(b, st)
 
     # --- work ----------------------------------------------------------------
-    def _claim_args(self, count: int, now: float) -> dict:
-        k = self.keys
+    def _claim_args(self, count: int, now: float, k: Keys | None = None) -> dict:
+        """KEYS and ARGV of one claim.lua call in shard ``k`` (default: the first)."""
+        k = self.keys.shard(0) if k is None else k
         return dict(
             keys=[k.ready, k.since, k.cooling, k.leases, k.evicted, k.tombstones, k.held, k.claims,
                   k.expiries, k.quarantined, k.quarantine],
@@ -231,27 +252,65 @@ class Queue:
 
     @staticmethod
     def _leases(flat: list) -> list[Lease]:
-        return [Lease(flat[i].decode(), float(flat[i + 1]), int(flat[i + 2])) for i in range(0, len(flat), 3)]
+        """The leases of a claim.lua reply (its last element, the shard's offer, left out)."""
+        return [Lease(flat[i].decode(), float(flat[i + 1]), int(flat[i + 2])) for i in range(0, len(flat) - 2, 3)]
+
+    def _choose(self, now: float, tried: set[int]) -> int | None:
+        """The shard to claim from next (``ShardTops``), after the housekeeping of every stale
+        shard in one pipelined round trip (it moves due torrents into ready, so their scores count)."""
+        stale = [i for i in self.tops.stale(now) if i not in tried]
+        if stale:
+            calls = [(self._claim, a["keys"], a["args"])
+                     for a in (self._claim_args(0, now, self.keys.shard(i)) for i in stale)]
+            for i, flat in zip(stale, lua.run_pipelined(self.client, calls)):
+                self.tops.note(i, flat[-1], now)
+        return self.tops.choose(now, tried)
 
     def claim(self, count: int = 1, now: float | None = None) -> list[Lease]:
-        """Lease up to ``count`` (at most ``MAX_CLAIM``) of the highest-scored ready torrents."""
+        """Lease up to ``count`` (at most ``MAX_CLAIM``) of the highest-scored ready torrents.
+
+        Sharded: from the shard offering the best score, then the next best
+        while fewer than ``count`` came, each shard at most once.
+        """
         now = time.time() if now is None else now
         count = max(0, min(count, MAX_CLAIM))
+        if count == 0:
+            self.housekeep(now)
+            return []
+        leases: list[Lease] = []
+        tried: set[int] = set()
         try:
-            flat = self._claim(**self._claim_args(count, now))
+            while len(leases) < count:
+                i = self._choose(now, tried) if self.keys.shards > 1 else (None if tried else 0)
+                if i is None:
+                    break
+                tried.add(i)
+                flat = self._claim(**self._claim_args(count - len(leases), now, self.keys.shard(i)))
+                self.tops.note(i, flat[-1], now)
+                leases += self._leases(flat)
         except redis.RedisError as e:
             raise StoreError(f"claiming torrents failed: {e}") from e
-        return self._leases(flat)
+        if len(tried) > 1:  # ZPOPMAX's order across the shards claimed from
+            leases.sort(key=lambda lease: (lease.score, lease.info_hash), reverse=True)
+        return leases
 
     def housekeep(self, now: float | None = None) -> None:
-        """Run the claim's housekeeping without claiming anything."""
-        self.claim(0, now)
+        """Run the claim's housekeeping in every shard without claiming anything."""
+        now = time.time() if now is None else now
+        calls = [(self._claim, a["keys"], a["args"])
+                 for a in (self._claim_args(0, now, k) for k in self.keys.all_shards)]
+        try:
+            for i, flat in enumerate(lua.run_pipelined(self.client, calls)):
+                self.tops.note(i, flat[-1], now)
+        except redis.RedisError as e:
+            raise StoreError(f"claiming torrents failed: {e}") from e
 
     def extend(self, lease: Lease, now: float | None = None) -> bool:
         """Push the lease deadline to now + lease time; False if the lease was lost."""
         now = time.time() if now is None else now
         try:
-            return bool(self._extend(keys=[self.keys.leases, self.keys.claims],
+            k = self.keys.for_torrent(lease.info_hash)
+            return bool(self._extend(keys=[k.leases, k.claims],
                                      args=[lease.info_hash, lease.token, repr(now + self.settings.lease_seconds)]))
         except redis.RedisError as e:
             raise StoreError(f"extending a lease failed: {e}") from e
@@ -259,8 +318,8 @@ class Queue:
     def _complete_args(self, lease: Lease, result: Outcome, peers: int, seeders: int | None,
                        leechers: int | None, due: float | None, now: float) -> dict:
         due = now + self.settings.revisit_seconds if due is None else due
-        k = self.keys
         h = lease.info_hash
+        k = self.keys.for_torrent(h)
         return dict(
             keys=[k.leases, k.held, k.claims, k.cooling, k.evicted, k.tombstones, k.torrent(h), k.trackers(h),
                   k.visits, k.expiries, k.history(h)],
@@ -286,7 +345,10 @@ class Queue:
             reply = self._complete(**self._complete_args(lease, result, peers, seeders, leechers, due, now))
         except redis.RedisError as e:
             raise StoreError(f"completing a visit failed: {e}") from e
-        return self._completed(reply)
+        completed = self._completed(reply)
+        if completed[0] == "cooling":
+            self._arrived(lease.info_hash, now + self.settings.revisit_seconds if due is None else due, now)
+        return completed
 
     def complete_and_claim(self, lease: Lease, result: Outcome, count: int = 1, *, peers: int = 0,
                            seeders: int | None = None, leechers: int | None = None, due: float | None = None,
@@ -297,37 +359,59 @@ class Queue:
         """
         now = time.time() if now is None else now
         count = max(0, min(count, MAX_CLAIM))
-        calls = [(self._complete, self._complete_args(lease, result, peers, seeders, leechers, due, now)),
-                 (self._claim, self._claim_args(count, now))]
         try:
-            done, flat = lua.run_pipelined(self.client, [(script, a["keys"], a["args"]) for script, a in calls])
+            i = self._choose(now, set()) if self.keys.shards > 1 and count else 0
+            calls = [(self._complete, self._complete_args(lease, result, peers, seeders, leechers, due, now))]
+            if i is not None:
+                calls.append((self._claim, self._claim_args(count, now, self.keys.shard(i))))
+            done, *claimed = lua.run_pipelined(self.client, [(script, a["keys"], a["args"]) for script, a in calls])
         except redis.RedisError as e:
             raise StoreError(f"completing a visit and claiming failed: {e}") from e
-        return self._completed(done), self._leases(flat)
+        leases: list[Lease] = []
+        if claimed:
+            self.tops.note(i, claimed[0][-1], now)
+            leases = self._leases(claimed[0])
+        if len(leases) < count and self.keys.shards > 1:
+            leases += self.claim(count - len(leases), now)  # that shard had less than it seemed
+        completed = self._completed(done)
+        if completed[0] == "cooling":
+            self._arrived(lease.info_hash, now + self.settings.revisit_seconds if due is None else due, now)
+        return completed, leases
+
+    def _arrived(self, info_hash: str, at: float, now: float, score: float | None = None) -> None:
+        """This process put ``info_hash`` back, claimable at ``at``: its shard's estimate knows at once."""
+        if self.keys.shards > 1:
+            self.tops.arrived(shard_of(info_hash, self.keys.shards), at, now, score)
 
     def fail(self, lease: Lease, error: str = "", now: float | None = None, due: float | None = None) -> bool:
         """A visit no source answered: score kept, retry after the retry delay."""
         now = time.time() if now is None else now
         due = now + self.settings.retry_seconds if due is None else due
-        k = self.keys
+        k = self.keys.for_torrent(lease.info_hash)
         try:
-            return bool(self._defer(
+            done = bool(self._defer(
                 keys=[k.leases, k.claims, k.cooling, k.expiries, k.torrent(lease.info_hash), k.failed_visits],
                 args=[lease.info_hash, lease.token, repr(due), repr(now), _minute(now), error[:200]]))
         except redis.RedisError as e:
             raise StoreError(f"recording a failed visit failed: {e}") from e
+        if done:
+            self._arrived(lease.info_hash, due, now)
+        return done
 
     def defer(self, lease: Lease, due: float) -> bool:
         """Back to cooling until ``due`` unvisited: score kept, no visit or failure counted.
 
         False if the lease was not this holder's any more (nothing changed).
         """
-        k = self.keys
+        k = self.keys.for_torrent(lease.info_hash)
         try:
-            return bool(self._defer(keys=[k.leases, k.claims, k.cooling, k.expiries],
+            done = bool(self._defer(keys=[k.leases, k.claims, k.cooling, k.expiries],
                                     args=[lease.info_hash, lease.token, repr(due)]))
         except redis.RedisError as e:
             raise StoreError(f"deferring a torrent failed: {e}") from e
+        if done:
+            self._arrived(lease.info_hash, due, time.time())
+        return done
 
     def note_error(self, info_hash: str, error: str, now: float | None = None) -> None:
         """Keep ``error`` as the torrent's last error, its state untouched.
@@ -338,7 +422,7 @@ class Queue:
         """
         now = time.time() if now is None else now
         try:
-            self.client.hset(self.keys.torrent(info_hash), mapping={"last_failure": repr(now),
+            self.client.hset(self.keys.for_torrent(info_hash).torrent(info_hash), mapping={"last_failure": repr(now),
                                                                      "last_error": error[:200]})
         except redis.RedisError as e:
             raise StoreError(f"recording a visit error failed: {e}") from e
@@ -346,18 +430,21 @@ class Queue:
     def release(self, lease: Lease, now: float | None = None) -> bool:
         """Hand a claimed torrent back to ready unvisited (shutdown)."""
         now = time.time() if now is None else now
-        k = self.keys
+        k = self.keys.for_torrent(lease.info_hash)
         try:
-            return bool(self._release(keys=[k.leases, k.held, k.claims, k.ready, k.since],
+            done = bool(self._release(keys=[k.leases, k.held, k.claims, k.ready, k.since],
                                       args=[lease.info_hash, lease.token, repr(now)]))
         except redis.RedisError as e:
             raise StoreError(f"handing back a torrent failed: {e}") from e
+        if done:
+            self._arrived(lease.info_hash, now, now, lease.score)
+        return done
 
     # --- trackers and visit counts ------------------------------------------
     def plan(self, info_hash: str) -> tuple[list[str], dict[str, float]]:
         """The torrent's own trackers (at most the per-torrent bound, a random draw of a larger
         set) and tracker -> not-before time, in one round trip."""
-        k = self.keys
+        k = self.keys.for_torrent(info_hash)
         cap = self.settings.max_trackers_per_torrent
         try:
             own, flat, _ = self._plan(keys=[k.trackers(info_hash), k.tracker_min_interval(info_hash)], args=[cap])
@@ -373,7 +460,7 @@ class Queue:
         """
         if not not_before:
             return
-        key = self.keys.tracker_min_interval(info_hash)
+        key = self.keys.for_torrent(info_hash).tracker_min_interval(info_hash)
         p = self.client.pipeline(transaction=True)
         p.hset(key, mapping={u: repr(t) for u, t in not_before.items()})
         p.expire(key, int(ttl))
@@ -391,7 +478,7 @@ class Queue:
         hourly, so each stays bounded (~2,900 fields). Raises ``StoreError``.
         """
         now = time.time() if now is None else now
-        hashes = (self.keys.visits, self.keys.failed_visits)
+        hashes = [key for k in self.keys.all_shards for key in (k.visits, k.failed_visits)]
         try:
             p = self.client.pipeline(transaction=False)
             for key in hashes:

@@ -10,8 +10,12 @@ and a reader holds no method that could change a torrent's state.
 
 The view interprets the sets as users see them: a cooling torrent past its
 due time, or a lease past its deadline, is shown as ready (the next claim
-moves it there). Each method is one round trip; ``counts`` and ``state`` run
-theirs as a MULTI, so the figures of one answer are from one instant. Redis
+moves it there). Each method is one round trip. A sharded queue (SPEC §9) is
+read shard by shard in that one pipeline and summed; one torrent is read in
+its own shard. ``state`` and a one-shard ``counts`` run as a MULTI, so their
+figures are from one instant; a sharded crawl's counts are each shard's at
+its own instant (no transaction spans slots), so a torrent moving between
+two states while the pipeline runs can be counted in neither or both. Redis
 errors are raised as ``StoreError``.
 """
 
@@ -54,6 +58,24 @@ class QueueView:
         except redis.RedisError as e:
             raise StoreError(f"reading {what} failed: {e}") from e
 
+    def _each_shard(self, read, what: str) -> list[list]:
+        """``read(pipe, shard_keys)`` queued for every shard in one pipeline; each shard's replies.
+
+        One shard: a MULTI, so the figures are of one instant.
+        """
+        shards = self.keys.all_shards
+        p = self.client.pipeline(transaction=len(shards) == 1)
+        sizes = []
+        for k in shards:
+            before = len(p)
+            read(p, k)
+            sizes.append(len(p) - before)
+        flat, out, i = self._run(p, what), [], 0
+        for n in sizes:
+            out.append(flat[i : i + n])
+            i += n
+        return out
+
     def counts(self, now: float | None = None) -> dict:
         """State counts as users see them (SPEC §7 status).
 
@@ -63,21 +85,27 @@ class QueueView:
         has been past its due time.
         """
         now = time.time() if now is None else now
-        k = self.keys
-        p = self.client.pipeline(transaction=True)
-        p.zcard(k.ready)
-        p.zcount(k.cooling, "-inf", now)
-        p.zcard(k.cooling)
-        p.zcount(k.leases, "-inf", now)
-        p.zcard(k.leases)
-        p.zcard(k.evicted)
-        p.zrange(k.since, 0, 0, withscores=True)
-        p.zrange(k.cooling, 0, 0, withscores=True)
-        p.zrange(k.leases, 0, 0, withscores=True)
-        p.zcard(k.quarantined)
-        ready, cool_due, cooling, lease_due, leases, evicted, since0, cool0, lease0, quarantined = self._run(
-            p, "the queue")
-        oldest = [s for (_, s) in since0] + [s for (_, s) in cool0 + lease0 if s <= now]
+
+        def read(p, k):
+            p.zcard(k.ready)
+            p.zcount(k.cooling, "-inf", now)
+            p.zcard(k.cooling)
+            p.zcount(k.leases, "-inf", now)
+            p.zcard(k.leases)
+            p.zcard(k.evicted)
+            p.zrange(k.since, 0, 0, withscores=True)
+            p.zrange(k.cooling, 0, 0, withscores=True)
+            p.zrange(k.leases, 0, 0, withscores=True)
+            p.zcard(k.quarantined)
+
+        ready = cool_due = cooling = lease_due = leases = evicted = quarantined = 0
+        oldest = []
+        for r in self._each_shard(read, "the queue"):
+            ready, cool_due, cooling, lease_due, leases, evicted = (
+                a + b for a, b in zip((ready, cool_due, cooling, lease_due, leases, evicted), r[:6]))
+            since0, cool0, lease0 = r[6:9]
+            quarantined += r[9]
+            oldest += [s for (_, s) in since0] + [s for (_, s) in cool0 + lease0 if s <= now]
         latency = max(0.0, now - min(oldest)) if oldest else 0.0
         return {
             "tracked": ready + cooling + leases + quarantined,
@@ -91,16 +119,18 @@ class QueueView:
 
     def quarantined(self, limit: int = 10) -> list[dict]:
         """The most recently quarantined torrents (at most ``limit``): info-hash, when, reason."""
-        k = self.keys
-        try:
-            members = self.client.zrevrange(k.quarantined, 0, max(limit, 1) - 1, withscores=True)
-            records = self.client.hmget(k.quarantine, [m for m, _ in members]) if members else []
-        except redis.RedisError as e:
-            raise StoreError(f"reading the quarantined torrents failed: {e}") from e
+        limit = max(limit, 1)
+        per_shard = self._each_shard(lambda p, k: p.zrevrange(k.quarantined, 0, limit - 1, withscores=True),
+                                     "the quarantined torrents")
+        latest = sorted(((at, m.decode()) for (got,) in per_shard for m, at in got), reverse=True)[:limit]
+        p = self.client.pipeline(transaction=False)
+        for _, h in latest:
+            p.hget(self.keys.for_torrent(h).quarantine, h)
+        records = self._run(p, "the quarantined torrents")
         out = []
-        for (m, at), rec in zip(members, records):
+        for (at, h), rec in zip(latest, records):
             reason = json.loads(rec)["reason"] if rec else None
-            out.append({"info_hash": m.decode(), "at": at, "reason": reason})
+            out.append({"info_hash": h, "at": at, "reason": reason})
         return out
 
     def next_due(self, now: float | None = None) -> float | None:
@@ -108,15 +138,17 @@ class QueueView:
         lease expired), else until the first cooling torrent is due or lease expires; None if
         nothing is tracked but evicted torrents."""
         now = time.time() if now is None else now
-        k = self.keys
-        p = self.client.pipeline(transaction=False)
-        p.zcard(k.ready)
-        p.zrange(k.cooling, 0, 0, withscores=True)
-        p.zrange(k.leases, 0, 0, withscores=True)
-        ready, cool0, lease0 = self._run(p, "the queue")
-        if ready:
-            return 0.0
-        times = [t for (_, t) in cool0 + lease0]
+
+        def read(p, k):
+            p.zcard(k.ready)
+            p.zrange(k.cooling, 0, 0, withscores=True)
+            p.zrange(k.leases, 0, 0, withscores=True)
+
+        times = []
+        for ready, cool0, lease0 in self._each_shard(read, "the queue"):
+            if ready:
+                return 0.0
+            times += [t for (_, t) in cool0 + lease0]
         return max(0.0, min(times) - now) if times else None
 
     def visits_since(self, seconds: float = 3600, now: float | None = None, failed: bool = False) -> int:
@@ -126,17 +158,15 @@ class QueueView:
         dropping old minutes is the queue's (``Queue.trim_visit_buckets``).
         """
         now = time.time() if now is None else now
-        key = self.keys.failed_visits if failed else self.keys.visits
-        try:
-            buckets = self.client.hgetall(key)
-        except redis.RedisError as e:
-            raise StoreError(f"reading the visit counts failed: {e}") from e
-        return sum(int(n) for minute, n in buckets.items() if int(minute) > now - seconds)
+        per_shard = self._each_shard(lambda p, k: p.hgetall(k.failed_visits if failed else k.visits),
+                                     "the visit counts")
+        return sum(int(n) for (buckets,) in per_shard for minute, n in buckets.items()
+                   if int(minute) > now - seconds)
 
     def state(self, info_hash: str, now: float | None = None) -> tuple[str | None, float | None]:
         """The torrent's state and score, or (None, None) if not known."""
         now = time.time() if now is None else now
-        k = self.keys
+        k = self.keys.for_torrent(info_hash)
         p = self.client.pipeline(transaction=True)
         p.zscore(k.ready, info_hash)
         p.zscore(k.cooling, info_hash)
@@ -164,7 +194,7 @@ class QueueView:
         state, score = self.state(info_hash, now)
         if state is None:
             return None
-        k = self.keys
+        k = self.keys.for_torrent(info_hash)
         p = self.client.pipeline(transaction=False)
         p.hgetall(k.torrent(info_hash))
         p.smembers(k.trackers(info_hash))

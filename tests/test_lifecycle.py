@@ -1,15 +1,22 @@
-"""Every transition of SPEC §1 against a real Redis."""
+"""Every transition of SPEC §1 against a real Redis, on one shard and on four (SPEC §9)."""
 
 import json
 
 import pytest
 
 from crawler.items import NewItem
+from crawler.keys import Keys
 from crawler.lifecycle import Queue
 from crawler.queue_view import QueueView
 from crawler.scoring import Outcome
 
 H = [f"{i:040x}" for i in range(1, 50)]
+
+
+@pytest.fixture(params=[1, 4], ids=["1shard", "4shards"])
+def keys(request, namespace):
+    """The queue on one shard (a single Redis's layout) and on four."""
+    return Keys(namespace, request.param)
 
 
 @pytest.fixture
@@ -26,7 +33,7 @@ def members(client, keys):
     """Every info-hash in each state set; they must be disjoint."""
     sets = {}
     for name in ("ready", "cooling", "leases", "evicted"):
-        sets[name] = {m.decode() for m in client.zrange(getattr(keys, name), 0, -1)}
+        sets[name] = {m.decode() for k in keys.all_shards for m in client.zrange(getattr(k, name), 0, -1)}
     names = list(sets)
     for i, a in enumerate(names):
         for b in names[i + 1:]:
@@ -134,10 +141,10 @@ def test_eviction_leaves_a_tombstone_that_expires(q, view, client, keys, setting
         state, score = q.complete(lease, Outcome.NONE, now=t, due=t)
         t += 1
     assert state == "evicted" and score == pytest.approx(0.5**8)
-    tomb = json.loads(client.hget(keys.tombstones, H[0]))
+    tomb = json.loads(client.hget(keys.for_torrent(H[0]).tombstones, H[0]))
     assert tomb["reason"] == "low score" and float(tomb["score"]) == pytest.approx(0.5**8)
     assert view.torrent(H[0], t)["state"] == "evicted"
-    assert 0 < client.ttl(keys.torrent(H[0])) <= settings.tombstone_seconds
+    assert 0 < client.ttl(keys.for_torrent(H[0]).torrent(H[0])) <= settings.tombstone_seconds
     assert view.counts(t)["evicted"] == 1 and view.counts(t)["tracked"] == 0
     # before the tombstone period: add refuses; after it, housekeeping forgets it
     assert q.add([NewItem(H[0])], now=t) == ["skipped_evicted"]
@@ -155,8 +162,8 @@ def test_readmit_brings_an_evicted_torrent_back(q, view, client, keys):
         t += 1
     assert q.add([NewItem(H[0])], readmit=True, now=t) == ["added"]
     assert view.state(H[0], t) == ("ready", 1.0)
-    assert client.ttl(keys.torrent(H[0])) == -1
-    assert client.hget(keys.tombstones, H[0]) is None
+    assert client.ttl(keys.for_torrent(H[0]).torrent(H[0])) == -1
+    assert client.hget(keys.for_torrent(H[0]).tombstones, H[0]) is None
 
 
 def test_release_hands_back_unvisited(q, view):
@@ -239,9 +246,12 @@ def test_old_minute_counts_are_trimmed_without_status(q, view, settings):
     assert q.fail(b, "no answer", now=t0)
     (a,) = q.claim(1, now=t0 + 3 * day)
     q.complete(a, Outcome.SOME, now=t0 + 3 * day)
-    assert len(q.client.hkeys(q.keys.visits)) == 2 and len(q.client.hkeys(q.keys.failed_visits)) == 1
+    def minutes(name):
+        return sum(len(q.client.hkeys(getattr(k, name))) for k in q.keys.all_shards)
+
+    assert minutes("visits") == 2 and minutes("failed_visits") == 1
     assert q.trim_visit_buckets(now=t0 + 3 * day) == 2
-    assert q.client.hkeys(q.keys.failed_visits) == []
+    assert minutes("failed_visits") == 0
     assert view.visits_since(3600, now=t0 + 3 * day) == 1
     assert q.trim_visit_buckets(now=t0 + 3 * day) == 0
 
@@ -255,7 +265,7 @@ def test_held_trackers_come_back_in_the_plan_until_the_hold_expires(q, view, cli
     own, not_before = q.plan(H[0])
     assert sorted(own) == [b, a] and not_before == {a: 1234.5, b: 99.0}
     assert view.torrent(H[0], 100)["tracker_not_before"] == not_before
-    assert 0 < client.ttl(keys.tracker_min_interval(H[0])) <= 60
+    assert 0 < client.ttl(keys.for_torrent(H[0]).tracker_min_interval(H[0])) <= 60
 
 
 def test_a_torrent_keeps_its_last_visits_oldest_first(client, keys, settings, view):
@@ -282,20 +292,21 @@ def test_the_history_at_its_largest_drops_one_per_visit_and_off_forgets_it(clien
     most = 10_000
     q = Queue(client, keys, settings.replace(torrent_history=most))
     q.add([NewItem(H[1])], now=100)
-    client.set(keys.history(H[1]), b"".join(HISTORY_ENTRY.pack(t, 1.0, t, t, t) for t in range(most)))
+    client.set(keys.for_torrent(H[1]).history(H[1]),
+               b"".join(HISTORY_ENTRY.pack(t, 1.0, t, t, t) for t in range(most)))
     (lease,) = q.claim(1, now=200_000)
     q.complete(lease, Outcome.SOME, peers=5, due=0, now=200_001)
     hist = view.torrent(H[1])["history"]
     assert len(hist) == most and hist[0]["at"] == 1.0 and hist[-1]["at"] == 200_001.0 and hist[-1]["peers"] == 5
     # bytes this script did not write (a length not a whole number of entries): started again
-    client.set(keys.history(H[1]), b"\x00" * 21)
+    client.set(keys.for_torrent(H[1]).history(H[1]), b"\x00" * 21)
     (lease,) = q.claim(1, now=300_000)
     q.complete(lease, Outcome.SOME, peers=6, due=0, now=300_001)
     assert [v["peers"] for v in view.torrent(H[1])["history"]] == [6]
     off = Queue(client, keys, settings.replace(torrent_history=0))
     (lease,) = off.claim(1, now=400_000)
     off.complete(lease, Outcome.SOME, peers=7, due=0, now=400_001)
-    assert view.torrent(H[1])["history"] == [] and not client.exists(keys.history(H[1]))
+    assert view.torrent(H[1])["history"] == [] and not client.exists(keys.for_torrent(H[1]).history(H[1]))
 
 
 def test_an_evicted_torrents_history_expires_with_its_tombstone_unless_readmitted(client, keys, settings, view):
@@ -303,7 +314,7 @@ def test_an_evicted_torrents_history_expires_with_its_tombstone_unless_readmitte
     q.add([NewItem(H[2])], now=100)
     (lease,) = q.claim(1, now=200)
     assert q.complete(lease, Outcome.NONE, peers=0, now=201)[0] == "evicted"
-    assert 0 < client.ttl(keys.history(H[2])) <= settings.tombstone_seconds
+    assert 0 < client.ttl(keys.for_torrent(H[2]).history(H[2])) <= settings.tombstone_seconds
     assert [v["score"] for v in view.torrent(H[2])["history"]] == [0.5]
     assert q.add([NewItem(H[2])], readmit=True, now=300) == ["added"]
-    assert client.ttl(keys.history(H[2])) == -1 and len(view.torrent(H[2])["history"]) == 1
+    assert client.ttl(keys.for_torrent(H[2]).history(H[2])) == -1 and len(view.torrent(H[2])["history"]) == 1

@@ -31,7 +31,13 @@
 -- ARGV[4] housekeeping budget, ARGV[5] tombstone cutoff (evicted before it
 -- are forgotten), ARGV[6] K: expiries in a row that quarantine a torrent
 --
--- Returns a flat list: info-hash, score (string), token, ... for each claim.
+-- Returns a flat list: info-hash, score (string), token, ... for each claim,
+-- then what the shard offers next (how a sharded claimer picks its next
+-- shard, crawler/shard_tops.py): the best ready score after the claim; or
+-- "due" if ready is empty but due cooling torrents (of unknown held score)
+-- wait beyond this call's budget; or "e<time>": empty until that unix time
+-- (the first cooling torrent's due time or lease deadline), "e" if nothing
+-- is cooling or in flight.
 
 --! include slices  (STEP, each, read)
 
@@ -162,4 +168,16 @@ each('HDEL', KEYS[9], old)
 each('ZADD', KEYS[4], leases)
 each('HSET', KEYS[7], held)
 each('HSET', KEYS[8], tokens)
+
+local best = redis.call('ZREVRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+if #best > 0 then
+  out[#out + 1] = best[2]
+else
+  local c = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
+  local l = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
+  local first, text = math.huge, ''
+  if c[2] then first, text = tonumber(c[2]), c[2] end
+  if l[2] and tonumber(l[2]) < first then first, text = tonumber(l[2]), l[2] end
+  out[#out + 1] = first <= now and 'due' or ('e' .. text)
+end
 return out
