@@ -71,10 +71,15 @@ class Keys:
     namespace: str
     shards: int = 1
     tag: str = field(default="", compare=True)
+    # Counter shards; 0: as many as queue shards (the layout of a new crawl).
+    # They differ only after ``peercrawl reshard`` (crawler/reshard.py), which
+    # moves torrents but cannot move dedupe marks.
+    counters: int = 0
 
     def __post_init__(self):
-        if not 1 <= self.shards <= MAX_SHARDS:
-            raise ValueError(f"a namespace has 1 to {MAX_SHARDS} shards, not {self.shards}")
+        for n in (self.shards, self.counters or self.shards):
+            if not 1 <= n <= MAX_SHARDS:
+                raise ValueError(f"a namespace has 1 to {MAX_SHARDS} shards, not {n}")
 
     @property
     def prefix(self) -> str:
@@ -101,6 +106,24 @@ class Keys:
         """Every shard's keys, shard 0 first."""
         return _all_shards(self.namespace, self.shards)
 
+    @property
+    def counter_shards(self) -> int:
+        """How many shards the counters, dedupe marks and StatHat outbox are split into."""
+        return self.counters or self.shards
+
+    def counter_shard(self, j: int) -> Keys:
+        """The keys of counter shard ``j`` (``0 <= j < counter_shards``): queue shard ``j``'s tag
+        when the counts agree."""
+        n = self.counter_shards
+        if not 0 <= j < n:
+            raise ValueError(f"counter shard {j} of a namespace with {n} counter shards")
+        return _all_shards(self.namespace, n)[j]
+
+    @property
+    def all_counter_shards(self) -> tuple[Keys, ...]:
+        """Every counter shard's keys, shard 0 first."""
+        return _all_shards(self.namespace, self.counter_shards)
+
     def for_torrent(self, info_hash: str) -> Keys:
         """The keys of the shard holding ``info_hash``'s queue state (``shard_of``)."""
         return self.shard(shard_of(info_hash, self.shards))
@@ -108,12 +131,13 @@ class Keys:
     @property
     def home(self) -> Keys:
         """The namespace's home: what every shard of the crawl shares."""
-        return Keys(self.namespace, self.shards)
+        return Keys(self.namespace, self.shards, counters=self.counters)
 
     @property
     def layout(self) -> str:
-        """STRING JSON ``{"shards": n}``: the crawl's layout, written by the first process
-        that opens a namespace (``crawler/layout.py``); ``reshard`` changes it."""
+        """STRING JSON ``{"shards": n, "counters": m}``: the crawl's layout, written by the first
+        process that opens a namespace (``crawler/layout.py``); ``reshard`` changes ``shards`` and
+        says ``"moving_to"`` while it runs."""
         return self._home("layout")
 
     # --- the queue (SPEC §1) ---------------------------------------------

@@ -11,6 +11,10 @@ that changes it (``peercrawl reshard``).
 A namespace written before layouts existed holds its queue under the home
 tag: that is the one-shard layout, and it is recorded as such (never as the
 configured count, which would hide the torrents already there).
+
+The layout also records the counters' shard count (``counters``): equal to
+the queue's for a new crawl, kept as it was by ``peercrawl reshard``. While
+a move runs (``moving_to``), no process starts.
 """
 
 from __future__ import annotations
@@ -23,8 +27,11 @@ from crawler.errors import SettingsError, StoreError
 from crawler.keys import Keys
 
 
-def read(client: redis.Redis, home: Keys) -> int | None:
-    """The namespace's recorded shard count, or None if it has none. Raises ``StoreError``."""
+def read(client: redis.Redis, home: Keys) -> dict | None:
+    """The namespace's recorded layout (``shards``, ``counters``, maybe ``moving_to``), or None.
+
+    Raises ``StoreError``.
+    """
     try:
         raw = client.get(home.layout)
     except redis.RedisError as e:
@@ -32,14 +39,23 @@ def read(client: redis.Redis, home: Keys) -> int | None:
     return None if raw is None else parse(raw)
 
 
-def parse(raw: bytes) -> int:
-    """The shard count of a stored layout; ``StoreError`` if it is not one."""
+def parse(raw: bytes) -> dict:
+    """A stored layout, checked; ``StoreError`` if it is not one."""
     try:
-        n = json.loads(raw)["shards"]
-        Keys("x", n)
-    except (ValueError, KeyError, TypeError) as e:
+        record = json.loads(raw)
+        record.setdefault("counters", record["shards"])
+        Keys("x", record["shards"], counters=record["counters"])
+        if record.get("moving_to") is not None:
+            Keys("x", record["moving_to"])
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise StoreError(f"the crawl's layout in Redis is damaged: {raw[:80]!r}") from e
-    return n
+    return record
+
+
+def keys_of(namespace: str, record: dict) -> Keys:
+    """The keys of a namespace laid out as ``record`` says."""
+    n, c = record["shards"], record["counters"]
+    return Keys(namespace, n, counters=0 if c == n else c)
 
 
 def _has_unsharded_queue(client: redis.Redis, home: Keys) -> bool:
@@ -58,13 +74,18 @@ def resolve(client: redis.Redis, namespace: str, configured: int | None) -> Keys
     if recorded is None:
         try:
             n = 1 if configured is None or _has_unsharded_queue(client, home) else configured
-            client.set(home.layout, json.dumps({"shards": n}), nx=True)
+            client.set(home.layout, json.dumps({"shards": n, "counters": n}), nx=True)
         except redis.RedisError as e:
             raise StoreError(f"recording the crawl's layout failed: {e}") from e
         recorded = read(client, home)
-    if configured is not None and configured != recorded:
+    if recorded.get("moving_to") is not None:
         raise SettingsError(
-            f"PEERCRAWL_QUEUE_SHARDS is {configured} but namespace {namespace!r} has {recorded} "
-            f"shard{'s' if recorded != 1 else ''}: unset it, or move the crawl with "
+            f"namespace {namespace!r} is being moved to {recorded['moving_to']} shards: wait for "
+            f"`peercrawl reshard --shards {recorded['moving_to']}` to finish (or run it again if it stopped)")
+    n = recorded["shards"]
+    if configured is not None and configured != n:
+        raise SettingsError(
+            f"PEERCRAWL_QUEUE_SHARDS is {configured} but namespace {namespace!r} has {n} "
+            f"shard{'s' if n != 1 else ''}: unset it, or move the crawl with "
             f"`peercrawl reshard --shards {configured}` (stop its workers first)")
-    return Keys(namespace, recorded)
+    return keys_of(namespace, recorded)

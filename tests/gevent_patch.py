@@ -68,5 +68,12 @@ def pytest_timeout_set_timer(item, settings):
     cancelled = _new_lock()
     cancelled.acquire()
     _start_thread(_expire, (item, settings, cancelled))
-    item.cancel_timeout = cancelled.release
+
+    def cancel() -> None:
+        # pytest-timeout cancels twice when a test fails (on the failure's
+        # report, then at the end of the test): the second is a no-op.
+        if cancelled.locked():
+            cancelled.release()
+
+    item.cancel_timeout = cancel
     return True

@@ -26,7 +26,7 @@ def test_a_crawl_from_before_layouts_is_one_shard_whatever_is_configured(client,
     client.zadd(Keys(namespace).cooling, {"ab" * 20: 0})
     with pytest.raises(SettingsError, match="has 1 shard"):
         layout.resolve(client, namespace, 16)
-    assert layout.read(client, Keys(namespace)) == 1
+    assert layout.read(client, Keys(namespace)) == {"shards": 1, "counters": 1}
 
 
 def test_the_largest_count_is_allowed_and_a_damaged_layout_is_named(client, namespace):

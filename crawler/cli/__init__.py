@@ -23,9 +23,9 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from crawler.cli import add, dashboard, export, flush, secret, stats, status, torrent
+    from crawler.cli import add, dashboard, export, flush, reshard, secret, stats, status, torrent
 
-    for mod in (add, status, torrent, stats, flush, secret, dashboard, export):
+    for mod in (add, status, torrent, stats, flush, secret, dashboard, export, reshard):
         cli.add_command(mod.command)
     try:
         from workers import cli as worker_cli

@@ -20,19 +20,24 @@ class Context:
     keys: Keys
 
 
-def open_context(records: bool = False, **overrides) -> Context:
+def open_context(records: bool = False, resolve_layout: bool = True, **overrides) -> Context:
     """Settings from the environment (flags in ``overrides``), logging, Redis.
 
     ``records``: the command records peers (worker, run), so the fingerprint
-    key must be usable before it does anything (SPEC §4). Raises
-    SettingsError or StoreError, which ``crawler.cli.main`` prints as one line.
+    key must be usable before it does anything (SPEC §4). ``resolve_layout``:
+    the keys carry the crawl's shard count (``crawler.layout``), which refuses
+    a conflicting ``PEERCRAWL_QUEUE_SHARDS`` or a move in progress; off, the
+    keys are the namespace's home alone (``reshard`` reads the layout itself).
+    Raises SettingsError or StoreError, which ``crawler.cli.main`` prints as
+    one line.
     """
     settings = Settings.from_env()
     if overrides:
         settings = settings.replace(**overrides)
     logs.configure(settings.log_level, settings.log_format)
     client = store.connect(settings)
-    keys = layout.resolve(client, settings.namespace, settings.queue_shards)
+    keys = (layout.resolve(client, settings.namespace, settings.queue_shards) if resolve_layout
+            else Keys(settings.namespace))
     if records:
         from crawler.counters.marks import load_secret
 
