@@ -26,6 +26,7 @@ def queue_report(queue: Queue, now: float) -> dict:
     view = QueueView(c, k)
     queue.trim_visit_buckets(now)
     report = view.counts(now)
+    report["shards"] = {"queue": k.shards, "counters": k.counter_shards}
     report["quarantined_torrents"] = view.quarantined(10) if report.get("quarantined") else []
     report["visits_last_hour"] = view.visits_since(3600, now)
     report["failed_visits_last_hour"] = view.visits_since(3600, now, failed=True)

@@ -11,6 +11,7 @@ from crawler import store
 from crawler.items import NewItem
 from crawler.keys import MAX_SHARDS, Keys
 from crawler.lifecycle import Queue
+from crawler.operations import queue_report
 from crawler.queue_view import QueueView
 from crawler.scoring import Outcome
 from tests.redis_cluster import redis_cluster  # noqa: F401 (fixture)
@@ -87,6 +88,8 @@ def test_the_largest_shard_count_holds_every_torrent_once(client, namespace, set
     minutes = (len({keys.for_torrent(l.info_hash) for l in leases[:1500]})
                + len({keys.for_torrent(l.info_hash) for l in leases[1500:]}))
     assert q.trim_visit_buckets(now=102 + 3 * 86400) == minutes
+    report = queue_report(q, 103)
+    assert report["shards"] == {"queue": MAX_SHARDS, "counters": MAX_SHARDS} and report["tracked"] == 3000
 
 
 def test_two_claimers_never_share_a_torrent_and_expired_leases_come_back_from_any_shard(

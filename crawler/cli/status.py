@@ -44,6 +44,8 @@ def _queue_table(con, r: dict) -> None:
         t.add_row(name.replace("_", " "), str(r.get(name)))
     for name, value in (r.get("capacity") or {}).items():
         t.add_row(name.replace("_", " "), str(value))
+    shards = r.get("shards") or {}
+    t.add_row("shards", f"{shards.get('queue')} queue, {shards.get('counters')} counters")
     con.print(t)
 
 
