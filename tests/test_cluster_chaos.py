@@ -1,0 +1,95 @@
+"""Chaos on a real Redis Cluster (SPEC §9): workers SIGKILLed at random and a master killed mid-crawl.
+
+Three worker processes crawl a sharded namespace (six shards: two per
+master) while the test SIGKILLs a worker every second or so and, half way,
+kills the master serving the most shards; its replica takes over after the
+cluster's node timeout and the workers wait for it. A last worker then
+drains whatever the dead ones held. Afterwards every torrent is tracked and
+visited, none is in flight, every counter equals the addresses announced,
+and StatHat got exactly the counters.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import subprocess
+import time
+
+import pytest
+
+from crawler.keys import Keys
+from tests.opentracker import opentracker  # noqa: F401 (fixture)
+from tests.redis_cluster import redis_cluster  # noqa: F401 (fixture)
+from tests.stathat_sink import StatHatSink
+from tests.test_cluster import cluster_ns, env  # noqa: F401 (fixtures)
+from tests.test_worker_e2e import PEERCRAWL, announce, counter, h, pc, pcj
+
+SHARDS = 6
+
+
+def _worker(env) -> subprocess.Popen:
+    return subprocess.Popen(PEERCRAWL + ["worker", "--concurrency", "3", "--duration", "60"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.slow
+def test_killed_workers_and_a_failed_over_master_lose_and_double_nothing(env, opentracker, redis_cluster):  # noqa: F811
+    hashes = [h(f"chaos{i}") for i in range(30)]
+    ot = opentracker(hashes)
+    announced = {ih: announce(ot, ih, 3 + i % 5, 8 * i) for i, ih in enumerate(hashes)}
+    ns = env["PEERCRAWL_NAMESPACE"]
+    with StatHatSink() as sink:
+        env.update(PEERCRAWL_TRACKERS=ot.udp_url, PEERCRAWL_REVISIT_SECONDS="1", PEERCRAWL_LEASE_SECONDS="3",
+                   PEERCRAWL_QUEUE_SHARDS=str(SHARDS), STATHAT_EZKEY="test-ez-key", STATHAT_URL=sink.url,
+                   PEERCRAWL_STATHAT_FAMILIES="countries,torrents", PEERCRAWL_FLUSH_SECONDS="1")
+        assert pcj(env, "add", *hashes)["added"] == 30
+        shards = Keys(ns, SHARDS).all_shards
+        per_master: dict[int, int] = {}
+        for k in shards:
+            per_master[redis_cluster.owner(k.ready)] = per_master.get(redis_cluster.owner(k.ready), 0) + 1
+        victim = max(per_master, key=per_master.get)
+        rng = random.Random(11)
+        procs = [_worker(env) for _ in range(3)]
+        kills, master_killed = 0, False
+        try:
+            end = time.monotonic() + 14
+            while time.monotonic() < end:
+                time.sleep(rng.uniform(0.5, 1.5))
+                if not master_killed and time.monotonic() > end - 9:
+                    redis_cluster.kill(victim)  # mid-crawl: its replica is promoted after the node timeout
+                    master_killed = True
+                    continue
+                i = rng.randrange(len(procs))
+                procs[i].send_signal(signal.SIGKILL)
+                procs[i].wait(5)
+                kills += 1
+                procs[i] = _worker(env)
+        finally:
+            for p in procs:
+                p.send_signal(signal.SIGKILL)
+                p.wait(5)
+        assert kills >= 5 and master_killed
+        redis_cluster.wait_healthy(seconds=60)
+        redis_cluster.restart(victim)  # it rejoins as the new master's replica
+        redis_cluster.wait_healthy(seconds=60, replicated=True)
+        assert victim not in redis_cluster.masters()
+        # the dead workers' leases expire; one last worker drains the queue
+        time.sleep(3.1)
+        env["PEERCRAWL_REVISIT_SECONDS"] = "3600"
+        pc(env, "worker", "--until-idle", "--concurrency", "6", timeout=120)
+        status = pcj(env, "status")
+        assert (status["tracked"], status["evicted"], status["in_flight"], status["ready"]) == (30, 0, 0, 0)
+        assert status["shards"]["queue"] == SHARDS and status["redis"]["healthy"]
+        torrents = counter(env, "torrents")
+        for ih, ips in announced.items():
+            t = pcj(env, "torrent", ih)
+            assert t["state"] == "cooling" and t["visits"] >= 1, t
+            assert torrents[f"torrents.{ih}.users"] == len(ips), ih
+        countries = counter(env, "countries")
+        every = set().union(*announced.values())
+        assert countries == {"countries.Germany.users": len(every)}
+        pc(env, "flush")
+        posted = sink.counts()
+        assert {m: posted.get(m) for m in countries} == countries
+        assert {m: posted.get(m) for m in torrents} == torrents
