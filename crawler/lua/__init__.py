@@ -137,13 +137,13 @@ def _on_node(node: redis.Redis, calls: list, wait: Wait | None, raise_on_error: 
         if wait is not None:
             pipe.execute_command("WAIT", wait.replicas, wait.timeout_ms)
         out = pipe.execute(raise_on_error=False)
-        if wait is not None:
-            wait.note(out[-1], _name(node))
         missing = []
         for i, reply in zip(todo, out):
             if isinstance(reply, NoScriptError):
                 missing.append(i)
             replies[i] = reply
+        if wait is not None and len(missing) < len(todo):  # a pass of NOSCRIPTs alone wrote nothing
+            wait.note(out[-1], _name(node))
         if not missing:
             break
         for script in {calls[i][0] for i in missing}:
