@@ -14,7 +14,7 @@ from crawler.counters.recorder import Recorder
 from crawler.errors import StoreError
 from crawler.keys import Keys
 from crawler.lifecycle import Queue
-from crawler.outage import Outage
+from crawler.outage import Outage, once
 from crawler.settings import Settings
 from crawler.sources.trackers import Trackers
 from crawler.stathat.flusher import Flusher
@@ -93,7 +93,8 @@ class Process:
     def close(self) -> None:
         """Close the sources and the metrics server (a Redis error at exit is logged, not raised)."""
         try:
-            self.trackers.close()
+            with once():  # at exit a Redis that is away is not waited for (SIGTERM's 25 s)
+                self.trackers.close()
         except (StoreError, OSError) as e:  # Redis gone at exit: health counts are best effort
             log.warning("trackers_close_failed", error=str(e))
         if self.dht is not None:
