@@ -136,11 +136,12 @@ class Outage:
     up (``PEERCRAWL_REDIS_WAIT_SECONDS``). ``armed``: False until the first
     contact succeeded (``store.connect`` arms it), so a wrong ``REDIS_URL``
     fails at once instead of after ``patience``. ``sleep(seconds)``: how a
-    waiting call pauses (``time.sleep``, gevent's once patched).
+    waiting call pauses (default ``time.sleep``, looked up at each pause so
+    gevent's patch applies whenever it came).
     """
 
     def __init__(self, where: str = "redis", patience: float = 60.0, *, armed: bool = True,
-                 sleep: Callable[[float], None] = time.sleep):
+                 sleep: Callable[[float], None] | None = None):
         self.where, self.patience, self.armed = where, patience, armed
         self._sleep = sleep
         self.since: float | None = None  # monotonic start of the outage under way
@@ -252,4 +253,4 @@ class Outage:
         if stop is not None:
             stop.wait(pause)
         else:
-            self._sleep(pause)
+            (self._sleep or time.sleep)(pause)

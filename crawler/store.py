@@ -200,10 +200,13 @@ class PatientPipeline:
         self._make, self._outage = make, outage
         self._pipe = make()
         self._queued: list[tuple[str, tuple, dict]] = []
+        self._watching = False
 
     def __getattr__(self, name):
         attr = getattr(self._pipe, name)
-        if not callable(attr) or name.startswith("_"):
+        if name == "watch":  # WATCH puts the pipeline in immediate mode: redis-py's own from here on
+            self._watching = True
+        if not callable(attr) or name.startswith("_") or self._watching:
             return attr
 
         def queue(*args, **kwargs):
@@ -223,12 +226,15 @@ class PatientPipeline:
         self.reset()
 
     def reset(self) -> None:
-        """Forget the queued commands."""
-        self._queued = []
+        """Forget the queued commands (and a WATCH)."""
+        self._queued, self._watching = [], False
         self._pipe.reset()
 
     def execute(self, raise_on_error: bool = True) -> list:
         """Send the queued commands; their replies (as redis-py's ``execute``)."""
+        if self._watching:  # an optimistic transaction: a retry is the caller's (WatchError)
+            self._watching = False
+            return self._pipe.execute(raise_on_error)
         queued, first = self._queued, [True]
         self._queued = []
 

@@ -283,3 +283,26 @@ def test_without_a_replica_wait_times_out_and_the_recording_stands(cluster_ns, r
     assert [e["event"] for e in logs] == ["replicas_behind"]
     assert client.get(key) == b"kept"
     client.delete(key)
+
+
+def test_the_cluster_clients_pipelines_behave_as_redis_pys(cluster_ns):  # noqa: F811
+    """Queued, reused after execute, in a MULTI, and in immediate mode after WATCH."""
+    ns, url = cluster_ns
+    client = store.connect(Settings(redis_url=url, secret=SECRET))
+    key = f"{{{ns}}}:pipe"
+    p = client.pipeline(transaction=False)
+    assert p.hset(key, "a", 1) is p and len(p) == 1
+    assert p.execute() == [1]
+    p.hget(key, "a").hlen(key)
+    assert p.execute() == [b"1", 1]
+    with client.pipeline(transaction=True) as t:
+        t.hincrby(key, "a", 2)
+        t.expire(key, 60)
+        assert t.execute() == [3, True]
+    with client.pipeline(transaction=True) as w:  # redis-py's cluster pipeline WATCHes only in a transaction
+        w.watch(key)
+        assert w.hget(key, "a") == b"3"  # immediate, as redis-py's
+        w.multi()
+        w.delete(key)
+        assert w.execute() == [1]
+    assert client.exists(key) == 0
