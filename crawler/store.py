@@ -36,7 +36,7 @@ from redis.exceptions import ReadOnlyError, RedisClusterException
 from redis.retry import Retry
 
 from crawler import logs
-from crawler.errors import StoreError
+from crawler.errors import StoreError, one_line
 from crawler.outage import Outage, Unavailable, nested, once, transient
 from crawler.settings import Settings
 from crawler.sources import redact
@@ -284,14 +284,23 @@ def is_cluster(client) -> bool:
 def node_infos(client, section: str) -> list[tuple[str, dict]]:
     """``(node, INFO section)`` of every node: one ``("redis", ...)`` off a cluster.
 
-    On a cluster, every node (masters and replicas) as ``host:port``, sorted.
-    Raises ``redis.RedisError``.
+    On a cluster, every node (masters and replicas) the client knows, as
+    ``host:port``, sorted; each asked once, without waiting: a node that
+    does not answer (down, or a failover under way) is
+    ``{"role": "unreachable", "error": ...}``. Raises ``redis.RedisError``
+    (off a cluster).
     """
     if not is_cluster(client):
         return [("redis", client.info(section))]
-    with once():  # a node down is the answer here, not a reason to wait
-        got = client.info(section, target_nodes=RedisCluster.ALL_NODES)
-    return sorted(got.items())
+    out = []
+    for node in client.get_nodes():
+        try:
+            with once():
+                info = client.get_redis_connection(node).info(section)
+        except redis.RedisError as e:
+            info = {"role": "unreachable", "error": one_line(str(e))}
+        out.append((node.name, info))
+    return sorted(out)
 
 
 def socket_path(data_dir: Path) -> Path:

@@ -230,9 +230,12 @@ def test_a_command_run_during_a_failover_waits_and_succeeds(env, redis_cluster, 
     restore.append(master)
     redis_cluster.kill(master)
     start = time.monotonic()
-    r = pc(dict(env, PEERCRAWL_LOG_FORMAT="json"), "add", h("during"), "--json")  # the slot has no master yet
-    assert json.loads(r.stdout)["added"] == 1
+    logged = dict(env, PEERCRAWL_LOG_FORMAT="json")
+    r = pc(logged, "status", "--json")  # the slot has no master yet
+    assert json.loads(r.stdout)["tracked"] == 1
     assert events(r.stderr).count("redis_unavailable") == 1 and events(r.stderr).count("redis_back") == 1
+    r = pc(logged, "add", h("during"), "--json")
+    assert json.loads(r.stdout)["added"] == 1
     assert time.monotonic() - start < 30
     assert pcj(env, "torrent", h("during"))["state"] == "ready"  # admitted, due at once
 
