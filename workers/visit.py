@@ -35,10 +35,11 @@ from dataclasses import dataclass
 
 import gevent
 
-from crawler import logs
+from crawler import logs, store
 from crawler.errors import StoreError
 from crawler.keys import Keys
 from crawler.lifecycle import Lease, Queue
+from crawler.outage import Outage
 from crawler.scoring import SourceCount, outcome
 from crawler.settings import Settings
 from crawler.sources import redact
@@ -73,11 +74,22 @@ class Visitor:
     ``trackers``: a ``crawler.sources.trackers.Trackers``; ``dht``: a
     ``DhtSource`` or None; ``recorder``: a ``crawler.counters.Recorder``.
     ``settings.tracker_floor``: seconds a tracker is left alone for a torrent
-    when it gave no min interval. ``visit`` raises only ``StoreError`` (Redis).
+    when it gave no min interval. ``outage``: the process's ``Outage``
+    (default: the one of ``queue.client``). ``visit`` raises only
+    ``StoreError`` (Redis).
+
+    Each Redis step of a visit waits for a Redis that went away, inside the
+    client (``crawler.outage``), for up to ``PEERCRAWL_REDIS_WAIT_SECONDS``;
+    past that the visit ends with ``StoreError`` and its lease expires.
+    Sending a step again is safe: the plan is a read, the trackers' min
+    intervals are overwritten, the recording's dedupe marks and the
+    completion's lease token make a second run count nothing.
     """
 
-    def __init__(self, queue: Queue, keys: Keys, settings: Settings, trackers, recorder, dht=None):
+    def __init__(self, queue: Queue, keys: Keys, settings: Settings, trackers, recorder, dht=None,
+                 outage: Outage | None = None):
         self.queue, self.keys, self.settings = queue, keys, settings
+        self.outage = outage or store.outage(queue.client) or Outage(patience=settings.redis_wait_seconds)
         self.trackers, self.recorder, self.dht = trackers, recorder, dht
         self._defaults = tuple(t.url for t in settings.trackers)
         self._hour, self._noted = -1, set()
@@ -203,7 +215,8 @@ class Visitor:
         try:
             return self.queue.claim(n)
         except StoreError as e:  # the worker's claim loop tries again
-            log.warning("claim_failed", error=str(e))
+            if not self.outage.failed(e, "claim"):
+                log.warning("claim_failed", error=str(e))
             return []
 
     def _processed(self, h: str, now: float) -> None:
