@@ -34,8 +34,11 @@ one interpreter would share one core. Each topology runs two phases:
   back in cooling (polled every 50 ms: ZCOUNT per shard).
 
 Per topology and phase: visits/s; per node, Redis CPU (INFO cpu, user + sys)
-per visit in ms, which queue shards it holds and whether it holds the
-namespace's home tag; the workers' CPU per visit (psutil). Per cluster: each
+per visit in ms, its busiest commands per visit (INFO commandstats: calls
+and microseconds), which queue shards it holds and whether it holds the
+namespace's home tag (what a node holds explains why it is hot); the
+workers' CPU per visit (psutil), and each node's idle CPU (1 s before the
+workload: the cluster's own chatter). Per cluster: each
 node's CPU per visit as a share of the single node's, against the target
 1.3 / masters; the cluster's total against the single node's; visits/s
 against the single node's (target >= 0.8). Memory, summed over masters:
@@ -390,7 +393,9 @@ def summary(runs: dict[str, list[dict]]) -> dict:
                                            for r in rs), strict=True)]
             masters = rs[0]["masters"] or 1
             shares = [round(x / b_total, 3) for x in nodes]
+            hottest = [max(r[ph]["redis_cpu_ms_per_visit_per_node"].items(), key=lambda x: x[1])[0] for r in rs]
             row[ph] = {
+                "hottest_node_holds": [r["placement"][port] for r, port in zip(rs, hottest, strict=True)],
                 "visits_per_s": rate, "visits_per_s_vs_single": bw.ratio(rate, b_rate, 3),
                 "target_visits_per_s_vs_single": TARGET_RATE,
                 "redis_cpu_ms_per_visit_total": total, "total_vs_single": bw.ratio(total, b_total, 3),
