@@ -374,8 +374,8 @@ def memory(mem: list[dict[int, int]], kinds: dict, n: int) -> dict:
 
 # --- the report -----------------------------------------------------------------------
 def med(xs):
-    """The median of ``xs`` (None when empty)."""
-    return statistics.median(xs) if xs else None
+    """The median of ``xs``, to 4 places (None when empty)."""
+    return round(statistics.median(xs), 4) if xs else None
 
 
 def summary(runs: dict[str, list[dict]]) -> dict:
