@@ -38,16 +38,17 @@ per visit in ms, its busiest commands per visit (INFO commandstats: calls
 and microseconds), which queue shards it holds and whether it holds the
 namespace's home tag (what a node holds explains why it is hot); the
 workers' CPU per visit (psutil), and each node's idle CPU (1 s before the
-workload: the cluster's own chatter). Per cluster: each
-node's CPU per visit as a share of the single node's, against the target
-1.3 / masters; the cluster's total against the single node's; visits/s
-against the single node's (target >= 0.8). Memory, summed over masters:
-``used_memory`` less client buffers and the script cache, after adding and
-after each phase, per torrent; and MEMORY USAGE of every key by kind (queue,
-counters, mark buckets, StatHat outbox, home), so bytes per mark record come
-from the buckets alone. Prints JSON; every ratio is against the ``single``
-run of the same invocation (with ``--rounds`` > 1, medians over rounds, the
-topologies' order alternating).
+workload: the cluster's own chatter). Per cluster: each node's CPU per
+visit as a share of the single node's, against the target 1.3 / masters;
+the cluster's total against the single node's; visits/s against the single
+node's (target >= 0.8). Memory, summed over masters: ``used_memory`` less
+client buffers, the script cache and the cluster bus links, after adding
+and after each phase, per torrent; and MEMORY USAGE of every key by kind
+(queue, counter indexes, mark buckets, StatHat outbox, home; any other key
+by its name's first part), so bytes per mark record come from the buckets
+alone. Prints JSON; every ratio is against the ``single`` run of the same
+invocation (with ``--rounds`` > 1, medians over rounds, the topologies'
+order alternating).
 
 On a 2-core machine the workers, opentracker and up to six Redis processes
 share the cores: visits/s is bound by CPU and says more about the machine
@@ -63,6 +64,7 @@ monkey.patch_all()
 import argparse
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -112,10 +114,22 @@ TOPOLOGIES = [("single", None, False), ("single-sharded", None, True), ("cluster
               ("cluster-3", 3, True), ("cluster-6", 6, True)]
 TARGET_SHARE = 1.3
 TARGET_RATE = 0.8
-# Kinds of keys (the first part of a key's name after its hash tag, keys.RESERVED).
+# Kinds of keys, by the first part of a key's name after its hash tag
+# (keys.RESERVED); any other part is reported as itself, and every part
+# apart as well (``memory_usage_by_part_bytes``).
 QUEUE = {"ready", "since", "cooling", "leases", "evicted", "tombstones", "held", "claims", "expiries",
          "quarantined", "quarantine", "t", "tr", "vh", "visits", "failedvisits", "mi"}
+HOME = {"workers", "w", "trackerhealth", "trackerused", "geoerrors", "announceport", "secret", "layout"}
 KINDS = {"mk": "marks", "ix": "counters", "sh": "stathat"}
+
+
+def kind_of(part: str) -> str:
+    """The kind of a key whose first part (after the hash tag) is ``part``."""
+    if part in QUEUE:
+        return "queue"
+    if part in HOME:
+        return "home"
+    return KINDS.get(part, part)
 
 
 # --- per node ----------------------------------------------------------------------
@@ -162,6 +176,7 @@ def placement(tp: Topology, keys: Keys) -> dict[int, dict]:
 def memory_by_kind(tp: Topology, keys: Keys) -> dict:
     """MEMORY USAGE of every key of the namespace, per kind, over every node; and the mark records."""
     by_kind: dict[str, int] = defaultdict(int)
+    by_part: dict[str, int] = defaultdict(int)
     per_node: dict[int, dict[str, int]] = {}
     buckets = records = 0
     for port, c in tp.nodes.items():
@@ -180,11 +195,12 @@ def memory_by_kind(tp: Topology, keys: Keys) -> dict:
         records += sum(p.execute() if marks else []) // RECORD
         for ps, size in zip(parts, sizes, strict=True):
             first = ps[0].decode()
-            kind = "queue" if first in QUEUE else KINDS.get(first, "home")
-            node[kind] += size or 0
-            by_kind[kind] += size or 0
+            node[kind_of(first)] += size or 0
+            by_kind[kind_of(first)] += size or 0
+            by_part[first] += size or 0
         per_node[port] = dict(node)
-    return {"bytes": dict(by_kind), "bytes_per_node": per_node, "mark_buckets": buckets, "mark_records": records}
+    return {"bytes": dict(by_kind), "bytes_by_part": dict(by_part), "bytes_per_node": per_node,
+            "mark_buckets": buckets, "mark_records": records}
 
 
 # --- the workers ---------------------------------------------------------------------
@@ -369,6 +385,7 @@ def memory(mem: list[dict[int, int]], kinds: dict, n: int) -> dict:
         "mark_records_per_bucket": round(records / max(kinds["mark_buckets"], 1), 2),
         "bytes_per_mark_record": round(marks / max(records, 1), 1),
         "memory_usage_by_kind_per_node": kinds["bytes_per_node"],
+        "memory_usage_by_part_bytes": kinds["bytes_by_part"],
     }
 
 
@@ -453,9 +470,13 @@ def main() -> None:
             order = TOPOLOGIES if r % 2 == 0 else TOPOLOGIES[::-1]
             for name, masters, sharded in order:
                 runs[name].append(run_topology(name, masters, a.shards if sharded else 1, a, hashes, ot, sink, db, tmp))
+    except BaseException:
+        print(f"bench_cluster failed; the workers' logs are kept in {tmp / 'logs'}", file=sys.stderr)
+        raise
     finally:
         sink.close()
         ot.stop()
+    shutil.rmtree(tmp, ignore_errors=True)
     out["summary"] = summary(runs)
     out["runs"] = runs
     out["bench_seconds"] = round(time.monotonic() - t_start, 1)
