@@ -69,6 +69,11 @@ HEALTH_CHECK_SECONDS = 30
 QUICK_RETRIES = 2
 QUICK_BACKOFF = ExponentialWithJitterBackoff(base=0.05, cap=0.5)
 
+# Connections one process opens to each cluster node at most, and how long a
+# greenlet waits for a free one before its call fails.
+CLUSTER_NODE_CONNECTIONS = 256
+CONNECTION_WAIT_SECONDS = 20.0
+
 _users: dict[Path, int] = {}  # data dir -> fd holding this process's shared lock
 
 
@@ -271,7 +276,14 @@ def _remote(url: str, lost: Outage, **kwargs) -> redis.Redis:
         return client
     client.close()
     try:
-        return PatientCluster.from_url(url, outage=lost, retry=Retry(QUICK_BACKOFF, QUICK_RETRIES), **kwargs)
+        # A blocking pool per node: past its connections a greenlet waits for a
+        # free one (redis-py's default pool raises MaxConnectionsError at 100,
+        # which would read as an outage); a single Redis's worker gets the same
+        # from workers.connections.
+        return PatientCluster.from_url(url, outage=lost, retry=Retry(QUICK_BACKOFF, QUICK_RETRIES),
+                                       connection_pool_class=redis.BlockingConnectionPool,
+                                       max_connections=CLUSTER_NODE_CONNECTIONS, timeout=CONNECTION_WAIT_SECONDS,
+                                       **kwargs)
     except RedisClusterException as e:
         raise redis.ConnectionError(str(e)) from e
 

@@ -133,3 +133,24 @@ def test_status_shows_a_single_redis_as_one_node(test_env):
     assert (status["redis"]["cluster"], status["redis"]["healthy"], node["node"], node["role"]) == (
         False, True, "redis", "master")
     assert node["used_memory_bytes"] > 0 and node["cpu_s"] > 0
+
+
+def test_many_greenlets_wait_for_a_cluster_connection_instead_of_failing(cluster_ns):
+    import gevent
+
+    ns, url = cluster_ns
+    client = store.connect(Settings(redis_url=url, secret=SECRET))
+    key = Keys(ns).scratch("conns")
+
+    def slow_call():
+        # a Lua busy-wait holds its connection ~20 ms: 300 at once need more connections than a pool gives
+        client.eval("local t = redis.call('TIME'); local e = t[1] * 1000000 + t[2] + 20000; "
+                    "repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] >= e; "
+                    "return redis.call('INCR', KEYS[1])", 1, key)
+
+    jobs = [gevent.spawn(slow_call) for _ in range(300)]
+    gevent.joinall(jobs, timeout=60)
+    assert all(j.ready() for j in jobs) and [j.exception for j in jobs if j.exception] == []
+    assert int(client.get(key)) == 300
+    assert store.outage(client).outages == 0  # waited for a connection, not taken for a Redis gone away
+    client.close()
