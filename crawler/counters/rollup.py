@@ -1,0 +1,158 @@
+"""Counter totals of a crawl of several shards: exact sums kept by a crash-safe rollup (SPEC §4, §9).
+
+Why: with several shards, an IP's marks and counts live in its shard
+(``keys.shard_of_fingerprint``), so a counter's value is the sum of its
+shards' parts. A ranking of sums cannot be read exactly from each shard's
+own top ``k`` (a name tenth in every shard may be first overall), and a
+threshold merge degenerates into reading every member when counts are flat
+(a million torrents of one user each): see docs/metrics.md for the figures.
+So the sums are kept, sharded by NAME (``keys.total_shard``): every name's
+total lives in one shard, and a ranking is each shard's first ``k`` merged,
+which is exact because the shards hold disjoint names.
+
+How: record.lua adds each increment to its shard's rollup outbox in the
+same atomic step as the shard's counters. ``Rollup.settle`` moves every
+shard's outbox into flight under a batch number (``rollup_take.lua``), cuts
+it into chunks by the shard holding each name's total, adds each chunk to
+that shard's totals at most once (``rollup_fold.lua`` keeps, per source
+shard, the last chunk it added), then ends the batch (``rollup_done.lua``).
+Nothing is leased: a reader that dies mid-batch leaves it in flight and the
+next one adds the chunks not yet added; two readers adding one batch add
+each chunk once. ``stats``, ``export`` and the dashboard settle before they
+read, so they see every visit recorded before they started; the workers
+settle each flush cycle (``Recorder.sweep``) to keep the outboxes short.
+
+With one shard none of this exists: the shard's indexes are the totals.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import redis
+
+from crawler.counters.names import LIFETIME, hashed
+from crawler.errors import StoreError
+from crawler.keys import Keys, total_shard
+from crawler.lua import register, run_pipelined
+
+# Increments one rollup_fold.lua call adds (~1 µs each: a call holds Redis ~1 ms).
+FOLD_CHUNK = 1000
+# Rounds of settle: a batch found in flight may hide an outbox written before
+# the settle began; the second round takes that outbox (or finds it taken by
+# another reader, and adds that batch), so two rounds see everything.
+SETTLE_ROUNDS = 2
+
+
+def sharded(keys: Keys) -> bool:
+    """Whether the crawl of ``keys`` keeps totals (more than one shard)."""
+    return keys.shards > 1
+
+
+def index_keys(keys: Keys, period: str, scope: tuple[str, ...]) -> list[str]:
+    """The keys that together hold the index ``scope`` of ``period``, each name in one of them.
+
+    One shard: its index. Several: the totals' shards holding it (every
+    shard for the ``torrents`` family, whose names are spread; one for the
+    others).
+    """
+    if not sharded(keys):
+        return [keys.index(period, scope)]
+    if scope[0] == "torrents" and not hashed(scope):
+        return [s.total(period, scope) for s in keys.all_shards]
+    return [keys.shard(total_shard(scope, "", keys.shards)).total(period, scope)]
+
+
+def member_key(keys: Keys, period: str, scope: tuple[str, ...], member: str) -> str:
+    """The one key holding ``member``'s count in the index ``scope`` of ``period``."""
+    if not sharded(keys):
+        return keys.index(period, scope)
+    return keys.shard(total_shard(scope, member, keys.shards)).total(period, scope)
+
+
+class Rollup:
+    """Adds every shard's rollup outbox to the totals (module note). ``keys``: the home ``Keys``."""
+
+    def __init__(self, client: redis.Redis, keys: Keys):
+        self.client, self.home = client, keys.home
+        self.shards = keys.all_shards
+        self._take = register(client, "rollup_take", package=__package__)
+        self._fold = register(client, "rollup_fold", package=__package__)
+        self._done = register(client, "rollup_done", package=__package__)
+
+    def settle(self) -> int:
+        """Add every increment recorded before this call to the totals; returns increments added.
+
+        Raises ``StoreError`` if Redis fails (what was added stays added; the
+        rest is added by the next settle).
+        """
+        pending = list(range(len(self.shards)))
+        added = 0
+        try:
+            for _ in range(SETTLE_ROUNDS):
+                if not pending:
+                    break
+                taken = self._take_all(pending)
+                added += self._fold_all(taken)
+                pending = [i for i, _, recovered, _ in taken if recovered]
+        except redis.RedisError as e:
+            raise StoreError(f"adding the shards' counters to the totals failed: {e}") from e
+        return added
+
+    def _take_all(self, shards: list[int]) -> list[tuple[int, int, bool, list]]:
+        """``(shard, batch, recovered, flat fields and counts)`` of each of ``shards`` with a batch."""
+        calls = [(self._take, [s.rollup_outbox, s.rollup_in_flight, s.rollup_seq], [])
+                 for s in (self.shards[i] for i in shards)]
+        got = run_pipelined(self.client, calls) if len(calls) > 1 else [calls[0][0](keys=calls[0][1], args=[])]
+        return [(i, int(r[0]), bool(r[1]), r[2]) for i, r in zip(shards, got) if r[0]]
+
+    def _fold_all(self, taken: list) -> int:
+        """Add the batches ``taken`` to the totals chunk by chunk, then end them."""
+        if not taken:
+            return 0
+        folds, months, added = [], set(), 0
+        for src, batch, _, flat in taken:
+            by_target: dict[int, list] = defaultdict(list)
+            for i in range(0, len(flat), 2):
+                period, scope, member = _parse(flat[i])
+                by_target[total_shard(scope, member, len(self.shards))].append(
+                    (period, scope, member, int(flat[i + 1])))
+                if period != LIFETIME:
+                    months.add(period)
+                added += int(flat[i + 1])
+            for target in sorted(by_target):
+                folds += self._folds(src, batch, target, sorted(by_target[target]))
+        if months:
+            self.client.sadd(self.home.total_months, *sorted(months))
+        if folds:
+            run_pipelined(self.client, folds)
+        run_pipelined(self.client, [(self._done, [self.shards[src].rollup_in_flight, self.shards[src].rollup_seq],
+                                     [batch]) for src, batch, _, _ in taken])
+        return added
+
+    def _folds(self, src: int, batch: int, target: int, rows: list) -> list:
+        """The rollup_fold.lua calls adding ``rows`` (sorted: every reader cuts them alike) to ``target``."""
+        shard = self.shards[target]
+        calls = []
+        for c, first in enumerate(range(0, len(rows), FOLD_CHUNK), 1):
+            keys, kinds, numbers, args = [shard.rollup_applied], [], {}, []
+            for period, scope, member, n in rows[first : first + FOLD_CHUNK]:
+                k = numbers.get((period, scope))
+                if k is None:
+                    keys.append(shard.total(period, scope))
+                    kinds.append("h" if hashed(scope) else "z")
+                    k = numbers[(period, scope)] = len(keys) - 1
+                args += [k, member, n]
+            calls.append((self._fold, keys, [src, batch * 65536 + c, "".join(kinds), *args]))
+        return calls
+
+
+def _parse(field: bytes) -> tuple[str, tuple[str, ...], str]:
+    """``(period, scope, member)`` of a rollup outbox field (u16 length, ``<period>:<scope>``, member).
+
+    A name holding ``:`` splits into more scope parts, which ``Keys.total``
+    and ``total_shard`` join back into the same text.
+    """
+    n = int.from_bytes(field[:2], "big")
+    period, *scope = field[2 : 2 + n].decode("utf-8").split(":")
+    return period, tuple(scope), field[2 + n :].decode("utf-8")
