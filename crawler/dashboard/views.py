@@ -180,14 +180,17 @@ class Views:
         ]
 
     def outbox(self) -> dict:
-        """StatHat backlog: stats waiting in the outbox and in the batch being posted."""
+        """StatHat backlog: stats waiting in the outboxes and in the batches being posted, summed over
+        the shards (a stat owed by two shards counts twice)."""
         p = self.client.pipeline(transaction=False)
-        p.hlen(self.keys.outbox)
-        p.hlen(self.keys.outbox_in_flight)
+        for shard in self.keys.all_shards:
+            p.hlen(shard.outbox)
+            p.hlen(shard.outbox_in_flight)
         try:
-            waiting, in_flight = p.execute()
+            got = p.execute()
         except redis.RedisError as e:
             raise StoreError(f"reading the StatHat outbox failed: {e}") from e
+        waiting, in_flight = sum(got[0::2]), sum(got[1::2])
         return {"enabled": self.settings.stathat_ezkey is not None, "stats_waiting": waiting,
                 "stats_in_flight": in_flight}
 
