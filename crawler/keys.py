@@ -315,6 +315,12 @@ class Keys:
         return self._k("rx", "seq")
 
     @property
+    def rollup_taken(self) -> str:
+        """STRING: Redis ms when the rollup batch in flight was taken (``rx:taken``); the
+        workers' settle leaves a younger batch to the reader adding it."""
+        return self._k("rx", "taken")
+
+    @property
     def rollup_applied(self) -> str:
         """HASH source shard -> ``batch * 65536 + chunk``: the last chunk of each shard's rollup
         batches added to this shard's totals (``rx:applied``), so a retried chunk adds nothing."""

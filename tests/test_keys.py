@@ -56,6 +56,7 @@ LAYOUT = {
     "rollup_outbox": (K.rollup_outbox, "{ns}:rx:outbox", "`{ns}:rx:outbox`"),
     "rollup_in_flight": (K.rollup_in_flight, "{ns}:rx:inflight", "`{ns}:rx:inflight`"),
     "rollup_seq": (K.rollup_seq, "{ns}:rx:seq", "`{ns}:rx:seq`"),
+    "rollup_taken": (K.rollup_taken, "{ns}:rx:taken", "`{ns}:rx:taken`"),
     "rollup_applied": (K.rollup_applied, "{ns}:rx:applied", "`{ns}:rx:applied`"),
     "outbox": (K.outbox, "{ns}:sh:outbox", "`{ns}:sh:outbox`"),
     "outbox_in_flight": (K.outbox_in_flight, "{ns}:sh:inflight", "`{ns}:sh:inflight`"),

@@ -352,7 +352,7 @@ class Recorder:
         except redis.RedisError as e:
             raise StoreError(f"sweeping dedupe marks failed: {e}") from e
         if self.rollup is not None:
-            self.rollup.settle()
+            self.rollup.settle(everything=False)
         return removed
 
 

@@ -33,11 +33,14 @@ import redis
 
 from crawler.counters.names import LIFETIME, hashed
 from crawler.errors import StoreError
-from crawler.keys import Keys, total_shard
+from crawler.keys import Keys, shard_of, total_shard
 from crawler.lua import register, run_pipelined
 
 # Increments one rollup_fold.lua call adds (~1 µs each: a call holds Redis ~1 ms).
 FOLD_CHUNK = 1000
+# A batch in flight younger than this is left to its reader by the workers'
+# settle (a reader adds ~50,000 increments a second: seconds for any backlog).
+BUSY_MS = 30_000
 # Rounds of settle: a batch found in flight may hide an outbox written before
 # the settle began; the second round takes that outbox (or finds it taken by
 # another reader, and adds that batch), so two rounds see everything.
@@ -80,46 +83,60 @@ class Rollup:
         self._fold = register(client, "rollup_fold", package=__package__)
         self._done = register(client, "rollup_done", package=__package__)
 
-    def settle(self) -> int:
+    def settle(self, everything: bool = True) -> int:
         """Add every increment recorded before this call to the totals; returns increments added.
 
-        Raises ``StoreError`` if Redis fails (what was added stays added; the
-        rest is added by the next settle).
+        ``everything``: also add batches other readers are adding (``stats``
+        needs them all). False (the workers' housekeeping): leave a batch
+        taken less than ``BUSY_MS`` ago to its reader, so workers settling at
+        once do not all redo one batch. Raises ``StoreError`` if Redis fails
+        (what was added stays added; the rest is added by the next settle).
         """
         pending = list(range(len(self.shards)))
+        fresh = 0 if everything else BUSY_MS
         added = 0
         try:
             for _ in range(SETTLE_ROUNDS):
                 if not pending:
                     break
-                taken = self._take_all(pending)
+                taken = self._take_all(pending, fresh)
                 added += self._fold_all(taken)
                 pending = [i for i, _, recovered, _ in taken if recovered]
         except redis.RedisError as e:
             raise StoreError(f"adding the shards' counters to the totals failed: {e}") from e
         return added
 
-    def _take_all(self, shards: list[int]) -> list[tuple[int, int, bool, list]]:
-        """``(shard, batch, recovered, flat fields and counts)`` of each of ``shards`` with a batch."""
-        calls = [(self._take, [s.rollup_outbox, s.rollup_in_flight, s.rollup_seq], [])
+    def _take_all(self, shards: list[int], fresh: int = 0) -> list[tuple[int, int, bool, list]]:
+        """``(shard, batch, recovered, flat fields and counts)`` of each of ``shards`` with a batch to add."""
+        calls = [(self._take, [s.rollup_outbox, s.rollup_in_flight, s.rollup_seq, s.rollup_taken], [fresh])
                  for s in (self.shards[i] for i in shards)]
-        got = run_pipelined(self.client, calls) if len(calls) > 1 else [calls[0][0](keys=calls[0][1], args=[])]
-        return [(i, int(r[0]), bool(r[1]), r[2]) for i, r in zip(shards, got) if r[0]]
+        if len(calls) == 1:
+            got = [calls[0][0](keys=calls[0][1], args=calls[0][2])]
+        else:
+            got = run_pipelined(self.client, calls)
+        return [(i, int(r[0]), bool(r[1]), r[2]) for i, r in zip(shards, got) if r[0] > 0]
 
     def _fold_all(self, taken: list) -> int:
         """Add the batches ``taken`` to the totals chunk by chunk, then end them."""
         if not taken:
             return 0
+        n = len(self.shards)
+        tails: dict = {}  # index tail -> (period, scope, its one target or None: by member)
         folds, months, added = [], set(), 0
         for src, batch, _, flat in taken:
             by_target: dict[int, list] = defaultdict(list)
             for i in range(0, len(flat), 2):
-                period, scope, member = _parse(flat[i])
-                by_target[total_shard(scope, member, len(self.shards))].append(
-                    (period, scope, member, int(flat[i + 1])))
-                if period != LIFETIME:
-                    months.add(period)
-                added += int(flat[i + 1])
+                f = flat[i]
+                end = 2 + ((f[0] << 8) | f[1])
+                info = tails.get(f[2:end])
+                if info is None:
+                    info = tails[f[2:end]] = _tail(f[2:end], n)
+                    if info[0] != LIFETIME:
+                        months.add(info[0])
+                member, c = f[end:].decode("utf-8"), int(flat[i + 1])
+                target = info[2] if info[2] is not None else shard_of(member, n)
+                by_target[target].append((info[0], info[1], member, c))
+                added += c
             for target in sorted(by_target):
                 folds += self._folds(src, batch, target, sorted(by_target[target]))
         if months:
@@ -147,12 +164,14 @@ class Rollup:
         return calls
 
 
-def _parse(field: bytes) -> tuple[str, tuple[str, ...], str]:
-    """``(period, scope, member)`` of a rollup outbox field (u16 length, ``<period>:<scope>``, member).
+def _tail(tail: bytes, shards: int) -> tuple[str, tuple[str, ...], int | None]:
+    """``(period, scope, target shard)`` of an index tail ``<period>:<scope>`` of the rollup outbox;
+    the target is None for the ``torrents`` family's indexes, whose names are spread by member.
 
     A name holding ``:`` splits into more scope parts, which ``Keys.total``
     and ``total_shard`` join back into the same text.
     """
-    n = int.from_bytes(field[:2], "big")
-    period, *scope = field[2 : 2 + n].decode("utf-8").split(":")
-    return period, tuple(scope), field[2 + n :].decode("utf-8")
+    period, *scope = tail.decode("utf-8").split(":")
+    scope_t = tuple(scope)
+    spread = scope_t[0] == "torrents" and not hashed(scope_t)
+    return period, scope_t, None if spread else total_shard(scope_t, "", shards)
