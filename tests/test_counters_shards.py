@@ -10,6 +10,7 @@ twice; and rankings over many names stay exact.
 from __future__ import annotations
 
 import calendar
+import ipaddress
 import os
 import random
 import signal
@@ -139,6 +140,33 @@ def test_an_ips_marks_and_counts_stay_in_its_shard(client, namespace, settings, 
     # the home keeps no counter of its own
     assert not client.exists(keys.index("all", ("torrents",)))
     assert rec.record_visit(TORRENTS[0], POOL[:200], T0 + 60) == 0
+    # the probe answers per IP in the visit's order, whatever shard each went to
+    located = [(ipaddress.ip_address(ip).packed, locator.locate(ip)) for ip in POOL[190:210]]
+    assert rec.probe(TORRENTS[0], located, T0 + 60) == "0" * 10 + "1" * 10
+    one = Recorder(client, Keys(namespace + "-one"), settings, locator)
+    try:
+        one.record_visit(TORRENTS[0], POOL[:200], T0)
+        assert one.probe(TORRENTS[0], located, T0 + 60) == rec.probe(TORRENTS[0], located, T0 + 60)
+    finally:
+        delete_namespace(client, namespace + "-one")
+
+
+def test_the_sweep_walks_every_shards_buckets(client, namespace, settings, locator):
+    keys = Keys(namespace, 3)
+    rec = Recorder(client, keys, settings, locator, mark_buckets=48)  # 16 per shard
+    rec.record_visit(TORRENTS[0], POOL[:300], T0)
+    rec.record_visit(TORRENTS[1], POOL[:300], T0 + 40 * 86400)  # the first visit's marks expire
+
+    def marks():
+        return sum(client.strlen(k) // 12 for s in keys.all_shards for k in client.scan_iter(match=s.mark_buckets_match))
+
+    before = marks()
+    removed = 0
+    for _ in range(4):  # 4 x 12 buckets: each of the 48 once
+        removed += rec.sweep(budget=12, now=T0 + 40 * 86400)
+    assert removed > 0 and marks() == before - removed
+    assert rec.sweep(budget=48, now=T0 + 40 * 86400) == 0
+    assert index_count(client, keys, "all", ("torrents",), TORRENTS[1]) == 300
 
 
 def test_a_rollup_that_dies_mid_batch_adds_each_increment_once(client, namespace, settings, locator):

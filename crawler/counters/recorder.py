@@ -14,6 +14,17 @@ bounded time (other clients' commands run between them). A crash between
 batches leaves every finished batch counted and the rest not: a retry counts
 exactly the rest (its pairs' marks are already there).
 
+Shards (SPEC §9): with several, each distinct IP of a visit belongs to the
+counter shard of its keyed fingerprint (``keys.shard_of_fingerprint``); its
+marks, its counters' parts and its StatHat increments live there, so the
+shards' parts add up exactly. A visit's IPs are split by shard and each
+shard gets its own probe.lua and record.lua calls with that shard's keys
+only (one slot per call); every shard's calls still go in one pipeline (the
+probe round trip, then the record round trip). record.lua then also writes
+the shard's rollup outbox, which ``rollup.Rollup`` adds to the totals that
+``stats`` reads. With one shard none of this costs anything: shard 0 is the
+home and the calls are exactly those of a single Redis.
+
 The calls' arguments are built in ``calls`` (a place's part of them in
 ``places``); the locator's read errors are published by ``geo_errors``.
 """
@@ -53,7 +64,9 @@ SWEEP_CALL_BUCKETS = 64
 class Recorder:
     """Records visits' peers into the §4 counters.
 
-    ``client``: a redis-py client; ``keys``: the namespace's ``Keys``;
+    ``client``: a redis-py client; ``keys``: the namespace's home ``Keys``
+    (its ``all_shards`` are the counter shards; ``mark_buckets`` is the
+    crawl's total, split evenly among them);
     ``settings``: uses ``secret``, ``redis_url`` and ``data_dir`` (the key,
     ``marks.load_secret``: may raise ``SettingsError``), ``dedupe_seconds``,
     ``stathat_ezkey`` and ``stathat_families``. ``locator``: a ``geo.Locator`` (default: one built

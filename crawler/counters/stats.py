@@ -8,6 +8,12 @@ ZREVRANGE per country the lifetime ``countries`` index knows, a few hundred
 at most). Nothing scans the keyspace, so it stays fast with millions of
 counters.
 
+With several counter shards (SPEC §9) a counter is a sum of shards' parts;
+rankings read the totals (``rollup``: sums sharded by name, settled first),
+where each name lives in one shard, so merging each shard's first N is exact:
+one ZREVRANGE per shard holding the index (every shard for the ``torrents``
+family, one for the others). ``index_count`` sums the parts directly.
+
 Order: largest count first; equal counts by name (the index member's bytes:
 the torrent's hash, the place name; across countries the country's name
 first). The cut at ``limit`` honours that order exactly: when the last
