@@ -46,14 +46,16 @@ FILES = {
 }
 
 
-def months_with_counters(client: redis.Redis, keys: Keys, now: float | None = None) -> list[str]:
+def months_with_counters(client: redis.Redis, keys: Keys, now: float | None = None, settled: bool = False) -> list[str]:
     """The months (``YYYY-MM``, newest first, up to ``MONTHS_BACK`` back) that have month counters.
 
-    With several shards: the months of the totals, settled first (``counters.rollup``).
+    With several shards: the months of the totals, settled first (``counters.rollup``)
+    unless ``settled`` (the caller just did).
     """
     now = time.time() if now is None else now
     if sharded(keys):
-        Rollup(client, keys).settle()
+        if not settled:
+            Rollup(client, keys).settle()
         try:
             have = {m.decode() for m in client.smembers(keys.home.total_months)}
         except redis.RedisError as e:

@@ -28,6 +28,7 @@ from crawler.counters import Recorder, top
 from crawler.counters.names import FAMILIES
 from crawler.counters.rollup import Rollup
 from crawler.counters.stats import index_count
+from crawler.dashboard.views import Views
 from crawler.export import export
 from crawler.keys import Keys, total_shard
 from crawler.settings import Settings
@@ -98,8 +99,11 @@ def crawl(client, namespace, shards, settings, locator, sink_url, tmp_path) -> d
     out = tmp_path / f"export-{shards}"
     rows = export(client, keys, out, now=MONTH2 + 86400)
     files = {p.name: p.read_text() for p in sorted(out.iterdir())}
+    v = Views(client, keys, s)
+    pages = [v.overview(), v.overview(month="2024-06"), v.country("Germany"), v.months_by_country(),
+             v.torrent(TORRENTS[1]), v.months(now=MONTH2)]
     return {"news": news, "top3": every_ranking(client, keys, 3), "top": every_ranking(client, keys, 1000),
-            "rows": rows, "files": files}
+            "rows": rows, "files": files, "pages": pages}
 
 
 def test_one_three_and_1024_shards_give_the_same_stats_export_and_stathat(
@@ -117,7 +121,7 @@ def test_one_three_and_1024_shards_give_the_same_stats_export_and_stathat(
     assert sum(one["news"]) > 0 and one["rows"]["torrent_cities"] > 0
     assert len(one["top"][("cities", "2024-06")]) > 0
     for shards in (3, 1024):
-        for part in ("news", "top3", "top", "rows", "files"):
+        for part in ("news", "top3", "top", "rows", "files", "pages"):
             assert got[shards][part] == one[part], (shards, part)
         assert sinks[shards] == sinks[1], shards
     counts = sinks[1][0]
@@ -295,5 +299,5 @@ def test_every_counter_call_keeps_to_one_slot_on_a_cluster(cluster, client, name
     with StatHatSink() as sink:
         single = crawl(client, namespace, 1, settings, locator, sink.url, tmp_path)
         single["stathat"] = Counter(sink.counts())
-    for part in ("news", "top3", "top", "rows", "files", "stathat"):
+    for part in ("news", "top3", "top", "rows", "files", "pages", "stathat"):
         assert on_cluster[part] == single[part], part

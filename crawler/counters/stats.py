@@ -41,6 +41,7 @@ def top(
     country: str | None = None,
     month: str | None = None,
     limit: int = 20,
+    settled: bool = False,
 ) -> list[dict]:
     """The largest counters of ``family`` as ``[{"metric", "count"}]``, largest first.
 
@@ -49,7 +50,8 @@ def top(
     the answer is that one counter, if it exists. ``month`` (``YYYY-MM``)
     reads the month counters, whose metric names end in ``.<YYYY-MM>``.
     Equal counts are ordered by name. ``keys``: the home ``Keys``; with
-    several shards the totals are settled first (``rollup``), then read.
+    several shards the totals are settled first (``rollup``), then read;
+    ``settled``: the caller just settled them (a page of many rankings).
     Raises ``ValueError`` on bad arguments, ``StoreError`` if Redis fails.
     """
     if limit < 1:
@@ -57,7 +59,7 @@ def top(
     q = query_for(family, torrent, country)
     period = LIFETIME if month is None else check_month(month)
     suffix = "" if month is None else "." + month
-    if sharded(keys):
+    if sharded(keys) and not settled:
         Rollup(client, keys).settle()
     try:
         if q.across_countries:
