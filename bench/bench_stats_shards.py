@@ -17,6 +17,10 @@ the same ranking read from one shard (one ZSET of the sums) in the same run:
 - ``naive``: each shard's first 20, summed and merged: fast and wrong; its
   exactness is reported.
 
+And what sharding costs the recording: visits of 200 new (then seen)
+peers per second with 16 and 1,024 shards against one shard, in interleaved
+rounds (``recording``; the rollup outbox and the extra calls per shard).
+
 Two distributions of ``--names`` names (info-hashes): ``skewed`` (Zipf-like
 counts, each name in 1-4 shards) and ``flat`` (every name counted once, in
 one shard: the worst case of any read-time merge).
@@ -28,6 +32,7 @@ Prints JSON: seconds per read (median of ``--reads``) and ratios to the baseline
 from __future__ import annotations
 
 import argparse
+import gc
 import heapq
 import json
 import random
@@ -42,9 +47,12 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from crawler.counters import top  # noqa: E402
+from bench_counters import NOW, make_visits  # noqa: E402
+
+from crawler.counters import Recorder, top  # noqa: E402
 from crawler.counters.rollup import Rollup  # noqa: E402
 from crawler.keys import Keys, total_shard  # noqa: E402
+from crawler.settings import Settings  # noqa: E402
 from tests.namespaces import delete_namespace  # noqa: E402
 
 LIMIT = 20
@@ -161,10 +169,16 @@ def run(client: redis.Redis, n: int, shards: int, flat: bool, reads: int, ta_bud
         parts, sums = names_and_parts(rng, n, shards, flat)
         truth = sorted(sums.items(), key=lambda kv: (-kv[1], kv[0]))[:LIMIT]
         load(client, parts, sums, one, many)
+        load_totals(client, sums, wide)
+        n_parts, total = len(parts), sum(sums.values())
+        # Millions of live tuples make each full collection of Python's GC take
+        # ~100 ms, which a `stats` process (holding none) never pays.
+        del parts, sums
+        gc.collect()
+        gc.freeze()
         t = time.perf_counter()
         added = Rollup(client, many).settle()
         settle_s = time.perf_counter() - t
-        load_totals(client, sums, wide)
 
         def rows(keys):
             return [(r["metric"].split(".")[1], r["count"]) for r in top(client, keys, "torrents", limit=LIMIT)]
@@ -177,22 +191,53 @@ def run(client: redis.Redis, n: int, shards: int, flat: bool, reads: int, ta_bud
         ta, ta_read = threshold(client, many, ta_budget)
         ta_s = time.perf_counter() - t
         return {
-            "names": n, "parts": len(parts), "shards": shards,
+            "names": n, "parts": n_parts, "shards": shards,
             "baseline_one_shard_s": round(base_s, 5),
             "totals_s": round(tot_s, 5), "totals_x_baseline": round(tot_s / base_s, 2),
             "totals_exact": tot == truth and base == truth,
             "totals_1024_shards_s": round(wide_s, 5), "totals_1024_x_baseline": round(wide_s / base_s, 2),
             "totals_1024_exact": wide_rows == truth,
-            "settle_s": round(settle_s, 2), "settle_increments_per_s": round(len(parts) / settle_s),
-            "settle_added": added == sum(sums.values()),
+            "settle_s": round(settle_s, 2), "settle_parts_per_s": round(n_parts / settle_s),
+            "settle_added": added == total,
             "threshold_s": round(ta_s, 3), "threshold_x_baseline": round(ta_s / base_s, 1),
             "threshold_finished": ta is not None, "threshold_exact": ta == truth if ta is not None else None,
             "threshold_parts_read": ta_read,
             "naive_s": round(naive_s, 5), "naive_exact": nv == truth,
         }
     finally:
+        gc.unfreeze()
         for k in (one, many, wide):
             delete_namespace(client, k.namespace)
+
+
+def recording(client: redis.Redis, url: str, rounds: int, per_round: int, rng) -> dict:
+    """Visits per second recorded into 1, 16 and 1,024 shards, interleaved rounds, medians."""
+    layouts = {n: Keys("bench-" + uuid.uuid4().hex[:10], n) for n in (1, 16, 1024)}
+    rows: dict = {n: {"all_new": [], "all_seen": []} for n in layouts}
+    try:
+        recs = {n: Recorder(client, k, Settings(redis_url=url, namespace=k.namespace, secret="bench-secret-0123456789",
+                                                stathat_ezkey="bench"), locator=object(),
+                            mark_buckets=max(64, rounds * per_round * 200 * 6 // 100))
+                for n, k in layouts.items()}
+        for r in range(rounds):
+            group = make_visits(rng, per_round, 0x0B000000 + r * 100_000)
+            for label in ("all_new", "all_seen"):
+                for n, rec in recs.items():
+                    t = time.perf_counter()
+                    for h, peers in group:
+                        rec.record_places(h, peers, NOW)
+                    rows[n][label].append(len(group) / (time.perf_counter() - t))
+    finally:
+        for k in layouts.values():
+            delete_namespace(client, k.namespace)
+    out = {}
+    for label in ("all_new", "all_seen"):
+        base = rows[1][label]
+        out[label] = {f"shards_{n}_visits_per_s": round(statistics.median(rows[n][label]), 1) for n in layouts}
+        for n in (16, 1024):
+            out[label][f"shards_{n}_x_one"] = round(statistics.median(
+                [a / b for a, b in zip(rows[n][label], base)]), 3)
+    return out
 
 
 def main() -> None:
@@ -209,6 +254,7 @@ def main() -> None:
     client = redis.Redis.from_url(a.redis_url)
     rng = random.Random(42)
     out = {"limit": LIMIT, "redis_version": client.info("server")["redis_version"]}
+    out["recording"] = recording(client, a.redis_url, 3 if a.quick else 7, 4, rng)
     for label, flat in (("skewed", False), ("flat", True)):
         out[label] = run(client, n, a.shards, flat, reads, a.ta_budget, rng)
     out["targets"] = {
