@@ -180,10 +180,10 @@ def test_a_rollup_that_dies_mid_batch_adds_each_increment_once(client, namespace
         rec.record_visit(h, POOL[i * 100 : i * 100 + 250], T0 + i)
     dying = Rollup(client, keys)
     taken = dying._take_all(list(range(4)))
-    folds = [c for src, batch, _, flat in taken
+    folds = [c for src, batch, _, fields in taken
              for target in range(4)
              for c in dying._folds(src, batch, target, sorted(
-                 r for r in (_row(flat, i) for i in range(0, len(flat), 2)) if total_shard(r[1], r[2], 4) == target))]
+                 r for r in (_row(f, n) for f, n in fields.items()) if total_shard(r[1], r[2], 4) == target))]
     assert Rollup(client, keys).settle(everything=False) == 0  # the workers leave a young batch to its reader
     assert len(folds) > 4
     for script, k, a in folds[: len(folds) // 2]:  # then it dies: half the chunks added, no batch ended
@@ -201,13 +201,30 @@ def test_a_rollup_that_dies_mid_batch_adds_each_increment_once(client, namespace
         f"countries.{c}.users": n for c, n in want.items()}
 
 
-def _row(flat, i):
+def test_a_batch_ended_and_replaced_while_read_is_not_added_under_its_old_number(client, namespace, settings, locator):
+    keys = Keys(namespace, 2)
+    rec = Recorder(client, keys, settings, locator)
+    rec.record_visit(TORRENTS[0], POOL[:100], T0)
+    r = Rollup(client, keys)
+    (first,) = [t for t in r._take_all([0, 1]) if t[0] == 0]
+    src, batch = first[0], first[1]
+    r._fold_all([first])  # another reader adds and ends it...
+    rec.record_visit(TORRENTS[1], POOL[:100], T0 + 1)
+    (second,) = [t for t in r._take_all([src])]  # ...and the next batch is in flight
+    assert second[1] == batch + 1
+    assert r._read([(src, batch, False)]) == []  # a slow reader of the first batch reads nothing
+    r.settle()
+    assert top(client, keys, "torrents", limit=5) == top(client, keys, "torrents", limit=5, settled=True)
+    assert sorted(x["count"] for x in top(client, keys, "torrents")) == [
+        index_count(client, keys, "all", ("torrents",), h) for h in (TORRENTS[0], TORRENTS[1])] == [100, 100]
+
+
+def _row(f, n):
     from crawler.counters.rollup import _tail
 
-    f = flat[i]
     end = 2 + int.from_bytes(f[:2], "big")
     period, scope, _ = _tail(f[2:end], 4)
-    return period, scope, f[end:].decode(), int(flat[i + 1])
+    return period, scope, f[end:].decode(), int(n)
 
 
 @pytest.mark.parametrize("held", [60, 250])

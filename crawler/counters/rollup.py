@@ -12,7 +12,8 @@ which is exact because the shards hold disjoint names.
 
 How: record.lua adds each increment to its shard's rollup outbox in the
 same atomic step as the shard's counters. ``Rollup.settle`` moves every
-shard's outbox into flight under a batch number (``rollup_take.lua``), cuts
+shard's outbox into flight under a batch number (``rollup_take.lua``),
+reads it in bounded HSCAN pages (kept only if still in flight once read), cuts
 it into chunks by the shard holding each name's total, adds each chunk to
 that shard's totals at most once (``rollup_fold.lua`` keeps, per source
 shard, the last chunk it added), then ends the batch (``rollup_done.lua``).
@@ -41,6 +42,8 @@ FOLD_CHUNK = 1000
 # A batch in flight younger than this is left to its reader by the workers'
 # settle (a reader adds ~50,000 increments a second: seconds for any backlog).
 BUSY_MS = 30_000
+# Fields per HSCAN page of a batch in flight (~1 ms of Redis each).
+SCAN_COUNT = 2000
 # Rounds of settle: a batch found in flight may hide an outbox written before
 # the settle began; the second round takes that outbox (or finds it taken by
 # another reader, and adds that batch), so two rounds see everything.
@@ -106,15 +109,40 @@ class Rollup:
             raise StoreError(f"adding the shards' counters to the totals failed: {e}") from e
         return added
 
-    def _take_all(self, shards: list[int], fresh: int = 0) -> list[tuple[int, int, bool, list]]:
-        """``(shard, batch, recovered, flat fields and counts)`` of each of ``shards`` with a batch to add."""
+    def _take_all(self, shards: list[int], fresh: int = 0) -> list[tuple[int, int, bool, dict]]:
+        """``(shard, batch, recovered, {field: count})`` of each of ``shards`` with a batch to add."""
         calls = [(self._take, [s.rollup_outbox, s.rollup_in_flight, s.rollup_seq, s.rollup_taken], [fresh])
                  for s in (self.shards[i] for i in shards)]
         if len(calls) == 1:
             got = [calls[0][0](keys=calls[0][1], args=calls[0][2])]
         else:
             got = run_pipelined(self.client, calls)
-        return [(i, int(r[0]), bool(r[1]), r[2]) for i, r in zip(shards, got) if r[0] > 0]
+        return self._read([(i, int(r[0]), bool(r[1])) for i, r in zip(shards, got) if r[0] > 0])
+
+    def _read(self, taken: list[tuple[int, int, bool]]) -> list[tuple[int, int, bool, dict]]:
+        """The fields of each batch ``taken`` (HSCAN, every shard's pages pipelined), kept only
+        if the batch is still the one in flight once read: then it was whole throughout
+        (a batch ends before the next is taken, and taking one raises the number)."""
+        fields: dict[int, dict] = {i: {} for i, _, _ in taken}
+        cursors = {i: 0 for i, _, _ in taken}
+        while cursors:
+            pipe = self.client.pipeline(transaction=False)
+            order = list(cursors)
+            for i in order:
+                pipe.hscan(self.shards[i].rollup_in_flight, cursors[i], count=SCAN_COUNT)
+            for i, (cursor, page) in zip(order, pipe.execute()):
+                fields[i].update(page)  # a field HSCAN returns twice is the same field
+                if cursor == 0:
+                    del cursors[i]
+                else:
+                    cursors[i] = cursor
+        pipe = self.client.pipeline(transaction=False)
+        for i, _, _ in taken:
+            pipe.get(self.shards[i].rollup_seq)
+            pipe.exists(self.shards[i].rollup_in_flight)
+        still = pipe.execute() if taken else []
+        return [(i, batch, recovered, fields[i]) for k, (i, batch, recovered) in enumerate(taken)
+                if still[2 * k + 1] and still[2 * k] is not None and int(still[2 * k]) == batch]
 
     def _fold_all(self, taken: list) -> int:
         """Add the batches ``taken`` to the totals chunk by chunk, then end them."""
@@ -123,17 +151,16 @@ class Rollup:
         n = len(self.shards)
         tails: dict = {}  # index tail -> (period, scope, its one target or None: by member)
         folds, months, added = [], set(), 0
-        for src, batch, _, flat in taken:
+        for src, batch, _, fields in taken:
             by_target: dict[int, list] = defaultdict(list)
-            for i in range(0, len(flat), 2):
-                f = flat[i]
+            for f, count in fields.items():
                 end = 2 + ((f[0] << 8) | f[1])
                 info = tails.get(f[2:end])
                 if info is None:
                     info = tails[f[2:end]] = _tail(f[2:end], n)
                     if info[0] != LIFETIME:
                         months.add(info[0])
-                member, c = f[end:].decode("utf-8"), int(flat[i + 1])
+                member, c = f[end:].decode("utf-8"), int(count)
                 target = info[2] if info[2] is not None else shard_of(member, n)
                 by_target[target].append((info[0], info[1], member, c))
                 added += c

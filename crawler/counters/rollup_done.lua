@@ -5,10 +5,11 @@
 -- ARGV[1]  batch     the number of the batch the caller added
 --
 -- Deletes the batch only if it is still that one (a slow reader never ends
--- a later batch). Returns 1 when it ended it, else 0.
+-- a later batch); UNLINK, so a large batch is freed in the background.
+-- Returns 1 when it ended it, else 0.
 
 if redis.call('GET', KEYS[2]) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
+  redis.call('UNLINK', KEYS[1])
   return 1
 end
 return 0

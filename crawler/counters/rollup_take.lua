@@ -8,12 +8,14 @@
 --                    (its reader is presumably still adding it); 0: take it anyway
 --
 -- Returns {0} when there is nothing to add, {-1} when a batch younger than
--- ``fresh`` is in flight, else {batch, recovered, field1, count1, ...}: the
--- batch in flight if there is one (recovered = 1: another reader is adding
--- it, or one died doing so; adding it again is harmless, see
--- rollup_fold.lua), else the outbox, renamed into flight under a new
--- number. record.lua keeps writing a fresh outbox meanwhile, so a batch never
--- changes while it is in flight.
+-- ``fresh`` is in flight, else {batch, recovered}: the batch in flight if
+-- there is one (recovered = 1: another reader is adding it, or one died doing
+-- so; adding it again is harmless, see rollup_fold.lua), else the outbox,
+-- renamed into flight under a new number. record.lua keeps writing a fresh
+-- outbox meanwhile, so a batch never changes while it is in flight, and the
+-- caller reads it with HSCAN (a backlog of a million counters would hold
+-- Redis for seconds in one HGETALL), then checks the batch is still the one
+-- in flight.
 
 local fresh = tonumber(ARGV[1])
 if not fresh or fresh < 0 then
@@ -30,11 +32,11 @@ if redis.call('EXISTS', KEYS[2]) == 1 then
   if not id then
     id = redis.call('INCR', KEYS[3])
   end
-  return {tonumber(id), 1, redis.call('HGETALL', KEYS[2])}
+  return {tonumber(id), 1}
 end
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return {0}
 end
 redis.call('RENAME', KEYS[1], KEYS[2])
 redis.call('SET', KEYS[4], string.format('%d', now))
-return {redis.call('INCR', KEYS[3]), 0, redis.call('HGETALL', KEYS[2])}
+return {redis.call('INCR', KEYS[3]), 0}
