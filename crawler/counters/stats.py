@@ -30,6 +30,7 @@ from crawler.counters.names import LIFETIME, Metric, Query, check_month, hashed,
 from crawler.counters.rollup import Rollup, index_keys, member_key, sharded
 from crawler.errors import StoreError
 from crawler.keys import Keys
+from crawler.lua import register, run_pipelined
 
 
 def top(
@@ -76,8 +77,10 @@ def top(
             else:
                 got = client.hgetall(key).items()
             rows = sorted(((m.decode(), int(c)) for m, c in got), key=_order)[:limit]
+        elif sharded(keys):
+            rows = _top_totals(client, [("", k) for k in index_keys(keys, period, q.scope)], limit)
         else:
-            rows = _top_merged(client, [("", k) for k in index_keys(keys, period, q.scope)], limit)
+            rows = _top_merged(client, [("", keys.index(period, q.scope))], limit)
     except redis.RedisError as e:
         raise StoreError(f"reading counters failed: {e}") from e
     return [{"metric": metric_of(q, m) + suffix, "count": int(c)} for m, c in rows]
@@ -166,8 +169,39 @@ def _top_across_countries(client: redis.Redis, keys: Keys, q: Query, period: str
     countries = [c.decode() for c in client.zrange(ckey, 0, -1)]
     if not countries:
         return []
-    return _top_merged(client, [(c + ".", k) for c in countries for k in index_keys(keys, period, q.scope + (c,))],
-                       limit)
+    sources = [(c + ".", k) for c in countries for k in index_keys(keys, period, q.scope + (c,))]
+    return _top_totals(client, sources, limit) if sharded(keys) else _top_merged(client, sources, limit)
+
+
+def _top_totals(client: redis.Redis, sources: list[tuple[str, str]], limit: int) -> list[tuple[str, int]]:
+    """``_top_merged`` for many keys (a sharded crawl's totals): fewer rows per key, then more where needed.
+
+    Each key answers its first rows already in ``_order`` (``top.lua``, one
+    call per key, pipelined). A first round asks each of ``n`` keys for about
+    ``2 * limit / n``; merged, the ``limit``-th row is the bar. A key whose
+    last row ranks before the bar may hold more rows that do, and only those
+    keys are asked again for ``limit``: exact (names are disjoint across
+    keys, so a key's unseen rows rank after its last), and a read of 1,024
+    shards parses a few thousand rows, not twenty thousand.
+    """
+    script = register(client, "top", package=__package__)
+    first = min(limit, -(-2 * limit // len(sources)) + 1)
+
+    def read(which: list[int], k: int) -> list[list]:
+        calls = [(script, [sources[i][1]], [k]) for i in which]
+        got = run_pipelined(client, calls) if len(calls) > 1 else [script(keys=calls[0][1], args=[k])]
+        return [[(sources[i][0] + flat[j].decode(), int(float(flat[j + 1]))) for j in range(0, len(flat), 2)]
+                for i, flat in zip(which, got)]
+
+    per = read(list(range(len(sources))), first)
+    if first < limit:
+        rows = sorted((r for part in per for r in part), key=_order)
+        bar = _order(rows[limit - 1]) if len(rows) >= limit else None
+        again = [i for i, part in enumerate(per) if len(part) == first and (bar is None or _order(part[-1]) < bar)]
+        if again:
+            for i, part in zip(again, read(again, limit)):
+                per[i] = part
+    return sorted((r for part in per for r in part), key=_order)[:limit]
 
 
 def _glob_literal(s: str) -> str:
