@@ -79,7 +79,7 @@ def load(client: redis.Redis, parts: list, sums: Counter, one: Keys, many: Keys)
         client.zadd(base, dict(items[i : i + PIPE]))
     heads = []
     for s in many.all_shards:
-        t = s.index("all", ("torrents",))[s.index_tail_at:].encode()
+        t = s.index("2024-05", ("torrents",))[s.index_tail_at:].encode()  # a month: its total and the lifetime one
         heads.append((s, len(t).to_bytes(2, "big") + t))
     for i in range(0, len(parts), PIPE):
         pipe = client.pipeline(transaction=False)

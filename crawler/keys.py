@@ -299,8 +299,9 @@ class Keys:
     @property
     def rollup_outbox(self) -> str:
         """HASH counter -> count not yet in the totals (``rx:outbox``; more than one shard), written
-        by record.lua with the shard's counters. A field is u16 length, the ``index`` key's tail
-        (``<period>:<scope>``), then the member."""
+        by record.lua with the shard's counters. A field is u16 length, the month ``index`` key's
+        tail (``<YYYY-MM>:<scope>``), then the member; its count goes to that month's total and
+        to the lifetime one."""
         return self._k("rx", "outbox")
 
     @property

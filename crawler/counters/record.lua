@@ -31,8 +31,9 @@
 --                        torrent-postcode (parts the place lacks are absent)
 -- ARGV[9]      tail      0, or (a crawl of several shards) where an index key's
 --                        <period>:<scope> starts: then KEYS[12] is the shard's rollup
---                        outbox ({tag}:rx:outbox, HASH u16 length .. tail .. member ->
---                        count not yet in the totals) and the per-country keys follow it
+--                        outbox ({tag}:rx:outbox, HASH u16 length .. <YYYY-MM>:<scope> ..
+--                        member -> count not yet in the month's and the lifetime
+--                        totals) and the per-country keys follow it
 -- str = u16 length .. bytes; integers big endian.
 --
 -- Python sends only the IPs probe.lua found might count (their group record
@@ -353,15 +354,15 @@ if next(box) then
 end
 -- several shards: the same increments wait in the rollup outbox until
 -- counters/rollup.py adds them to the totals (sharded by name)
+-- (one field per month index and member: its count goes to the month's
+-- total and to the lifetime one, which always get the same increments)
 if tail > 0 then
   local rx = {}
   for q, counts in pairs(zinc) do
-    for d = 0, 1 do
-      local t = sub(KEYS[q + d], tail + 1)
-      local head = char(math.floor(#t / 256) % 256, #t % 256) .. t
-      for m, n in pairs(counts) do
-        rx[head .. m] = n
-      end
+    local t = sub(KEYS[q + 1], tail + 1)
+    local head = char(math.floor(#t / 256) % 256, #t % 256) .. t
+    for m, n in pairs(counts) do
+      rx[head .. m] = n
     end
   end
   apply(KEYS[12], members(rx), rx, 'HMGET', 'HSET')

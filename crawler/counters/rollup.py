@@ -11,7 +11,8 @@ total lives in one shard, and a ranking is each shard's first ``k`` merged,
 which is exact because the shards hold disjoint names.
 
 How: record.lua adds each increment to its shard's rollup outbox in the
-same atomic step as the shard's counters. ``Rollup.settle`` moves every
+same atomic step as the shard's counters (one field per month index and
+member: the lifetime total gets the same increments). ``Rollup.settle`` moves every
 shard's outbox into flight under a batch number (``rollup_take.lua``),
 reads it in bounded HSCAN pages (kept only if still in flight once read), cuts
 it into chunks by the shard holding each name's total, adds each chunk to
@@ -87,7 +88,8 @@ class Rollup:
         self._done = register(client, "rollup_done", package=__package__)
 
     def settle(self, everything: bool = True) -> int:
-        """Add every increment recorded before this call to the totals; returns increments added.
+        """Add every increment recorded before this call to the totals; returns the increments
+        added (each to a month's total and the lifetime one).
 
         ``everything``: also add batches other readers are adding (``stats``
         needs them all). False (the workers' housekeeping): leave a batch
@@ -148,8 +150,19 @@ class Rollup:
         """Add the batches ``taken`` to the totals chunk by chunk, then end them."""
         if not taken:
             return 0
+        folds, months, added = self._fold_calls(taken)
+        if months:
+            self.client.sadd(self.home.total_months, *sorted(months))
+        if folds:
+            run_pipelined(self.client, folds)
+        run_pipelined(self.client, [(self._done, [self.shards[src].rollup_in_flight, self.shards[src].rollup_seq],
+                                     [batch]) for src, batch, _, _ in taken])
+        return added
+
+    def _fold_calls(self, taken: list) -> tuple[list, set, int]:
+        """The rollup_fold.lua calls of the batches ``taken``, their months and their increments."""
         n = len(self.shards)
-        tails: dict = {}  # index tail -> (period, scope, its one target or None: by member)
+        tails: dict = {}  # index tail -> (month, scope, its one target or None: by member)
         folds, months, added = [], set(), 0
         for src, batch, _, fields in taken:
             by_target: dict[int, list] = defaultdict(list)
@@ -158,21 +171,16 @@ class Rollup:
                 info = tails.get(f[2:end])
                 if info is None:
                     info = tails[f[2:end]] = _tail(f[2:end], n)
-                    if info[0] != LIFETIME:
-                        months.add(info[0])
+                    months.add(info[0])
                 member, c = f[end:].decode("utf-8"), int(count)
                 target = info[2] if info[2] is not None else shard_of(member, n)
-                by_target[target].append((info[0], info[1], member, c))
+                rows = by_target[target]
+                rows.append((info[0], info[1], member, c))  # the month's total
+                rows.append((LIFETIME, info[1], member, c))  # and the lifetime one
                 added += c
             for target in sorted(by_target):
                 folds += self._folds(src, batch, target, sorted(by_target[target]))
-        if months:
-            self.client.sadd(self.home.total_months, *sorted(months))
-        if folds:
-            run_pipelined(self.client, folds)
-        run_pipelined(self.client, [(self._done, [self.shards[src].rollup_in_flight, self.shards[src].rollup_seq],
-                                     [batch]) for src, batch, _, _ in taken])
-        return added
+        return folds, months, added
 
     def _folds(self, src: int, batch: int, target: int, rows: list) -> list:
         """The rollup_fold.lua calls adding ``rows`` (sorted: every reader cuts them alike) to ``target``."""
@@ -192,7 +200,7 @@ class Rollup:
 
 
 def _tail(tail: bytes, shards: int) -> tuple[str, tuple[str, ...], int | None]:
-    """``(period, scope, target shard)`` of an index tail ``<period>:<scope>`` of the rollup outbox;
+    """``(month, scope, target shard)`` of an index tail ``<YYYY-MM>:<scope>`` of the rollup outbox;
     the target is None for the ``torrents`` family's indexes, whose names are spread by member.
 
     A name holding ``:`` splits into more scope parts, which ``Keys.total``
