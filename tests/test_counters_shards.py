@@ -179,7 +179,7 @@ def test_a_rollup_that_dies_mid_batch_adds_each_increment_once(client, namespace
     for i, h in enumerate(TORRENTS):
         rec.record_visit(h, POOL[i * 100 : i * 100 + 250], T0 + i)
     dying = Rollup(client, keys)
-    taken = dying._take_all(list(range(4)))
+    taken, _ = dying._take_all(list(range(4)))
     folds, _, _ = dying._fold_calls(taken)
     assert Rollup(client, keys).settle(everything=False) == 0  # the workers leave a young batch to its reader
     assert len(folds) > 4
@@ -203,11 +203,11 @@ def test_a_batch_ended_and_replaced_while_read_is_not_added_under_its_old_number
     rec = Recorder(client, keys, settings, locator)
     rec.record_visit(TORRENTS[0], POOL[:100], T0)
     r = Rollup(client, keys)
-    (first,) = [t for t in r._take_all([0, 1]) if t[0] == 0]
+    (first,) = [t for t in r._take_all([0, 1])[0] if t[0] == 0]
     src, batch = first[0], first[1]
     r._fold_all([first])  # another reader adds and ends it...
     rec.record_visit(TORRENTS[1], POOL[:100], T0 + 1)
-    (second,) = [t for t in r._take_all([src])]  # ...and the next batch is in flight
+    (second,) = r._take_all([src])[0]  # ...and the next batch is in flight
     assert second[1] == batch + 1
     assert r._read([(src, batch, False)]) == []  # a slow reader of the first batch reads nothing
     r.settle()

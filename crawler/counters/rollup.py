@@ -47,8 +47,9 @@ BUSY_MS = 30_000
 SCAN_COUNT = 2000
 # Rounds of settle: a batch found in flight may hide an outbox written before
 # the settle began; the second round takes that outbox (or finds it taken by
-# another reader, and adds that batch), so two rounds see everything.
-SETTLE_ROUNDS = 2
+# another reader, and adds that batch), so two rounds see everything, unless
+# another reader ends batches under this one's reads: then it goes round again.
+SETTLE_ROUNDS = 4
 
 
 def sharded(keys: Keys) -> bool:
@@ -104,22 +105,29 @@ class Rollup:
             for _ in range(SETTLE_ROUNDS):
                 if not pending:
                     break
-                taken = self._take_all(pending, fresh)
+                taken, moved = self._take_all(pending, fresh)
                 added += self._fold_all(taken)
-                pending = [i for i, _, recovered, _ in taken if recovered]
+                # a batch found in flight may hide an older outbox; a batch that
+                # ended while read was added by another reader, who may now be
+                # adding the next one: those shards go round again
+                pending = [i for i, _, recovered, _ in taken if recovered] + moved
         except redis.RedisError as e:
             raise StoreError(f"adding the shards' counters to the totals failed: {e}") from e
         return added
 
-    def _take_all(self, shards: list[int], fresh: int = 0) -> list[tuple[int, int, bool, dict]]:
-        """``(shard, batch, recovered, {field: count})`` of each of ``shards`` with a batch to add."""
+    def _take_all(self, shards: list[int], fresh: int = 0) -> tuple[list[tuple[int, int, bool, dict]], list[int]]:
+        """``(shard, batch, recovered, {field: count})`` of each of ``shards`` with a batch to add,
+        and the shards whose batch ended while it was read (``_read``)."""
         calls = [(self._take, [s.rollup_outbox, s.rollup_in_flight, s.rollup_seq, s.rollup_taken], [fresh])
                  for s in (self.shards[i] for i in shards)]
         if len(calls) == 1:
             got = [calls[0][0](keys=calls[0][1], args=calls[0][2])]
         else:
             got = run_pipelined(self.client, calls)
-        return self._read([(i, int(r[0]), bool(r[1])) for i, r in zip(shards, got) if r[0] > 0])
+        ids = [(i, int(r[0]), bool(r[1])) for i, r in zip(shards, got) if r[0] > 0]
+        kept = self._read(ids)
+        have = {t[0] for t in kept}
+        return kept, [i for i, _, _ in ids if i not in have]
 
     def _read(self, taken: list[tuple[int, int, bool]]) -> list[tuple[int, int, bool, dict]]:
         """The fields of each batch ``taken`` (HSCAN, every shard's pages pipelined), kept only
