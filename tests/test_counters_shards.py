@@ -308,3 +308,52 @@ def test_every_counter_call_keeps_to_one_slot_on_a_cluster(cluster, client, name
         single["stathat"] = Counter(sink.counts())
     for part in ("news", "top3", "top", "rows", "files", "pages", "stathat"):
         assert on_cluster[part] == single[part], part
+
+
+def test_readers_settling_while_workers_record_keep_the_totals_exact(client, namespace, settings, locator, redis_url):
+    """Two writers record and three readers settle at once (each its own connection); then
+    every total equals the sum of the shards' parts."""
+    import threading
+
+    keys = Keys(namespace, 5)
+    stop = threading.Event()
+    errors: list = []
+
+    def writer(seed: int) -> None:
+        c = redis.Redis.from_url(redis_url)
+        rec = Recorder(c, keys, settings, locator, batch_pairs=40)
+        rng = random.Random(seed)
+        try:
+            for i in range(30):
+                h = TORRENTS[rng.randrange(len(TORRENTS))]
+                rec.record_visit(h, rng.sample(POOL + IPV6, rng.randint(5, 80)), T0 + seed * 1000 + i)
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    def reader(everything: bool) -> None:
+        c = redis.Redis.from_url(redis_url)
+        try:
+            while not stop.is_set():
+                Rollup(c, keys).settle(everything=everything)
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    writers = [threading.Thread(target=writer, args=(n,)) for n in (1, 2)]
+    readers = [threading.Thread(target=reader, args=(e,)) for e in (True, True, False)]
+    for t in writers + readers:
+        t.start()
+    for t in writers:
+        t.join(120)
+    stop.set()
+    for t in readers:
+        t.join(60)
+    assert not errors
+    got = {r["metric"]: r["count"] for r in top(client, keys, "torrents", limit=100)}
+    assert got == {f"torrents.{h}.users": index_count(client, keys, "all", ("torrents",), h) for h in TORRENTS
+                   if index_count(client, keys, "all", ("torrents",), h)}
+    for c in ("Germany", "United States", "Iceland"):
+        want = index_count(client, keys, "all", ("countries",), c)
+        assert top(client, keys, "countries", country=c)[0]["count"] == want > 0
+        cities = top(client, keys, "cities", country=c, limit=100)
+        assert all(r["count"] == index_count(client, keys, "all", ("cities", "c", c), r["metric"].split(".")[3])
+                   for r in cities)
