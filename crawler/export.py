@@ -8,19 +8,24 @@ as ``stats`` prints it (month counters end in ``.<YYYY-MM>``), its period
 scanning the keyspace: the countries index gives the per-country city and
 postcode indexes, the torrents index the per-torrent ones. Large indexes are
 read in slices and files are written as they are read, so memory stays flat
-with millions of torrents.
+with millions of torrents. A crawl of several shards is read from its
+totals (``crawler.counters.rollup``, settled first): the same indexes, the
+``torrents`` family's spread over the shards and merged as read, in the
+order one shard gives.
 """
 
 from __future__ import annotations
 
 import csv
 import datetime as _dt
+import heapq
 import time
 from pathlib import Path
 
 import redis
 
 from crawler.counters.names import LIFETIME, hashed, metric_of, query_for, unescape
+from crawler.counters.rollup import Rollup, index_keys, member_key, sharded
 from crawler.errors import StoreError
 from crawler.keys import Keys
 
@@ -41,15 +46,28 @@ FILES = {
 }
 
 
-def months_with_counters(client: redis.Redis, keys: Keys, now: float | None = None) -> list[str]:
-    """The months (``YYYY-MM``, newest first, up to ``MONTHS_BACK`` back) that have month counters."""
+def months_with_counters(client: redis.Redis, keys: Keys, now: float | None = None, settled: bool = False) -> list[str]:
+    """The months (``YYYY-MM``, newest first, up to ``MONTHS_BACK`` back) that have month counters.
+
+    With several shards: the months of the totals, settled first (``counters.rollup``)
+    unless ``settled`` (the caller just did).
+    """
     now = time.time() if now is None else now
+    if sharded(keys):
+        if not settled:
+            Rollup(client, keys).settle()
+        try:
+            have = {m.decode() for m in client.smembers(keys.home.total_months)}
+        except redis.RedisError as e:
+            raise StoreError(f"reading the months failed: {e}") from e
     d = _dt.datetime.fromtimestamp(now, _dt.UTC)
     y, m = d.year, d.month
     cands = []
     for _ in range(MONTHS_BACK):
         cands.append(f"{y:04d}-{m:02d}")
         y, m = (y, m - 1) if m > 1 else (y - 1, 12)
+    if sharded(keys):
+        return [month for month in cands if month in have]
     p = client.pipeline(transaction=False)
     for month in cands:
         p.exists(keys.index(month, ("torrents",)))  # every recorded IP counts for a torrent
@@ -66,7 +84,7 @@ def export(client: redis.Redis, keys: Keys, out: Path, now: float | None = None)
     Raises ``StoreError`` if Redis fails, ``OSError`` if a file cannot be written.
     """
     out.mkdir(parents=True, exist_ok=True)
-    periods = [LIFETIME] + sorted(months_with_counters(client, keys, now))
+    periods = [LIFETIME] + sorted(months_with_counters(client, keys, now))  # settles a sharded crawl's totals
     counts = {}
     files = {name: (out / f"{name}.csv").open("w", newline="", encoding="utf-8") for name in FILES}
     try:
@@ -75,7 +93,8 @@ def export(client: redis.Redis, keys: Keys, out: Path, now: float | None = None)
             writers[name].writerow(("metric", "period", *cols, "count"))
             counts[name] = 0
         try:
-            countries = [c.decode() for c in client.zrange(keys.index(LIFETIME, ("countries",)), 0, -1)]
+            (ckey,) = index_keys(keys, LIFETIME, ("countries",))
+            countries = [c.decode() for c in client.zrange(ckey, 0, -1)]
             for period in periods:
                 w = _Writer(client, keys, period, writers, counts)
                 w.index("countries", query_for("countries"), lambda m: (unescape(m),))
@@ -103,21 +122,19 @@ class _Writer:
         self.hashes: list[str] = []
 
     def index(self, name: str, q, parts, keep: bool = False) -> None:
-        """Every member of one sorted-set index, largest first, in slices; ``keep``: remember them."""
-        key = self.keys.index(self.period, q.scope)
+        """Every member of one sorted-set index, largest first (ZREVRANGE's order), in slices;
+        ``keep``: remember them. An index spread over several shards' totals is
+        merged as it is read (each shard read in slices, ``SLICE`` in all)."""
+        keys = index_keys(self.keys, self.period, q.scope)
         w = self.writers[name]
-        start = 0
-        while True:
-            got = self.client.zrevrange(key, start, start + SLICE - 1, withscores=True)
-            for m, n in got:
-                member = m.decode()
-                w.writerow((metric_of(q, member) + self.suffix, self.period, *parts(member), int(n)))
-                if keep:
-                    self.hashes.append(member)
-            self.counts[name] += len(got)
-            if len(got) < SLICE:
-                return
-            start += SLICE
+        streams = [_slices(self.client, k, max(100, SLICE // len(keys))) for k in keys]
+        rows = streams[0] if len(streams) == 1 else heapq.merge(*streams, key=lambda r: (-r[1], _Desc(r[0])))
+        for m, n in rows:
+            member = m.decode()
+            w.writerow((metric_of(q, member) + self.suffix, self.period, *parts(member), int(n)))
+            if keep:
+                self.hashes.append(member)
+            self.counts[name] += 1
 
     def torrents(self) -> None:
         """Each torrent's own indexes (hashes): its countries, cities and postcodes."""
@@ -130,7 +147,7 @@ class _Writer:
                 for fam, name in fams:
                     q = query_for(fam, torrent=h)
                     assert hashed(q.scope)
-                    p.hgetall(self.keys.index(self.period, q.scope))
+                    p.hgetall(member_key(self.keys, self.period, q.scope, ""))
                     queries.append((h, q, name))
             for (h, q, name), rows in zip(queries, p.execute()):
                 w = self.writers[name]
@@ -139,3 +156,26 @@ class _Writer:
                     parts = tuple(unescape(x) for x in member.split(".", 1))
                     w.writerow((metric_of(q, member) + self.suffix, self.period, h, *parts, int(n)))
                 self.counts[name] += len(rows)
+
+
+def _slices(client: redis.Redis, key: str, size: int):
+    """``(member, count)`` of one sorted set, largest first (ties: member descending), read ``size`` at a time."""
+    start = 0
+    while True:
+        got = client.zrevrange(key, start, start + size - 1, withscores=True)
+        yield from got
+        if len(got) < size:
+            return
+        start += size
+
+
+class _Desc:
+    """Bytes ordered backwards: ZREVRANGE's order of equal counts, for merging shards' slices."""
+
+    __slots__ = ("b",)
+
+    def __init__(self, b: bytes):
+        self.b = b
+
+    def __lt__(self, other: _Desc) -> bool:
+        return self.b > other.b

@@ -20,6 +20,7 @@ key gets a method here.
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass, field
 from functools import cache
 
@@ -56,6 +57,34 @@ def shard_of(info_hash: str, shards: int) -> int:
     bits count, so hand-made hashes that differ only at one end spread too.
     """
     return int(info_hash, 16) % shards
+
+
+def shard_of_fingerprint(fingerprint: int, shards: int) -> int:
+    """The counter shard of an IP: the top 24 bits of its 128-bit keyed fingerprint modulo ``shards``.
+
+    An IP's mark buckets come from the low bits of the fingerprint's high
+    half (``counters/marks.py``: ``(high64 XOR torrent) mod buckets``,
+    bits 64-81 with the default 2**18 buckets), its mark fields from the low
+    half, so the shard is independent of both.
+    """
+    return (fingerprint >> 104) % shards
+
+
+def total_shard(scope: tuple[str, ...], member: str, shards: int) -> int:
+    """The shard whose counter totals hold ``member`` of index ``scope`` (``Keys.index``'s scope).
+
+    Totals are sharded by name, so every name lives in exactly one shard and
+    the first ``k`` of an index are among each shard's first ``k``: the
+    ``torrents`` family's members (info-hashes, millions of them) by the
+    info-hash (``shard_of``); one torrent's indexes by that torrent; every
+    other index (places: bounded by the world's geography) whole, by a CRC of
+    its scope, so all cities of one country are one key.
+    """
+    if len(scope) > 2 and scope[1] == "t":
+        return shard_of(scope[2], shards)
+    if scope[0] == "torrents":
+        return shard_of(member, shards)
+    return zlib.crc32(":".join(scope).encode("utf-8")) % shards
 
 
 @dataclass(frozen=True)
@@ -271,6 +300,57 @@ class Keys:
         return self._k("ix", period, *scope)
 
     @property
+    def index_tail_at(self) -> int:
+        """Where ``<period>:<scope...>`` starts in this shard's ``index`` keys (record.lua
+        names a counter of the rollup outbox by that tail)."""
+        return len(self._k("ix", ""))
+
+    def total(self, period: str, scope: tuple[str, ...]) -> str:
+        """One index of counter totals ``tx:<period>:<scope...>`` (crawls of more than one shard).
+
+        The same shape and members as ``index``, but holding the sum over every
+        shard's part, for the members ``total_shard`` puts in this shard; kept
+        by ``counters/rollup.py``, read by ``stats`` and ``export``.
+        """
+        return self._k("tx", period, *scope)
+
+    @property
+    def total_months(self) -> str:
+        """SET of the months (``YYYY-MM``) that have counter totals (home; more than one shard)."""
+        return self._home("tx", "months")
+
+    @property
+    def rollup_outbox(self) -> str:
+        """HASH counter -> count not yet in the totals (``rx:outbox``; more than one shard), written
+        by record.lua with the shard's counters. A field is u16 length, the month ``index`` key's
+        tail (``<YYYY-MM>:<scope>``), then the member; its count goes to that month's total and
+        to the lifetime one."""
+        return self._k("rx", "outbox")
+
+    @property
+    def rollup_in_flight(self) -> str:
+        """HASH: the rollup batch being added to the totals (``rx:inflight``; same fields as ``rollup_outbox``)."""
+        return self._k("rx", "inflight")
+
+    @property
+    def rollup_seq(self) -> str:
+        """STRING integer: the number of this shard's latest rollup batch (``rx:seq``; the one in
+        flight while ``rollup_in_flight`` exists)."""
+        return self._k("rx", "seq")
+
+    @property
+    def rollup_taken(self) -> str:
+        """STRING: Redis ms when the rollup batch in flight was taken (``rx:taken``); the
+        workers' settle leaves a younger batch to the reader adding it."""
+        return self._k("rx", "taken")
+
+    @property
+    def rollup_applied(self) -> str:
+        """HASH source shard -> ``batch * 65536 + chunk``: the last chunk of each shard's rollup
+        batches added to this shard's totals (``rx:applied``), so a retried chunk adds nothing."""
+        return self._k("rx", "applied")
+
+    @property
     def outbox(self) -> str:
         """HASH StatHat stat name -> pending count (``sh:outbox``), written with the counters."""
         return self._k("sh", "outbox")
@@ -340,5 +420,5 @@ def _all_shards(namespace: str, shards: int) -> tuple[Keys, ...]:
 RESERVED = frozenset({
     "ready", "since", "cooling", "leases", "evicted", "tombstones", "held", "claims", "expiries",
     "quarantined", "quarantine", "t", "tr", "vh", "visits", "failedvisits", "workers", "w", "trackerhealth",
-    "trackerused", "mi", "mk", "ix", "sh", "geoerrors", "announceport", "secret", "layout",
+    "trackerused", "mi", "mk", "ix", "tx", "rx", "sh", "geoerrors", "announceport", "secret", "layout",
 })

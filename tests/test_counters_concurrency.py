@@ -113,8 +113,9 @@ KILLED_CHILD = textwrap.dedent(
     from crawler.keys import Keys
     from crawler.settings import Settings
     url, ns, db, h, now = sys.argv[1:6]
+    shards = int(sys.argv[6]) if len(sys.argv) > 6 else 1
     s = Settings(redis_url=url, namespace=ns, secret="test-secret-0123456789", stathat_ezkey="k")
-    rec = Recorder(redis.Redis.from_url(url), Keys(ns), s, geo.open_locator(db), batch_pairs=7)
+    rec = Recorder(redis.Redis.from_url(url), Keys(ns, shards), s, geo.open_locator(db), batch_pairs=7)
     ips = sys.stdin.read().split()
     print("ready", flush=True)
     rec.record_visit(h, ips, float(now))

@@ -130,7 +130,7 @@ def test_a_malformed_record_call_writes_nothing(client, keys, settings, tmp_path
 
     rec = Recorder(client, keys, settings, geo.open_locator(places_db(tmp_path)))
     record = lua.register(client, "record", package="crawler.counters")  # as the recorder calls it
-    fixed = rec._fixed_keys(H, "2024-05")
+    fixed = rec._shards[0].fixed(H, "2024-05")
     bucket = keys.mark_bucket(1)
     # a whole k=1 record, then a truncated one: nothing may be written
     rec_ok = (1).to_bytes(2, "big") + bytes(2) + (1).to_bytes(2, "big") + bytes([1]) + b"A" * 8

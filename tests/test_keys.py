@@ -50,6 +50,14 @@ LAYOUT = {
     "sweep_cursor": (K.sweep_cursor, "{ns}:mk:sweep", "`{ns}:mk:sweep`"),
     "index": (K.index("2026-11", ("cities", "c", "Germany")), "{ns}:ix:2026-11:cities:c:Germany",
               "`{ns}:ix:<all|YYYY-MM>:<family>[:c:<country>]`"),
+    "total": (K.total("all", ("cities", "c", "Germany")), "{ns}:tx:all:cities:c:Germany",
+              "`{ns}:tx:<all|YYYY-MM>:<family>[:c:<country>]`"),
+    "total_months": (K.total_months, "{ns}:tx:months", "`{ns}:tx:months`"),
+    "rollup_outbox": (K.rollup_outbox, "{ns}:rx:outbox", "`{ns}:rx:outbox`"),
+    "rollup_in_flight": (K.rollup_in_flight, "{ns}:rx:inflight", "`{ns}:rx:inflight`"),
+    "rollup_seq": (K.rollup_seq, "{ns}:rx:seq", "`{ns}:rx:seq`"),
+    "rollup_taken": (K.rollup_taken, "{ns}:rx:taken", "`{ns}:rx:taken`"),
+    "rollup_applied": (K.rollup_applied, "{ns}:rx:applied", "`{ns}:rx:applied`"),
     "outbox": (K.outbox, "{ns}:sh:outbox", "`{ns}:sh:outbox`"),
     "outbox_in_flight": (K.outbox_in_flight, "{ns}:sh:inflight", "`{ns}:sh:inflight`"),
     "outbox_owner": (K.outbox_owner, "{ns}:sh:owner", "`{ns}:sh:owner`"),
@@ -61,7 +69,7 @@ LAYOUT = {
 }
 # Not keys: the hash tag, the namespace's SCAN pattern, and keys of tests and benchmarks.
 NOT_KEYS = {"namespace", "prefix", "match_all", "scratch", "shards", "tag", "shard", "all_shards", "for_torrent",
-            "home", "counters", "counter_shards", "counter_shard", "all_counter_shards"}
+            "home", "counters", "counter_shards", "counter_shard", "all_counter_shards", "index_tail_at"}
 
 
 def test_the_layout_is_exactly_as_stored_data_expects():
@@ -92,6 +100,33 @@ def test_shards_have_their_own_tags_spread_over_the_slots():
     home = Keys("ns", 1024)
     assert len({s.tag for s in home.all_shards}) == 1024
     assert home.for_torrent(H) == home.shard(int(H, 16) % 1024)
+
+
+def test_an_ips_counter_shard_is_independent_of_its_mark_bucket():
+    import random
+
+    from crawler.keys import shard_of_fingerprint
+
+    rng = random.Random(7)
+    seen = set()
+    for _ in range(20_000):
+        f = rng.getrandbits(128)
+        seen.add((shard_of_fingerprint(f, 4), (f >> 64) % 8))
+    assert len(seen) == 32  # every (shard, bucket) pair occurs
+    assert shard_of_fingerprint((5 << 104) | ((1 << 104) - 1), 1024) == 5
+
+
+def test_totals_live_in_one_shard_per_name():
+    from crawler.keys import total_shard
+
+    n = 7
+    assert total_shard(("torrents",), H, n) == int(H, 16) % n == total_shard(("torrents", "c", "X"), H, n)
+    assert total_shard(("cities", "t", H), "Germany.Berlin", n) == int(H, 16) % n
+    assert total_shard(("cities", "c", "Germany"), "Berlin", n) == total_shard(("cities", "c", "Germany"), "Bonn", n)
+    assert K.index_tail_at == len("{ns}:ix:") and K.index("all", ("x",))[K.index_tail_at:] == "all:x"
+    assert Keys("ns", 3).shard(1).total("all", ("torrents",)).endswith("}:tx:all:torrents")
+    with pytest.raises(ValueError, match="home"):
+        _ = Keys("ns", 3).shard(1).total_months
 
 
 def test_home_keys_are_refused_on_a_shard():

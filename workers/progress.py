@@ -17,6 +17,7 @@ import redis
 
 from crawler.cli.add import admit
 from crawler.counters.names import LIFETIME
+from crawler.counters.rollup import index_keys
 
 
 def add_items(ctx, items) -> int:
@@ -35,7 +36,8 @@ class Progress:
         self.live, self.every = live, every
         self.visits = self.failed = self.peers = self.new = 0
         self.started = time.monotonic()
-        self._countries_key = keys.index(LIFETIME, ("countries",))
+        # sharded: the settled totals (the workers settle them each flush cycle)
+        self._countries_key = index_keys(keys, LIFETIME, ("countries",))[0]
         self._live = None
         self._loop = None
 

@@ -4,6 +4,8 @@
   Lua step per batch of (metric, IP) pairs), ``visited`` (torrents.processed),
   ``sweep`` (frees expired dedupe marks).
 - ``top(...)``: the rankings behind ``peercrawl stats``.
+- ``rollup``: with several shards, the totals sharded by name that the
+  rankings read, kept exact by a crash-safe rollup of every shard's parts.
 - ``names``: metric names, the escaping rule and the index layout.
 - ``marks``: the fingerprint secret and the dedupe marks' buckets;
   ``calls`` and ``places``: the arguments of the probe.lua and record.lua

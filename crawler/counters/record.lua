@@ -29,6 +29,11 @@
 --                        one per metric of the place, in the order torrent; country,
 --                        torrent-country; city, torrent-city; postcode,
 --                        torrent-postcode (parts the place lacks are absent)
+-- ARGV[9]      tail      0, or (a crawl of several shards) where an index key's
+--                        <period>:<scope> starts: then KEYS[12] is the shard's rollup
+--                        outbox ({tag}:rx:outbox, HASH u16 length .. <YYYY-MM>:<scope> ..
+--                        member -> count not yet in the month's and the lifetime
+--                        totals) and the per-country keys follow it
 -- str = u16 length .. bytes; integers big endian.
 --
 -- Python sends only the IPs probe.lua found might count (their group record
@@ -65,12 +70,17 @@ local function str(s, i)
   return sub(s, i + 2, i + 1 + len), i + 2 + len
 end
 -- names: countries {key position, name}; places {country, city, postcode}
+local tail = tonumber(ARGV[9] or '0')
+if not tail or tail < 0 then
+  return redis.error_reply('record.lua: bad rollup tail ' .. tostring(ARGV[9]))
+end
+local first_country = tail > 0 and 13 or 12
 local countries, cs, i = {}, ARGV[5], 1
 while i <= #cs do
   local pos = u16(cs, i)
   local name
   name, i = str(cs, i + 2)
-  if pos < 12 or pos + 5 > tonumber(ARGV[7]) then
+  if pos < first_country or pos + 5 > tonumber(ARGV[7]) then
     return redis.error_reply('record.lua: country key position ' .. pos .. ' out of range')
   end
   countries[#countries + 1] = {pos, name}
@@ -91,7 +101,7 @@ end
 -- mark buckets: KEYS[nfixed + 1..], read with MGET (a missing one is '');
 -- every read and write goes through vals
 local nfixed = tonumber(ARGV[7])
-if not nfixed or nfixed < 11 or nfixed > #KEYS then
+if not nfixed or nfixed < first_country - 1 or nfixed > #KEYS then
   return redis.error_reply('record.lua: bad key count ' .. tostring(ARGV[7]))
 end
 local nb = #KEYS - nfixed
@@ -341,5 +351,20 @@ for q, counts in pairs(zinc) do
 end
 if next(box) then
   apply(KEYS[1], members(box), box, 'HMGET', 'HSET')
+end
+-- several shards: the same increments wait in the rollup outbox until
+-- counters/rollup.py adds them to the totals (sharded by name)
+-- (one field per month index and member: its count goes to the month's
+-- total and to the lifetime one, which always get the same increments)
+if tail > 0 then
+  local rx = {}
+  for q, counts in pairs(zinc) do
+    local t = sub(KEYS[q + 1], tail + 1)
+    local head = char(math.floor(#t / 256) % 256, #t % 256) .. t
+    for m, n in pairs(counts) do
+      rx[head .. m] = n
+    end
+  end
+  apply(KEYS[12], members(rx), rx, 'HMGET', 'HSET')
 end
 return t_users

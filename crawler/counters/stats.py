@@ -8,6 +8,12 @@ ZREVRANGE per country the lifetime ``countries`` index knows, a few hundred
 at most). Nothing scans the keyspace, so it stays fast with millions of
 counters.
 
+With several counter shards (SPEC §9) a counter is a sum of shards' parts;
+rankings read the totals (``rollup``: sums sharded by name, settled first),
+where each name lives in one shard, so merging each shard's first N is exact:
+one ZREVRANGE per shard holding the index (every shard for the ``torrents``
+family, one for the others). ``index_count`` sums the parts directly.
+
 Order: largest count first; equal counts by name (the index member's bytes:
 the torrent's hash, the place name; across countries the country's name
 first). The cut at ``limit`` honours that order exactly: when the last
@@ -21,8 +27,10 @@ from __future__ import annotations
 import redis
 
 from crawler.counters.names import LIFETIME, Metric, Query, check_month, hashed, metric_of, query_for
+from crawler.counters.rollup import Rollup, index_keys, member_key, sharded
 from crawler.errors import StoreError
 from crawler.keys import Keys
+from crawler.lua import register, run_pipelined
 
 
 def top(
@@ -34,6 +42,7 @@ def top(
     country: str | None = None,
     month: str | None = None,
     limit: int = 20,
+    settled: bool = False,
 ) -> list[dict]:
     """The largest counters of ``family`` as ``[{"metric", "count"}]``, largest first.
 
@@ -41,31 +50,37 @@ def top(
     for ``countries`` with ``--country`` (or ``torrents`` with ``--torrent``)
     the answer is that one counter, if it exists. ``month`` (``YYYY-MM``)
     reads the month counters, whose metric names end in ``.<YYYY-MM>``.
-    Equal counts are ordered by name. Raises ``ValueError`` on bad
-    arguments, ``StoreError`` if Redis fails.
+    Equal counts are ordered by name. ``keys``: the home ``Keys``; with
+    several shards the totals are settled first (``rollup``), then read;
+    ``settled``: the caller just settled them (a page of many rankings).
+    Raises ``ValueError`` on bad arguments, ``StoreError`` if Redis fails.
     """
     if limit < 1:
         raise ValueError("--limit must be at least 1")
     q = query_for(family, torrent, country)
     period = LIFETIME if month is None else check_month(month)
     suffix = "" if month is None else "." + month
-    key = keys.index(period, q.scope)
+    if sharded(keys) and not settled:
+        Rollup(client, keys).settle()
     try:
         if q.across_countries:
             rows = _top_across_countries(client, keys, q, period, limit)
         elif q.member is not None:
-            n = _count_in(client, key, q.scope, q.member)
+            n = _count_in(client, member_key(keys, period, q.scope, q.member), q.scope, q.member)
             rows = [] if n is None else [(q.member, n)]
         elif hashed(q.scope):
-            # One torrent's places (bounded by its peers), sorted here; one
-            # country's of them filtered server-side.
+            # One torrent's places (bounded by its peers, one key), sorted here;
+            # one country's of them filtered server-side.
+            key = member_key(keys, period, q.scope, "")
             if q.prefix is not None:
                 got = client.hscan_iter(key, match=_glob_literal(q.prefix) + "*", count=1000)
             else:
                 got = client.hgetall(key).items()
             rows = sorted(((m.decode(), int(c)) for m, c in got), key=_order)[:limit]
+        elif sharded(keys):
+            rows = _top_totals(client, [("", k) for k in index_keys(keys, period, q.scope)], limit)
         else:
-            rows = [(m.decode(), c) for m, c in _top_of(client, key, limit)]
+            rows = _top_merged(client, [("", keys.index(period, q.scope))], limit)
     except redis.RedisError as e:
         raise StoreError(f"reading counters failed: {e}") from e
     return [{"metric": metric_of(q, m) + suffix, "count": int(c)} for m, c in rows]
@@ -78,9 +93,25 @@ def count(client: redis.Redis, keys: Keys, metric: Metric, month: str | None = N
 
 
 def index_count(client: redis.Redis, keys: Keys, period: str, scope: tuple[str, ...], member: str) -> int:
-    """The count of ``member`` in one index (0 if absent): a metric's count as that index holds it."""
-    n = _count_in(client, keys.index(period, scope), scope, member)
-    return 0 if n is None else int(n)
+    """The count of ``member`` in one index (0 if absent): a metric's count as that index holds it.
+
+    With several shards, the sum of every shard's part (one pipelined read
+    per shard; no settle needed).
+    """
+    if not sharded(keys):
+        n = _count_in(client, keys.index(period, scope), scope, member)
+        return 0 if n is None else int(n)
+    pipe = client.pipeline(transaction=False)
+    for s in keys.all_counter_shards:
+        key = s.index(period, scope)
+        if hashed(scope):
+            pipe.hget(key, member)
+        else:
+            pipe.zscore(key, member)
+    try:
+        return sum(int(float(n)) for n in pipe.execute() if n is not None)
+    except redis.RedisError as e:
+        raise StoreError(f"reading counters failed: {e}") from e
 
 
 def _count_in(client: redis.Redis, key: str, scope: tuple[str, ...], member: str):
@@ -94,13 +125,27 @@ def _order(row: tuple) -> tuple:
     return (-row[1], row[0].encode("utf-8") if isinstance(row[0], str) else row[0])
 
 
-def _top_of(client: redis.Redis, key: str, limit: int) -> list[tuple[bytes, float]]:
-    """The ``limit`` first members of one index by (count descending, member)."""
-    rows = sorted(client.zrevrange(key, 0, limit - 1, withscores=True), key=_order)
+def _top_merged(client: redis.Redis, sources: list[tuple[str, str]], limit: int) -> list[tuple[str, float]]:
+    """The ``limit`` first ``(label + member, count)`` of sorted-set indexes holding disjoint names.
+
+    ``sources``: ``(label, key)`` pairs. Exact: the first ``limit`` of the
+    union are among each key's first ``limit``; one pipelined ZREVRANGE per
+    key, then (when the last count kept may have more holders) one
+    ZRANGE BYSCORE per key to settle the ties by name.
+    """
+    pipe = client.pipeline(transaction=False)
+    for _, k in sources:
+        pipe.zrevrange(k, 0, limit - 1, withscores=True)
+    rows = sorted(((label + m.decode(), s) for (label, _), got in zip(sources, pipe.execute()) for m, s in got),
+                  key=_order)
     if len(rows) < limit:
         return rows
-    last = rows[-1][1]
-    return _settle_ties(rows, limit, [client.zrangebyscore(key, last, last, start=0, num=limit, withscores=True)])
+    last = rows[limit - 1][1]
+    pipe = client.pipeline(transaction=False)
+    for _, k in sources:
+        pipe.zrangebyscore(k, last, last, start=0, num=limit, withscores=True)
+    tied = [[(label + m.decode(), s) for m, s in got] for (label, _), got in zip(sources, pipe.execute())]
+    return _settle_ties(rows, limit, tied)
 
 
 def _settle_ties(ranked: list, limit: int, tied: list[list]) -> list:
@@ -120,23 +165,43 @@ def _top_across_countries(client: redis.Redis, keys: Keys, q: Query, period: str
     ``limit``. Countries come from the lifetime countries index: a place
     counted in any period had its country counted in the lifetime one.
     """
-    countries = [c.decode() for c in client.zrange(keys.index(LIFETIME, ("countries",)), 0, -1)]
+    (ckey,) = index_keys(keys, LIFETIME, ("countries",))
+    countries = [c.decode() for c in client.zrange(ckey, 0, -1)]
     if not countries:
         return []
-    ckeys = [keys.index(period, q.scope + (c,)) for c in countries]
-    pipe = client.pipeline(transaction=False)
-    for k in ckeys:
-        pipe.zrevrange(k, 0, limit - 1, withscores=True)
-    rows = sorted(((c + "." + m.decode(), s) for c, got in zip(countries, pipe.execute()) for m, s in got),
-                  key=_order)
-    if len(rows) < limit:
-        return rows
-    last = rows[limit - 1][1]
-    pipe = client.pipeline(transaction=False)
-    for k in ckeys:
-        pipe.zrangebyscore(k, last, last, start=0, num=limit, withscores=True)
-    tied = [[(c + "." + m.decode(), s) for m, s in got] for c, got in zip(countries, pipe.execute())]
-    return _settle_ties(rows, limit, tied)
+    sources = [(c + ".", k) for c in countries for k in index_keys(keys, period, q.scope + (c,))]
+    return _top_totals(client, sources, limit) if sharded(keys) else _top_merged(client, sources, limit)
+
+
+def _top_totals(client: redis.Redis, sources: list[tuple[str, str]], limit: int) -> list[tuple[str, int]]:
+    """``_top_merged`` for many keys (a sharded crawl's totals): fewer rows per key, then more where needed.
+
+    Each key answers its first rows already in ``_order`` (``top.lua``, one
+    call per key, pipelined). A first round asks each of ``n`` keys for about
+    ``2 * limit / n``; merged, the ``limit``-th row is the bar. A key whose
+    last row ranks before the bar may hold more rows that do, and only those
+    keys are asked again for ``limit``: exact (names are disjoint across
+    keys, so a key's unseen rows rank after its last), and a read of 1,024
+    shards parses a few thousand rows, not twenty thousand.
+    """
+    script = register(client, "top", package=__package__)
+    first = min(limit, -(-2 * limit // len(sources)) + 1)
+
+    def read(which: list[int], k: int) -> list[list]:
+        calls = [(script, [sources[i][1]], [k]) for i in which]
+        got = run_pipelined(client, calls) if len(calls) > 1 else [script(keys=calls[0][1], args=[k])]
+        return [[(sources[i][0] + flat[j].decode(), int(float(flat[j + 1]))) for j in range(0, len(flat), 2)]
+                for i, flat in zip(which, got)]
+
+    per = read(list(range(len(sources))), first)
+    if first < limit:
+        rows = sorted((r for part in per for r in part), key=_order)
+        bar = _order(rows[limit - 1]) if len(rows) >= limit else None
+        again = [i for i, part in enumerate(per) if len(part) == first and (bar is None or _order(part[-1]) < bar)]
+        if again:
+            for i, part in zip(again, read(again, limit)):
+                per[i] = part
+    return sorted((r for part in per for r in part), key=_order)[:limit]
 
 
 def _glob_literal(s: str) -> str:

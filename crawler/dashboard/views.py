@@ -21,6 +21,7 @@ import redis
 
 from crawler.counters import top
 from crawler.counters.names import LIFETIME, unescape
+from crawler.counters.rollup import Rollup
 from crawler.dashboard.countries import map_code
 from crawler.errors import StoreError
 from crawler.export import months_with_counters
@@ -45,18 +46,27 @@ class Views:
         self.view = QueueView(client, keys)
 
     # --- analysts -----------------------------------------------------------
-    def months(self, now: float | None = None) -> list[str]:
+    def months(self, now: float | None = None, settled: bool = False) -> list[str]:
         """The months (``YYYY-MM``, newest first) that have month counters."""
-        return months_with_counters(self.client, self.keys, now)
+        return months_with_counters(self.client, self.keys, now, settled=settled)
+
+    def _top(self, family: str, **kw) -> list[dict]:
+        """``counters.top`` on totals ``_settle`` just settled (a page reads many rankings)."""
+        return top(self.client, self.keys, family, settled=True, **kw)
+
+    def _settle(self) -> None:
+        """With several shards, bring the counter totals up to date once for the page (``counters.rollup``)."""
+        if self.keys.counter_shards > 1:
+            Rollup(self.client, self.keys).settle()
 
     def overview(self, month: str | None = None, limit: int = 20) -> dict:
         """The landing page: users per country (all of them) and the top torrents."""
-        countries = [_country_row(r) for r in top(self.client, self.keys, "countries", month=month,
-                                                  limit=ALL_COUNTRIES)]
-        torrents = [_torrent_row(r) for r in top(self.client, self.keys, "torrents", month=month, limit=limit)]
+        self._settle()
+        countries = [_country_row(r) for r in self._top("countries", month=month, limit=ALL_COUNTRIES)]
+        torrents = [_torrent_row(r) for r in self._top("torrents", month=month, limit=limit)]
         return {
             "month": month,
-            "months": self.months(),
+            "months": self.months(settled=True),
             "total_users_in_countries": sum(r["count"] for r in countries),
             "tables": {"countries": countries, "torrents": torrents},
         }
@@ -67,11 +77,11 @@ class Views:
         ``name`` is the English name as the user reads it (``St. Louis`` style,
         unescaped), as ``stats --country`` takes it.
         """
-        c, t = self.client, self.keys
-        users = top(c, t, "countries", country=name, month=month, limit=1)
-        cities = [_place_row(r) for r in top(c, t, "cities", country=name, month=month, limit=limit)]
-        postcodes = [_place_row(r) for r in top(c, t, "postcodes", country=name, month=month, limit=limit)]
-        months = self.months()
+        self._settle()
+        users = self._top("countries", country=name, month=month, limit=1)
+        cities = [_place_row(r) for r in self._top("cities", country=name, month=month, limit=limit)]
+        postcodes = [_place_row(r) for r in self._top("postcodes", country=name, month=month, limit=limit)]
+        months = self.months(settled=True)
         return {
             "country": name,
             "month": month,
@@ -87,19 +97,19 @@ class Views:
         """``{"month", "metric", "count"}`` of ``family``'s count in ``scope`` for each of ``months``, oldest first."""
         rows = []
         for m in reversed(months):
-            got = top(self.client, self.keys, family, month=m, limit=1, **scope)
+            got = self._top(family, month=m, limit=1, **scope)
             rows.append({"month": m, "metric": got[0]["metric"] if got else None,
                          "count": got[0]["count"] if got else 0})
         return rows
 
     def months_by_country(self, countries: int = 10) -> dict:
         """Users per month of the ``countries`` largest countries (lifetime), oldest month first."""
-        c, t = self.client, self.keys
-        leaders = [_country_row(r) for r in top(c, t, "countries", limit=countries)]
+        self._settle()
+        leaders = [_country_row(r) for r in self._top("countries", limit=countries)]
         names = [r["name"] for r in leaders]
         rows = []
-        for m in reversed(self.months()):
-            got = {_country_row(r)["name"]: r for r in top(c, t, "countries", month=m, limit=ALL_COUNTRIES)}
+        for m in reversed(self.months(settled=True)):
+            got = {_country_row(r)["name"]: r for r in self._top("countries", month=m, limit=ALL_COUNTRIES)}
             for name in names:
                 r = got.get(name)
                 rows.append({"month": m, "country": name, "metric": r["metric"] if r else None,
@@ -108,21 +118,21 @@ class Views:
 
     def torrent(self, info_hash: str, month: str | None = None, limit: int = 20) -> dict | None:
         """One torrent: its queue record (``torrent --json``), users by country, cities, months."""
-        c, t = self.client, self.keys
+        self._settle()
         info = self.view.torrent(info_hash, time.time())
         if info is not None:  # tracker URLs may carry passkeys: redacted as ``torrent --json`` shows them
             info["trackers"] = [redact.url(u) for u in info["trackers"]]
             info["tracker_not_before"] = {redact.url(u): n for u, n in info["tracker_not_before"].items()}
-        users = top(c, t, "torrents", torrent=info_hash, month=month, limit=1)
+        users = self._top("torrents", torrent=info_hash, month=month, limit=1)
         if info is None and not users:
             return None
-        countries = [_country_row(r, torrent=True) for r in top(c, t, "countries", torrent=info_hash, month=month,
-                                                                 limit=ALL_COUNTRIES)]
-        cities = [_place_row(r, torrent=True) for r in top(c, t, "cities", torrent=info_hash, month=month,
-                                                           limit=limit)]
+        countries = [_country_row(r, torrent=True) for r in self._top("countries", torrent=info_hash, month=month,
+                                                                       limit=ALL_COUNTRIES)]
+        cities = [_place_row(r, torrent=True) for r in self._top("cities", torrent=info_hash, month=month,
+                                                                 limit=limit)]
         visits = [{"at": _iso(v["at"]), **{k: v[k] for k in ("score", "peers", "seeders", "leechers")}}
                   for v in (info or {}).get("history", [])]
-        months = self.months()
+        months = self.months(settled=True)
         return {
             "info_hash": info_hash,
             "month": month,
@@ -180,14 +190,17 @@ class Views:
         ]
 
     def outbox(self) -> dict:
-        """StatHat backlog: stats waiting in the outbox and in the batch being posted."""
+        """StatHat backlog: stats waiting in the outboxes and in the batches being posted, summed over
+        the shards (a stat owed by two shards counts twice)."""
         p = self.client.pipeline(transaction=False)
-        p.hlen(self.keys.outbox)
-        p.hlen(self.keys.outbox_in_flight)
+        for shard in self.keys.all_counter_shards:
+            p.hlen(shard.outbox)
+            p.hlen(shard.outbox_in_flight)
         try:
-            waiting, in_flight = p.execute()
+            got = p.execute()
         except redis.RedisError as e:
             raise StoreError(f"reading the StatHat outbox failed: {e}") from e
+        waiting, in_flight = sum(got[0::2]), sum(got[1::2])
         return {"enabled": self.settings.stathat_ezkey is not None, "stats_waiting": waiting,
                 "stats_in_flight": in_flight}
 

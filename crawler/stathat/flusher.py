@@ -9,6 +9,12 @@ failed post the rest is added back into the outbox (nack) and the next flush
 retries with backoff. A flusher that dies mid-flush leaves the in-flight
 hash behind; once its lease lapses the next flush posts it ("recovered").
 
+With several shards (SPEC §9) every shard has its own outbox, in-flight
+hash and claim, each claimed and settled by one-slot calls, all shards'
+calls pipelined in one round trip; a post carries stats of several shards
+(a stat owed by two shards once, summed), and its ack settles each shard's
+part. StatHat's totals are so the counters summed over the shards.
+
 No double posts when a result is known: a post starts only while the claim
 has at least a post's worst time (the client's whole-post timeout) plus a
 margin left on it, and every ack renews the claim, so a live flusher's claim
@@ -32,10 +38,11 @@ import uuid
 
 import redis
 
-from crawler import logs
+from crawler import logs, store
 from crawler.errors import StoreError
 from crawler.keys import Keys
-from crawler.lua import register
+from crawler.lua import register, run_pipelined
+from crawler.outage import Outage, once
 from crawler.queue_view import QueueView
 from crawler.stathat.client import EZClient, PostError
 
@@ -84,6 +91,8 @@ class Flusher:
         backoff_max: float = 300.0,
     ):
         self.client, self.keys, self.settings = client, keys, settings
+        # the process's one Outage (crawler.outage): a Redis gone away is logged once, by whoever meets it first
+        self.outage = store.outage(client) or Outage(patience=settings.redis_wait_seconds)
         self.enabled = settings.stathat_ezkey is not None
         if sink is None and self.enabled:
             sink = EZClient(settings.stathat_url, settings.stathat_ezkey, timeout=settings.http_timeout)
@@ -101,7 +110,9 @@ class Flusher:
         self.backoff_base, self.backoff_max = backoff_base, backoff_max
         self.post_count = "torrents.count" in settings.stathat_families
         self.token = uuid.uuid4().hex
-        self._keys = [keys.outbox, keys.outbox_in_flight, keys.outbox_owner]
+        # each shard's outbox, in-flight batch and claim (claim.lua and settle.lua touch one shard)
+        self._keys = [[k.outbox, k.outbox_in_flight, k.outbox_owner] for k in keys.all_counter_shards]
+        self._held: dict[int, int] = {}  # shard -> claimed stats not yet acked, this flush
         self._claim = register(client, "claim", package=__package__)
         self._settle = register(client, "settle", package=__package__)
         self._view = QueueView(client, keys)
@@ -138,98 +149,130 @@ class Flusher:
         started = time.monotonic()
         end = started + (min(self.budget_seconds, FINAL_BUDGET_SECONDS) if final else self.budget_seconds)
         least = MIN_POST_SECONDS if final else self.post_seconds  # the time a post needs to start
+        self._held = {}
         taken = self._take(out)
         if taken is not None and (taken[0] or taken[1]):
             self._post_all(out, *taken, started, end, least)
         return out
 
     def _take(self, out: dict) -> tuple[list, list] | None:
-        """Claim the outbox: (its owed stats, the torrents.count stat to send), or None to stop.
+        """Claim every shard's outbox: (their owed ``(stat, shard, count)``, the torrents.count stat
+        to send), or None to stop.
 
-        None when another flusher holds the claim (``busy``) or took this
-        batch over (``lost``). Stats owed nothing are settled at once.
+        None when another flusher holds every claim that has something
+        (``busy``) or took a batch over (``lost``). A shard whose claim is
+        held elsewhere is left to that flusher (``busy``); torrents.count goes
+        with shard 0's claim, so one flusher at a time posts it. Stats owed
+        nothing are settled at once.
         """
         try:
-            claimed = self._claim(keys=self._keys, args=[self.token, self.lease_ms])
-            batch = []
-            if claimed[0] == 0:  # another flusher is posting; it posts torrents.count too
-                out["busy"] = True
+            calls = [(self._claim, k, [self.token, self.lease_ms]) for k in self._keys]
+            if len(calls) == 1:
+                replies = [self._claim(keys=self._keys[0], args=[self.token, self.lease_ms])]
+            else:
+                replies = run_pipelined(self.client, calls)
+            batch, zeros = [], {}
+            for i, claimed in enumerate(replies):
+                if claimed[0] == 0:  # another flusher is posting this shard's batch
+                    out["busy"] = True
+                elif claimed[0] == 1:
+                    out["recovered"] = out["recovered"] or bool(claimed[1])
+                    flat = claimed[2]
+                    for j in range(0, len(flat), 2):
+                        n = int(flat[j + 1])
+                        if n == 0:  # nothing to post; settled at once
+                            zeros.setdefault(i, []).append(flat[j])
+                        else:
+                            batch.append((flat[j], i, n))
+                    self._held[i] = sum(1 for f in range(1, len(flat), 2) if int(flat[f]) != 0)
+            if out["busy"] and not batch:
                 return None
-            if claimed[0] == 1:
-                out["recovered"] = bool(claimed[1])
-                flat = claimed[2]
-                batch = [(flat[i], int(flat[i + 1])) for i in range(0, len(flat), 2)]
-                zeros = [f for f, n in batch if n == 0]  # nothing to post; settled at once
-                batch = [(f, n) for f, n in batch if n != 0]
-                if zeros and not self._settle_call(["ack"] + zeros):
-                    out["lost"] = True
-                    return None
-            value = [{"stat": "torrents.count", "value": self.tracked()}] if self.post_count else []
+            if zeros and not self._settle_calls({i: ["ack"] + fs for i, fs in zeros.items()}):
+                out["lost"] = True
+                return None
+            lead = replies[0][0] != 0
+            value = [{"stat": "torrents.count", "value": self.tracked()}] if self.post_count and lead else []
         except redis.RedisError as e:
             raise StoreError(f"claiming the StatHat outbox failed: {e}") from e
+        # a stat owed by several shards goes out once per post, summed
+        batch.sort(key=lambda r: (r[0], r[1]))
         return batch, value
 
     def _post_all(self, out: dict, batch: list, value: list, started: float, end: float, least: float) -> None:
         """Post ``batch`` in chunks (``value`` with the first), settling each, until done or out of time."""
         # Measured from before the claim was sent: Redis started the lease later.
         lease_end = started + self.lease_seconds
-        held = bool(batch)  # an in-flight hash is ours to settle
         chunks = [batch[i : i + self.chunk] for i in range(0, len(batch), self.chunk)] or [[]]
         for n, part in enumerate(chunks):
             now = time.monotonic()
+            held = [i for i, left in self._held.items() if left]  # in-flight hashes ours to settle
             if end - now < least and held:
                 self._defer(out, sum(len(p) for p in chunks[n:]), now - started)
                 return
             if held and lease_end - now < self.post_seconds + LEASE_MARGIN_SECONDS:
                 # Renew before posting (a stalled process): no post may outlive the claim.
-                if not self._settle_call(["ack"]):
+                if not self._settle_calls({i: ["ack"] for i in held}):
                     out["lost"] = True
                     return
                 lease_end = now + self.lease_seconds
             if end - now < least:  # torrents.count alone: skip it this time
                 return
-            data = [{"stat": f.decode("utf-8", "replace"), "count": c} for f, c in part] + (value if n == 0 else [])
+            owed: dict = {}
+            for f, _, c in part:
+                owed[f] = owed.get(f, 0) + c
+            data = [{"stat": f.decode("utf-8", "replace"), "count": c} for f, c in owed.items()] + (
+                value if n == 0 else [])
             if not self._post(out, data, min(self.post_seconds, end - now), held, batch):
                 return
             out["stats"] += len(part)
-            out["increments"] += sum(c for _, c in part)
+            out["increments"] += sum(c for _, _, c in part)
             if part:
+                acks: dict = {}
+                for f, i, _ in part:
+                    acks.setdefault(i, ["ack"]).append(f)
+                    self._held[i] -= 1
                 before = time.monotonic()
-                if not self._settle_call(["ack"] + [f for f, _ in part]):
+                if not self._settle_calls(acks):
                     out["lost"] = True
                     return
                 lease_end = before + self.lease_seconds
 
     def _defer(self, out: dict, stats: int, after: float) -> None:
-        """Out of time: hand the claimed stats back to the outbox (``deferred``)."""
+        """Out of time: hand the claimed stats back to the outboxes (``deferred``)."""
         out["deferred"] = stats
-        if self._settle_call(["nack"]):
+        if self._settle_calls({i: ["nack"] for i, left in self._held.items() if left}):
             log.info("stathat_flush_deferred", stats=stats, after_s=round(after, 1))
         else:
             out["lost"], out["deferred"] = True, 0
 
-    def _post(self, out: dict, data: list, timeout: float, held: bool, batch: list) -> bool:
+    def _post(self, out: dict, data: list, timeout: float, held: list, batch: list) -> bool:
         """One post; False when it failed (the claimed stats handed back, ``error`` set)."""
         out["requests"] += 1
         try:
             self.sink.post(data, timeout=timeout)
         except PostError as e:
             out["ok"], out["error"] = False, str(e)
-            if held and not self._settle_call(["nack"]):
+            if held and not self._settle_calls({i: ["nack"] for i in held}):
                 out["lost"] = True
-            log.warning("stathat_post_failed", error=str(e), pending=sum(c for _, c in batch))
+            log.warning("stathat_post_failed", error=str(e), pending=sum(c for _, _, c in batch))
             return False
         return True
 
-    def _settle_call(self, args: list) -> bool:
-        """Run settle.lua; False (logged) when another flusher took the batch over."""
+    def _settle_calls(self, args: dict[int, list]) -> bool:
+        """Run settle.lua for each shard of ``args`` (shard -> its mode and fields), in one round trip;
+        False (logged) when another flusher took one of their batches over."""
+        calls = [(self._settle, self._keys[i], [self.token, self.lease_ms] + a) for i, a in args.items()]
         try:
-            settled = self._settle(keys=self._keys, args=[self.token, self.lease_ms] + args)
+            if len(calls) == 1:
+                script, keys, a = calls[0]
+                settled = [script(keys=keys, args=a)]
+            else:
+                settled = run_pipelined(self.client, calls)
         except redis.RedisError as e:
             raise StoreError(f"settling the StatHat outbox failed: {e}") from e
-        if not settled:
+        if not all(settled):
             log.warning("stathat_claim_lost", note="another flusher took over this batch; stopping")
-        return bool(settled)
+        return all(settled)
 
     def run_forever(self, stop_event: threading.Event, sweep=None) -> None:
         """Flush every ``flush_seconds`` until ``stop_event`` is set, then flush once more (briefly).
@@ -247,14 +290,17 @@ class Flusher:
                 failures = 0 if result["ok"] else failures + 1
                 if sweep is not None:
                     sweep()
+                self.outage.ok()
             except StoreError as e:
                 failures += 1
-                log.warning("stathat_flush_failed", error=str(e))
+                if not self.outage.failed(e, "stathat flush"):
+                    log.warning("stathat_flush_failed", error=str(e))
             if failures:
                 delay = min(self.backoff_max, self.backoff_base * 2 ** (failures - 1))
                 delay *= random.uniform(0.8, 1.2)
             stop_event.wait(delay)
         try:
-            self.flush_once(final=True)
+            with once():  # shutdown does not wait for a Redis that went away
+                self.flush_once(final=True)
         except StoreError as e:  # pragma: no cover - shutdown with Redis gone
             log.warning("stathat_final_flush_failed", error=str(e))

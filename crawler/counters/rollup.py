@@ -1,0 +1,220 @@
+"""Counter totals of a crawl of several shards: exact sums kept by a crash-safe rollup (SPEC §4, §9).
+
+Why: with several shards, an IP's marks and counts live in its shard
+(``keys.shard_of_fingerprint``), so a counter's value is the sum of its
+shards' parts. A ranking of sums cannot be read exactly from each shard's
+own top ``k`` (a name tenth in every shard may be first overall), and a
+threshold merge degenerates into reading every member when counts are flat
+(a million torrents of one user each): see docs/metrics.md for the figures.
+So the sums are kept, sharded by NAME (``keys.total_shard``): every name's
+total lives in one shard, and a ranking is each shard's first ``k`` merged,
+which is exact because the shards hold disjoint names.
+
+How: record.lua adds each increment to its shard's rollup outbox in the
+same atomic step as the shard's counters (one field per month index and
+member: the lifetime total gets the same increments). ``Rollup.settle`` moves every
+shard's outbox into flight under a batch number (``rollup_take.lua``),
+reads it in bounded HSCAN pages (kept only if still in flight once read), cuts
+it into chunks by the shard holding each name's total, adds each chunk to
+that shard's totals at most once (``rollup_fold.lua`` keeps, per source
+shard, the last chunk it added), then ends the batch (``rollup_done.lua``).
+Nothing is leased: a reader that dies mid-batch leaves it in flight and the
+next one adds the chunks not yet added; two readers adding one batch add
+each chunk once. ``stats``, ``export`` and the dashboard settle before they
+read, so they see every visit recorded before they started; the workers
+settle each flush cycle (``Recorder.sweep``) to keep the outboxes short.
+
+With one shard none of this exists: the shard's indexes are the totals.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import redis
+
+from crawler.counters.names import LIFETIME, hashed
+from crawler.errors import StoreError
+from crawler.keys import Keys, shard_of, total_shard
+from crawler.lua import register, run_pipelined
+
+# Increments one rollup_fold.lua call adds (~1 µs each: a call holds Redis ~1 ms).
+FOLD_CHUNK = 1000
+# A batch in flight younger than this is left to its reader by the workers'
+# settle (a reader adds ~50,000 increments a second: seconds for any backlog).
+BUSY_MS = 30_000
+# Fields per HSCAN page of a batch in flight (~1 ms of Redis each).
+SCAN_COUNT = 2000
+# Rounds of settle: a batch found in flight may hide an outbox written before
+# the settle began; the second round takes that outbox (or finds it taken by
+# another reader, and adds that batch), so two rounds see everything, unless
+# another reader ends batches under this one's reads: then it goes round again.
+SETTLE_ROUNDS = 4
+
+
+def sharded(keys: Keys) -> bool:
+    """Whether the crawl of ``keys`` keeps totals (more than one shard)."""
+    return keys.counter_shards > 1
+
+
+def index_keys(keys: Keys, period: str, scope: tuple[str, ...]) -> list[str]:
+    """The keys that together hold the index ``scope`` of ``period``, each name in one of them.
+
+    One shard: its index. Several: the totals' shards holding it (every
+    shard for the ``torrents`` family, whose names are spread; one for the
+    others).
+    """
+    if not sharded(keys):
+        return [keys.index(period, scope)]
+    if scope[0] == "torrents" and not hashed(scope):
+        return [s.total(period, scope) for s in keys.all_counter_shards]
+    return [keys.counter_shard(total_shard(scope, "", keys.counter_shards)).total(period, scope)]
+
+
+def member_key(keys: Keys, period: str, scope: tuple[str, ...], member: str) -> str:
+    """The one key holding ``member``'s count in the index ``scope`` of ``period``."""
+    if not sharded(keys):
+        return keys.index(period, scope)
+    return keys.counter_shard(total_shard(scope, member, keys.counter_shards)).total(period, scope)
+
+
+class Rollup:
+    """Adds every shard's rollup outbox to the totals (module note). ``keys``: the home ``Keys``."""
+
+    def __init__(self, client: redis.Redis, keys: Keys):
+        self.client, self.home = client, keys.home
+        self.shards = keys.all_counter_shards
+        self._take = register(client, "rollup_take", package=__package__)
+        self._fold = register(client, "rollup_fold", package=__package__)
+        self._done = register(client, "rollup_done", package=__package__)
+
+    def settle(self, everything: bool = True) -> int:
+        """Add every increment recorded before this call to the totals; returns the increments
+        added (each to a month's total and the lifetime one).
+
+        ``everything``: also add batches other readers are adding (``stats``
+        needs them all). False (the workers' housekeeping): leave a batch
+        taken less than ``BUSY_MS`` ago to its reader, so workers settling at
+        once do not all redo one batch. Raises ``StoreError`` if Redis fails
+        (what was added stays added; the rest is added by the next settle).
+        """
+        pending = list(range(len(self.shards)))
+        fresh = 0 if everything else BUSY_MS
+        added = 0
+        try:
+            for _ in range(SETTLE_ROUNDS):
+                if not pending:
+                    break
+                taken, moved = self._take_all(pending, fresh)
+                added += self._fold_all(taken)
+                # a batch found in flight may hide an older outbox; a batch that
+                # ended while read was added by another reader, who may now be
+                # adding the next one: those shards go round again
+                pending = [i for i, _, recovered, _ in taken if recovered] + moved
+        except redis.RedisError as e:
+            raise StoreError(f"adding the shards' counters to the totals failed: {e}") from e
+        return added
+
+    def _take_all(self, shards: list[int], fresh: int = 0) -> tuple[list[tuple[int, int, bool, dict]], list[int]]:
+        """``(shard, batch, recovered, {field: count})`` of each of ``shards`` with a batch to add,
+        and the shards whose batch ended while it was read (``_read``)."""
+        calls = [(self._take, [s.rollup_outbox, s.rollup_in_flight, s.rollup_seq, s.rollup_taken], [fresh])
+                 for s in (self.shards[i] for i in shards)]
+        if len(calls) == 1:
+            got = [calls[0][0](keys=calls[0][1], args=calls[0][2])]
+        else:
+            got = run_pipelined(self.client, calls)
+        ids = [(i, int(r[0]), bool(r[1])) for i, r in zip(shards, got) if r[0] > 0]
+        kept = self._read(ids)
+        have = {t[0] for t in kept}
+        return kept, [i for i, _, _ in ids if i not in have]
+
+    def _read(self, taken: list[tuple[int, int, bool]]) -> list[tuple[int, int, bool, dict]]:
+        """The fields of each batch ``taken`` (HSCAN, every shard's pages pipelined), kept only
+        if the batch is still the one in flight once read: then it was whole throughout
+        (a batch ends before the next is taken, and taking one raises the number)."""
+        fields: dict[int, dict] = {i: {} for i, _, _ in taken}
+        cursors = {i: 0 for i, _, _ in taken}
+        while cursors:
+            pipe = self.client.pipeline(transaction=False)
+            order = list(cursors)
+            for i in order:
+                pipe.hscan(self.shards[i].rollup_in_flight, cursors[i], count=SCAN_COUNT)
+            for i, (cursor, page) in zip(order, pipe.execute()):
+                fields[i].update(page)  # a field HSCAN returns twice is the same field
+                if cursor == 0:
+                    del cursors[i]
+                else:
+                    cursors[i] = cursor
+        pipe = self.client.pipeline(transaction=False)
+        for i, _, _ in taken:
+            pipe.get(self.shards[i].rollup_seq)
+            pipe.exists(self.shards[i].rollup_in_flight)
+        still = pipe.execute() if taken else []
+        return [(i, batch, recovered, fields[i]) for k, (i, batch, recovered) in enumerate(taken)
+                if still[2 * k + 1] and still[2 * k] is not None and int(still[2 * k]) == batch]
+
+    def _fold_all(self, taken: list) -> int:
+        """Add the batches ``taken`` to the totals chunk by chunk, then end them."""
+        if not taken:
+            return 0
+        folds, months, added = self._fold_calls(taken)
+        if months:
+            self.client.sadd(self.home.total_months, *sorted(months))
+        if folds:
+            run_pipelined(self.client, folds)
+        run_pipelined(self.client, [(self._done, [self.shards[src].rollup_in_flight, self.shards[src].rollup_seq],
+                                     [batch]) for src, batch, _, _ in taken])
+        return added
+
+    def _fold_calls(self, taken: list) -> tuple[list, set, int]:
+        """The rollup_fold.lua calls of the batches ``taken``, their months and their increments."""
+        n = len(self.shards)
+        tails: dict = {}  # index tail -> (month, scope, its one target or None: by member)
+        folds, months, added = [], set(), 0
+        for src, batch, _, fields in taken:
+            by_target: dict[int, list] = defaultdict(list)
+            for f, count in fields.items():
+                end = 2 + ((f[0] << 8) | f[1])
+                info = tails.get(f[2:end])
+                if info is None:
+                    info = tails[f[2:end]] = _tail(f[2:end], n)
+                    months.add(info[0])
+                member, c = f[end:].decode("utf-8"), int(count)
+                target = info[2] if info[2] is not None else shard_of(member, n)
+                rows = by_target[target]
+                rows.append((info[0], info[1], member, c))  # the month's total
+                rows.append((LIFETIME, info[1], member, c))  # and the lifetime one
+                added += c
+            for target in sorted(by_target):
+                folds += self._folds(src, batch, target, sorted(by_target[target]))
+        return folds, months, added
+
+    def _folds(self, src: int, batch: int, target: int, rows: list) -> list:
+        """The rollup_fold.lua calls adding ``rows`` (sorted: every reader cuts them alike) to ``target``."""
+        shard = self.shards[target]
+        calls = []
+        for c, first in enumerate(range(0, len(rows), FOLD_CHUNK), 1):
+            keys, kinds, numbers, args = [shard.rollup_applied], [], {}, []
+            for period, scope, member, n in rows[first : first + FOLD_CHUNK]:
+                k = numbers.get((period, scope))
+                if k is None:
+                    keys.append(shard.total(period, scope))
+                    kinds.append("h" if hashed(scope) else "z")
+                    k = numbers[(period, scope)] = len(keys) - 1
+                args += [k, member, n]
+            calls.append((self._fold, keys, [src, batch * 65536 + c, "".join(kinds), *args]))
+        return calls
+
+
+def _tail(tail: bytes, shards: int) -> tuple[str, tuple[str, ...], int | None]:
+    """``(month, scope, target shard)`` of an index tail ``<YYYY-MM>:<scope>`` of the rollup outbox;
+    the target is None for the ``torrents`` family's indexes, whose names are spread by member.
+
+    A name holding ``:`` splits into more scope parts, which ``Keys.total``
+    and ``total_shard`` join back into the same text.
+    """
+    period, *scope = tail.decode("utf-8").split(":")
+    scope_t = tuple(scope)
+    spread = scope_t[0] == "torrents" and not hashed(scope_t)
+    return period, scope_t, None if spread else total_shard(scope_t, "", shards)
