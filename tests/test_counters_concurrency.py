@@ -124,19 +124,13 @@ KILLED_CHILD = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize("attempt", range(3))
-def test_sigkill_mid_visit_then_retry_never_double_counts(attempt, redis_url, namespace, client, keys, settings, tmp_path):
-    db = write_city_db(tmp_path / "city.mmdb")
-    h = TORRENTS[attempt]
-    ips = POOL  # 600 IPs, one IP per Lua batch: ~600 round trips
-    # The child reaches Redis through a proxy that passes its first n commands
-    # (a different n each attempt, of ~440: a few to connect, the probe, then
-    # one pipelined record.lua call per IP) and holds the rest: Redis has run
-    # a prefix of the visit's pipeline when the child is killed, however fast
-    # the machine is.
-    proxy = HoldingProxy(redis_url, commands=50 + 150 * attempt)
+def record_until_killed(redis_url: str, commands: int, namespace: str, db, h: str, ips: list[str],
+                        shards: int = 1, now: float = T0) -> subprocess.Popen:
+    """Run ``KILLED_CHILD`` recording ``ips`` on ``h`` at ``now`` through a proxy that passes its
+    first ``commands`` Redis commands and holds the rest, and SIGKILL it there; the dead child."""
+    proxy = HoldingProxy(redis_url, commands=commands)
     child = subprocess.Popen(
-        [sys.executable, "-c", KILLED_CHILD, proxy.url, namespace, str(db), h, str(T0)],
+        [sys.executable, "-c", KILLED_CHILD, proxy.url, namespace, str(db), h, str(now), str(shards)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=os.getcwd(),
     )
     try:
@@ -151,6 +145,20 @@ def test_sigkill_mid_visit_then_retry_never_double_counts(attempt, redis_url, na
             child.kill()
             child.wait(10)
         proxy.close()
+    return child
+
+
+@pytest.mark.parametrize("attempt", range(3))
+def test_sigkill_mid_visit_then_retry_never_double_counts(attempt, redis_url, namespace, client, keys, settings, tmp_path):
+    db = write_city_db(tmp_path / "city.mmdb")
+    h = TORRENTS[attempt]
+    ips = POOL  # 600 IPs, one IP per Lua batch: ~600 round trips
+    # The child reaches Redis through a proxy that passes its first n commands
+    # (a different n each attempt, of ~440: a few to connect, the probe, then
+    # one pipelined record.lua call per IP) and holds the rest: Redis has run
+    # a prefix of the visit's pipeline when the child is killed, however fast
+    # the machine is.
+    child = record_until_killed(redis_url, 50 + 150 * attempt, namespace, db, h, ips)
     users = keys.index("all", ("torrents",))
     assert child.returncode == -signal.SIGKILL
     before = int(client.zscore(users, h) or 0)

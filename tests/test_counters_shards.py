@@ -11,11 +11,7 @@ from __future__ import annotations
 
 import calendar
 import ipaddress
-import os
 import random
-import signal
-import subprocess
-import sys
 import uuid
 from collections import Counter
 
@@ -33,12 +29,11 @@ from crawler.export import export
 from crawler.keys import Keys
 from crawler.settings import Settings
 from crawler.stathat.flusher import Flusher
-from tests.holding_proxy import HoldingProxy
 from tests.mmdb import write_city_db
 from tests.namespaces import delete_namespace
 from tests.redis_cluster import redis_cluster  # noqa: F401 (fixture)
 from tests.stathat_sink import StatHatSink
-from tests.test_counters_concurrency import KILLED_CHILD, POOL, expected
+from tests.test_counters_concurrency import POOL, expected, record_until_killed
 
 T0 = calendar.timegm((2024, 5, 30, 12, 0, 0))
 MONTH2 = T0 + 5 * 86400  # June: a second month's counters
@@ -222,23 +217,7 @@ def test_a_recording_killed_mid_visit_then_retried_counts_once_across_shards(
     db = write_city_db(tmp_path / "city.mmdb")
     keys = Keys(namespace, 3)
     h = TORRENTS[0]
-    proxy = HoldingProxy(redis_url, commands=held)
-    child = subprocess.Popen(
-        [sys.executable, "-c", KILLED_CHILD, proxy.url, namespace, str(db), h, str(T0), "3"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=os.getcwd(),
-    )
-    try:
-        child.stdin.write("\n".join(POOL))
-        child.stdin.close()
-        assert child.stdout.readline().strip() == "ready"
-        assert proxy.held.wait(60), "the child should reach Redis through the proxy"
-        child.send_signal(signal.SIGKILL)
-        child.wait(10)
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait(10)
-        proxy.close()
+    record_until_killed(redis_url, held, namespace, db, h, POOL, shards=3, now=T0)
     before = index_count(client, keys, "all", ("torrents",), h)
     assert 0 < before < len(POOL), "the kill should land mid-visit"
     rec = Recorder(client, keys, settings.replace(stathat_ezkey="k"), geo.open_locator(db), batch_pairs=7)
