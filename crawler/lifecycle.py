@@ -260,11 +260,16 @@ class Queue:
         shard in one pipelined round trip (it moves due torrents into ready, so their scores count)."""
         stale = [i for i in self.tops.stale(now) if i not in tried]
         if stale:
-            calls = [(self._claim, a["keys"], a["args"])
-                     for a in (self._claim_args(0, now, self.keys.shard(i)) for i in stale)]
-            for i, flat in zip(stale, lua.run_pipelined(self.client, calls)):
-                self.tops.note(i, flat[-1], now)
+            self._housekeep(stale, now)
         return self.tops.choose(now, tried)
+
+    def _housekeep(self, shards: Iterable[int], now: float) -> None:
+        """``claim.lua`` claiming nothing in each of ``shards``, in one round trip; notes their offers."""
+        shards = list(shards)
+        calls = [(self._claim, a["keys"], a["args"])
+                 for a in (self._claim_args(0, now, self.keys.shard(i)) for i in shards)]
+        for i, flat in zip(shards, lua.run_pipelined(self.client, calls)):
+            self.tops.note(i, flat[-1], now)
 
     def claim(self, count: int = 1, now: float | None = None) -> list[Lease]:
         """Lease up to ``count`` (at most ``MAX_CLAIM``) of the highest-scored ready torrents.
@@ -297,11 +302,8 @@ class Queue:
     def housekeep(self, now: float | None = None) -> None:
         """Run the claim's housekeeping in every shard without claiming anything."""
         now = time.time() if now is None else now
-        calls = [(self._claim, a["keys"], a["args"])
-                 for a in (self._claim_args(0, now, k) for k in self.keys.all_shards)]
         try:
-            for i, flat in enumerate(lua.run_pipelined(self.client, calls)):
-                self.tops.note(i, flat[-1], now)
+            self._housekeep(range(self.keys.shards), now)
         except redis.RedisError as e:
             raise StoreError(f"claiming torrents failed: {e}") from e
 
@@ -329,9 +331,12 @@ class Queue:
                   result.value, self.settings.torrent_history],
         )
 
-    @staticmethod
-    def _completed(reply: list) -> tuple[str, float | None]:
-        return reply[0].decode(), (float(reply[1]) if len(reply) > 1 else None)
+    def _completed(self, lease: Lease, reply: list, due: float | None, now: float) -> tuple[str, float | None]:
+        """A complete.lua reply as ``complete`` returns it; a torrent back to cooling is noted in its shard."""
+        state = reply[0].decode()
+        if state == "cooling":
+            self._arrived(lease.info_hash, now + self.settings.revisit_seconds if due is None else due, now)
+        return state, (float(reply[1]) if len(reply) > 1 else None)
 
     def complete(self, lease: Lease, result: Outcome, *, peers: int = 0, seeders: int | None = None,
                  leechers: int | None = None, due: float | None = None,
@@ -345,10 +350,7 @@ class Queue:
             reply = self._complete(**self._complete_args(lease, result, peers, seeders, leechers, due, now))
         except redis.RedisError as e:
             raise StoreError(f"completing a visit failed: {e}") from e
-        completed = self._completed(reply)
-        if completed[0] == "cooling":
-            self._arrived(lease.info_hash, now + self.settings.revisit_seconds if due is None else due, now)
-        return completed
+        return self._completed(lease, reply, due, now)
 
     def complete_and_claim(self, lease: Lease, result: Outcome, count: int = 1, *, peers: int = 0,
                            seeders: int | None = None, leechers: int | None = None, due: float | None = None,
@@ -373,10 +375,7 @@ class Queue:
             leases = self._leases(claimed[0])
         if len(leases) < count and self.keys.shards > 1:
             leases += self.claim(count - len(leases), now)  # that shard had less than it seemed
-        completed = self._completed(done)
-        if completed[0] == "cooling":
-            self._arrived(lease.info_hash, now + self.settings.revisit_seconds if due is None else due, now)
-        return completed, leases
+        return self._completed(lease, done, due, now), leases
 
     def _arrived(self, info_hash: str, at: float, now: float, score: float | None = None) -> None:
         """This process put ``info_hash`` back, claimable at ``at``: its shard's estimate knows at once."""
