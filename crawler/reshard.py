@@ -45,10 +45,12 @@ from crawler.registry import WorkerRegistry
 
 # Torrents read, copied and removed per step: one step's commands stay small.
 BATCH = 500
-# The state sets, in the order a torrent is looked for; one holds it.
+# The state sets, one of which holds a torrent, and ``since`` (a ready
+# torrent's time): sorted sets keyed by info-hash, copied member by member.
 STATES = ("ready", "cooling", "leases", "evicted", "quarantined")
+SETS = STATES + ("since",)
 # Hashes of the shard keyed by info-hash, copied field by field.
-FIELDS = ("since", "held", "claims", "expiries", "tombstones", "quarantine")
+FIELDS = ("held", "claims", "expiries", "tombstones", "quarantine")
 
 
 def _own_keys(k: Keys, h: str) -> tuple[str, ...]:
@@ -133,19 +135,19 @@ class Reshard:
     def _read(self, k: Keys, batch: list[str]) -> list[dict]:
         p = self.client.pipeline(transaction=False)
         for h in batch:
-            for state in STATES:
-                p.zscore(getattr(k, state), h)
+            for name in SETS:
+                p.zscore(getattr(k, name), h)
             for name in FIELDS:
-                p.hget(getattr(k, name), h) if name != "since" else p.zscore(k.since, h)
+                p.hget(getattr(k, name), h)
             for key in _own_keys(k, h):
                 p.dump(key)
                 p.pttl(key)
         got = p.execute()
-        width = len(STATES) + len(FIELDS) + 2 * 4
+        width = len(SETS) + len(FIELDS) + 2 * 4
         rows = []
         for i, h in enumerate(batch):
             r = got[i * width:(i + 1) * width]
-            rows.append({"h": h, "states": r[:len(STATES)], "fields": r[len(STATES):len(STATES) + len(FIELDS)],
+            rows.append({"h": h, "sets": r[:len(SETS)], "fields": r[len(SETS):len(SETS) + len(FIELDS)],
                          "dumps": list(zip(r[-8::2], r[-7::2]))})
         return rows
 
@@ -157,12 +159,12 @@ class Reshard:
             p = self.client.pipeline(transaction=True)
             for row in part:
                 h = row["h"]
-                for state, score in zip(STATES, row["states"]):
+                for name, score in zip(SETS, row["sets"]):
                     if score is not None:
-                        p.zadd(getattr(k, state), {h: score})
+                        p.zadd(getattr(k, name), {h: score})
                 for name, value in zip(FIELDS, row["fields"]):
                     if value is not None:
-                        p.zadd(k.since, {h: value}) if name == "since" else p.hset(getattr(k, name), h, value)
+                        p.hset(getattr(k, name), h, value)
                 for key, (dump, ttl) in zip(_own_keys(k, h), row["dumps"]):
                     if dump is not None:
                         p.restore(key, max(0, ttl), dump, replace=True)
@@ -172,11 +174,10 @@ class Reshard:
         p = self.client.pipeline(transaction=True)
         for h in batch:
             p.delete(*_own_keys(k, h))
-            p.zrem(k.since, h)
-            for name in FIELDS[1:]:
+            for name in FIELDS:
                 p.hdel(getattr(k, name), h)
-            for state in STATES:
-                p.zrem(getattr(k, state), h)
+            for name in SETS:
+                p.zrem(getattr(k, name), h)
         p.execute()
 
     def _move(self, k: Keys, batch: list[str]) -> None:
