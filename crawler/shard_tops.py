@@ -99,9 +99,3 @@ class ShardTops:
         if not picks:
             return None
         return picks[0] if len(picks) == 1 else self._rng.choice(picks)
-
-    def next_due(self) -> float:
-        """The earliest time an empty shard has something due (INF: none known)."""
-        return min((u for t, u in zip(self._top, self._until) if t == -INF), default=INF)
-
-
