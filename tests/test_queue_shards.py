@@ -41,7 +41,7 @@ def scored_queue(client, namespace, settings, shards: int, hs: list[str], t: flo
 @pytest.mark.parametrize("shards", [1, 7])
 def test_one_claimer_takes_scores_in_global_order(client, namespace, settings, shards):
     hs = hashes(400)
-    q = scored_queue(client, namespace + f"-{shards}", settings, shards, hs)
+    q = scored_queue(client, namespace, settings, shards, hs)
     got = []
     while lease := q.claim(1, now=1003.0):
         got += lease
