@@ -25,6 +25,7 @@ class StatHatSink:
     """StatHat's EZ API on loopback, recording what it accepts (see the module note)."""
     def __init__(self, host: str = "127.0.0.1", delay: float = 0.0):
         self.delay = delay
+        self.on_post = None  # called with each POST's body before it is answered
         self.posts: list[dict] = []  # accepted bodies
         self.requests = 0  # every POST, accepted or failed
         self.most_at_once = 0
@@ -38,6 +39,8 @@ class StatHatSink:
             def do_POST(self):  # noqa: N802 - http.server's naming
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length)
+                if sink.on_post is not None:
+                    sink.on_post(json.loads(raw))
                 with sink._lock:
                     sink._at_once += 1
                     sink.most_at_once = max(sink.most_at_once, sink._at_once)

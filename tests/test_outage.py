@@ -269,6 +269,33 @@ def test_with_wait_a_recording_returns_once_a_replica_has_it(cluster_ns, redis_c
     assert lua.Wait.from_settings(Settings()) is None  # 0 replicas: off
 
 
+def test_with_wait_the_flusher_posts_only_what_a_replica_holds_as_claimed(cluster_ns, redis_cluster, tmp_path):  # noqa: F811
+    import geo
+    from crawler.stathat.flusher import Flusher
+    from tests.mmdb import write_city_db
+    from tests.stathat_sink import StatHatSink
+
+    ns, url = cluster_ns
+    with StatHatSink() as sink:
+        s = Settings(redis_url=url, namespace=ns, secret=SECRET, wait_replicas=1, wait_timeout_ms=5000,
+                     stathat_ezkey="k", stathat_url=sink.url, stathat_families=("countries", "torrents"))
+        client = store.connect(s)
+        keys = Keys(ns)
+        rec = Recorder(client, keys, s, geo.open_locator(write_city_db(tmp_path / "city.mmdb")))
+        rec.record_visit(h("wait-flush"), [peer_address(i) for i in range(30)], time.time())
+        reader = _replica(redis_cluster, redis_cluster.serving(keys.outbox_in_flight)[1])
+        seen = []
+        # at each post, the replica already holds the claimed batch (a failover now keeps the claim)
+        sink.on_post = lambda body: seen.append(reader.hlen(keys.outbox_in_flight))
+        flusher = Flusher(client, keys, s)
+        result = flusher.flush_once()
+        assert result["ok"] and result["increments"] > 0 and seen and all(n > 0 for n in seen)
+        assert flusher.wait.batches >= 2 and flusher.wait.short == 0  # the claim and the ack were waited for
+        # and the ack reached it before flush_once returned
+        assert reader.exists(keys.outbox_in_flight) == 0 and reader.hlen(keys.outbox) == 0
+        client.close()
+
+
 def test_without_a_replica_wait_times_out_and_the_recording_stands(cluster_ns, redis_cluster, restore):  # noqa: F811
     ns, url = cluster_ns
     client = store.connect(Settings(redis_url=url, secret=SECRET))

@@ -41,7 +41,7 @@ import redis
 from crawler import logs, store
 from crawler.errors import StoreError
 from crawler.keys import Keys
-from crawler.lua import register, run_pipelined
+from crawler.lua import Wait, register, run_pipelined
 from crawler.outage import Outage, once
 from crawler.queue_view import QueueView
 from crawler.stathat.client import EZClient, PostError
@@ -115,6 +115,9 @@ class Flusher:
         self._held: dict[int, int] = {}  # shard -> claimed stats not yet acked, this flush
         self._claim = register(client, "claim", package=__package__)
         self._settle = register(client, "settle", package=__package__)
+        # PEERCRAWL_WAIT_REPLICAS: a claim reaches a replica before its batch is
+        # posted, and an ack before the next claim (docs/redis.md, failover)
+        self.wait = Wait.from_settings(settings)
         self._view = QueueView(client, keys)
 
     def tracked(self) -> int:
@@ -167,10 +170,10 @@ class Flusher:
         """
         try:
             calls = [(self._claim, k, [self.token, self.lease_ms]) for k in self._keys]
-            if len(calls) == 1:
+            if len(calls) == 1 and self.wait is None:
                 replies = [self._claim(keys=self._keys[0], args=[self.token, self.lease_ms])]
             else:
-                replies = run_pipelined(self.client, calls)
+                replies = run_pipelined(self.client, calls, wait=self.wait)
             batch, zeros = [], {}
             for i, claimed in enumerate(replies):
                 if claimed[0] == 0:  # another flusher is posting this shard's batch
@@ -263,11 +266,11 @@ class Flusher:
         False (logged) when another flusher took one of their batches over."""
         calls = [(self._settle, self._keys[i], [self.token, self.lease_ms] + a) for i, a in args.items()]
         try:
-            if len(calls) == 1:
+            if len(calls) == 1 and self.wait is None:
                 script, keys, a = calls[0]
                 settled = [script(keys=keys, args=a)]
             else:
-                settled = run_pipelined(self.client, calls)
+                settled = run_pipelined(self.client, calls, wait=self.wait)
         except redis.RedisError as e:
             raise StoreError(f"settling the StatHat outbox failed: {e}") from e
         if not all(settled):
