@@ -16,6 +16,8 @@ from crawler.errors import SettingsError
 from crawler.settings import Settings
 from tests.cli import run, run_json
 from tests.mmdb import write_city_db
+from tests.redis_cluster import redis_cluster  # noqa: F401 (fixture)
+from tests.test_cluster import cluster_ns  # noqa: F401 (fixture)
 from tests.test_embedded import embedded_env, servers  # noqa: F401 (fixture)
 
 H = "ab" * 20
@@ -173,3 +175,21 @@ def test_a_key_file_that_cannot_be_created_is_one_line(tmp_path, client, keys):
         data.mkdir(mode=0o500)
     with pytest.raises(SettingsError, match="cannot (read|create) the fingerprint key file"):
         load_secret(client, keys, Settings(data_dir=data))
+
+
+def test_the_key_moves_out_of_a_cluster_too(test_env, cluster_ns):  # noqa: F811
+    from crawler.cli.secret import _delete_if
+    from crawler.keys import Keys
+
+    ns, url = cluster_ns
+    client = store.connect(Settings(redis_url=url, secret="x" * 16))
+    client.set(Keys(ns).secret, LEGACY)
+    env = {k: v for k, v in test_env.items() if k != "PEERCRAWL_SECRET"}
+    env.update(REDIS_URL=url, PEERCRAWL_NAMESPACE=ns)
+    p = run(env, "secret", "--move")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout == LEGACY + "\n" and not client.exists(Keys(ns).secret)
+    client.set(Keys(ns).secret, "written-since-0123456789")
+    _delete_if(client, Keys(ns).secret, LEGACY.encode())  # a key other than the one handed over stays
+    assert client.get(Keys(ns).secret) == b"written-since-0123456789"
+    client.close()

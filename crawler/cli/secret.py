@@ -18,6 +18,7 @@ import sys
 import click
 import redis
 
+from crawler import lua
 from crawler.cli.context import open_context
 from crawler.counters.marks import create_key_file, key_file, read_key_file
 from crawler.errors import SettingsError, StoreError
@@ -99,14 +100,6 @@ def _move(ctx, stored: bytes | None) -> None:
 
 
 def _delete_if(client: redis.Redis, name: str, value: bytes) -> None:
-    """Delete ``name`` only if it still holds ``value`` (the key handed over)."""
-    with client.pipeline() as pipe:
-        try:
-            pipe.watch(name)
-            if pipe.get(name) != value:
-                return
-            pipe.multi()
-            pipe.delete(name)
-            pipe.execute()
-        except redis.WatchError:
-            return  # changed meanwhile: left for the next --move
+    """Delete ``name`` only if it still holds ``value`` (the key handed over); one script, so a key
+    written meanwhile is left for the next ``--move``."""
+    lua.register(client, "delete_if")(keys=[name], args=[value])
