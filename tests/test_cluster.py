@@ -143,8 +143,10 @@ def test_many_greenlets_wait_for_a_cluster_connection_instead_of_failing(cluster
     key = Keys(ns).scratch("conns")
 
     def slow_call():
-        # a Lua busy-wait holds its connection ~20 ms: 300 at once need more connections than a pool gives
-        client.eval("local t = redis.call('TIME'); local e = t[1] * 1000000 + t[2] + 20000; "
+        # A Lua busy-wait holds its connection ~2 ms: 300 sent at once need more connections than a
+        # pool gives. Short, so the node answers its cluster bus within the fixture's 2 s node timeout
+        # (300 x 20 ms kept it from it long enough for a failover, which dropped acknowledged writes).
+        client.eval("local t = redis.call('TIME'); local e = t[1] * 1000000 + t[2] + 2000; "
                     "repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] >= e; "
                     "return redis.call('INCR', KEYS[1])", 1, key)
 
