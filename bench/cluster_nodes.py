@@ -22,7 +22,7 @@ from pathlib import Path
 import redis
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS
 
-from tests.redis_cluster import _free_ports
+from tests.redis_cluster import _free_ports, stop
 
 START_SECONDS = 20.0
 HEALTHY_SECONDS = 60.0
@@ -133,11 +133,7 @@ class Topology:
 
     def close(self) -> None:
         """Stop every node and remove its files."""
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.kill()
-        for proc in self.procs.values():
-            proc.wait()
+        stop(self.procs.values())
         shutil.rmtree(self.root, ignore_errors=True)
 
     def __enter__(self) -> Topology:

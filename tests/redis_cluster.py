@@ -150,11 +150,17 @@ class RedisCluster:
 
     def close(self) -> None:
         """Stop every node."""
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.kill()
-        for proc in self.procs.values():
-            proc.wait()
+        stop(self.procs.values())
+
+
+def stop(procs) -> None:
+    """SIGKILL every server process of ``procs`` still running, then reap them all."""
+    procs = list(procs)
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+    for proc in procs:
+        proc.wait()
 
 
 def available() -> bool:
