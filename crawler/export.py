@@ -46,36 +46,31 @@ FILES = {
 }
 
 
-def months_with_counters(client: redis.Redis, keys: Keys, now: float | None = None, settled: bool = False) -> list[str]:
+def months_with_counters(client: redis.Redis, keys: Keys, now: float | None = None) -> list[str]:
     """The months (``YYYY-MM``, newest first, up to ``MONTHS_BACK`` back) that have month counters.
 
-    With several shards: the months of the totals, settled first (``counters.rollup``)
-    unless ``settled`` (the caller just did).
+    Every recorded IP counts for a torrent, so a month has counters when a
+    counter shard has its ``torrents`` index (one pipelined EXISTS per shard
+    and month).
     """
     now = time.time() if now is None else now
-    if sharded(keys):
-        if not settled:
-            Rollup(client, keys).settle()
-        try:
-            have = {m.decode() for m in client.smembers(keys.home.total_months)}
-        except redis.RedisError as e:
-            raise StoreError(f"reading the months failed: {e}") from e
     d = _dt.datetime.fromtimestamp(now, _dt.UTC)
     y, m = d.year, d.month
     cands = []
     for _ in range(MONTHS_BACK):
         cands.append(f"{y:04d}-{m:02d}")
         y, m = (y, m - 1) if m > 1 else (y - 1, 12)
-    if sharded(keys):
-        return [month for month in cands if month in have]
+    shards = keys.all_counter_shards
     p = client.pipeline(transaction=False)
     for month in cands:
-        p.exists(keys.index(month, ("torrents",)))  # every recorded IP counts for a torrent
+        for s in shards:
+            p.exists(s.index(month, ("torrents",)))
     try:
         got = p.execute()
     except redis.RedisError as e:
         raise StoreError(f"reading the months failed: {e}") from e
-    return [month for month, n in zip(cands, got) if n]
+    n = len(shards)
+    return [month for i, month in enumerate(cands) if any(got[i * n : (i + 1) * n])]
 
 
 def export(client: redis.Redis, keys: Keys, out: Path, now: float | None = None) -> dict[str, int]:
@@ -84,7 +79,9 @@ def export(client: redis.Redis, keys: Keys, out: Path, now: float | None = None)
     Raises ``StoreError`` if Redis fails, ``OSError`` if a file cannot be written.
     """
     out.mkdir(parents=True, exist_ok=True)
-    periods = [LIFETIME] + sorted(months_with_counters(client, keys, now))  # settles a sharded crawl's totals
+    if sharded(keys):
+        Rollup(client, keys).settle()
+    periods = [LIFETIME] + sorted(months_with_counters(client, keys, now))
     counts = {}
     files = {name: (out / f"{name}.csv").open("w", newline="", encoding="utf-8") for name in FILES}
     try:

@@ -70,21 +70,22 @@ def shard_of_fingerprint(fingerprint: int, shards: int) -> int:
     return (fingerprint >> 104) % shards
 
 
-def total_shard(scope: tuple[str, ...], member: str, shards: int) -> int:
-    """The shard whose counter totals hold ``member`` of index ``scope`` (``Keys.index``'s scope).
+def total_shard(scope: tuple[str, ...], shards: int) -> int:
+    """The shard whose counter totals hold the place index ``scope`` (``Keys.index``'s scope).
 
-    Totals are sharded by name, so every name lives in exactly one shard and
-    the first ``k`` of an index are among each shard's first ``k``: the
-    ``torrents`` family's members (info-hashes, millions of them) by the
-    info-hash (``shard_of``); one torrent's indexes by that torrent; every
-    other index (places: bounded by the world's geography) whole, by a CRC of
-    its scope, so all cities of one country are one key.
+    Only place counters have totals (``counters/rollup.py``): their parts are
+    spread by IP, while a torrent's counters live whole in its shard. A place
+    index (bounded by the world's geography) lives whole in one shard, by a
+    CRC of its scope, so all cities of one country are one key and the first
+    ``k`` of an index are one read.
     """
-    if len(scope) > 2 and scope[1] == "t":
-        return shard_of(scope[2], shards)
-    if scope[0] == "torrents":
-        return shard_of(member, shards)
     return zlib.crc32(":".join(scope).encode("utf-8")) % shards
+
+
+def index_tail(period: str, scope: tuple[str, ...]) -> str:
+    """``<period>:<scope...>``: what follows ``ix:`` in an index key and ``tx:`` in its total;
+    the rollup outbox names a place counter by it (``counters/rollup.outbox_field``)."""
+    return ":".join((period, *scope))
 
 
 @dataclass(frozen=True)
@@ -299,32 +300,19 @@ class Keys:
         """
         return self._k("ix", period, *scope)
 
-    @property
-    def index_tail_at(self) -> int:
-        """Where ``<period>:<scope...>`` starts in this shard's ``index`` keys (record.lua
-        names a counter of the rollup outbox by that tail)."""
-        return len(self._k("ix", ""))
-
     def total(self, period: str, scope: tuple[str, ...]) -> str:
         """One index of counter totals ``tx:<period>:<scope...>`` (crawls of more than one shard).
 
-        The same shape and members as ``index``, but holding the sum over every
-        shard's part, for the members ``total_shard`` puts in this shard; kept
-        by ``counters/rollup.py``, read by ``stats`` and ``export``.
+        The same shape and members as the place ``index`` of ``scope``, holding the sum
+        over every shard's part, in the shard ``total_shard`` names; kept by
+        ``counters/rollup.py``, read by ``stats`` and ``export``.
         """
         return self._k("tx", period, *scope)
 
     @property
-    def total_months(self) -> str:
-        """SET of the months (``YYYY-MM``) that have counter totals (home; more than one shard)."""
-        return self._home("tx", "months")
-
-    @property
     def rollup_outbox(self) -> str:
-        """HASH counter -> count not yet in the totals (``rx:outbox``; more than one shard), written
-        by record.lua with the shard's counters. A field is u16 length, the month ``index`` key's
-        tail (``<YYYY-MM>:<scope>``), then the member; its count goes to that month's total and
-        to the lifetime one."""
+        """HASH place counter -> count not yet in the totals (``rx:outbox``; more than one shard),
+        written by places.lua with the shard's marks; a field is ``rollup.outbox_field``."""
         return self._k("rx", "outbox")
 
     @property

@@ -22,7 +22,7 @@ import geo
 from crawler import store
 from crawler.counters import Recorder, top
 from crawler.counters.names import FAMILIES
-from crawler.counters.rollup import Rollup
+from crawler.counters.rollup import Rollup, outbox_field
 from crawler.counters.stats import index_count
 from crawler.dashboard.views import Views
 from crawler.export import export
@@ -129,13 +129,24 @@ def test_one_three_and_1024_shards_give_the_same_stats_export_and_stathat(
          for r in one["top"][(fam, None, h)]}) + Counter({"torrents.processed": processed})
 
 
-def test_an_ips_marks_and_counts_stay_in_its_shard(client, namespace, settings, locator):
+def test_a_torrents_counters_stay_in_its_shard_and_an_ips_place_counts_in_the_ips(
+        client, namespace, settings, locator):
     keys = Keys(namespace, 3)
     rec = Recorder(client, keys, settings, locator)
     assert rec.record_visit(TORRENTS[0], POOL[:200], T0) == 200
+    mine = int(TORRENTS[0], 16) % 3
     parts = [int(client.zscore(s.index("all", ("torrents",)), TORRENTS[0]) or 0) for s in keys.all_shards]
-    assert sum(parts) == 200 and all(p > 30 for p in parts)  # spread, and each IP counted in one shard
-    assert index_count(client, keys, "all", ("torrents",), TORRENTS[0]) == 200
+    assert parts[mine] == 200 and sum(parts) == 200
+    assert [bool(client.exists(s.index("all", ("cities", "t", TORRENTS[0])))) for s in keys.all_shards] == [
+        i == mine for i in range(3)]
+    # the place counts wait in the rollup outbox of each IP's shard: spread, and each IP in one
+    places = []
+    for s in keys.all_shards:
+        box = client.hgetall(s.rollup_outbox)
+        places.append(sum(int(n) for f, n in box.items() if f[2:].startswith(b"2024-05:countries")))
+    assert all(p > 30 for p in places)
+    assert sum(places) == sum(r["count"] for r in top(client, keys, "countries", limit=1000)) == sum(
+        r["count"] for r in top(client, keys, "countries", torrent=TORRENTS[0], limit=1000))
     # the home keeps no counter of its own
     assert not client.exists(keys.index("all", ("torrents",)))
     assert rec.record_visit(TORRENTS[0], POOL[:200], T0 + 60) == 0
@@ -175,7 +186,7 @@ def test_a_rollup_that_dies_mid_batch_adds_each_increment_once(client, namespace
         rec.record_visit(h, POOL[i * 100 : i * 100 + 250], T0 + i)
     dying = Rollup(client, keys)
     taken, _ = dying._take_all(list(range(4)))
-    folds, _, _ = dying._fold_calls(taken)
+    folds, _ = dying._fold_calls(taken)
     assert Rollup(client, keys).settle(everything=False) == 0  # the workers leave a young batch to its reader
     assert len(folds) > 4
     for script, k, a in folds[: len(folds) // 2]:  # then it dies: half the chunks added, no batch ended
@@ -185,12 +196,20 @@ def test_a_rollup_that_dies_mid_batch_adds_each_increment_once(client, namespace
     for script, k, a in folds:  # the dead reader's calls, replayed late: each refused
         assert script(keys=k, args=a) == 0
     Rollup(client, keys).settle()
-    for h in TORRENTS:
-        want = index_count(client, keys, "all", ("torrents",), h)
-        assert top(client, keys, "torrents", torrent=h)[0]["count"] == want > 0
-    want = {c: index_count(client, keys, "all", ("countries",), c) for c in ("Germany", "United States", "Iceland")}
-    assert {r["metric"]: r["count"] for r in top(client, keys, "countries")} == {
-        f"countries.{c}.users": n for c, n in want.items()}
+    want = expected(locator, [(h, POOL[i * 100 : i * 100 + 250]) for i, h in enumerate(TORRENTS)]
+                    + [(TORRENTS[0], POOL[500:520])])
+    assert every_counter(client, keys) == dict(want)
+
+
+def every_counter(client, keys) -> dict:
+    """Every lifetime counter of ``TORRENTS`` as ``stats`` reads it: metric -> count."""
+    got = {}
+    for fam in ("countries", "cities", "postcodes"):
+        got.update({r["metric"]: r["count"] for r in top(client, keys, fam, limit=10_000)})
+        for h in TORRENTS:
+            got.update({r["metric"]: r["count"] for r in top(client, keys, fam, torrent=h, limit=10_000)})
+    got.update({r["metric"]: r["count"] for r in top(client, keys, "torrents", limit=10_000)})
+    return got
 
 
 def test_a_batch_ended_and_replaced_while_read_is_not_added_under_its_old_number(client, namespace, settings, locator):
@@ -201,66 +220,95 @@ def test_a_batch_ended_and_replaced_while_read_is_not_added_under_its_old_number
     (first,) = [t for t in r._take_all([0, 1])[0] if t[0] == 0]
     src, batch = first[0], first[1]
     r._fold_all([first])  # another reader adds and ends it...
-    rec.record_visit(TORRENTS[1], POOL[:100], T0 + 1)
+    rec.record_visit(TORRENTS[1], POOL[100:200], T0 + 1)  # new IPs: new place counts
     (second,) = r._take_all([src])[0]  # ...and the next batch is in flight
     assert second[1] == batch + 1
     assert r._read([(src, batch, False)]) == []  # a slow reader of the first batch reads nothing
     r.settle()
-    assert top(client, keys, "torrents", limit=5) == top(client, keys, "torrents", limit=5, settled=True)
-    assert sorted(x["count"] for x in top(client, keys, "torrents")) == [
-        index_count(client, keys, "all", ("torrents",), h) for h in (TORRENTS[0], TORRENTS[1])] == [100, 100]
+    assert top(client, keys, "countries", limit=5) == top(client, keys, "countries", limit=5, settled=True)
+    assert every_counter(client, keys) == dict(expected(locator, [(TORRENTS[0], POOL[:100]),
+                                                                  (TORRENTS[1], POOL[100:200])]))
 
 
-@pytest.mark.parametrize("held", [60, 250])
+@pytest.mark.parametrize("held", [60, 300])
 def test_a_recording_killed_mid_visit_then_retried_counts_once_across_shards(
         held, redis_url, namespace, client, settings, tmp_path):
+    """SIGKILLed among its place calls (60 commands) or its torrent calls (300: 196 place
+    calls ran first, then 225 torrent calls follow), then retried: every counter equals the truth."""
     db = write_city_db(tmp_path / "city.mmdb")
     keys = Keys(namespace, 3)
     h = TORRENTS[0]
     record_until_killed(redis_url, held, namespace, db, h, POOL, shards=3, now=T0)
     before = index_count(client, keys, "all", ("torrents",), h)
-    assert 0 < before < len(POOL), "the kill should land mid-visit"
+    places = sum(r["count"] for r in top(client, keys, "countries", limit=1000))
+    want = expected(geo.open_locator(db), [(h, POOL)])
+    assert 0 < places + before and before < len(POOL), "the kill should land mid-visit"
+    assert (before > 0) == (held == 300) and (places < sum(
+        n for m, n in want.items() if m.startswith("countries.") and m.count(".") == 2)) == (held == 60)
     rec = Recorder(client, keys, settings.replace(stathat_ezkey="k"), geo.open_locator(db), batch_pairs=7)
     assert rec.record_visit(h, POOL, T0 + 5) == len(POOL) - before
-    want = expected(geo.open_locator(db), [(h, POOL)])
-    got = {}
-    for fam in ("countries", "cities", "postcodes"):
-        got.update({r["metric"]: r["count"] for r in top(client, keys, fam, limit=1000)})
-        got.update({r["metric"]: r["count"] for r in top(client, keys, fam, torrent=h, limit=1000)})
-    got.update({r["metric"]: r["count"] for r in top(client, keys, "torrents", limit=1000)})
-    assert got == dict(want)
+    assert every_counter(client, keys) == dict(want)
     box = Counter()
     for s in keys.all_shards:
         box.update({k.decode(): int(v) for k, v in client.hgetall(s.outbox).items()})
     assert dict(box) == {m: c for m, c in want.items() if m.startswith("countries.")}
 
 
+def test_a_visit_that_dies_between_its_place_and_torrent_parts_counts_the_rest_once(
+        client, namespace, settings, locator):
+    """The place calls ran, the torrent call did not: the retry counts the torrent's metrics
+    only, and a revisit within the window counts nothing."""
+    keys = Keys(namespace, 4)
+    rec = Recorder(client, keys, settings, locator, batch_pairs=50)
+
+    def die():
+        raise RuntimeError("killed")
+
+    rec.after_places = die
+    with pytest.raises(RuntimeError):
+        rec.record_visit(TORRENTS[2], POOL[:300], T0)
+    assert index_count(client, keys, "all", ("torrents",), TORRENTS[2]) == 0
+    assert sum(r["count"] for r in top(client, keys, "countries", limit=1000)) > 0
+    rec.after_places = None
+    assert rec.record_visit(TORRENTS[2], POOL[:300], T0 + 10) == 300
+    assert rec.record_visit(TORRENTS[2], POOL[:300], T0 + 20) == 0
+    assert rec.probe(TORRENTS[2], [(ipaddress.ip_address(ip).packed, locator.locate(ip)) for ip in POOL[:300]],
+                     T0 + 30) == "0" * 300
+    assert every_counter(client, keys) == dict(expected(locator, [(TORRENTS[2], POOL[:300])]))
+
+
 @pytest.mark.parametrize("shards", [16, 1024])
 @pytest.mark.parametrize("flat", [False, True], ids=["skewed", "flat"])
 def test_rankings_over_many_names_are_exact(client, namespace, flat, shards):
-    """Thousands of torrents spread over the shards, counts skewed or all alike: the first N by
-    (count, name) are exactly those of the sums over the shards."""
+    """Thousands of torrents, each in its shard, and thousands of cities whose counts are
+    spread over the shards' rollup outboxes, counts skewed or all alike: the first N by
+    (count, name) are exactly those of the sums."""
     keys = Keys(namespace, shards)
     rng = random.Random(3)
-    names = [f"{rng.getrandbits(160):040x}" for _ in range(3000)]
-    want: Counter = Counter()
+    torrents = [f"{rng.getrandbits(160):040x}" for _ in range(3000)]
+    cities = [f"City {i}" for i in range(3000)]
+    want_t: Counter = Counter()
+    want_c: Counter = Counter()
     pipe = client.pipeline(transaction=False)
-    for i, h in enumerate(names):
+    for i, (h, city) in enumerate(zip(torrents, cities)):
+        n = 1 if flat else rng.randint(1, 1 + 3000 // (i + 1))
+        want_t[h] += n
+        pipe.zincrby(keys.counter_shard(int(h, 16) % shards).index("all", ("torrents",)), n, h)
         for s in rng.sample(range(shards), 1 if flat else rng.randint(1, 4)):
             n = 1 if flat else rng.randint(1, 1 + 3000 // (i + 1))
-            want[h] += n
-            # the rollup outbox as record.lua writes it beside the shard's index
-            shard = keys.shard(s)
-            t = shard.index("2024-05", ("torrents",))[shard.index_tail_at:].encode()
-            pipe.hincrby(shard.rollup_outbox, len(t).to_bytes(2, "big") + t + h.encode(), n)
-            pipe.zincrby(shard.index("all", ("torrents",)), n, h)
+            want_c[city] += n
+            # the rollup outbox as places.lua writes it
+            pipe.hincrby(keys.shard(s).rollup_outbox, outbox_field("2024-05", ("cities", "c", "Germany"), city), n)
     pipe.execute()
-    ranked = sorted(want.items(), key=lambda kv: (-kv[1], kv[0]))
-    for limit in (1, 20, 137, 5000):
-        got = [(r["metric"].split(".")[1], r["count"]) for r in top(client, keys, "torrents", limit=limit)]
-        assert got == ranked[:limit]
-    assert sum(index_count(client, keys, "all", ("torrents",), h) for h in names[:50]) == sum(
-        want[h] for h in names[:50])
+    for want, fam in ((want_t, "torrents"), (want_c, "cities")):
+        ranked = sorted(want.items(), key=lambda kv: (-kv[1], kv[0].encode()))
+        for limit in (1, 20, 137, 5000):
+            got = [(r["metric"].split(".")[1 if fam == "torrents" else 3], r["count"])
+                   for r in top(client, keys, fam, country=None if fam == "torrents" else "Germany", limit=limit)]
+            assert got == ranked[:limit], (fam, limit)
+    assert sum(index_count(client, keys, "all", ("torrents",), h) for h in torrents[:50]) == sum(
+        want_t[h] for h in torrents[:50])
+    assert index_count(client, keys, "2024-05", ("cities", "c", "Germany"), cities[7]) == want_c[cities[7]]
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ import geo
 from crawler import lua
 from crawler.counters import Recorder, metrics_for, top
 from crawler.counters import recorder as recorder_module
+from crawler.keys import Keys
 from tests.mmdb import write_city_db
 
 T0 = 1_715_342_400  # 2024-05-10 12:00 UTC
@@ -74,20 +75,26 @@ def counters(client, keys, torrents) -> dict:
 
 
 def marks_held(client, keys, buckets: int) -> int:
-    """Records in every mark bucket (each a whole number of 12-byte records)."""
+    """Records in every mark bucket of every counter shard (each a whole number of 12-byte records)."""
     total = 0
-    for first in range(0, buckets, 4096):
-        p = client.pipeline(transaction=False)
-        for n in range(first, min(first + 4096, buckets)):
-            p.strlen(keys.mark_bucket(n))
-        for n, size in enumerate(p.execute(), first):
-            assert size % 12 == 0, n
-            total += size // 12
+    per = buckets // keys.counter_shards
+    for shard in keys.all_counter_shards:
+        for first in range(0, per, 4096):
+            p = client.pipeline(transaction=False)
+            for n in range(first, min(first + 4096, per)):
+                p.strlen(shard.mark_bucket(n))
+            for n, size in enumerate(p.execute(), first):
+                assert size % 12 == 0, n
+                total += size // 12
     return total
 
 
+@pytest.mark.parametrize("shards", [1, 4])
 @pytest.mark.parametrize("huge", [False, True], ids=["as-sent", "limits-lifted"])
-def test_probe_record_and_sweep_at_their_largest_calls(huge, client, keys, settings, tmp_path, monkeypatch):
+def test_probe_record_and_sweep_at_their_largest_calls(huge, shards, client, keys, settings, tmp_path, monkeypatch):
+    """One shard: probe.lua and record.lua; four: probe.lua, places.lua in every shard and
+    record.lua's torrent part in the torrent's."""
+    keys = Keys(keys.namespace, shards)
     db = places_db(tmp_path)
     loc = geo.open_locator(db)
     s = settings.replace(stathat_ezkey="k", stathat_families=("countries", "torrents"))
@@ -105,8 +112,10 @@ def test_probe_record_and_sweep_at_their_largest_calls(huge, client, keys, setti
     want = expected(loc, visits)
     assert len({m for m in want if m.startswith("countries.")}) > 900  # many places
     assert counters(client, keys, [H]) == want
-    box = {k.decode(): int(v) for k, v in client.hgetall(keys.outbox).items()}
-    assert box == want  # every family is posted with an ezkey
+    box = Counter()
+    for shard in keys.all_counter_shards:
+        box.update({k.decode(): int(v) for k, v in client.hgetall(shard.outbox).items()})
+    assert dict(box) == want  # every family is posted with an ezkey
     # sweep.lua over every bucket: nothing is stale yet, then everything is
     held = marks_held(client, keys, 1 << 16)
     assert held > 1.5 * N_IPS * 5
@@ -140,6 +149,44 @@ def test_a_malformed_record_call_writes_nothing(client, keys, settings, tmp_path
     assert client.get(bucket) is None and not client.exists(fixed[1])
     args[-1] = rec_ok
     assert record(keys=fixed + [bucket], args=args) == 1
+
+
+def test_a_malformed_places_or_torrent_part_call_writes_nothing(client, keys, settings, tmp_path):
+    """places.lua and record.lua's torrent part check their whole input before their first write."""
+    import redis
+
+    keys = Keys(keys.namespace, 2)
+    rec = Recorder(client, keys, settings, geo.open_locator(places_db(tmp_path)))
+    places = lua.register(client, "places", package="crawler.counters")
+    shard = rec._shards[1]
+    bucket = shard.bucket(1)
+    country, place = b"\x00\x04Land", (1).to_bytes(2, "big") + b"\x00\x00\x00\x00"  # no city, no postcode
+    ok = (1).to_bytes(2, "big") + (1).to_bytes(2, "big") + bytes([1]) + b"C" * 8
+    args = [T0, T0 - rec.window, "c", "2024-05", country, place, ok + ok[:9]]
+    with pytest.raises(redis.ResponseError, match="places.lua: malformed peer record"):
+        places(keys=shard.place_fixed + [bucket], args=args)
+    for bad in (ok[:4] + bytes([2]) + ok[5:],  # m says city and postcode the place lacks
+                (2).to_bytes(2, "big") + ok[2:]):  # a bucket it was not given
+        with pytest.raises(redis.ResponseError, match="places.lua: malformed peer record"):
+            places(keys=shard.place_fixed + [bucket], args=args[:-1] + [bad])
+    with pytest.raises(redis.ResponseError, match="places.lua: bad"):
+        places(keys=shard.place_fixed + [bucket], args=[T0, T0 - rec.window, "c", "May", country, place, ok])
+    assert not client.exists(bucket, *shard.place_fixed)
+    assert places(keys=shard.place_fixed + [bucket], args=args[:-1] + [ok]) == T0.to_bytes(4, "big")
+    assert client.hgetall(shard.place_fixed[0]) == {b"countries.Land.users": b"1"}
+    # the torrent part: a k the part cannot hold, then a truncated record
+    record = lua.register(client, "record", package="crawler.counters")
+    fixed = rec._shards[0].fixed(H, "2024-05")
+    tbucket = rec._shards[0].bucket(1)
+    users = (1).to_bytes(2, "big") + bytes(4) + (1).to_bytes(2, "big") + bytes([1]) + b"A" * 8
+    targs = [T0, T0 - rec.window, H, "--", b"", (0).to_bytes(2, "big") + bytes(4), len(fixed), users, "T"]
+    for bad in (users[:8] + bytes([5]) + users[9:], users + users[:12]):
+        with pytest.raises(redis.ResponseError, match="malformed peer record"):
+            record(keys=fixed + [tbucket], args=targs[:7] + [bad, "T"])
+    with pytest.raises(redis.ResponseError, match="bad part"):
+        record(keys=fixed + [tbucket], args=targs[:8] + ["X"])
+    assert client.get(tbucket) is None and not client.exists(fixed[1])
+    assert record(keys=fixed + [tbucket], args=targs) == 1
 
 
 def test_malformed_visited_and_sweep_calls_write_nothing(client, keys, settings, tmp_path):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import inspect
 import re
+import zlib
 from pathlib import Path
 
 import pytest
@@ -52,7 +53,6 @@ LAYOUT = {
               "`{ns}:ix:<all|YYYY-MM>:<family>[:c:<country>]`"),
     "total": (K.total("all", ("cities", "c", "Germany")), "{ns}:tx:all:cities:c:Germany",
               "`{ns}:tx:<all|YYYY-MM>:<family>[:c:<country>]`"),
-    "total_months": (K.total_months, "{ns}:tx:months", "`{ns}:tx:months`"),
     "rollup_outbox": (K.rollup_outbox, "{ns}:rx:outbox", "`{ns}:rx:outbox`"),
     "rollup_in_flight": (K.rollup_in_flight, "{ns}:rx:inflight", "`{ns}:rx:inflight`"),
     "rollup_seq": (K.rollup_seq, "{ns}:rx:seq", "`{ns}:rx:seq`"),
@@ -69,7 +69,7 @@ LAYOUT = {
 }
 # Not keys: the hash tag, the namespace's SCAN pattern, and keys of tests and benchmarks.
 NOT_KEYS = {"namespace", "prefix", "match_all", "scratch", "shards", "tag", "shard", "all_shards", "for_torrent",
-            "home", "counters", "counter_shards", "counter_shard", "all_counter_shards", "index_tail_at"}
+            "home", "counters", "counter_shards", "counter_shard", "all_counter_shards"}
 
 
 def test_the_layout_is_exactly_as_stored_data_expects():
@@ -116,17 +116,21 @@ def test_an_ips_counter_shard_is_independent_of_its_mark_bucket():
     assert shard_of_fingerprint((5 << 104) | ((1 << 104) - 1), 1024) == 5
 
 
-def test_totals_live_in_one_shard_per_name():
+def test_a_place_index_has_its_total_in_one_shard():
+    from crawler.counters.rollup import index_keys, member_key, outbox_field
     from crawler.keys import total_shard
 
     n = 7
-    assert total_shard(("torrents",), H, n) == int(H, 16) % n == total_shard(("torrents", "c", "X"), H, n)
-    assert total_shard(("cities", "t", H), "Germany.Berlin", n) == int(H, 16) % n
-    assert total_shard(("cities", "c", "Germany"), "Berlin", n) == total_shard(("cities", "c", "Germany"), "Bonn", n)
-    assert K.index_tail_at == len("{ns}:ix:") and K.index("all", ("x",))[K.index_tail_at:] == "all:x"
-    assert Keys("ns", 3).shard(1).total("all", ("torrents",)).endswith("}:tx:all:torrents")
-    with pytest.raises(ValueError, match="home"):
-        _ = Keys("ns", 3).shard(1).total_months
+    assert total_shard(("cities", "c", "Germany"), n) == zlib.crc32(b"cities:c:Germany") % n
+    k = Keys("ns", n)
+    assert index_keys(k, "all", ("cities", "c", "Germany")) == [
+        k.shard(total_shard(("cities", "c", "Germany"), n)).total("all", ("cities", "c", "Germany"))]
+    # a torrent's counters stay in its shard: no totals
+    assert index_keys(k, "all", ("cities", "t", H)) == [k.shard(int(H, 16) % n).index("all", ("cities", "t", H))]
+    assert index_keys(k, "all", ("torrents",)) == [k.shard(i).index("all", ("torrents",)) for i in range(n)]
+    assert member_key(k, "all", ("torrents", "c", "X"), H) == k.shard(int(H, 16) % n).index("all", ("torrents", "c", "X"))
+    assert outbox_field("2026-11", ("countries",), "Ice%2Eland") == b"\x00\x11" + b"2026-11:countries" + b"Ice%2Eland"
+    assert Keys("ns", 3).shard(1).total("all", ("countries",)).endswith("}:tx:all:countries")
 
 
 def test_home_keys_are_refused_on_a_shard():

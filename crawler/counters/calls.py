@@ -1,11 +1,13 @@
-"""The arguments of one visit's probe.lua and record.lua calls, built IP by IP.
+"""The arguments of one visit's probe.lua, record.lua and places.lua calls, built IP by IP.
 
-``ShardKeys`` holds one counter shard's keys, ``VisitPart`` the IPs of a
-visit in one shard; ``ProbeCall`` holds one probe.lua call (at most
-``recorder.PROBE_IPS`` IPs); ``RecordBatch`` one record.lua call (at most ``batch_pairs`` (metric,
-IP) pairs, never splitting an IP's metrics). Both number the mark buckets
-they pass, so a record names its buckets by a small index into KEYS. The
-layouts are those of the scripts' headers (``crawler/counters/*.lua``).
+``ShardKeys`` holds one counter shard's keys, ``VisitPart`` a visit's IPs
+and its probe.lua calls (at most ``recorder.PROBE_IPS`` IPs each);
+``RecordBatch`` one record.lua call (at most ``batch_pairs`` (metric, IP)
+pairs, never splitting an IP's metrics), ``PlaceCall`` one places.lua call
+(an IP's place metrics in its own shard, crawls of several shards). Each
+numbers the mark buckets it passes, so a record names its buckets by a
+small index into KEYS. The layouts are those of the scripts' headers
+(``crawler/counters/*.lua``).
 """
 
 from __future__ import annotations
@@ -32,14 +34,17 @@ class RecordBatch:
     """The arguments of one record.lua call, built IP by IP.
 
     ``fixed``: the outbox and index keys every call of the visit gets;
-    ``month``: the visit's month (``names.month_of``).
+    ``month``: the visit's month (``names.month_of``); ``torrent_part``: the
+    call records only the torrent's metrics (record.lua's part "T"), so an
+    IP's header counts those (``PlaceInfo.t_*``).
     """
 
     __slots__ = ("bnumbers", "buckets", "countries", "country_numbers", "heads", "ips", "keys", "month", "pairs",
-                 "places")
+                 "pending", "places", "torrent_part")
 
-    def __init__(self, fixed: list, month: str):
-        self.keys, self.month = list(fixed), month
+    def __init__(self, fixed: list, month: str, torrent_part: bool = False):
+        self.keys, self.month, self.torrent_part = list(fixed), month, torrent_part
+        self.pending: list = []  # torrent part: (record without its place time, PlaceInfo, place answer)
         self.buckets: list = []  # mark bucket keys, after ``keys``
         self.bnumbers: dict = {}  # bucket number -> 1-based index in ``buckets``
         self.countries, self.country_numbers = bytearray(), {}
@@ -63,25 +68,80 @@ class RecordBatch:
                 c = self.country_numbers[info.country] = len(self.country_numbers) + 1
         self.places += c.to_bytes(2, "big") + info.tail
         n = len(self.heads) + 1
-        head = self.heads[pkey] = ((n << 8) | info.k) << info.shift
+        if self.torrent_part:
+            head = self.heads[pkey] = ((n << 8) | info.t_k) << info.t_shift
+        else:
+            head = self.heads[pkey] = ((n << 8) | info.k) << info.shift
         return head
+
+    def bucket_number(self, n: int, key: Callable[[int], bytes]) -> int:
+        """The 1-based number of mark bucket ``n`` among this call's buckets (``key(n)``: its key)."""
+        b = self.bnumbers.get(n)
+        if b is None:
+            self.buckets.append(key(n))
+            b = self.bnumbers[n] = len(self.buckets)
+        return b
+
+
+class PlaceCall:
+    """The arguments of one places.lua call: IPs of one shard, their place metrics.
+
+    ``shard``: the IPs' shard. ``answer`` is where the IPs' oldest place mark
+    times land once the call ran (``recorder``).
+    """
+
+    __slots__ = ("answer", "bnumbers", "buckets", "countries", "country_numbers", "ips", "n", "pairs",
+                 "place_numbers", "places", "shard")
+
+    def __init__(self, shard: "ShardKeys"):
+        self.shard = shard
+        self.buckets: list = []
+        self.bnumbers: dict = {}
+        self.countries, self.country_numbers = bytearray(), {}
+        self.places, self.place_numbers = bytearray(), {}
+        self.ips = bytearray()
+        self.n = self.pairs = 0
+        self.answer = b""
+
+    def place_head(self, pkey: tuple, info: PlaceInfo) -> int:
+        """Number the place (and its country) in this call; returns its IPs' header bits."""
+        head = self.place_numbers.get(pkey)
+        if head is None:
+            c = self.country_numbers.get(info.country)
+            if c is None:
+                self.countries += info.country_s
+                c = self.country_numbers[info.country] = len(self.country_numbers) + 1
+            self.places += c.to_bytes(2, "big") + info.tail
+            n = len(self.place_numbers) + 1
+            head = self.place_numbers[pkey] = ((n << 8) | info.p_m) << info.p_shift
+        return head
+
+    def bucket_number(self, n: int) -> int:
+        """The 1-based number of the shard's mark bucket ``n`` among this call's buckets."""
+        b = self.bnumbers.get(n)
+        if b is None:
+            self.buckets.append(self.shard.bucket(n))
+            b = self.bnumbers[n] = len(self.buckets)
+        return b
+
+    def oldest(self, i: int) -> int:
+        """The oldest place mark time of this call's ``i``-th IP (0-based), from its answer."""
+        return int.from_bytes(self.answer[4 * i : 4 * i + 4], "big")
 
 
 class ShardKeys:
     """One counter shard's keys as the recorder passes them (bytes, built once and cached).
 
-    ``keys``: the shard's ``Keys``; ``rollup``: whether the crawl has several
-    shards, so record.lua also writes the shard's rollup outbox (its KEYS[12],
-    after the outbox and the ten index keys).
+    ``keys``: the shard's ``Keys``.
     """
 
-    __slots__ = ("_buckets", "_countries", "_indexes", "keys", "outbox", "rollup", "tail", "torrents")
+    __slots__ = ("_buckets", "_countries", "_indexes", "keys", "outbox", "place_fixed", "torrents")
 
-    def __init__(self, keys, rollup: bool):
-        self.keys, self.rollup = keys, rollup
+    def __init__(self, keys):
+        self.keys = keys
         self.outbox = keys.outbox.encode()
         self.torrents = keys.index(LIFETIME, ("torrents",)).encode()
-        self.tail = keys.index_tail_at if rollup else 0
+        self.place_fixed = [self.outbox, keys.rollup_outbox.encode()]
         self._buckets: dict = {}
         self._indexes: dict = {}
         self._countries: dict = {}
@@ -104,14 +164,12 @@ class ShardKeys:
         return key
 
     def fixed(self, h: str, month: str) -> list:
-        """The outbox and the 10 index keys every record.lua call of a visit gets (and the rollup outbox)."""
+        """The outbox and the 10 index keys every record.lua call of a visit gets."""
         keys = [self.outbox]
         for scope in (("torrents",), ("countries",),
                       ("countries", "t", h), ("cities", "t", h), ("postcodes", "t", h)):
             keys.append(self.index(LIFETIME, scope))
             keys.append(self.index(month, scope))
-        if self.rollup:
-            keys.append(self.keys.rollup_outbox.encode())
         return keys
 
     def country_keys(self, country: str, month: str) -> list:
@@ -128,7 +186,8 @@ class ShardKeys:
 
 
 class VisitPart:
-    """The IPs of one visit that belong to one counter shard, and its probe.lua calls.
+    """A visit's distinct IPs and their probe.lua calls, in the shard that holds the
+    torrent's counters.
 
     ``rows``: per IP ``(place tuple, (PlaceInfo, lanes, probe lane),
     fingerprint, bucket of (IP, torrent))``; ``order``: each row's position

@@ -27,9 +27,19 @@ class PlaceInfo:
     every torrent lane (the torrent's fingerprint is XORed into those per
     visit: ``g ^ t_fp * tr``) and ``r`` in every lane (``low64 * r`` repeats
     the IP's half in each).
+
+
+    Crawls of several counter shards record an IP in two parts (see
+    ``recorder``): its torrent metrics, with the group record first, in the
+    torrent's shard (``t_*``: every lane a torrent lane, so the lanes are
+    ``t_g ^ t_fp * t_r``; a 9-byte header: torrent bucket, the place part's
+    oldest mark time, place number, k), and its place metrics in its own
+    shard (``p_*``: lanes ``p_g``; a 5-byte header: bucket, place number, m).
     """
 
-    __slots__ = ("country", "country_s", "g", "gshift", "k", "nbytes", "r", "shift", "tail", "tr", "tshift")
+    __slots__ = ("country", "country_s", "g", "gshift", "k", "nbytes", "p_bshift", "p_g", "p_m", "p_nbytes",
+                 "p_r", "p_shift", "r", "shift", "t_bshift", "t_g", "t_k", "t_nbytes", "t_oshift", "t_r",
+                 "t_shift", "tail", "tr", "tshift")
 
     def __init__(self, pkey: tuple, fps: Fingerprinter):
         c = escape(pkey[0])
@@ -48,6 +58,8 @@ class PlaceInfo:
                     name = f"countries.{c}.{family}.{part}"
                     slots += [(fps.place(name), False), (fps.place("t" + name), True)]
         self.k = len(slots)
+        torrent = [g for g, t in slots if t]
+        place = [g for g, t in slots if not t]
         if self.k >= 3:
             # the group record of (IP, torrent, place), first (see record.lua)
             slots.insert(0, (fps.place("g" + ".".join(n or "" for n in (c, y, z))), True))
@@ -63,6 +75,27 @@ class PlaceInfo:
         self.gshift = self.shift + 24  # where the place marks' bucket number goes
         self.tshift = self.shift + 40  # where the torrent marks' bucket number goes
         self.nbytes = 7 + 8 * lanes
+        self.t_k, self.p_m = len(torrent), len(place)
+        if self.k >= 3:
+            torrent.insert(0, slots[0][0])  # the group record
+        self.t_g, self.t_r = _lanes(torrent)
+        self.t_shift = 64 * len(torrent)
+        self.t_oshift = self.t_shift + 24
+        self.t_bshift = self.t_shift + 56
+        self.t_nbytes = 9 + 8 * len(torrent)
+        self.p_g, self.p_r = _lanes(place)
+        self.p_shift = 64 * len(place)
+        self.p_bshift = self.p_shift + 24
+        self.p_nbytes = 5 + 8 * len(place)
+
+
+def _lanes(fingerprints: list[int]) -> tuple[int, int]:
+    """``(g, r)``: the fingerprints in 64-bit lanes, the first in the highest, and a 1 in each lane."""
+    g = r = 0
+    for i, f in enumerate(reversed(fingerprints)):
+        g |= f << (64 * i)
+        r |= 1 << (64 * i)
+    return g, r
 
 
 def lua_string(s: str) -> bytes:

@@ -29,11 +29,15 @@
 --                        one per metric of the place, in the order torrent; country,
 --                        torrent-country; city, torrent-city; postcode,
 --                        torrent-postcode (parts the place lacks are absent)
--- ARGV[9]      tail      0, or (a crawl of several shards) where an index key's
---                        <period>:<scope> starts: then KEYS[12] is the shard's rollup
---                        outbox ({tag}:rx:outbox, HASH u16 length .. <YYYY-MM>:<scope> ..
---                        member -> count not yet in the month's and the lifetime
---                        totals) and the per-country keys follow it
+-- ARGV[9]      part      absent for the whole record above; "T" (a crawl of several
+--                        shards) for the torrent part of each IP, whose place metrics
+--                        places.lua has already recorded in the IP's own shard. Then
+--                        an IP is: u16 torrent bucket, u32 the oldest time of its place
+--                        marks (places.lua's answer; 0 without a country), u16 place
+--                        number, u8 k (1-4), the group record's field when k >= 2, and
+--                        k fields: torrent; torrent-country; torrent-city;
+--                        torrent-postcode. The group record becomes the oldest of the
+--                        k marks and the place marks.
 -- str = u16 length .. bytes; integers big endian.
 --
 -- Python sends only the IPs probe.lua found might count (their group record
@@ -70,11 +74,11 @@ local function str(s, i)
   return sub(s, i + 2, i + 1 + len), i + 2 + len
 end
 -- names: countries {key position, name}; places {country, city, postcode}
-local tail = tonumber(ARGV[9] or '0')
-if not tail or tail < 0 then
-  return redis.error_reply('record.lua: bad rollup tail ' .. tostring(ARGV[9]))
+local tpart = ARGV[9] == 'T'
+if ARGV[9] and not tpart then
+  return redis.error_reply('record.lua: bad part ' .. ARGV[9])
 end
-local first_country = tail > 0 and 13 or 12
+local first_country = 12
 local countries, cs, i = {}, ARGV[5], 1
 while i <= #cs do
   local pos = u16(cs, i)
@@ -145,28 +149,46 @@ local function append(b, f, t)
   a[#a + 1] = t
 end
 local o, np = 1, #p
+-- the torrent part: slot j of the whole record is 2j - 1 (the torrent's metrics)
+local step, grouped, head, kmax = 1, 3, 7, 7
+if tpart then step, grouped, head, kmax = 2, 2, 9, 4 end
 while o <= np do
-  local t1, t2, g1, g2, p1, p2, k = byte(p, o, o + 6)
-  local tb, gb, pno = t1 * 256 + t2, g1 * 256 + g2, p1 * 256 + p2
+  local tb, gb, pno, k
+  local oldest = now
+  if tpart then
+    local t1, t2, o1, o2, o3, o4, p1, p2, kk = byte(p, o, o + 8)
+    if kk then
+      tb, gb, pno, k = t1 * 256 + t2, 1, p1 * 256 + p2, kk
+      local po = ((o1 * 256 + o2) * 256 + o3) * 256 + o4
+      if k > 1 and po < oldest then oldest = po end
+    end
+  else
+    local t1, t2, g1, g2, p1, p2, kk = byte(p, o, o + 6)
+    if kk then
+      tb, gb, pno, k = t1 * 256 + t2, g1 * 256 + g2, p1 * 256 + p2, kk
+      if k % 2 == 0 then k = nil end
+    end
+  end
   -- a whole record, known place and buckets (k: the users mark, then pairs of
-  -- place metrics; the group record when the place has a country)
-  if not k or (k ~= 1 and k ~= 3 and k ~= 5 and k ~= 7) or o + 6 + 8 * (k == 1 and 1 or k + 1) > np
+  -- place metrics, or only the torrent's in the torrent part; the group record
+  -- when the place has a country)
+  if not k or k < 1 or k > kmax or o + head - 1 + 8 * (k < grouped and 1 or k + 1) > np
       or pno < 1 or pno > #places or tb < 1 or tb > nb or (k > 1 and (gb < 1 or gb > nb))
       or (k > 1) ~= (places[pno][1] > 0) then
     return redis.error_reply('record.lua: malformed peer record at byte ' .. o)
   end
-  o = o + 7
+  o = o + head
   local gf
-  if k >= 3 then
+  if k >= grouped then
     gf = sub(p, o, o + 7)
     o = o + 8
   end
-  local oldest = now
   local pc
-  for j = 1, k do
+  for i = 1, k do
     local f = sub(p, o, o + 7)
     o = o + 8
     -- odd slots are the torrent's metrics (bucket tb), even ones the place's (gb)
+    local j = step * i - step + 1
     local b = tb
     if j % 2 == 0 then b = gb end
     local s = vals[b]
@@ -351,20 +373,5 @@ for q, counts in pairs(zinc) do
 end
 if next(box) then
   apply(KEYS[1], members(box), box, 'HMGET', 'HSET')
-end
--- several shards: the same increments wait in the rollup outbox until
--- counters/rollup.py adds them to the totals (sharded by name)
--- (one field per month index and member: its count goes to the month's
--- total and to the lifetime one, which always get the same increments)
-if tail > 0 then
-  local rx = {}
-  for q, counts in pairs(zinc) do
-    local t = sub(KEYS[q + 1], tail + 1)
-    local head = char(math.floor(#t / 256) % 256, #t % 256) .. t
-    for m, n in pairs(counts) do
-      rx[head .. m] = n
-    end
-  end
-  apply(KEYS[12], members(rx), rx, 'HMGET', 'HSET')
 end
 return t_users

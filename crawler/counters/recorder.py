@@ -14,16 +14,23 @@ bounded time (other clients' commands run between them). A crash between
 batches leaves every finished batch counted and the rest not: a retry counts
 exactly the rest (its pairs' marks are already there).
 
-Shards (SPEC §9): with several, each distinct IP of a visit belongs to the
-counter shard of its keyed fingerprint (``keys.shard_of_fingerprint``); its
-marks, its counters' parts and its StatHat increments live there, so the
-shards' parts add up exactly. A visit's IPs are split by shard and each
-shard gets its own probe.lua and record.lua calls with that shard's keys
-only (one slot per call); every shard's calls still go in one pipeline (the
-probe round trip, then the record round trip). record.lua then also writes
-the shard's rollup outbox, which ``rollup.Rollup`` adds to the totals that
-``stats`` reads. With one shard none of this costs anything: shard 0 is the
-home and the calls are exactly those of a single Redis.
+Shards (SPEC §9): with several counter shards, a visit's torrent metrics
+(``torrents.<h>.*``: the torrent's users, its countries, cities and
+postcodes, and the IPs' group records) live whole in the torrent's shard
+(``keys.shard_of``), and only the place metrics (``countries.*``) are split
+by IP: an IP's place marks and their counts live in the shard of its keyed
+fingerprint (``keys.shard_of_fingerprint``), whose parts ``rollup`` adds up
+into exact totals. Why not split everything by IP: every visit would then
+touch every shard (docs/operations.md has the measured cost). A visit then
+costs one probe.lua call in the torrent's shard (a revisit of known peers
+ends there), one places.lua call per shard holding some of its new IPs (all
+pipelined), and record.lua's torrent part in the torrent's shard, which
+makes each group record no younger than the IP's place marks (places.lua
+answers their times), so a fresh group record still means nothing of the IP
+can count. Killed between the two round trips, a visit has counted its
+places and not its torrent: the retry finds the place marks fresh and
+counts exactly the rest. With one shard none of this costs anything: shard
+0 is the home and one record.lua call does both parts.
 
 The calls' arguments are built in ``calls`` (a place's part of them in
 ``places``); the locator's read errors are published by ``geo_errors``.
@@ -37,7 +44,7 @@ from collections.abc import Callable, Iterable
 
 import redis
 
-from crawler.counters.calls import ProbeCall, RecordBatch, ShardKeys, VisitPart
+from crawler.counters.calls import PlaceCall, ProbeCall, RecordBatch, ShardKeys, VisitPart
 from crawler.counters.geo_errors import GeoErrorTally
 from crawler.counters.marks import (
     DEFAULT_BUCKETS,
@@ -103,9 +110,11 @@ class Recorder:
         self._post_countries = posting and "countries" in families
         self._post_torrents = posting and "torrents" in families
         self._post_processed = posting and "torrents.processed" in families
-        self._shards = [ShardKeys(k, rollup=len(shards) > 1) for k in shards]
-        self.rollup = Rollup(client, keys) if len(shards) > 1 else None
+        self._shards = [ShardKeys(k) for k in shards]
+        self._split = len(shards) > 1  # torrent and place metrics in different shards (module note)
+        self.rollup = Rollup(client, keys) if self._split else None
         self._record = register(client, "record", package=__package__)
+        self._record_places = register(client, "places", package=__package__)
         self._probe_script = register(client, "probe", package=__package__)
         self._sweep = register(client, "sweep", package=__package__)
         self._visited = register(client, "visited", package=__package__)
@@ -114,9 +123,11 @@ class Recorder:
         self._geo_errors = GeoErrorTally(client, keys, locator)
         # PEERCRAWL_WAIT_REPLICAS: each recording returns once that many replicas have it (docs/redis.md)
         self._wait = Wait.from_settings(settings)
-        # Called between a visit's probe and its recording: a test interleaves
-        # another writer there. None in production.
+        # Called between a visit's probe and its recording, and between its place
+        # and torrent parts: tests interleave another writer or a crash there.
+        # None in production.
         self.after_probe: Callable[[], None] | None = None
+        self.after_places: Callable[[], None] | None = None
 
     # --- recording --------------------------------------------------------
     def record_visit(self, info_hash: str, ips: Iterable[str], now: float) -> int:
@@ -151,23 +162,21 @@ class Recorder:
         now_i = int(now)
         if not 0 <= now_i < 1 << 32:
             raise ValueError(f"time {now!r} does not fit a mark (unix seconds, 32 bits)")
-        # 1. fingerprint every IP, split the IPs by shard and probe their group
-        # records: a revisit whose peers are all known ends here, and Python
-        # builds full records only for the others.
-        parts = self._probe_calls(t_fp, located)
-        if not parts:
+        # 1. fingerprint every IP and probe their group records: a revisit whose
+        # peers are all known ends here, and Python builds full records only for
+        # the others.
+        part = self._probe_calls(h, t_fp, located)
+        if part is None:
             return 0
-        flags = self._probe(h, now_i, parts)
+        flags = self._probe(h, now_i, part)
         if self.after_probe is not None:
             self.after_probe()
-        # 2. record the IPs that might count (record.lua checks again, atomically)
+        # 2. record the IPs that might count (the scripts check again, atomically)
         month = month_of(now)
-        batches = []
-        for part, fl in zip(parts, flags):
-            got = self._batches(part, fl, part.shard.fixed(h, month), month)
-            if got[-1].pairs:
-                batches += [(part.shard, b) for b in got]
-        if not batches:
+        if self._split:
+            return self._record_split(h, now_i, part, flags, month)
+        batches = self._batches(part, flags, part.shard.fixed(h, month), month)
+        if not batches[-1].pairs:
             return 0
         return self._run(h, now_i, batches)
 
@@ -175,28 +184,27 @@ class Recorder:
         """What the probe answers for ``located``, recording nothing: per distinct IP "1" if it
         might count, "0" if its group record is fresh (it cannot count)."""
         h = info_hash_hex(info_hash)
-        parts = self._probe_calls(self.fingerprints.torrent(h), located, keep_order=True)
-        if not parts:
-            return ""
-        out = {}
-        for part, fl in zip(parts, self._probe(h, int(now), parts)):
-            out.update(zip(part.order, fl.decode()))
-        return "".join(out[i] for i in range(len(out)))
+        part = self._probe_calls(h, self.fingerprints.torrent(h), located)
+        return "" if part is None else self._probe(h, int(now), part).decode()
 
-    def _probe_calls(self, t_fp: int, located: Iterable[tuple[bytes, object]],
-                     keep_order: bool = False) -> list[VisitPart]:
-        """Fingerprint each distinct IP of ``located`` into its shard's probe.lua calls of ``PROBE_IPS`` IPs.
+    def _probe_calls(self, h: str, t_fp: int, located: Iterable[tuple[bytes, object]]) -> VisitPart | None:
+        """Fingerprint each distinct IP of ``located`` into probe.lua calls of ``PROBE_IPS`` IPs
+        in the torrent's shard.
 
-        Returns the visit's parts (shards with at least one IP), each with its
-        rows ``(place tuple, (PlaceInfo, metric lanes of this visit, its probe
-        lane), IP fingerprint, bucket of (IP, torrent))`` in its calls' order.
+        Returns the visit's part (None without IPs), with its rows ``(place
+        tuple, (PlaceInfo, metric lanes of this visit, its probe lane), IP
+        fingerprint, bucket of (IP, torrent))`` in its calls' order. The
+        lanes are the whole record's, or with several shards the torrent
+        part's (``PlaceInfo``); the probe lane (the group record, or the users
+        mark without a country) is the same in both.
         """
         fps = self.fingerprints
         ip_hash, n_buckets, from_bytes = fps.ip_hasher().copy, fps.buckets, int.from_bytes
         vplaces: dict = {}  # place tuple -> (info, metric lanes of this visit, its probe lane)
-        nshards, shards = len(self._shards), self._shards
-        parts: dict[int, VisitPart] = {}
-        part = None
+        split = self._split
+        part = VisitPart(self._shards[shard_of(h, len(self._shards)) if split else 0])
+        bucket_key, rows = part.shard.bucket, part.rows
+        probe = part.probe
         distinct: set[bytes] = set()
         for packed, place in located:
             if packed in distinct:
@@ -206,30 +214,27 @@ class Recorder:
             vp = vplaces.get(pkey)
             if vp is None:
                 info = self._place_info(pkey)
-                lanes = info.g ^ t_fp * info.tr
-                vp = vplaces[pkey] = (info, lanes, lanes >> (info.shift - 64))
+                if split:
+                    lanes = info.t_g ^ t_fp * info.t_r
+                    vp = vplaces[pkey] = (info, lanes, lanes >> (info.t_shift - 64))
+                else:
+                    lanes = info.g ^ t_fp * info.tr
+                    vp = vplaces[pkey] = (info, lanes, lanes >> (info.shift - 64))
             d = ip_hash()
             d.update(packed)
             f = from_bytes(d.digest(), "big")
-            s = (f >> 104) % nshards if nshards > 1 else 0  # keys.shard_of_fingerprint, inlined
-            part = parts.get(s)
-            if part is None:
-                part = parts[s] = VisitPart(shards[s])
-            probe = part.probe
             if probe.n == PROBE_IPS:
                 probe = part.probe = ProbeCall()
                 part.probes.append(probe)
             bucket = ((f >> 64) ^ t_fp) % n_buckets
             b = probe.bnumbers.get(bucket)
             if b is None:
-                probe.buckets.append(part.shard.bucket(bucket))
+                probe.buckets.append(bucket_key(bucket))
                 b = probe.bnumbers[bucket] = len(probe.buckets)
             probe.args += ((b << 64) | (vp[2] ^ (f & _LOW64))).to_bytes(10, "big")
             probe.n += 1
-            part.rows.append((pkey, vp, f, bucket))
-            if keep_order:
-                part.order.append(len(distinct) - 1)
-        return list(parts.values())
+            rows.append((pkey, vp, f, bucket))
+        return part if rows else None
 
     def _batches(self, part: VisitPart, flags: bytes, fixed: list, month: str) -> list[RecordBatch]:
         """Build the record.lua calls of one shard's ``part`` for the rows whose probe flag is not fresh.
@@ -268,19 +273,94 @@ class Recorder:
             batch.pairs += info.k
         return batches
 
-    def _probe(self, h: str, now: int, parts: list[VisitPart]) -> list[bytes]:
-        """Run ``probe.lua`` over every part's calls in one round trip: per part one flag byte per IP."""
+    def _probe(self, h: str, now: int, part: VisitPart) -> bytes:
+        """Run ``part``'s probe.lua calls in one round trip: one flag byte per IP."""
         cutoff = now - self.window
         try:
             calls = [(self._probe_script, [part.shard.torrents, *p.buckets], [cutoff, h, bytes(p.args)])
-                     for part in parts for p in part.probes]
+                     for p in part.probes]
             if len(calls) == 1:
                 script, keys, args = calls[0]
-                return [script(keys=keys, args=args)]
-            replies = iter(run_pipelined(self.client, calls))
-            return [b"".join(next(replies) for _ in part.probes) for part in parts]
+                return script(keys=keys, args=args)
+            return b"".join(run_pipelined(self.client, calls))
         except redis.RedisError as e:
             raise StoreError(f"recording peers failed: {e}") from e
+
+    def _record_split(self, h: str, now: int, part: VisitPart, flags: bytes, month: str) -> int:
+        """Record the IPs ``flags`` says might count in a crawl of several shards: their place
+        metrics in their own shards (places.lua, one round trip), then their torrent metrics in
+        the torrent's (record.lua's part "T", given each IP's oldest place mark time).
+
+        Calls never split an IP's metrics and hold at most ``batch_pairs`` pairs.
+        Returns the ``new`` of §2.
+        """
+        n, per, limit = len(self._shards), self.fingerprints.buckets, self.batch_pairs
+        shard = part.shard
+        fixed = shard.fixed(h, month)
+        batch = RecordBatch(fixed, month, torrent_part=True)
+        batches = [batch]
+        open_calls: dict[int, PlaceCall] = {}
+        calls: list[PlaceCall] = []
+        bucket_key, country_keys = shard.bucket, shard.country_keys
+        for (pkey, (info, lanes, _), f, bucket), flag in zip(part.rows, flags):
+            if flag == _FRESH:
+                continue
+            if batch.pairs and batch.pairs + info.t_k > limit:
+                batch = RecordBatch(fixed, month, torrent_part=True)
+                batches.append(batch)
+            head = batch.heads.get(pkey)
+            if head is None:
+                head = batch.add_place(pkey, info, country_keys)
+            low = f & _LOW64
+            rec = (batch.bucket_number(bucket, bucket_key) << info.t_bshift) | head | (lanes ^ low * info.t_r)
+            where = None
+            if info.p_m:
+                s = (f >> 104) % n  # keys.shard_of_fingerprint, inlined
+                call = open_calls.get(s)
+                if call is None or call.pairs + info.p_m > limit:
+                    call = open_calls[s] = PlaceCall(self._shards[s])
+                    calls.append(call)
+                call.ips += ((call.bucket_number((f >> 64) % per) << info.p_bshift) | call.place_head(pkey, info)
+                             | (info.p_g ^ low * info.p_r)).to_bytes(info.p_nbytes, "big")
+                where = (call, call.n)
+                call.n += 1
+                call.pairs += info.p_m
+            batch.pending.append((rec, info, where))
+            batch.pairs += info.t_k
+        if not batch.pairs:
+            return 0
+        if calls:
+            self._run_places(now, month, calls)
+        for b in batches:
+            ips = b.ips
+            for rec, info, where in b.pending:
+                if where is not None:
+                    rec |= where[0].oldest(where[1]) << info.t_oshift
+                ips += rec.to_bytes(info.t_nbytes, "big")
+        return self._run(h, now, batches)
+
+    def _run_places(self, now: int, month: str, calls: list[PlaceCall]) -> None:
+        """Run the places.lua ``calls`` (each in its shard) in one round trip; each call's
+        ``answer`` gets its IPs' oldest place mark times."""
+        post = "c" if self._post_countries else "-"
+        script = self._record_places
+        runs = [(script, c.shard.place_fixed + c.buckets,
+                 [now, now - self.window, post, month, bytes(c.countries), bytes(c.places), bytes(c.ips)])
+                for c in calls]
+        try:
+            if len(runs) == 1 and self._wait is None:
+                _, keys, args = runs[0]
+                replies = [script(keys=keys, args=args)]
+            else:
+                replies = run_pipelined(self.client, runs, wait=self._wait)
+        except redis.RedisError as e:
+            raise StoreError(f"recording peers failed: {e}") from e
+        for c, r in zip(calls, replies):
+            if len(r) != 4 * c.n:
+                raise StoreError(f"recording peers failed: places.lua answered {len(r)} bytes for {c.n} IPs")
+            c.answer = r
+        if self.after_places is not None:
+            self.after_places()
 
     def _place_info(self, pkey: tuple) -> PlaceInfo:
         """Escaped names and metric fingerprints of a place (cached per process)."""
@@ -291,20 +371,20 @@ class Recorder:
             info = self._places[pkey] = PlaceInfo(pkey, self.fingerprints)
         return info
 
-    def _run(self, h: str, now: int, batches: list[tuple[ShardKeys, RecordBatch]]) -> int:
-        """Run ``record.lua`` once per batch (each in its shard), all in one round trip.
+    def _run(self, h: str, now: int, batches: list[RecordBatch]) -> int:
+        """Run ``record.lua`` once per batch (all in the torrent's shard), in one round trip.
 
         Returns the sum of their counts of torrents.<h>.users.
         """
         calls = []
-        for shard, b in batches:
+        for b in batches:
             keys = b.keys + b.buckets
             if len(keys) > 65535:  # pragma: no cover - batch_pairs keeps it far below
                 raise ValueError("batch too large")
             args = [now, now - self.window, h, self._post, bytes(b.countries), bytes(b.places), len(b.keys),
                     bytes(b.ips)]
-            if shard.tail:
-                args.append(shard.tail)
+            if b.torrent_part:
+                args.append("T")
             calls.append((keys, args))
         try:
             if len(calls) == 1 and self._wait is None:

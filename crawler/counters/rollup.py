@@ -1,21 +1,20 @@
-"""Counter totals of a crawl of several shards: exact sums kept by a crash-safe rollup (SPEC §4, §9).
+"""Place counter totals of a crawl of several shards: exact sums kept by a crash-safe rollup (SPEC §4, §9).
 
-Why: with several shards, an IP's marks and counts live in its shard
-(``keys.shard_of_fingerprint``), so a counter's value is the sum of its
-shards' parts. A ranking of sums cannot be read exactly from each shard's
-own top ``k`` (a name tenth in every shard may be first overall), and a
-threshold merge degenerates into reading every member when counts are flat
-(a million torrents of one user each): see docs/metrics.md for the figures.
-So the sums are kept, sharded by NAME (``keys.total_shard``): every name's
-total lives in one shard, and a ranking is each shard's first ``k`` merged,
-which is exact because the shards hold disjoint names.
+Why: with several shards, a torrent's counters (``torrents.<h>.*``) live
+whole in its shard, but the place counters (``countries.*``) are counted
+where each IP's place marks are: the shard of its keyed fingerprint
+(``keys.shard_of_fingerprint``). A place counter's value is then the sum of
+its shards' parts, and a ranking of sums cannot be read exactly from each
+shard's own top ``k`` (a city tenth in every shard may be first overall).
+So the sums are kept, each place index whole in one shard
+(``keys.total_shard``), and a ranking is one read.
 
-How: record.lua adds each increment to its shard's rollup outbox in the
-same atomic step as the shard's counters (one field per month index and
-member: the lifetime total gets the same increments). ``Rollup.settle`` moves every
+How: places.lua adds each increment to its shard's rollup outbox in the same
+atomic step as the shard's marks (one field per month index and member:
+the lifetime total gets the same increments). ``Rollup.settle`` moves every
 shard's outbox into flight under a batch number (``rollup_take.lua``),
 reads it in bounded HSCAN pages (kept only if still in flight once read), cuts
-it into chunks by the shard holding each name's total, adds each chunk to
+it into chunks by the shard holding each index's total, adds each chunk to
 that shard's totals at most once (``rollup_fold.lua`` keeps, per source
 shard, the last chunk it added), then ends the batch (``rollup_done.lua``).
 Nothing is leased: a reader that dies mid-batch leaves it in flight and the
@@ -35,7 +34,7 @@ import redis
 
 from crawler.counters.names import LIFETIME, hashed
 from crawler.errors import StoreError
-from crawler.keys import Keys, shard_of, total_shard
+from crawler.keys import Keys, index_tail, shard_of, total_shard
 from crawler.lua import register, run_pipelined
 
 # Increments one rollup_fold.lua call adds (~1 µs each: a call holds Redis ~1 ms).
@@ -53,29 +52,44 @@ SETTLE_ROUNDS = 4
 
 
 def sharded(keys: Keys) -> bool:
-    """Whether the crawl of ``keys`` keeps totals (more than one shard)."""
+    """Whether the crawl of ``keys`` keeps place totals (more than one shard)."""
     return keys.counter_shards > 1
+
+
+def of_torrents(scope: tuple[str, ...]) -> bool:
+    """Whether the index ``scope`` holds torrents' counters (``torrents.<h>.*``), which live
+    whole in each torrent's shard, rather than place counters, which are summed in totals."""
+    return scope[0] == "torrents" or hashed(scope)
 
 
 def index_keys(keys: Keys, period: str, scope: tuple[str, ...]) -> list[str]:
     """The keys that together hold the index ``scope`` of ``period``, each name in one of them.
 
-    One shard: its index. Several: the totals' shards holding it (every
-    shard for the ``torrents`` family, whose names are spread; one for the
-    others).
+    One shard: its index. Several: for a torrent's own index, its shard's;
+    for the ``torrents`` family (a torrent per member), every shard's index,
+    each holding its torrents; for a place index, the shard holding its total.
     """
     if not sharded(keys):
         return [keys.index(period, scope)]
-    if scope[0] == "torrents" and not hashed(scope):
-        return [s.total(period, scope) for s in keys.all_counter_shards]
-    return [keys.counter_shard(total_shard(scope, "", keys.counter_shards)).total(period, scope)]
+    if hashed(scope):
+        return [keys.counter_shard(shard_of(scope[2], keys.counter_shards)).index(period, scope)]
+    if of_torrents(scope):
+        return [s.index(period, scope) for s in keys.all_counter_shards]
+    return [keys.counter_shard(total_shard(scope, keys.counter_shards)).total(period, scope)]
 
 
 def member_key(keys: Keys, period: str, scope: tuple[str, ...], member: str) -> str:
     """The one key holding ``member``'s count in the index ``scope`` of ``period``."""
-    if not sharded(keys):
-        return keys.index(period, scope)
-    return keys.counter_shard(total_shard(scope, member, keys.counter_shards)).total(period, scope)
+    if sharded(keys) and of_torrents(scope) and not hashed(scope):
+        return keys.counter_shard(shard_of(member, keys.counter_shards)).index(period, scope)
+    (key,) = index_keys(keys, period, scope)
+    return key
+
+
+def outbox_field(month: str, scope: tuple[str, ...], member: str) -> bytes:
+    """A rollup outbox field as places.lua writes it: u16 length, ``<YYYY-MM>:<scope>``, the member."""
+    tail = index_tail(month, scope).encode("utf-8")
+    return len(tail).to_bytes(2, "big") + tail + member.encode("utf-8")
 
 
 class Rollup:
@@ -158,20 +172,18 @@ class Rollup:
         """Add the batches ``taken`` to the totals chunk by chunk, then end them."""
         if not taken:
             return 0
-        folds, months, added = self._fold_calls(taken)
-        if months:
-            self.client.sadd(self.home.total_months, *sorted(months))
+        folds, added = self._fold_calls(taken)
         if folds:
             run_pipelined(self.client, folds)
         run_pipelined(self.client, [(self._done, [self.shards[src].rollup_in_flight, self.shards[src].rollup_seq],
                                      [batch]) for src, batch, _, _ in taken])
         return added
 
-    def _fold_calls(self, taken: list) -> tuple[list, set, int]:
-        """The rollup_fold.lua calls of the batches ``taken``, their months and their increments."""
+    def _fold_calls(self, taken: list) -> tuple[list, int]:
+        """The rollup_fold.lua calls of the batches ``taken`` and their increments."""
         n = len(self.shards)
-        tails: dict = {}  # index tail -> (month, scope, its one target or None: by member)
-        folds, months, added = [], set(), 0
+        tails: dict = {}  # index tail -> (month, scope, the shard of its total)
+        folds, added = [], 0
         for src, batch, _, fields in taken:
             by_target: dict[int, list] = defaultdict(list)
             for f, count in fields.items():
@@ -179,16 +191,14 @@ class Rollup:
                 info = tails.get(f[2:end])
                 if info is None:
                     info = tails[f[2:end]] = _tail(f[2:end], n)
-                    months.add(info[0])
                 member, c = f[end:].decode("utf-8"), int(count)
-                target = info[2] if info[2] is not None else shard_of(member, n)
-                rows = by_target[target]
+                rows = by_target[info[2]]
                 rows.append((info[0], info[1], member, c))  # the month's total
                 rows.append((LIFETIME, info[1], member, c))  # and the lifetime one
                 added += c
             for target in sorted(by_target):
                 folds += self._folds(src, batch, target, sorted(by_target[target]))
-        return folds, months, added
+        return folds, added
 
     def _folds(self, src: int, batch: int, target: int, rows: list) -> list:
         """The rollup_fold.lua calls adding ``rows`` (sorted: every reader cuts them alike) to ``target``."""
@@ -207,14 +217,11 @@ class Rollup:
         return calls
 
 
-def _tail(tail: bytes, shards: int) -> tuple[str, tuple[str, ...], int | None]:
-    """``(month, scope, target shard)`` of an index tail ``<YYYY-MM>:<scope>`` of the rollup outbox;
-    the target is None for the ``torrents`` family's indexes, whose names are spread by member.
+def _tail(tail: bytes, shards: int) -> tuple[str, tuple[str, ...], int]:
+    """``(month, scope, shard of its total)`` of an index tail ``<YYYY-MM>:<scope>`` of the rollup outbox.
 
     A name holding ``:`` splits into more scope parts, which ``Keys.total``
     and ``total_shard`` join back into the same text.
     """
     period, *scope = tail.decode("utf-8").split(":")
-    scope_t = tuple(scope)
-    spread = scope_t[0] == "torrents" and not hashed(scope_t)
-    return period, scope_t, None if spread else total_shard(scope_t, "", shards)
+    return period, tuple(scope), total_shard(tuple(scope), shards)

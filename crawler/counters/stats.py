@@ -8,11 +8,11 @@ ZREVRANGE per country the lifetime ``countries`` index knows, a few hundred
 at most). Nothing scans the keyspace, so it stays fast with millions of
 counters.
 
-With several counter shards (SPEC §9) a counter is a sum of shards' parts;
-rankings read the totals (``rollup``: sums sharded by name, settled first),
-where each name lives in one shard, so merging each shard's first N is exact:
-one ZREVRANGE per shard holding the index (every shard for the ``torrents``
-family, one for the others). ``index_count`` sums the parts directly.
+With several counter shards (SPEC §9) a torrent's counters live whole in
+its shard, so a ranking of torrents merges each shard's first N, which is
+exact because the shards hold disjoint torrents; a place counter is a sum of
+shards' parts, read from its total (``rollup``, settled first), each place
+index whole in one shard.
 
 Order: largest count first; equal counts by name (the index member's bytes:
 the torrent's hash, the place name; across countries the country's name
@@ -27,7 +27,7 @@ from __future__ import annotations
 import redis
 
 from crawler.counters.names import LIFETIME, Metric, Query, check_month, hashed, metric_of, query_for
-from crawler.counters.rollup import Rollup, index_keys, member_key, sharded
+from crawler.counters.rollup import Rollup, index_keys, member_key, of_torrents, sharded
 from crawler.errors import StoreError
 from crawler.keys import Keys
 from crawler.lua import register, run_pipelined
@@ -95,23 +95,15 @@ def count(client: redis.Redis, keys: Keys, metric: Metric, month: str | None = N
 def index_count(client: redis.Redis, keys: Keys, period: str, scope: tuple[str, ...], member: str) -> int:
     """The count of ``member`` in one index (0 if absent): a metric's count as that index holds it.
 
-    With several shards, the sum of every shard's part (one pipelined read
-    per shard; no settle needed).
+    With several shards a place counter is read from its total, settled first.
     """
-    if not sharded(keys):
-        n = _count_in(client, keys.index(period, scope), scope, member)
-        return 0 if n is None else int(n)
-    pipe = client.pipeline(transaction=False)
-    for s in keys.all_counter_shards:
-        key = s.index(period, scope)
-        if hashed(scope):
-            pipe.hget(key, member)
-        else:
-            pipe.zscore(key, member)
     try:
-        return sum(int(float(n)) for n in pipe.execute() if n is not None)
+        if sharded(keys) and not of_torrents(scope):
+            Rollup(client, keys).settle()
+        n = _count_in(client, member_key(keys, period, scope, member), scope, member)
     except redis.RedisError as e:
         raise StoreError(f"reading counters failed: {e}") from e
+    return 0 if n is None else int(n)
 
 
 def _count_in(client: redis.Redis, key: str, scope: tuple[str, ...], member: str):

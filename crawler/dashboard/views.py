@@ -46,9 +46,9 @@ class Views:
         self.view = QueueView(client, keys)
 
     # --- analysts -----------------------------------------------------------
-    def months(self, now: float | None = None, settled: bool = False) -> list[str]:
+    def months(self, now: float | None = None) -> list[str]:
         """The months (``YYYY-MM``, newest first) that have month counters."""
-        return months_with_counters(self.client, self.keys, now, settled=settled)
+        return months_with_counters(self.client, self.keys, now)
 
     def _top(self, family: str, **kw) -> list[dict]:
         """``counters.top`` on totals ``_settle`` just settled (a page reads many rankings)."""
@@ -66,7 +66,7 @@ class Views:
         torrents = [_torrent_row(r) for r in self._top("torrents", month=month, limit=limit)]
         return {
             "month": month,
-            "months": self.months(settled=True),
+            "months": self.months(),
             "total_users_in_countries": sum(r["count"] for r in countries),
             "tables": {"countries": countries, "torrents": torrents},
         }
@@ -81,7 +81,7 @@ class Views:
         users = self._top("countries", country=name, month=month, limit=1)
         cities = [_place_row(r) for r in self._top("cities", country=name, month=month, limit=limit)]
         postcodes = [_place_row(r) for r in self._top("postcodes", country=name, month=month, limit=limit)]
-        months = self.months(settled=True)
+        months = self.months()
         return {
             "country": name,
             "month": month,
@@ -108,7 +108,7 @@ class Views:
         leaders = [_country_row(r) for r in self._top("countries", limit=countries)]
         names = [r["name"] for r in leaders]
         rows = []
-        for m in reversed(self.months(settled=True)):
+        for m in reversed(self.months()):
             got = {_country_row(r)["name"]: r for r in self._top("countries", month=m, limit=ALL_COUNTRIES)}
             for name in names:
                 r = got.get(name)
@@ -132,7 +132,7 @@ class Views:
                                                                  limit=limit)]
         visits = [{"at": _iso(v["at"]), **{k: v[k] for k in ("score", "peers", "seeders", "leechers")}}
                   for v in (info or {}).get("history", [])]
-        months = self.months(settled=True)
+        months = self.months()
         return {
             "info_hash": info_hash,
             "month": month,
