@@ -20,7 +20,7 @@ import redis
 
 import geo
 from crawler import store
-from crawler.counters import Recorder, top
+from crawler.counters import Recorder, month_of, top
 from crawler.counters.names import FAMILIES
 from crawler.counters.rollup import Rollup, outbox_field
 from crawler.counters.stats import index_count
@@ -275,6 +275,36 @@ def test_a_visit_that_dies_between_its_place_and_torrent_parts_counts_the_rest_o
     assert rec.probe(TORRENTS[2], [(ipaddress.ip_address(ip).packed, locator.locate(ip)) for ip in POOL[:300]],
                      T0 + 30) == "0" * 300
     assert every_counter(client, keys) == dict(expected(locator, [(TORRENTS[2], POOL[:300])]))
+
+
+def test_a_process_skips_the_place_calls_of_ips_whose_place_marks_it_knows_are_fresh(
+        client, namespace, settings, locator):
+    """Peers seen in one swarm, then in others: no place call until the first sighting's place
+    marks expire, every counter exact throughout, and another process makes its own calls."""
+    keys = Keys(namespace, 3)
+    rec = Recorder(client, keys, settings, locator)
+    calls = []
+    rec.after_places = lambda: calls.append(1)
+    rec.record_visit(TORRENTS[0], POOL[:200], T0)
+    assert len(calls) == 1
+    rec.record_visit(TORRENTS[1], POOL[:200], T0 + 60)  # the same peers in another swarm
+    rec.record_visit(TORRENTS[2], POOL[100:300], T0 + 120)  # half of them new
+    assert len(calls) == 2
+    other = Recorder(client, keys, settings, locator)
+    other.after_places = lambda: calls.append(2)
+    other.record_visit(TORRENTS[3], POOL[:50], T0 + 180)
+    assert calls == [1, 1, 2]
+    want = expected(locator, [(TORRENTS[0], POOL[:200]), (TORRENTS[1], POOL[:200]), (TORRENTS[2], POOL[100:300]),
+                              (TORRENTS[3], POOL[:50])])
+    assert every_counter(client, keys) == dict(want)
+    # a window later every place mark has expired: the peers count again, through place calls
+    later = T0 + rec.window + 200
+    assert rec.record_visit(TORRENTS[1], POOL[:100], later) == 100
+    assert calls[-1] == 1 and len(calls) == 4
+    month = month_of(later)
+    got = {r["metric"]: r["count"] for r in top(client, keys, "countries", month=month, limit=100)}
+    assert got == {m + "." + month: n for m, n in expected(locator, [(TORRENTS[1], POOL[:100])]).items()
+                   if m.startswith("countries.") and m.count(".") == 2}
 
 
 @pytest.mark.parametrize("shards", [16, 1024])

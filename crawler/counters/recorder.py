@@ -29,7 +29,12 @@ makes each group record no younger than the IP's place marks (places.lua
 answers their times), so a fresh group record still means nothing of the IP
 can count. Killed between the two round trips, a visit has counted its
 places and not its torrent: the retry finds the place marks fresh and
-counts exactly the rest. With one shard none of this costs anything: shard
+counts exactly the rest. A process remembers, per (IP, place), the oldest
+place mark time places.lua answered: until that time is a window old, the
+marks are all fresh and unchanged (a mark is only renewed once expired, and
+only expired marks are swept), so the process skips the IP's place call and
+passes that time on; an IP in many swarms then costs one place call per
+process per window (at most ``FRESH_PLACES`` pairs are remembered). With one shard none of this costs anything: shard
 0 is the home and one record.lua call does both parts.
 
 The calls' arguments are built in ``calls`` (a place's part of them in
@@ -64,6 +69,9 @@ DEFAULT_BATCH_PAIRS = 800
 # IPs one probe.lua call looks up (its MGET has at most as many keys).
 PROBE_IPS = 2000
 _FRESH = ord("0")
+# (IP, place) pairs whose place marks a process remembers as fresh (module note);
+# ~100 B each: ~50 MB at most.
+FRESH_PLACES = 500_000
 # Buckets one sweep call examines (~100 fields each): ~1-2 ms of Redis.
 SWEEP_CALL_BUCKETS = 64
 
@@ -119,6 +127,7 @@ class Recorder:
         self._sweep = register(client, "sweep", package=__package__)
         self._visited = register(client, "visited", package=__package__)
         self._places: dict = {}
+        self._fresh_places: dict[int, int] = {}  # IP fingerprint XOR hash(place) -> oldest place mark time
         self._post = ("c" if self._post_countries else "-") + ("t" if self._post_torrents else "-")
         self._geo_errors = GeoErrorTally(client, keys, locator)
         # PEERCRAWL_WAIT_REPLICAS: each recording returns once that many replicas have it (docs/redis.md)
@@ -291,10 +300,11 @@ class Recorder:
         metrics in their own shards (places.lua, one round trip), then their torrent metrics in
         the torrent's (record.lua's part "T", given each IP's oldest place mark time).
 
-        Calls never split an IP's metrics and hold at most ``batch_pairs`` pairs.
-        Returns the ``new`` of §2.
+        Calls never split an IP's metrics and hold at most ``batch_pairs`` pairs. An
+        IP whose place marks this process knows to be fresh gets no place call
+        (module note). Returns the ``new`` of §2.
         """
-        n, per, limit = len(self._shards), self.fingerprints.buckets, self.batch_pairs
+        limit = self.batch_pairs
         shard = part.shard
         fixed = shard.fixed(h, month)
         batch = RecordBatch(fixed, month, torrent_part=True)
@@ -302,6 +312,7 @@ class Recorder:
         open_calls: dict[int, PlaceCall] = {}
         calls: list[PlaceCall] = []
         bucket_key, country_keys = shard.bucket, shard.country_keys
+        fresh, cutoff = self._fresh_places, now - self.window
         for (pkey, (info, lanes, _), f, bucket), flag in zip(part.rows, flags):
             if flag == _FRESH:
                 continue
@@ -313,31 +324,46 @@ class Recorder:
                 head = batch.add_place(pkey, info, country_keys)
             low = f & _LOW64
             rec = (batch.bucket_number(bucket, bucket_key) << info.t_bshift) | head | (lanes ^ low * info.t_r)
-            where = None
-            if info.p_m:
-                s = (f >> 104) % n  # keys.shard_of_fingerprint, inlined
-                call = open_calls.get(s)
-                if call is None or call.pairs + info.p_m > limit:
-                    call = open_calls[s] = PlaceCall(self._shards[s])
-                    calls.append(call)
-                call.ips += ((call.bucket_number((f >> 64) % per) << info.p_bshift) | call.place_head(pkey, info)
-                             | (info.p_g ^ low * info.p_r)).to_bytes(info.p_nbytes, "big")
-                where = (call, call.n)
-                call.n += 1
-                call.pairs += info.p_m
+            where = self._place_call(pkey, info, f, cutoff, open_calls, calls) if info.p_m else None
             batch.pending.append((rec, info, where))
             batch.pairs += info.t_k
         if not batch.pairs:
             return 0
         if calls:
             self._run_places(now, month, calls)
+            if len(fresh) > FRESH_PLACES:
+                fresh.clear()
         for b in batches:
             ips = b.ips
             for rec, info, where in b.pending:
-                if where is not None:
-                    rec |= where[0].oldest(where[1]) << info.t_oshift
+                if where.__class__ is tuple:
+                    t = fresh[where[2]] = where[0].oldest(where[1])
+                    rec |= t << info.t_oshift
+                elif where is not None:
+                    rec |= where << info.t_oshift
                 ips += rec.to_bytes(info.t_nbytes, "big")
         return self._run(h, now, batches)
+
+    def _place_call(self, pkey: tuple, info: PlaceInfo, f: int, cutoff: int, open_calls: dict[int, PlaceCall],
+                    calls: list[PlaceCall]) -> int | tuple[PlaceCall, int, int]:
+        """Where an IP's oldest place mark time will come from: the time, when this process
+        knows its place marks are fresh (module note); else ``(call, position, cache key)``
+        once the IP is added to a places.lua call of its shard (``open_calls``: the last
+        call per shard; ``calls``: every call)."""
+        key = f ^ hash(pkey)
+        t = self._fresh_places.get(key, 0)
+        if t > cutoff:
+            return t
+        s = (f >> 104) % len(self._shards)  # keys.shard_of_fingerprint, inlined
+        call = open_calls.get(s)
+        if call is None or call.pairs + info.p_m > self.batch_pairs:
+            call = open_calls[s] = PlaceCall(self._shards[s])
+            calls.append(call)
+        call.ips += ((call.bucket_number((f >> 64) % self.fingerprints.buckets) << info.p_bshift)
+                     | call.place_head(pkey, info) | (info.p_g ^ (f & _LOW64) * info.p_r)).to_bytes(info.p_nbytes, "big")
+        call.n += 1
+        call.pairs += info.p_m
+        return call, call.n - 1, key
 
     def _run_places(self, now: int, month: str, calls: list[PlaceCall]) -> None:
         """Run the places.lua ``calls`` (each in its shard) in one round trip; each call's
