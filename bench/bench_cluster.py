@@ -334,7 +334,7 @@ def visit_totals(client, keys: Keys) -> tuple[int, int]:
 
 def run_topology(name: str, masters: int | None, shards: int, a, hashes: list[str], ot, sink, db, tmp: Path) -> dict:
     """The whole workload on one fresh topology."""
-    with Topology(masters) as tp:
+    with Topology(masters, cpus=a.redis_cpus) as tp:
         client = store.connect(bw.settings_for(tp.url, NAMESPACE, tmp, ot, sink, db))
         keys = layout.resolve(client, NAMESPACE, shards)
         s = bw.settings_for(tp.url, NAMESPACE, tmp, ot, sink, db, revisit_seconds=REVISIT, queue_shards=shards)
@@ -442,7 +442,24 @@ def main() -> None:
     ap.add_argument("--torrents", type=int, help="torrents (default 2,000 quick, 6,000 full)")
     ap.add_argument("--rounds", type=int, help="runs of every topology (default 1 quick, 2 full)")
     ap.add_argument("--overlap", type=int, default=4, help="swarms each peer address is in (default 4)")
+    ap.add_argument("--pin", action="store_true",
+                    help="every Redis node on the last core, everything else on the others (needs 2+ cores): "
+                         "the nodes then compete only with each other")
+    ap.add_argument("--only", help="comma-separated topologies to run besides single, the baseline "
+                                    f"(of {', '.join(t[0] for t in TOPOLOGIES[1:])}; default all)")
     a = ap.parse_args()
+    topologies = TOPOLOGIES
+    if a.only:
+        wanted = {"single", *a.only.split(",")}
+        unknown = wanted - {t[0] for t in TOPOLOGIES}
+        if unknown:
+            ap.error(f"--only: unknown topology {', '.join(sorted(unknown))}")
+        topologies = [t for t in TOPOLOGIES if t[0] in wanted]
+    a.redis_cpus = None
+    if a.pin:
+        cores = sorted(os.sched_getaffinity(0))
+        a.redis_cpus = {cores[-1]}
+        os.sched_setaffinity(0, set(cores[:-1]))  # the workers, opentracker and the sink inherit it
     logs.configure("warning", "json")
     n = a.torrents or (2000 if a.quick else 6000)
     rounds = a.rounds or (1 if a.quick else 2)
@@ -453,7 +470,7 @@ def main() -> None:
     out: dict = {
         "mode": "quick" if a.quick else "full", "torrents": n, "peers_per_swarm": bw.SWARM,
         "workers": a.workers, "concurrency_per_worker": a.concurrency, "shards_when_sharded": a.shards,
-        "rounds": rounds,
+        "rounds": rounds, "redis_pinned_to_cpus": sorted(a.redis_cpus) if a.redis_cpus else None,
         "machine": {"cpu_count": os.cpu_count(), "redis": redis_version(),
                     "python": sys.version.split()[0],
                     "note": "workers, opentracker, the StatHat sink and every Redis node share these cores: "
@@ -463,11 +480,11 @@ def main() -> None:
     }
     ot = OpenTracker(tmp / "ot", hashes).start()
     sink = bw.Sink()
-    runs: dict[str, list[dict]] = {name: [] for name, _, _ in TOPOLOGIES}
+    runs: dict[str, list[dict]] = {name: [] for name, _, _ in topologies}
     try:
         out["peer_addresses"] = bw.populate(ot, hashes, a.overlap)
         for r in range(rounds):
-            order = TOPOLOGIES if r % 2 == 0 else TOPOLOGIES[::-1]
+            order = topologies if r % 2 == 0 else topologies[::-1]
             for name, masters, sharded in order:
                 runs[name].append(run_topology(name, masters, a.shards if sharded else 1, a, hashes, ot, sink, db, tmp))
     except BaseException:

@@ -13,6 +13,7 @@ suite's fixed three-masters-three-replicas cluster; this is the benchmarks'.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import tempfile
@@ -42,8 +43,8 @@ class Topology:
     followed), for INFO and SCAN of one node.
     """
 
-    def __init__(self, masters: int | None):
-        self.masters = masters
+    def __init__(self, masters: int | None, cpus: set[int] | None = None):
+        self.masters, self.cpus = masters, cpus
         self.root = Path(tempfile.mkdtemp(prefix="bench-topology-"))
         self.ports = _free_ports(masters or 1)
         self.procs: dict[int, subprocess.Popen] = {}
@@ -78,6 +79,8 @@ class Topology:
             ["redis-server", "--port", str(port), "--bind", "127.0.0.1", *cluster, "--dir", str(d),
              "--save", "", "--appendonly", "no", "--maxmemory-policy", "noeviction", "--logfile", "redis.log"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if self.cpus:
+            os.sched_setaffinity(self.procs[port].pid, self.cpus)
 
     def _wait_answers(self, port: int) -> None:
         end = time.monotonic() + START_SECONDS
