@@ -38,6 +38,7 @@ from redis.retry import Retry
 from crawler import logs
 from crawler.errors import StoreError, one_line
 from crawler.outage import Outage, Unavailable, nested, once, transient
+from crawler.pool import CheckedPool, checked_when_dirty
 from crawler.settings import Settings
 from crawler.sources import redact
 
@@ -278,10 +279,13 @@ def _remote(url: str, lost: Outage, **kwargs) -> redis.Redis:
     try:
         # A blocking pool per node: past its connections a greenlet waits for a
         # free one (redis-py's default pool raises MaxConnectionsError at 100,
-        # which would read as an outage); a single Redis's worker gets the same
-        # from workers.connections.
+        # which would read as an outage), and skips the per-command poll for
+        # stray data after a clean release (crawler.pool; a rediss:// URL's
+        # SSLConnection, which redis-py sets over ours, keeps the poll); a
+        # single Redis's worker gets the same from workers.connections.
         return PatientCluster.from_url(url, outage=lost, retry=Retry(QUICK_BACKOFF, QUICK_RETRIES),
-                                       connection_pool_class=redis.BlockingConnectionPool,
+                                       connection_pool_class=CheckedPool,
+                                       connection_class=checked_when_dirty(redis.Connection),
                                        max_connections=CLUSTER_NODE_CONNECTIONS, timeout=CONNECTION_WAIT_SECONDS,
                                        **kwargs)
     except RedisClusterException as e:

@@ -12,8 +12,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import redis
 
+from tests.redis_cluster import redis_cluster  # noqa: F401 (fixture)
 from workers.connections import EXTRA_CONNECTIONS, worker_client
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,7 +55,7 @@ def test_worker_client_talks_to_the_same_server_with_a_bounded_blocking_pool(cli
     wc = worker_client(client, 40)
     pool = wc.connection_pool
     assert isinstance(pool, redis.BlockingConnectionPool)
-    assert pool.connection_class.__name__ == "Worker" + client.connection_pool.connection_class.__name__
+    assert pool.connection_class.__name__ == "Checked" + client.connection_pool.connection_class.__name__
     assert pool.max_connections == 40 + EXTRA_CONNECTIONS
     client.set(keys.scratch("probe"), b"x")
     assert wc.get(keys.scratch("probe")) == b"x"
@@ -71,8 +73,14 @@ from gevent import monkey; monkey.patch_all()
 import sys
 import gevent, redis
 sys.path.insert(0, sys.argv[1])
+from crawler import store
+from crawler.settings import Settings
 from workers.connections import worker_client
-client = worker_client(redis.Redis.from_url(sys.argv[2]), 1)
+if sys.argv[5] == "cluster":  # every node's pool is a CheckedPool already
+    client = store.connect(Settings(redis_url=sys.argv[2]))
+    assert type(client.get_default_node().redis_connection.connection_pool).__name__ == "CheckedPool"
+else:
+    client = worker_client(redis.Redis.from_url(sys.argv[2]), 1)
 key, empty = sys.argv[3], sys.argv[4]
 client.set(key, b"right")
 g = gevent.spawn(client.blpop, empty, timeout=0.4)
@@ -83,8 +91,13 @@ print([client.get(key) for _ in range(3)])
 """
 
 
-def test_a_command_killed_mid_reply_does_not_leak_its_reply_to_the_next(redis_url, keys):
-    r = subprocess.run([sys.executable, "-c", KILLED, str(ROOT), redis_url, keys.scratch("value"),
-                        keys.scratch("value", "empty")],
+@pytest.mark.parametrize("server", ["single", "cluster"])
+def test_a_command_killed_mid_reply_does_not_leak_its_reply_to_the_next(server, redis_url, keys, request):
+    url = redis_url
+    if server == "cluster":
+        cluster = request.getfixturevalue("redis_cluster")
+        url = cluster.url(cluster.live()[0])
+    r = subprocess.run([sys.executable, "-c", KILLED, str(ROOT), url, keys.scratch("value"),
+                        keys.scratch("value", "empty"), server],
                        capture_output=True, text=True, timeout=60, check=True)
     assert r.stdout.strip() == "[b'right', b'right', b'right']", r.stderr[-2000:]
