@@ -60,7 +60,8 @@ def shard_of(info_hash: str, shards: int) -> int:
 
 
 def shard_of_fingerprint(fingerprint: int, shards: int) -> int:
-    """The counter shard of an IP: the top 24 bits of its 128-bit keyed fingerprint modulo ``shards``.
+    """The counter shard of an IP's place marks and counts: the top 24 bits of its 128-bit keyed
+    fingerprint modulo ``shards`` (a torrent's counters live in ``shard_of`` the torrent).
 
     An IP's mark buckets come from the low bits of the fingerprint's high
     half (``counters/marks.py``: ``(high64 XOR torrent) mod buckets``,

@@ -4,12 +4,13 @@
   Lua step per batch of (metric, IP) pairs), ``visited`` (torrents.processed),
   ``sweep`` (frees expired dedupe marks).
 - ``top(...)``: the rankings behind ``peercrawl stats``.
-- ``rollup``: with several shards, the totals sharded by name that the
-  rankings read, kept exact by a crash-safe rollup of every shard's parts.
+- ``rollup``: with several shards, the place counters' totals (each place
+  index whole in one shard), kept exact by a crash-safe rollup of every
+  shard's parts; ``index_keys``, ``member_key``: where an index is read.
 - ``names``: metric names, the escaping rule and the index layout.
 - ``marks``: the fingerprint secret and the dedupe marks' buckets;
-  ``calls`` and ``places``: the arguments of the probe.lua and record.lua
-  calls; ``geo_errors``: GeoIP read errors, published and reported.
+  ``calls`` and ``places``: the arguments of the probe.lua, record.lua and
+  places.lua calls; ``geo_errors``: GeoIP read errors, published and reported.
 """
 
 from crawler.counters.marks import DEFAULT_BUCKETS, normalize_ip
