@@ -190,15 +190,13 @@ class VisitPart:
     torrent's counters.
 
     ``rows``: per IP ``(place tuple, (PlaceInfo, lanes, probe lane),
-    fingerprint, bucket of (IP, torrent))``; ``order``: each row's position
-    among the visit's distinct IPs (kept only when asked, for ``probe``).
+    fingerprint, bucket of (IP, torrent))``, in the calls' order.
     """
 
-    __slots__ = ("order", "probe", "probes", "rows", "shard")
+    __slots__ = ("probe", "probes", "rows", "shard")
 
     def __init__(self, shard: ShardKeys):
         self.shard = shard
         self.rows: list = []
-        self.order: list = []
         self.probe = ProbeCall()
         self.probes = [self.probe]

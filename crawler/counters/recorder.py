@@ -21,21 +21,22 @@ postcodes, and the IPs' group records) live whole in the torrent's shard
 by IP: an IP's place marks and their counts live in the shard of its keyed
 fingerprint (``keys.shard_of_fingerprint``), whose parts ``rollup`` adds up
 into exact totals. Why not split everything by IP: every visit would then
-touch every shard (docs/operations.md has the measured cost). A visit then
-costs one probe.lua call in the torrent's shard (a revisit of known peers
-ends there), one places.lua call per shard holding some of its new IPs (all
-pipelined), and record.lua's torrent part in the torrent's shard, which
-makes each group record no younger than the IP's place marks (places.lua
-answers their times), so a fresh group record still means nothing of the IP
-can count. Killed between the two round trips, a visit has counted its
-places and not its torrent: the retry finds the place marks fresh and
-counts exactly the rest. A process remembers, per (IP, place), the oldest
-place mark time places.lua answered: until that time is a window old, the
-marks are all fresh and unchanged (a mark is only renewed once expired, and
-only expired marks are swept), so the process skips the IP's place call and
-passes that time on; an IP in many swarms then costs one place call per
-process per window (at most ``FRESH_PLACES`` pairs are remembered). With one shard none of this costs anything: shard
-0 is the home and one record.lua call does both parts.
+touch every shard (docs/metrics.md, "Shards", has the measured cost). A
+visit then costs one probe.lua call in the torrent's shard (a revisit of
+known peers ends there), one places.lua call per shard holding some of its
+new IPs (all pipelined), and record.lua's torrent part in the torrent's
+shard, which makes each group record no younger than the IP's place marks
+(places.lua answers their times), so a fresh group record still means
+nothing of the IP can count. Killed between the two round trips, a visit
+has counted its places and not its torrent: the retry finds the place marks
+fresh and counts exactly the rest. A process remembers, per (IP, place),
+the oldest place mark time places.lua answered: until that time is a window
+old, the marks are all fresh and unchanged (a mark is only renewed once
+expired, and only expired marks are swept), so the process skips the IP's
+place call and passes that time on; an IP in many swarms then costs one
+place call per process per window (at most ``FRESH_PLACES`` pairs are
+remembered). With one shard none of this costs anything: shard 0 is the
+home and one record.lua call does both parts.
 
 The calls' arguments are built in ``calls`` (a place's part of them in
 ``places``); the locator's read errors are published by ``geo_errors``.
