@@ -181,7 +181,7 @@ def memory_by_kind(tp: Topology, keys: Keys) -> dict:
     buckets = records = 0
     for port, c in tp.nodes.items():
         node: dict[str, int] = defaultdict(int)
-        names = list(c.scan_iter(match=keys.match_all, count=1000))
+        names = list(dict.fromkeys(c.scan_iter(match=keys.match_all, count=1000)))  # SCAN may repeat a key
         p = c.pipeline(transaction=False)
         for name in names:
             p.memory_usage(name, samples=0)

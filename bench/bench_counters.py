@@ -133,7 +133,7 @@ def rate(fn, visits) -> float:
 
 def memory(client, keys_pattern, sample: int | None, rng) -> tuple[int, int]:
     """(bytes by MEMORY USAGE, keys) over keys matching the pattern (sampled if ``sample``)."""
-    names = list(client.scan_iter(match=keys_pattern, count=5000))
+    names = list(dict.fromkeys(client.scan_iter(match=keys_pattern, count=5000)))  # SCAN may repeat a key
     chosen = names if sample is None or sample >= len(names) else rng.sample(names, sample)
     pipe = client.pipeline(transaction=False)
     for k in chosen:

@@ -145,7 +145,8 @@ def test_sweep_frees_expired_marks_only(client, keys, settings, locator):
     r.record_visit(H, [f"2.2.2.{n}" for n in range(1, 41)], T0 + 20 * DAY)
 
     def nfields():
-        return sum(client.strlen(r_key) // 12 for r_key in client.scan_iter(match=keys.mark_buckets_match))
+        # a set: SCAN may return a key twice while the shared server rehashes its keyspace
+        return sum(client.strlen(r_key) // 12 for r_key in set(client.scan_iter(match=keys.mark_buckets_match)))
 
     per_ip = 7 + 1  # marks of the 7 metrics and the IP's group record
     assert nfields() == 40 * per_ip + 40 * per_ip
@@ -181,7 +182,7 @@ def test_a_peer_in_many_torrents_spreads_over_buckets(client, keys, settings, lo
     torrents = [f"{n:040x}" for n in range(300)]
     for h in torrents:
         assert r.record_visit(h, ["1.1.1.1"], T0) == 1
-    sizes = [client.strlen(k) for k in client.scan_iter(match=keys.mark_buckets_match)]
+    sizes = [client.strlen(k) for k in set(client.scan_iter(match=keys.mark_buckets_match))]  # SCAN may repeat a key
     records = sum(sizes) // 12
     assert records == 300 * (4 + 1) + 3  # per torrent 4 marks and a group; 3 place marks
     assert max(sizes) // 12 < records // 8  # ~1/64 each; one bucket would hold them all
