@@ -26,14 +26,12 @@
 -- IP's group record no younger, so a fresh group record still means every one
 -- of the IP's marks is fresh.
 
-local byte, sub, find, char = string.byte, string.sub, string.find, string.char
+--! include marks  (u32, read_buckets, check_mark, set_mark, write_buckets)
+
+local byte, sub, char = string.byte, string.sub, string.char
 local now, cutoff, post, month = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4]
 if not now or not cutoff or not month or not month:match('^%d%d%d%d%-%d%d$') then
   return redis.error_reply('places.lua: bad time, cutoff or month')
-end
-local function u32(n)
-  return char(math.floor(n / 16777216) % 256, math.floor(n / 65536) % 256,
-              math.floor(n / 256) % 256, n % 256)
 end
 local stamp = u32(now)
 local function u16(s, i)
@@ -74,14 +72,7 @@ while i <= #ps do
 end
 
 local nb = #KEYS - 2
-local vals = {}
-for first = 3, #KEYS, 1000 do  -- unpack() in slices: Lua's stack holds ~8000 values
-  local last = math.min(first + 999, #KEYS)
-  local got = redis.call('MGET', unpack(KEYS, first, last))
-  for j = first, last do
-    vals[j - 2] = got[j - first + 1] or ''
-  end
-end
+local vals = read_buckets(3)
 
 local p, o = ARGV[7], 1
 -- check every record before the first write
@@ -102,33 +93,11 @@ while o <= #p do
   local oldest = now
   local pc = counted[pno]
   for j = 1, m do
-    local f = sub(p, o, o + 7)
+    local t = check_mark(vals, dirty, adds, b, sub(p, o, o + 7), stamp, cutoff)
     o = o + 8
-    local s = vals[b]
-    local x = find(s, f, 1, true)
-    while x and x % 12 ~= 1 do
-      x = find(s, f, x + 1, true)
-    end
-    local fresh = true
-    if not x then
-      local a = adds[b]
-      if not a then
-        a = {}
-        adds[b] = a
-      end
-      a[#a + 1] = f .. stamp
+    if t then
+      if t < oldest then oldest = t end
     else
-      local c1, c2, c3, c4 = byte(s, x + 8, x + 11)
-      local t = ((c1 * 256 + c2) * 256 + c3) * 256 + c4
-      if t <= cutoff then
-        vals[b] = sub(s, 1, x + 7) .. stamp .. sub(s, x + 12)
-        dirty[b] = true
-      else
-        fresh = false
-        if t < oldest then oldest = t end
-      end
-    end
-    if fresh then
       if not pc then
         pc = {0, 0, 0}
         counted[pno] = pc
@@ -138,17 +107,7 @@ while o <= #p do
   end
   out[#out + 1] = u32(oldest)
 end
-for b in pairs(adds) do
-  dirty[b] = true
-end
-local kv = {}
-for b in pairs(dirty) do
-  kv[#kv + 1] = KEYS[2 + b]
-  kv[#kv + 1] = vals[b] .. table.concat(adds[b] or {})
-end
-for first = 1, #kv, 1000 do  -- even: a key never leaves its value
-  redis.call('MSET', unpack(kv, first, math.min(first + 999, #kv)))
-end
+write_buckets(3, vals, dirty, adds)
 
 -- counts per rollup field and StatHat name, then one read and one write per hash
 local rx, box = {}, {}

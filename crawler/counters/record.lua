@@ -51,12 +51,10 @@
 -- Then add each metric's count to its indexes (lifetime and month) and, when its
 -- family is posted, to the outbox. Returns the count of torrents.<h>.users.
 
-local byte, sub, find, char = string.byte, string.sub, string.find, string.char
+--! include marks  (u32, read_buckets, check_mark, set_mark, write_buckets)
+
+local byte, sub = string.byte, string.sub
 local now, cutoff, h, post = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4]
-local function u32(n)
-  return char(math.floor(n / 16777216) % 256, math.floor(n / 65536) % 256,
-              math.floor(n / 256) % 256, n % 256)
-end
 local stamp = u32(now)
 
 local function u16(s, i)
@@ -65,9 +63,7 @@ local function u16(s, i)
 end
 
 -- Everything is read and checked before the first write (the MSET of the
--- marks); a malformed call fails with nothing written. unpack() goes in
--- slices of at most 1000 values (Lua's stack holds ~8000).
-local SLICE = 1000
+-- marks); a malformed call fails with nothing written.
 
 local function str(s, i)
   local len = u16(s, i)
@@ -109,45 +105,16 @@ if not nfixed or nfixed < first_country - 1 or nfixed > #KEYS then
   return redis.error_reply('record.lua: bad key count ' .. tostring(ARGV[7]))
 end
 local nb = #KEYS - nfixed
-local vals = {}
-for first = nfixed + 1, #KEYS, SLICE do
-  local last = math.min(first + SLICE - 1, #KEYS)
-  local got = redis.call('MGET', unpack(KEYS, first, last))
-  for j = first, last do
-    vals[j - nfixed] = got[j - first + 1] or ''
-  end
-end
+local vals = read_buckets(nfixed + 1)
 -- counts per place number: {[j] = count} for metric slot j (created when one counts)
 local t_users, counted = 0, {}
 
--- The position of field f's record in bucket s, or nil: a match on a record
--- boundary (f's bytes may also occur across two records).
-local function lookup(s, f)
-  local x = find(s, f, 1, true)
-  while x and x % 12 ~= 1 do
-    x = find(s, f, x + 1, true)
-  end
-  return x
-end
-
 local p = ARGV[8]
 
--- check, mark and count every pair. Renewed marks are rewritten
--- in vals, new records wait in adds (a pair is never looked up twice, and
--- concatenating once per bucket spares copying it per record); changed
--- buckets are written back with one MSET at the end
--- (hot loop: lookups written out inline)
+-- check, mark and count every pair (marks.lua: renewed marks are rewritten
+-- in vals, new records wait in adds; changed buckets are written back with
+-- one MSET at the end)
 local dirty, adds = {}, {}
--- a new record (field, 4-byte time) for bucket b, written at the end
-local function append(b, f, t)
-  local a = adds[b]
-  if not a then
-    a = {}
-    adds[b] = a
-  end
-  a[#a + 1] = f
-  a[#a + 1] = t
-end
 local o, np = 1, #p
 -- the torrent part: slot j of the whole record is 2j - 1 (the torrent's metrics)
 local step, grouped, head, kmax = 1, 3, 7, 7
@@ -191,26 +158,10 @@ while o <= np do
     local j = step * i - step + 1
     local b = tb
     if j % 2 == 0 then b = gb end
-    local s = vals[b]
-    local x = find(s, f, 1, true)
-    while x and x % 12 ~= 1 do
-      x = find(s, f, x + 1, true)
-    end
-    local fresh = true
-    if not x then
-      append(b, f, stamp)
+    local t = check_mark(vals, dirty, adds, b, f, stamp, cutoff)
+    if t then
+      if t < oldest then oldest = t end
     else
-      local c1, c2, c3, c4 = byte(s, x + 8, x + 11)
-      local t = ((c1 * 256 + c2) * 256 + c3) * 256 + c4
-      if t <= cutoff then
-        vals[b] = sub(s, 1, x + 7) .. stamp .. sub(s, x + 12)
-        dirty[b] = true
-      else
-        fresh = false
-        if t < oldest then oldest = t end
-      end
-    end
-    if fresh then
       if j == 1 then
         t_users = t_users + 1
       else
@@ -225,34 +176,10 @@ while o <= np do
   end
   if gf then
     -- the group record, missing or stale: now the oldest of the k marks
-    local s = vals[tb]
-    local gx = lookup(s, gf)
-    if gx then
-      vals[tb] = sub(s, 1, gx + 7) .. u32(oldest) .. sub(s, gx + 12)
-      dirty[tb] = true
-    else
-      append(tb, gf, u32(oldest))
-    end
+    set_mark(vals, dirty, adds, tb, gf, u32(oldest))
   end
 end
-for b in pairs(adds) do
-  dirty[b] = true
-end
-do
-  local kv = {}
-  for b in pairs(dirty) do
-    kv[#kv + 1] = KEYS[nfixed + b]
-    local a = adds[b]
-    if a then
-      kv[#kv + 1] = vals[b] .. table.concat(a)
-    else
-      kv[#kv + 1] = vals[b]
-    end
-  end
-  for first = 1, #kv, SLICE do  -- SLICE is even: a key never leaves its value
-    redis.call('MSET', unpack(kv, first, math.min(first + SLICE - 1, #kv)))
-  end
-end
+write_buckets(nfixed + 1, vals, dirty, adds)
 
 if t_users == 0 and next(counted) == nil then
   return 0

@@ -1,0 +1,105 @@
+-- marks.lua: included by the scripts that check and write dedupe marks
+-- (``--! include marks`` in record.lua and places.lua; crawler.lua.source
+-- inlines it). A mark bucket is a STRING of 12-byte records: an 8-byte field,
+-- then the unix second of the mark as a big-endian u32
+-- (crawler/counters/marks.py). A mark counts as present while its time is
+-- after the cutoff (now - window).
+--
+-- A script reads its buckets once (read_buckets), checks each mark against
+-- those values (check_mark: a renewed mark is rewritten in vals, a new one
+-- waits in adds, so a bucket is copied once per script, not per record), and
+-- writes every changed bucket back with MSET at the end (write_buckets), so
+-- a string is allocated at its exact size and nothing is written before
+-- every input was checked.
+
+-- a u32 as 4 big-endian bytes
+local function u32(n)
+  return string.char(math.floor(n / 16777216) % 256, math.floor(n / 65536) % 256,
+                     math.floor(n / 256) % 256, n % 256)
+end
+
+-- The values of KEYS[first..] (MGET in slices: unpack() of more than ~8,000
+-- values overflows Lua's stack), numbered from 1; a missing bucket is ''.
+local function read_buckets(first)
+  local vals = {}
+  for i = first, #KEYS, 1000 do
+    local last = math.min(i + 999, #KEYS)
+    local got = redis.call('MGET', unpack(KEYS, i, last))
+    for j = i, last do
+      vals[j - first + 1] = got[j - i + 1] or ''
+    end
+  end
+  return vals
+end
+
+-- Check the mark of field f in bucket b: nil when it was missing or expired
+-- (it is now written at stamp: it counts), else its time (fresh: it does not).
+-- A match must start on a record boundary (f's bytes may also occur across
+-- two records).
+local function check_mark(vals, dirty, adds, b, f, stamp, cutoff)
+  local s = vals[b]
+  local x = string.find(s, f, 1, true)
+  while x and x % 12 ~= 1 do
+    x = string.find(s, f, x + 1, true)
+  end
+  if not x then
+    local a = adds[b]
+    if not a then
+      a = {}
+      adds[b] = a
+    end
+    a[#a + 1] = f
+    a[#a + 1] = stamp
+    return nil
+  end
+  local c1, c2, c3, c4 = string.byte(s, x + 8, x + 11)
+  local t = ((c1 * 256 + c2) * 256 + c3) * 256 + c4
+  if t <= cutoff then
+    vals[b] = string.sub(s, 1, x + 7) .. stamp .. string.sub(s, x + 12)
+    dirty[b] = true
+    return nil
+  end
+  return t
+end
+
+-- Set the record of field f in bucket b to time stamp (written or replaced).
+local function set_mark(vals, dirty, adds, b, f, stamp)
+  local s = vals[b]
+  local x = string.find(s, f, 1, true)
+  while x and x % 12 ~= 1 do
+    x = string.find(s, f, x + 1, true)
+  end
+  if x then
+    vals[b] = string.sub(s, 1, x + 7) .. stamp .. string.sub(s, x + 12)
+    dirty[b] = true
+  else
+    local a = adds[b]
+    if not a then
+      a = {}
+      adds[b] = a
+    end
+    a[#a + 1] = f
+    a[#a + 1] = stamp
+  end
+end
+
+-- MSET every bucket changed or added to (bucket b is KEYS[first + b - 1]), in
+-- slices of 1,000 values (an even count: a key never leaves its value).
+local function write_buckets(first, vals, dirty, adds)
+  local kv = {}
+  for b in pairs(adds) do
+    dirty[b] = true
+  end
+  for b in pairs(dirty) do
+    kv[#kv + 1] = KEYS[first + b - 1]
+    local a = adds[b]
+    if a then
+      kv[#kv + 1] = vals[b] .. table.concat(a)
+    else
+      kv[#kv + 1] = vals[b]
+    end
+  end
+  for i = 1, #kv, 1000 do
+    redis.call('MSET', unpack(kv, i, math.min(i + 999, #kv)))
+  end
+end
