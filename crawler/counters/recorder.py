@@ -289,9 +289,6 @@ class Recorder:
         try:
             calls = [(self._probe_script, [part.shard.torrents, *p.buckets], [cutoff, h, bytes(p.args)])
                      for p in part.probes]
-            if len(calls) == 1:
-                script, keys, args = calls[0]
-                return script(keys=keys, args=args)
             return b"".join(run_pipelined(self.client, calls))
         except redis.RedisError as e:
             raise StoreError(f"recording peers failed: {e}") from e
@@ -375,11 +372,7 @@ class Recorder:
                  [now, now - self.window, post, month, bytes(c.countries), bytes(c.places), bytes(c.ips)])
                 for c in calls]
         try:
-            if len(runs) == 1 and self._wait is None:
-                _, keys, args = runs[0]
-                replies = [script(keys=keys, args=args)]
-            else:
-                replies = run_pipelined(self.client, runs, wait=self._wait)
+            replies = run_pipelined(self.client, runs, wait=self._wait)
         except redis.RedisError as e:
             raise StoreError(f"recording peers failed: {e}") from e
         for c, r in zip(calls, replies):
@@ -414,9 +407,6 @@ class Recorder:
                 args.append("T")
             calls.append((keys, args))
         try:
-            if len(calls) == 1 and self._wait is None:
-                keys, args = calls[0]
-                return int(self._record(keys=keys, args=args))
             return sum(int(r) for r in run_pipelined(self.client, [(self._record, k, a) for k, a in calls],
                                                       wait=self._wait))
         except redis.RedisError as e:
@@ -437,8 +427,6 @@ class Recorder:
         hour = int(now) // 3600
         try:
             keys, args = [shard.processed(hour), shard.outbox], [h, 2 * 3600]
-            if self._wait is None:
-                return bool(self._visited(keys=keys, args=args))
             return bool(run_pipelined(self.client, [(self._visited, keys, args)], wait=self._wait)[0])
         except redis.RedisError as e:
             raise StoreError(f"recording a visit failed: {e}") from e

@@ -134,10 +134,7 @@ class Rollup:
         and the shards whose batch ended while it was read (``_read``)."""
         calls = [(self._take, [s.rollup_outbox, s.rollup_in_flight, s.rollup_seq, s.rollup_taken], [fresh])
                  for s in (self.shards[i] for i in shards)]
-        if len(calls) == 1:
-            got = [calls[0][0](keys=calls[0][1], args=calls[0][2])]
-        else:
-            got = run_pipelined(self.client, calls)
+        got = run_pipelined(self.client, calls)
         ids = [(i, int(r[0]), bool(r[1])) for i, r in zip(shards, got) if r[0] > 0]
         kept = self._read(ids)
         have = {t[0] for t in kept}

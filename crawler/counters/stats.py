@@ -181,7 +181,7 @@ def _top_totals(client: redis.Redis, sources: list[tuple[str, str]], limit: int)
 
     def read(which: list[int], k: int) -> list[list]:
         calls = [(script, [sources[i][1]], [k]) for i in which]
-        got = run_pipelined(client, calls) if len(calls) > 1 else [script(keys=calls[0][1], args=[k])]
+        got = run_pipelined(client, calls)
         return [[(sources[i][0] + flat[j].decode(), int(float(flat[j + 1]))) for j in range(0, len(flat), 2)]
                 for i, flat in zip(which, got)]
 

@@ -170,10 +170,7 @@ class Flusher:
         """
         try:
             calls = [(self._claim, k, [self.token, self.lease_ms]) for k in self._keys]
-            if len(calls) == 1 and self.wait is None:
-                replies = [self._claim(keys=self._keys[0], args=[self.token, self.lease_ms])]
-            else:
-                replies = run_pipelined(self.client, calls, wait=self.wait)
+            replies = run_pipelined(self.client, calls, wait=self.wait)
             batch, zeros = [], {}
             for i, claimed in enumerate(replies):
                 if claimed[0] == 0:  # another flusher is posting this shard's batch
@@ -266,11 +263,7 @@ class Flusher:
         False (logged) when another flusher took one of their batches over."""
         calls = [(self._settle, self._keys[i], [self.token, self.lease_ms] + a) for i, a in args.items()]
         try:
-            if len(calls) == 1 and self.wait is None:
-                script, keys, a = calls[0]
-                settled = [script(keys=keys, args=a)]
-            else:
-                settled = run_pipelined(self.client, calls, wait=self.wait)
+            settled = run_pipelined(self.client, calls, wait=self.wait)
         except redis.RedisError as e:
             raise StoreError(f"settling the StatHat outbox failed: {e}") from e
         if not all(settled):
