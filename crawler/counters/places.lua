@@ -27,6 +27,7 @@
 -- of the IP's marks is fresh.
 
 --! include marks  (u32, read_buckets, check_mark, set_mark, write_buckets)
+--! include places_arg  (u16, str, read_places)
 
 local byte, sub, char = string.byte, string.sub, string.char
 local now, cutoff, post, month = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4]
@@ -34,20 +35,6 @@ if not now or not cutoff or not month or not month:match('^%d%d%d%d%-%d%d$') the
   return redis.error_reply('places.lua: bad time, cutoff or month')
 end
 local stamp = u32(now)
-local function u16(s, i)
-  local a, b = byte(s, i, i + 1)
-  if not b then
-    return nil
-  end
-  return a * 256 + b
-end
-local function str(s, i)
-  local len = u16(s, i)
-  if not len or i + 1 + len > #s then
-    return nil, i
-  end
-  return sub(s, i + 2, i + 1 + len), i + 2 + len
-end
 
 local countries, cs, i = {}, ARGV[5], 1
 while i <= #cs do
@@ -58,17 +45,12 @@ while i <= #cs do
   end
   countries[#countries + 1] = name
 end
-local places, ps = {}, ARGV[6]
-i = 1
-while i <= #ps do
-  local c = u16(ps, i)
-  local y, z
-  y, i = str(ps, i + 2)
-  if y then z, i = str(ps, i) end
-  if not c or c < 1 or c > #countries or not z then
-    return redis.error_reply('places.lua: malformed place at byte ' .. i)
-  end
-  places[#places + 1] = {c, y, z, 1 + (y ~= '' and 1 or 0) + (z ~= '' and 1 or 0)}
+local places, bad = read_places(ARGV[6], 1, #countries)
+if not places then
+  return redis.error_reply('places.lua: malformed place at byte ' .. bad)
+end
+for _, pl in ipairs(places) do  -- its marks: country, then city and postcode if known
+  pl[4] = 1 + (pl[2] ~= '' and 1 or 0) + (pl[3] ~= '' and 1 or 0)
 end
 
 local nb = #KEYS - 2

@@ -52,23 +52,14 @@
 -- family is posted, to the outbox. Returns the count of torrents.<h>.users.
 
 --! include marks  (u32, read_buckets, check_mark, set_mark, write_buckets)
+--! include places_arg  (u16, str, read_places)
 
 local byte, sub = string.byte, string.sub
 local now, cutoff, h, post = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local stamp = u32(now)
 
-local function u16(s, i)
-  local a, b = byte(s, i, i + 1)
-  return a * 256 + b
-end
-
 -- Everything is read and checked before the first write (the MSET of the
 -- marks); a malformed call fails with nothing written.
-
-local function str(s, i)
-  local len = u16(s, i)
-  return sub(s, i + 2, i + 1 + len), i + 2 + len
-end
 -- names: countries {key position, name}; places {country, city, postcode}
 local tpart = ARGV[9] == 'T'
 if ARGV[9] and not tpart then
@@ -80,22 +71,18 @@ while i <= #cs do
   local pos = u16(cs, i)
   local name
   name, i = str(cs, i + 2)
+  if not pos or not name then
+    return redis.error_reply('record.lua: malformed country at byte ' .. i)
+  end
   if pos < first_country or pos + 5 > tonumber(ARGV[7]) then
     return redis.error_reply('record.lua: country key position ' .. pos .. ' out of range')
   end
   countries[#countries + 1] = {pos, name}
 end
-local places, ps = {}, ARGV[6]
-i = 1
-while i <= #ps do
-  local c = u16(ps, i)
-  local y, z
-  y, i = str(ps, i + 2)
-  z, i = str(ps, i)
-  if c > #countries then
-    return redis.error_reply('record.lua: place of unknown country number ' .. c)
-  end
-  places[#places + 1] = {c, y, z}
+-- country number 0: a place of unknown country
+local places, bad = read_places(ARGV[6], 0, #countries)
+if not places then
+  return redis.error_reply('record.lua: malformed place or unknown country number at byte ' .. bad)
 end
 
 -- mark buckets: KEYS[nfixed + 1..], read with MGET (a missing one is '');

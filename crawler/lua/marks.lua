@@ -1,6 +1,6 @@
 -- marks.lua: included by the scripts that check and write dedupe marks
 -- (``--! include marks`` in record.lua and places.lua; crawler.lua.source
--- inlines it). A mark bucket is a STRING of 12-byte records: an 8-byte field,
+-- inlines it; probe.lua reads with it). A mark bucket is a STRING of 12-byte records: an 8-byte field,
 -- then the unix second of the mark as a big-endian u32
 -- (crawler/counters/marks.py). A mark counts as present while its time is
 -- after the cutoff (now - window).
@@ -32,28 +32,43 @@ local function read_buckets(first)
   return vals
 end
 
--- Check the mark of field f in bucket b: nil when it was missing or expired
--- (it is now written at stamp: it counts), else its time (fresh: it does not).
--- A match must start on a record boundary (f's bytes may also occur across
--- two records).
-local function check_mark(vals, dirty, adds, b, f, stamp, cutoff)
-  local s = vals[b]
+-- The position of field f's record in bucket string s, or nil. A match must
+-- start on a record boundary (f's bytes may also occur across two records).
+local function find_record(s, f)
   local x = string.find(s, f, 1, true)
   while x and x % 12 ~= 1 do
     x = string.find(s, f, x + 1, true)
   end
+  return x
+end
+
+-- The unix second of the record at position x of bucket string s.
+local function record_time(s, x)
+  local c1, c2, c3, c4 = string.byte(s, x + 8, x + 11)
+  return ((c1 * 256 + c2) * 256 + c3) * 256 + c4
+end
+
+-- A new record (f, stamp) for bucket b, written by write_buckets.
+local function add_record(adds, b, f, stamp)
+  local a = adds[b]
+  if not a then
+    a = {}
+    adds[b] = a
+  end
+  a[#a + 1] = f
+  a[#a + 1] = stamp
+end
+
+-- Check the mark of field f in bucket b: nil when it was missing or expired
+-- (it is now written at stamp: it counts), else its time (fresh: it does not).
+local function check_mark(vals, dirty, adds, b, f, stamp, cutoff)
+  local s = vals[b]
+  local x = find_record(s, f)
   if not x then
-    local a = adds[b]
-    if not a then
-      a = {}
-      adds[b] = a
-    end
-    a[#a + 1] = f
-    a[#a + 1] = stamp
+    add_record(adds, b, f, stamp)
     return nil
   end
-  local c1, c2, c3, c4 = string.byte(s, x + 8, x + 11)
-  local t = ((c1 * 256 + c2) * 256 + c3) * 256 + c4
+  local t = record_time(s, x)
   if t <= cutoff then
     vals[b] = string.sub(s, 1, x + 7) .. stamp .. string.sub(s, x + 12)
     dirty[b] = true
@@ -65,21 +80,12 @@ end
 -- Set the record of field f in bucket b to time stamp (written or replaced).
 local function set_mark(vals, dirty, adds, b, f, stamp)
   local s = vals[b]
-  local x = string.find(s, f, 1, true)
-  while x and x % 12 ~= 1 do
-    x = string.find(s, f, x + 1, true)
-  end
+  local x = find_record(s, f)
   if x then
     vals[b] = string.sub(s, 1, x + 7) .. stamp .. string.sub(s, x + 12)
     dirty[b] = true
   else
-    local a = adds[b]
-    if not a then
-      a = {}
-      adds[b] = a
-    end
-    a[#a + 1] = f
-    a[#a + 1] = stamp
+    add_record(adds, b, f, stamp)
   end
 end
 
