@@ -113,8 +113,11 @@ SCRIPTS: dict[str, str] = {}
 
 def _count_round_trips() -> None:
     """Count every packet redis-py sends (one per round trip) and label it."""
+    from crawler.lua import source
+
     for lua in ROOT.glob("crawler/**/*.lua"):
-        SCRIPTS[hashlib.sha1(lua.read_text("utf-8").encode("utf-8")).hexdigest()] = lua.stem
+        package = ".".join(lua.parent.relative_to(ROOT).parts)
+        SCRIPTS[hashlib.sha1(source(lua.stem, package).encode("utf-8")).hexdigest()] = lua.stem
     conn = redis.connection.AbstractConnection
     orig_send = conn.send_packed_command
 
@@ -371,6 +374,59 @@ def ratio(a, b, digits=1):
     return round(a / b, digits) if a and b else None
 
 
+def rest(a, out: dict, client, tmp, ot, sink, db, hashes: list[str], dht_hashes: list[str], ns) -> None:
+    """The runs after the trackers-only ones: the DHT, --concurrency auto, the baseline, the bare loop."""
+    n_base = a.concurrency
+    auto_seconds = 30.0 if a.quick else 45.0
+    auto_interval = 1.0
+    from tests.dht_swarm import announced_swarm
+
+    plan = {h: ([i % 10, (i + 3) % 10, (i + 6) % 10], 9000 + 10 * i) for i, h in enumerate(dht_hashes[:8])}
+    with announced_swarm(size=10, first_ip=60, announcements=plan) as swarm:
+        # Separate runs: a visit waits ~2 s for its lookup, so with fewer torrents
+        # than greenlets a torrent's revisit would overlap the others' first visits.
+        s = settings_for(a.redis_url, ns(), tmp, ot, sink, db, dht=True,
+                         dht_bootstrap=tuple(swarm.endpoints[:4]), dht_listen=("127.0.0.245", 0),
+                         dht_timeout=8.0)
+        r = run_worker(s, client, dht_hashes, a.concurrency)
+        out["worker_trackers_and_dht_first_visits"] = r["phases"][0]
+        r = run_worker(s, client, dht_hashes, a.concurrency, due_now=True)
+        out["worker_trackers_and_dht_revisits"] = r["phases"][0]
+        out["worker_trackers_and_dht_revisits"]["note"] = "a new worker process"
+
+    # auto on a queue that cannot be drained: settles where the process is saturated
+    s = settings_for(a.redis_url, ns(), tmp, ot, sink, db, revisit_seconds=0.2, concurrency_min=4,
+                     concurrency_max=256)
+    out["worker_auto_saturated"] = run_auto(s, client, hashes, auto_seconds, auto_interval)
+    # auto on a paced queue: every torrent due again after `revisit`, about half the fixed pool's rate
+    fixed = max(out["worker_trackers_revisits"]["visits_per_s"], 1.0)
+    paced = hashes[: max(100, int(fixed * 5))]
+    s = settings_for(a.redis_url, ns(), tmp, ot, sink, db, revisit_seconds=round(len(paced) / (fixed / 2), 2),
+                     concurrency_min=4, concurrency_max=256)
+    out["worker_auto_paced"] = run_auto(s, client, paced, auto_seconds, auto_interval)
+
+    bns = ns()
+    base_hashes = hashes[:n_base]
+    out["baseline_btstat_first_visits"] = baseline(client, bns, ot, sink, db, base_hashes, a.concurrency)
+    out["baseline_btstat_revisits"] = baseline(client, bns, ot, sink, db, base_hashes, a.concurrency)
+    out["bare_announce_loop"] = bench_trackers.bench_bare(ot.port, hashes, 64, 3.0 if a.quick else 6.0)
+
+    w1 = out["worker_trackers_first_visits"]["visits_per_s"]
+    w2 = out["worker_trackers_revisits"]["visits_per_s"]
+    b1 = out["baseline_btstat_first_visits"]["visits_per_s"]
+    b2 = out["baseline_btstat_revisits"]["visits_per_s"]
+    bare = out["bare_announce_loop"]["announces_per_s"]
+    out["ratios"] = {
+        "first_visits_vs_baseline_first_visits": ratio(w1, b1),
+        "revisits_vs_baseline_revisits": ratio(w2, b2),
+        "revisits_vs_baseline_first_visits": ratio(w2, b1),
+        "first_visits_vs_bare_announces": ratio(w1, bare, 3),
+        "revisits_vs_bare_announces": ratio(w2, bare, 3),
+    }
+    out["target_30x_met"] = all(x is not None and x >= 30 for x in (
+        out["ratios"]["first_visits_vs_baseline_first_visits"], out["ratios"]["revisits_vs_baseline_revisits"]))
+
+
 def main() -> None:
     """Run the benchmark and print its JSON."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -378,14 +434,13 @@ def main() -> None:
     ap.add_argument("--redis-url", default=os.environ.get("PEERCRAWL_TEST_REDIS_URL", "redis://127.0.0.1:6379/0"))
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--overlap", type=int, default=4, help="swarms each peer address is in (default 4)")
+    ap.add_argument("--only", choices=("first", "trackers"),
+                    help="first: the trackers-only first visits; trackers: those and the revisits (for profiles)")
     a = ap.parse_args()
     logs.configure("warning", "json")
     _count_round_trips()
     n = 1000 if a.quick else 4000
     n_dht = 32 if a.quick else 96
-    auto_seconds = 30.0 if a.quick else 45.0
-    auto_interval = 1.0
-    n_base = a.concurrency
     client = redis.Redis.from_url(a.redis_url)
     tmp = tempfile.mkdtemp(prefix="bench-worker-")
     db = write_city_db(Path(tmp) / "city.mmdb", PLACES)
@@ -408,56 +463,15 @@ def main() -> None:
         # First visits then revisits by the same process: revisit 1 ms, and the
         # revisits (score 0.8) are claimed only after every new torrent (1.0).
         s = settings_for(a.redis_url, ns(), tmp, ot, sink, db, revisit_seconds=0.001)
-        r = run_worker(s, client, hashes, a.concurrency, split=n, until_idle=False, max_visits=2 * n)
-        out["worker_trackers_first_visits"], out["worker_trackers_revisits"] = r["phases"]
-        out["worker_trackers_start_and_stop_s"] = r["start_and_stop_s"]
-
-        from tests.dht_swarm import announced_swarm
-
-        plan = {h: ([i % 10, (i + 3) % 10, (i + 6) % 10], 9000 + 10 * i) for i, h in enumerate(dht_hashes[:8])}
-        with announced_swarm(size=10, first_ip=60, announcements=plan) as swarm:
-            # Separate runs: a visit waits ~2 s for its lookup, so with fewer torrents
-            # than greenlets a torrent's revisit would overlap the others' first visits.
-            s = settings_for(a.redis_url, ns(), tmp, ot, sink, db, dht=True,
-                             dht_bootstrap=tuple(swarm.endpoints[:4]), dht_listen=("127.0.0.245", 0),
-                             dht_timeout=8.0)
-            r = run_worker(s, client, dht_hashes, a.concurrency)
-            out["worker_trackers_and_dht_first_visits"] = r["phases"][0]
-            r = run_worker(s, client, dht_hashes, a.concurrency, due_now=True)
-            out["worker_trackers_and_dht_revisits"] = r["phases"][0]
-            out["worker_trackers_and_dht_revisits"]["note"] = "a new worker process"
-
-        # auto on a queue that cannot be drained: settles where the process is saturated
-        s = settings_for(a.redis_url, ns(), tmp, ot, sink, db, revisit_seconds=0.2, concurrency_min=4,
-                         concurrency_max=256)
-        out["worker_auto_saturated"] = run_auto(s, client, hashes, auto_seconds, auto_interval)
-        # auto on a paced queue: every torrent due again after `revisit`, about half the fixed pool's rate
-        fixed = max(out["worker_trackers_revisits"]["visits_per_s"], 1.0)
-        paced = hashes[: max(100, int(fixed * 5))]
-        s = settings_for(a.redis_url, ns(), tmp, ot, sink, db, revisit_seconds=round(len(paced) / (fixed / 2), 2),
-                         concurrency_min=4, concurrency_max=256)
-        out["worker_auto_paced"] = run_auto(s, client, paced, auto_seconds, auto_interval)
-
-        bns = ns()
-        base_hashes = hashes[:n_base]
-        out["baseline_btstat_first_visits"] = baseline(client, bns, ot, sink, db, base_hashes, a.concurrency)
-        out["baseline_btstat_revisits"] = baseline(client, bns, ot, sink, db, base_hashes, a.concurrency)
-        out["bare_announce_loop"] = bench_trackers.bench_bare(ot.port, hashes, 64, 3.0 if a.quick else 6.0)
-
-        w1 = out["worker_trackers_first_visits"]["visits_per_s"]
-        w2 = out["worker_trackers_revisits"]["visits_per_s"]
-        b1 = out["baseline_btstat_first_visits"]["visits_per_s"]
-        b2 = out["baseline_btstat_revisits"]["visits_per_s"]
-        bare = out["bare_announce_loop"]["announces_per_s"]
-        out["ratios"] = {
-            "first_visits_vs_baseline_first_visits": ratio(w1, b1),
-            "revisits_vs_baseline_revisits": ratio(w2, b2),
-            "revisits_vs_baseline_first_visits": ratio(w2, b1),
-            "first_visits_vs_bare_announces": ratio(w1, bare, 3),
-            "revisits_vs_bare_announces": ratio(w2, bare, 3),
-        }
-        out["target_30x_met"] = all(x is not None and x >= 30 for x in (
-            out["ratios"]["first_visits_vs_baseline_first_visits"], out["ratios"]["revisits_vs_baseline_revisits"]))
+        if a.only == "first":
+            r = run_worker(s, client, hashes, a.concurrency, until_idle=False, max_visits=n)
+            out["worker_trackers_first_visits"] = r["phases"][0]
+        else:
+            r = run_worker(s, client, hashes, a.concurrency, split=n, until_idle=False, max_visits=2 * n)
+            out["worker_trackers_first_visits"], out["worker_trackers_revisits"] = r["phases"]
+            out["worker_trackers_start_and_stop_s"] = r["start_and_stop_s"]
+        if a.only is None:
+            rest(a, out, client, tmp, ot, sink, db, hashes, dht_hashes, ns)
     finally:
         sink.close()
         ot.stop()

@@ -346,8 +346,9 @@ class Queue:
         ``due``: when the torrent may be visited again (default now + revisit).
         """
         now = time.time() if now is None else now
+        a = self._complete_args(lease, result, peers, seeders, leechers, due, now)
         try:
-            reply = self._complete(**self._complete_args(lease, result, peers, seeders, leechers, due, now))
+            reply = lua.run_pipelined(self.client, [(self._complete, a["keys"], a["args"])])[0]
         except redis.RedisError as e:
             raise StoreError(f"completing a visit failed: {e}") from e
         return self._completed(lease, reply, due, now)
@@ -446,7 +447,8 @@ class Queue:
         k = self.keys.for_torrent(info_hash)
         cap = self.settings.max_trackers_per_torrent
         try:
-            own, flat, _ = self._plan(keys=[k.trackers(info_hash), k.tracker_min_interval(info_hash)], args=[cap])
+            [(own, flat, _)] = lua.run_pipelined(
+                self.client, [(self._plan, [k.trackers(info_hash), k.tracker_min_interval(info_hash)], [cap])])
         except redis.RedisError as e:
             raise StoreError(f"reading the torrent's trackers failed: {e}") from e
         return ([u.decode() for u in own[:cap]],

@@ -14,6 +14,7 @@ from crawler.counters.recorder import Recorder
 from crawler.errors import StoreError
 from crawler.keys import Keys
 from crawler.lifecycle import Queue
+from crawler.lua.coalesce import coalesce
 from crawler.outage import Outage, once
 from crawler.settings import Settings
 from crawler.sources.trackers import Trackers
@@ -48,6 +49,8 @@ class Process:
         self.settings, self.client, self.keys = settings, client, keys
         # The one record of Redis outages every loop of this process reports to.
         self.outage = store.outage(client) or Outage(patience=settings.redis_wait_seconds)
+        # The visits' script calls share round trips (crawler.lua.coalesce).
+        self.coalescer = coalesce(client)
         self.queue = Queue(client, keys, settings)
         self.recorder = Recorder(client, keys, settings)
         self.trackers = Trackers(settings, client, keys)

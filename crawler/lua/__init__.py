@@ -125,18 +125,38 @@ def run_pipelined(client: redis.Redis, calls: list, wait: Wait | None = None) ->
 
     ``wait``: a ``Wait``; the batch returns once that many replicas have its
     writes (or its timeout passed), one round trip more per node. Raises
-    ``redis.RedisError``.
+    ``redis.RedisError`` (a script's error reply: the first of them, after
+    every call ran).
 
-    A single call without ``wait`` on one Redis is sent as the script's own
-    call, without a pipeline (the same round trip, less client work).
+    A client with a ``Coalescer`` (a worker process's, ``coalesce``) sends
+    the calls in a round trip shared with other greenlets' calls. A single
+    call without ``wait`` on one Redis is sent as the script's own call,
+    without a pipeline (the same round trip, less client work).
+    """
+    shared = getattr(client, "coalescer", None)
+    replies = shared.run(calls, wait) if shared is not None else replies_of(client, calls, wait)
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
+    return replies
+
+
+def replies_of(client: redis.Redis, calls: list, wait: Wait | None = None) -> list:
+    """``run_pipelined``'s round trip, now: each call's reply, or the error it got as a value.
+
+    Raises ``redis.RedisError`` only for what failed the round trip itself
+    (connection, outage past its patience).
     """
     if isinstance(client, RedisCluster):
-        return _cluster_run(client, calls, wait)
+        return _cluster_run(client, calls, wait, raise_on_error=False)
     if wait is not None:
-        return _on_node(client, calls, wait)
+        return _on_node(client, calls, wait, raise_on_error=False)
     if len(calls) == 1:
         script, keys, args = calls[0]
-        return [script(keys=keys, args=args)]
+        try:
+            return [script(keys=keys, args=args)]
+        except redis.ResponseError as e:
+            return [e]
     pipe = client.pipeline(transaction=False)
     for script, keys, args in calls:
         # As a raw command: redis-py's cluster pipeline refuses its evalsha
@@ -145,9 +165,10 @@ def run_pipelined(client: redis.Redis, calls: list, wait: Wait | None = None) ->
     replies = pipe.execute(raise_on_error=False)
     for i, (script, keys, args) in enumerate(calls):
         if isinstance(replies[i], NoScriptError) or (isinstance(replies[i], Exception) and transient(replies[i])):
-            replies[i] = script(keys=keys, args=args)
-        elif isinstance(replies[i], Exception):
-            raise replies[i]
+            try:
+                replies[i] = script(keys=keys, args=args)
+            except redis.ResponseError as e:
+                replies[i] = e
     return replies
 
 
@@ -197,7 +218,7 @@ def _name(node: redis.Redis) -> str:
 _ELSEWHERE = (AskError, TryAgainError, ClusterDownError)
 
 
-def _cluster_run(client: RedisCluster, calls: list, wait: Wait | None) -> list:
+def _cluster_run(client: RedisCluster, calls: list, wait: Wait | None, raise_on_error: bool = True) -> list:
     """``_on_node`` on the master serving each call's first key: one pipeline per node.
 
     Not redis-py's cluster pipeline, for three reasons: it asks the default
@@ -243,9 +264,10 @@ def _cluster_run(client: RedisCluster, calls: list, wait: Wait | None) -> list:
         outage.run(attempt, "scripts")
     else:
         attempt()
-    for reply in replies:
-        if isinstance(reply, Exception):
-            raise reply
+    if raise_on_error:
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
     return replies
 
 
