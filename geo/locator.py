@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import datetime as _dt
 import ipaddress
+import socket
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
 import geoip2.database
-import geoip2.errors
 import maxminddb
 
 from crawler import logs
@@ -113,6 +113,7 @@ class Locator:
                     f"whose data is from {self.built.year}; places are out of date ({_README})"
                 ),
             )
+        self._db = self._reader._db_reader  # geoip2 exposes no other way to its maxminddb reader
         self.read_errors = 0
         self.last_read_error: str | None = None
         self._cached = lru_cache(maxsize=cache_size)(self._locate) if cache_size > 0 else self._locate
@@ -130,23 +131,38 @@ class Locator:
             return NOWHERE
 
     def _locate(self, ip: str) -> Place:
+        try:
+            _pton(_AF_INET, ip)  # dotted-quad IPv4: straight to the database's C reader
+        except (OSError, TypeError):
+            pass
+        else:
+            return self._record(ip, ip)
         addr = ipaddress.ip_address(ip)
         if addr.version == 6 and addr.ipv4_mapped is not None:
             addr = addr.ipv4_mapped
         if addr.version == 6 and self.ip_version == 4:
             return NOWHERE
+        return self._record(str(addr), ip)
+
+    def _record(self, addr: str, ip: str) -> Place:
+        """The place of ``addr`` (canonical text; ``ip`` as given, for the error text).
+
+        Read with maxminddb's C reader, picking the three English names
+        geoip2's City model would give (``names["en"]``, ``postal.code``):
+        building the model cost more than the lookup itself.
+        """
         try:
-            r = self._reader.city(str(addr))
+            r = self._db.get(addr)
+            if r is None:
+                return NOWHERE
             return Place(
-                country=_clean(r.country.name),
-                city=_clean(r.city.name),
-                postcode=_clean(r.postal.code),
+                country=_clean(_name(r.get("country"))),
+                city=_clean(_name(r.get("city"))),
+                postcode=_clean((r.get("postal") or {}).get("code")),
             )
-        except geoip2.errors.AddressNotFoundError:
-            return NOWHERE
         except Exception as e:  # noqa: BLE001 - damaged data raises anything: InvalidDatabaseError, struct, Unicode, Type...
             # no peer address at rest (SPEC §4): the message may quote it
-            msg = str(e).replace(str(addr), "<ip>").replace(ip, "<ip>")
+            msg = str(e).replace(addr, "<ip>").replace(ip, "<ip>")
             raise _ReadError(f"{self.path}: a lookup failed: {type(e).__name__}: {msg}"[:300]) from e
 
     def cache_info(self):
@@ -173,8 +189,18 @@ def open_locator(path: Path | str | None = None, cache_size: int = 100_000) -> L
     return Locator.open(path, cache_size)
 
 
+def _name(record) -> str | None:
+    """A record's English name, as geoip2's ``.name`` with ``locales=["en"]``."""
+    return (record.get("names") or {}).get("en") if record else None
+
+
 def _clean(name: str | None) -> str | None:
     if name is None:
         return None
+    if not isinstance(name, str):
+        raise TypeError(f"a name is a {type(name).__name__}, not text")
     name = name.strip()
     return name or None
+
+
+_pton, _AF_INET = socket.inet_pton, socket.AF_INET

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import ipaddress
 import math
+import socket
 from collections.abc import Callable, Iterable
 
 import redis
@@ -474,4 +475,8 @@ _LOW64 = (1 << 64) - 1
 
 
 def _text(packed: bytes) -> str:
-    return str(ipaddress.ip_address(packed))
+    """The canonical text of a packed IP (C's inet_ntop for IPv4: ~10x ipaddress)."""
+    return _ntop(_AF_INET, packed) if len(packed) == 4 else str(ipaddress.ip_address(packed))
+
+
+_ntop, _AF_INET = socket.inet_ntop, socket.AF_INET
