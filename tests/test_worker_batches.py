@@ -1,0 +1,90 @@
+"""A worker killed in the middle of a shared round trip (crawler.lua.coalesce): nothing lost,
+nothing counted twice.
+
+The worker (a ``peercrawl worker`` subprocess, 16 visits at once, three
+shards) reaches Redis through a proxy that passes its first n commands and
+holds the rest (tests/holding_proxy.py), so it is killed with Redis having
+run a prefix of a pipeline that holds several visits' calls: some visits'
+peers recorded in some counter shards, their completions not sent. A
+fresh worker then finishes the crawl once the leases expired.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+import uuid
+
+import pytest
+import redis
+
+from tests.holding_proxy import HoldingProxy
+from tests.mmdb import write_city_db
+from tests.namespaces import delete_namespace
+from tests.opentracker import opentracker  # noqa: F401 (fixture)
+from tests.test_worker_e2e import PEERCRAWL, PLACES, ROOT, announce, counter, h, pc, pcj
+
+TORRENTS = 30
+
+
+def crawl_killed_after(env: dict, redis_url: str, commands: int) -> dict:
+    """Run a worker through a proxy passing ``commands`` commands, SIGKILL it once held; what it left."""
+    proxy = HoldingProxy(redis_url, commands)
+    child = subprocess.Popen(PEERCRAWL + ["worker", "--concurrency", "16", "--until-idle"],
+                             env={**env, "REDIS_URL": proxy.url}, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    try:
+        assert proxy.held.wait(60), "the worker should reach Redis through the proxy"
+        time.sleep(0.3)  # the passed commands run
+        child.send_signal(signal.SIGKILL)
+        child.wait(10)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(10)
+        proxy.close()
+    return pcj(env, "status")
+
+
+@pytest.mark.slow
+def test_a_worker_killed_mid_round_trip_loses_nothing_and_counts_nothing_twice(test_env, opentracker,  # noqa: F811
+                                                                               redis_url, tmp_path):
+    hashes = [h(f"batch{i}") for i in range(TORRENTS)]
+    ot = opentracker(hashes)
+    announced = {ih: announce(ot, ih, 3 + i % 5, 10 * i) for i, ih in enumerate(hashes)}
+    every = set().union(*announced.values())
+    want_countries = {"countries.Germany.users": sum(ip.startswith("127.1.0.") for ip in every),
+                      "countries.Japan.users": sum(ip.startswith("127.1.1.") for ip in every)}
+    client = redis.Redis.from_url(redis_url)
+    landed_mid_visit = 0
+    # Different prefixes: the worker's start (secret, scripts, heartbeat, claim, the first
+    # plans and tracker health) takes ~200 commands; then come round trips of many visits'
+    # recordings and completions (at 245: 17 torrents counted, 7 completed, on this machine).
+    for commands in (220, 245, 270):
+        ns = "pctest-" + uuid.uuid4().hex[:12]
+        env = dict(test_env, PEERCRAWL_NAMESPACE=ns, PYTHONPATH=ROOT + os.pathsep + test_env.get("PYTHONPATH", ""),
+                   GEOIP_DB=str(write_city_db(tmp_path / f"city{commands}.mmdb", PLACES)),
+                   PEERCRAWL_TRACKERS=ot.udp_url, PEERCRAWL_REVISIT_SECONDS="3600", PEERCRAWL_LEASE_SECONDS="2",
+                   PEERCRAWL_QUEUE_SHARDS="3")
+        try:
+            pcj(env, "add", *hashes)
+            at_kill = crawl_killed_after(env, redis_url, commands)
+            users = {m: c for m, c in counter(env, "torrents").items() if m.endswith(".users")}
+            visited = sum(pcj(env, "torrent", ih)["visits"] for ih in hashes)
+            # recorded but not completed: counted peers of torrents whose visit never completed
+            landed_mid_visit += len(users) > visited and at_kill["in_flight"] > 0
+            time.sleep(2.1)  # the killed worker's leases expire
+            pc(env, "worker", "--until-idle", "--concurrency", "8", timeout=90)
+            status = pcj(env, "status")
+            assert (status["tracked"], status["in_flight"], status["ready"], status["evicted"]) == (TORRENTS, 0, 0, 0)
+            torrents = counter(env, "torrents")
+            for ih, ips in announced.items():
+                t = pcj(env, "torrent", ih)
+                assert t["state"] == "cooling" and t["visits"] >= 1, (commands, t)
+                assert torrents[f"torrents.{ih}.users"] == len(ips), commands
+            assert counter(env, "countries") == want_countries, commands
+        finally:
+            delete_namespace(client, ns)
+    assert landed_mid_visit >= 1, "some kill should land between a visit's recording and its completion"
