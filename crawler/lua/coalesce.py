@@ -8,10 +8,11 @@ and write in Redis, which for a revisit is more than the scripts' own work.
 With a ``Coalescer`` on its client, ``run_pipelined`` queues a greenlet's
 calls and parks the greenlet; one sender greenlet sends everything queued
 in one pipeline (at most ``MAX_CALLS`` calls), hands each caller its
-replies, and at once sends what queued meanwhile. There is no timer: a call
-waits at most for the round trip already in flight, so a batch is as large
-as the load makes it (a lone call when the worker is idle, dozens when it
-is busy), and nothing waits for a batch to fill.
+replies, and at once sends what queued meanwhile; ``IN_FLIGHT`` senders
+may each have a round trip under way. There is no timer: a call waits at
+most for the round trips already in flight, so a batch is as large as the
+load makes it (a lone call when the worker is idle, dozens when it is
+busy), and nothing waits for a batch to fill.
 
 What stays as it was. Every call is still its own atomic script with all its
 keys in one slot, so a process killed at any line leaves each call done or
@@ -42,20 +43,26 @@ from crawler.outage import nested
 # Calls per round trip: ~256 visits' probes are ~13,000 keys, a few ms of
 # Redis, after which other clients' commands run.
 MAX_CALLS = 256
+# Round trips in flight at once, each its own sender greenlet and connection.
+# One would make the worker and Redis take turns (Redis idle while the worker
+# handles a batch's replies, the worker idle while Redis runs the next); two
+# let them overlap.
+IN_FLIGHT = 2
 
 
 class Coalescer:
     """Shares round trips among the greenlets calling ``run`` (module note).
 
     ``client``: the redis-py client (single node or cluster) the calls go
-    to. Figures: ``round_trips`` sent and ``calls`` in them.
+    to; ``max_calls`` and ``in_flight``: see ``MAX_CALLS`` and ``IN_FLIGHT``. Figures: ``round_trips`` sent and ``calls`` in them.
     """
 
-    def __init__(self, client: redis.Redis, max_calls: int = MAX_CALLS):
+    def __init__(self, client: redis.Redis, max_calls: int = MAX_CALLS, in_flight: int = IN_FLIGHT):
         self.client = client
         self.max_calls = max(1, max_calls)
+        self.in_flight = max(1, in_flight)
         self._queue: deque[tuple[list, object, AsyncResult]] = deque()
-        self._sender: gevent.Greenlet | None = None
+        self._senders = 0
         self.round_trips = 0
         self.calls = 0
 
@@ -71,8 +78,9 @@ class Coalescer:
             return replies_of(self.client, calls, wait) if calls else []
         done = AsyncResult()
         self._queue.append((calls, wait, done))
-        if self._sender is None:
-            self._sender = gevent.spawn(self._send)
+        if self._senders < self.in_flight:
+            self._senders += 1
+            gevent.spawn(self._send)
         return done.get()
 
     def _take(self) -> list[tuple[list, object, AsyncResult]]:
@@ -110,13 +118,14 @@ class Coalescer:
                     at += len(own)
                 taken = []
         finally:
-            self._sender = None
+            self._senders -= 1
             # Killed mid-send (never by the worker; a test may): no caller waits for ever.
             for _, _, done in taken:
                 if not done.ready():
                     done.set_exception(redis.ConnectionError("the round trip's sender was stopped"))
-            if self._queue:
-                self._sender = gevent.spawn(self._send)
+            if self._queue and self._senders < self.in_flight:
+                self._senders += 1
+                gevent.spawn(self._send)
 
 
 def coalesce(client: redis.Redis, max_calls: int = MAX_CALLS) -> Coalescer:
