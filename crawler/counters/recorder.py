@@ -71,6 +71,7 @@ DEFAULT_BATCH_PAIRS = 800
 # IPs one probe.lua call looks up (its MGET has at most as many keys).
 PROBE_IPS = 2000
 _FRESH = ord("0")
+_FRESH_BYTE = b"0"
 # (IP, place) pairs whose place marks a process remembers as fresh (module note);
 # ~100 B each: ~50 MB at most.
 FRESH_PLACES = 500_000
@@ -153,11 +154,17 @@ class Recorder:
         seen: set[bytes] = set()
         locate = self.locator.locate
         for ip in ips:
-            packed = normalize_ip(ip)
-            if packed is None or packed in seen:
+            try:
+                packed = _pton(_AF_INET, ip)  # dotted-quad IPv4 is its own canonical text
+            except (OSError, TypeError):
+                packed = normalize_ip(ip)
+                if packed is None:
+                    continue
+                ip = _text(packed)
+            if packed in seen:
                 continue
             seen.add(packed)
-            located.append((packed, locate(_text(packed))))
+            located.append((packed, locate(ip)))
         self._geo_errors.publish(now)
         return self.record_places(info_hash, located, now)
 
@@ -184,6 +191,8 @@ class Recorder:
             self.after_probe()
         # 2. record the IPs that might count (the scripts check again, atomically)
         month = month_of(now)
+        if _FRESH_BYTE * len(flags) == flags:  # every IP's group record is fresh: nothing can count
+            return 0
         if self._split:
             return self._record_split(h, now_i, part, flags, month)
         batches = self._batches(part, flags, part.shard.fixed(h, month), month)
@@ -479,4 +488,4 @@ def _text(packed: bytes) -> str:
     return _ntop(_AF_INET, packed) if len(packed) == 4 else str(ipaddress.ip_address(packed))
 
 
-_ntop, _AF_INET = socket.inet_ntop, socket.AF_INET
+_pton, _ntop, _AF_INET = socket.inet_pton, socket.inet_ntop, socket.AF_INET
