@@ -53,6 +53,7 @@ import os
 import random
 import time
 import urllib.parse
+from functools import lru_cache
 
 import redis
 
@@ -159,7 +160,7 @@ class Trackers:
         if until is not None:
             return self._failed(url, f"tracker backing off for {until - time.time():.0f} s more", configured)
         info_hash = bytes.fromhex(info_hash_hex)
-        scheme = urllib.parse.urlsplit(url).scheme.lower()
+        scheme = _parts(url)[0]
         try:
             if scheme == "udp":
                 result = self._udp(url, info_hash, configured, deadline)
@@ -220,14 +221,10 @@ class Trackers:
         )
 
     def _udp(self, url: str, info_hash: bytes, configured: int, deadline: float) -> SourceResult:
-        parts = urllib.parse.urlsplit(url)
-        try:
-            host, port = parts.hostname, parts.port
-        except ValueError:
-            host, port = None, None
+        _, host, port, netloc = _parts(url)
         if not host or not port:
             return self._failed(url, "UDP tracker URL lacks a host or port", configured)
-        targets = self._targets(host, port, f"tracker {redact.url(f'udp://{parts.netloc}')}")
+        targets = self._targets(host, port, f"tracker {redact.url(f'udp://{netloc}')}")
         asked = configured + 1  # the tracker may list us in its reply
         limit = self.settings.source_peers_bound(configured)
         common = {"info_hash": info_hash, "peer_id": self.peer_id, "port": self.port, "num_want": asked,
@@ -297,3 +294,17 @@ class Trackers:
         """Write batched health and close the UDP sockets (the ``Trackers`` is done)."""
         self.health.flush()
         self.udp.close()
+
+
+@lru_cache(maxsize=4096)
+def _parts(url: str) -> tuple[str, str | None, int | None, str]:
+    """(scheme, host, port, netloc) of a tracker URL, host and port None when missing or malformed.
+
+    Cached: parsing the same few URLs again at every announce cost ~4 % of it.
+    """
+    parts = urllib.parse.urlsplit(url)
+    try:
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        host, port = None, None
+    return parts.scheme.lower(), host, port, parts.netloc
