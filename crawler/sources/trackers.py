@@ -55,9 +55,10 @@ import time
 import urllib.parse
 from functools import lru_cache
 
+import gevent
 import redis
 
-from crawler.errors import RemoteProtocolError, StoreError
+from crawler.errors import StoreError
 from crawler.keys import Keys
 from crawler.settings import Settings
 from crawler.sources import addresses, redact, udp_codec
@@ -70,7 +71,7 @@ from crawler.sources.addresses import (
     share_of_time,
 )
 from crawler.sources.health import ANSWER, FAILURE, REFUSAL, TrackerHealth
-from crawler.sources.http_client import HttpTrackerError, http_get, tls_context
+from crawler.sources.http_client import http_get, tls_context
 from crawler.sources.http_codec import (
     TrackerRefused,
     announce_url,
@@ -170,22 +171,108 @@ class Trackers:
                 return self._failed(url, f"unsupported tracker scheme {scheme!r}", configured)
         except StoreError:
             raise
-        except addresses.AddressRefused as e:
-            return self._failed(url, str(e), configured)
-        except TrackerRefused as e:
-            message = redact.text(str(e), url)
-            self.health.record(url, REFUSAL, message=message)
-            return self._failed(url, message, configured)
-        except (RemoteProtocolError, TrackerTimeout, HttpTrackerError, addresses.HostUnresolved) as e:
-            self.health.record(url, FAILURE)
-            return self._failed(url, f"{type(e).__name__}: {e}", configured)
         except Exception as e:  # noqa: BLE001 - whatever a tracker's bytes provoke is that tracker's failure
-            self.health.record(url, FAILURE)
-            return self._failed(url, f"{type(e).__name__}: {e}", configured)
+            return self._fault(url, e, configured)
         return result
 
     def _failed(self, url: str, error: str, max_peers: int) -> SourceResult:
         return SourceResult.failed(url, redact.text(error, url), max_peers)
+
+    def _fault(self, url: str, e: Exception, configured: int) -> SourceResult:
+        """The failed result for what an exchange with ``url`` raised, noted in the tracker's health.
+
+        An address our policy refuses is not the tracker's fault; an error
+        reply is a refusal (its message kept); anything else (silence,
+        garbage, a protocol or TLS error, a name that does not resolve) a failure.
+        """
+        if isinstance(e, addresses.AddressRefused):
+            return self._failed(url, str(e), configured)
+        if isinstance(e, TrackerRefused):
+            message = redact.text(str(e), url)
+            self.health.record(url, REFUSAL, message=message)
+            return self._failed(url, message, configured)
+        self.health.record(url, FAILURE)
+        return self._failed(url, f"{type(e).__name__}: {e}", configured)
+
+    def announce_many(self, url: str, info_hash_hexes: list[str], deadline: float | None = None) -> list[SourceResult]:
+        """``announce`` of each of ``info_hash_hexes`` to ``url``, together; the results in order.
+
+        A UDP tracker is asked from this greenlet, every announce in flight at
+        once and then every withdrawal (``UdpTrackerClient.announce_many``):
+        one greenlet per batch rather than one per torrent, which is what
+        kept the tracker layer's cost per announce from growing with the
+        number of greenlets (docs/sources.md, "Benchmark"). Other schemes are
+        asked one torrent per greenlet. Raises only ``StoreError``.
+        """
+        if deadline is None:
+            deadline = time.monotonic() + self.settings.visit_deadline
+        if _parts(url)[0] != "udp" or len(info_hash_hexes) < 2:
+            jobs = [gevent.spawn(self.announce, url, h, deadline) for h in info_hash_hexes]
+            gevent.joinall(jobs, raise_error=True)
+            return [j.value for j in jobs]
+        configured = self.settings.tracker_max_peers(url)
+        _, host, port, _ = _parts(url)
+        if not host or not port:
+            return [self._failed(url, "UDP tracker URL lacks a host or port", configured)] * len(info_hash_hexes)
+        until = self.health.backing_off_until(url)
+        if until is not None:
+            failed = self._failed(url, f"tracker backing off for {until - time.time():.0f} s more", configured)
+            return [failed] * len(info_hash_hexes)
+        hashes = [bytes.fromhex(h) for h in info_hash_hexes]
+        try:
+            replies, stopped = self._udp_many(url, hashes, configured, deadline)
+        except StoreError:
+            raise
+        except Exception as e:  # noqa: BLE001 - as in announce: the tracker's (or its name's) failure
+            return [self._fault(url, e, configured) for _ in hashes]
+        asked = configured + 1
+        return [self._fault(url, r, configured) if isinstance(r, Exception) else
+                self._result(url, h, configured, asked, r.peers, r.cut, r.seeders, r.leechers, stopped.get(i),
+                             float(r.interval), None, None)
+                for i, (h, r) in enumerate(zip(hashes, replies))]
+
+    def _udp_many(self, url: str, hashes: list[bytes], configured: int, deadline: float) -> tuple[list, dict]:
+        """``_udp``'s exchanges for a batch: per hash its announce reply or exception, and per
+        answered hash (by position) its withdrawal's (seeders, leechers)."""
+        _, host, port, netloc = _parts(url)
+        targets = self._targets(host, port, f"tracker {redact.url(f'udp://{netloc}')}")
+        common = {"peer_id": self.peer_id, "port": self.port, "num_want": configured + 1, "key": self.key}
+        out: list = [None] * len(hashes)
+        silent: dict[int, list[str]] = {i: [] for i in range(len(hashes))}
+        at: dict[tuple, list[int]] = {}  # (family, address) -> the hashes it answered
+        todo = list(range(len(hashes)))
+        for k, (family, addr) in enumerate(targets):
+            # Only silence moves a torrent on to the next address, as in _udp.
+            replies = self.udp.announce_many(
+                addr, family, [hashes[i] for i in todo],
+                deadline=share_of_time(deadline, time.monotonic(), len(targets) - k),
+                event=udp_codec.EVENT_STARTED, limit=self.settings.source_peers_bound(configured), **common)
+            still = []
+            for i, r in zip(todo, replies):
+                if isinstance(r, TrackerTimeout):
+                    silent[i].append(str(r))
+                    still.append(i)
+                else:
+                    out[i] = r
+                    if not isinstance(r, Exception):
+                        at.setdefault((family, addr), []).append(i)
+            if len(targets) > 1 and len(still) < len(todo):
+                self._good[("udp", host, port)] = (family, addr)
+            todo = still
+            if not todo:
+                break
+        for i in todo:
+            why = silent[i]
+            out[i] = TrackerTimeout(why[0] if len(why) == 1 else
+                                    f"none of its {len(why)} addresses answered: " + "; ".join(why))
+        stopped = {}
+        for (family, addr), idx in at.items():
+            # Best effort, as in _udp: one withdrawal each, within the stop timeout.
+            replies = self.udp.announce_many(
+                addr, family, [hashes[i] for i in idx], deadline=min(deadline, time.monotonic() + self.stop_timeout),
+                event=udp_codec.EVENT_STOPPED, peers=False, **common)
+            stopped.update((i, (r.seeders, r.leechers)) for i, r in zip(idx, replies) if not isinstance(r, Exception))
+        return out, stopped
 
     def _targets(self, host: str, port: int, what: str) -> list:
         """The checked addresses of host:port, the one that answered last first."""

@@ -250,6 +250,54 @@ class UdpTrackerClient:
         reply, cut = self._with_connection(addr, family, build, codec.ANNOUNCE, deadline, peers, limit)
         return dataclasses.replace(reply, cut=cut) if cut else reply
 
+    def announce_many(
+        self,
+        addr: tuple,
+        family: int,
+        info_hashes: list[bytes],
+        peer_id: bytes,
+        port: int,
+        num_want: int,
+        deadline: float,
+        event: int = codec.EVENT_STARTED,
+        left: int = 1,
+        key: int = 0,
+        peers: bool = True,
+        limit: int | None = None,
+    ) -> list:
+        """``announce`` of each of ``info_hashes`` to ``addr``, all in flight at once, from this greenlet.
+
+        Per hash, in order: its ``AnnounceReply``, or the exception ``announce``
+        would have raised (``TrackerTimeout``, ``TrackerRefused``,
+        ``UdpPacketError``), as a value. One greenlet waits for the whole
+        batch (``_Batch``): each request is tried ``retries`` times of
+        ``timeout`` seconds like ``announce``'s, never past ``deadline``. An
+        error reply to a request sent on a cached connection id drops the id
+        and sends that request again once on a fresh one, as ``announce`` does.
+        """
+        out: list = [None] * len(info_hashes)
+        todo = list(range(len(info_hashes)))
+        for attempt in range(2):
+            try:
+                cid, cached = self.connection_id(addr, family, deadline)
+            except (TrackerTimeout, TrackerRefused, codec.UdpPacketError) as e:
+                for i in todo:
+                    out[i] = e
+                return out
+
+            def build(i: int, tid: int, cid=cid) -> bytes:
+                self.announces_sent += 1
+                return codec.AnnounceRequest(cid, tid, info_hashes[i], peer_id, port, num_want, event, left=left,
+                                             key=key).encode()
+
+            _Batch(self, addr, family, build, todo, deadline, peers, limit).run(out)
+            refused = [i for i in todo if isinstance(out[i], TrackerRefused)]
+            if not cached or attempt or not refused:
+                break
+            self._conn.pop(addr, None)
+            todo = refused
+        return out
+
     def scrape(self, addr: tuple, family: int, info_hashes: list[bytes], deadline: float) -> tuple[codec.ScrapeEntry, ...]:
         """Seeders, completed and leechers of each of ``info_hashes`` (1 to 74), in their order, in one packet.
 
@@ -286,3 +334,111 @@ def _cut(data: bytes, family: int, limit: int) -> tuple[bytes, int]:
     if entries <= limit:
         return data, 0
     return data[: 20 + max(0, limit) * size], entries - max(0, limit)
+
+
+class _Arrival:
+    """Where the reader hands one batched request's datagram (``_pending``'s waiter for it)."""
+
+    __slots__ = ("batch", "tid")
+
+    def __init__(self, batch: _Batch, tid: int):
+        self.batch, self.tid = batch, tid
+
+    def set(self, data: bytes) -> None:
+        self.batch.arrived.append((self.tid, data))
+        self.batch.event.set()
+
+
+class _Batch:
+    """Announces of one batch to one address, driven by the greenlet that calls ``run``.
+
+    Each request gets its own transaction id in the client's ``_pending``
+    (the reader checks address and action as for any request), but they
+    share one wake-up: the batch's greenlet sleeps until a datagram arrives
+    or the earliest try expires, then sends again what expired (up to
+    ``retries`` tries). ``run(out)`` fills ``out[i]`` for each ``i`` of
+    ``todo`` with the parsed reply (and entries cut, as a ``cut`` of the
+    reply) or the exception.
+    """
+
+    def __init__(self, client: UdpTrackerClient, addr: tuple, family: int, build, todo: list[int],
+                 deadline: float, peers: bool, limit: int | None):
+        self.client, self.addr, self.family, self.build = client, addr, family, build
+        self.todo, self.deadline, self.peers, self.limit = todo, deadline, peers, limit
+        self.arrived: list[tuple[int, bytes]] = []
+        self.event = Event()
+
+    def run(self, out: list) -> None:
+        """Send every request, then wait, collect and send again until each has its answer in ``out``."""
+        try:
+            self.sock = self.client._sock(self.family)
+        except OSError as e:
+            for i in self.todo:
+                out[i] = TrackerTimeout(f"cannot open a UDP socket for {self.addr[0]}: {e}")
+            return
+        self.owner: dict[int, int] = {}  # transaction id -> request index
+        self.expiry: dict[int, float] = {}  # request index -> when its try expires
+        self.tries = dict.fromkeys(self.todo, 0)
+        try:
+            for i in self.todo:
+                if time.monotonic() >= self.deadline:
+                    break
+                self._send(i, out)
+            while self.expiry:
+                self.event.clear()
+                if not self.arrived:
+                    self.event.wait(max(0.0, min(self.expiry.values()) - time.monotonic()))
+                self._collect(out)
+                self._expire(out)
+            for i in self.todo:
+                if out[i] is None:
+                    out[i] = TrackerTimeout(f"no announce reply from {self.addr[0]}:{self.addr[1]} in time")
+        finally:
+            for tid in self.owner:
+                self.client._pending.pop(tid, None)
+
+    def _send(self, i: int, out: list) -> None:
+        """Send request ``i`` (again) on a new transaction id; a send error is its answer."""
+        c = self.client
+        tid = c._new_tid()
+        c._pending[tid] = (self.addr[:2], codec.ANNOUNCE, _Arrival(self, tid))
+        self.owner[tid] = i
+        self.tries[i] += 1
+        self.expiry[i] = min(time.monotonic() + c.timeout, self.deadline)
+        try:
+            self.sock.sendto(self.build(i, tid), self.addr)
+        except OSError as e:
+            out[i] = TrackerTimeout(f"cannot send to {self.addr[0]}:{self.addr[1]}: {e}")
+            del self.expiry[i]
+
+    def _collect(self, out: list) -> None:
+        """Parse the datagrams the reader handed over into their requests' answers."""
+        arrived, self.arrived = self.arrived, []
+        for tid, data in arrived:
+            i = self.owner.pop(tid, None)
+            self.client._pending.pop(tid, None)
+            if i is not None and i in self.expiry:
+                del self.expiry[i]
+                out[i] = self._parse(data)
+
+    def _expire(self, out: list) -> None:
+        """Send again each request whose try expired, or give it its timeout once out of tries or time."""
+        now = time.monotonic()
+        for i in [i for i, t in self.expiry.items() if t <= now]:
+            del self.expiry[i]
+            if self.tries[i] < self.client.retries and now < self.deadline:
+                self._send(i, out)
+            else:
+                out[i] = TrackerTimeout(f"no announce reply from {self.addr[0]}:{self.addr[1]} after "
+                                        f"{self.tries[i]} tries")
+
+    def _parse(self, data: bytes):
+        """One datagram as ``_request`` parses it: the reply (its ``cut`` set), or the exception."""
+        try:
+            data, cut = _cut(data, self.family, self.limit) if self.peers and self.limit is not None else (data, 0)
+            reply = codec.parse_reply(data, self.family, self.peers)
+        except codec.UdpPacketError as e:
+            return e
+        if isinstance(reply, codec.ErrorReply):
+            return TrackerRefused(f"tracker error: {reply.message}")
+        return dataclasses.replace(reply, cut=cut) if cut else reply

@@ -1,0 +1,149 @@
+"""Announcing many torrents together (``Trackers.announce_many``): the same answers as one by one,
+against a real opentracker and hostile or lossy trackers on loopback."""
+
+from __future__ import annotations
+
+import os
+import socket as _stdsocket
+import struct
+import time
+
+import gevent
+import pytest
+from gevent import socket
+
+from crawler.sources import udp_codec as u
+from crawler.sources.trackers import Trackers
+from tests import hostile
+from tests.hostile import GOOD_PEERS, udp_tracker  # noqa: F401 (fixture)
+from tests.opentracker import opentracker, peer_address  # noqa: F401 (fixture)
+
+
+def _hashes(n, first: int | None = None):
+    return [((bytes([first]) if first is not None else b"") + os.urandom(20 if first is None else 19)).hex()
+            for _ in range(n)]
+
+
+@pytest.fixture
+def trackers(settings, client, keys):
+    t = Trackers(settings.replace(udp_timeout=0.5, udp_retries=2, tracker_backoff_after=1000), client, keys)
+    yield t
+    t.close()
+
+
+def test_a_batch_gets_each_torrents_own_peers_and_counts(opentracker, trackers):  # noqa: F811 (fixture)
+    hashes = _hashes(40)
+    ot = opentracker(hashes)
+    expected = {}
+    for n, ih in enumerate(hashes):
+        peers = set()
+        for i in range(n % 7):
+            ip, port = peer_address(10 * n + i), 20000 + i
+            ot.announce_from(ip, ih, port, left=0 if i < 2 else 100)
+            peers.add((ip, port))
+        expected[ih] = peers
+    results = trackers.announce_many(ot.udp_url, hashes)
+    assert [r.source for r in results] == [ot.udp_url] * len(hashes)
+    for ih, r in zip(hashes, results):
+        assert r.ok, r.error
+        assert set(r.peers) == expected[ih]
+        k = len(expected[ih])
+        assert (r.seeders, r.leechers) == (min(k, 2), max(0, k - 2))
+    # one by one gives the same
+    one = trackers.announce(ot.udp_url, hashes[6])
+    assert one.peers == results[6].peers and (one.seeders, one.leechers) == (results[6].seeders, results[6].leechers)
+    # the batch withdrew itself: a later client sees only the announced peers
+    assert set(ot.announce_from("127.3.3.3", hashes[6], 5999).peers) == expected[hashes[6]] | {("127.3.3.3", 5999)}
+
+
+def test_hostile_answers_fail_their_own_torrent_only_within_the_deadline(udp_tracker, trackers):  # noqa: F811
+    cases = [
+        (hostile.UDP_TRUNCATED, "UdpPacketError: announce reply of 13 bytes"),
+        (hostile.UDP_WRONG_TID, "TrackerTimeout: no announce reply"),
+        (hostile.UDP_ERROR, "tracker error: go away"),
+        (hostile.UDP_ODD_PEERS, "not a multiple of 6"),
+        (hostile.UDP_SILENT, "TrackerTimeout: no announce reply"),
+        (hostile.UDP_WRONG_ACTION, "TrackerTimeout: no announce reply"),
+        (hostile.UDP_SPOOF, "TrackerTimeout: no announce reply"),
+    ]
+    assert trackers.announce(udp_tracker.url, _hashes(1, hostile.UDP_GOOD)[0]).ok  # a cached connection id
+    connects = udp_tracker.connects
+    hashes, wanted = [], []
+    for mode, why in cases:
+        hashes += _hashes(1, mode) + _hashes(3, hostile.UDP_GOOD)
+        wanted += [why, None, None, None]
+    t0 = time.monotonic()
+    results = trackers.announce_many(udp_tracker.url, hashes, time.monotonic() + 3.0)
+    assert time.monotonic() - t0 < 3.0 + 0.5
+    for r, why in zip(results, wanted):
+        if why is None:
+            assert r.ok and set(r.peers) == set(GOOD_PEERS) and (r.seeders, r.leechers) == (1, 3), r
+        else:
+            assert not r.ok and why in r.error, (why, r.error)
+    # the error reply on a cached id: one fresh connect, and that torrent asked once more
+    assert udp_tracker.connects == connects + 1
+
+
+class LossyTracker:
+    """A UDP tracker that ignores the first try of every announce and answers the second."""
+
+    def __init__(self):
+        self.sock = socket.socket(_stdsocket.AF_INET, _stdsocket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.seen: set[bytes] = set()
+        self.announces = 0
+        self.g = gevent.spawn(self._serve)
+
+    @property
+    def url(self) -> str:
+        return f"udp://127.0.0.1:{self.sock.getsockname()[1]}/announce"
+
+    def _serve(self):
+        while True:
+            data, addr = self.sock.recvfrom(2048)
+            if len(data) == 16:
+                tid = struct.unpack(">QII", data)[2]
+                self.sock.sendto(u.encode_reply(u.ConnectReply(tid, 77)), addr)
+                continue
+            req = u.AnnounceRequest.decode(data)
+            self.announces += 1
+            key = req.info_hash + bytes([req.event])
+            if key not in self.seen:
+                self.seen.add(key)
+                continue
+            self.sock.sendto(u.encode_reply(u.AnnounceReply(req.transaction_id, 900, 2, 5, GOOD_PEERS)), addr)
+
+    def close(self):
+        self.g.kill()
+        self.sock.close()
+
+
+def test_lost_datagrams_are_sent_again_and_a_batch_past_its_tries_times_out(settings, client, keys):
+    lossy = LossyTracker()
+    try:
+        t = Trackers(settings.replace(udp_timeout=0.3, udp_retries=2, tracker_backoff_after=1000), client, keys)
+        hashes = _hashes(30)
+        results = t.announce_many(lossy.url, hashes)
+        assert all(r.ok and set(r.peers) == set(GOOD_PEERS) for r in results), [r.error for r in results]
+        # each announce tried twice; each withdrawal once (best effort: one try's time, as one by one)
+        assert lossy.announces == 3 * len(hashes)
+        t.close()
+        once = Trackers(settings.replace(udp_timeout=0.3, udp_retries=1, tracker_backoff_after=1000), client, keys)
+        results = once.announce_many(lossy.url, _hashes(5))
+        assert all(not r.ok and "after 1 tries" in r.error for r in results), [r.error for r in results]
+        once.close()
+    finally:
+        lossy.close()
+
+
+def test_a_batch_of_one_or_none_and_other_schemes(opentracker, trackers):  # noqa: F811 (fixture)
+    hashes = _hashes(3)
+    ot = opentracker(hashes)
+    ot.announce_from(peer_address(1), hashes[0], 7000)
+    assert trackers.announce_many(ot.udp_url, []) == []
+    (r,) = trackers.announce_many(ot.udp_url, hashes[:1])
+    assert r.ok and set(r.peers) == {(peer_address(1), 7000)}
+    http = trackers.announce_many(ot.http_url, hashes)
+    assert [r.ok for r in http] == [True] * 3 and set(http[0].peers) == {(peer_address(1), 7000)}
+    bad = trackers.announce_many("udp://no-port.invalid/announce", hashes)
+    assert all(not r.ok and "lacks a host or port" in r.error for r in bad)
