@@ -133,7 +133,7 @@ class Locator:
     def _locate(self, ip: str) -> Place:
         try:
             _pton(_AF_INET, ip)  # dotted-quad IPv4: straight to the database's C reader
-        except (OSError, TypeError):
+        except (OSError, TypeError, ValueError):  # ValueError: a NUL or a lone surrogate
             pass
         else:
             return self._record(ip, ip)

@@ -7,7 +7,7 @@ import socket
 import struct
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from crawler.sources import udp_codec as u
@@ -46,3 +46,44 @@ def test_counts_only_reply_reads_counts_and_rejects_a_broken_list():
     assert u.parse_reply(data) == reply
     with pytest.raises(u.UdpPacketError, match="not a multiple of 6"):
         u.parse_reply(data + b"\x01", peers=False)
+
+
+def _reference(ip):
+    """normalize_ip as it was, through ipaddress alone."""
+    try:
+        addr = ipaddress.ip_address(ip.strip())
+    except (ValueError, AttributeError):
+        return None
+    if addr.version == 6 and addr.ipv4_mapped is not None:
+        addr = addr.ipv4_mapped
+    return addr.packed
+
+
+_OCTETS = st.one_of(st.integers(0, 300).map(str), st.text("0123456789x", max_size=4))
+
+
+@example("1.2.3.4\x00")
+@example("\ud800")
+@example("1.2.3.04")
+@given(st.one_of(
+    st.lists(_OCTETS, min_size=1, max_size=6).map(".".join),  # dotted forms, good and bad
+    st.ip_addresses().map(str),
+    st.text(max_size=45),
+    st.lists(_OCTETS, min_size=4, max_size=4).map(lambda p: " " + ".".join(p) + "\n"),
+))
+def test_normalize_ip_fast_path_accepts_exactly_what_ipaddress_accepts(text):
+    from crawler.counters.marks import normalize_ip
+    from crawler.counters.recorder import _text
+    from geo.locator import _pton  # the locator's own fast path uses the same test
+
+    packed = normalize_ip(text)
+    assert packed == _reference(text)
+    if packed is not None:
+        assert _text(packed) == str(ipaddress.ip_address(packed))
+    fast = None
+    try:
+        fast = _pton(socket.AF_INET, text)
+    except (OSError, TypeError, ValueError):
+        pass
+    if fast is not None:  # what inet_pton takes is canonical dotted text
+        assert str(ipaddress.IPv4Address(fast)) == text

@@ -48,7 +48,7 @@ def normalize_ip(ip: str) -> bytes | None:
         # ~10x ipaddress and accepts exactly the forms ipaddress does (no
         # leading zeros, four parts); anything else takes the general path.
         return _pton(_AF_INET, ip)
-    except (OSError, TypeError):
+    except (OSError, TypeError, ValueError):  # ValueError: a NUL or a lone surrogate
         pass
     try:
         addr = ipaddress.ip_address(ip.strip())

@@ -156,7 +156,7 @@ class Recorder:
         for ip in ips:
             try:
                 packed = _pton(_AF_INET, ip)  # dotted-quad IPv4 is its own canonical text
-            except (OSError, TypeError):
+            except (OSError, TypeError, ValueError):  # ValueError: a NUL or a lone surrogate
                 packed = normalize_ip(ip)
                 if packed is None:
                     continue
