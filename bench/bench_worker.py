@@ -425,6 +425,29 @@ def rest(a, out: dict, client, tmp, ot, sink, db, hashes: list[str], dht_hashes:
     }
     out["target_30x_met"] = all(x is not None and x >= 30 for x in (
         out["ratios"]["first_visits_vs_baseline_first_visits"], out["ratios"]["revisits_vs_baseline_revisits"]))
+    out["targets_issue_15"] = targets(out)
+
+
+# Issue 15 ("four times the visits per worker process"): (figure, its path in the output, bound, at most?).
+TARGETS = [
+    ("first visits / bare announces", ("ratios", "first_visits_vs_bare_announces"), 0.064, False),
+    ("revisits / bare announces", ("ratios", "revisits_vs_bare_announces"), 0.144, False),
+    ("Python CPU ms per first visit", ("worker_trackers_first_visits", "python_cpu_ms_per_visit"), 1.0, True),
+    ("Python CPU ms per revisit", ("worker_trackers_revisits", "python_cpu_ms_per_visit"), 0.45, True),
+    ("Redis CPU ms per first visit", ("worker_trackers_first_visits", "redis_cpu_ms_per_visit"), 0.5, True),
+    ("Redis CPU ms per revisit", ("worker_trackers_revisits", "redis_cpu_ms_per_visit"), 0.2, True),
+]
+
+
+def targets(out: dict) -> dict:
+    """Each target of ``TARGETS``: the figure measured, the bound, and whether it is met."""
+    result = {}
+    for name, (a, b), bound, at_most in TARGETS:
+        value = out.get(a, {}).get(b)
+        met = value is not None and (value <= bound if at_most else value >= bound)
+        result[name] = {"value": value, "target": f"{'<=' if at_most else '>='} {bound}", "met": met}
+    result["all_met"] = all(v["met"] for v in result.values())
+    return result
 
 
 def main() -> None:
