@@ -107,3 +107,26 @@ def test_a_killed_caller_does_not_stop_the_others(coalesced, keys):
     assert all(isinstance(v, list) and len(v) == 1 for v in others)
     # the killed caller's call was already queued: it ran (a kill after the send, as without batching)
     assert int(client.get(k)) == 10
+
+
+def test_calls_queued_behind_a_failed_round_trip_fail_with_it(keys):
+    # A server that accepts and never answers: the first trip times out after 0.3 s, and the
+    # calls queued meanwhile fail with it instead of each waiting a timeout of their own.
+    from gevent.server import StreamServer
+
+    mute = StreamServer(("127.0.0.1", 0), lambda sock, addr: sock.recv(1 << 16) and gevent.sleep(5))
+    mute.start()
+    try:
+        c = redis.Redis(host="127.0.0.1", port=mute.server_port, socket_timeout=0.3, retry=None)
+        co = Coalescer(c, in_flight=1)
+        c.coalescer = co
+        incr = c.register_script(SLOW)
+        call = [(incr, [keys.scratch("co", "q")], [1])]
+        first = gevent.spawn(lua.run_pipelined, c, call)
+        gevent.sleep(0.05)  # the first call is in flight alone
+        rest = [gevent.spawn(lua.run_pipelined, c, call) for _ in range(7)]
+        gevent.joinall([first, *rest], timeout=5)
+        assert all(isinstance(j.exception, redis.TimeoutError) for j in [first, *rest])
+        assert co.round_trips == 1
+    finally:
+        mute.stop()

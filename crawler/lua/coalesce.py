@@ -19,7 +19,9 @@ keys in one slot, so a process killed at any line leaves each call done or
 not done, as before: batching changes round trips, not steps. A script's
 error reply fails its own caller only; a round trip that fails (connection,
 an outage past its patience) fails every caller in it, each of which sees
-the ``redis.RedisError`` it would have seen alone. ``WAIT``: a batch holding
+the ``redis.RedisError`` it would have seen alone, and every call queued
+behind it: those waited through the same outage, and a call waits no longer
+than ``PEERCRAWL_REDIS_WAIT_SECONDS`` plus the round trip it queued behind. ``WAIT``: a batch holding
 a call made with a ``Wait`` ends with one ``WAIT`` covering the whole batch.
 A caller inside ``outage.once`` (tried once, not waited for) is sent on its
 own, at once, in its own greenlet.
@@ -108,6 +110,10 @@ class Coalescer:
                 try:
                     replies = replies_of(self.client, calls, wait)
                 except Exception as e:  # noqa: BLE001 - each caller raises what it would have alone
+                    # The calls queued meanwhile waited through the same outage: they
+                    # fail with it rather than start a patience of their own.
+                    while self._queue:
+                        taken.append(self._queue.popleft())
                     for _, _, done in taken:
                         done.set_exception(e)
                     taken = []
