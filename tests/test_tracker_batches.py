@@ -145,5 +145,7 @@ def test_a_batch_of_one_or_none_and_other_schemes(opentracker, trackers):  # noq
     assert r.ok and set(r.peers) == {(peer_address(1), 7000)}
     http = trackers.announce_many(ot.http_url, hashes)
     assert [r.ok for r in http] == [True] * 3 and set(http[0].peers) == {(peer_address(1), 7000)}
-    bad = trackers.announce_many("udp://no-port.invalid/announce", hashes)
-    assert all(not r.ok and "lacks a host or port" in r.error for r in bad)
+    for url in ("udp://no-port.invalid/announce", "udp://[::1/announce"):
+        bad = trackers.announce_many(url, hashes)
+        assert all(not r.ok and "lacks a host or port" in r.error for r in bad), url
+        assert "lacks a host or port" in trackers.announce(url, hashes[0]).error

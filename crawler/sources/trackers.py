@@ -389,7 +389,10 @@ def _parts(url: str) -> tuple[str, str | None, int | None, str]:
 
     Cached: parsing the same few URLs again at every announce cost ~4 % of it.
     """
-    parts = urllib.parse.urlsplit(url)
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:  # e.g. an unclosed "[" of an IPv6 host
+        return url.partition(":")[0].lower(), None, None, ""
     try:
         host, port = parts.hostname, parts.port
     except ValueError:

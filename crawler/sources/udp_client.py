@@ -290,6 +290,8 @@ class UdpTrackerClient:
                 return codec.AnnounceRequest(cid, tid, info_hashes[i], peer_id, port, num_want, event, left=left,
                                              key=key).encode()
 
+            for i in todo:
+                out[i] = None  # a request sent again answers afresh
             _Batch(self, addr, family, build, todo, deadline, peers, limit).run(out)
             refused = [i for i in todo if isinstance(out[i], TrackerRefused)]
             if not cached or attempt or not refused:
