@@ -32,7 +32,9 @@ def _free_ports(n: int) -> list[int]:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        if port + 10000 > 65535 or port in ports:
+        taken = set(ports) | {p + 10000 for p in ports}
+        # a node's cluster bus listens on port + 10000: neither may be another node's port or bus
+        if port + 10000 > 65535 or port in taken or port + 10000 in taken:
             continue
         try:
             with socket.socket() as bus:
