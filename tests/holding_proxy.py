@@ -12,6 +12,7 @@ of it.
 
 from __future__ import annotations
 
+import signal
 import urllib.parse
 
 import gevent
@@ -84,3 +85,23 @@ class HoldingProxy:
 
     def close(self) -> None:
         self.server.stop(timeout=1)
+
+
+def kill_when_held(redis_url: str, commands: int, start, settle: float = 0.0):
+    """Start a process with ``start(url)`` (a ``subprocess.Popen``) on a proxy to ``redis_url`` that
+    passes its first ``commands`` commands, SIGKILL it once the proxy holds (after ``settle``
+    seconds, for the passed commands to run), and return the dead process."""
+    proxy = HoldingProxy(redis_url, commands)
+    child = start(proxy.url)
+    try:
+        assert proxy.held.wait(60), "the process should reach Redis through the proxy"
+        if settle:
+            gevent.sleep(settle)
+        child.send_signal(signal.SIGKILL)
+        child.wait(10)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(10)
+        proxy.close()
+    return child

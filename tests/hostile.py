@@ -47,6 +47,18 @@ def flood_body() -> bytes:
                            b"peers": fake_peers(HTTP_FLOOD_ENTRIES)})
 
 
+# Each hostile mode of HostileUdpTracker and the failure it must give.
+UDP_CASES = [
+    (UDP_TRUNCATED, "UdpPacketError: announce reply of 13 bytes"),
+    (UDP_WRONG_TID, "TrackerTimeout: no announce reply"),
+    (UDP_ERROR, "tracker error: go away"),
+    (UDP_ODD_PEERS, "not a multiple of 6"),
+    (UDP_SILENT, "TrackerTimeout: no announce reply"),
+    (UDP_WRONG_ACTION, "TrackerTimeout: no announce reply"),
+    (UDP_SPOOF, "TrackerTimeout: no announce reply"),
+]
+
+
 class HostileUdpTracker:
     """A UDP tracker on 127.0.0.1 whose reply to an announce depends on the hash's first byte."""
 
@@ -262,6 +274,40 @@ class HostileHttpTracker:
 
     def close(self):
         self.server.stop(timeout=0.1)
+
+
+class LossyTracker:
+    """A UDP tracker that ignores the first try of every announce and answers the second."""
+
+    def __init__(self):
+        self.sock = socket.socket(_stdsocket.AF_INET, _stdsocket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.seen: set[bytes] = set()
+        self.announces = 0
+        self.g = gevent.spawn(self._serve)
+
+    @property
+    def url(self) -> str:
+        return f"udp://127.0.0.1:{self.sock.getsockname()[1]}/announce"
+
+    def _serve(self):
+        while True:
+            data, addr = self.sock.recvfrom(2048)
+            if len(data) == 16:
+                tid = struct.unpack(">QII", data)[2]
+                self.sock.sendto(u.encode_reply(u.ConnectReply(tid, 77)), addr)
+                continue
+            req = u.AnnounceRequest.decode(data)
+            self.announces += 1
+            key = req.info_hash + bytes([req.event])
+            if key not in self.seen:
+                self.seen.add(key)
+                continue
+            self.sock.sendto(u.encode_reply(u.AnnounceReply(req.transaction_id, 900, 2, 5, GOOD_PEERS)), addr)
+
+    def close(self):
+        self.g.kill()
+        self.sock.close()
 
 
 class ListingUdpTracker:

@@ -16,7 +16,7 @@ import pytest
 
 import geo
 from crawler.counters import Recorder, metrics_for, top
-from tests.holding_proxy import HoldingProxy
+from tests.holding_proxy import kill_when_held
 from tests.mmdb import write_city_db
 
 T0 = calendar.timegm((2024, 5, 10, 12, 0, 0))
@@ -128,24 +128,17 @@ def record_until_killed(redis_url: str, commands: int, namespace: str, db, h: st
                         shards: int = 1, now: float = T0) -> subprocess.Popen:
     """Run ``KILLED_CHILD`` recording ``ips`` on ``h`` at ``now`` through a proxy that passes its
     first ``commands`` Redis commands and holds the rest, and SIGKILL it there; the dead child."""
-    proxy = HoldingProxy(redis_url, commands=commands)
-    child = subprocess.Popen(
-        [sys.executable, "-c", KILLED_CHILD, proxy.url, namespace, str(db), h, str(now), str(shards)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=os.getcwd(),
-    )
-    try:
+    def start(url: str) -> subprocess.Popen:
+        child = subprocess.Popen(
+            [sys.executable, "-c", KILLED_CHILD, url, namespace, str(db), h, str(now), str(shards)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=os.getcwd(),
+        )
         child.stdin.write("\n".join(ips))
         child.stdin.close()
         assert child.stdout.readline().strip() == "ready"
-        assert proxy.held.wait(60), "the child should reach Redis through the proxy"
-        child.send_signal(signal.SIGKILL)
-        child.wait(10)
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait(10)
-        proxy.close()
-    return child
+        return child
+
+    return kill_when_held(redis_url, commands, start)
 
 
 @pytest.mark.parametrize("attempt", range(3))

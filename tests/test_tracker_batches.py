@@ -4,15 +4,10 @@ against a real opentracker and hostile or lossy trackers on loopback."""
 from __future__ import annotations
 
 import os
-import socket as _stdsocket
-import struct
 import time
 
-import gevent
 import pytest
-from gevent import socket
 
-from crawler.sources import udp_codec as u
 from crawler.sources.trackers import Trackers
 from tests import hostile
 from tests.hostile import GOOD_PEERS, udp_tracker  # noqa: F401 (fixture)
@@ -57,19 +52,10 @@ def test_a_batch_gets_each_torrents_own_peers_and_counts(opentracker, trackers):
 
 
 def test_hostile_answers_fail_their_own_torrent_only_within_the_deadline(udp_tracker, trackers):  # noqa: F811
-    cases = [
-        (hostile.UDP_TRUNCATED, "UdpPacketError: announce reply of 13 bytes"),
-        (hostile.UDP_WRONG_TID, "TrackerTimeout: no announce reply"),
-        (hostile.UDP_ERROR, "tracker error: go away"),
-        (hostile.UDP_ODD_PEERS, "not a multiple of 6"),
-        (hostile.UDP_SILENT, "TrackerTimeout: no announce reply"),
-        (hostile.UDP_WRONG_ACTION, "TrackerTimeout: no announce reply"),
-        (hostile.UDP_SPOOF, "TrackerTimeout: no announce reply"),
-    ]
     assert trackers.announce(udp_tracker.url, _hashes(1, hostile.UDP_GOOD)[0]).ok  # a cached connection id
     connects = udp_tracker.connects
     hashes, wanted = [], []
-    for mode, why in cases:
+    for mode, why in hostile.UDP_CASES:
         hashes += _hashes(1, mode) + _hashes(3, hostile.UDP_GOOD)
         wanted += [why, None, None, None]
     t0 = time.monotonic()
@@ -84,42 +70,8 @@ def test_hostile_answers_fail_their_own_torrent_only_within_the_deadline(udp_tra
     assert udp_tracker.connects == connects + 1
 
 
-class LossyTracker:
-    """A UDP tracker that ignores the first try of every announce and answers the second."""
-
-    def __init__(self):
-        self.sock = socket.socket(_stdsocket.AF_INET, _stdsocket.SOCK_DGRAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.seen: set[bytes] = set()
-        self.announces = 0
-        self.g = gevent.spawn(self._serve)
-
-    @property
-    def url(self) -> str:
-        return f"udp://127.0.0.1:{self.sock.getsockname()[1]}/announce"
-
-    def _serve(self):
-        while True:
-            data, addr = self.sock.recvfrom(2048)
-            if len(data) == 16:
-                tid = struct.unpack(">QII", data)[2]
-                self.sock.sendto(u.encode_reply(u.ConnectReply(tid, 77)), addr)
-                continue
-            req = u.AnnounceRequest.decode(data)
-            self.announces += 1
-            key = req.info_hash + bytes([req.event])
-            if key not in self.seen:
-                self.seen.add(key)
-                continue
-            self.sock.sendto(u.encode_reply(u.AnnounceReply(req.transaction_id, 900, 2, 5, GOOD_PEERS)), addr)
-
-    def close(self):
-        self.g.kill()
-        self.sock.close()
-
-
 def test_lost_datagrams_are_sent_again_and_a_batch_past_its_tries_times_out(settings, client, keys):
-    lossy = LossyTracker()
+    lossy = hostile.LossyTracker()
     try:
         t = Trackers(settings.replace(udp_timeout=0.3, udp_retries=2, tracker_backoff_after=1000), client, keys)
         hashes = _hashes(30)

@@ -11,7 +11,7 @@ import pytest
 from crawler.sources import addresses
 from crawler.sources.trackers import Trackers
 from tests import hostile
-from tests.hostile import GOOD_PEERS, HostileHttpTracker, HostileUdpTracker, http_tracker, udp_tracker  # noqa: F401 (fixtures)
+from tests.hostile import GOOD_PEERS, UDP_CASES, HostileHttpTracker, HostileUdpTracker, http_tracker, udp_tracker  # noqa: F401 (fixtures)
 
 
 def _hash(mode: int) -> str:
@@ -27,15 +27,6 @@ def trackers(settings, client, keys):
     t.close()
 
 
-UDP_CASES = [
-    (hostile.UDP_TRUNCATED, "UdpPacketError: announce reply of 13 bytes"),
-    (hostile.UDP_WRONG_TID, "TrackerTimeout: no announce reply"),
-    (hostile.UDP_ERROR, "tracker error: go away"),
-    (hostile.UDP_ODD_PEERS, "not a multiple of 6"),
-    (hostile.UDP_SILENT, "TrackerTimeout: no announce reply"),
-    (hostile.UDP_WRONG_ACTION, "TrackerTimeout: no announce reply"),
-    (hostile.UDP_SPOOF, "TrackerTimeout: no announce reply"),
-]
 
 
 def test_hostile_udp_fail_typed_in_time_while_good_torrents_are_served(udp_tracker, trackers):

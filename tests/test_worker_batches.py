@@ -12,7 +12,6 @@ fresh worker then finishes the crawl once the leases expired.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import time
 import uuid
@@ -20,7 +19,7 @@ import uuid
 import pytest
 import redis
 
-from tests.holding_proxy import HoldingProxy
+from tests.holding_proxy import kill_when_held
 from tests.mmdb import write_city_db
 from tests.namespaces import delete_namespace
 from tests.opentracker import opentracker  # noqa: F401 (fixture)
@@ -31,20 +30,9 @@ TORRENTS = 30
 
 def crawl_killed_after(env: dict, redis_url: str, commands: int) -> dict:
     """Run a worker through a proxy passing ``commands`` commands, SIGKILL it once held; what it left."""
-    proxy = HoldingProxy(redis_url, commands)
-    child = subprocess.Popen(PEERCRAWL + ["worker", "--concurrency", "16", "--until-idle"],
-                             env={**env, "REDIS_URL": proxy.url}, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL)
-    try:
-        assert proxy.held.wait(60), "the worker should reach Redis through the proxy"
-        time.sleep(0.3)  # the passed commands run
-        child.send_signal(signal.SIGKILL)
-        child.wait(10)
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait(10)
-        proxy.close()
+    kill_when_held(redis_url, commands, lambda url: subprocess.Popen(
+        PEERCRAWL + ["worker", "--concurrency", "16", "--until-idle"], env={**env, "REDIS_URL": url},
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL), settle=0.3)  # the passed commands run
     return pcj(env, "status")
 
 

@@ -49,7 +49,11 @@ def normalize_ip(ip: str) -> bytes | None:
         # leading zeros, four parts); anything else takes the general path.
         return _pton(_AF_INET, ip)
     except (OSError, TypeError, ValueError):  # ValueError: a NUL or a lone surrogate
-        pass
+        return normalize_any_ip(ip)
+
+
+def normalize_any_ip(ip: str) -> bytes | None:
+    """``normalize_ip`` through ``ipaddress`` alone: any form it accepts (IPv6, spaces around)."""
     try:
         addr = ipaddress.ip_address(ip.strip())
     except (ValueError, AttributeError):

@@ -57,7 +57,7 @@ from crawler.counters.marks import (
     DEFAULT_BUCKETS,
     Fingerprinter,
     load_secret,
-    normalize_ip,
+    normalize_any_ip,
 )
 from crawler.counters.names import info_hash_hex, month_of
 from crawler.counters.places import PlaceInfo
@@ -157,7 +157,7 @@ class Recorder:
             try:
                 packed = _pton(_AF_INET, ip)  # dotted-quad IPv4 is its own canonical text
             except (OSError, TypeError, ValueError):  # ValueError: a NUL or a lone surrogate
-                packed = normalize_ip(ip)
+                packed = normalize_any_ip(ip)
                 if packed is None:
                     continue
                 ip = _text(packed)
