@@ -61,14 +61,14 @@ _OCTETS = st.one_of(st.integers(0, 300).map(str), st.text("0123456789x", max_siz
     st.lists(_OCTETS, min_size=4, max_size=4).map(lambda p: " " + ".".join(p) + "\n"),
 ))
 def test_normalize_ip_fast_path_accepts_exactly_what_ipaddress_accepts(text):
-    from crawler.counters.marks import normalize_any_ip, normalize_ip
-    from crawler.counters.recorder import _text
+    from crawler.counters.marks import canonical_ip, ip_text, normalize_any_ip, normalize_ip
     from geo.locator import _pton  # the locator's own fast path uses the same test
 
     packed = normalize_ip(text)
     assert packed == normalize_any_ip(text)  # the fast path agrees with ipaddress's
     if packed is not None:
-        assert _text(packed) == str(ipaddress.ip_address(packed))
+        assert ip_text(packed) == str(ipaddress.ip_address(packed))
+        assert canonical_ip(text) == (packed, ip_text(packed))
     fast = None
     try:
         fast = _pton(socket.AF_INET, text)

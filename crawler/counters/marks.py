@@ -43,13 +43,26 @@ DEFAULT_BUCKETS = 1 << 18
 
 def normalize_ip(ip: str) -> bytes | None:
     """The packed form of ``ip`` (IPv4-mapped IPv6 as IPv4); None if not an IP."""
+    canonical = canonical_ip(ip)
+    return None if canonical is None else canonical[0]
+
+
+def canonical_ip(ip: str) -> tuple[bytes, str] | None:
+    """``ip``'s packed form (``normalize_ip``) and its canonical text; None if not an IP."""
     try:
         # Dotted-quad IPv4, what trackers' compact lists give: C's inet_pton is
         # ~10x ipaddress and accepts exactly the forms ipaddress does (no
-        # leading zeros, four parts); anything else takes the general path.
-        return _pton(_AF_INET, ip)
+        # leading zeros, four parts), so such text is already canonical;
+        # anything else takes the general path.
+        return _pton(_AF_INET, ip), ip
     except (OSError, TypeError, ValueError):  # ValueError: a NUL or a lone surrogate
-        return normalize_any_ip(ip)
+        packed = normalize_any_ip(ip)
+    return None if packed is None else (packed, ip_text(packed))
+
+
+def ip_text(packed: bytes) -> str:
+    """The canonical text of a packed IP (C's inet_ntop for IPv4: ~10x ipaddress)."""
+    return _ntop(_AF_INET, packed) if len(packed) == 4 else str(ipaddress.ip_address(packed))
 
 
 def normalize_any_ip(ip: str) -> bytes | None:
@@ -63,7 +76,7 @@ def normalize_any_ip(ip: str) -> bytes | None:
     return addr.packed
 
 
-_pton, _AF_INET = socket.inet_pton, socket.AF_INET
+_pton, _ntop, _AF_INET = socket.inet_pton, socket.inet_ntop, socket.AF_INET
 
 
 # The embedded default's generated key, under PEERCRAWL_DATA_DIR (SPEC §4).

@@ -44,9 +44,7 @@ The calls' arguments are built in ``calls`` (a place's part of them in
 
 from __future__ import annotations
 
-import ipaddress
 import math
-import socket
 from collections.abc import Callable, Iterable
 
 import redis
@@ -56,8 +54,8 @@ from crawler.counters.geo_errors import GeoErrorTally
 from crawler.counters.marks import (
     DEFAULT_BUCKETS,
     Fingerprinter,
+    canonical_ip,
     load_secret,
-    normalize_any_ip,
 )
 from crawler.counters.names import info_hash_hex, month_of
 from crawler.counters.places import PlaceInfo
@@ -71,7 +69,6 @@ DEFAULT_BATCH_PAIRS = 800
 # IPs one probe.lua call looks up (its MGET has at most as many keys).
 PROBE_IPS = 2000
 _FRESH = ord("0")
-_FRESH_BYTE = b"0"
 # (IP, place) pairs whose place marks a process remembers as fresh (module note);
 # ~100 B each: ~50 MB at most.
 FRESH_PLACES = 500_000
@@ -154,17 +151,12 @@ class Recorder:
         seen: set[bytes] = set()
         locate = self.locator.locate
         for ip in ips:
-            try:
-                packed = _pton(_AF_INET, ip)  # dotted-quad IPv4 is its own canonical text
-            except (OSError, TypeError, ValueError):  # ValueError: a NUL or a lone surrogate
-                packed = normalize_any_ip(ip)
-                if packed is None:
-                    continue
-                ip = _text(packed)
-            if packed in seen:
+            canonical = canonical_ip(ip)
+            if canonical is None or canonical[0] in seen:
                 continue
+            packed, text = canonical
             seen.add(packed)
-            located.append((packed, locate(ip)))
+            located.append((packed, locate(text)))
         self._geo_errors.publish(now)
         return self.record_places(info_hash, located, now)
 
@@ -191,7 +183,7 @@ class Recorder:
             self.after_probe()
         # 2. record the IPs that might count (the scripts check again, atomically)
         month = month_of(now)
-        if _FRESH_BYTE * len(flags) == flags:  # every IP's group record is fresh: nothing can count
+        if b"1" not in flags:  # every IP's group record is fresh: nothing can count
             return 0
         if self._split:
             return self._record_split(h, now_i, part, flags, month)
@@ -482,10 +474,3 @@ class Recorder:
 
 _LOW64 = (1 << 64) - 1
 
-
-def _text(packed: bytes) -> str:
-    """The canonical text of a packed IP (C's inet_ntop for IPv4: ~10x ipaddress)."""
-    return _ntop(_AF_INET, packed) if len(packed) == 4 else str(ipaddress.ip_address(packed))
-
-
-_pton, _ntop, _AF_INET = socket.inet_pton, socket.inet_ntop, socket.AF_INET
