@@ -56,7 +56,8 @@ class Coalescer:
     """Shares round trips among the greenlets calling ``run`` (module note).
 
     ``client``: the redis-py client (single node or cluster) the calls go
-    to; ``max_calls`` and ``in_flight``: see ``MAX_CALLS`` and ``IN_FLIGHT``. Figures: ``round_trips`` sent and ``calls`` in them.
+    to; ``max_calls`` and ``in_flight``: see ``MAX_CALLS`` and
+    ``IN_FLIGHT``. Figures: ``round_trips`` sent and ``calls`` in them.
     """
 
     def __init__(self, client: redis.Redis, max_calls: int = MAX_CALLS, in_flight: int = IN_FLIGHT):
