@@ -115,3 +115,44 @@ def test_a_group_record_expires_with_its_oldest_mark(client, keys, settings):
     assert client.zscore(keys.index(LIFETIME, scope), member) == 1
     assert rec.record_places(TORRENTS[1], [(ip, berlin)], T0 + 31 * DAY) == 0
     assert client.zscore(keys.index(LIFETIME, scope), member) == 2
+
+
+TORRENT_POOL = ["ab" * 20, "cd" * 20, "ef" * 20, "0123456789" * 4]
+batch_visit = st.tuples(
+    st.sampled_from([0, 1, DAY, 20 * DAY, WINDOW, WINDOW + 1]),  # gap before the batch
+    # distinct torrents, each with its IPs and their places: one IP often in
+    # several visits of a batch, sometimes at another place (a GeoIP update)
+    st.dictionaries(st.sampled_from(TORRENT_POOL),
+                    st.dictionaries(st.sampled_from(range(len(IPS))), st.sampled_from([2, 2, 6, 1, 0, 3, 4]),
+                                    max_size=len(IPS)),
+                    min_size=1, max_size=len(TORRENT_POOL)),
+)
+
+
+@hsettings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(history=st.lists(batch_visit, min_size=1, max_size=8), batch_pairs=st.sampled_from([8, 13, 800]),
+       shards=st.sampled_from([1, 3]))
+def test_visits_recorded_together_count_as_one_after_the_other(client, namespace, settings, history, batch_pairs,
+                                                              shards):
+    """``record_places_many``: a batch of visits at one time counts as if each was
+    recorded after the previous one, on one shard and on several (where an IP and
+    place met in several visits of a batch go in one place call, and an IP met at
+    two places in two)."""
+    keys = Keys(f"{namespace}-{uuid.uuid4().hex[:8]}", shards)
+    try:
+        s = settings.replace(namespace=keys.namespace, stathat_ezkey="k", stathat_families=("countries", "torrents"))
+        rec = Recorder(client, keys, s, object(), mark_buckets=3 * shards, batch_pairs=batch_pairs)
+        model = Model()
+        now = T0
+        for gap, visits in history:
+            now += gap
+            batch = [(h, [(IPS[i], PLACES[p]) for i, p in sorted(chosen.items())]) for h, chosen in visits.items()]
+            assert rec.record_places_many(batch, now) == [model.visit(h, located, now) for h, located in batch]
+        for m, n in model.lifetime.items():
+            for scope, member in m.indexes:
+                assert index_count(client, keys, LIFETIME, scope, member) == n, (m.name, scope)
+        for (m, month), n in model.months.items():
+            for scope, member in m.indexes:
+                assert index_count(client, keys, month, scope, member) == n, (m.name, month, scope)
+    finally:
+        delete_namespace(client, keys.namespace)

@@ -90,7 +90,7 @@ class PlaceCall:
     times land once the call ran (``recorder``).
     """
 
-    __slots__ = ("answer", "bnumbers", "buckets", "countries", "country_numbers", "ips", "n", "pairs",
+    __slots__ = ("answer", "bnumbers", "buckets", "countries", "country_numbers", "fps", "ips", "n", "pairs",
                  "place_numbers", "places", "shard")
 
     def __init__(self, shard: "ShardKeys"):
@@ -101,6 +101,7 @@ class PlaceCall:
         self.places, self.place_numbers = bytearray(), {}
         self.ips = bytearray()
         self.n = self.pairs = 0
+        self.fps: set[int] = set()  # the fingerprints of its IPs: an IP goes in a call once
         self.answer = b""
 
     def place_head(self, pkey: tuple, info: PlaceInfo) -> int:
@@ -187,16 +188,16 @@ class ShardKeys:
 
 class VisitPart:
     """A visit's distinct IPs and their probe.lua calls, in the shard that holds the
-    torrent's counters.
+    counters of its torrent ``h``.
 
     ``rows``: per IP ``(place tuple, (PlaceInfo, lanes, probe lane),
     fingerprint, bucket of (IP, torrent))``, in the calls' order.
     """
 
-    __slots__ = ("probe", "probes", "rows", "shard")
+    __slots__ = ("h", "probe", "probes", "rows", "shard")
 
-    def __init__(self, shard: ShardKeys):
-        self.shard = shard
+    def __init__(self, shard: ShardKeys, h: str):
+        self.shard, self.h = shard, h
         self.rows: list = []
         self.probe = ProbeCall()
         self.probes = [self.probe]

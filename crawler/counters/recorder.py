@@ -45,7 +45,7 @@ The calls' arguments are built in ``calls`` (a place's part of them in
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 import redis
 
@@ -147,18 +147,33 @@ class Recorder:
         ``ValueError`` for a bad info-hash, ``StoreError`` if Redis fails
         (batches already done stay counted; recording again is safe).
         """
-        located = []
-        seen: set[bytes] = set()
+        return self.record_visits([(info_hash, ips)], now)[0]
+
+    def record_visits(self, visits: Sequence[tuple[str, Iterable[str]]], now: float) -> list[int]:
+        """``record_visit`` of several visits (distinct torrents) at one time ``now``, together.
+
+        Each distinct IP text is parsed and located once for the whole batch;
+        the visits' probes share one round trip and their recordings the next
+        (module note). Returns each visit's ``new``.
+        """
+        seen_ips: dict[str, tuple | None] = {}  # IP text -> (packed, place), once per batch
         locate = self.locator.locate
-        for ip in ips:
-            canonical = canonical_ip(ip)
-            if canonical is None or canonical[0] in seen:
-                continue
-            packed, text = canonical
-            seen.add(packed)
-            located.append((packed, locate(text)))
+        batch = []
+        for info_hash, ips in visits:
+            located = []
+            seen: set[bytes] = set()
+            for ip in ips:
+                got = seen_ips.get(ip, _UNSEEN)
+                if got is _UNSEEN:
+                    canonical = canonical_ip(ip)
+                    got = seen_ips[ip] = None if canonical is None else (canonical[0], locate(canonical[1]))
+                if got is None or got[0] in seen:
+                    continue
+                seen.add(got[0])
+                located.append(got)
+            batch.append((info_hash, located))
         self._geo_errors.publish(now)
-        return self.record_places(info_hash, located, now)
+        return self.record_places_many(batch, now)
 
     def record_places(self, info_hash: str, located: Iterable[tuple[bytes, object]], now: float) -> int:
         """``record_visit`` with IPs already packed and located: ``(packed_ip, Place)`` pairs.
@@ -167,37 +182,59 @@ class Recorder:
         one IP in one record.lua call would each miss the other's new marks.
         Returns the ``new`` of §2, summed over the counter shards.
         """
-        h = info_hash_hex(info_hash)
-        t_fp = self.fingerprints.torrent(h)
+        return self.record_places_many([(info_hash, located)], now)[0]
+
+    def record_places_many(self, visits: Sequence[tuple[str, Iterable[tuple[bytes, object]]]],
+                           now: float) -> list[int]:
+        """``record_places`` of several visits of distinct torrents at one time ``now``, together.
+
+        Every visit's probe calls go out in one round trip; then the record
+        calls of every visit with IPs that might count in the next (with
+        several shards: first the place calls of every visit, an IP and place
+        met in two visits sent once, then the torrent parts). Each script
+        call still holds one visit's IPs of one shard, so two visits of one
+        IP are two atomic steps in order, as if recorded one after the other.
+        Returns each visit's ``new``; raises ``ValueError`` for a bad info-hash
+        or time before anything is sent.
+        """
         now_i = int(now)
         if not 0 <= now_i < 1 << 32:
             raise ValueError(f"time {now!r} does not fit a mark (unix seconds, 32 bits)")
-        # 1. fingerprint every IP and probe their group records: a revisit whose
-        # peers are all known ends here, and Python builds full records only for
-        # the others.
-        part = self._probe_calls(h, t_fp, located)
-        if part is None:
-            return 0
-        flags = self._probe(h, now_i, part)
+        parts = []  # (position, info-hash, VisitPart)
+        for i, (info_hash, located) in enumerate(visits):
+            h = info_hash_hex(info_hash)
+            # 1. fingerprint every IP: a revisit whose peers are all known ends
+            # at the probe, and Python builds full records only for the others.
+            part = self._probe_calls(h, self.fingerprints.torrent(h), located)
+            if part is not None:
+                parts.append((i, h, part))
+        out = [0] * len(visits)
+        if not parts:
+            return out
+        flags = self._probe_many(now_i, [part for _, _, part in parts])
         if self.after_probe is not None:
             self.after_probe()
         # 2. record the IPs that might count (the scripts check again, atomically)
+        todo = [(i, h, part, f) for (i, h, part), f in zip(parts, flags) if b"1" in f]
+        if not todo:  # every IP's group record is fresh: nothing can count
+            return out
         month = month_of(now)
-        if b"1" not in flags:  # every IP's group record is fresh: nothing can count
-            return 0
         if self._split:
-            return self._record_split(h, now_i, part, flags, month)
-        batches = self._batches(part, flags, part.shard.fixed(h, month), month)
-        if not batches[-1].pairs:
-            return 0
-        return self._run(h, now_i, batches)
+            runs = self._record_split(now_i, todo, month)
+        else:
+            runs = [(i, h, batches) for i, h, part, f in todo
+                    for batches in [self._batches(part, f, part.shard.fixed(h, month), month)]
+                    if batches[-1].pairs]
+        for i, new in self._run(now_i, runs):
+            out[i] += new
+        return out
 
     def probe(self, info_hash: str, located: Iterable[tuple[bytes, object]], now: float) -> str:
         """What the probe answers for ``located``, recording nothing: per distinct IP "1" if it
         might count, "0" if its group record is fresh (it cannot count)."""
         h = info_hash_hex(info_hash)
         part = self._probe_calls(h, self.fingerprints.torrent(h), located)
-        return "" if part is None else self._probe(h, int(now), part).decode()
+        return "" if part is None else self._probe_many(int(now), [part])[0].decode()
 
     def _probe_calls(self, h: str, t_fp: int, located: Iterable[tuple[bytes, object]]) -> VisitPart | None:
         """Fingerprint each distinct IP of ``located`` into probe.lua calls of ``PROBE_IPS`` IPs
@@ -214,7 +251,7 @@ class Recorder:
         ip_hash, n_buckets, from_bytes = fps.ip_hasher().copy, fps.buckets, int.from_bytes
         vplaces: dict = {}  # place tuple -> (info, metric lanes of this visit, its probe lane)
         split = self._split
-        part = VisitPart(self._shards[shard_of(h, len(self._shards)) if split else 0])
+        part = VisitPart(self._shards[shard_of(h, len(self._shards)) if split else 0], h)
         bucket_key, rows = part.shard.bucket, part.rows
         probe = part.probe
         distinct: set[bytes] = set()
@@ -285,34 +322,66 @@ class Recorder:
             batch.pairs += info.k
         return batches
 
-    def _probe(self, h: str, now: int, part: VisitPart) -> bytes:
-        """Run ``part``'s probe.lua calls in one round trip: one flag byte per IP."""
+    def _probe_many(self, now: int, parts: list[VisitPart]) -> list[bytes]:
+        """Run the probe.lua calls of ``parts`` in one round trip: per part one flag byte per IP."""
         cutoff = now - self.window
+        script = self._probe_script
+        calls = [(script, [part.shard.torrents, *p.buckets], [cutoff, part.h, bytes(p.args)])
+                 for part in parts for p in part.probes]
         try:
-            calls = [(self._probe_script, [part.shard.torrents, *p.buckets], [cutoff, h, bytes(p.args)])
-                     for p in part.probes]
-            return b"".join(run_pipelined(self.client, calls))
+            replies = iter(run_pipelined(self.client, calls))
         except redis.RedisError as e:
             raise StoreError(f"recording peers failed: {e}") from e
+        return [b"".join(next(replies) for _ in part.probes) for part in parts]
 
-    def _record_split(self, h: str, now: int, part: VisitPart, flags: bytes, month: str) -> int:
-        """Record the IPs ``flags`` says might count in a crawl of several shards: their place
-        metrics in their own shards (places.lua, one round trip), then their torrent metrics in
-        the torrent's (record.lua's part "T", given each IP's oldest place mark time).
+    def _record_split(self, now: int, todo: list, month: str) -> list[tuple[int, str, list[RecordBatch]]]:
+        """Record the IPs the probe flags say might count, in a crawl of several shards: the
+        place metrics of every visit of ``todo`` (``(position, info-hash, part, flags)``) in
+        their own shards (places.lua, one round trip), then build each visit's torrent part
+        for the torrent's shard (record.lua's part "T", given each IP's oldest place mark
+        time), which ``_run`` sends.
 
         Calls never split an IP's metrics and hold at most ``batch_pairs`` pairs. An
         IP whose place marks this process knows to be fresh gets no place call
-        (module note). Returns the ``new`` of §2.
+        (module note); an IP and place met in several visits is sent once, and an IP
+        met with two places goes in two calls (one call reads its buckets once, so
+        two records of one IP in it would miss each other's marks).
         """
-        limit = self.batch_pairs
+        open_calls: dict[int, PlaceCall] = {}
+        calls: list[PlaceCall] = []
+        placed: dict[int, object] = {}  # IP fingerprint XOR hash(place) -> where its answer comes from
+        runs = []
+        for i, h, part, flags in todo:
+            batches = self._torrent_part(now, h, part, flags, month, placed, open_calls, calls)
+            if batches[-1].pairs:
+                runs.append((i, h, batches))
+        fresh = self._fresh_places
+        if calls:
+            self._run_places(now, month, calls)
+            if len(fresh) > FRESH_PLACES:
+                fresh.clear()
+        for _, _, batches in runs:
+            for b in batches:
+                ips = b.ips
+                for rec, info, where in b.pending:
+                    if where.__class__ is tuple:
+                        t = fresh[where[2]] = where[0].oldest(where[1])
+                        rec |= t << info.t_oshift
+                    elif where is not None:
+                        rec |= where << info.t_oshift
+                    ips += rec.to_bytes(info.t_nbytes, "big")
+        return runs
+
+    def _torrent_part(self, now: int, h: str, part: VisitPart, flags: bytes, month: str, placed: dict,
+                      open_calls: dict[int, PlaceCall], calls: list[PlaceCall]) -> list[RecordBatch]:
+        """One visit's record.lua calls of part "T" (each IP's record still without its oldest
+        place mark time, kept in ``pending``), its IPs added to the batch's place calls."""
+        limit, cutoff = self.batch_pairs, now - self.window
         shard = part.shard
         fixed = shard.fixed(h, month)
         batch = RecordBatch(fixed, month, torrent_part=True)
         batches = [batch]
-        open_calls: dict[int, PlaceCall] = {}
-        calls: list[PlaceCall] = []
         bucket_key, country_keys = shard.bucket, shard.country_keys
-        fresh, cutoff = self._fresh_places, now - self.window
         for (pkey, (info, lanes, _), f, bucket), flag in zip(part.rows, flags):
             if flag == _FRESH:
                 continue
@@ -324,41 +393,32 @@ class Recorder:
                 head = batch.add_place(pkey, info, country_keys)
             low = f & _LOW64
             rec = (batch.bucket_number(bucket, bucket_key) << info.t_bshift) | head | (lanes ^ low * info.t_r)
-            where = self._place_call(pkey, info, f, cutoff, open_calls, calls) if info.p_m else None
+            where = None
+            if info.p_m:
+                key = f ^ hash(pkey)
+                where = placed.get(key)
+                if where is None:
+                    where = placed[key] = self._place_call(pkey, info, f, key, cutoff, open_calls, calls)
             batch.pending.append((rec, info, where))
             batch.pairs += info.t_k
-        if not batch.pairs:
-            return 0
-        if calls:
-            self._run_places(now, month, calls)
-            if len(fresh) > FRESH_PLACES:
-                fresh.clear()
-        for b in batches:
-            ips = b.ips
-            for rec, info, where in b.pending:
-                if where.__class__ is tuple:
-                    t = fresh[where[2]] = where[0].oldest(where[1])
-                    rec |= t << info.t_oshift
-                elif where is not None:
-                    rec |= where << info.t_oshift
-                ips += rec.to_bytes(info.t_nbytes, "big")
-        return self._run(h, now, batches)
+        return batches
 
-    def _place_call(self, pkey: tuple, info: PlaceInfo, f: int, cutoff: int, open_calls: dict[int, PlaceCall],
-                    calls: list[PlaceCall]) -> int | tuple[PlaceCall, int, int]:
+    def _place_call(self, pkey: tuple, info: PlaceInfo, f: int, key: int, cutoff: int,
+                    open_calls: dict[int, PlaceCall], calls: list[PlaceCall]) -> int | tuple[PlaceCall, int, int]:
         """Where an IP's oldest place mark time will come from: the time, when this process
-        knows its place marks are fresh (module note); else ``(call, position, cache key)``
+        knows its place marks are fresh (module note); else ``(call, position, key)``
         once the IP is added to a places.lua call of its shard (``open_calls``: the last
-        call per shard; ``calls``: every call)."""
-        key = f ^ hash(pkey)
+        call per shard; ``calls``: every call). ``key``: the IP's fingerprint XOR
+        hash(place), the freshness cache's key."""
         t = self._fresh_places.get(key, 0)
         if t > cutoff:
             return t
         s = (f >> 104) % len(self._shards)  # keys.shard_of_fingerprint, inlined
         call = open_calls.get(s)
-        if call is None or call.pairs + info.p_m > self.batch_pairs:
+        if call is None or call.pairs + info.p_m > self.batch_pairs or f in call.fps:
             call = open_calls[s] = PlaceCall(self._shards[s])
             calls.append(call)
+        call.fps.add(f)
         call.ips += ((call.bucket_number((f >> 64) % self.fingerprints.buckets) << info.p_bshift)
                      | call.place_head(pkey, info) | (info.p_g ^ (f & _LOW64) * info.p_r)).to_bytes(info.p_nbytes, "big")
         call.n += 1
@@ -393,24 +453,28 @@ class Recorder:
             info = self._places[pkey] = PlaceInfo(pkey, self.fingerprints)
         return info
 
-    def _run(self, h: str, now: int, batches: list[RecordBatch]) -> int:
-        """Run ``record.lua`` once per batch (all in the torrent's shard), in one round trip.
+    def _run(self, now: int, runs: list[tuple[int, str, list[RecordBatch]]]) -> list[tuple[int, int]]:
+        """Run ``record.lua`` once per batch of each visit of ``runs`` (``(position, info-hash,
+        batches)``, each in its torrent's shard), all in one round trip.
 
-        Returns the sum of their counts of torrents.<h>.users.
+        Returns ``(position, count of torrents.<h>.users)`` per call.
         """
-        calls = []
-        for b in batches:
-            keys = b.keys + b.buckets
-            if len(keys) > 65535:  # pragma: no cover - batch_pairs keeps it far below
-                raise ValueError("batch too large")
-            args = [now, now - self.window, h, self._post, bytes(b.countries), bytes(b.places), len(b.keys),
-                    bytes(b.ips)]
-            if b.torrent_part:
-                args.append("T")
-            calls.append((keys, args))
+        calls, where = [], []
+        script, post, cutoff = self._record, self._post, now - self.window
+        for i, h, batches in runs:
+            for b in batches:
+                keys = b.keys + b.buckets
+                if len(keys) > 65535:  # pragma: no cover - batch_pairs keeps it far below
+                    raise ValueError("batch too large")
+                args = [now, cutoff, h, post, bytes(b.countries), bytes(b.places), len(b.keys), bytes(b.ips)]
+                if b.torrent_part:
+                    args.append("T")
+                calls.append((script, keys, args))
+                where.append(i)
+        if not calls:
+            return []
         try:
-            return sum(int(r) for r in run_pipelined(self.client, [(self._record, k, a) for k, a in calls],
-                                                      wait=self._wait))
+            return [(i, int(r)) for i, r in zip(where, run_pipelined(self.client, calls, wait=self._wait))]
         except redis.RedisError as e:
             raise StoreError(f"recording peers failed: {e}") from e
 
@@ -473,4 +537,5 @@ class Recorder:
 
 
 _LOW64 = (1 << 64) - 1
+_UNSEEN = object()
 
