@@ -75,6 +75,16 @@ class Model:
         return new
 
 
+def assert_counters_equal(client, keys: Keys, model: Model) -> None:
+    """Every counter, in every index it lives in, lifetime and month, equals the model's."""
+    for m, n in model.lifetime.items():
+        for scope, member in m.indexes:
+            assert index_count(client, keys, LIFETIME, scope, member) == n, (m.name, scope)
+    for (m, month), n in model.months.items():
+        for scope, member in m.indexes:
+            assert index_count(client, keys, month, scope, member) == n, (m.name, month, scope)
+
+
 @hsettings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(history=st.lists(visit, min_size=1, max_size=16), batch_pairs=st.sampled_from([8, 13, 800]),
        buckets=st.sampled_from([1, 3, 64]))
@@ -89,12 +99,7 @@ def test_counts_equal_the_model(client, namespace, settings, history, batch_pair
             now += gap
             located = [(IPS[i], PLACES[p]) for i, p in sorted(chosen.items())]
             assert rec.record_places(h, located, now) == model.visit(h, located, now)
-        for m, n in model.lifetime.items():
-            for scope, member in m.indexes:
-                assert index_count(client, keys, LIFETIME, scope, member) == n, (m.name, scope)
-        for (m, month), n in model.months.items():
-            for scope, member in m.indexes:
-                assert index_count(client, keys, month, scope, member) == n, (m.name, month, scope)
+        assert_counters_equal(client, keys, model)
         box = {k.decode(): int(v) for k, v in client.hgetall(keys.outbox).items()}
         assert box == dict(model.outbox)
     finally:
@@ -148,11 +153,6 @@ def test_visits_recorded_together_count_as_one_after_the_other(client, namespace
             now += gap
             batch = [(h, [(IPS[i], PLACES[p]) for i, p in sorted(chosen.items())]) for h, chosen in visits.items()]
             assert rec.record_places_many(batch, now) == [model.visit(h, located, now) for h, located in batch]
-        for m, n in model.lifetime.items():
-            for scope, member in m.indexes:
-                assert index_count(client, keys, LIFETIME, scope, member) == n, (m.name, scope)
-        for (m, month), n in model.months.items():
-            for scope, member in m.indexes:
-                assert index_count(client, keys, month, scope, member) == n, (m.name, month, scope)
+        assert_counters_equal(client, keys, model)
     finally:
         delete_namespace(client, keys.namespace)

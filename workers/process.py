@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from crawler import logs, store
+from crawler.counters.batcher import Batcher
 from crawler.counters.recorder import Recorder
 from crawler.errors import StoreError
 from crawler.keys import Keys
@@ -59,7 +60,9 @@ class Process:
             from crawler.sources.dht import DhtSource
 
             self.dht = DhtSource(settings)
-        self.visitor = Visitor(self.queue, keys, settings, self.trackers, self.recorder, self.dht, outage=self.outage)
+        # The visits' recordings are made together (crawler.counters.batcher).
+        self.batcher = Batcher(self.recorder)
+        self.visitor = Visitor(self.queue, keys, settings, self.trackers, self.batcher, self.dht, outage=self.outage)
         autoscaler = None
         if concurrency is None:
             autoscaler = Autoscaler(client, settings.concurrency_min, settings.concurrency_max,

@@ -1,0 +1,106 @@
+"""Visits of many greenlets recorded together (crawler.counters.batcher), on the real Redis."""
+
+from __future__ import annotations
+
+import calendar
+import random
+
+import gevent
+import gevent.event
+import pytest
+import redis
+
+import geo
+from crawler.counters import Recorder
+from crawler.counters.batcher import Batcher
+from crawler.errors import StoreError
+from crawler.keys import Keys
+from tests.mmdb import write_city_db
+from tests.namespaces import delete_namespace
+from tests.test_counters_concurrency import POOL
+from tests.test_counters_shards import every_ranking
+
+T0 = calendar.timegm((2024, 5, 30, 12, 0, 0))
+TORRENTS = [f"{n:04x}" * 10 for n in range(40)]
+
+
+@pytest.fixture
+def locator(tmp_path):
+    return geo.open_locator(write_city_db(tmp_path / "city.mmdb"))
+
+
+def swarms(seed: int) -> list[list[str]]:
+    """Overlapping swarms: many peers in several of them, as on a real crawl."""
+    rng = random.Random(seed)
+    return [rng.sample(POOL, rng.randint(1, 80)) for _ in TORRENTS]
+
+
+@pytest.mark.parametrize("shards", [1, 3])
+def test_visits_of_many_greenlets_are_recorded_in_few_batches_as_one_by_one(client, namespace, settings, locator,
+                                                                            shards):
+    one, together = Keys(namespace + "-one", shards), Keys(namespace + "-b", shards)
+    try:
+        alone = Recorder(client, one, settings.replace(namespace=one.namespace), locator)
+        batcher = Batcher(Recorder(client, together, settings.replace(namespace=together.namespace), locator))
+        for round_, now in enumerate((T0, T0 + 60, T0 + 40 * 86400)):  # first visits, revisits, a new window
+            peers = swarms(round_)
+            expected = [alone.record_visit(h, ips, now) for h, ips in zip(TORRENTS, peers)]
+            jobs = [gevent.spawn(batcher.record_visit, h, ips, now) for h, ips in zip(TORRENTS, peers)]
+            gevent.joinall(jobs, raise_error=True)
+            assert [j.value for j in jobs] == expected
+            assert sum(expected) > 0 or round_ == 1
+        assert batcher.visits == 3 * len(TORRENTS)
+        # the first visit went alone; the others queued behind it and shared batches
+        assert batcher.batches <= 3 * 4, batcher.batches
+        assert every_ranking(client, together, 50) == every_ranking(client, one, 50)
+    finally:
+        delete_namespace(client, one.namespace)
+        delete_namespace(client, together.namespace)
+
+
+def test_a_bad_info_hash_fails_its_own_visit_only(client, keys, settings, locator):
+    batcher = Batcher(Recorder(client, keys, settings, locator))
+    jobs = [gevent.spawn(batcher.record_visit, h, POOL[:5], T0) for h in (TORRENTS[0], "not-a-hash", TORRENTS[1])]
+    gevent.joinall(jobs)
+    assert isinstance(jobs[1].exception, ValueError) and "not-a-hash" in str(jobs[1].exception)
+    assert [jobs[0].value, jobs[2].value] == [5, 5]
+    with pytest.raises(ValueError, match="does not fit a mark"):
+        batcher.record_visit(TORRENTS[2], POOL[:5], -1.0)
+
+
+def test_redis_failing_fails_every_visit_of_the_batch_and_the_next_batch_works(client, keys, settings, locator):
+    rec = Recorder(client, keys, settings, locator)
+    batcher = Batcher(rec)
+    # Redis goes away: a client on a port where nothing listens, with no retries
+    rec.client = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2, retry=None)
+    jobs = [gevent.spawn(batcher.record_visit, h, POOL[:5], T0) for h in TORRENTS[:6]]
+    gevent.joinall(jobs)
+    assert all(isinstance(j.exception, StoreError) for j in jobs), [j.exception for j in jobs]
+    assert batcher._senders == 0 and not batcher._queue
+    rec.client = client  # back: the visits are retried and count once
+    jobs = [gevent.spawn(batcher.record_visit, h, POOL[:5], T0) for h in TORRENTS[:6]]
+    gevent.joinall(jobs, raise_error=True)
+    assert [j.value for j in jobs] == [5] * 6
+
+
+def test_a_batch_stopped_mid_way_fails_its_visits_and_the_next_ones_are_recorded(client, keys, settings, locator):
+    rec = Recorder(client, keys, settings, locator)
+    batcher = Batcher(rec, in_flight=1)
+    held = gevent.event.Event()
+    rec.after_probe = lambda: (held.set(), gevent.sleep(30))
+    jobs = [gevent.spawn(batcher.record_visit, h, POOL[:5], T0) for h in TORRENTS[:4]]
+    held.wait(5)
+    sender = [g for g in _greenlets() if getattr(g, "_run", None) == batcher._send]
+    assert len(sender) == 1
+    rec.after_probe = None
+    sender[0].kill()
+    gevent.joinall(jobs, timeout=5)
+    assert all(isinstance(j.exception, StoreError) for j in jobs), [j.exception for j in jobs]
+    assert batcher._senders == 0
+    assert batcher.record_visit(TORRENTS[0], POOL[:5], T0) == 5  # nothing was recorded: all 5 are new
+
+
+def _greenlets() -> list:
+    import gc
+
+    return [o for o in gc.get_objects() if isinstance(o, gevent.Greenlet) and not o.dead]
