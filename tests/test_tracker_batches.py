@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import time
 
+import gevent
 import pytest
 
 from crawler.sources.trackers import Trackers
@@ -101,3 +102,55 @@ def test_a_batch_of_one_or_none_and_other_schemes(opentracker, trackers):  # noq
         bad = trackers.announce_many(url, hashes)
         assert all(not r.ok and "lacks a host or port" in r.error for r in bad), url
         assert "lacks a host or port" in trackers.announce(url, hashes[0]).error
+
+
+def test_announces_of_many_greenlets_share_batches_and_each_gets_its_own_answer(opentracker, trackers):  # noqa: F811
+    hashes, warm = _hashes(40), _hashes(1)[0]
+    ot = opentracker([*hashes, warm])
+    expected = {}
+    for n, ih in enumerate(hashes):
+        expected[ih] = {(peer_address(10 * n + i), 21000 + i) for i in range(n % 5)}
+        for ip, port in expected[ih]:
+            ot.announce_from(ip, ih, port)
+    assert trackers.announce(ot.udp_url, warm).ok  # the tracker's health read and cached
+    before = trackers.batches
+    jobs = [gevent.spawn(trackers.announce, ot.udp_url, ih) for ih in hashes]
+    gevent.joinall(jobs, raise_error=True)
+    for ih, j in zip(hashes, jobs):
+        assert j.value.ok and set(j.value.peers) == expected[ih], j.value.error
+        assert j.value.leechers == len(expected[ih])  # the withdrawal's counts: the swarm without us
+    assert trackers.batches == before + 1  # asked in one turn of the loop: one batch
+    before = trackers.batches
+    # greenlets asking at different times make batches of their own; each still gets its answer
+    staggered = [gevent.spawn_later(0.01 * (i % 4), trackers.announce, ot.udp_url, ih) for i, ih in enumerate(hashes)]
+    gevent.joinall(staggered, raise_error=True)
+    assert [set(j.value.peers) for j in staggered] == [expected[ih] for ih in hashes]
+    assert before + 2 <= trackers.batches <= before + len(hashes) // 2
+    # every announce withdrew: a later client sees only the announced peers
+    assert set(ot.announce_from("127.3.3.3", hashes[3], 5999).peers) == expected[hashes[3]] | {("127.3.3.3", 5999)}
+
+
+def test_each_torrent_of_a_batch_is_answered_without_waiting_for_its_slowest(udp_tracker, settings, client, keys):  # noqa: F811
+    t = Trackers(settings.replace(udp_timeout=2.0, udp_retries=1, tracker_backoff_after=1000), client, keys)
+    try:
+        silent = _hashes(1, hostile.UDP_SILENT)[0]
+        good = _hashes(8, hostile.UDP_GOOD)
+        assert t.announce(udp_tracker.url, good[0]).ok  # the tracker's health read and cached
+        answered_at = {}
+
+        def ask(ih):
+            r = t.announce(udp_tracker.url, ih, time.monotonic() + 3.0)
+            answered_at[ih] = time.monotonic()
+            return r
+
+        t0 = time.monotonic()
+        jobs = [gevent.spawn(ask, ih) for ih in [silent, *good]]
+        gevent.joinall(jobs, raise_error=True)
+        assert t.batches == 2
+        assert not jobs[0].value.ok and "no announce reply" in jobs[0].value.error
+        assert all(j.value.ok for j in jobs[1:])
+        # the silent torrent waited its 2 s try; the others were handed on as soon as they answered
+        assert answered_at[silent] - t0 >= 2.0
+        assert max(answered_at[ih] for ih in good) - t0 < 1.0
+    finally:
+        t.close()

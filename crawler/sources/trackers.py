@@ -41,6 +41,17 @@ any later reply that returns more, and ``min(configured max, learned cap)``
 is that tracker's max for scoring. A cap is never learned below
 ``MIN_LEARNED_CAP`` entries.
 
+Announces together. Every announce to one UDP tracker URL that greenlets ask
+for while a batch for that URL is forming (one turn of the event loop) goes
+out in that batch, from one greenlet (``UdpTrackerClient.announce_many``),
+each answer followed at once by its withdrawal; each caller gets its result
+as soon as its own exchanges end, never waiting for the batch's slowest. So
+a worker's dozens of visits to one tracker cost one greenlet's wake-ups
+rather than two per visit, which is what made the tracker layer's cost per
+announce grow past 64 greenlets (docs/sources.md, "Why one greenlet per
+torrent slows down past 64"). A batch announces until the earliest of its
+callers' deadlines (they differ by the milliseconds of that one turn).
+
 Outcomes: an answer, a refusal (the tracker's error reply: alive, never
 backs off) or a failure; any exception of an exchange, expected or not, is
 that tracker's failure, recorded in its health, except ``StoreError`` (ours,
@@ -57,6 +68,7 @@ from functools import lru_cache
 
 import gevent
 import redis
+from gevent.event import AsyncResult
 
 from crawler.errors import StoreError
 from crawler.keys import Keys
@@ -146,6 +158,9 @@ class Trackers:
         # ("udp" | "tcp", host, port) -> the address that last answered (UDP)
         # or accepted a connection (HTTP), tried first next time.
         self._good: Lru[tuple[str, str, int], tuple] = Lru(settings.tracker_cache_size)
+        # UDP tracker URL -> the announces waiting for its next batch (_together)
+        self._forming: dict[str, list] = {}
+        self.batches = 0  # batches of announces made together (figures for tests and the benchmark)
 
     def announce(self, url: str, info_hash_hex: str, deadline: float | None = None) -> SourceResult:
         """Peers of ``info_hash_hex`` from the tracker at ``url``.
@@ -164,7 +179,7 @@ class Trackers:
         scheme = _parts(url)[0]
         try:
             if scheme == "udp":
-                result = self._udp(url, info_hash, configured, deadline)
+                return self._together(url, info_hash, deadline)
             elif scheme in ("http", "https"):
                 result = self._http(url, info_hash, configured, deadline)
             else:
@@ -198,11 +213,12 @@ class Trackers:
         """``announce`` of each of ``info_hash_hexes`` to ``url``, together; the results in order.
 
         A UDP tracker is asked from this greenlet, every announce in flight at
-        once and then every withdrawal (``UdpTrackerClient.announce_many``):
-        one greenlet per batch rather than one per torrent, which is what
-        kept the tracker layer's cost per announce from growing with the
-        number of greenlets (docs/sources.md, "Benchmark"). Other schemes are
-        asked one torrent per greenlet. Raises only ``StoreError``.
+        once, each followed by its withdrawal as soon as it answered
+        (``UdpTrackerClient.announce_many``): one greenlet per batch rather
+        than one per torrent, which is what kept the tracker layer's cost per
+        announce from growing with the number of greenlets (docs/sources.md,
+        "Benchmark"). Other schemes are asked one torrent per greenlet.
+        Raises only ``StoreError``.
         """
         if deadline is None:
             deadline = time.monotonic() + self.settings.visit_deadline
@@ -210,69 +226,113 @@ class Trackers:
             jobs = [gevent.spawn(self.announce, url, h, deadline) for h in info_hash_hexes]
             gevent.joinall(jobs, raise_error=True)
             return [j.value for j in jobs]
+        results: list = [None] * len(info_hash_hexes)
+
+        def deliver(i: int, result: SourceResult) -> None:
+            results[i] = result
+
+        self._udp_many(url, [bytes.fromhex(h) for h in info_hash_hexes], deadline, deliver)
+        return results
+
+    def _together(self, url: str, info_hash: bytes, deadline: float) -> SourceResult:
+        """``announce`` of one torrent to the UDP tracker at ``url``, in the batch of every
+        announce to ``url`` asked meanwhile (module note, "Announces together")."""
+        forming = self._forming.get(url)
+        if forming is None:
+            forming = self._forming[url] = []
+            gevent.spawn(self._announce_forming, url)
+        done = AsyncResult()
+        forming.append((info_hash, deadline, done))
+        return done.get()
+
+    def _announce_forming(self, url: str) -> None:
+        """Announce the batch formed for ``url``; each caller gets its result as soon as it is final."""
+        batch = self._forming.pop(url)
+        self.batches += 1
+
+        def deliver(i: int, result: SourceResult) -> None:
+            batch[i][2].set(result)
+
+        try:
+            self._udp_many(url, [b[0] for b in batch], min(b[1] for b in batch), deliver)
+        except BaseException as e:
+            for *_, done in batch:
+                if not done.ready():
+                    done.set_exception(e if isinstance(e, StoreError) else StoreError(f"announcing stopped: {e!r}"))
+            if not isinstance(e, Exception):
+                raise
+
+    def _udp_many(self, url: str, hashes: list[bytes], deadline: float, deliver) -> None:
+        """``_udp``'s exchanges for a batch: ``deliver(i, result)`` for each hash as soon as its
+        result is final (its announce answered and its withdrawal ended, or it failed).
+
+        Raises only ``StoreError``; every hash not yet delivered gets the failure.
+        """
         configured = self.settings.tracker_max_peers(url)
-        _, host, port, _ = _parts(url)
+        delivered: set[int] = set()
+
+        def final(i: int, result: SourceResult) -> None:
+            delivered.add(i)
+            deliver(i, result)
+
+        def fail_the_rest(result: SourceResult) -> None:
+            for i in range(len(hashes)):
+                if i not in delivered:
+                    final(i, result)
+
+        _, host, port, netloc = _parts(url)
         if not host or not port:
-            return [self._failed(url, "UDP tracker URL lacks a host or port", configured)] * len(info_hash_hexes)
+            return fail_the_rest(self._failed(url, "UDP tracker URL lacks a host or port", configured))
         until = self.health.backing_off_until(url)
         if until is not None:
-            failed = self._failed(url, f"tracker backing off for {until - time.time():.0f} s more", configured)
-            return [failed] * len(info_hash_hexes)
-        hashes = [bytes.fromhex(h) for h in info_hash_hexes]
+            return fail_the_rest(
+                self._failed(url, f"tracker backing off for {until - time.time():.0f} s more", configured))
         try:
-            replies, stopped = self._udp_many(url, hashes, configured, deadline)
+            self._udp_exchanges(url, host, port, netloc, hashes, configured, deadline, final)
         except StoreError:
             raise
         except Exception as e:  # noqa: BLE001 - as in announce: the tracker's (or its name's) failure
-            return [self._fault(url, e, configured) for _ in hashes]
-        asked = configured + 1
-        return [self._fault(url, r, configured) if isinstance(r, Exception) else
-                self._result(url, h, configured, asked, r.peers, r.cut, r.seeders, r.leechers, stopped.get(i),
-                             float(r.interval), None, None)
-                for i, (h, r) in enumerate(zip(hashes, replies))]
+            fail_the_rest(self._fault(url, e, configured))
 
-    def _udp_many(self, url: str, hashes: list[bytes], configured: int, deadline: float) -> tuple[list, dict]:
-        """``_udp``'s exchanges for a batch: per hash its announce reply or exception, and per
-        answered hash (by position) its withdrawal's (seeders, leechers)."""
-        _, host, port, netloc = _parts(url)
+    def _udp_exchanges(self, url: str, host: str, port: int, netloc: str, hashes: list[bytes], configured: int,
+                       deadline: float, final) -> None:
+        """Announce ``hashes`` to each address of the tracker in turn (only silence moves a
+        torrent on to the next, as in _udp), each answer followed by its withdrawal within
+        the stop timeout; ``final(i, result)`` as each hash's result is known."""
         targets = self._targets(host, port, f"tracker {redact.url(f'udp://{netloc}')}")
-        common = {"peer_id": self.peer_id, "port": self.port, "num_want": configured + 1, "key": self.key}
-        out: list = [None] * len(hashes)
+        asked = configured + 1  # the tracker may list us in its reply
+        common = {"peer_id": self.peer_id, "port": self.port, "num_want": asked, "key": self.key}
         silent: dict[int, list[str]] = {i: [] for i in range(len(hashes))}
-        at: dict[tuple, list[int]] = {}  # (family, address) -> the hashes it answered
         todo = list(range(len(hashes)))
         for k, (family, addr) in enumerate(targets):
-            # Only silence moves a torrent on to the next address, as in _udp.
+            last = k == len(targets) - 1
+
+            def done(j: int, answer, withdrawn, idx=todo, last=last, family=family, addr=addr) -> None:
+                i = idx[j]
+                if isinstance(answer, TrackerTimeout):
+                    silent[i].append(str(answer))
+                    if not last:
+                        return  # the next address is asked
+                    why = silent[i]
+                    answer = TrackerTimeout(why[0] if len(why) == 1 else
+                                            f"none of its {len(why)} addresses answered: " + "; ".join(why))
+                elif len(targets) > 1:
+                    self._good[("udp", host, port)] = (family, addr)
+                if isinstance(answer, Exception):
+                    final(i, self._fault(url, answer, configured))
+                else:
+                    final(i, self._result(url, hashes[i], configured, asked, answer.peers, answer.cut,
+                                          answer.seeders, answer.leechers, withdrawn, float(answer.interval),
+                                          None, None))
+
             replies = self.udp.announce_many(
                 addr, family, [hashes[i] for i in todo],
                 deadline=share_of_time(deadline, time.monotonic(), len(targets) - k),
-                event=udp_codec.EVENT_STARTED, limit=self.settings.source_peers_bound(configured), **common)
-            still = []
-            for i, r in zip(todo, replies):
-                if isinstance(r, TrackerTimeout):
-                    silent[i].append(str(r))
-                    still.append(i)
-                else:
-                    out[i] = r
-                    if not isinstance(r, Exception):
-                        at.setdefault((family, addr), []).append(i)
-            if len(targets) > 1 and len(still) < len(todo):
-                self._good[("udp", host, port)] = (family, addr)
-            todo = still
+                event=udp_codec.EVENT_STARTED, limit=self.settings.source_peers_bound(configured),
+                withdraw=(self.stop_timeout, deadline), on_done=done, **common)
+            todo = [i for i, r in zip(todo, replies) if isinstance(r, TrackerTimeout)]
             if not todo:
                 break
-        for i in todo:
-            why = silent[i]
-            out[i] = TrackerTimeout(why[0] if len(why) == 1 else
-                                    f"none of its {len(why)} addresses answered: " + "; ".join(why))
-        stopped = {}
-        for (family, addr), idx in at.items():
-            # Best effort, as in _udp: one withdrawal each, within the stop timeout.
-            replies = self.udp.announce_many(
-                addr, family, [hashes[i] for i in idx], deadline=min(deadline, time.monotonic() + self.stop_timeout),
-                event=udp_codec.EVENT_STOPPED, peers=False, **common)
-            stopped.update((i, (r.seeders, r.leechers)) for i, r in zip(idx, replies) if not isinstance(r, Exception))
-        return out, stopped
 
     def _targets(self, host: str, port: int, what: str) -> list:
         """The checked addresses of host:port, the one that answered last first."""
@@ -306,43 +366,6 @@ class Trackers:
             seeders=seeders, leechers=leechers, interval=interval, min_interval=min_interval,
             warning=None if warning is None else redact.text(warning, url), returned=returned,
         )
-
-    def _udp(self, url: str, info_hash: bytes, configured: int, deadline: float) -> SourceResult:
-        _, host, port, netloc = _parts(url)
-        if not host or not port:
-            return self._failed(url, "UDP tracker URL lacks a host or port", configured)
-        targets = self._targets(host, port, f"tracker {redact.url(f'udp://{netloc}')}")
-        asked = configured + 1  # the tracker may list us in its reply
-        limit = self.settings.source_peers_bound(configured)
-        common = {"info_hash": info_hash, "peer_id": self.peer_id, "port": self.port, "num_want": asked,
-                  "key": self.key}
-        timeouts = []
-        for i, (family, addr) in enumerate(targets):
-            # Only silence moves on to the next address: a tracker that
-            # answered (even with an error or garbage) has been reached.
-            try:
-                reply = self.udp.announce(
-                    addr, family, deadline=share_of_time(deadline, time.monotonic(), len(targets) - i),
-                    event=udp_codec.EVENT_STARTED, limit=limit, **common)
-                break
-            except TrackerTimeout as e:
-                timeouts.append(str(e))
-        else:
-            if len(timeouts) == 1:
-                raise TrackerTimeout(timeouts[0])
-            raise TrackerTimeout(f"none of its {len(timeouts)} addresses answered: " + "; ".join(timeouts))
-        if len(targets) > 1:
-            self._good[("udp", host, port)] = (family, addr)
-        stopped = None
-        try:
-            stop_deadline = min(deadline, time.monotonic() + self.stop_timeout)
-            s = self.udp.announce(addr, family, deadline=stop_deadline, event=udp_codec.EVENT_STOPPED, peers=False,
-                                 **common)
-            stopped = (s.seeders, s.leechers)
-        except Exception:  # noqa: BLE001 - the withdrawal is best effort; the answer stands
-            pass
-        return self._result(url, info_hash, configured, asked, reply.peers, reply.cut, reply.seeders, reply.leechers,
-                            stopped, float(reply.interval), None, None)
 
     def _http(self, url: str, info_hash: bytes, configured: int, deadline: float) -> SourceResult:
         s = self.settings

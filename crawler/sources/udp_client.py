@@ -264,6 +264,8 @@ class UdpTrackerClient:
         key: int = 0,
         peers: bool = True,
         limit: int | None = None,
+        withdraw: tuple[float, float] | None = None,
+        on_done=None,
     ) -> list:
         """``announce`` of each of ``info_hashes`` to ``addr``, all in flight at once, from this greenlet.
 
@@ -274,6 +276,13 @@ class UdpTrackerClient:
         ``timeout`` seconds like ``announce``'s, never past ``deadline``. An
         error reply to a request sent on a cached connection id drops the id
         and sends that request again once on a fresh one, as ``announce`` does.
+
+        ``withdraw=(seconds, until)``: each announce that answered is followed
+        at once by its withdrawal (event stopped, counts only, one try of at
+        most ``seconds``, never past ``until``). ``on_done(j, answer,
+        withdrawn)`` is called as soon as hash ``j`` has its final answer
+        (``withdrawn``: the withdrawal's (seeders, leechers), or None), so a
+        caller hands each torrent on without waiting for the batch's slowest.
         """
         out: list = [None] * len(info_hashes)
         todo = list(range(len(info_hashes)))
@@ -283,18 +292,26 @@ class UdpTrackerClient:
             except (TrackerTimeout, TrackerRefused, codec.UdpPacketError) as e:
                 for i in todo:
                     out[i] = e
+                    if on_done is not None:
+                        on_done(i, e, None)
                 return out
 
-            def build(i: int, tid: int, cid=cid) -> bytes:
+            def build(i: int, tid: int, stop: bool = False, cid=cid) -> bytes:
                 self.announces_sent += 1
-                return codec.AnnounceRequest(cid, tid, info_hashes[i], peer_id, port, num_want, event, left=left,
-                                             key=key).encode()
+                return codec.AnnounceRequest(cid, tid, info_hashes[i], peer_id, port, num_want,
+                                             codec.EVENT_STOPPED if stop else event, left=left, key=key).encode()
+
+            again = cached and not attempt  # a refusal is answered after one fresh connect
+
+            def done(i: int, batch: _Batch, again=again) -> None:
+                if on_done is not None and not (again and isinstance(out[i], TrackerRefused)):
+                    on_done(i, out[i], batch.withdrawn.get(i))
 
             for i in todo:
                 out[i] = None  # a request sent again answers afresh
-            _Batch(self, addr, family, build, todo, deadline, peers, limit).run(out)
+            _Batch(self, addr, family, build, todo, deadline, peers, limit, withdraw, done).run(out)
             refused = [i for i in todo if isinstance(out[i], TrackerRefused)]
-            if not cached or attempt or not refused:
+            if not again or not refused:
                 break
             self._conn.pop(addr, None)
             todo = refused
@@ -360,13 +377,19 @@ class _Batch:
     or the earliest try expires, then sends again what expired (up to
     ``retries`` tries). ``run(out)`` fills ``out[i]`` for each ``i`` of
     ``todo`` with the parsed reply (and entries cut, as a ``cut`` of the
-    reply) or the exception.
+    reply) or the exception. With ``withdraw=(seconds, until)`` an answered
+    announce is followed by its withdrawal (one try; its counts land in
+    ``withdrawn[i]``); ``on_done(i, batch)`` is called once per request, as
+    soon as its answer (and withdrawal) is final.
     """
 
     def __init__(self, client: UdpTrackerClient, addr: tuple, family: int, build, todo: list[int],
-                 deadline: float, peers: bool, limit: int | None):
+                 deadline: float, peers: bool, limit: int | None, withdraw: tuple[float, float] | None = None,
+                 on_done=None):
         self.client, self.addr, self.family, self.build = client, addr, family, build
         self.todo, self.deadline, self.peers, self.limit = todo, deadline, peers, limit
+        self.withdraw, self.on_done = withdraw, on_done
+        self.withdrawn: dict[int, tuple] = {}  # request index -> its withdrawal's (seeders, leechers)
         self.arrived: list[tuple[int, bytes]] = []
         self.event = Event()
 
@@ -377,9 +400,12 @@ class _Batch:
         except OSError as e:
             for i in self.todo:
                 out[i] = TrackerTimeout(f"cannot open a UDP socket for {self.addr[0]}: {e}")
+                self._done(i)
             return
         self.owner: dict[int, int] = {}  # transaction id -> request index
-        self.expiry: dict[int, float] = {}  # request index -> when its try expires
+        self.stop_owner: dict[int, int] = {}  # a withdrawal's transaction id -> request index
+        self.expiry: dict[int, float] = {}  # request index -> when its try (or withdrawal) expires
+        self.stopping: set[int] = set()  # request indexes whose withdrawal is under way
         self.tries = dict.fromkeys(self.todo, 0)
         try:
             for i in self.todo:
@@ -395,50 +421,85 @@ class _Batch:
             for i in self.todo:
                 if out[i] is None:
                     out[i] = TrackerTimeout(f"no announce reply from {self.addr[0]}:{self.addr[1]} in time")
+                    self._done(i)
         finally:
-            for tid in self.owner:
+            for tid in (*self.owner, *self.stop_owner):
                 self.client._pending.pop(tid, None)
 
-    def _send(self, i: int, out: list) -> None:
-        """Send request ``i`` (again) on a new transaction id; a send error is its answer."""
+    def _done(self, i: int) -> None:
+        if self.on_done is not None:
+            self.on_done(i, self)
+
+    def _send(self, i: int, out: list, stop: bool = False) -> None:
+        """Send request ``i`` (again), or its withdrawal, on a new transaction id; a send error
+        is the request's answer (a withdrawal's only ends it)."""
         c = self.client
         tid = c._new_tid()
         c._pending[tid] = (self.addr[:2], codec.ANNOUNCE, _Arrival(self, tid))
-        self.owner[tid] = i
-        self.tries[i] += 1
-        self.expiry[i] = min(time.monotonic() + c.timeout, self.deadline)
+        if stop:
+            self.stop_owner[tid] = i
+            self.stopping.add(i)
+            self.expiry[i] = min(time.monotonic() + self.withdraw[0], self.withdraw[1])
+        else:
+            self.owner[tid] = i
+            self.tries[i] += 1
+            self.expiry[i] = min(time.monotonic() + c.timeout, self.deadline)
         try:
-            self.sock.sendto(self.build(i, tid), self.addr)
+            self.sock.sendto(self.build(i, tid, stop), self.addr)
         except OSError as e:
-            out[i] = TrackerTimeout(f"cannot send to {self.addr[0]}:{self.addr[1]}: {e}")
             del self.expiry[i]
+            if not stop:
+                out[i] = TrackerTimeout(f"cannot send to {self.addr[0]}:{self.addr[1]}: {e}")
+            self.stopping.discard(i)
+            self._done(i)
 
     def _collect(self, out: list) -> None:
         """Parse the datagrams the reader handed over into their requests' answers."""
         arrived, self.arrived = self.arrived, []
         for tid, data in arrived:
-            i = self.owner.pop(tid, None)
             self.client._pending.pop(tid, None)
-            if i is not None and i in self.expiry:
-                del self.expiry[i]
-                out[i] = self._parse(data)
+            i = self.stop_owner.pop(tid, None)
+            if i is not None:
+                if i in self.stopping:
+                    self.stopping.discard(i)
+                    del self.expiry[i]
+                    r = self._parse(data, False)
+                    if isinstance(r, codec.AnnounceReply):
+                        self.withdrawn[i] = (r.seeders, r.leechers)
+                    self._done(i)
+                continue
+            i = self.owner.pop(tid, None)
+            if i is None or i not in self.expiry or i in self.stopping:
+                continue  # a late reply to an earlier try of an answered request
+            del self.expiry[i]
+            out[i] = self._parse(data, self.peers)
+            if self.withdraw is not None and not isinstance(out[i], Exception) \
+                    and time.monotonic() < self.withdraw[1]:
+                self._send(i, out, stop=True)
+            else:
+                self._done(i)
 
     def _expire(self, out: list) -> None:
-        """Send again each request whose try expired, or give it its timeout once out of tries or time."""
+        """Send again each request whose try expired, or give it its timeout once out of tries or
+        time; an expired withdrawal just ends (best effort)."""
         now = time.monotonic()
         for i in [i for i, t in self.expiry.items() if t <= now]:
             del self.expiry[i]
-            if self.tries[i] < self.client.retries and now < self.deadline:
+            if i in self.stopping:
+                self.stopping.discard(i)
+                self._done(i)
+            elif self.tries[i] < self.client.retries and now < self.deadline:
                 self._send(i, out)
             else:
                 out[i] = TrackerTimeout(f"no announce reply from {self.addr[0]}:{self.addr[1]} after "
                                         f"{self.tries[i]} tries")
+                self._done(i)
 
-    def _parse(self, data: bytes):
+    def _parse(self, data: bytes, peers: bool):
         """One datagram as ``_request`` parses it: the reply (its ``cut`` set), or the exception."""
         try:
-            data, cut = _cut(data, self.family, self.limit) if self.peers and self.limit is not None else (data, 0)
-            reply = codec.parse_reply(data, self.family, self.peers)
+            data, cut = _cut(data, self.family, self.limit) if peers and self.limit is not None else (data, 0)
+            reply = codec.parse_reply(data, self.family, peers)
         except codec.UdpPacketError as e:
             return e
         if isinstance(reply, codec.ErrorReply):
