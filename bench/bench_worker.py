@@ -254,7 +254,7 @@ def run_worker(s: Settings, client, hashes: list[str], concurrency, split: int |
     round trips (heartbeat, flusher, sweep, autoscaler) count: they are part
     of a worker.
     """
-    from workers.process import Process
+    from workers.process import Process, tune_gc
 
     keys = Keys(s.namespace)
     Queue(client, keys, s).add([NewItem(h) for h in hashes])
@@ -277,6 +277,7 @@ def run_worker(s: Settings, client, hashes: list[str], concurrency, split: int |
 
     p = Process(s, _CLIENTS["wc"], keys, concurrency=concurrency, until_idle=kw.pop("until_idle", True),
                 on_visit=on_visit, **kw)
+    tune_gc()  # as the worker command does
     box[:] = [p, None]
     start = Marks(client)
     LABEL[0] = True

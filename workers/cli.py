@@ -69,11 +69,12 @@ def worker(concurrency, max_visits, until_idle, duration) -> None:
 
     ctx = open_context(records=True)
     # Imported after logging is configured: logs.get binds at import time.
-    from workers.process import Process
+    from workers.process import Process, tune_gc
 
     size = None if c == "auto" else (c or ctx.settings.concurrency)
     proc = Process(ctx.settings, _client(ctx, size), ctx.keys, concurrency=size, max_visits=max_visits,
                    until_idle=until_idle, duration=duration)
+    tune_gc()
     raise SystemExit(proc.run())
 
 
@@ -99,7 +100,7 @@ def run(items, concurrency, max_visits, until_idle, duration, dashboard_host, da
     from crawler.cli.context import open_context
 
     ctx = open_context(records=True)
-    from workers.process import Process
+    from workers.process import Process, tune_gc
     from workers.progress import Progress, add_items
 
     bad = add_items(ctx, items)
@@ -108,6 +109,7 @@ def run(items, concurrency, max_visits, until_idle, duration, dashboard_host, da
     server = None if no_dashboard else _dashboard(ctx, dashboard_host, dashboard_port)
     proc = Process(ctx.settings, _client(ctx, size), ctx.keys, concurrency=size, max_visits=max_visits,
                    until_idle=until_idle, duration=duration, on_visit=progress.visit)
+    tune_gc()
     try:
         with progress:
             code = proc.run()
