@@ -205,3 +205,18 @@ def test_complete_and_claim_reloads_the_scripts_a_restarted_redis_forgot(setting
     (state, score), nxt = q.complete_and_claim(lease, Outcome.FULL, 1)
     assert (state, score) == ("cooling", 1.2) and len(nxt) == 1
     assert view.torrent(lease.info_hash)["visits"] == 1
+
+
+def test_a_worker_process_collects_garbage_less_often_and_leaves_its_start_up_heap_alone():
+    import gc
+
+    from workers.process import GC_FIRST_GENERATION, tune_gc
+
+    before = gc.get_threshold()
+    try:
+        tune_gc()
+        assert gc.get_threshold() == (GC_FIRST_GENERATION, *before[1:])
+        assert gc.get_freeze_count() > 1000  # modules, classes, settings: out of every later collection
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)

@@ -25,7 +25,6 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from crawler import logs
 from crawler.sources import redact
-from crawler.sources.health import REFUSAL
 
 log = logs.get("worker.metrics")
 
@@ -69,40 +68,28 @@ class WorkerMetrics:
 
 def instrument(process, metrics: WorkerMetrics) -> None:
     """Wrap ``process``'s recorder, queue, trackers and DHT so they feed ``metrics``."""
-    rec = process.recorder
+    # the visits' recording path: each visit's wait for its batch's recording
+    rec = process.batcher
     rec.record_visit = _timed(metrics.recording, rec.record_visit)
     q = process.queue
     q.claim = _timed(metrics.claiming.labels("claim"), q.claim)
-    q.complete_and_claim = _timed(metrics.claiming.labels("complete_and_claim"), q.complete_and_claim)
     tr = process.trackers
-    announce, record = tr.announce, tr.health.record
-    last: dict = {}  # greenlet -> the announce's outcome as health saw it (ANSWER, REFUSAL, FAILURE)
-
-    @wraps(record)
-    def health_record(url, outcome, *args, **kwargs):
-        import gevent
-
-        last[gevent.getcurrent()] = outcome
-        return record(url, outcome, *args, **kwargs)
+    announce = tr.announce
 
     @wraps(announce)
     def counted_announce(url, *args, **kwargs):
-        import gevent
-
-        me = gevent.getcurrent()
-        last.pop(me, None)
         result = announce(url, *args, **kwargs)
-        seen = last.pop(me, None)
         if result.ok:
             outcome = "answered"
-        elif seen is None:
-            outcome = "backing_off" if (result.error or "").startswith("tracker backing off") else "failed"
+        elif result.refused:
+            outcome = "refused"
+        elif (result.error or "").startswith("tracker backing off"):
+            outcome = "backing_off"
         else:
-            outcome = "refused" if seen == REFUSAL else "failed"
+            outcome = "failed"
         metrics.announces.labels(redact.url(url), outcome).inc()
         return result
 
-    tr.health.record = health_record
     tr.announce = counted_announce
     if process.dht is not None:
         lookup = process.dht.lookup

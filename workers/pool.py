@@ -101,6 +101,7 @@ class Worker:
         self.health = Health(self.settings.outage_after)
         self.on_visit = on_visit
         self.stopping = Event()  # stop claiming
+        self.stop_asked = False  # stop() was called: a torrent claimed from now on is handed back
         self.signalled = False
         self._signal_at = 0.0
         self._wake = Event()  # a slot came free or the target changed: the claim loop looks again
@@ -116,6 +117,7 @@ class Worker:
             self.signalled = True
             self._signal_at = time.monotonic()
             log.info("worker_stopping", signal=signal.Signals(signum).name, in_flight=self.slots.running)
+        self.stop_asked = True
         self.stopping.set()
         self._wake.set()
 
@@ -210,8 +212,10 @@ class Worker:
                 v, nxt = done
                 self.slots.answered(me, nxt)
                 current = nxt[0] if nxt else None
-                if current is not None and self.stopping.is_set():
-                    self._hand_back(current)  # claimed just as the stop came
+                if current is not None and self.stop_asked:
+                    # claimed just as the stop came; a claim reserved before a normal end
+                    # (--max-visits, --duration) is visited: it counted against the limit
+                    self._hand_back(current)
                     current = None
                 self._noted(v)
         finally:

@@ -14,17 +14,19 @@ all under one deadline. Then, in this order:
 3. otherwise the peers are recorded (§4) *before* the completion, so a crash
    between the two leaves a lease that expires and a retry that counts only
    what was not yet counted; the score is then applied once (§2) by
-   ``Queue.complete``, or by ``Queue.complete_and_claim`` when the pool wants
-   the greenlet's next torrent: completion and claim in one round trip.
+   ``Queue.complete``, and when the pool wants the greenlet's next torrent it
+   is claimed with the other runners' next claims (``workers.claims``).
 
 A torrent whose trackers are all still inside their min interval and that
 has no DHT is not announced at all: ``Queue.defer`` puts it back to cooling
 until the first of them may be asked again (``Visit.skipped``), which is
 neither a visit nor a failure.
 
-Round trips of a visit: the plan, one per recording pipeline, the
-completion (with the next claim), and ``torrents.processed`` once per
-torrent and hour (skipped for a revisit inside the hour).
+Redis steps of a visit: the plan, the recording (its batch's probe and
+record calls), the completion, the next claim (one claim for the runners
+asking together) and ``torrents.processed`` once per torrent and hour
+(skipped for a revisit inside the hour); each shares its round trip with
+other visits' steps (``crawler.lua.coalesce``).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from crawler.scoring import SourceCount, outcome
 from crawler.settings import Settings
 from crawler.sources import redact
 from crawler.sources.result import SourceResult, VisitResult
+from workers.claims import Claims
 
 log = logs.get("worker.visit")
 
@@ -76,8 +79,9 @@ class Visitor:
     ``crawler.counters.batcher.Batcher`` around it (recordings made together).
     ``settings.tracker_floor``: seconds a tracker is left alone for a torrent
     when it gave no min interval. ``outage``: the process's ``Outage``
-    (default: the one of ``queue.client``). ``visit`` raises only
-    ``StoreError`` (Redis).
+    (default: the one of ``queue.client``). ``claims``: where the next
+    torrents are claimed (default: a ``Claims`` of ``queue``, shared by every
+    greenlet of the process). ``visit`` raises only ``StoreError`` (Redis).
 
     Each Redis step of a visit waits for a Redis that went away, inside the
     client (``crawler.outage``), for up to ``PEERCRAWL_REDIS_WAIT_SECONDS``;
@@ -88,9 +92,10 @@ class Visitor:
     """
 
     def __init__(self, queue: Queue, keys: Keys, settings: Settings, trackers, recorder, dht=None,
-                 outage: Outage | None = None):
+                 outage: Outage | None = None, claims: Claims | None = None):
         self.queue, self.keys, self.settings = queue, keys, settings
         self.outage = outage or store.outage(queue.client) or Outage(patience=settings.redis_wait_seconds)
+        self.claims = claims or Claims(queue, self.outage)
         self.trackers, self.recorder, self.dht = trackers, recorder, dht
         self._defaults = tuple(t.url for t in settings.trackers)
         self._hour, self._noted = -1, set()
@@ -157,8 +162,8 @@ class Visitor:
         """Visit ``lease``'s torrent, settle it, and claim ``claim()`` more torrents.
 
         ``claim`` is asked once, when the visit settles (so a stop requested
-        meanwhile is seen); the completion and the claim then share one round
-        trip (``Queue.complete_and_claim``). Returns the visit and the new leases.
+        meanwhile is seen); the claim is made with the other runners' after the
+        completion (``workers.claims``). Returns the visit and the new leases.
         """
         h = lease.info_hash
         s = self.settings
@@ -199,26 +204,13 @@ class Visitor:
         self._processed(h, now)
         seeders, leechers = vr.seeders, vr.leechers
         n = claim() if claim is not None else 0
-        if n > 0:
-            (state, score), leases = self.queue.complete_and_claim(
-                lease, o, n, peers=len(ips), seeders=seeders, leechers=leechers, due=due, now=now)
-        else:
-            state, score = self.queue.complete(lease, o, peers=len(ips), seeders=seeders, leechers=leechers,
-                                               due=due, now=now)
-            leases = []
-        return Visit(h, state, score, len(ips), new, len(answered), len(results)), leases
+        state, score = self.queue.complete(lease, o, peers=len(ips), seeders=seeders, leechers=leechers,
+                                           due=due, now=now)
+        return Visit(h, state, score, len(ips), new, len(answered), len(results)), self.claims.claim(n)
 
     def _claim(self, claim: Callable[[], int] | None) -> list[Lease]:
         """The next leases after a visit that did not complete (failed or skipped)."""
-        n = claim() if claim is not None else 0
-        if n <= 0:
-            return []
-        try:
-            return self.queue.claim(n)
-        except StoreError as e:  # the worker's claim loop tries again
-            if not self.outage.failed(e, "claim"):
-                log.warning("claim_failed", error=str(e))
-            return []
+        return self.claims.claim(claim() if claim is not None else 0)
 
     def _processed(self, h: str, now: float) -> None:
         """``Recorder.visited`` once per torrent and clock hour from this process.

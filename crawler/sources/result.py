@@ -31,6 +31,8 @@ class SourceResult:
     # the announcer); None: len(peers). A tracker that filled its numwant is
     # full even though one of the entries was us.
     returned: int | None = None
+    # The failure was the tracker's error reply (a refusal: alive, never backs off).
+    refused: bool = False
 
     @property
     def full(self) -> bool:

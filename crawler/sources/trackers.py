@@ -64,6 +64,7 @@ import os
 import random
 import time
 import urllib.parse
+from dataclasses import replace
 from functools import lru_cache
 
 import gevent
@@ -205,7 +206,7 @@ class Trackers:
         if isinstance(e, TrackerRefused):
             message = redact.text(str(e), url)
             self.health.record(url, REFUSAL, message=message)
-            return self._failed(url, message, configured)
+            return replace(self._failed(url, message, configured), refused=True)
         self.health.record(url, FAILURE)
         return self._failed(url, f"{type(e).__name__}: {e}", configured)
 

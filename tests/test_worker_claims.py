@@ -1,0 +1,58 @@
+"""The next claims of many runners made together (workers.claims), on the real Redis."""
+
+from __future__ import annotations
+
+import hashlib
+
+import gevent
+import redis
+
+from crawler.items import NewItem
+from crawler.keys import Keys
+from crawler.lifecycle import Queue
+from tests.namespaces import delete_namespace
+from tests.test_store import private_redis  # noqa: F401 (fixture)
+from workers.claims import Claims
+
+
+def hashes(n: int) -> list[str]:
+    return [hashlib.sha1(f"claims-{i}".encode()).hexdigest() for i in range(n)]
+
+
+def test_runners_asking_together_share_one_claim_and_get_the_best_torrents_in_the_order_asked(
+        client, keys, settings):
+    other = Keys(keys.namespace + "-one")
+    try:
+        q, alone = Queue(client, keys, settings), Queue(client, other, settings.replace(namespace=other.namespace))
+        for queue in (q, alone):
+            queue.add([NewItem(h) for h in hashes(30)])
+        claims = Claims(q)
+        asks = [1, 1, 2, 1, 3, 1]
+        jobs = [gevent.spawn(claims.claim, n) for n in asks]
+        gevent.joinall(jobs, raise_error=True)
+        assert claims.batches == 1 and claims.asked == len(asks)
+        got = [lease.info_hash for j in jobs for lease in j.value]
+        assert [len(j.value) for j in jobs] == asks
+        # exactly what one claim of their sum takes, in the order asked
+        assert got == [lease.info_hash for lease in alone.claim(sum(asks))]
+        # fewer ready than asked: the first askers are served, the last get none
+        jobs = [gevent.spawn(claims.claim, 10) for _ in range(3)]
+        gevent.joinall(jobs, raise_error=True)
+        assert [len(j.value) for j in jobs] == [10, 10, 30 - sum(asks) - 20]
+        assert claims.claim(0) == [] and claims.claim(1) == []
+    finally:
+        delete_namespace(client, other.namespace)
+
+
+def test_a_claim_that_fails_answers_no_torrent_and_the_next_one_works(keys, settings, private_redis):  # noqa: F811
+    url, admin = private_redis
+    client = redis.Redis.from_url(url, socket_timeout=0.3, retry=None)
+    q = Queue(client, keys, settings)
+    q.add([NewItem(h) for h in hashes(5)])
+    claims = Claims(q)
+    admin.execute_command("CLIENT", "PAUSE", 1500, "WRITE")  # Redis stops answering writes for 1.5 s
+    jobs = [gevent.spawn(claims.claim, 1) for _ in range(4)]
+    gevent.joinall(jobs, raise_error=True)
+    assert [j.value for j in jobs] == [[]] * 4 and not claims._sending
+    gevent.sleep(1.6)
+    assert len(claims.claim(5)) == 5
