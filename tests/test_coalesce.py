@@ -35,9 +35,9 @@ def test_greenlets_share_round_trips_and_each_gets_its_own_replies(coalesced, ke
     jobs = [gevent.spawn(caller, i) for i in range(50)]
     gevent.joinall(jobs, raise_error=True)
     assert [j.value for j in jobs] == [[i, i + 1000] for i in range(50)]
-    assert co.calls == 100
+    assert co.units == 100
     # the first caller went alone; everyone queued behind it shared the next trips
-    assert co.round_trips <= 5, co.round_trips
+    assert co.batches <= 5, co.batches
     assert [int(client.get(x)) for x in k] == [i + 1000 for i in range(50)]
 
 
@@ -51,8 +51,8 @@ def test_a_round_trip_is_never_larger_than_max_calls_but_a_large_request_goes_wh
     gevent.joinall(jobs, raise_error=True)
     assert int(client.get(k)) == 18
     # 8 lone calls of at most 4 per trip, and the request of 10 alone: at least 2 + 1 trips
-    assert co.round_trips >= 3
-    assert co.calls == 18
+    assert co.batches >= 3
+    assert co.units == 18
 
 
 def test_an_error_reply_fails_its_own_caller_only(coalesced, keys):
@@ -83,7 +83,7 @@ def test_a_failed_round_trip_fails_every_caller_in_it_and_the_next_trip_works(re
     jobs = [gevent.spawn(lua.run_pipelined, dead, [(incr, [keys.scratch("co", "d")], [1])]) for _ in range(5)]
     gevent.joinall(jobs)
     assert all(isinstance(j.exception, redis.ConnectionError) for j in jobs)
-    assert co.round_trips >= 1 and co._senders == 0 and not co._queue
+    assert co.batches >= 1 and not co.busy
 
 
 def test_calls_inside_once_go_at_once_in_their_own_greenlet(coalesced, keys):
@@ -91,7 +91,7 @@ def test_calls_inside_once_go_at_once_in_their_own_greenlet(coalesced, keys):
     incr = client.register_script(SLOW)
     with once():
         assert lua.run_pipelined(client, [(incr, [keys.scratch("co", "o")], [3])]) == [3]
-    assert co.round_trips == 0
+    assert co.batches == 0
 
 
 def test_a_killed_caller_does_not_stop_the_others(coalesced, keys):
@@ -127,6 +127,6 @@ def test_calls_queued_behind_a_failed_round_trip_fail_with_it(keys):
         rest = [gevent.spawn(lua.run_pipelined, c, call) for _ in range(7)]
         gevent.joinall([first, *rest], timeout=5)
         assert all(isinstance(j.exception, redis.TimeoutError) for j in [first, *rest])
-        assert co.round_trips == 1
+        assert co.batches == 1
     finally:
         mute.stop()

@@ -49,7 +49,7 @@ def test_visits_of_many_greenlets_are_recorded_in_few_batches_as_one_by_one(clie
             gevent.joinall(jobs, raise_error=True)
             assert [j.value for j in jobs] == expected
             assert sum(expected) > 0 or round_ == 1
-        assert batcher.visits == 3 * len(TORRENTS)
+        assert batcher.units == 3 * len(TORRENTS)
         # the first visit went alone; the others queued behind it and shared batches
         assert batcher.batches <= 3 * 4, batcher.batches
         assert every_ranking(client, together, 50) == every_ranking(client, one, 50)
@@ -76,7 +76,7 @@ def test_redis_failing_fails_every_visit_of_the_batch_and_the_next_batch_works(c
     jobs = [gevent.spawn(batcher.record_visit, h, POOL[:5], T0) for h in TORRENTS[:6]]
     gevent.joinall(jobs)
     assert all(isinstance(j.exception, StoreError) for j in jobs), [j.exception for j in jobs]
-    assert batcher._senders == 0 and not batcher._queue
+    assert not batcher.busy
     rec.client = client  # back: the visits are retried and count once
     jobs = [gevent.spawn(batcher.record_visit, h, POOL[:5], T0) for h in TORRENTS[:6]]
     gevent.joinall(jobs, raise_error=True)
@@ -96,7 +96,7 @@ def test_a_batch_stopped_mid_way_fails_its_visits_and_the_next_ones_are_recorded
     sender[0].kill()
     gevent.joinall(jobs, timeout=5)
     assert all(isinstance(j.exception, StoreError) for j in jobs), [j.exception for j in jobs]
-    assert batcher._senders == 0
+    assert not batcher.busy
     assert batcher.record_visit(TORRENTS[0], POOL[:5], T0) == 5  # nothing was recorded: all 5 are new
 
 

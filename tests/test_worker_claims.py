@@ -30,7 +30,7 @@ def test_runners_asking_together_share_one_claim_and_get_the_best_torrents_in_th
         asks = [1, 1, 2, 1, 3, 1]
         jobs = [gevent.spawn(claims.claim, n) for n in asks]
         gevent.joinall(jobs, raise_error=True)
-        assert claims.batches == 1 and claims.asked == len(asks)
+        assert claims.batches == 1 and claims.units == sum(asks)
         got = [lease.info_hash for j in jobs for lease in j.value]
         assert [len(j.value) for j in jobs] == asks
         # exactly what one claim of their sum takes, in the order asked
@@ -53,6 +53,6 @@ def test_a_claim_that_fails_answers_no_torrent_and_the_next_one_works(keys, sett
     admin.execute_command("CLIENT", "PAUSE", 1500, "WRITE")  # Redis stops answering writes for 1.5 s
     jobs = [gevent.spawn(claims.claim, 1) for _ in range(4)]
     gevent.joinall(jobs, raise_error=True)
-    assert [j.value for j in jobs] == [[]] * 4 and not claims._sending
+    assert [j.value for j in jobs] == [[]] * 4 and not claims.busy
     gevent.sleep(1.6)
     assert len(claims.claim(5)) == 5

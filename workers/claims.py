@@ -17,79 +17,47 @@ reservations are given back, as when the queue is empty). A claim that
 fails (Redis away past its patience) answers no torrent to every asker of
 that batch: the claim loop claims again once Redis is back. A runner killed
 while waiting (a worker's drain) may leave a torrent claimed for it: its
-lease expires and the torrent comes back, as when a worker is killed.
+lease expires and the torrent comes back, as when a worker is killed
+(``crawler.group_commit``).
 """
 
 from __future__ import annotations
 
-import gevent
-from gevent.event import AsyncResult
-
 from crawler import logs
 from crawler.errors import StoreError
+from crawler.group_commit import GroupCommit
 from crawler.lifecycle import MAX_CLAIM, Lease, Queue
 
 log = logs.get("worker")
 
 
-class Claims:
+class Claims(GroupCommit):
     """Claims of the greenlets calling ``claim``, made together (module note).
 
     ``queue``: the worker's ``Queue``; ``outage``: the process's ``Outage``
-    (a failed claim is reported to it). Figures: ``batches`` sent and
-    ``asked`` in them.
+    (a failed claim is reported to it). Figures (``GroupCommit``):
+    ``batches``, the claims sent, and ``units``, the torrents asked for.
     """
 
     def __init__(self, queue: Queue, outage=None):
+        super().__init__(self._claim, cap=MAX_CLAIM, size=lambda n: n,
+                         stopped=lambda: StoreError("claiming torrents failed: the claim's greenlet was stopped"))
         self.queue, self.outage = queue, outage
-        self._queue: list[tuple[int, AsyncResult]] = []
-        self._sending = False
-        self.batches = self.asked = 0
 
     def claim(self, n: int) -> list[Lease]:
         """Up to ``n`` leases of the best ready torrents (none when the claim failed)."""
-        if n <= 0:
-            return []
-        done = AsyncResult()
-        self._queue.append((n, done))
-        if not self._sending:
-            self._sending = True
-            gevent.spawn(self._send)
-        return done.get()
+        return self.ask(n) if n > 0 else []
 
-    def _take(self) -> list[tuple[int, AsyncResult]]:
-        """The askers of the next claim: whole requests, at most ``MAX_CLAIM`` torrents (a larger one alone)."""
-        taken, total = [], 0
-        while self._queue and (not taken or total + self._queue[0][0] <= MAX_CLAIM):
-            item = self._queue.pop(0)
-            taken.append(item)
-            total += item[0]
-        return taken
-
-    def _send(self) -> None:
-        taken: list = []
+    def _claim(self, asks: list[int]) -> list[list[Lease]]:
+        """One claim of the sum of ``asks``, handed out in their order."""
         try:
-            while self._queue:
-                taken = self._take()
-                self.batches += 1
-                self.asked += len(taken)
-                try:
-                    leases = self.queue.claim(sum(n for n, _ in taken))
-                except StoreError as e:
-                    if self.outage is None or not self.outage.failed(e, "claim"):
-                        log.warning("claim_failed", error=str(e))
-                    leases = []
-                at = 0
-                for n, done in taken:
-                    done.set(leases[at : at + n])
-                    at += n
-                taken = []
-        finally:
-            self._sending = False
-            # Killed mid-claim (never by the worker; a test may): no runner waits for ever.
-            for _, done in taken:
-                if not done.ready():
-                    done.set([])
-            if self._queue:
-                self._sending = True
-                gevent.spawn(self._send)
+            leases = self.queue.claim(sum(asks))
+        except StoreError as e:
+            if self.outage is None or not self.outage.failed(e, "claim"):
+                log.warning("claim_failed", error=str(e))
+            leases = []
+        out, at = [], 0
+        for n in asks:
+            out.append(leases[at : at + n])
+            at += n
+        return out

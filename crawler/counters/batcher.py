@@ -30,11 +30,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-import gevent
-from gevent.event import AsyncResult
-
 from crawler.counters.names import info_hash_hex
 from crawler.errors import StoreError
+from crawler.group_commit import GroupCommit
 
 # Visits per batch: ~64 x 50 peers is a few ms of Python, after which the
 # greenlets waiting on their replies run.
@@ -44,60 +42,29 @@ MAX_VISITS = 64
 IN_FLIGHT = 2
 
 
-class Batcher:
+class Batcher(GroupCommit):
     """Records the visits of the greenlets calling ``record_visit`` together (module note).
 
     ``recorder``: the process's ``Recorder``; ``max_visits`` and
-    ``in_flight``: see ``MAX_VISITS`` and ``IN_FLIGHT``. Figures:
-    ``batches`` recorded and ``visits`` in them.
+    ``in_flight``: see ``MAX_VISITS`` and ``IN_FLIGHT``. Figures
+    (``GroupCommit``): ``batches`` recorded and ``units``, the visits in them.
     """
 
     def __init__(self, recorder, max_visits: int = MAX_VISITS, in_flight: int = IN_FLIGHT):
+        super().__init__(self._record, cap=max_visits, in_flight=in_flight,
+                         stopped=lambda: StoreError("recording peers failed: the batch's greenlet was stopped"))
         self.recorder = recorder
-        self.max_visits, self.in_flight = max(1, max_visits), max(1, in_flight)
-        self._queue: list[tuple[str, Iterable[str], float, AsyncResult]] = []
-        self._senders = 0
-        self.batches = self.visits = 0
 
     def record_visit(self, info_hash: str, ips: Iterable[str], now: float) -> int:
         """``Recorder.record_visit``, recorded with whatever other visits are handed over meanwhile."""
         h = info_hash_hex(info_hash)
         if not 0 <= int(now) < 1 << 32:
             raise ValueError(f"time {now!r} does not fit a mark (unix seconds, 32 bits)")
-        done = AsyncResult()
-        self._queue.append((h, ips, now, done))
-        if self._senders < self.in_flight:
-            self._senders += 1
-            gevent.spawn(self._send)
-        return done.get()
+        return self.ask((h, ips, now))
 
     def visited(self, info_hash: str, now: float) -> bool:
         """``Recorder.visited`` (one script call, which the client's round trips already share)."""
         return self.recorder.visited(info_hash, now)
 
-    def _send(self) -> None:
-        batch: list = []
-        try:
-            while self._queue:
-                batch, self._queue = self._queue[: self.max_visits], self._queue[self.max_visits :]
-                self.batches += 1
-                self.visits += len(batch)
-                try:
-                    news = self.recorder.record_visits([(h, ips) for h, ips, _, _ in batch],
-                                                       max(now for _, _, now, _ in batch))
-                except Exception as e:  # noqa: BLE001 - each visit raises what it would have alone
-                    for *_, done in batch:
-                        done.set_exception(e)
-                else:
-                    for (*_, done), new in zip(batch, news):
-                        done.set(new)
-                batch = []
-        finally:
-            self._senders -= 1
-            # Killed mid-batch (never by the worker; a test may): no visit waits for ever.
-            for *_, done in batch:
-                if not done.ready():
-                    done.set_exception(StoreError("recording peers failed: the batch's greenlet was stopped"))
-            if self._queue and self._senders < self.in_flight:
-                self._senders += 1
-                gevent.spawn(self._send)
+    def _record(self, visits: list) -> list[int]:
+        return self.recorder.record_visits([(h, ips) for h, ips, _ in visits], max(now for _, _, now in visits))

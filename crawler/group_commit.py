@@ -1,0 +1,103 @@
+"""Requests of many greenlets answered in shared batches (group commit).
+
+Strategy. A greenlet calls ``ask(request)`` and parks. A sender greenlet
+takes every request queued meanwhile (whole requests, at most ``cap`` units
+of ``size``; a larger request goes alone), answers them with one
+``serve(requests)`` call, hands each asker its answer, and at once takes
+what queued meanwhile; up to ``in_flight`` senders may each have a batch
+under way. There is no timer: a request waits at most for the batches
+already under way, so a batch is as large as the load makes it (a lone
+request when the process is idle, dozens when it is busy), and nothing
+waits for a batch to fill.
+
+Failures. An exception ``serve`` raises is raised by every asker of that
+batch (with ``fail_queued``, also by every request queued meanwhile: they
+waited through the same failure). A sender killed mid-batch (never in a
+worker; a test may) raises ``stopped()`` in its askers, so nobody waits
+for ever. An asker killed while waiting does not take its request back: it
+may still be served, as a kill after the send would have had it.
+
+Used for the worker's script calls (``crawler.lua.coalesce``), its visits'
+recordings (``crawler.counters.batcher``) and its runners' next claims
+(``workers.claims``).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+
+import gevent
+from gevent.event import AsyncResult
+
+
+class GroupCommit:
+    """Serves the requests of the greenlets calling ``ask`` in shared batches (module note).
+
+    ``serve(requests) -> answers`` (one per request, in order); ``cap``:
+    units per batch, ``size(request)`` units each (default 1);
+    ``in_flight``: batches under way at once; ``fail_queued``: a failed batch
+    fails the requests queued meanwhile too; ``stopped()``: the exception
+    for askers whose sender was killed. Figures: ``batches`` served and
+    ``units`` in them.
+    """
+
+    def __init__(self, serve: Callable[[list], list], *, cap: int, in_flight: int = 1,
+                 size: Callable[[object], int] | None = None, fail_queued: bool = False,
+                 stopped: Callable[[], BaseException]):
+        self.serve, self.size, self.stopped = serve, size or (lambda _: 1), stopped
+        self.cap, self.in_flight, self.fail_queued = max(1, cap), max(1, in_flight), fail_queued
+        self._queue: deque[tuple[object, AsyncResult]] = deque()
+        self._senders = 0
+        self.batches = self.units = 0
+
+    @property
+    def busy(self) -> bool:
+        """A batch is under way or a request waits."""
+        return self._senders > 0 or bool(self._queue)
+
+    def ask(self, request):
+        """The answer to ``request``, served with whatever else is asked meanwhile."""
+        done = AsyncResult()
+        self._queue.append((request, done))
+        if self._senders < self.in_flight:
+            self._senders += 1
+            gevent.spawn(self._send)
+        return done.get()
+
+    def _take(self) -> list[tuple[object, AsyncResult]]:
+        """The next batch: whole requests, at most ``cap`` units (a larger request goes alone)."""
+        taken, n = [], 0
+        q, size = self._queue, self.size
+        while q and (not taken or n + size(q[0][0]) <= self.cap):
+            item = q.popleft()
+            taken.append(item)
+            n += size(item[0])
+        self.units += n
+        return taken
+
+    def _send(self) -> None:
+        taken: list = []
+        try:
+            while self._queue:
+                taken = self._take()
+                self.batches += 1
+                try:
+                    answers = self.serve([r for r, _ in taken])
+                except Exception as e:  # noqa: BLE001 - each asker raises what it would have alone
+                    while self.fail_queued and self._queue:
+                        taken.append(self._queue.popleft())
+                    for _, done in taken:
+                        done.set_exception(e)
+                else:
+                    for (_, done), answer in zip(taken, answers):
+                        done.set(answer)
+                taken = []
+        finally:
+            self._senders -= 1
+            for _, done in taken:
+                if not done.ready():
+                    done.set_exception(self.stopped())
+            if self._queue and self._senders < self.in_flight:
+                self._senders += 1
+                gevent.spawn(self._send)
