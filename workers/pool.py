@@ -1,8 +1,9 @@
 """The worker process: a pool of greenlets over the score queue (SPEC §1, §7).
 
-Strategy. A runner greenlet visits one torrent and, in the same round trip
-that completes it, claims its next one (``Visitor.visit_then_claim``), so a
-busy pool costs no separate claim per visit. A runner stops when the queue
+Strategy. A runner greenlet visits one torrent and, as it completes it,
+claims its next one (``Visitor.visit_then_claim``) together with the other
+runners completing then (``workers.claims``: one claim for all of them), so
+a busy pool costs no claim of its own per visit. A runner stops when the queue
 has nothing ready for it, when the pool is above its target (autoscaling
 shrank it) or when the worker stops. One loop fills the free slots: it
 claims as many torrents as there are missing runners (one ``claim`` round

@@ -1,10 +1,11 @@
 """The pool's slots: which runner holds which lease, and who may claim next.
 
 Strategy. The claim loop fills free slots with new runners; a runner that
-finishes a visit claims its own next torrent in the same round trip as the
-completion. Both count against one budget: ``target`` runners at a time and,
-with ``--max-visits``, ``limit`` claims in all. A runner's next claim is
-reserved (counted in ``claimed``) before its round trip is sent, so two
+finishes a visit claims its own next torrent as it completes it (with the
+other runners then, ``workers.claims``). Both count against one budget:
+``target`` runners at a time and, with ``--max-visits``, ``limit`` claims in
+all. A runner's next claim is reserved (counted in ``claimed``) before it is
+sent, so two
 runners completing together cannot both take the last visit; a reservation
 that brings nothing back is given back. A runner told not to claim again
 (the pool shrank, the limit is reached, the worker stops) is *leaving*: it

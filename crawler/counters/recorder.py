@@ -38,6 +38,13 @@ place call per process per window (at most ``FRESH_PLACES`` pairs are
 remembered). With one shard none of this costs anything: shard 0 is the
 home and one record.lua call does both parts.
 
+Several visits at once (``record_visits``, the worker's ``Batcher``): each
+distinct IP text is parsed and located once, every visit's probes share one
+round trip and every record call the next (with several shards, the place
+calls of the whole batch come first, one per shard). Each call still holds
+one visit's IPs of one shard, so the visits count as if recorded one after
+the other; an IP met at two places in one batch goes in two place calls.
+
 The calls' arguments are built in ``calls`` (a place's part of them in
 ``places``); the locator's read errors are published by ``geo_errors``.
 """

@@ -294,6 +294,8 @@ class Trackers:
             raise
         except Exception as e:  # noqa: BLE001 - as in announce: the tracker's (or its name's) failure
             fail_the_rest(self._fault(url, e, configured))
+        # Every hash is answered above; this guard keeps a caller from waiting for ever if not.
+        fail_the_rest(self._failed(url, "no announce reply within the visit deadline", configured))
 
     def _udp_exchanges(self, url: str, host: str, port: int, netloc: str, hashes: list[bytes], configured: int,
                        deadline: float, final) -> None:
