@@ -134,7 +134,7 @@ batch_visit = st.tuples(
 )
 
 
-@hsettings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@hsettings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(history=st.lists(batch_visit, min_size=1, max_size=8), batch_pairs=st.sampled_from([8, 13, 800]),
        shards=st.sampled_from([1, 3]))
 def test_visits_recorded_together_count_as_one_after_the_other(client, namespace, settings, history, batch_pairs,

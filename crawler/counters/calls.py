@@ -17,6 +17,11 @@ from collections.abc import Callable
 from crawler.counters.names import LIFETIME
 from crawler.counters.places import PlaceInfo
 
+# probe.lua's flag of an IP whose group record is fresh (nothing of it can count)
+FRESH = ord("0")
+# the low 64 bits of an IP's fingerprint: the half XORed into each of its metric fields
+LOW64 = (1 << 64) - 1
+
 
 class ProbeCall:
     """The arguments of one probe.lua call."""

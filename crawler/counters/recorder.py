@@ -14,29 +14,12 @@ bounded time (other clients' commands run between them). A crash between
 batches leaves every finished batch counted and the rest not: a retry counts
 exactly the rest (its pairs' marks are already there).
 
-Shards (SPEC §9): with several counter shards, a visit's torrent metrics
-(``torrents.<h>.*``: the torrent's users, its countries, cities and
-postcodes, and the IPs' group records) live whole in the torrent's shard
-(``keys.shard_of``), and only the place metrics (``countries.*``) are split
-by IP: an IP's place marks and their counts live in the shard of its keyed
-fingerprint (``keys.shard_of_fingerprint``), whose parts ``rollup`` adds up
-into exact totals. Why not split everything by IP: every visit would then
-touch every shard (docs/metrics.md, "Shards", has the measured cost). A
-visit then costs one probe.lua call in the torrent's shard (a revisit of
-known peers ends there), one places.lua call per shard holding some of its
-new IPs (all pipelined), and record.lua's torrent part in the torrent's
-shard, which makes each group record no younger than the IP's place marks
-(places.lua answers their times), so a fresh group record still means
-nothing of the IP can count. Killed between the two round trips, a visit
-has counted its places and not its torrent: the retry finds the place marks
-fresh and counts exactly the rest. A process remembers, per (IP, place),
-the oldest place mark time places.lua answered: until that time is a window
-old, the marks are all fresh and unchanged (a mark is only renewed once
-expired, and only expired marks are swept), so the process skips the IP's
-place call and passes that time on; an IP in many swarms then costs one
-place call per process per window (at most ``FRESH_PLACES`` pairs are
-remembered). With one shard none of this costs anything: shard 0 is the
-home and one record.lua call does both parts.
+Shards (SPEC §9): with several counter shards a torrent's metrics live whole
+in the torrent's shard and only the place metrics are split by IP; the
+probe and record calls above then go to the torrent's shard, after the
+place calls of the IPs' own shards (``split.SplitParts``, whose module note
+tells how and why). With one shard none of that costs anything: shard 0 is
+the home and one record.lua call does both parts.
 
 Several visits at once (``record_visits``, the worker's ``Batcher``): each
 distinct IP text is parsed and located once, every visit's probes share one
@@ -56,7 +39,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 import redis
 
-from crawler.counters.calls import PlaceCall, ProbeCall, RecordBatch, ShardKeys, VisitPart
+from crawler.counters.calls import FRESH, LOW64, ProbeCall, RecordBatch, ShardKeys, VisitPart
 from crawler.counters.geo_errors import GeoErrorTally
 from crawler.counters.marks import (
     DEFAULT_BUCKETS,
@@ -67,6 +50,7 @@ from crawler.counters.marks import (
 from crawler.counters.names import info_hash_hex, month_of
 from crawler.counters.places import PlaceInfo
 from crawler.counters.rollup import Rollup
+from crawler.counters.split import SplitParts
 from crawler.errors import StoreError
 from crawler.keys import Keys, shard_of
 from crawler.lua import Wait, register, run_pipelined
@@ -75,10 +59,6 @@ from crawler.lua import Wait, register, run_pipelined
 DEFAULT_BATCH_PAIRS = 800
 # IPs one probe.lua call looks up (its MGET has at most as many keys).
 PROBE_IPS = 2000
-_FRESH = ord("0")
-# (IP, place) pairs whose place marks a process remembers as fresh (module note);
-# ~100 B each: ~50 MB at most.
-FRESH_PLACES = 500_000
 # Buckets one sweep call examines (~100 fields each): ~1-2 ms of Redis.
 SWEEP_CALL_BUCKETS = 64
 
@@ -126,15 +106,12 @@ class Recorder:
         self._post_torrents = posting and "torrents" in families
         self._post_processed = posting and "torrents.processed" in families
         self._shards = [ShardKeys(k) for k in shards]
-        self._split = len(shards) > 1  # torrent and place metrics in different shards (module note)
-        self.rollup = Rollup(client, keys) if self._split else None
+        self.rollup = Rollup(client, keys) if len(shards) > 1 else None
         self._record = register(client, "record", package=__package__)
-        self._record_places = register(client, "places", package=__package__)
         self._probe_script = register(client, "probe", package=__package__)
         self._sweep = register(client, "sweep", package=__package__)
         self._visited = register(client, "visited", package=__package__)
         self._places: dict = {}
-        self._fresh_places: dict[int, int] = {}  # IP fingerprint XOR hash(place) -> oldest place mark time
         self._post = ("c" if self._post_countries else "-") + ("t" if self._post_torrents else "-")
         self._geo_errors = GeoErrorTally(client, keys, locator)
         # PEERCRAWL_WAIT_REPLICAS: each recording returns once that many replicas have it (docs/redis.md)
@@ -144,6 +121,8 @@ class Recorder:
         # None in production.
         self.after_probe: Callable[[], None] | None = None
         self.after_places: Callable[[], None] | None = None
+        # torrent and place metrics in different shards (module note)
+        self._split = SplitParts(self) if len(shards) > 1 else None
 
     # --- recording --------------------------------------------------------
     def record_visit(self, info_hash: str, ips: Iterable[str], now: float) -> int:
@@ -226,8 +205,8 @@ class Recorder:
         if not todo:  # every IP's group record is fresh: nothing can count
             return out
         month = month_of(now)
-        if self._split:
-            runs = self._record_split(now_i, todo, month)
+        if self._split is not None:
+            runs = self._split.record(now_i, todo, month)
         else:
             runs = [(i, h, batches) for i, h, part, f in todo
                     for batches in [self._batches(part, f, part.shard.fixed(h, month), month)]
@@ -257,7 +236,7 @@ class Recorder:
         fps = self.fingerprints
         ip_hash, n_buckets, from_bytes = fps.ip_hasher().copy, fps.buckets, int.from_bytes
         vplaces: dict = {}  # place tuple -> (info, metric lanes of this visit, its probe lane)
-        split = self._split
+        split = self._split is not None
         part = VisitPart(self._shards[shard_of(h, len(self._shards)) if split else 0], h)
         bucket_key, rows = part.shard.bucket, part.rows
         probe = part.probe
@@ -287,7 +266,7 @@ class Recorder:
             if b is None:
                 probe.buckets.append(bucket_key(bucket))
                 b = probe.bnumbers[bucket] = len(probe.buckets)
-            probe.args += ((b << 64) | (vp[2] ^ (f & _LOW64))).to_bytes(10, "big")
+            probe.args += ((b << 64) | (vp[2] ^ (f & LOW64))).to_bytes(10, "big")
             probe.n += 1
             rows.append((pkey, vp, f, bucket))
         return part if rows else None
@@ -303,7 +282,7 @@ class Recorder:
         batches = [RecordBatch(fixed, month)]
         batch = batches[0]
         for (pkey, (info, lanes, _), f, bucket), flag in zip(part.rows, flags):
-            if flag == _FRESH:
+            if flag == FRESH:
                 continue
             if batch.pairs and batch.pairs + info.k > limit:
                 batch = RecordBatch(fixed, month)
@@ -325,7 +304,7 @@ class Recorder:
                     batch.buckets.append(bkey(bucket))
                     gb = batch.bnumbers[bucket] = len(batch.buckets)
             batch.ips += ((tb << info.tshift) | (gb << info.gshift) | head
-                          | (lanes ^ (f & _LOW64) * info.r)).to_bytes(info.nbytes, "big")
+                          | (lanes ^ (f & LOW64) * info.r)).to_bytes(info.nbytes, "big")
             batch.pairs += info.k
         return batches
 
@@ -340,116 +319,6 @@ class Recorder:
         except redis.RedisError as e:
             raise StoreError(f"recording peers failed: {e}") from e
         return [b"".join(next(replies) for _ in part.probes) for part in parts]
-
-    def _record_split(self, now: int, todo: list, month: str) -> list[tuple[int, str, list[RecordBatch]]]:
-        """Record the IPs the probe flags say might count, in a crawl of several shards: the
-        place metrics of every visit of ``todo`` (``(position, info-hash, part, flags)``) in
-        their own shards (places.lua, one round trip), then build each visit's torrent part
-        for the torrent's shard (record.lua's part "T", given each IP's oldest place mark
-        time), which ``_run`` sends.
-
-        Calls never split an IP's metrics and hold at most ``batch_pairs`` pairs. An
-        IP whose place marks this process knows to be fresh gets no place call
-        (module note); an IP and place met in several visits is sent once, and an IP
-        met with two places goes in two calls (one call reads its buckets once, so
-        two records of one IP in it would miss each other's marks).
-        """
-        open_calls: dict[int, PlaceCall] = {}
-        calls: list[PlaceCall] = []
-        placed: dict[int, object] = {}  # IP fingerprint XOR hash(place) -> where its answer comes from
-        runs = []
-        for i, h, part, flags in todo:
-            batches = self._torrent_part(now, h, part, flags, month, placed, open_calls, calls)
-            if batches[-1].pairs:
-                runs.append((i, h, batches))
-        fresh = self._fresh_places
-        if calls:
-            self._run_places(now, month, calls)
-            if len(fresh) > FRESH_PLACES:
-                fresh.clear()
-        for _, _, batches in runs:
-            for b in batches:
-                ips = b.ips
-                for rec, info, where in b.pending:
-                    if where.__class__ is tuple:
-                        t = fresh[where[2]] = where[0].oldest(where[1])
-                        rec |= t << info.t_oshift
-                    elif where is not None:
-                        rec |= where << info.t_oshift
-                    ips += rec.to_bytes(info.t_nbytes, "big")
-        return runs
-
-    def _torrent_part(self, now: int, h: str, part: VisitPart, flags: bytes, month: str, placed: dict,
-                      open_calls: dict[int, PlaceCall], calls: list[PlaceCall]) -> list[RecordBatch]:
-        """One visit's record.lua calls of part "T" (each IP's record still without its oldest
-        place mark time, kept in ``pending``), its IPs added to the batch's place calls."""
-        limit, cutoff = self.batch_pairs, now - self.window
-        shard = part.shard
-        fixed = shard.fixed(h, month)
-        batch = RecordBatch(fixed, month, torrent_part=True)
-        batches = [batch]
-        bucket_key, country_keys = shard.bucket, shard.country_keys
-        for (pkey, (info, lanes, _), f, bucket), flag in zip(part.rows, flags):
-            if flag == _FRESH:
-                continue
-            if batch.pairs and batch.pairs + info.t_k > limit:
-                batch = RecordBatch(fixed, month, torrent_part=True)
-                batches.append(batch)
-            head = batch.heads.get(pkey)
-            if head is None:
-                head = batch.add_place(pkey, info, country_keys)
-            low = f & _LOW64
-            rec = (batch.bucket_number(bucket, bucket_key) << info.t_bshift) | head | (lanes ^ low * info.t_r)
-            where = None
-            if info.p_m:
-                key = f ^ hash(pkey)
-                where = placed.get(key)
-                if where is None:
-                    where = placed[key] = self._place_call(pkey, info, f, key, cutoff, open_calls, calls)
-            batch.pending.append((rec, info, where))
-            batch.pairs += info.t_k
-        return batches
-
-    def _place_call(self, pkey: tuple, info: PlaceInfo, f: int, key: int, cutoff: int,
-                    open_calls: dict[int, PlaceCall], calls: list[PlaceCall]) -> int | tuple[PlaceCall, int, int]:
-        """Where an IP's oldest place mark time will come from: the time, when this process
-        knows its place marks are fresh (module note); else ``(call, position, key)``
-        once the IP is added to a places.lua call of its shard (``open_calls``: the last
-        call per shard; ``calls``: every call). ``key``: the IP's fingerprint XOR
-        hash(place), the freshness cache's key."""
-        t = self._fresh_places.get(key, 0)
-        if t > cutoff:
-            return t
-        s = (f >> 104) % len(self._shards)  # keys.shard_of_fingerprint, inlined
-        call = open_calls.get(s)
-        if call is None or call.pairs + info.p_m > self.batch_pairs or f in call.fps:
-            call = open_calls[s] = PlaceCall(self._shards[s])
-            calls.append(call)
-        call.fps.add(f)
-        call.ips += ((call.bucket_number((f >> 64) % self.fingerprints.buckets) << info.p_bshift)
-                     | call.place_head(pkey, info) | (info.p_g ^ (f & _LOW64) * info.p_r)).to_bytes(info.p_nbytes, "big")
-        call.n += 1
-        call.pairs += info.p_m
-        return call, call.n - 1, key
-
-    def _run_places(self, now: int, month: str, calls: list[PlaceCall]) -> None:
-        """Run the places.lua ``calls`` (each in its shard) in one round trip; each call's
-        ``answer`` gets its IPs' oldest place mark times."""
-        post = "c" if self._post_countries else "-"
-        script = self._record_places
-        runs = [(script, c.shard.place_fixed + c.buckets,
-                 [now, now - self.window, post, month, bytes(c.countries), bytes(c.places), bytes(c.ips)])
-                for c in calls]
-        try:
-            replies = run_pipelined(self.client, runs, wait=self._wait)
-        except redis.RedisError as e:
-            raise StoreError(f"recording peers failed: {e}") from e
-        for c, r in zip(calls, replies):
-            if len(r) != 4 * c.n:
-                raise StoreError(f"recording peers failed: places.lua answered {len(r)} bytes for {c.n} IPs")
-            c.answer = r
-        if self.after_places is not None:
-            self.after_places()
 
     def _place_info(self, pkey: tuple) -> PlaceInfo:
         """Escaped names and metric fingerprints of a place (cached per process)."""
@@ -543,6 +412,5 @@ class Recorder:
         return removed
 
 
-_LOW64 = (1 << 64) - 1
 _UNSEEN = object()
 

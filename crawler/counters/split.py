@@ -1,0 +1,165 @@
+"""Recording in a crawl of several counter shards (SPEC §9): the place metrics of
+new IPs in their own shards, then each torrent's part in its shard.
+
+Strategy: a torrent's metrics (``torrents.<h>.*``: the torrent's users, its
+countries, cities and postcodes, and the IPs' group records) live whole in
+the torrent's shard (``keys.shard_of``), and only the place metrics
+(``countries.*``) are split by IP: an IP's place marks and their counts
+live in the shard of its keyed fingerprint (``keys.shard_of_fingerprint``),
+whose parts ``rollup`` adds up into exact totals. Why not split everything
+by IP: every visit would then touch every shard (docs/metrics.md,
+"Shards", has the measured cost). A batch of visits then costs, after the
+probes in their torrents' shards (a revisit of known peers ends there),
+one places.lua call per shard holding some of their new IPs (all
+pipelined), and record.lua's torrent part in each torrent's shard, which
+makes each group record no younger than the IP's place marks (places.lua
+answers their times), so a fresh group record still means nothing of the
+IP can count. Killed between the two round trips, a visit has counted its
+places and not its torrent: the retry finds the place marks fresh and
+counts exactly the rest.
+
+A process remembers, per (IP, place), the oldest place mark time
+places.lua answered: until that time is a window old, the marks are all
+fresh and unchanged (a mark is only renewed once expired, and only expired
+marks are swept), so the process skips the IP's place call and passes that
+time on; an IP in many swarms then costs one place call per process per
+window (at most ``FRESH_PLACES`` pairs are remembered).
+"""
+
+from __future__ import annotations
+
+import redis
+
+from crawler.counters.calls import FRESH, LOW64, PlaceCall, RecordBatch, VisitPart
+from crawler.counters.places import PlaceInfo
+from crawler.errors import StoreError
+from crawler.lua import register, run_pipelined
+
+# (IP, place) pairs whose place marks a process remembers as fresh (module note);
+# ~100 B each: ~50 MB at most.
+FRESH_PLACES = 500_000
+
+
+class SplitParts:
+    """The several-shard part of a ``Recorder``'s recording (module note).
+
+    ``recorder``: the ``Recorder`` it serves (its client, shards, batch size,
+    window, ``WAIT`` and the ``after_places`` test hook). ``fresh``: the
+    place marks this process knows to be fresh.
+    """
+
+    def __init__(self, recorder):
+        self.rec = recorder
+        self.script = register(recorder.client, "places", package=__package__)
+        self.fresh: dict[int, int] = {}  # IP fingerprint XOR hash(place) -> oldest place mark time
+
+    def record(self, now: int, todo: list, month: str) -> list[tuple[int, str, list[RecordBatch]]]:
+        """Record the IPs the probe flags say might count, in a crawl of several shards: the
+        place metrics of every visit of ``todo`` (``(position, info-hash, part, flags)``) in
+        their own shards (places.lua, one round trip), then build each visit's torrent part
+        for the torrent's shard (record.lua's part "T", given each IP's oldest place mark
+        time), which the recorder's ``_run`` sends.
+
+        Calls never split an IP's metrics and hold at most ``batch_pairs`` pairs. An
+        IP whose place marks this process knows to be fresh gets no place call
+        (module note); an IP and place met in several visits is sent once, and an IP
+        met with two places goes in two calls (one call reads its buckets once, so
+        two records of one IP in it would miss each other's marks).
+        """
+        open_calls: dict[int, PlaceCall] = {}
+        calls: list[PlaceCall] = []
+        placed: dict[int, object] = {}  # IP fingerprint XOR hash(place) -> where its answer comes from
+        runs = []
+        for i, h, part, flags in todo:
+            batches = self._torrent_part(now, h, part, flags, month, placed, open_calls, calls)
+            if batches[-1].pairs:
+                runs.append((i, h, batches))
+        fresh = self.fresh
+        if calls:
+            self._run_places(now, month, calls)
+            if len(fresh) > FRESH_PLACES:
+                fresh.clear()
+        for _, _, batches in runs:
+            for b in batches:
+                ips = b.ips
+                for rec, info, where in b.pending:
+                    if where.__class__ is tuple:
+                        t = fresh[where[2]] = where[0].oldest(where[1])
+                        rec |= t << info.t_oshift
+                    elif where is not None:
+                        rec |= where << info.t_oshift
+                    ips += rec.to_bytes(info.t_nbytes, "big")
+        return runs
+
+    def _torrent_part(self, now: int, h: str, part: VisitPart, flags: bytes, month: str, placed: dict,
+                      open_calls: dict[int, PlaceCall], calls: list[PlaceCall]) -> list[RecordBatch]:
+        """One visit's record.lua calls of part "T" (each IP's record still without its oldest
+        place mark time, kept in ``pending``), its IPs added to the batch's place calls."""
+        limit, cutoff = self.rec.batch_pairs, now - self.rec.window
+        shard = part.shard
+        fixed = shard.fixed(h, month)
+        batch = RecordBatch(fixed, month, torrent_part=True)
+        batches = [batch]
+        bucket_key, country_keys = shard.bucket, shard.country_keys
+        for (pkey, (info, lanes, _), f, bucket), flag in zip(part.rows, flags):
+            if flag == FRESH:
+                continue
+            if batch.pairs and batch.pairs + info.t_k > limit:
+                batch = RecordBatch(fixed, month, torrent_part=True)
+                batches.append(batch)
+            head = batch.heads.get(pkey)
+            if head is None:
+                head = batch.add_place(pkey, info, country_keys)
+            low = f & LOW64
+            rec = (batch.bucket_number(bucket, bucket_key) << info.t_bshift) | head | (lanes ^ low * info.t_r)
+            where = None
+            if info.p_m:
+                key = f ^ hash(pkey)
+                where = placed.get(key)
+                if where is None:
+                    where = placed[key] = self._place_call(pkey, info, f, key, cutoff, open_calls, calls)
+            batch.pending.append((rec, info, where))
+            batch.pairs += info.t_k
+        return batches
+
+    def _place_call(self, pkey: tuple, info: PlaceInfo, f: int, key: int, cutoff: int,
+                    open_calls: dict[int, PlaceCall], calls: list[PlaceCall]) -> int | tuple[PlaceCall, int, int]:
+        """Where an IP's oldest place mark time will come from: the time, when this process
+        knows its place marks are fresh (module note); else ``(call, position, key)``
+        once the IP is added to a places.lua call of its shard (``open_calls``: the last
+        call per shard; ``calls``: every call). ``key``: the IP's fingerprint XOR
+        hash(place), the freshness cache's key."""
+        t = self.fresh.get(key, 0)
+        if t > cutoff:
+            return t
+        s = (f >> 104) % len(self.rec._shards)  # keys.shard_of_fingerprint, inlined
+        call = open_calls.get(s)
+        if call is None or call.pairs + info.p_m > self.rec.batch_pairs or f in call.fps:
+            call = open_calls[s] = PlaceCall(self.rec._shards[s])
+            calls.append(call)
+        call.fps.add(f)
+        call.ips += ((call.bucket_number((f >> 64) % self.rec.fingerprints.buckets) << info.p_bshift)
+                     | call.place_head(pkey, info) | (info.p_g ^ (f & LOW64) * info.p_r)).to_bytes(info.p_nbytes, "big")
+        call.n += 1
+        call.pairs += info.p_m
+        return call, call.n - 1, key
+
+    def _run_places(self, now: int, month: str, calls: list[PlaceCall]) -> None:
+        """Run the places.lua ``calls`` (each in its shard) in one round trip; each call's
+        ``answer`` gets its IPs' oldest place mark times."""
+        rec = self.rec
+        post = "c" if rec._post_countries else "-"
+        script = self.script
+        runs = [(script, c.shard.place_fixed + c.buckets,
+                 [now, now - rec.window, post, month, bytes(c.countries), bytes(c.places), bytes(c.ips)])
+                for c in calls]
+        try:
+            replies = run_pipelined(rec.client, runs, wait=rec._wait)
+        except redis.RedisError as e:
+            raise StoreError(f"recording peers failed: {e}") from e
+        for c, r in zip(calls, replies):
+            if len(r) != 4 * c.n:
+                raise StoreError(f"recording peers failed: places.lua answered {len(r)} bytes for {c.n} IPs")
+            c.answer = r
+        if rec.after_places is not None:
+            rec.after_places()
