@@ -294,7 +294,7 @@ def test_redis_gone_is_a_503_with_one_line(keys, settings):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    gone = redis.Redis(port=port, socket_connect_timeout=0.5)
+    gone = redis.Redis(port=port, socket_connect_timeout=0.5, retry=None)  # fails at once, no backoff
     web = create_app(Views(gone, keys, settings)).test_client()
     for path in ("/api/overview", "/api/operators", f"/api/torrent/{HASHES[0]}", "/api/country/Germany"):
         r = web.get(path)
