@@ -276,56 +276,16 @@ class HostileHttpTracker:
         self.server.stop(timeout=0.1)
 
 
-class LossyTracker:
-    """A UDP tracker that ignores the first try of every announce and answers the second."""
+class _LoopbackUdpTracker:
+    """A scripted UDP tracker on a loopback port: it answers every connect with ``cid`` and
+    hands each announce to ``answer(request, addr)`` (a reply, or None for silence)."""
+
+    cid = 77
 
     def __init__(self):
         self.sock = socket.socket(_stdsocket.AF_INET, _stdsocket.SOCK_DGRAM)
         self.sock.bind(("127.0.0.1", 0))
-        self.seen: set[bytes] = set()
-        self.announces = 0
-        self.g = gevent.spawn(self._serve)
-
-    @property
-    def url(self) -> str:
-        return f"udp://127.0.0.1:{self.sock.getsockname()[1]}/announce"
-
-    def _serve(self):
-        while True:
-            data, addr = self.sock.recvfrom(2048)
-            if len(data) == 16:
-                tid = struct.unpack(">QII", data)[2]
-                self.sock.sendto(u.encode_reply(u.ConnectReply(tid, 77)), addr)
-                continue
-            req = u.AnnounceRequest.decode(data)
-            self.announces += 1
-            key = req.info_hash + bytes([req.event])
-            if key not in self.seen:
-                self.seen.add(key)
-                continue
-            self.sock.sendto(u.encode_reply(u.AnnounceReply(req.transaction_id, 900, 2, 5, GOOD_PEERS)), addr)
-
-    def close(self):
-        self.g.kill()
-        self.sock.close()
-
-
-class ListingUdpTracker:
-    """A UDP tracker that behaves as widely used implementations do: it registers
-    the requester in the swarm before it picks the reply (so the requester may
-    be listed, and is counted), and clamps numwant to its own ``clamp``
-    (None: no clamp). Every torrent has ``swarm`` leechers of its own
-    (public-looking addresses) besides whoever announces.
-    """
-
-    def __init__(self, swarm: int, clamp: int | None = None):
-        self.swarm, self.clamp = swarm, clamp
-        self.sock = socket.socket(_stdsocket.AF_INET, _stdsocket.SOCK_DGRAM)
-        self.sock.bind(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
-        self.wanted: list[int] = []  # numwant of every started announce
-        self._peers: dict[bytes, list] = {}
-        self._joined: dict[bytes, set] = {}
         self.g = gevent.spawn(self._serve)
 
     @property
@@ -337,30 +297,71 @@ class ListingUdpTracker:
             data, addr = self.sock.recvfrom(2048)
             if len(data) == 16:
                 tid = struct.unpack(">QII", data)[2]
-                self.sock.sendto(u.encode_reply(u.ConnectReply(tid, 0x1234)), addr)
+                self.sock.sendto(u.encode_reply(u.ConnectReply(tid, self.cid)), addr)
                 continue
-            req = u.AnnounceRequest.decode(data)
-            own = self._peers.setdefault(req.info_hash, [
-                (f"{1 + i // 65536}.{(i // 256) % 256}.{i % 256}.7", 6881) for i in range(self.swarm)])
-            joined = self._joined.setdefault(req.info_hash, set())
-            me = (addr[0], req.port)
-            if req.event == u.EVENT_STOPPED:
-                joined.discard(me)
-                picks = ()
-            else:
-                self.wanted.append(req.num_want)
-                joined.add(me)  # registered before the pick, as the real ones do
-                n = req.num_want if self.clamp is None else min(req.num_want, self.clamp)
-                everyone = own + sorted(joined)
-                picks = tuple(random.sample(everyone, min(n, len(everyone))))
-                if me not in picks and len(everyone) > n:
-                    picks = (me,) + picks[1:]  # this implementation lists the requester first
-            count = len(own) + len(joined)
-            self.sock.sendto(u.encode_reply(u.AnnounceReply(req.transaction_id, 1800, count, 0, picks)), addr)
+            reply = self.answer(u.AnnounceRequest.decode(data), addr)
+            if reply is not None:
+                self.sock.sendto(u.encode_reply(reply), addr)
+
+    def answer(self, req, addr):
+        raise NotImplementedError
 
     def close(self):
         self.g.kill()
         self.sock.close()
+
+
+class LossyTracker(_LoopbackUdpTracker):
+    """A UDP tracker that ignores the first try of every announce and answers the second."""
+
+    def __init__(self):
+        self.seen: set[bytes] = set()
+        self.announces = 0
+        super().__init__()
+
+    def answer(self, req, addr):
+        self.announces += 1
+        key = req.info_hash + bytes([req.event])
+        if key not in self.seen:
+            self.seen.add(key)
+            return None
+        return u.AnnounceReply(req.transaction_id, 900, 2, 5, GOOD_PEERS)
+
+
+class ListingUdpTracker(_LoopbackUdpTracker):
+    """A UDP tracker that behaves as widely used implementations do: it registers
+    the requester in the swarm before it picks the reply (so the requester may
+    be listed, and is counted), and clamps numwant to its own ``clamp``
+    (None: no clamp). Every torrent has ``swarm`` leechers of its own
+    (public-looking addresses) besides whoever announces.
+    """
+
+    cid = 0x1234
+
+    def __init__(self, swarm: int, clamp: int | None = None):
+        self.swarm, self.clamp = swarm, clamp
+        self.wanted: list[int] = []  # numwant of every started announce
+        self._peers: dict[bytes, list] = {}
+        self._joined: dict[bytes, set] = {}
+        super().__init__()
+
+    def answer(self, req, addr):
+        own = self._peers.setdefault(req.info_hash, [
+            (f"{1 + i // 65536}.{(i // 256) % 256}.{i % 256}.7", 6881) for i in range(self.swarm)])
+        joined = self._joined.setdefault(req.info_hash, set())
+        me = (addr[0], req.port)
+        if req.event == u.EVENT_STOPPED:
+            joined.discard(me)
+            picks = ()
+        else:
+            self.wanted.append(req.num_want)
+            joined.add(me)  # registered before the pick, as the real ones do
+            n = req.num_want if self.clamp is None else min(req.num_want, self.clamp)
+            everyone = own + sorted(joined)
+            picks = tuple(random.sample(everyone, min(n, len(everyone))))
+            if me not in picks and len(everyone) > n:
+                picks = (me,) + picks[1:]  # this implementation lists the requester first
+        return u.AnnounceReply(req.transaction_id, 1800, len(own) + len(joined), 0, picks)
 
 
 @pytest.fixture
