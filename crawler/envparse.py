@@ -288,24 +288,50 @@ def tracker_url(v: str) -> str:
     return scheme.lower() + "://" + rest
 
 
-def trackers(v: str, default_max: int) -> tuple[tuple[str, int], ...]:
-    """``URL`` or ``URL|MAXPEERS``, comma-separated, as (url, max peers) pairs."""
+def trackers(v: str, default_max: int) -> tuple[tuple[str, int, float | None], ...]:
+    """``URL``, ``URL|MAXPEERS`` or ``URL|MAXPEERS|RATE`` (MAXPEERS may be empty:
+    the default), comma-separated, as (url, max peers, requests per second or None)."""
     out = []
     for part in v.split(","):
         part = part.strip()
         if not part:
             continue
-        url, _, maxp = part.partition("|")
+        url, _, rest = part.partition("|")
+        maxp, _, rate = rest.partition("|")
         n = default_max
-        if maxp:
+        if maxp.strip():
             try:
                 n = int(maxp)
             except ValueError:
                 raise ValueError(f"max peers of {url} is not a whole number") from None
             if n <= 0:
                 raise ValueError(f"max peers of {url} must be above 0")
-        out.append((tracker_url(url.strip()), n))
+        r = None
+        if rate.strip():
+            try:
+                r = announce_rate(rate)
+            except ValueError as e:
+                raise ValueError(f"rate of {url}: {e}") from None
+        out.append((tracker_url(url.strip()), n, r))
     return tuple(out)
+
+
+# Requests per second a cap may allow: a hundred thousand is far past what
+# any crawl sends, and keeps the cap's spacing (whole microseconds) exact
+# to 1 in 10.
+MAX_ANNOUNCE_RATE = 100_000.0
+MIN_ANNOUNCE_RATE = 0.001
+
+
+def announce_rate(v: str) -> float:
+    """Requests per second, from 0.001 (one in ~17 minutes) to 100,000."""
+    try:
+        x = float(v)
+    except ValueError:
+        raise ValueError("expected a number of requests per second") from None
+    if not MIN_ANNOUNCE_RATE <= x <= MAX_ANNOUNCE_RATE:
+        raise ValueError(f"expected requests per second from {MIN_ANNOUNCE_RATE:g} to {MAX_ANNOUNCE_RATE:g}")
+    return x
 
 
 def host_port(v: str) -> tuple[str, int]:

@@ -270,6 +270,20 @@ class Keys:
         """ZSET tracker URL -> unix time it was last used (prunes tracker_health)."""
         return self._home("trackerused")
 
+    # --- the announce cap (SPEC §3) ------------------------------------
+    @property
+    def announce_cap(self) -> str:
+        """HASH: ``*`` (the namespace's cap) or a tracker URL -> the next free request time,
+        whole microseconds of Redis's clock (crawler/sources/announce_cap.lua)."""
+        return self._home("cap")
+
+    def announce_cap_minute(self, minute: int) -> str:
+        """HASH of one UTC minute (unix time // 60) of the cap, expiring after ten minutes:
+        ``sent`` requests granted, ``held`` of them held back by the namespace's cap,
+        ``wait_us`` their waits summed, ``refused`` visits told to ask again later, and
+        ``sent:<url>``, ``held:<url>`` per capped tracker."""
+        return self._home("capm", str(minute))
+
     def tracker_min_interval(self, info_hash: str) -> str:
         """HASH tracker URL -> unix time before which it must not be re-announced."""
         return self._k("mi", info_hash)
@@ -410,4 +424,5 @@ RESERVED = frozenset({
     "ready", "since", "cooling", "leases", "evicted", "tombstones", "held", "claims", "expiries",
     "quarantined", "quarantine", "t", "tr", "vh", "visits", "failedvisits", "workers", "w", "trackerhealth",
     "trackerused", "mi", "mk", "ix", "tx", "rx", "sh", "geoerrors", "announceport", "secret", "layout",
+    "cap", "capm",
 })

@@ -17,6 +17,7 @@ from crawler.lifecycle import Queue
 from crawler.nodes import eviction_warning, node_report
 from crawler.queue_view import QueueView
 from crawler.registry import WorkerRegistry
+from crawler.sources.announce_cap import cap_report
 from crawler.sources.health import tracker_report
 
 
@@ -36,6 +37,7 @@ def queue_report(queue: Queue, now: float) -> dict:
     report["geo_errors"] = geo_error_report(c, k)
     report["redis"] = node_report(c)  # one INFO per node serves both
     report["eviction_warning"] = eviction_warning(report["redis"])
+    report["announce_cap"] = cap_report(c, k, queue.settings, now)
     report.update(capacity_report(report, workers, queue.settings.revisit_seconds))
     return report
 
@@ -48,6 +50,7 @@ def capacity_report(report: dict, workers: list[dict], revisit_seconds: float) -
     visits of the last hour divided by the live workers (or the workers' own
     recent rate when they report one). A revisit interval of 0 asks for every
     torrent as often as a worker is free: no finite need, so neither figure.
+    ``limited_by``: "announce cap" while the cap holds the visits back.
     """
     tracked = report["tracked"] - report.get("quarantined", 0)
     needed = tracked * 3600.0 / revisit_seconds if revisit_seconds else None
@@ -65,6 +68,8 @@ def capacity_report(report: dict, workers: list[dict], revisit_seconds: float) -
             "visits_needed_per_hour": None if needed is None else round(needed, 1),
             "visits_per_worker_hour": None if per_worker is None else round(per_worker, 1),
             "workers_needed": needed_workers,
+            # With the announce cap as the limit, more workers would only wait longer.
+            "limited_by": "announce cap" if (report.get("announce_cap") or {}).get("limiting") else None,
         }
     }
     failing = [w["id"] for w in workers if w.get("failing")]

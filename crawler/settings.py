@@ -49,10 +49,12 @@ TRACKER_MAX_PEERS = 200
 
 @dataclass(frozen=True)
 class TrackerSpec:
-    """A tracker URL and the most peers it hands out per announce."""
+    """A tracker URL, the most peers it hands out per announce and the most requests per
+    second every worker of the namespace together may send it (None: no cap of its own)."""
 
     url: str
     max_peers: int
+    rate: float | None = None
 
 
 def _default_data_dir() -> Path:
@@ -66,7 +68,7 @@ def _default_trackers(max_peers: int) -> tuple[TrackerSpec, ...]:
 
 
 def _trackers(v: str, default_max: int) -> tuple[TrackerSpec, ...]:
-    return tuple(TrackerSpec(url, n) for url, n in p.trackers(v, default_max))
+    return tuple(TrackerSpec(url, n, r) for url, n, r in p.trackers(v, default_max))
 
 
 DAY = 86400.0
@@ -125,9 +127,17 @@ class Settings:
     # Announced to besides each torrent's own trackers.
     trackers: tuple[TrackerSpec, ...] = p.setting(
         "PEERCRAWL_TRACKERS", _default_trackers(TRACKER_MAX_PEERS), _trackers,
-        "default trackers, `URL` or `URL|MAXPEERS`, comma-separated; set but empty: none",
+        "default trackers, `URL`, `URL|MAXPEERS` or `URL|MAXPEERS|RATE` (RATE: most requests per second to it "
+        "from every worker together; MAXPEERS may be empty), comma-separated; set but empty: none",
         shown="four public trackers", empty_is_value=True, uses="default_tracker_max_peers",
         derive=_default_trackers)
+    # None: no cap. Politeness to trackers already comes from each tracker's
+    # min interval and the revisit interval; a cap is for operators who must
+    # promise a figure (docs/sources.md, "The announce cap").
+    max_announces_per_second: float | None = p.setting(
+        "PEERCRAWL_MAX_ANNOUNCES_PER_SECOND", None, p.announce_rate,
+        "most tracker requests per second (announces and their withdrawals) from every worker of the namespace "
+        "together, spaced evenly (0.001–100000); visits wait for it", shown="unset: no cap")
     dht: bool = p.setting("PEERCRAWL_DHT", True, p.on_off, "`on` / `off`")
     dht_bootstrap: tuple[tuple[str, int], ...] = p.setting(
         "PEERCRAWL_DHT_BOOTSTRAP", DEFAULT_DHT_BOOTSTRAP, p.host_ports, "`host:port,...`",
@@ -398,6 +408,13 @@ class Settings:
     def source_peers_bound(self, max_peers: int) -> int:
         """The most peers kept from one reply of a source whose max is ``max_peers``."""
         return self.source_peers_factor * max(1, max_peers)
+
+    def tracker_rate(self, url: str) -> float | None:
+        """The configured requests per second of ``url`` (``URL|MAX|RATE``), or None."""
+        for t in self.trackers:
+            if t.url == url:
+                return t.rate
+        return None
 
     def tracker_max_peers(self, url: str) -> int:
         """The configured max peers of ``url``, else the default."""

@@ -70,8 +70,12 @@ class OpenTracker:
         wl = self.rootdir / "whitelist"
         wl.write_text("".join(h + "\n" for h in self.info_hashes))
         os.chmod(wl, 0o644)
+        # Its statistics page answers only addresses the configuration lets in.
+        conf = self.rootdir / "opentracker.conf"
+        conf.write_text("access.stats 127.0.0.1\n")
+        os.chmod(conf, 0o644)
         self.proc = subprocess.Popen(
-            [BINARY, "-i", "127.0.0.1", "-p", str(self.port), "-P", str(self.port),
+            [BINARY, "-f", str(conf), "-i", "127.0.0.1", "-p", str(self.port), "-P", str(self.port),
              "-u", "nobody", "-d", str(self.rootdir), "-w", "whitelist"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
@@ -102,6 +106,16 @@ class OpenTracker:
             return False
         self.announce_from("127.0.0.1", info_hash_hex, 1, event=udp_codec.EVENT_STOPPED)
         return True
+
+    def udp_announces(self) -> int:
+        """UDP announces received so far (``stopped`` ones included), from its statistics page."""
+        import re
+        import urllib.request
+
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/stats?mode=everything", timeout=5) as r:
+            page = r.read().decode()
+        udp = re.search(r"<udp>(.*?)</udp>", page, re.S)
+        return int(re.search(r"<announce>(\d+)</announce>", udp.group(1)).group(1))
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -45,6 +45,8 @@ LAYOUT = {
     "worker": (K.worker("host-1-2"), "{ns}:w:host-1-2", "`{ns}:w:<worker-id>`"),
     "tracker_health": (K.tracker_health, "{ns}:trackerhealth", "`{ns}:trackerhealth`"),
     "tracker_used": (K.tracker_used, "{ns}:trackerused", "`{ns}:trackerused`"),
+    "announce_cap": (K.announce_cap, "{ns}:cap", "`{ns}:cap`"),
+    "announce_cap_minute": (K.announce_cap_minute(29_483_000), "{ns}:capm:29483000", "`{ns}:capm:<minute>`"),
     "tracker_min_interval": (K.tracker_min_interval(H), "{ns}:mi:" + H, "`{ns}:mi:<h>`"),
     "mark_bucket": (K.mark_bucket(262143), "{ns}:mk:262143", "`{ns}:mk:<n>`"),
     "mark_buckets_match": (K.mark_buckets_match, "{ns}:mk:[0-9]*", "`{ns}:mk:<n>`"),

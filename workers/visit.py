@@ -1,9 +1,11 @@
 """One visit of one claimed torrent, end to end (SPEC §1–§4).
 
 Strategy: one round trip reads the torrent's own trackers and the times
-before which each may not be re-announced (``tracker_min_interval``). Every
-eligible tracker and the DHT are asked at once, each in its own greenlet and
-all under one deadline. Then, in this order:
+before which each may not be re-announced (``tracker_min_interval``). With
+an announce cap set, the visit first waits for its places in the cap's
+schedule (``crawler.sources.announce_cap``); its deadline starts after that.
+Every eligible tracker (each at its place) and the DHT are asked at once,
+each in its own greenlet and all under one deadline. Then, in this order:
 
 1. the not-before times the trackers just gave are kept
    (``Queue.hold_trackers``): now + the tracker's ``min interval`` (HTTP
@@ -45,6 +47,7 @@ from crawler.outage import Outage
 from crawler.scoring import SourceCount, outcome
 from crawler.settings import Settings
 from crawler.sources import redact
+from crawler.sources.announce_cap import AnnounceCap
 from crawler.sources.result import SourceResult, VisitResult
 from workers.claims import Claims
 
@@ -81,7 +84,10 @@ class Visitor:
     when it gave no min interval. ``outage``: the process's ``Outage``
     (default: the one of ``queue.client``). ``claims``: where the next
     torrents are claimed (default: a ``Claims`` of ``queue``, shared by every
-    greenlet of the process). ``visit`` raises only ``StoreError`` (Redis).
+    greenlet of the process). ``cap``: the announce cap (default: an
+    ``AnnounceCap`` of ``queue``'s client, idle when no cap is set); a visit
+    waits for it before its deadline starts. ``visit`` raises only
+    ``StoreError`` (Redis).
 
     Each Redis step of a visit waits for a Redis that went away, inside the
     client (``crawler.outage``), for up to ``PEERCRAWL_REDIS_WAIT_SECONDS``;
@@ -92,8 +98,9 @@ class Visitor:
     """
 
     def __init__(self, queue: Queue, keys: Keys, settings: Settings, trackers, recorder, dht=None,
-                 outage: Outage | None = None, claims: Claims | None = None):
+                 outage: Outage | None = None, claims: Claims | None = None, cap: AnnounceCap | None = None):
         self.queue, self.keys, self.settings = queue, keys, settings
+        self.cap = cap or AnnounceCap(queue.client, keys, settings)
         self.outage = outage or store.outage(queue.client) or Outage(patience=settings.redis_wait_seconds)
         self.claims = claims or Claims(queue, self.outage)
         self.trackers, self.recorder, self.dht = trackers, recorder, dht
@@ -106,11 +113,18 @@ class Visitor:
         urls = list(dict.fromkeys(self._defaults + tuple(sorted(own))))
         return urls, not_before
 
-    def gather(self, h: str, urls: list[str], deadline: float) -> list[SourceResult]:
-        """Ask ``urls`` and the DHT concurrently; every result by ``deadline`` (monotonic)."""
+    def gather(self, h: str, urls: list[str], deadline: float, waits: dict[str, float] | None = None,
+               ) -> list[SourceResult]:
+        """Ask ``urls`` and the DHT concurrently; every result by ``deadline`` (monotonic).
+
+        ``waits``: seconds to wait before asking each URL (the announce cap's answer).
+        """
+        waits = waits or {}
         if len(urls) == 1 and self.dht is None:
+            gevent.sleep(waits.get(urls[0], 0.0))
             return [self._ask_one(h, urls[0], deadline)]
-        jobs = [gevent.spawn(self.trackers.announce, u, h, deadline) for u in urls]
+        jobs = [gevent.spawn_later(waits[u], self.trackers.announce, u, h, deadline) if waits.get(u)
+                else gevent.spawn(self.trackers.announce, u, h, deadline) for u in urls]
         if self.dht is not None:
             jobs.append(gevent.spawn(self.dht.lookup, h))
         try:
@@ -168,7 +182,6 @@ class Visitor:
         h = lease.info_hash
         s = self.settings
         start = time.time()
-        deadline = time.monotonic() + s.visit_deadline
         urls, not_before = self._plan(h)
         eligible = [u for u in urls if not_before.get(u, 0.0) <= start]
         if not eligible and self.dht is None:
@@ -176,7 +189,10 @@ class Visitor:
             # Nothing was asked: back to cooling, score kept, neither a visit nor a failure.
             self.queue.defer(lease, max(due, start + 1))
             return Visit(h, "skipped", lease.score, 0, 0, 0, 0), self._claim(claim)
-        results = self.gather(h, eligible, deadline)
+        # Waiting for the announce cap is not part of the visit's time: the deadline starts after it.
+        waits = self.cap.take(eligible)
+        deadline = time.monotonic() + max(waits.values(), default=0.0) + s.visit_deadline
+        results = self.gather(h, eligible, deadline, waits)
         now = time.time()
         answered = [r for r in results if r.ok]
         fresh = {r.source: self._not_before(r, now) for r in answered if r.source != "dht"}

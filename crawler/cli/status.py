@@ -30,6 +30,7 @@ def _print(r: dict) -> None:
     con = Console()
     _queue_table(con, r)
     _warnings(con, r)
+    _cap(con, r.get("announce_cap"))
     _workers_table(con, r["workers"])
     _trackers_table(con, r["trackers"])
     _nodes_table(con, r["redis"])
@@ -66,6 +67,24 @@ def _warnings(con, r: dict) -> None:
     if geo:
         con.print(f"[bold red]GeoIP read errors:[/] {geo['errors']} lookups failed (counted as unplaced); "
                   f"last: {escape(str(geo['last']))}", soft_wrap=True)
+
+
+def _cap(con, cap: dict | None) -> None:
+    """The announce cap's use, and whether it is what holds the crawl back."""
+    from rich.markup import escape
+
+    if not cap:
+        return
+    wait = "" if cap["mean_wait_s"] is None else f", mean wait {cap['mean_wait_s']} s"
+    line = f"[bold]announce cap:[/] {cap['sent_per_second']}/s sent over the last {cap['window_s']} s"
+    if cap["per_second"]:
+        line += f" of {cap['per_second']:g}/s allowed"
+    con.print(line + wait)
+    for url, t in cap["trackers"].items():
+        con.print(f"  {escape(url)}: {t['sent_per_second']}/s of {t['per_second']:g}/s")
+    if cap["limiting"]:
+        con.print("[bold yellow]the announce cap is the limit:[/] visits wait for it; more workers would not "
+                  "visit faster")
 
 
 def _workers_table(con, workers: list[dict]) -> None:

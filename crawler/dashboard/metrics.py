@@ -66,6 +66,7 @@ class CrawlCollector:
                                     "Workers needed to visit every tracked torrent once per revisit interval.",
                                     value=needed)
         yield from _trackers(r["trackers"])
+        yield from _announce_cap(r.get("announce_cap"))
         geo = r.get("geo_errors") or {}
         yield CounterMetricFamily("peercrawl_geoip_read_errors", "GeoIP database read errors (status geo_errors).",
                                   value=geo.get("errors", 0))
@@ -87,6 +88,27 @@ class CrawlCollector:
         for row in ops["redis"]:
             mem.add_metric([row["node"]], row["used_memory_bytes"])
         yield mem
+
+
+def _announce_cap(cap: dict | None):
+    """The announce cap's families (none without a cap): the namespace's, then one series per capped tracker."""
+    if not cap:
+        return
+    allowed = GaugeMetricFamily("peercrawl_announce_cap_per_second",
+                                "Tracker requests per second allowed (namespace: url=\"\"; else that tracker).",
+                                labels=["url"])
+    sent = GaugeMetricFamily("peercrawl_announce_cap_sent_per_second",
+                             "Tracker requests per second sent over the last minute and this one.", labels=["url"])
+    limiting = GaugeMetricFamily("peercrawl_announce_cap_limiting",
+                                 "1 while the cap holds most requests back (visits wait for it).", labels=["url"])
+    for url, c in [("", cap)] + sorted(cap["trackers"].items()):
+        if c["per_second"]:
+            allowed.add_metric([url], c["per_second"])
+        sent.add_metric([url], c["sent_per_second"])
+        limiting.add_metric([url], 1 if c["limiting"] else 0)
+    yield allowed
+    yield sent
+    yield limiting
 
 
 def _trackers(trackers: dict):

@@ -214,11 +214,15 @@ function renderOperators(d) {
     ['workers', 'live workers', s.workers.length], ['workers_needed', 'workers needed', cap.workers_needed],
     ['visits_needed_per_hour', 'visits needed / h', cap.visits_needed_per_hour],
     ['outbox', 'StatHat outbox (stats)', d.outbox.enabled ? d.outbox.stats_waiting + d.outbox.stats_in_flight : 'off'],
-    ['geo_errors', 'GeoIP read errors', s.geo_errors ? s.geo_errors.errors : 0]]);
+    ['geo_errors', 'GeoIP read errors', s.geo_errors ? s.geo_errors.errors : 0]].concat(s.announce_cap
+    ? [['announce_cap', 'tracker requests / s (cap)',
+      `${s.announce_cap.sent_per_second}${s.announce_cap.per_second ? ' of ' + s.announce_cap.per_second : ''}`]] : []));
   const alert = (id, text) => { const n = document.getElementById(id); n.hidden = !text; n.textContent = text || ''; };
   alert('outage', s.outage);
   alert('eviction', s.eviction_warning);
   const g = s.geo_errors;
+  alert('announce-cap', s.announce_cap && s.announce_cap.limiting
+    ? 'the announce cap is the limit: visits wait for it; more workers would not visit faster' : null);
   alert('geo-error', g && g.last ? `last GeoIP read error${g.at ? ' at ' + new Date(g.at * 1000).toISOString() : ''}: ${g.last}` : null);
   const states = d.tables.states;
   chart('states-chart').setOption({

@@ -1,0 +1,139 @@
+"""The announce cap: tracker requests per second across every worker of a namespace (SPEC §3).
+
+``PEERCRAWL_MAX_ANNOUNCES_PER_SECOND`` caps the namespace's tracker requests;
+``URL|MAXPEERS|RATE`` in ``PEERCRAWL_TRACKERS`` caps one tracker's. A request
+is an announce or its withdrawal (``stopped``), what a tracker receives, so
+a visit's exchange with one tracker takes two. UDP connects (one a minute per
+tracker, BEP 15) and retries of lost datagrams are not counted.
+
+Strategy. One schedule per cap in Redis (``announce_cap.lua``): a request
+goes at the latest of now and its caps' next free times, each cap then moves
+one interval on, so requests leave evenly spaced (seed 002's per-minute
+counter let a minute's whole allowance out in its first seconds). Before a
+visit announces, ``take(urls)`` asks for every request of the visit at once
+and gets, per tracker, how long to wait before announcing to it; the visit's
+deadline starts after that wait, so waiting is never a failure and never
+touches a score. The asks of greenlets asking together share one call
+(``GroupCommit``). Places are given in the order asked, however far ahead:
+a visit asks once and sleeps once (no polling), and since a greenlet waits
+for one visit at a time the queue is at most every worker's greenlets long.
+A worker that dies strands the places of its waiting visits; they pass
+unused, which slows the crawl for at most that queue's length.
+
+With no cap set, ``take`` answers at once without Redis.
+"""
+
+from __future__ import annotations
+
+import time
+
+import redis
+
+from crawler import lua
+from crawler.errors import StoreError
+from crawler.group_commit import GroupCommit
+from crawler.keys import Keys
+from crawler.settings import Settings
+from crawler.sources import redact
+
+# Requests per tracker of a visit: the announce and its withdrawal.
+PER_TRACKER = 2
+# Most requests in one call (a visit's own requests always go whole).
+CALL_CAP = 4096
+
+
+def interval_us(rate: float) -> int:
+    """The spacing of a cap of ``rate`` requests per second, in whole microseconds."""
+    return max(1, round(1e6 / rate))
+
+
+class AnnounceCap:
+    """Waits each visit's tracker requests into the namespace's and its trackers' caps (module note)."""
+
+    def __init__(self, client: redis.Redis, keys: Keys, settings: Settings):
+        self.keys = keys
+        self.every = interval_us(settings.max_announces_per_second) if settings.max_announces_per_second else 0
+        self.gaps = {t.url: interval_us(t.rate) for t in settings.trackers if t.rate}
+        self.enabled = bool(self.every or self.gaps)
+        self._script = lua.register(client, "announce_cap", package="crawler.sources")
+        self._commit = GroupCommit(self._serve, cap=CALL_CAP, size=lambda urls: PER_TRACKER * len(urls),
+                                   stopped=lambda: StoreError("announce cap: its sender stopped"))
+        self.waited = 0.0  # seconds this process's visits waited (figures for tests)
+
+    def take(self, urls: list[str]) -> dict[str, float]:
+        """Seconds from now before announcing to each of ``urls``; blocks while the caps are full.
+
+        Raises ``StoreError`` when Redis fails.
+        """
+        if not self.enabled or not urls:
+            return dict.fromkeys(urls, 0.0)
+        waits = self._commit.ask(tuple(urls))
+        self.waited += max(waits.values(), default=0.0)
+        return waits
+
+    def _serve(self, visits: list[tuple[str, ...]]) -> list[dict[str, float]]:
+        capped: dict[str, int] = {}
+        asks: list = []
+        for urls in visits:
+            asks.append(len(urls) * PER_TRACKER)
+            for u in urls:
+                n = 0
+                if u in self.gaps:
+                    n = capped.setdefault(u, len(capped) + 1)
+                asks.extend([n] * PER_TRACKER)
+        args: list = [self.every, len(capped)]
+        for u in capped:
+            args += [u, self.gaps[u]]
+        args.append(len(visits))
+        args += asks
+        keys = [self.keys.announce_cap, self.keys.announce_cap_minute(int(time.time()) // 60)]
+        try:
+            replies = self._script(keys=keys, args=args)
+        except redis.RedisError as e:
+            raise StoreError(f"announce cap: {e}") from e
+        # each URL's first request is its announce, the second its withdrawal
+        return [{u: int(reply[PER_TRACKER * i]) / 1e6 for i, u in enumerate(urls)}
+                for urls, reply in zip(visits, replies)]
+
+
+# A cap is "the limit" when at least this share of its requests was held
+# back by it (its schedule was more than two intervals ahead of now): visits
+# queue for it, so more workers would only queue longer.
+LIMITING_SHARE = 0.5
+
+
+def cap_report(client: redis.Redis, keys: Keys, settings: Settings, now: float) -> dict | None:
+    """The caps and their use over the last minute and this one, for ``status``; None with no cap.
+
+    Raises ``StoreError``.
+    """
+    rates = {t.url: t.rate for t in settings.trackers if t.rate}
+    if not settings.max_announces_per_second and not rates:
+        return None
+    minute = int(now) // 60
+    try:
+        with client.pipeline(transaction=False) as p:
+            for m in (minute - 1, minute):
+                p.hgetall(keys.announce_cap_minute(m))
+            got = p.execute()
+    except redis.RedisError as e:
+        raise StoreError(f"reading the announce cap: {e}") from e
+    seconds = 60 + now - minute * 60
+    totals: dict[str, int] = {}
+    for h in got:
+        for f, v in h.items():
+            totals[f.decode()] = totals.get(f.decode(), 0) + int(v)
+
+    def use(rate: float | None, suffix: str) -> dict:
+        sent, held = totals.get("sent" + suffix, 0), totals.get("held" + suffix, 0)
+        return {"per_second": rate, "sent_per_second": round(sent / seconds, 2),
+                "limiting": bool(rate) and sent > 0 and held >= LIMITING_SHARE * sent}
+
+    out = use(settings.max_announces_per_second, "")
+    sent = totals.get("sent", 0)
+    out.update(window_s=round(seconds, 1),
+               mean_wait_s=round(totals.get("wait_us", 0) / 1e6 / sent, 3) if sent else None)
+    # URLs as status shows every tracker: redacted (a passkey in a path stays out of reports)
+    out["trackers"] = {redact.url(u): use(r, ":" + u) for u, r in sorted(rates.items())}
+    out["limiting"] = out["limiting"] or any(t["limiting"] for t in out["trackers"].values())
+    return out
