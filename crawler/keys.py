@@ -251,6 +251,19 @@ class Keys:
 
     # --- workers ---------------------------------------------------------
     @property
+    def atrisk(self) -> str:
+        """ZSET info-hash -> unix time from which its next visit without peers evicts it: the torrents
+        one such visit would bring below the eviction threshold (complete.lua; pinned ones are not)."""
+        return self._k("atrisk")
+
+    @property
+    def rates(self) -> str:
+        """HASH of the queue's per-minute operator counts (crawler/queue_rates.py): ``a:<minute>``
+        torrents asked for, ``s:<minute>`` handed out, ``r:<minute>`` leases reclaimed,
+        ``rt:<minute>:<bucket>`` visit round trips."""
+        return self._k("rates")
+
+    @property
     def workers(self) -> str:
         """ZSET worker id -> heartbeat expiry time."""
         return self._home("workers")
@@ -424,5 +437,5 @@ RESERVED = frozenset({
     "ready", "since", "cooling", "leases", "evicted", "tombstones", "held", "claims", "expiries",
     "quarantined", "quarantine", "t", "tr", "vh", "visits", "failedvisits", "workers", "w", "trackerhealth",
     "trackerused", "mi", "mk", "ix", "tx", "rx", "sh", "geoerrors", "announceport", "secret", "layout",
-    "cap", "capm",
+    "cap", "capm", "rates", "atrisk",
 })

@@ -76,6 +76,7 @@ from crawler import lua
 from crawler.errors import StoreError
 from crawler.items import NewItem
 from crawler.keys import Keys, shard_of
+from crawler.queue_rates import KEPT_SECONDS, field_time, rt_field
 from crawler.scoring import Outcome, multiplier
 from crawler.settings import Settings
 from crawler.shard_tops import ShardTops
@@ -100,11 +101,13 @@ ADD_PIPELINE = 4
 
 @dataclass(frozen=True)
 class Lease:
-    """A claimed torrent: its info-hash, score at claim, and lease token."""
+    """A claimed torrent: its info-hash, score at claim, lease token, and the unix time of the
+    claim (0: unknown; the visit's round trip is then not counted, crawler/queue_rates.py)."""
 
     info_hash: str
     score: float
     token: int
+    claimed: float = 0.0
 
 
 ADD_STATUS = {"a": "added", "t": "already_tracked", "e": "skipped_evicted", "r": "added",
@@ -239,21 +242,24 @@ class Queue:
             yield from zip(b, st)
 
     # --- work ----------------------------------------------------------------
-    def _claim_args(self, count: int, now: float, k: Keys | None = None) -> dict:
-        """KEYS and ARGV of one claim.lua call in shard ``k`` (default: the first)."""
+    def _claim_args(self, count: int, now: float, k: Keys | None = None, asked: int | None = None) -> dict:
+        """KEYS and ARGV of one claim.lua call in shard ``k`` (default: the first); ``asked``: the
+        torrents the claim asked for, counted in this call's rates (default ``count``; 0 for the
+        next shards of a claim spread over several)."""
         k = self.keys.shard(0) if k is None else k
         return dict(
             keys=[k.ready, k.since, k.cooling, k.leases, k.evicted, k.tombstones, k.held, k.claims,
-                  k.expiries, k.quarantined, k.quarantine],
+                  k.expiries, k.quarantined, k.quarantine, k.rates],
             args=[repr(now), repr(now + self.settings.lease_seconds), count,
                   2 * count + 8 if count else HOUSEKEEPING_BUDGET, repr(now - self.settings.tombstone_seconds),
-                  self.settings.quarantine_after],
+                  self.settings.quarantine_after, _minute(now), count if asked is None else asked],
         )
 
     @staticmethod
-    def _leases(flat: list) -> list[Lease]:
+    def _leases(flat: list, now: float) -> list[Lease]:
         """The leases of a claim.lua reply (its last element, the shard's offer, left out)."""
-        return [Lease(flat[i].decode(), float(flat[i + 1]), int(flat[i + 2])) for i in range(0, len(flat) - 2, 3)]
+        return [Lease(flat[i].decode(), float(flat[i + 1]), int(flat[i + 2]), now)
+                for i in range(0, len(flat) - 2, 3)]
 
     def _choose(self, now: float, tried: set[int]) -> int | None:
         """The shard to claim from next (``ShardTops``), after the housekeeping of every stale
@@ -277,7 +283,11 @@ class Queue:
         Sharded: from the shard offering the best score, then the next best
         while fewer than ``count`` came, each shard at most once.
         """
-        now = time.time() if now is None else now
+        return self._claim_shards(count, time.time() if now is None else now, asked=True)
+
+    def _claim_shards(self, count: int, now: float, asked: bool) -> list[Lease]:
+        """``claim``; ``asked``: count ``count`` as asked for in the rates (not for the rest of a
+        claim some of which another call already asked for)."""
         count = max(0, min(count, MAX_CLAIM))
         if count == 0:
             self.housekeep(now)
@@ -290,9 +300,14 @@ class Queue:
                 if i is None:
                     break
                 tried.add(i)
-                flat = self._claim(**self._claim_args(count - len(leases), now, self.keys.shard(i)))
+                first = len(tried) == 1  # the claim is counted as asked once, where it is first sent
+                flat = self._claim(**self._claim_args(count - len(leases), now, self.keys.shard(i),
+                                                      count if asked and first else 0))
                 self.tops.note(i, flat[-1], now)
-                leases += self._leases(flat)
+                leases += self._leases(flat, now)
+            if asked and not tried:
+                # every shard is known empty: no claim went out, but the ask counts in the serve rate
+                self.client.hincrby(self.keys.shard(0).rates, f"a:{_minute(now)}", count)
         except redis.RedisError as e:
             raise StoreError(f"claiming torrents failed: {e}") from e
         if len(tried) > 1:  # ZPOPMAX's order across the shards claimed from
@@ -324,11 +339,14 @@ class Queue:
         k = self.keys.for_torrent(h)
         return dict(
             keys=[k.leases, k.held, k.claims, k.cooling, k.evicted, k.tombstones, k.torrent(h), k.trackers(h),
-                  k.visits, k.expiries, k.history(h)],
+                  k.visits, k.expiries, k.history(h), k.rates, k.atrisk],
             args=[h, lease.token, repr(multiplier(result, self.settings)), repr(self.settings.evict_below),
                   repr(now), repr(due), int(math.ceil(self.settings.tombstone_seconds)),
                   "" if seeders is None else seeders, "" if leechers is None else leechers, peers, _minute(now),
-                  result.value, self.settings.torrent_history],
+                  result.value, self.settings.torrent_history,
+                  rt_field(_minute(now), now - lease.claimed) if 0 < lease.claimed <= now else "",
+                  repr(self.settings.evict_never_seen_seconds), repr(self.settings.evict_lost_seconds),
+                  repr(self.settings.multiplier_none)],
         )
 
     def _completed(self, lease: Lease, reply: list, due: float | None, now: float) -> tuple[str, float | None]:
@@ -373,9 +391,10 @@ class Queue:
         leases: list[Lease] = []
         if claimed:
             self.tops.note(i, claimed[0][-1], now)
-            leases = self._leases(claimed[0])
+            leases = self._leases(claimed[0], now)
         if len(leases) < count and self.keys.shards > 1:
-            leases += self.claim(count - len(leases), now)  # that shard had less than it seemed
+            # that shard had less than it seemed (the claim was counted there, unless none was sent)
+            leases += self._claim_shards(count - len(leases), now, asked=i is None)
         return self._completed(lease, done, due, now), leases
 
     def _arrived(self, info_hash: str, at: float, now: float, score: float | None = None) -> None:
@@ -471,23 +490,30 @@ class Queue:
             raise StoreError(f"writing the trackers' min interval failed: {e}") from e
 
     def trim_visit_buckets(self, now: float | None = None) -> int:
-        """Drop the per-minute visit counts older than ``VISIT_BUCKETS_KEPT``; returns how many.
+        """Drop the per-minute visit counts older than ``VISIT_BUCKETS_KEPT`` (returns how many),
+        and the rates' minutes older than ``queue_rates.KEPT_SECONDS``.
 
-        The hashes are written by ``complete.lua`` and ``defer.lua``, so their
-        housekeeping is the queue's too: ``status`` and the dashboard run it
-        before they read (``crawler.operations.queue_report``) and workers
-        hourly, so each stays bounded (~2,900 fields). Raises ``StoreError``.
+        The hashes are written by ``complete.lua``, ``defer.lua`` and
+        ``claim.lua``, so their housekeeping is the queue's too: ``status`` and
+        the dashboard run it before they read (``crawler.operations.queue_report``)
+        and workers hourly, so each stays bounded (~2,900 fields). Raises ``StoreError``.
         """
         now = time.time() if now is None else now
-        hashes = [key for k in self.keys.all_shards for key in (k.visits, k.failed_visits)]
+        hashes = [(key, True) for k in self.keys.all_shards for key in (k.visits, k.failed_visits)]
+        hashes += [(k.rates, False) for k in self.keys.all_shards]
         try:
             p = self.client.pipeline(transaction=False)
-            for key in hashes:
+            for key, _ in hashes:
                 p.hkeys(key)
-            for key, minutes in zip(hashes, p.execute()):
-                stale = [m for m in minutes if int(m) < now - VISIT_BUCKETS_KEPT]
+            counted = []  # per HDEL sent: whether it drops visit counts
+            for (key, visits), names in zip(hashes, p.execute()):
+                if visits:
+                    stale = [m for m in names if int(m) < now - VISIT_BUCKETS_KEPT]
+                else:
+                    stale = [f for f in names if (field_time(f) or 0) < now - KEPT_SECONDS]
                 for i in range(0, len(stale), 1000):
                     p.hdel(key, *stale[i : i + 1000])
-            return sum(p.execute())
+                    counted.append(visits)
+            return sum(n for n, visits in zip(p.execute(), counted) if visits)
         except redis.RedisError as e:
             raise StoreError(f"trimming visit counts failed: {e}") from e

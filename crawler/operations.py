@@ -31,6 +31,8 @@ def queue_report(queue: Queue, now: float) -> dict:
     report["quarantined_torrents"] = view.quarantined(10) if report.get("quarantined") else []
     report["visits_last_hour"] = view.visits_since(3600, now)
     report["failed_visits_last_hour"] = view.visits_since(3600, now, failed=True)
+    report["rates"] = view.rates(now)
+    report.update(view.at_risk(now))
     workers = WorkerRegistry(c, k).live(now)
     report["workers"] = workers
     report["trackers"] = tracker_report(c, k)

@@ -29,11 +29,21 @@ import redis
 
 from crawler.errors import StoreError
 from crawler.keys import Keys
+from crawler.queue_rates import rates_report
 
 # One visit in a torrent's history, as complete.lua packs it: time, new score,
 # peers found, seeders, leechers (little-endian; NOT_REPORTED: the sources gave none).
 HISTORY_ENTRY = struct.Struct("<IfIII")
 NOT_REPORTED = 0xFFFFFFFF
+
+
+def _pin(raw: str | None, now: float) -> str | float | None:
+    """A torrent's pin as shown: "forever", the unix time it holds until, or None (none, or run out)."""
+    if raw is None:
+        return None
+    if raw == "forever":
+        return raw
+    return float(raw) if float(raw) > now else None
 
 
 def history(raw: bytes) -> list[dict]:
@@ -151,6 +161,42 @@ class QueueView:
             times += [t for (_, t) in cool0 + lease0]
         return max(0.0, min(times) - now) if times else None
 
+    def at_risk(self, now: float | None = None, limit: int = 10) -> dict:
+        """Torrents whose next visit without peers evicts them (SPEC §1 staged eviction).
+
+        ``at_risk``: how many, and up to ``limit`` of them, soonest at risk
+        first, each with its stage; ``at_risk_later``: those one such visit
+        would bring below the threshold once their grace has run.
+        """
+        now = time.time() if now is None else now
+
+        def read(p, k):
+            p.zcount(k.atrisk, "-inf", now)
+            p.zcard(k.atrisk)
+            p.zrangebyscore(k.atrisk, "-inf", now, start=0, num=limit, withscores=True)
+
+        now_n = later = 0
+        first: list[tuple[float, str]] = []
+        for n, total, rows in self._each_shard(read, "the torrents at risk"):
+            now_n, later = now_n + n, later + total - n
+            first += [(t, m.decode()) for m, t in rows]
+        first = sorted(first)[:limit]
+        p = self.client.pipeline(transaction=False)
+        for _, h in first:
+            p.hmget(self.keys.for_torrent(h).torrent(h), "last_peers", "first_visit")
+        stages = self._run(p, "the torrents at risk") if first else []
+        listed = [{"info_hash": h, "since": t,
+                   "stage": "lost its peers" if last else "never had peers",
+                   "last_peers": float(last) if last else None}
+                  for (t, h), (last, _) in zip(first, stages)]
+        return {"at_risk": now_n, "at_risk_later": later, "at_risk_torrents": listed}
+
+    def rates(self, now: float | None = None) -> dict:
+        """The operator rates of the last hour (``crawler.queue_rates``), over every shard."""
+        now = time.time() if now is None else now
+        per_shard = self._each_shard(lambda p, k: p.hgetall(k.rates), "the queue's rates")
+        return rates_report([h for (h,) in per_shard], now)
+
     def visits_since(self, seconds: float = 3600, now: float | None = None, failed: bool = False) -> int:
         """Visits completed (or failed, with ``failed``) in the last ``seconds``.
 
@@ -206,7 +252,9 @@ class QueueView:
         p.hget(k.quarantine, info_hash)
         p.hget(k.expiries, info_hash)
         p.get(k.history(info_hash))
-        h, trackers, claims, due, deadline, tomb, min_intervals, quarantine, expiries, hist = self._run(p, "a torrent")
+        p.zscore(k.atrisk, info_hash)
+        h, trackers, claims, due, deadline, tomb, min_intervals, quarantine, expiries, hist, at_risk = self._run(
+            p, "a torrent")
         hist = history(hist or b"")
         h = {a.decode(): b.decode() for a, b in h.items()}
 
@@ -232,6 +280,10 @@ class QueueView:
             "lease_deadline": deadline if state == "in_flight" else None,
             "tracker_not_before": {a.decode(): float(b) for a, b in min_intervals.items()},
             "expired_leases_in_a_row": int(expiries) if expiries else 0,
+            "first_visit": num("first_visit", float),
+            "last_peers": num("last_peers", float),
+            "pinned": _pin(h.get("pinned"), now),
+            "at_risk_from": at_risk,
             "history": hist,
         }
         if tomb:

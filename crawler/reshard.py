@@ -25,8 +25,8 @@ running crawl cannot be resharded in place because each process knows the
 shard count from its start: a worker of the old count would claim from
 and complete into shards the move is emptying.
 
-The per-minute visit counts (``status``'s visits in the last hour) are not
-moved: a move starts them afresh. The counters' shards stay as they are
+The per-minute visit counts (``status``'s visits in the last hour) and the
+operator rates are not moved: a move starts them afresh. The counters' shards stay as they are
 (``docs/redis.md``: a dedupe mark holds only keyed fingerprints of (metric,
 IP) pairs, from which no new shard of an IP can be computed).
 """
@@ -45,10 +45,11 @@ from crawler.registry import WorkerRegistry
 
 # Torrents read, copied and removed per step: one step's commands stay small.
 BATCH = 500
-# The state sets, one of which holds a torrent, and ``since`` (a ready
-# torrent's time): sorted sets keyed by info-hash, copied member by member.
+# The state sets, one of which holds a torrent, ``since`` (a ready torrent's
+# time) and ``atrisk`` (staged eviction): sorted sets keyed by info-hash,
+# copied member by member.
 STATES = ("ready", "cooling", "leases", "evicted", "quarantined")
-SETS = STATES + ("since",)
+SETS = STATES + ("since", "atrisk")
 # Hashes of the shard keyed by info-hash, copied field by field.
 FIELDS = ("held", "claims", "expiries", "tombstones", "quarantine")
 

@@ -276,6 +276,22 @@ class Settings:
         "PEERCRAWL_NEW_FRACTION", 0.05, p.fraction, "share of claims given to new torrents (SPEC §2)")
     evict_below: float = p.setting(
         "PEERCRAWL_EVICT_BELOW", 0.005, p.fraction, "score below which a torrent is evicted (SPEC §2)")
+    # Staged eviction (seed 003, docs/decisions.md "Staged eviction"): a visit
+    # without peers evicts a torrent whose score falls below the threshold
+    # only once its stage's grace has run; before, the score is held at the
+    # threshold. A day from its first visit for a torrent never seen with a
+    # peer covers a daily cycle (a seeder online a few hours a day); a week
+    # from the last peer for one that lost its peers covers a weekly one (a
+    # weekend seeder), where seed 003's tracker, which warns its uploaders,
+    # gives 3 and 28 days. 0: evicted by score alone.
+    evict_never_seen_seconds: float = p.setting(
+        "PEERCRAWL_EVICT_NEVER_SEEN_SECONDS", DAY, p.nonnegative_float,
+        "grace from its first visit before a visit without peers may evict a torrent never seen with a peer",
+        shown="1 day")
+    evict_lost_seconds: float = p.setting(
+        "PEERCRAWL_EVICT_LOST_SECONDS", 7 * DAY, p.nonnegative_float,
+        "grace from the last peer seen before a visit without peers may evict a torrent that lost its peers",
+        shown="7 days")
     # A torrent's own trackers stored and announced per visit. Real torrents
     # list a handful to a few dozen (the big public tracker lists are ~100
     # lines, mostly dead); 64 keeps every real list whole while one hostile

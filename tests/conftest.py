@@ -59,6 +59,10 @@ def settings(redis_url, namespace, tmp_path) -> Settings:
         dht=False,
         allow_private=True,
         secret="test-secret-0123456789",
+        # SPEC §2's eviction by score alone, which most tests exercise; staged
+        # eviction's graces are tested at their defaults in test_staged_eviction.py
+        evict_never_seen_seconds=0.0,
+        evict_lost_seconds=0.0,
     )
 
 
@@ -75,5 +79,7 @@ def test_env(redis_url, namespace, tmp_path) -> dict:
         PEERCRAWL_ALLOW_PRIVATE="1",
         PEERCRAWL_SECRET="test-secret-0123456789",
         PEERCRAWL_LOG_FORMAT="json",
+        PEERCRAWL_EVICT_NEVER_SEEN_SECONDS="0",
+        PEERCRAWL_EVICT_LOST_SECONDS="0",
     )
     return env

@@ -178,10 +178,16 @@ def test_metrics_parse_and_equal_status(web, test_env):
                        "peercrawl_visits_last_hour": status["visits_last_hour"],
                        "peercrawl_failed_visits_last_hour": status["failed_visits_last_hour"],
                        "peercrawl_workers": len(status["workers"]), "peercrawl_stathat_outbox_stats": 0}
+        rates = status["rates"]
+        if rates["claim_serve_rate"] is not None:
+            assert families["peercrawl_claim_serve_ratio"].samples[0].value == rates["claim_serve_rate"]
+        if rates["visit_round_trip_s"]["visits"]:
+            rt = {s.labels["quantile"]: s.value for s in families["peercrawl_visit_round_trip_seconds"].samples}
+            assert rt == {"0.5": rates["visit_round_trip_s"]["p50"], "0.95": rates["visit_round_trip_s"]["p95"]}
         # bounded labels only: nothing per torrent or per IP
         for f in families.values():
             for s in f.samples:
-                assert set(s.labels) <= {"state", "url", "worker", "node", "message"}, s
+                assert set(s.labels) <= {"state", "url", "worker", "node", "message", "quantile"}, s
 
 
 def test_metrics_trackers_and_workers(client, keys, settings, world, test_env):

@@ -41,6 +41,8 @@ LAYOUT = {
     "history": (K.history(H), "{ns}:vh:" + H, "`{ns}:vh:<h>`"),
     "visits": (K.visits, "{ns}:visits", "`{ns}:visits`"),
     "failed_visits": (K.failed_visits, "{ns}:failedvisits", "`{ns}:failedvisits`"),
+    "rates": (K.rates, "{ns}:rates", "`{ns}:rates`"),
+    "atrisk": (K.atrisk, "{ns}:atrisk", "`{ns}:atrisk`"),
     "workers": (K.workers, "{ns}:workers", "`{ns}:workers`"),
     "worker": (K.worker("host-1-2"), "{ns}:w:host-1-2", "`{ns}:w:<worker-id>`"),
     "tracker_health": (K.tracker_health, "{ns}:trackerhealth", "`{ns}:trackerhealth`"),

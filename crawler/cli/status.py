@@ -40,11 +40,21 @@ def _queue_table(con, r: dict) -> None:
     from rich.table import Table
 
     t = Table(title="peercrawl queue", show_header=False)
-    for name in ("tracked", "ready", "cooling", "in_flight", "quarantined", "evicted", "visits_last_hour",
+    for name in ("tracked", "ready", "cooling", "in_flight", "quarantined", "evicted", "at_risk", "visits_last_hour",
                  "failed_visits_last_hour", "queue_latency_s"):
         t.add_row(name.replace("_", " "), str(r.get(name)))
     for name, value in (r.get("capacity") or {}).items():
         t.add_row(name.replace("_", " "), str(value))
+    rates = r.get("rates") or {}
+    if rates:
+        def pct(x):
+            return "-" if x is None else f"{100 * x:.1f} %"
+
+        rt = rates["visit_round_trip_s"]
+        t.add_row("claim serve rate (1 h)", f"{pct(rates['claim_serve_rate'])} of {rates['claims_asked']} asked")
+        t.add_row("reclaim rate (1 h)", f"{pct(rates['reclaim_rate'])}: {rates['leases_reclaimed']} leases expired")
+        t.add_row("visit round trip (1 h)", "-" if not rt["visits"] else
+                  f"p50 {rt['p50']} s, p95 {rt['p95']} s over {rt['visits']} visits")
     shards = r.get("shards") or {}
     t.add_row("shards", f"{shards.get('queue')} queue, {shards.get('counters')} counters")
     con.print(t)
@@ -59,6 +69,11 @@ def _warnings(con, r: dict) -> None:
                   "(peercrawl torrent HASH says why; add --readmit HASH returns one)")
         for x in r.get("quarantined_torrents", []):
             con.print(f"  {x['info_hash']}  {x['reason']}")
+    if r.get("at_risk"):
+        con.print(f"[bold yellow]at risk:[/] {r['at_risk']} torrents that their next visit without peers evicts "
+                  "(peercrawl torrent HASH --pin keeps one)")
+        for x in r.get("at_risk_torrents", []):
+            con.print(f"  {x['info_hash']}  {x['stage']}")
     if r.get("eviction_warning"):
         con.print(f"[bold red]warning:[/] {r['eviction_warning']}", soft_wrap=True)
     if r.get("outage"):

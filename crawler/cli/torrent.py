@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import sys
 import time
@@ -11,24 +12,57 @@ import click
 from crawler.cli.context import open_context
 from crawler.errors import ItemError
 from crawler.items import info_hash
+from crawler.pins import Pins
 from crawler.queue_view import QueueView
 from crawler.sources import redact
+
+
+def _until(value: str | None) -> float | None:
+    """``--until``: an ISO date or date and time (UTC unless it says otherwise), in the future."""
+    if value is None:
+        return None
+    try:
+        at = datetime.datetime.fromisoformat(value)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a date (e.g. 2027-01-31 or 2027-01-31T18:00)",
+                                 param_hint="--until") from None
+    if at.tzinfo is None:
+        at = at.replace(tzinfo=datetime.UTC)
+    if at.timestamp() <= time.time():
+        raise click.BadParameter(f"{value} has passed", param_hint="--until")
+    return at.timestamp()
 
 
 @click.command("torrent")
 @click.argument("hash_")
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
-def command(hash_: str, as_json: bool) -> None:
+@click.option("--pin", is_flag=True, help="Never evict this torrent (staged eviction), for ever or --until.")
+@click.option("--until", "until", metavar="DATE", help="With --pin: the pin ends at DATE (ISO, UTC).")
+@click.option("--unpin", is_flag=True, help="End this torrent's pin.")
+def command(hash_: str, as_json: bool, pin: bool, until: str | None, unpin: bool) -> None:
     """Show one torrent: state, score, visits, seeders, leechers, trackers.
 
     A quarantined torrent also shows why: its leases that expired in a row and
-    its last visit error.
+    its last visit error. ``--pin`` exempts it from eviction (``--until``
+    DATE: until then) and ``--unpin`` ends that; either then shows it.
     """
     try:
         h = info_hash(hash_)
     except ItemError as e:
         raise click.BadParameter(str(e), param_hint="HASH") from None
+    if pin and unpin:
+        raise click.UsageError("--pin and --unpin exclude each other")
+    if until is not None and not pin:
+        raise click.UsageError("--until goes with --pin")
+    ends = _until(until)
     ctx = open_context()
+    if pin or unpin:
+        pins = Pins(ctx.client, ctx.keys)
+        done = pins.pin(h, ends) if pin else pins.unpin(h)
+        if done in ("evicted", "untracked"):
+            why = "is evicted (add --readmit HASH tracks it again)" if done == "evicted" else "is not tracked"
+            click.echo(f"peercrawl torrent: {h} {why}; nothing to {'pin' if pin else 'unpin'}", err=True)
+            sys.exit(1)
     info = QueueView(ctx.client, ctx.keys).torrent(h, time.time())
     if info is None:
         if as_json:

@@ -67,6 +67,7 @@ class CrawlCollector:
                                     value=needed)
         yield from _trackers(r["trackers"])
         yield from _announce_cap(r.get("announce_cap"))
+        yield from _rates(r["rates"])
         geo = r.get("geo_errors") or {}
         yield CounterMetricFamily("peercrawl_geoip_read_errors", "GeoIP database read errors (status geo_errors).",
                                   value=geo.get("errors", 0))
@@ -88,6 +89,23 @@ class CrawlCollector:
         for row in ops["redis"]:
             mem.add_metric([row["node"]], row["used_memory_bytes"])
         yield mem
+
+
+def _rates(rates: dict):
+    """The queue's operator rates over the last hour (status --json rates); a rate with nothing to
+    divide by is left out."""
+    for name, key, what in (("claim_serve_ratio", "claim_serve_rate", "Torrents handed out / asked for by claims"),
+                            ("reclaim_ratio", "reclaim_rate", "Leases expired before completion / handed out")):
+        if rates[key] is not None:
+            yield GaugeMetricFamily(f"peercrawl_{name}", what + ", last hour.", value=rates[key])
+    rt = rates["visit_round_trip_s"]
+    if rt["visits"]:
+        g = GaugeMetricFamily("peercrawl_visit_round_trip_seconds",
+                              "Claim to completion of the last hour's visits, by quantile (±4.5 %).",
+                              labels=["quantile"])
+        g.add_metric(["0.5"], rt["p50"])
+        g.add_metric(["0.95"], rt["p95"])
+        yield g
 
 
 def _announce_cap(cap: dict | None):

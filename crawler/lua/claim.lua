@@ -26,10 +26,14 @@
 -- KEYS[9]  expiries    HASH info-hash -> leases expired in a row
 -- KEYS[10] quarantined ZSET info-hash -> quarantine time
 -- KEYS[11] quarantine  HASH info-hash -> JSON {reason, at, expiries, score}
+-- KEYS[12] rates       HASH per-minute counts (crawler/queue_rates.py)
 --
 -- ARGV[1] now, ARGV[2] lease deadline, ARGV[3] how many to claim,
 -- ARGV[4] housekeeping budget, ARGV[5] tombstone cutoff (evicted before it
--- are forgotten), ARGV[6] K: expiries in a row that quarantine a torrent
+-- are forgotten), ARGV[6] K: expiries in a row that quarantine a torrent,
+-- ARGV[7] the unix minute of now, ARGV[8] torrents this claim asked for
+-- (counted once per claim: 0 for the next shards of a claim spread over
+-- several, and for housekeeping)
 --
 -- Returns a flat list: info-hash, score (string), token, ... for each claim,
 -- then what the shard offers next (how a sharded claimer picks its next
@@ -44,9 +48,12 @@
 local now, deadline = tonumber(ARGV[1]), tonumber(ARGV[2])
 local n, budget = tonumber(ARGV[3]), tonumber(ARGV[4])
 local cutoff, K = tonumber(ARGV[5]), tonumber(ARGV[6])
+local minute, asked = tonumber(ARGV[7]), tonumber(ARGV[8])
 -- (x ~= x: NaN, which tonumber accepts and ZADD refuses.)
-if not (now and deadline and n and budget and cutoff and K) or now ~= now or deadline ~= deadline
-    or n < 0 or budget < 0 or K < 1 or n ~= math.floor(n) or budget ~= math.floor(budget) then
+if not (now and deadline and n and budget and cutoff and K and minute and asked) or now ~= now
+    or deadline ~= deadline or n < 0 or budget < 0 or K < 1 or n ~= math.floor(n)
+    or budget ~= math.floor(budget) or minute ~= math.floor(minute) or asked < 0
+    or asked ~= math.floor(asked) then
   return redis.error_reply('claim.lua: bad arguments')
 end
 
@@ -168,6 +175,9 @@ each('HDEL', KEYS[9], old)
 each('ZADD', KEYS[4], leases)
 each('HSET', KEYS[7], held)
 each('HSET', KEYS[8], tokens)
+if asked > 0 then redis.call('HINCRBY', KEYS[12], 'a:' .. ARGV[7], asked) end
+if take > 0 then redis.call('HINCRBY', KEYS[12], 's:' .. ARGV[7], take) end
+if #expired > 0 then redis.call('HINCRBY', KEYS[12], 'r:' .. ARGV[7], #expired) end
 
 local best = redis.call('ZREVRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 if #best > 0 then

@@ -1,6 +1,17 @@
 -- complete.lua: finish a visit that some source answered (SPEC §1, §2).
 -- The new score is the held score times ARGV[3]; below ARGV[4] the torrent
 -- is evicted (tombstone kept ARGV[7] seconds), else it cools until ARGV[6].
+-- Staged eviction (seed 003, docs/decisions.md): a visit without peers evicts
+-- only once the torrent's stage's grace has run (ARGV[15] from its first
+-- visit for a torrent never seen with a peer, "never had peers"; ARGV[16]
+-- from the last peer seen for one that had some, "lost its peers"), and a
+-- pinned torrent (torrent field `pinned`: "forever" or a unix time until
+-- which it holds) never; until then its score is held at the threshold. A
+-- visit with peers below the threshold evicts for "low score" (SPEC §2)
+-- unless pinned or held (its peers came back: it stays held while it has
+-- peers, and leaves the threshold with a full and fresh visit). A torrent one more visit without peers (ARGV[17]: that
+-- visit's multiplier) would bring below the threshold is "at risk": KEYS[13]
+-- holds it with the time from which that visit evicts it.
 -- A completion ends the torrent's streak of expired leases. The history
 -- string keeps the torrent's last ARGV[13] visits, 20 bytes each
 -- (little-endian u32 time, f32 new score, u32 peers, u32 seeders, u32
@@ -19,12 +30,17 @@
 -- KEYS[9]  visits     HASH unix minute -> visits completed
 -- KEYS[10] expiries   HASH info-hash -> leases expired in a row
 -- KEYS[11] history    STRING of this torrent's last visits
+-- KEYS[12] rates      HASH per-minute counts (crawler/queue_rates.py)
+-- KEYS[13] atrisk     ZSET info-hash -> time from which a visit without peers evicts it
 --
 -- ARGV[1] info-hash, ARGV[2] token, ARGV[3] multiplier, ARGV[4] threshold,
 -- ARGV[5] now, ARGV[6] due time, ARGV[7] tombstone seconds,
 -- ARGV[8] seeders ('' unknown), ARGV[9] leechers ('' unknown),
 -- ARGV[10] peers found, ARGV[11] minute, ARGV[12] outcome (none/some/full),
--- ARGV[13] visits kept in the history (0-10000)
+-- ARGV[13] visits kept in the history (0-10000), ARGV[14] the rates field of
+-- this visit's round trip ('' when its claim time is unknown), ARGV[15] and
+-- ARGV[16] the graces (seconds) of a torrent never seen with a peer and of
+-- one that lost its peers, ARGV[17] the multiplier of a visit without peers
 --
 -- Returns {'cooling'|'evicted', new score as string} or {'stale'} when the
 -- lease is not this holder's any more (nothing changed). Every argument is
@@ -38,7 +54,9 @@ local function number(v)  -- a number ZADD takes (tonumber accepts NaN, ZADD doe
 end
 if not (mult and threshold and number(ARGV[5]) and number(ARGV[6]) and tonumber(ARGV[7])
     and tonumber(ARGV[10]) and tonumber(ARGV[11]) and tonumber(ARGV[13]))
-    or (ARGV[8] ~= '' and not tonumber(ARGV[8])) or (ARGV[9] ~= '' and not tonumber(ARGV[9])) then
+    or (ARGV[8] ~= '' and not tonumber(ARGV[8])) or (ARGV[9] ~= '' and not tonumber(ARGV[9]))
+    or not ARGV[14] or (ARGV[14] ~= '' and not string.match(ARGV[14], '^rt:%d+:%d+$'))
+    or not number(ARGV[15]) or not number(ARGV[16]) or not number(ARGV[17]) then
   return redis.error_reply('complete.lua: bad arguments')
 end
 if redis.call('HGET', KEYS[3], h) ~= ARGV[2] or not redis.call('ZSCORE', KEYS[1], h) then
@@ -55,16 +73,42 @@ if kept < 0 or kept > 10000 or kept % 1 ~= 0 then
 end
 local hist = kept > 0 and (redis.call('GET', KEYS[11]) or '') or ''
 if #hist % 20 ~= 0 then hist = '' end  -- not a history this script wrote: start again
+local now = tonumber(ARGV[5])
+local stage = redis.call('HMGET', KEYS[7], 'first_visit', 'last_peers', 'pinned')
+local first_visit = tonumber(stage[1]) or now
+local last_peers = tonumber(stage[2])
+local found = tonumber(ARGV[10]) > 0
+if found then last_peers = now end
+local pin = stage[3]
+local pinned = pin == 'forever' or (tonumber(pin) ~= nil and tonumber(pin) > now)
+local reason, grace_end = 'never had peers', first_visit + tonumber(ARGV[15])
+if last_peers then reason, grace_end = 'lost its peers', last_peers + tonumber(ARGV[16]) end
 local new = score * mult
+local evict = false
+if new < threshold then
+  if ARGV[12] == 'none' then
+    evict = not pinned and now >= grace_end
+  else
+    -- peers, but not enough new ones: SPEC §2's low score, for a torrent that
+    -- sank there; one held at the threshold stays held while it has peers
+    evict = not pinned and score > threshold
+    reason = 'low score'
+  end
+  -- held: the next visit without peers brings it below again
+  if not evict then new = threshold end
+end
 local text = string.format('%.17g', new)
 redis.call('ZREM', KEYS[1], h)
 redis.call('HDEL', KEYS[10], h)
 redis.call('HINCRBY', KEYS[7], 'visits', 1)
 redis.call('HSET', KEYS[7], 'last_visit', ARGV[5], 'peers_last_visit', ARGV[10],
   'last_outcome', ARGV[12], 'score', text)
+redis.call('HSETNX', KEYS[7], 'first_visit', ARGV[5])
+if found then redis.call('HSET', KEYS[7], 'last_peers', ARGV[5]) end
 if ARGV[8] ~= '' then redis.call('HSET', KEYS[7], 'seeders', ARGV[8]) end
 if ARGV[9] ~= '' then redis.call('HSET', KEYS[7], 'leechers', ARGV[9]) end
 redis.call('HINCRBY', KEYS[9], ARGV[11], 1)
+if ARGV[14] and ARGV[14] ~= '' then redis.call('HINCRBY', KEYS[12], ARGV[14], 1) end
 if kept > 0 then
   local function u32(v)  -- a count as stored; '' (not reported) and anything past u32 as 0xFFFFFFFF
     local x = tonumber(v)
@@ -77,10 +121,12 @@ if kept > 0 then
 else
   redis.call('DEL', KEYS[11])
 end
-if new < threshold then
+if evict then
   redis.call('HDEL', KEYS[2], h)
+  redis.call('ZREM', KEYS[13], h)
   redis.call('ZADD', KEYS[5], ARGV[5], h)
-  redis.call('HSET', KEYS[6], h, cjson.encode({reason = 'low score', at = tonumber(ARGV[5]), score = text}))
+  redis.call('HSET', KEYS[6], h, cjson.encode({reason = reason, at = now, score = text,
+    last_peers = last_peers or cjson.null}))
   redis.call('EXPIRE', KEYS[7], ARGV[7])
   redis.call('EXPIRE', KEYS[8], ARGV[7])
   if kept > 0 then redis.call('EXPIRE', KEYS[11], ARGV[7]) end
@@ -88,4 +134,9 @@ if new < threshold then
 end
 redis.call('HSET', KEYS[2], h, text)
 redis.call('ZADD', KEYS[4], ARGV[6], h)
+if not pinned and new * tonumber(ARGV[17]) < threshold then
+  redis.call('ZADD', KEYS[13], string.format('%.17g', grace_end), h)
+else
+  redis.call('ZREM', KEYS[13], h)
+end
 return {'cooling', text}

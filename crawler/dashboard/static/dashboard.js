@@ -207,6 +207,7 @@ function visitLines(id, rows) {
 function renderOperators(d) {
   const s = d.status, cap = s.capacity || {};
   const mb = b => (b / 1048576).toFixed(1) + ' MB';
+  const pct = x => x === null || x === undefined ? '-' : (100 * x).toFixed(1) + ' %';
   figures('figures', [['tracked', 'tracked', s.tracked], ['ready', 'ready', s.ready], ['cooling', 'cooling', s.cooling],
     ['in_flight', 'in flight', s.in_flight], ['quarantined', 'quarantined', s.quarantined], ['evicted', 'evicted', s.evicted],
     ['queue_latency_s', 'queue latency (s)', s.queue_latency_s], ['visits_last_hour', 'visits last hour', s.visits_last_hour],
@@ -214,7 +215,11 @@ function renderOperators(d) {
     ['workers', 'live workers', s.workers.length], ['workers_needed', 'workers needed', cap.workers_needed],
     ['visits_needed_per_hour', 'visits needed / h', cap.visits_needed_per_hour],
     ['outbox', 'StatHat outbox (stats)', d.outbox.enabled ? d.outbox.stats_waiting + d.outbox.stats_in_flight : 'off'],
-    ['geo_errors', 'GeoIP read errors', s.geo_errors ? s.geo_errors.errors : 0]].concat(s.announce_cap
+    ['geo_errors', 'GeoIP read errors', s.geo_errors ? s.geo_errors.errors : 0],
+    ['claim_serve_rate', 'claim serve rate (1 h)', pct(s.rates.claim_serve_rate)],
+    ['reclaim_rate', 'reclaim rate (1 h)', pct(s.rates.reclaim_rate)],
+    ['round_trip', 'visit round trip p50 / p95 (s)', s.rates.visit_round_trip_s.visits
+      ? `${s.rates.visit_round_trip_s.p50} / ${s.rates.visit_round_trip_s.p95}` : '-']].concat(s.announce_cap
     ? [['announce_cap', 'tracker requests / s (cap)',
       `${s.announce_cap.sent_per_second}${s.announce_cap.per_second ? ' of ' + s.announce_cap.per_second : ''}`]] : []));
   const alert = (id, text) => { const n = document.getElementById(id); n.hidden = !text; n.textContent = text || ''; };
