@@ -177,6 +177,23 @@ class Keys:
         """ZSET info-hash -> score: ready torrents, highest first."""
         return self._k("ready")
 
+    def ready_in(self, lane: str) -> str:
+        """ZSET info-hash -> score: the ready torrents of ``lane`` (crawler/lanes.py); the normal
+        lane's is ``ready``."""
+        return self.ready if lane == "normal" else self._k("ready", lane)
+
+    def lane_members(self, lane: str) -> str:
+        """ZSET info-hash -> 0: the torrents of ``lane`` (high, low or discovered; a torrent in none
+        is in the normal lane)."""
+        if lane == "normal":
+            raise ValueError("the normal lane has no member set: it is every torrent of no other lane")
+        return self._k("lane", lane)
+
+    @property
+    def lane_credit(self) -> str:
+        """HASH lane -> the claims owed to it from its guaranteed share (claim.lua)."""
+        return self._k("lanecredit")
+
     @property
     def since(self) -> str:
         """ZSET info-hash -> unix time it became ready (queue latency)."""
@@ -437,5 +454,5 @@ RESERVED = frozenset({
     "ready", "since", "cooling", "leases", "evicted", "tombstones", "held", "claims", "expiries",
     "quarantined", "quarantine", "t", "tr", "vh", "visits", "failedvisits", "workers", "w", "trackerhealth",
     "trackerused", "mi", "mk", "ix", "tx", "rx", "sh", "geoerrors", "announceport", "secret", "layout",
-    "cap", "capm", "rates", "atrisk",
+    "cap", "capm", "rates", "atrisk", "lane", "lanecredit",
 })

@@ -76,6 +76,7 @@ from crawler import lua
 from crawler.errors import StoreError
 from crawler.items import NewItem
 from crawler.keys import Keys, shard_of
+from crawler.lanes import MARKED, offer, rank
 from crawler.queue_rates import KEPT_SECONDS, field_time, rt_field
 from crawler.scoring import Outcome, multiplier
 from crawler.settings import Settings
@@ -147,7 +148,8 @@ class Queue:
         self.tops = ShardTops(keys.shards)
 
     # --- intake ------------------------------------------------------------
-    def _add_args(self, k: Keys, items: Sequence[NewItem], readmit: bool, now: float) -> tuple[list, list, list[int]]:
+    def _add_args(self, k: Keys, items: Sequence[NewItem], readmit: bool, now: float, lane: str | None = None,
+                  move: bool = True) -> tuple[list, list, list[int]]:
         """KEYS and ARGV of one add.lua call in shard ``k``, and per item the trackers cut here.
 
         An item's trackers beyond the per-torrent bound are not sent (the
@@ -155,8 +157,9 @@ class Queue:
         make a call huge.
         """
         cap = self.settings.max_trackers_per_torrent
-        keys = [k.ready, k.cooling, k.leases, k.evicted, k.tombstones, k.quarantined, k.quarantine, k.expiries]
-        args: list = [repr(now), "1" if readmit else "0", cap]
+        keys = [k.ready, k.cooling, k.leases, k.evicted, k.tombstones, k.quarantined, k.quarantine, k.expiries,
+                *self._lane_keys(k)]
+        args: list = [repr(now), "1" if readmit else "0", cap, lane or "", "1" if move else "0"]
         cut: list[int] = []
         for item in items:
             if item.trackers or readmit:  # only these items' own keys are touched
@@ -183,26 +186,35 @@ class Queue:
         return [ADD_STATUS[c] for c in letters]
 
     def add(self, items: Sequence[NewItem], readmit: bool = False, now: float | None = None,
-            on_dropped: Callable[[NewItem, int], None] | None = None) -> list[str]:
+            on_dropped: Callable[[NewItem, int], None] | None = None, lane: str | None = None,
+            move: bool = True) -> list[str]:
         """Admit ``items``, all at ``now``; one status per item (``ADD_STATUS``'s values).
 
         Any number of items, sent as ``add_stream`` sends them.
         ``on_dropped(item, n)``: called for each item of which ``n`` trackers
         were not stored (its torrent's set was at the per-torrent bound).
+        ``lane`` (``crawler.lanes``): the lane of new and re-admitted items
+        and, with ``move``, of tracked ones too; None: new ones are normal,
+        tracked ones keep theirs.
         """
         now = time.time() if now is None else now
-        return [status for _, status in self.add_stream(items, readmit, on_dropped=on_dropped, now=now)]
+        return [status for _, status in self.add_stream(items, readmit, on_dropped=on_dropped, now=now,
+                                                        lane=lane, move=move)]
 
     def add_stream(self, items: Iterable[NewItem], readmit: bool = False, batch: int = ADD_BATCH,
                    pipeline: int = ADD_PIPELINE, on_dropped: Callable[[NewItem, int], None] | None = None,
-                   now: float | None = None) -> Iterator[tuple[NewItem, str]]:
+                   now: float | None = None, lane: str | None = None,
+                   move: bool = True) -> Iterator[tuple[NewItem, str]]:
         """Admit a long stream of items in pipelined batches, yielding (item, status).
 
         Each batch is one atomic script call of at most ``ADD_BATCH`` items;
         ``pipeline`` calls share a round trip. Duplicates inside one batch
         are reported as already_tracked. ``on_dropped`` as in ``add``;
-        ``now``: the admission time (default: each round trip's own).
+        ``now``: the admission time (default: each round trip's own);
+        ``lane`` and ``move`` as in ``add``.
         """
+        if lane is not None:
+            rank(lane)  # a lane's name, or ValueError
         batch = max(1, min(batch, ADD_BATCH))
         pipeline = max(1, pipeline)
         stream = iter(items)
@@ -212,10 +224,10 @@ class Queue:
                 batches.append(part)
             if not batches:
                 return
-            yield from self._flush(batches, readmit, on_dropped, now)
+            yield from self._flush(batches, readmit, on_dropped, now, lane, move)
 
     def _flush(self, batches: list[list[NewItem]], readmit: bool, on_dropped: Callable[[NewItem, int], None] | None,
-               now: float | None) -> Iterator[tuple[NewItem, str]]:
+               now: float | None, lane: str | None = None, move: bool = True) -> Iterator[tuple[NewItem, str]]:
         """Admit ``batches`` in one round trip: each batch's items split by shard, one add.lua call each."""
         now = time.time() if now is None else now
         calls, parts = [], []
@@ -225,7 +237,7 @@ class Queue:
                 by_shard.setdefault(self.keys.for_torrent(item.info_hash), []).append(i)
             for k, positions in by_shard.items():
                 part = [b[i] for i in positions]
-                keys, args, cut = self._add_args(k, part, readmit, now)
+                keys, args, cut = self._add_args(k, part, readmit, now, lane, move)
                 calls.append((self._add, keys, args))
                 parts.append((n, positions, part, cut))
         try:
@@ -237,7 +249,8 @@ class Queue:
             for i, st in zip(positions, self._added(part, reply, cut, on_dropped)):
                 statuses[n][i] = st
                 if st in ("added", "readmitted"):  # due at once; a readmitted one's held score unknown here
-                    self._arrived(batches[n][i].info_hash, now, now, None if readmit else 1.0)
+                    self._arrived(batches[n][i].info_hash, now, now,
+                                  None if readmit else offer(lane or "normal", 1.0))
         for b, st in zip(batches, statuses):
             yield from zip(b, st)
 
@@ -249,11 +262,18 @@ class Queue:
         k = self.keys.shard(0) if k is None else k
         return dict(
             keys=[k.ready, k.since, k.cooling, k.leases, k.evicted, k.tombstones, k.held, k.claims,
-                  k.expiries, k.quarantined, k.quarantine, k.rates],
+                  k.expiries, k.quarantined, k.quarantine, k.rates, *self._lane_keys(k), k.lane_credit],
             args=[repr(now), repr(now + self.settings.lease_seconds), count,
                   2 * count + 8 if count else HOUSEKEEPING_BUDGET, repr(now - self.settings.tombstone_seconds),
-                  self.settings.quarantine_after, _minute(now), count if asked is None else asked],
+                  self.settings.quarantine_after, _minute(now), count if asked is None else asked,
+                  repr(self.settings.lane_share), "1" if self.keys.shards > 1 else "0"],
         )
+
+    @staticmethod
+    def _lane_keys(k: Keys) -> list[str]:
+        """The ready sets, then the member sets, of the high, low and discovered lanes (the scripts'
+        order; the normal lane's ready set is ``ready`` and it has no member set)."""
+        return [k.ready_in(lane) for lane in MARKED] + [k.lane_members(lane) for lane in MARKED]
 
     @staticmethod
     def _leases(flat: list, now: float) -> list[Lease]:
@@ -398,7 +418,9 @@ class Queue:
         return self._completed(lease, done, due, now), leases
 
     def _arrived(self, info_hash: str, at: float, now: float, score: float | None = None) -> None:
-        """This process put ``info_hash`` back, claimable at ``at``: its shard's estimate knows at once."""
+        """This process put ``info_hash`` back, claimable at ``at``: its shard's estimate knows at once.
+
+        ``score``: what its shard then offers (``crawler.lanes.offer``), None when unknown."""
         if self.keys.shards > 1:
             self.tops.arrived(shard_of(info_hash, self.keys.shards), at, now, score)
 
@@ -451,12 +473,12 @@ class Queue:
         now = time.time() if now is None else now
         k = self.keys.for_torrent(lease.info_hash)
         try:
-            done = bool(self._release(keys=[k.leases, k.held, k.claims, k.ready, k.since],
+            done = bool(self._release(keys=[k.leases, k.held, k.claims, k.ready, k.since, *self._lane_keys(k)],
                                       args=[lease.info_hash, lease.token, repr(now)]))
         except redis.RedisError as e:
             raise StoreError(f"handing back a torrent failed: {e}") from e
         if done:
-            self._arrived(lease.info_hash, now, now, lease.score)
+            self._arrived(lease.info_hash, now, now)  # its lane unknown here: its shard is read again
         return done
 
     # --- trackers and visit counts ------------------------------------------

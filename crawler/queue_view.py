@@ -29,12 +29,25 @@ import redis
 
 from crawler.errors import StoreError
 from crawler.keys import Keys
+from crawler.lanes import DEFAULT, LANES, MARKED
 from crawler.queue_rates import rates_report
 
 # One visit in a torrent's history, as complete.lua packs it: time, new score,
 # peers found, seeders, leechers (little-endian; NOT_REPORTED: the sources gave none).
 HISTORY_ENTRY = struct.Struct("<IfIII")
 NOT_REPORTED = 0xFFFFFFFF
+
+
+def _pages(client: redis.Redis, key: str, page: int):
+    """The members of sorted set ``key``, ``page`` at a time (ZSCAN: never one long command)."""
+    members: list = []
+    for member, _ in client.zscan_iter(key, count=page):
+        members.append(member)
+        if len(members) >= page:
+            yield members
+            members = []
+    if members:
+        yield members
 
 
 def _pin(raw: str | None, now: float) -> str | float | None:
@@ -97,7 +110,6 @@ class QueueView:
         now = time.time() if now is None else now
 
         def read(p, k):
-            p.zcard(k.ready)
             p.zcount(k.cooling, "-inf", now)
             p.zcard(k.cooling)
             p.zcount(k.leases, "-inf", now)
@@ -107,14 +119,17 @@ class QueueView:
             p.zrange(k.cooling, 0, 0, withscores=True)
             p.zrange(k.leases, 0, 0, withscores=True)
             p.zcard(k.quarantined)
+            for lane in LANES:  # last: r[-4:]
+                p.zcard(k.ready_in(lane))
 
         ready = cool_due = cooling = lease_due = leases = evicted = quarantined = 0
         oldest = []
         for r in self._each_shard(read, "the queue"):
-            ready, cool_due, cooling, lease_due, leases, evicted = (
-                a + b for a, b in zip((ready, cool_due, cooling, lease_due, leases, evicted), r[:6]))
-            since0, cool0, lease0 = r[6:9]
-            quarantined += r[9]
+            cool_due, cooling, lease_due, leases, evicted = (
+                a + b for a, b in zip((cool_due, cooling, lease_due, leases, evicted), r[:5]))
+            since0, cool0, lease0 = r[5:8]
+            quarantined += r[8]
+            ready += sum(r[-len(LANES):])
             oldest += [s for (_, s) in since0] + [s for (_, s) in cool0 + lease0 if s <= now]
         latency = max(0.0, now - min(oldest)) if oldest else 0.0
         return {
@@ -150,16 +165,62 @@ class QueueView:
         now = time.time() if now is None else now
 
         def read(p, k):
-            p.zcard(k.ready)
             p.zrange(k.cooling, 0, 0, withscores=True)
             p.zrange(k.leases, 0, 0, withscores=True)
+            for lane in LANES:
+                p.zcard(k.ready_in(lane))
 
         times = []
-        for ready, cool0, lease0 in self._each_shard(read, "the queue"):
-            if ready:
+        for cool0, lease0, *ready in self._each_shard(read, "the queue"):
+            if any(ready):
                 return 0.0
             times += [t for (_, t) in cool0 + lease0]
         return max(0.0, min(times) - now) if times else None
+
+    def lane(self, info_hash: str) -> str:
+        """The lane of a torrent (``normal`` when it is in no other's member set)."""
+        k = self.keys.for_torrent(info_hash)
+        p = self.client.pipeline(transaction=False)
+        for lane in MARKED:
+            p.zscore(k.lane_members(lane), info_hash)
+        found = [lane for lane, x in zip(MARKED, self._run(p, "a torrent's lane")) if x is not None]
+        return found[0] if found else DEFAULT
+
+    def lanes(self, now: float | None = None, page: int = 1000) -> dict:
+        """Every state per lane (SPEC §1 lanes): ``{lane: {ready, cooling, in_flight, quarantined,
+        evicted}}``, counted as ``counts`` counts them.
+
+        A lane's ready set is counted whole; its other states by reading its
+        member set page by page against the state sets (so a status never holds
+        Redis long, and a lane changing meanwhile may be off by what moved). The
+        normal lane is the crawl's totals less the other lanes.
+        """
+        now = time.time() if now is None else now
+        out = {lane: dict.fromkeys(("ready", "cooling", "in_flight", "quarantined", "evicted"), 0)
+               for lane in LANES}
+        try:
+            for k in self.keys.all_shards:
+                for lane in MARKED:
+                    row = out[lane]
+                    row["ready"] += self.client.zcard(k.ready_in(lane))
+                    for members in _pages(self.client, k.lane_members(lane), page):
+                        p = self.client.pipeline(transaction=False)
+                        for key in (k.cooling, k.leases, k.quarantined, k.evicted):
+                            p.zmscore(key, members)
+                        cooling, leases, quarantined, evicted = p.execute()
+                        for c, le, q, e in zip(cooling, leases, quarantined, evicted):
+                            if c is not None:
+                                row["ready" if c <= now else "cooling"] += 1
+                            elif le is not None:
+                                row["ready" if le <= now else "in_flight"] += 1
+                            row["quarantined"] += q is not None
+                            row["evicted"] += e is not None
+        except redis.RedisError as e:
+            raise StoreError(f"reading the lanes failed: {e}") from e
+        totals = self.counts(now)
+        for state in out[DEFAULT]:
+            out[DEFAULT][state] = totals[state] - sum(out[lane][state] for lane in MARKED)
+        return out
 
     def at_risk(self, now: float | None = None, limit: int = 10) -> dict:
         """Torrents whose next visit without peers evicts them (SPEC §1 staged eviction).
@@ -214,14 +275,16 @@ class QueueView:
         now = time.time() if now is None else now
         k = self.keys.for_torrent(info_hash)
         p = self.client.pipeline(transaction=True)
-        p.zscore(k.ready, info_hash)
+        for lane in LANES:
+            p.zscore(k.ready_in(lane), info_hash)
         p.zscore(k.cooling, info_hash)
         p.zscore(k.leases, info_hash)
         p.zscore(k.evicted, info_hash)
         p.hget(k.held, info_hash)
         p.hget(k.tombstones, info_hash)
         p.zscore(k.quarantined, info_hash)
-        ready, cooling, lease, evicted, held, tomb, quarantined = self._run(p, "a torrent's state")
+        *readies, cooling, lease, evicted, held, tomb, quarantined = self._run(p, "a torrent's state")
+        ready = next((r for r in readies if r is not None), None)
         if ready is not None:
             return "ready", ready
         if cooling is not None:
@@ -282,6 +345,7 @@ class QueueView:
             "expired_leases_in_a_row": int(expiries) if expiries else 0,
             "first_visit": num("first_visit", float),
             "last_peers": num("last_peers", float),
+            "lane": self.lane(info_hash),
             "pinned": _pin(h.get("pinned"), now),
             "at_risk_from": at_risk,
             "history": hist,

@@ -25,8 +25,9 @@ running crawl cannot be resharded in place because each process knows the
 shard count from its start: a worker of the old count would claim from
 and complete into shards the move is emptying.
 
-The per-minute visit counts (``status``'s visits in the last hour) and the
-operator rates are not moved: a move starts them afresh. The counters' shards stay as they are
+The per-minute visit counts (``status``'s visits in the last hour), the
+operator rates and the lanes' credits are not moved: a move starts them
+afresh. The counters' shards stay as they are
 (``docs/redis.md``: a dedupe mark holds only keyed fingerprints of (metric,
 IP) pairs, from which no new shard of an IP can be computed).
 """
@@ -41,15 +42,24 @@ import redis
 from crawler import layout
 from crawler.errors import SettingsError, StoreError
 from crawler.keys import Keys
+from crawler.lanes import MARKED
 from crawler.registry import WorkerRegistry
 
 # Torrents read, copied and removed per step: one step's commands stay small.
 BATCH = 500
-# The state sets, one of which holds a torrent, ``since`` (a ready torrent's
-# time) and ``atrisk`` (staged eviction): sorted sets keyed by info-hash,
-# copied member by member.
-STATES = ("ready", "cooling", "leases", "evicted", "quarantined")
-SETS = STATES + ("since", "atrisk")
+def _states(k: Keys) -> tuple[str, ...]:
+    """The state sets of shard ``k``, one of which holds each torrent (every lane's ready set)."""
+    return (k.ready, k.cooling, k.leases, k.evicted, k.quarantined, *(k.ready_in(lane) for lane in MARKED))
+
+
+def _sets(k: Keys) -> tuple[str, ...]:
+    """Every sorted set of shard ``k`` keyed by info-hash, copied member by member: the states,
+    ``since`` (a ready torrent's time), ``atrisk`` (staged eviction) and the lanes' members."""
+    return (*_states(k), k.since, k.atrisk, *(k.lane_members(lane) for lane in MARKED))
+
+
+# how many there are in every shard
+N_SETS = len(_sets(Keys("x")))
 # Hashes of the shard keyed by info-hash, copied field by field.
 FIELDS = ("held", "claims", "expiries", "tombstones", "quarantine")
 
@@ -112,7 +122,7 @@ class Reshard:
     def _empty(self, k: Keys) -> int:
         """Move every torrent of old shard ``k`` that belongs elsewhere; returns how many."""
         moved = 0
-        for state in STATES:
+        for state in _states(k):
             while True:
                 batch = self._members(k, state)
                 if not batch:
@@ -123,9 +133,10 @@ class Reshard:
         return moved
 
     def _members(self, k: Keys, state: str) -> list[str]:
-        """Up to ``BATCH`` members of a state set that must leave (those that stay are skipped by scanning)."""
+        """Up to ``BATCH`` members of state set ``state`` (a key of ``k``) that must leave (those that
+        stay are skipped by scanning)."""
         out: list[str] = []
-        for m in self.client.zscan_iter(getattr(k, state), count=BATCH):
+        for m in self.client.zscan_iter(state, count=BATCH):
             h = m[0].decode()
             if self.target.for_torrent(h).prefix != k.prefix:
                 out.append(h)
@@ -136,19 +147,19 @@ class Reshard:
     def _read(self, k: Keys, batch: list[str]) -> list[dict]:
         p = self.client.pipeline(transaction=False)
         for h in batch:
-            for name in SETS:
-                p.zscore(getattr(k, name), h)
+            for key in _sets(k):
+                p.zscore(key, h)
             for name in FIELDS:
                 p.hget(getattr(k, name), h)
             for key in _own_keys(k, h):
                 p.dump(key)
                 p.pttl(key)
         got = p.execute()
-        width = len(SETS) + len(FIELDS) + 2 * 4
+        width = N_SETS + len(FIELDS) + 2 * 4
         rows = []
         for i, h in enumerate(batch):
             r = got[i * width:(i + 1) * width]
-            rows.append({"h": h, "sets": r[:len(SETS)], "fields": r[len(SETS):len(SETS) + len(FIELDS)],
+            rows.append({"h": h, "sets": r[:N_SETS], "fields": r[N_SETS:N_SETS + len(FIELDS)],
                          "dumps": list(zip(r[-8::2], r[-7::2]))})
         return rows
 
@@ -160,9 +171,9 @@ class Reshard:
             p = self.client.pipeline(transaction=True)
             for row in part:
                 h = row["h"]
-                for name, score in zip(SETS, row["sets"]):
+                for key, score in zip(_sets(k), row["sets"]):
                     if score is not None:
-                        p.zadd(getattr(k, name), {h: score})
+                        p.zadd(key, {h: score})
                 for name, value in zip(FIELDS, row["fields"]):
                     if value is not None:
                         p.hset(getattr(k, name), h, value)
@@ -177,8 +188,8 @@ class Reshard:
             p.delete(*_own_keys(k, h))
             for name in FIELDS:
                 p.hdel(getattr(k, name), h)
-            for name in SETS:
-                p.zrem(getattr(k, name), h)
+            for key in _sets(k):
+                p.zrem(key, h)
         p.execute()
 
     def _move(self, k: Keys, batch: list[str]) -> None:
@@ -188,4 +199,4 @@ class Reshard:
 
     def _left(self, old: Keys) -> int:
         """Torrents of the old shards that belong elsewhere (0 after a finished move)."""
-        return sum(len(self._members(k, state)) for k in old.all_shards for state in STATES)
+        return sum(len(self._members(k, state)) for k in old.all_shards for state in _states(k))

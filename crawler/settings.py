@@ -276,6 +276,14 @@ class Settings:
         "PEERCRAWL_NEW_FRACTION", 0.05, p.fraction, "share of claims given to new torrents (SPEC §2)")
     evict_below: float = p.setting(
         "PEERCRAWL_EVICT_BELOW", 0.005, p.fraction, "score below which a torrent is evicted (SPEC §2)")
+    # A lane below the first non-empty one gets this share of the claims while
+    # it has ready torrents (crawler/lanes.py): a tenth keeps low and
+    # discovered torrents moving behind a busy high lane without slowing it
+    # much. At most a third, so three lower lanes cannot take every claim.
+    lane_share: float = p.setting(
+        "PEERCRAWL_LANE_SHARE", 0.1, p.fraction,
+        "share of claims each lane below the first non-empty one is guaranteed while it has ready torrents "
+        "(0–0.333)")
     # Staged eviction (seed 003, docs/decisions.md "Staged eviction"): a visit
     # without peers evicts a torrent whose score falls below the threshold
     # only once its stage's grace has run; before, the score is held at the
@@ -402,6 +410,9 @@ class Settings:
                 "PEERCRAWL_CONCURRENCY_MIN: must not exceed PEERCRAWL_CONCURRENCY_MAX "
                 f"({self.concurrency_min} > {self.concurrency_max})"
             )
+        if self.lane_share > 1 / 3:
+            raise SettingsError(f"PEERCRAWL_LANE_SHARE: at most 0.333, so the three lower lanes cannot take every "
+                                f"claim ({self.lane_share:g})")
         if not self.multiplier_none < self.multiplier_full:
             raise SettingsError("PEERCRAWL_MULTIPLIER_NONE: must be below PEERCRAWL_MULTIPLIER_FULL")
         if self.tracker_prune_seconds <= max(self.tracker_backoff_max, self.revisit_seconds):

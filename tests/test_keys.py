@@ -26,6 +26,9 @@ H = "ab" * 20
 # name -> (the key Keys builds, its exact string for namespace "ns", its form in docs/redis.md)
 LAYOUT = {
     "ready": (K.ready, "{ns}:ready", "`{ns}:ready`"),
+    "ready_in": (K.ready_in("high"), "{ns}:ready:high", "`{ns}:ready:<lane>`"),
+    "lane_members": (K.lane_members("low"), "{ns}:lane:low", "`{ns}:lane:<lane>`"),
+    "lane_credit": (K.lane_credit, "{ns}:lanecredit", "`{ns}:lanecredit`"),
     "since": (K.since, "{ns}:since", "`{ns}:since`"),
     "cooling": (K.cooling, "{ns}:cooling", "`{ns}:cooling`"),
     "leases": (K.leases, "{ns}:leases", "`{ns}:leases`"),

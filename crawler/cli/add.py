@@ -14,6 +14,7 @@ import click
 from crawler.cli.context import open_context
 from crawler.errors import ItemError
 from crawler.items import NewItem, parse_item, trackers_of
+from crawler.lanes import USER_LANES
 from crawler.lifecycle import Queue
 
 
@@ -91,13 +92,16 @@ def _lines(f: BinaryIO) -> Iterator[tuple[int, str | ItemError]]:
 
 
 def admit(ctx, sources: Iterator[tuple[str, str | ItemError, Path | None]], *, readmit: bool = False,
-          extra: tuple[str, ...] = (), who: str = "peercrawl add", show_progress: bool = False) -> dict[str, int]:
+          extra: tuple[str, ...] = (), who: str = "peercrawl add", show_progress: bool = False,
+          lane: str | None = None) -> dict[str, int]:
     """Parse every ITEM of ``sources`` and add the good ones to ``ctx``'s queue; returns the counts.
 
     ``sources`` yields ``(where, text or ItemError, base directory)`` as
     ``_sources`` does. Each bad item, whatever went wrong while parsing it, is
     one line on stderr (``who: where: reason``) and counts as ``invalid``; the
     good ones are still added. ``extra`` trackers are added to every item.
+    ``lane``: the lane of every item, tracked ones moved into it (None: new
+    ones normal, tracked ones keep theirs).
     Trackers past PEERCRAWL_MAX_TRACKERS_PER_TORRENT are reported in one line.
     """
     queue = Queue(ctx.client, ctx.keys, ctx.settings)
@@ -132,11 +136,11 @@ def admit(ctx, sources: Iterator[tuple[str, str | ItemError, Path | None]], *, r
     if progress is not None:
         with progress:
             task = progress.add_task("adding", total=None)
-            for _, status in queue.add_stream(good(), readmit=readmit, on_dropped=dropped):
+            for _, status in queue.add_stream(good(), readmit=readmit, on_dropped=dropped, lane=lane):
                 counts[status] += 1
                 progress.advance(task)
     else:
-        for _, status in queue.add_stream(good(), readmit=readmit, on_dropped=dropped):
+        for _, status in queue.add_stream(good(), readmit=readmit, on_dropped=dropped, lane=lane):
             counts[status] += 1
     if counts["trackers_dropped"]:
         n, t = counts["trackers_dropped"], len(capped)
@@ -155,13 +159,16 @@ def admit(ctx, sources: Iterator[tuple[str, str | ItemError, Path | None]], *, r
               help="A tracker to add to every item (repeatable).")
 @click.option("--readmit", is_flag=True,
               help="Re-admit evicted torrents (score back to 1.0) and quarantined ones (score kept).")
+@click.option("--lane", type=click.Choice(USER_LANES),
+              help="The lane of these torrents, claimed in order high, normal, low (tracked ones move to it; "
+                   "default: new ones normal, tracked ones keep theirs).")
 @click.option("--json", "as_json", is_flag=True, help="Print the counts as JSON.")
 def command(items: tuple[str, ...], from_file: BinaryIO | None, trackers: tuple[str, ...], readmit: bool,
-            as_json: bool) -> None:
+            lane: str | None, as_json: bool) -> None:
     """Add torrents: ITEM is a 40-hex or base32 info-hash, a magnet URI or a .torrent file.
 
-    A torrent already tracked keeps its score and state (its trackers are
-    merged). Bad items are reported one per line on stderr; the good ones are
+    A torrent already tracked keeps its score, state and lane (its trackers
+    are merged; ``--lane`` moves it). Bad items are reported one per line on stderr; the good ones are
     still added, and the exit code is 1.
     """
     if not items and from_file is None:
@@ -172,7 +179,7 @@ def command(items: tuple[str, ...], from_file: BinaryIO | None, trackers: tuple[
         raise click.BadParameter(str(e).split(": ", 1)[-1], param_hint="--tracker") from None
     ctx = open_context()
     counts = admit(ctx, _sources(items, from_file), readmit=readmit, extra=extra, who="peercrawl add",
-                   show_progress=from_file is not None and sys.stderr.isatty())
+                   show_progress=from_file is not None and sys.stderr.isatty(), lane=lane)
     if as_json:
         click.echo(json.dumps(counts))
     else:

@@ -31,6 +31,7 @@ def _print(r: dict) -> None:
     _queue_table(con, r)
     _warnings(con, r)
     _cap(con, r.get("announce_cap"))
+    _lanes_table(con, r.get("lanes") or {})
     _workers_table(con, r["workers"])
     _trackers_table(con, r["trackers"])
     _nodes_table(con, r["redis"])
@@ -82,6 +83,22 @@ def _warnings(con, r: dict) -> None:
     if geo:
         con.print(f"[bold red]GeoIP read errors:[/] {geo['errors']} lookups failed (counted as unplaced); "
                   f"last: {escape(str(geo['last']))}", soft_wrap=True)
+
+
+def _lanes_table(con, lanes: dict) -> None:
+    """Every state per lane, once any torrent is in a lane but normal."""
+    from rich.table import Table
+
+    if not any(sum(row.values()) for lane, row in lanes.items() if lane != "normal"):
+        return
+    states = ("ready", "cooling", "in_flight", "quarantined", "evicted")
+    t = Table(title="lanes")
+    t.add_column("lane")
+    for s in states:
+        t.add_column(s.replace("_", " "))
+    for lane, row in lanes.items():
+        t.add_row(lane, *(str(row[s]) for s in states))
+    con.print(t)
 
 
 def _cap(con, cap: dict | None) -> None:

@@ -8,13 +8,19 @@
 -- KEYS[6] quarantined ZSET info-hash -> quarantine time
 -- KEYS[7] quarantine  HASH info-hash -> JSON {reason, at, expiries, score}
 -- KEYS[8] expiries    HASH info-hash -> leases expired in a row
--- KEYS[9..]         the torrent HASH, trackers SET and history STRING of each
+-- KEYS[9..11]  the ready ZSETs of the high, low and discovered lanes (KEYS[1] is
+--              the normal lane's)
+-- KEYS[12..14] the members of the high, low and discovered lanes
+-- KEYS[15..]        the torrent HASH, trackers SET and history STRING of each
 --                   item that has trackers, or of every item when
 --                   re-admitting (only those items' keys are touched, so the
 --                   others need none)
 --
--- ARGV[1] now, ARGV[2] readmit (1/0), ARGV[3] most trackers one torrent keeps
--- then per item: info-hash, number of trackers k, k tracker URLs
+-- ARGV[1] now, ARGV[2] readmit (1/0), ARGV[3] most trackers one torrent keeps,
+-- ARGV[4] the lane (high, normal, low, discovered; '' keeps every tracked
+-- torrent's lane and puts new ones in normal), ARGV[5] 1: move tracked
+-- torrents into that lane too (add --lane), 0: only new and re-admitted ones
+-- (discovery); then per item: info-hash, number of trackers k, k tracker URLs
 --
 -- Returns {letters, dropped}: one letter per item: a = added, t = already
 -- tracked (trackers merged), e = evicted and skipped, r = evicted and
@@ -38,14 +44,20 @@
 local now = ARGV[1]
 local readmit = ARGV[2] == '1'
 local cap = tonumber(ARGV[3])
-if not tonumber(now) or tonumber(now) ~= tonumber(now) or not cap or cap < 0 then  -- x ~= x: NaN
+local LANES = {high = 1, normal = 2, low = 3, discovered = 4}
+local lane, move = ARGV[4], ARGV[5] == '1'
+if not tonumber(now) or tonumber(now) ~= tonumber(now) or not cap or cap < 0  -- x ~= x: NaN
+    or (lane ~= '' and not LANES[lane]) or (ARGV[5] ~= '0' and ARGV[5] ~= '1') then
   return redis.error_reply('add.lua: bad arguments')
 end
+-- lane l: ready_of[l], members_of[l] (nil for normal)
+local ready_of = {KEYS[9], KEYS[1], KEYS[10], KEYS[11]}
+local members_of = {KEYS[12], nil, KEYS[13], KEYS[14]}
 
 -- Parse and size the batch.
 local items, hashes = {}, {}
-local nkeys = 8
-local a = 4
+local nkeys = 14
+local a = 6
 while a <= #ARGV do
   local h, k = ARGV[a], tonumber(ARGV[a + 1])
   if #h ~= 40 or not k or k < 0 or k ~= math.floor(k) or a + 1 + k > #ARGV then
@@ -67,7 +79,16 @@ if #items == 0 then return {'', {}} end
 
 -- Read every state of the batch.
 local ev = read('ZMSCORE', KEYS[4], hashes)
-local rd = read('ZMSCORE', KEYS[1], hashes)
+-- rd[i]: the score of a ready item, in_ready[i] its lane's number; lane_now[i]: its lane's number
+local rd, in_ready, lane_now = {}, {}, {}
+for l = 1, 4 do
+  local got = read('ZMSCORE', ready_of[l], hashes)
+  local member = members_of[l] and read('ZMSCORE', members_of[l], hashes)
+  for i = 1, #hashes do
+    if got[i] then rd[i], in_ready[i] = got[i], l end
+    if member and member[i] then lane_now[i] = l end
+  end
+end
 local co = read('ZMSCORE', KEYS[2], hashes)
 local le = read('ZMSCORE', KEYS[3], hashes)
 local qu = read('ZMSCORE', KEYS[6], hashes)
@@ -78,6 +99,9 @@ local unevict, unquarantine = {}, {}
 local persist = {}                -- keys whose eviction expiry is lifted
 local seen = {}
 local sets = {}                   -- trackers key -> {count, planned = {url = true}, adds = {}}
+local to = LANES[lane]            -- the lane number items go to (nil: none given)
+local unmark, mark = {{}, {}, {}, {}}, {{}, {}, {}, {}}   -- member sets: ZREM / ZADD (0, h) per lane
+local unready, reready = {{}, {}, {}, {}}, {{}, {}, {}, {}} -- ready sets: ZREM / ZADD (score, h) per lane
 for i, item in ipairs(items) do
   local h = item.h
   local status
@@ -96,6 +120,19 @@ for i, item in ipairs(items) do
     if status == 'a' or status == 'r' or status == 'q' then
       due[#due + 1] = now
       due[#due + 1] = h
+    end
+    local from = lane_now[i] or 2
+    if to and to ~= from and status ~= 'e' and (move or status == 'a' or status == 'r' or status == 'q') then
+      if members_of[from] then table.insert(unmark[from], h) end
+      if members_of[to] then
+        table.insert(mark[to], 0)
+        table.insert(mark[to], h)
+      end
+      if in_ready[i] then
+        table.insert(unready[in_ready[i]], h)
+        table.insert(reready[to], rd[i])
+        table.insert(reready[to], h)
+      end
     end
     if status == 'r' then
       unevict[#unevict + 1] = h
@@ -146,4 +183,12 @@ each('HDEL', KEYS[7], unquarantine)
 each('HDEL', KEYS[8], unquarantine)
 for key, set in pairs(sets) do each('SADD', key, set.adds) end
 each('ZADD', KEYS[2], due)
+for l = 1, 4 do
+  if members_of[l] then
+    each('ZREM', members_of[l], unmark[l])
+    each('ZADD', members_of[l], mark[l])
+  end
+  each('ZREM', ready_of[l], unready[l])
+  each('ZADD', ready_of[l], reready[l])
+end
 return {table.concat(out), dropped}
