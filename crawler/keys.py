@@ -314,6 +314,13 @@ class Keys:
         ``sent:<url>``, ``held:<url>`` per capped tracker."""
         return self._home("capm", str(minute))
 
+    # --- discovery (SPEC §3) ------------------------------------------
+    def discovery_minute(self, minute: int) -> str:
+        """HASH of one UTC minute (unix time // 60) of discovery, expiring after ten minutes:
+        ``sampled`` hashes in BEP 51 answers, ``new`` of them not seen by that worker lately,
+        ``admitted`` of those added to the discovered lane, ``queries`` sample queries sent."""
+        return self._home("disc", str(minute))
+
     def tracker_min_interval(self, info_hash: str) -> str:
         """HASH tracker URL -> unix time before which it must not be re-announced."""
         return self._k("mi", info_hash)
@@ -454,5 +461,5 @@ RESERVED = frozenset({
     "ready", "since", "cooling", "leases", "evicted", "tombstones", "held", "claims", "expiries",
     "quarantined", "quarantine", "t", "tr", "vh", "visits", "failedvisits", "workers", "w", "trackerhealth",
     "trackerused", "mi", "mk", "ix", "tx", "rx", "sh", "geoerrors", "announceport", "secret", "layout",
-    "cap", "capm", "rates", "atrisk", "lane", "lanecredit",
+    "cap", "capm", "rates", "atrisk", "lane", "lanecredit", "disc",
 })

@@ -18,6 +18,7 @@ from crawler.nodes import eviction_warning, node_report
 from crawler.queue_view import QueueView
 from crawler.registry import WorkerRegistry
 from crawler.sources.announce_cap import cap_report
+from crawler.sources.discovery import discovery_report
 from crawler.sources.health import tracker_report
 
 
@@ -41,6 +42,7 @@ def queue_report(queue: Queue, now: float) -> dict:
     report["redis"] = node_report(c)  # one INFO per node serves both
     report["eviction_warning"] = eviction_warning(report["redis"])
     report["announce_cap"] = cap_report(c, k, queue.settings, now)
+    report["discovery"] = discovery_report(c, k, queue.settings, now)
     report.update(capacity_report(report, workers, queue.settings.revisit_seconds))
     return report
 

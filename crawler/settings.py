@@ -145,6 +145,18 @@ class Settings:
     # Any address, a port the system picks: several workers share a machine.
     dht_listen: tuple[str, int] = p.setting(
         "PEERCRAWL_DHT_LISTEN", ("0.0.0.0", 0), p.listen, "`ip:port` of the worker's DHT node", shown="`0.0.0.0:0`")
+    # Off: a crawl tracks what it was given. On, each worker's DHT node asks
+    # other nodes for samples of the info-hashes they store (BEP 51) and adds
+    # the new ones to the discovered lane (crawler/sources/discovery.py).
+    discovery: bool = p.setting(
+        "PEERCRAWL_DISCOVERY", False, p.on_off, "`on` / `off`: BEP 51 sampling into the `discovered` lane "
+        "(needs `PEERCRAWL_DHT=on`)")
+    # One sample query a second per worker: each answer carries up to 20
+    # hashes (libtorrent's default), so ~70,000 an hour, while a node is asked
+    # again only after the interval it gives (libtorrent's: 6 hours).
+    discovery_rate: float = p.setting(
+        "PEERCRAWL_DISCOVERY_RATE", 1.0, p.positive_float,
+        "BEP 51 sample queries per second of each worker (each node asked at most once per its own interval)")
     # A get_peers lookup rarely gathers more than ~100 distinct peers quickly.
     dht_max_peers: int = p.setting("PEERCRAWL_DHT_MAX_PEERS", 100, p.positive_int, "the DHT's \"max\" for scoring")
     # libtorrent's default (a few KB/s) caps a crawler's lookup rate; above
@@ -410,6 +422,8 @@ class Settings:
                 "PEERCRAWL_CONCURRENCY_MIN: must not exceed PEERCRAWL_CONCURRENCY_MAX "
                 f"({self.concurrency_min} > {self.concurrency_max})"
             )
+        if self.discovery and not self.dht:
+            raise SettingsError("PEERCRAWL_DISCOVERY: needs PEERCRAWL_DHT=on (discovery samples the DHT)")
         if self.lane_share > 1 / 3:
             raise SettingsError(f"PEERCRAWL_LANE_SHARE: at most 0.333, so the three lower lanes cannot take every "
                                 f"claim ({self.lane_share:g})")

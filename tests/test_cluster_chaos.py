@@ -47,7 +47,10 @@ def test_killed_workers_and_a_failed_over_master_lose_and_double_nothing(env, op
                    # recordings and the flusher wait for a replica; after the kill the promoted
                    # master has none until the old one rejoins, so each wait ends at its timeout
                    PEERCRAWL_WAIT_REPLICAS="1", PEERCRAWL_WAIT_TIMEOUT_MS="300")
-        assert pcj(env, "add", *hashes)["added"] == 30
+        # in three lanes: each keeps its lane through the kills and the failover
+        lanes = {ih: ("high", "normal", "low")[i % 3] for i, ih in enumerate(hashes)}
+        for lane in ("high", "normal", "low"):
+            assert pcj(env, "add", "--lane", lane, *[ih for ih in hashes if lanes[ih] == lane])["added"] == 10
         shards = Keys(ns, SHARDS).all_shards
         per_master: dict[int, int] = {}
         for k in shards:
@@ -85,10 +88,12 @@ def test_killed_workers_and_a_failed_over_master_lose_and_double_nothing(env, op
         status = pcj(env, "status")
         assert (status["tracked"], status["evicted"], status["in_flight"], status["ready"]) == (30, 0, 0, 0)
         assert status["shards"]["queue"] == SHARDS and status["redis"]["healthy"]
+        assert {lane: row["cooling"] for lane, row in status["lanes"].items()} == {
+            "high": 10, "normal": 10, "low": 10, "discovered": 0}
         torrents = counter(env, "torrents")
         for ih, ips in announced.items():
             t = pcj(env, "torrent", ih)
-            assert t["state"] == "cooling" and t["visits"] >= 1, t
+            assert t["state"] == "cooling" and t["visits"] >= 1 and t["lane"] == lanes[ih], t
             assert torrents[f"torrents.{ih}.users"] == len(ips), ih
         countries = counter(env, "countries")
         every = set().union(*announced.values())

@@ -44,6 +44,7 @@ LAYOUT = {
     "history": (K.history(H), "{ns}:vh:" + H, "`{ns}:vh:<h>`"),
     "visits": (K.visits, "{ns}:visits", "`{ns}:visits`"),
     "failed_visits": (K.failed_visits, "{ns}:failedvisits", "`{ns}:failedvisits`"),
+    "discovery_minute": (K.discovery_minute(29_483_000), "{ns}:disc:29483000", "`{ns}:disc:<minute>`"),
     "rates": (K.rates, "{ns}:rates", "`{ns}:rates`"),
     "atrisk": (K.atrisk, "{ns}:atrisk", "`{ns}:atrisk`"),
     "workers": (K.workers, "{ns}:workers", "`{ns}:workers`"),

@@ -10,6 +10,9 @@ from __future__ import annotations
 import gc
 from collections.abc import Callable
 
+import gevent
+from gevent.event import Event
+
 from crawler import logs, store
 from crawler.counters.batcher import Batcher
 from crawler.counters.recorder import Recorder
@@ -76,6 +79,11 @@ class Process:
             from crawler.sources.dht import DhtSource
 
             self.dht = DhtSource(settings)
+        self.discovery = None
+        if settings.discovery and self.dht is not None:
+            from crawler.sources.discovery import Discovery
+
+            self.discovery = Discovery(self.dht, self.queue, client, keys, settings)
         # The visits' recordings are made together (crawler.counters.batcher).
         self.batcher = Batcher(self.recorder)
         self.visitor = Visitor(self.queue, keys, settings, self.trackers, self.batcher, self.dht, outage=self.outage)
@@ -107,9 +115,16 @@ class Process:
         """Run until a stop condition or signal; returns the exit code (0)."""
         if signals:
             self.worker.install_signals()
+        stop, sampling = Event(), None
+        if self.discovery is not None:
+            sampling = gevent.spawn(self.discovery.run, stop)
         try:
             return self.worker.run()
         finally:
+            if sampling is not None:
+                stop.set()  # it adds what it holds, then ends
+                sampling.join(timeout=3.0)
+                sampling.kill(block=True, timeout=1.0)
             self.close()
 
     def close(self) -> None:

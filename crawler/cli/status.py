@@ -31,6 +31,11 @@ def _print(r: dict) -> None:
     _queue_table(con, r)
     _warnings(con, r)
     _cap(con, r.get("announce_cap"))
+    d = r.get("discovery")
+    if d:
+        con.print(f"[bold]discovery:[/] per minute over the last {d['window_s']} s: {d['queries_per_minute']} "
+                  f"queries, {d['sampled_per_minute']} hashes sampled, {d['new_per_minute']} new, "
+                  f"{d['admitted_per_minute']} admitted")
     _lanes_table(con, r.get("lanes") or {})
     _workers_table(con, r["workers"])
     _trackers_table(con, r["trackers"])

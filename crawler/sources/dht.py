@@ -82,6 +82,7 @@ _QUERY_ALERT = lt.dht_outgoing_get_peers_alert
 _PEERS_ALERT = lt.dht_get_peers_reply_alert
 _STATS_ALERT = lt.session_stats_alert
 _BOOTSTRAP_ALERT = lt.dht_bootstrap_alert
+_SAMPLE_ALERT = lt.dht_sample_infohashes_alert
 
 
 def _canonical(ip: str) -> str:
@@ -126,6 +127,9 @@ class DhtSource:
         self._stats = StatsRequests()
         self._bootstrapped = Event()
         self._closed = False
+        # BEP 51 answers (crawler.sources.discovery): (endpoint, interval s, hashes, nodes' endpoints)
+        self.samples: list[tuple] = []
+        self.sampled = Event()
         self._pump = AlertPump(self._session, self._dispatch)
         log.info("dht_started", listen=listen_interface(*settings.dht_listen), bootstrap=len(self.bootstrap))
 
@@ -157,6 +161,11 @@ class DhtSource:
                     self._on_stats(alert)
                 elif kind is _BOOTSTRAP_ALERT:
                     self._bootstrapped.set()
+                elif kind is _SAMPLE_ALERT:
+                    self.samples.append((tuple(alert.endpoint), alert.interval.total_seconds(),
+                                         [h.to_bytes().hex() for h in alert.samples],
+                                         [tuple(n["endpoint"]) for n in alert.nodes]))
+                    self.sampled.set()
             except Exception:  # noqa: BLE001 (one bad alert must not stop the others)
                 gevent.get_hub().handle_error(None, *sys.exc_info())
 
@@ -342,6 +351,12 @@ class DhtSource:
         return SourceResult.failed(SOURCE, error, max_peers=self.max_peers)
 
     # --- status and shutdown --------------------------------------------
+
+    def sample(self, endpoint: tuple[str, int], target: bytes) -> None:
+        """Ask the node at ``endpoint`` for a sample of the info-hashes it stores (BEP 51), near
+        ``target``; its answer comes to ``samples``. Does nothing once closed."""
+        if not self._closed:
+            self._session.dht_sample_infohashes(endpoint, lt.sha1_hash(target))
 
     def dht_health(self) -> dict:
         """The node's health: ``{"nodes", "bootstrapped", "lookups_in_flight", "bootstrap_nodes", "paced_lookups"}``.
