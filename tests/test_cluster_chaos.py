@@ -20,6 +20,7 @@ import time
 import pytest
 
 from crawler.keys import Keys
+from tests.dht_swarm import Swarm
 from tests.opentracker import opentracker  # noqa: F401 (fixture)
 from tests.redis_cluster import redis_cluster  # noqa: F401 (fixture)
 from tests.stathat_sink import StatHatSink
@@ -40,7 +41,17 @@ def test_killed_workers_and_a_failed_over_master_lose_and_double_nothing(env, op
     ot = opentracker(hashes)
     announced = {ih: announce(ot, ih, 3 + i % 5, 8 * i) for i, ih in enumerate(hashes)}
     ns = env["PEERCRAWL_NAMESPACE"]
-    with StatHatSink() as sink:
+    # Discovery on: a DHT swarm stores three more torrents, which the workers sample into the
+    # discovered lane while they are killed (their peers, 127.0.0.x, are in Iceland).
+    found = [h(f"chaos-found{i}") for i in range(3)]
+    with StatHatSink() as sink, Swarm(size=4, first_ip=180, node_extra={
+            "dht_sample_infohashes_interval": 0}) as swarm:
+        dht_peers = {ih: {ip for ip, _ in swarm.announce(ih, [i % 4, (i + 1) % 4], 9300)} for i, ih in enumerate(found)}
+        swarm.wait_announced({found[0]: {(swarm.ips[0], 9300), (swarm.ips[1], 9301)}})
+        env.update(PEERCRAWL_DHT="on", PEERCRAWL_DISCOVERY="on", PEERCRAWL_DISCOVERY_RATE="20",
+                   PEERCRAWL_DHT_LISTEN="127.0.0.240:0",  # loopback: the swarm answers loopback sources
+                   PEERCRAWL_DHT_BOOTSTRAP=",".join(f"{ip}:{port}" for ip, port in swarm.endpoints),
+                   PEERCRAWL_DHT_TIMEOUT="2")
         env.update(PEERCRAWL_TRACKERS=ot.udp_url, PEERCRAWL_REVISIT_SECONDS="1", PEERCRAWL_LEASE_SECONDS="3",
                    PEERCRAWL_QUEUE_SHARDS=str(SHARDS), STATHAT_EZKEY="test-ez-key", STATHAT_URL=sink.url,
                    PEERCRAWL_STATHAT_FAMILIES="countries,torrents", PEERCRAWL_FLUSH_SECONDS="1",
@@ -86,18 +97,25 @@ def test_killed_workers_and_a_failed_over_master_lose_and_double_nothing(env, op
         env["PEERCRAWL_REVISIT_SECONDS"] = "3600"
         pc(env, "worker", "--until-idle", "--concurrency", "6", timeout=120)
         status = pcj(env, "status")
-        assert (status["tracked"], status["evicted"], status["in_flight"], status["ready"]) == (30, 0, 0, 0)
+        assert (status["tracked"], status["evicted"], status["in_flight"], status["ready"]) == (33, 0, 0, 0)
         assert status["shards"]["queue"] == SHARDS and status["redis"]["healthy"]
         assert {lane: row["cooling"] for lane, row in status["lanes"].items()} == {
-            "high": 10, "normal": 10, "low": 10, "discovered": 0}
+            "high": 10, "normal": 10, "low": 10, "discovered": 3}
         torrents = counter(env, "torrents")
         for ih, ips in announced.items():
             t = pcj(env, "torrent", ih)
             assert t["state"] == "cooling" and t["visits"] >= 1 and t["lane"] == lanes[ih], t
             assert torrents[f"torrents.{ih}.users"] == len(ips), ih
+        for ih, ips in dht_peers.items():  # admitted once, visited; a DHT lookup may miss a peer
+            t = pcj(env, "torrent", ih)
+            assert t["lane"] == "discovered" and t["state"] == "cooling" and t["visits"] >= 1, t
+            assert 0 < torrents.get(f"torrents.{ih}.users", 0) <= len(ips), ih
         countries = counter(env, "countries")
         every = set().union(*announced.values())
+        iceland = countries.pop("countries.Iceland.users", 0)
         assert countries == {"countries.Germany.users": len(every)}
+        assert 0 < iceland <= len(set().union(*dht_peers.values()))
+        torrents = {m: n for m, n in torrents.items() if not any(ih in m for ih in found)}
         # A worker SIGKILLed while posting left its batch in flight under a lease
         # (flusher.DEFAULT_LEASE_SECONDS, 60 s): that batch is posted by the first
         # flush after the lease lapses, so flush until every count arrived.
