@@ -160,6 +160,20 @@ def nonnegative_float(v: str) -> float:
     return x
 
 
+def bounded_float(lo: float, hi: float) -> Callable[[str], float]:
+    """A parser of numbers from ``lo`` to ``hi``."""
+    def parse(v: str) -> float:
+        try:
+            x = float(v)
+        except ValueError:
+            raise ValueError(f"expected a number from {lo:g} to {hi:g}") from None
+        if not lo <= x <= hi:  # NaN fails both
+            raise ValueError(f"expected a number from {lo:g} to {hi:g}")
+        return x + 0.0  # -0.0 -> 0.0
+
+    return parse
+
+
 def fraction(v: str) -> float:
     """A number strictly between 0 and 1."""
     x = positive_float(v)

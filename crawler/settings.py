@@ -155,8 +155,9 @@ class Settings:
     # hashes (libtorrent's default), so ~70,000 an hour, while a node is asked
     # again only after the interval it gives (libtorrent's: 6 hours).
     discovery_rate: float = p.setting(
-        "PEERCRAWL_DISCOVERY_RATE", 1.0, p.positive_float,
-        "BEP 51 sample queries per second of each worker (each node asked at most once per its own interval)")
+        "PEERCRAWL_DISCOVERY_RATE", 1.0, p.bounded_float(0.001, 1000.0),
+        "BEP 51 sample queries per second of each worker, 0.001–1000 (each node asked at most once per its own "
+        "interval)")
     # A get_peers lookup rarely gathers more than ~100 distinct peers quickly.
     dht_max_peers: int = p.setting("PEERCRAWL_DHT_MAX_PEERS", 100, p.positive_int, "the DHT's \"max\" for scoring")
     # libtorrent's default (a few KB/s) caps a crawler's lookup rate; above
@@ -285,17 +286,19 @@ class Settings:
         "PEERCRAWL_MULTIPLIER_FULL", 1.2, p.positive_float, "score multiplier of a visit that found a full "
         "reply (SPEC §2)")
     new_fraction: float = p.setting(
-        "PEERCRAWL_NEW_FRACTION", 0.05, p.fraction, "share of claims given to new torrents (SPEC §2)")
+        "PEERCRAWL_NEW_FRACTION", 0.05, p.fraction,
+        "share of a full source's max that must be new peers for the ×1.2 of SPEC §2")
     evict_below: float = p.setting(
         "PEERCRAWL_EVICT_BELOW", 0.005, p.fraction, "score below which a torrent is evicted (SPEC §2)")
     # A lane below the first non-empty one gets this share of the claims while
     # it has ready torrents (crawler/lanes.py): a tenth keeps low and
     # discovered torrents moving behind a busy high lane without slowing it
-    # much. At most a third, so three lower lanes cannot take every claim.
+    # much. At most 0.3, so the three lower lanes leave the first at least a
+    # tenth of the claims; 0 serves the lanes strictly in order.
     lane_share: float = p.setting(
-        "PEERCRAWL_LANE_SHARE", 0.1, p.fraction,
+        "PEERCRAWL_LANE_SHARE", 0.1, p.bounded_float(0.0, 0.3),
         "share of claims each lane below the first non-empty one is guaranteed while it has ready torrents "
-        "(0–0.333)")
+        "(0–0.3)")
     # Staged eviction (seed 003, docs/decisions.md "Staged eviction"): a visit
     # without peers evicts a torrent whose score falls below the threshold
     # only once its stage's grace has run; before, the score is held at the
@@ -305,12 +308,14 @@ class Settings:
     # weekend seeder), where seed 003's tracker, which warns its uploaders,
     # gives 3 and 28 days. 0: evicted by score alone.
     evict_never_seen_seconds: float = p.setting(
-        "PEERCRAWL_EVICT_NEVER_SEEN_SECONDS", DAY, p.nonnegative_float,
-        "grace from its first visit before a visit without peers may evict a torrent never seen with a peer",
+        "PEERCRAWL_EVICT_NEVER_SEEN_SECONDS", DAY, p.bounded_float(0.0, 3650 * DAY),
+        "grace from its first visit before a visit without peers may evict a torrent never seen with a peer "
+        "(0–10 years)",
         shown="1 day")
     evict_lost_seconds: float = p.setting(
-        "PEERCRAWL_EVICT_LOST_SECONDS", 7 * DAY, p.nonnegative_float,
-        "grace from the last peer seen before a visit without peers may evict a torrent that lost its peers",
+        "PEERCRAWL_EVICT_LOST_SECONDS", 7 * DAY, p.bounded_float(0.0, 3650 * DAY),
+        "grace from the last peer seen before a visit without peers may evict a torrent that lost its peers "
+        "(0–10 years)",
         shown="7 days")
     # A torrent's own trackers stored and announced per visit. Real torrents
     # list a handful to a few dozen (the big public tracker lists are ~100
@@ -424,9 +429,6 @@ class Settings:
             )
         if self.discovery and not self.dht:
             raise SettingsError("PEERCRAWL_DISCOVERY: needs PEERCRAWL_DHT=on (discovery samples the DHT)")
-        if self.lane_share > 1 / 3:
-            raise SettingsError(f"PEERCRAWL_LANE_SHARE: at most 0.333, so the three lower lanes cannot take every "
-                                f"claim ({self.lane_share:g})")
         if not self.multiplier_none < self.multiplier_full:
             raise SettingsError("PEERCRAWL_MULTIPLIER_NONE: must be below PEERCRAWL_MULTIPLIER_FULL")
         if self.tracker_prune_seconds <= max(self.tracker_backoff_max, self.revisit_seconds):

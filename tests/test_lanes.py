@@ -144,3 +144,22 @@ def test_the_add_command_puts_torrents_in_a_lane_and_status_shows_it(namespace, 
     assert "lanes" in text and "discovered" in text
     p = run(test_env, "add", "--lane", "discovered", normal[0])  # discovery's lane, not a user's
     assert p.returncode == 2 and "--lane" in p.stderr and "Traceback" not in p.stderr
+
+
+@pytest.mark.parametrize("share", [0.0, 0.3])
+def test_the_smallest_and_largest_shares(client, namespace, settings, share):
+    s = settings.replace(lane_share=share)
+    q, view, lane_of = crawl(client, namespace, s, 1, {"high": 50, "normal": 50, "low": 50, "discovered": 50})
+    served: Counter = Counter()
+    t = T0
+    for _ in range(400):
+        t += 1
+        for lease in q.claim(1, now=t):
+            served[lane_of[lease.info_hash]] += 1
+            q.complete(lease, Outcome.SOME, peers=1, due=t, now=t)
+    if share == 0.0:
+        assert served == {"high": 400}  # strictly in order
+    else:  # each lower lane its 0.3; the first keeps what is left, a tenth
+        for lane in ("normal", "low", "discovered"):
+            assert abs(served[lane] - 0.3 * 400) <= 2, served
+        assert served["high"] >= 0.1 * 400 - 6, served

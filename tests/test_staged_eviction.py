@@ -177,3 +177,11 @@ def test_the_commands_pin_unpin_and_list_the_torrents_at_risk(client, namespace,
     p = run(test_env, "torrent", h("never added"), "--pin")
     assert p.returncode == 1 and p.stderr.strip().count("\n") == 0 and "is not tracked" in p.stderr
     json.loads(run(test_env, "torrent", c.h, "--json").stdout)
+
+
+def test_the_longest_graces_keep_a_torrent_ten_years(client, keys, settings):
+    ten_years = 3650 * DAY
+    c = Crawl(client, keys, settings.replace(evict_never_seen_seconds=ten_years, evict_lost_seconds=ten_years), "long")
+    c.empty_until(T0, T0 + 20 * 1800)
+    assert c.visit(T0 + ten_years - 1) == "cooling"
+    assert c.visit(T0 + ten_years + 1800) == "evicted"
