@@ -63,7 +63,11 @@ if redis.call('HGET', KEYS[3], h) ~= ARGV[2] or not redis.call('ZSCORE', KEYS[1]
   return {'stale'}
 end
 local score = tonumber(redis.call('HGET', KEYS[2], h) or '1')
-if not score or not tonumber(redis.call('HGET', KEYS[7], 'visits') or '0')
+-- the torrent's record: visits, and the stages of staged eviction (`at_risk`:
+-- the time it is in KEYS[13] with, so the set is written only when that changes)
+local record = redis.call('HMGET', KEYS[7], 'visits', 'first_visit', 'last_peers', 'pinned', 'at_risk')
+local visits = tonumber(record[1] or '0')
+if not score or not visits
     or not tonumber(redis.call('HGET', KEYS[9], ARGV[11]) or '0') then
   return redis.error_reply('complete.lua: a stored score or count of ' .. h .. ' is not a number')
 end
@@ -74,12 +78,11 @@ end
 local hist = kept > 0 and (redis.call('GET', KEYS[11]) or '') or ''
 if #hist % 20 ~= 0 then hist = '' end  -- not a history this script wrote: start again
 local now = tonumber(ARGV[5])
-local stage = redis.call('HMGET', KEYS[7], 'first_visit', 'last_peers', 'pinned')
-local first_visit = tonumber(stage[1]) or now
-local last_peers = tonumber(stage[2])
+local first_visit = tonumber(record[2]) or now
+local last_peers = tonumber(record[3])
 local found = tonumber(ARGV[10]) > 0
 if found then last_peers = now end
-local pin = stage[3]
+local pin = record[4]
 local pinned = pin == 'forever' or (tonumber(pin) ~= nil and tonumber(pin) > now)
 local reason, grace_end = 'never had peers', first_visit + tonumber(ARGV[15])
 if last_peers then reason, grace_end = 'lost its peers', last_peers + tonumber(ARGV[16]) end
@@ -98,13 +101,19 @@ if new < threshold then
   if not evict then new = threshold end
 end
 local text = string.format('%.17g', new)
+-- at risk after this visit: the time from which a visit without peers evicts it ('' = not)
+local risk = ''
+if not evict and not pinned and new * tonumber(ARGV[17]) < threshold then
+  risk = string.format('%.17g', grace_end)
+end
 redis.call('ZREM', KEYS[1], h)
 redis.call('HDEL', KEYS[10], h)
-redis.call('HINCRBY', KEYS[7], 'visits', 1)
-redis.call('HSET', KEYS[7], 'last_visit', ARGV[5], 'peers_last_visit', ARGV[10],
-  'last_outcome', ARGV[12], 'score', text)
-redis.call('HSETNX', KEYS[7], 'first_visit', ARGV[5])
-if found then redis.call('HSET', KEYS[7], 'last_peers', ARGV[5]) end
+local fields = {'visits', visits + 1, 'last_visit', ARGV[5], 'peers_last_visit', ARGV[10],
+  'last_outcome', ARGV[12], 'score', text}
+if not record[2] then fields[#fields + 1] = 'first_visit'; fields[#fields + 1] = ARGV[5] end
+if found then fields[#fields + 1] = 'last_peers'; fields[#fields + 1] = ARGV[5] end
+if risk ~= (record[5] or '') then fields[#fields + 1] = 'at_risk'; fields[#fields + 1] = risk end
+redis.call('HSET', KEYS[7], unpack(fields))
 if ARGV[8] ~= '' then redis.call('HSET', KEYS[7], 'seeders', ARGV[8]) end
 if ARGV[9] ~= '' then redis.call('HSET', KEYS[7], 'leechers', ARGV[9]) end
 redis.call('HINCRBY', KEYS[9], ARGV[11], 1)
@@ -123,7 +132,7 @@ else
 end
 if evict then
   redis.call('HDEL', KEYS[2], h)
-  redis.call('ZREM', KEYS[13], h)
+  if record[5] and record[5] ~= '' then redis.call('ZREM', KEYS[13], h) end
   redis.call('ZADD', KEYS[5], ARGV[5], h)
   redis.call('HSET', KEYS[6], h, cjson.encode({reason = reason, at = now, score = text,
     last_peers = last_peers or cjson.null}))
@@ -134,9 +143,11 @@ if evict then
 end
 redis.call('HSET', KEYS[2], h, text)
 redis.call('ZADD', KEYS[4], ARGV[6], h)
-if not pinned and new * tonumber(ARGV[17]) < threshold then
-  redis.call('ZADD', KEYS[13], string.format('%.17g', grace_end), h)
-else
-  redis.call('ZREM', KEYS[13], h)
+if risk ~= (record[5] or '') then
+  if risk ~= '' then
+    redis.call('ZADD', KEYS[13], risk, h)
+  else
+    redis.call('ZREM', KEYS[13], h)
+  end
 end
 return {'cooling', text}

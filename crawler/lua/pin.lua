@@ -26,7 +26,7 @@ if not tracked then
   return 'untracked'
 end
 if op == 'pin' then
-  redis.call('HSET', KEYS[6], 'pinned', till)
+  redis.call('HSET', KEYS[6], 'pinned', till, 'at_risk', '')
   redis.call('ZREM', KEYS[7], h)
   return 'pinned'
 end
