@@ -33,6 +33,7 @@ from crawler import lua
 from crawler.errors import StoreError
 from crawler.group_commit import GroupCommit
 from crawler.keys import Keys
+from crawler.minute_figures import recent
 from crawler.settings import Settings
 from crawler.sources import redact
 
@@ -110,19 +111,7 @@ def cap_report(client: redis.Redis, keys: Keys, settings: Settings, now: float) 
     rates = {t.url: t.rate for t in settings.trackers if t.rate}
     if not settings.max_announces_per_second and not rates:
         return None
-    minute = int(now) // 60
-    try:
-        with client.pipeline(transaction=False) as p:
-            for m in (minute - 1, minute):
-                p.hgetall(keys.announce_cap_minute(m))
-            got = p.execute()
-    except redis.RedisError as e:
-        raise StoreError(f"reading the announce cap: {e}") from e
-    seconds = 60 + now - minute * 60
-    totals: dict[str, int] = {}
-    for h in got:
-        for f, v in h.items():
-            totals[f.decode()] = totals.get(f.decode(), 0) + int(v)
+    totals, seconds = recent(client, keys.announce_cap_minute, now, "the announce cap")
 
     def use(rate: float | None, suffix: str) -> dict:
         sent, held = totals.get("sent" + suffix, 0), totals.get("held" + suffix, 0)

@@ -39,6 +39,7 @@ from crawler.errors import StoreError
 from crawler.items import NewItem
 from crawler.keys import Keys
 from crawler.lifecycle import Queue
+from crawler.minute_figures import recent
 from crawler.settings import Settings
 from crawler.sources.addresses import AddressRefused, policy
 from crawler.sources.lru import Lru
@@ -193,17 +194,8 @@ def discovery_report(client: redis.Redis, keys: Keys, settings: Settings, now: f
     """``status``'s discovery figures: per minute over the last minute and this one; None when off."""
     if not settings.discovery:
         return None
-    minute = int(now) // 60
-    try:
-        with client.pipeline(transaction=False) as p:
-            for m in (minute - 1, minute):
-                p.hgetall(keys.discovery_minute(m))
-            got = p.execute()
-    except redis.RedisError as e:
-        raise StoreError(f"reading the discovery figures: {e}") from e
-    minutes = (60 + now - minute * 60) / 60
-    out = {"window_s": round(60 * minutes, 1)}
+    totals, seconds = recent(client, keys.discovery_minute, now, "the discovery figures")
+    out = {"window_s": round(seconds, 1)}
     for name in ("queries", "sampled", "new", "admitted"):
-        total = sum(int(h.get(name.encode(), 0)) for h in got)
-        out[f"{name}_per_minute"] = round(total / minutes, 1)
+        out[f"{name}_per_minute"] = round(totals.get(name, 0) * 60 / seconds, 1)
     return out

@@ -1,0 +1,35 @@
+"""Figures kept per UTC minute in expiring hashes (the announce cap's, discovery's), read back.
+
+Writers HINCRBY the hash of the current minute (``unix time // 60``) and let
+it expire after a few minutes; ``status`` reads the last minute and this one
+with ``recent``: every field summed, over the seconds they cover (60 plus
+this minute's part), so a figure per second or minute is never based on a
+few seconds only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import redis
+
+from crawler.errors import StoreError
+
+
+def recent(client: redis.Redis, key_of: Callable[[int], str], now: float, what: str) -> tuple[dict[str, int], float]:
+    """(field -> total over the last minute and this one, the seconds they cover); ``key_of(minute)``
+    names a minute's hash. Raises ``StoreError`` naming ``what``."""
+    minute = int(now) // 60
+    try:
+        with client.pipeline(transaction=False) as p:
+            for m in (minute - 1, minute):
+                p.hgetall(key_of(m))
+            got = p.execute()
+    except redis.RedisError as e:
+        raise StoreError(f"reading {what}: {e}") from e
+    totals: dict[str, int] = {}
+    for h in got:
+        for f, v in h.items():
+            name = f.decode()
+            totals[name] = totals.get(name, 0) + int(v)
+    return totals, 60 + now - minute * 60
