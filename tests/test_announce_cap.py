@@ -210,3 +210,37 @@ def test_three_workers_hold_the_cap_at_the_tracker(opentracker, client, keys, te
     assert cap["per_second"] == rate and cap["limiting"]
     assert status["capacity"]["limited_by"] == "announce cap"
     assert 0 < cap["sent_per_second"] <= rate * 1.02  # over this minute and the last, idle start included
+
+
+@pytest.mark.slow
+def test_a_trackers_own_cap_holds_at_that_tracker(opentracker, test_env):  # noqa: F811
+    """A tracker capped in PEERCRAWL_TRACKERS (``URL||RATE``) receives its rate; another one the same."""
+    hashes = ["%040x" % (8 * 10**11 + i) for i in range(200)]
+    capped, free = opentracker(hashes), opentracker(hashes)
+    for ot in (capped, free):
+        ot.announce_many("127.1.0.1", hashes, 7000)
+    rate = 16.0
+    env = {**test_env, "PEERCRAWL_TRACKERS": f"{capped.udp_url}||{rate:g},{free.udp_url}",
+           "PEERCRAWL_REVISIT_SECONDS": "0"}
+    assert run_json(env, "add", *hashes)[1]["added"] == 200
+    worker = subprocess.Popen([sys.executable, "-m", "crawler", "worker", "--concurrency", "16", "--duration", "12"],
+                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        end = time.monotonic() + 30
+        while time.monotonic() < end and run_json(env, "status")[1]["visits_last_hour"] == 0:
+            time.sleep(0.5)
+        time.sleep(1.0)
+        t1, a1, b1 = time.monotonic(), capped.udp_announces(), free.udp_announces()
+        time.sleep(6.0)
+        t2, a2, b2 = time.monotonic(), capped.udp_announces(), free.udp_announces()
+        status = run_json(env, "status")[1]
+    finally:
+        worker.wait(60)
+    assert worker.returncode == 0, worker.stderr.read()[-2000:]
+    at_capped, at_free = (a2 - a1) / (t2 - t1), (b2 - b1) / (t2 - t1)
+    assert abs(at_capped - rate) <= 0.1 * rate, at_capped
+    # every visit asks both, so the free one is held to the same pace (SPEC §3: visits wait)
+    assert abs(at_free - rate) <= 0.15 * rate, at_free
+    cap = status["announce_cap"]
+    assert cap["per_second"] is None and cap["limiting"]
+    assert list(cap["trackers"]) == [capped.udp_url] and cap["trackers"][capped.udp_url]["limiting"]
