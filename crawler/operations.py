@@ -34,7 +34,7 @@ def queue_report(queue: Queue, now: float) -> dict:
     report["failed_visits_last_hour"] = view.visits_since(3600, now, failed=True)
     report["rates"] = view.rates(now)
     report.update(view.at_risk(now))
-    report["lanes"] = view.lanes(now)
+    report["lanes"] = view.lanes(now, totals=report)
     workers = WorkerRegistry(c, k).live(now)
     report["workers"] = workers
     report["trackers"] = tracker_report(c, k)

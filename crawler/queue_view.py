@@ -186,14 +186,15 @@ class QueueView:
         found = [lane for lane, x in zip(MARKED, self._run(p, "a torrent's lane")) if x is not None]
         return found[0] if found else DEFAULT
 
-    def lanes(self, now: float | None = None, page: int = 1000) -> dict:
+    def lanes(self, now: float | None = None, page: int = 1000, totals: dict | None = None) -> dict:
         """Every state per lane (SPEC §1 lanes): ``{lane: {ready, cooling, in_flight, quarantined,
         evicted}}``, counted as ``counts`` counts them.
 
         A lane's ready set is counted whole; its other states by reading its
         member set page by page against the state sets (so a status never holds
         Redis long, and a lane changing meanwhile may be off by what moved). The
-        normal lane is the crawl's totals less the other lanes.
+        normal lane is the crawl's totals (``totals``: ``counts``' answer
+        when the caller has it) less the other lanes.
         """
         now = time.time() if now is None else now
         out = {lane: dict.fromkeys(("ready", "cooling", "in_flight", "quarantined", "evicted"), 0)
@@ -217,7 +218,7 @@ class QueueView:
                             row["evicted"] += e is not None
         except redis.RedisError as e:
             raise StoreError(f"reading the lanes failed: {e}") from e
-        totals = self.counts(now)
+        totals = totals or self.counts(now)
         for state in out[DEFAULT]:
             out[DEFAULT][state] = totals[state] - sum(out[lane][state] for lane in MARKED)
         return out

@@ -21,7 +21,7 @@ last ``SEEN`` hashes it passed on, so a hash many nodes store costs one add.
 No probabilistic filter (seed 004's bloom filter) is used: the queue itself
 is the set of known hashes, and it has no false positives.
 
-Figures per minute in ``{ns}:disc:<minute>``: queries sent, hashes sampled,
+Figures per minute in ``{ns}:disc:<minute>`` (sent once a second): queries sent, hashes sampled,
 new to this worker, admitted; ``status`` shows the last minute and this one.
 """
 
@@ -112,6 +112,7 @@ class Discovery:
         self.seen: Lru[str, bool] = Lru(SEEN)
         self.pending: list[str] = []
         self.figures = {"queries": 0, "sampled": 0, "new": 0, "admitted": 0}  # this process's, for tests
+        self._unsent = dict.fromkeys(self.figures, 0)  # counted, not yet in Redis
         now = time.monotonic()
         for ep in dht.bootstrap:
             self._heard(ep, now)
@@ -134,12 +135,13 @@ class Discovery:
                 self._count(queries=1)
             self.dht.sampled.wait(self.every)
             self._take(time.monotonic())
-            if self.pending and (len(self.pending) >= ADD_BATCH or time.monotonic() - last_add >= ADD_EVERY):
+            if time.monotonic() - last_add >= ADD_EVERY or len(self.pending) >= ADD_BATCH:
                 try:
                     self.admit()
                 except StoreError as e:
                     log.warning("discovery_admit_failed", error=str(e), waiting=len(self.pending))
                     stop.wait(1.0)
+                self._send_figures()
                 last_add = time.monotonic()
             # the rate cap: at most one query per `every`
             stop.wait(max(0.0, self.every - (time.monotonic() - now)))
@@ -147,6 +149,7 @@ class Discovery:
             self.admit()
         except StoreError:
             pass
+        self._send_figures()
 
     def _take(self, now: float) -> None:
         """Every answer received: the node's interval, its nodes, its hashes (new ones pending)."""
@@ -178,16 +181,26 @@ class Discovery:
     def _count(self, **figures: int) -> None:
         for name, n in figures.items():
             self.figures[name] += n
+            self._unsent[name] += n
+
+    def _send_figures(self) -> None:
+        """The figures counted since the last send, into this minute's hash (one round trip a second
+        at most, whatever the query rate); kept for the next send if Redis fails."""
+        unsent = {name: n for name, n in self._unsent.items() if n}
+        if not unsent:
+            return
         key = self.keys.discovery_minute(int(time.time()) // 60)
         try:
             with self.client.pipeline(transaction=False) as p:
-                for name, n in figures.items():
-                    if n:
-                        p.hincrby(key, name, n)
+                for name, n in unsent.items():
+                    p.hincrby(key, name, n)
                 p.expire(key, 600)
                 p.execute()
         except redis.RedisError as e:
             log.warning("discovery_figures_failed", error=str(e))
+            return
+        for name, n in unsent.items():
+            self._unsent[name] -= n
 
 
 def discovery_report(client: redis.Redis, keys: Keys, settings: Settings, now: float) -> dict | None:
