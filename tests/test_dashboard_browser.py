@@ -223,8 +223,14 @@ def test_pages_render_and_show_the_numbers_of_stats(dashboard, browser, test_env
     wait_rendered(d)
     time.sleep(0.5)
     status = json.loads(run(test_env, "status", "--json").stdout)
-    for k in ("tracked", "ready", "cooling", "in_flight", "quarantined", "evicted", "visits_last_hour"):
+    for k in ("tracked", "ready", "cooling", "in_flight", "quarantined", "evicted", "at_risk", "visits_last_hour"):
         assert figure(d, k) == str(status[k]), k
+    lanes = d.execute_script(
+        "return Array.from(document.querySelectorAll(`table[data-table='lanes'] tbody tr`))"
+        ".map(tr => Array.from(tr.cells).map(td => td.textContent))")
+    assert lanes == [[lane] + [str(status["lanes"][lane][s]) for s in ("ready", "cooling", "in_flight",
+                                                                       "quarantined", "evicted")]
+                     for lane in ("high", "normal", "low", "discovered")]  # in the order claims serve them
     assert figure(d, "geo_errors") == str(status["geo_errors"]["errors"]) == "3"
     assert status["geo_errors"]["last"] in d.find_element("id", "geo-error").text
     trackers = rows_shown(d, "trackers")

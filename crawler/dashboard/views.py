@@ -157,12 +157,15 @@ class Views:
         states = [{"state": s, "count": report[s]} for s in STATES]
         quarantined = [{"info_hash": q["info_hash"], "at": _iso(q["at"]), "reason": q["reason"]}
                        for q in report["quarantined_torrents"]]
+        lanes = [{"lane": lane, **row} for lane, row in report["lanes"].items()]
+        at_risk = [{"info_hash": x["info_hash"], "stage": x["stage"], "since": _iso(x["since"])}
+                   for x in report["at_risk_torrents"]]
         return {
             "status": report,
             "outbox": self.outbox(),
             "redis": report["redis"]["nodes"],
             "tables": {"states": states, "minutes": minutes, "workers": workers, "trackers": trackers,
-                       "quarantined": quarantined},
+                       "quarantined": quarantined, "lanes": lanes, "at_risk": at_risk},
         }
 
     def visits_per_minute(self, hours: int, now: float) -> list[dict]:

@@ -210,6 +210,7 @@ function renderOperators(d) {
   const pct = x => x === null || x === undefined ? '-' : (100 * x).toFixed(1) + ' %';
   figures('figures', [['tracked', 'tracked', s.tracked], ['ready', 'ready', s.ready], ['cooling', 'cooling', s.cooling],
     ['in_flight', 'in flight', s.in_flight], ['quarantined', 'quarantined', s.quarantined], ['evicted', 'evicted', s.evicted],
+    ['at_risk', 'at risk', s.at_risk],
     ['queue_latency_s', 'queue latency (s)', s.queue_latency_s], ['visits_last_hour', 'visits last hour', s.visits_last_hour],
     ['failed_visits_last_hour', 'failed visits last hour', s.failed_visits_last_hour],
     ['workers', 'live workers', s.workers.length], ['workers_needed', 'workers needed', cap.workers_needed],
@@ -246,6 +247,9 @@ function renderOperators(d) {
   rowsTable('workers', d.tables.workers, ['id', 'concurrency', 'auto', 'in_flight', 'visits', 'visits_per_hour', 'failing', 'autoscale']);
   rowsTable('trackers', d.tables.trackers, ['tracker', 'answers', 'failures', 'refusals', 'last_refusal',
     'backing_off', 'until', 'peers_cut', 'learned_cap', 'last_used']);
+  rowsTable('lanes', d.tables.lanes, ['lane', 'ready', 'cooling', 'in_flight', 'quarantined', 'evicted']);
+  document.getElementById('at-risk-panel').hidden = !s.at_risk;
+  rowsTable('at_risk', d.tables.at_risk, [r => el('a', { href: '/torrent/' + r.info_hash, text: r.info_hash }), 'stage', 'since']);
   document.getElementById('quarantined-panel').hidden = !s.quarantined;
   rowsTable('quarantined', d.tables.quarantined, [r => el('a', { href: '/torrent/' + r.info_hash, text: r.info_hash }), 'at', 'reason']);
   const rc = s.redis || {};
