@@ -77,7 +77,7 @@ from crawler.errors import StoreError
 from crawler.items import NewItem
 from crawler.keys import Keys, shard_of
 from crawler.lanes import MARKED, offer, rank
-from crawler.queue_rates import KEPT_SECONDS, field_time, rt_field
+from crawler.queue_rates import KEPT_SECONDS, asked_field, field_time, rt_field
 from crawler.scoring import Outcome, multiplier
 from crawler.settings import Settings
 from crawler.shard_tops import ShardTops
@@ -327,7 +327,7 @@ class Queue:
                 leases += self._leases(flat, now)
             if asked and not tried:
                 # every shard is known empty: no claim went out, but the ask counts in the serve rate
-                self.client.hincrby(self.keys.shard(0).rates, f"a:{_minute(now)}", count)
+                self.client.hincrby(self.keys.shard(0).rates, asked_field(_minute(now)), count)
         except redis.RedisError as e:
             raise StoreError(f"claiming torrents failed: {e}") from e
         if len(tried) > 1:  # ZPOPMAX's order across the shards claimed from

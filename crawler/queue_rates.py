@@ -47,6 +47,11 @@ def middle(k: int) -> float:
     return 2 ** ((k + 0.5) / STEPS) / 1000.0
 
 
+def asked_field(minute: str) -> str:
+    """The field of the torrents claims asked for in ``minute`` (``claim.lua`` adds to it too)."""
+    return f"a:{minute}"
+
+
 def rt_field(minute: str, seconds: float) -> str:
     """The field ``complete.lua`` adds one to for a round trip of ``seconds`` completed in ``minute``."""
     return f"rt:{minute}:{bucket(seconds)}"

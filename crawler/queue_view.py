@@ -36,6 +36,8 @@ from crawler.queue_rates import rates_report
 # peers found, seeders, leechers (little-endian; NOT_REPORTED: the sources gave none).
 HISTORY_ENTRY = struct.Struct("<IfIII")
 NOT_REPORTED = 0xFFFFFFFF
+# The states status counts, in the order it shows them (the crawl's and each lane's).
+STATES = ("ready", "cooling", "in_flight", "quarantined", "evicted")
 
 
 def _pages(client: redis.Redis, key: str, page: int):
@@ -48,6 +50,17 @@ def _pages(client: redis.Redis, key: str, page: int):
             members = []
     if members:
         yield members
+
+
+def _ask_lane(p, k: Keys, info_hash: str) -> None:
+    """Queue on ``p`` the reads ``_lane_of`` answers from: the torrent in each lane's member set."""
+    for lane in MARKED:
+        p.zscore(k.lane_members(lane), info_hash)
+
+
+def _lane_of(scores: list) -> str:
+    """The lane of ``_ask_lane``'s replies (``normal`` when in no member set)."""
+    return next((lane for lane, x in zip(MARKED, scores) if x is not None), DEFAULT)
 
 
 def _pin(raw: str | None, now: float) -> str | float | None:
@@ -179,12 +192,9 @@ class QueueView:
 
     def lane(self, info_hash: str) -> str:
         """The lane of a torrent (``normal`` when it is in no other's member set)."""
-        k = self.keys.for_torrent(info_hash)
         p = self.client.pipeline(transaction=False)
-        for lane in MARKED:
-            p.zscore(k.lane_members(lane), info_hash)
-        found = [lane for lane, x in zip(MARKED, self._run(p, "a torrent's lane")) if x is not None]
-        return found[0] if found else DEFAULT
+        _ask_lane(p, self.keys.for_torrent(info_hash), info_hash)
+        return _lane_of(self._run(p, "a torrent's lane"))
 
     def lanes(self, now: float | None = None, page: int = 1000, totals: dict | None = None) -> dict:
         """Every state per lane (SPEC §1 lanes): ``{lane: {ready, cooling, in_flight, quarantined,
@@ -197,8 +207,7 @@ class QueueView:
         when the caller has it) less the other lanes.
         """
         now = time.time() if now is None else now
-        out = {lane: dict.fromkeys(("ready", "cooling", "in_flight", "quarantined", "evicted"), 0)
-               for lane in LANES}
+        out = {lane: dict.fromkeys(STATES, 0) for lane in LANES}
         try:
             for k in self.keys.all_shards:
                 for lane in MARKED:
@@ -317,8 +326,9 @@ class QueueView:
         p.hget(k.expiries, info_hash)
         p.get(k.history(info_hash))
         p.zscore(k.atrisk, info_hash)
-        h, trackers, claims, due, deadline, tomb, min_intervals, quarantine, expiries, hist, at_risk = self._run(
-            p, "a torrent")
+        _ask_lane(p, k, info_hash)
+        h, trackers, claims, due, deadline, tomb, min_intervals, quarantine, expiries, hist, at_risk, *lanes = (
+            self._run(p, "a torrent"))
         hist = history(hist or b"")
         h = {a.decode(): b.decode() for a, b in h.items()}
 
@@ -346,7 +356,7 @@ class QueueView:
             "expired_leases_in_a_row": int(expiries) if expiries else 0,
             "first_visit": num("first_visit", float),
             "last_peers": num("last_peers", float),
-            "lane": self.lane(info_hash),
+            "lane": _lane_of(lanes),
             "pinned": _pin(h.get("pinned"), now),
             "at_risk_from": at_risk,
             "history": hist,

@@ -96,13 +96,14 @@ def _lanes_table(con, lanes: dict) -> None:
 
     if not any(sum(row.values()) for lane, row in lanes.items() if lane != "normal"):
         return
-    states = ("ready", "cooling", "in_flight", "quarantined", "evicted")
+    from crawler.queue_view import STATES
+
     t = Table(title="lanes")
     t.add_column("lane")
-    for s in states:
+    for s in STATES:
         t.add_column(s.replace("_", " "))
     for lane, row in lanes.items():
-        t.add_row(lane, *(str(row[s]) for s in states))
+        t.add_row(lane, *(str(row[s]) for s in STATES))
     con.print(t)
 
 

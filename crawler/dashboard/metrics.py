@@ -22,7 +22,8 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 
-from crawler.dashboard.views import STATES, Views
+from crawler.dashboard.views import Views
+from crawler.queue_view import STATES
 
 
 class CrawlCollector:

@@ -28,11 +28,10 @@ from crawler.export import months_with_counters
 from crawler.keys import Keys
 from crawler.lifecycle import Queue
 from crawler.operations import queue_report
-from crawler.queue_view import QueueView
+from crawler.queue_view import STATES, QueueView
 from crawler.sources import redact
 
 # The queue states of ``status --json``, as the states chart and the /metrics gauge show them.
-STATES = ("ready", "cooling", "in_flight", "quarantined", "evicted")
 # Every country a month can hold (GeoLite2 knows ~250).
 ALL_COUNTRIES = 1000
 
