@@ -452,12 +452,9 @@ class Settings:
         """The most peers kept from one reply of a source whose max is ``max_peers``."""
         return self.source_peers_factor * max(1, max_peers)
 
-    def tracker_rate(self, url: str) -> float | None:
-        """The configured requests per second of ``url`` (``URL|MAX|RATE``), or None."""
-        for t in self.trackers:
-            if t.url == url:
-                return t.rate
-        return None
+    def tracker_rates(self) -> dict[str, float]:
+        """Tracker URL -> its requests per second, for the trackers with a cap (``URL|MAX|RATE``)."""
+        return {t.url: t.rate for t in self.trackers if t.rate}
 
     def tracker_max_peers(self, url: str) -> int:
         """The configured max peers of ``url``, else the default."""

@@ -162,7 +162,7 @@ def test_settings_name_what_is_wrong():
     s = Settings.from_env({"PEERCRAWL_TRACKERS": f"{A}||2.5,{B}|80,{C}|90|0.5",
                            "PEERCRAWL_MAX_ANNOUNCES_PER_SECOND": "40"})
     assert s.trackers == (TrackerSpec(A, 200, 2.5), TrackerSpec(B, 80), TrackerSpec(C, 90, 0.5))
-    assert s.max_announces_per_second == 40.0 and s.tracker_rate(C) == 0.5 and s.tracker_rate(B) is None
+    assert s.max_announces_per_second == 40.0 and s.tracker_rates() == {A: 2.5, C: 0.5}
     for env, where in (({"PEERCRAWL_MAX_ANNOUNCES_PER_SECOND": "0"}, "PEERCRAWL_MAX_ANNOUNCES_PER_SECOND"),
                        ({"PEERCRAWL_MAX_ANNOUNCES_PER_SECOND": "nan"}, "PEERCRAWL_MAX_ANNOUNCES_PER_SECOND"),
                        ({"PEERCRAWL_MAX_ANNOUNCES_PER_SECOND": "100001"}, "PEERCRAWL_MAX_ANNOUNCES_PER_SECOND"),

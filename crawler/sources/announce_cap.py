@@ -54,12 +54,11 @@ class AnnounceCap:
     def __init__(self, client: redis.Redis, keys: Keys, settings: Settings):
         self.keys = keys
         self.every = interval_us(settings.max_announces_per_second) if settings.max_announces_per_second else 0
-        self.gaps = {t.url: interval_us(t.rate) for t in settings.trackers if t.rate}
+        self.gaps = {url: interval_us(rate) for url, rate in settings.tracker_rates().items()}
         self.enabled = bool(self.every or self.gaps)
         self._script = lua.register(client, "announce_cap", package="crawler.sources")
         self._commit = GroupCommit(self._serve, cap=CALL_CAP, size=lambda urls: PER_TRACKER * len(urls),
                                    stopped=lambda: StoreError("announce cap: its sender stopped"))
-        self.waited = 0.0  # seconds this process's visits waited (figures for tests)
 
     def take(self, urls: list[str]) -> dict[str, float]:
         """Seconds from now before announcing to each of ``urls``; blocks while the caps are full.
@@ -68,9 +67,7 @@ class AnnounceCap:
         """
         if not self.enabled or not urls:
             return dict.fromkeys(urls, 0.0)
-        waits = self._commit.ask(tuple(urls))
-        self.waited += max(waits.values(), default=0.0)
-        return waits
+        return self._commit.ask(tuple(urls))
 
     def _serve(self, visits: list[tuple[str, ...]]) -> list[dict[str, float]]:
         capped: dict[str, int] = {}
@@ -108,7 +105,7 @@ def cap_report(client: redis.Redis, keys: Keys, settings: Settings, now: float) 
 
     Raises ``StoreError``.
     """
-    rates = {t.url: t.rate for t in settings.trackers if t.rate}
+    rates = settings.tracker_rates()
     if not settings.max_announces_per_second and not rates:
         return None
     totals, seconds = recent(client, keys.announce_cap_minute, now, "the announce cap")
