@@ -394,6 +394,33 @@ def test_an_ip_recorded_by_another_worker_after_the_probe_counts_once(client, ke
     assert counts(client, keys, "cities") == {"countries.Germany.cities.Berlin.users": 20}
 
 
+@pytest.mark.parametrize("shards", [1, 3])
+def test_a_torrent_first_counted_by_another_worker_after_the_probe_counts_once(
+        client, namespace, settings, locator, shards):
+    # record.lua adds a never-counted torrent's marks without searching for
+    # them: that must hold only while the torrent is still uncounted when the
+    # script runs, not when the probe ran.
+    from geo import Place
+
+    from crawler.keys import Keys
+
+    keys = Keys(namespace, shards)
+    a = Recorder(client, keys, settings, locator)
+    b = Recorder(client, keys, settings, locator)
+    places = [Place("Germany", "Berlin", "10115"), Place("United States", None, None), Place(None, None, None)]
+    located = [(bytes([10, 0, 2, n]), places[n % 3]) for n in range(30)]
+    assert a.probe(H, located, T0) == "1" * 30  # never counted
+    raced = []
+    a.after_probe = lambda: raced.append(b.record_places(H, located[10:25], T0 + 1))
+    assert a.record_places(H, located, T0 + 2) == 15 and raced == [15]
+    assert a.record_places(H, located, T0 + 3) == 0
+    assert counts(client, keys, "torrents") == {f"torrents.{H}.users": 30}
+    assert counts(client, keys, "countries", torrent=H) == {
+        f"torrents.{H}.countries.Germany.users": 10, f"torrents.{H}.countries.United States.users": 10}
+    assert counts(client, keys, "cities", torrent=H) == {f"torrents.{H}.countries.Germany.cities.Berlin.users": 10}
+    assert counts(client, keys, "countries") == {"countries.Germany.users": 10, "countries.United States.users": 10}
+
+
 def test_a_visit_larger_than_one_probe_call(client, keys, settings, locator):
     # 2,500 peers: two probe calls in one round trip; the flags must line up with the IPs.
     from crawler.counters.recorder import PROBE_IPS

@@ -51,7 +51,7 @@
 -- Then add each metric's count to its indexes (lifetime and month) and, when its
 -- family is posted, to the outbox. Returns the count of torrents.<h>.users.
 
---! include marks  (u32, read_buckets, check_mark, set_mark, write_buckets)
+--! include marks  (u32, read_buckets, check_mark, add_record, set_mark, write_buckets)
 --! include places_arg  (u16, str, read_places)
 
 local byte, sub = string.byte, string.sub
@@ -93,6 +93,12 @@ if not nfixed or nfixed < first_country - 1 or nfixed > #KEYS then
 end
 local nb = #KEYS - nfixed
 local vals = read_buckets(nfixed + 1)
+-- A torrent never counted in this shard has no marks here: its first marks
+-- and its entry in the lifetime torrents index (KEYS[2]) are written by one
+-- call of this script, and nothing removes the entry (probe.lua relies on the
+-- same). Then every torrent mark of this call is new and is added without
+-- a search (a first visit's marks are mostly the torrent's).
+local fresh = not redis.call('ZSCORE', KEYS[2], h)
 -- counts per place number: {[j] = count} for metric slot j (created when one counts)
 local t_users, counted = 0, {}
 
@@ -145,7 +151,12 @@ while o <= np do
     local j = step * i - step + 1
     local b = tb
     if j % 2 == 0 then b = gb end
-    local t = check_mark(vals, dirty, adds, b, f, stamp, cutoff)
+    local t
+    if not fresh or j % 2 == 0 then
+      t = check_mark(vals, dirty, adds, b, f, stamp, cutoff)
+    else
+      add_record(adds, b, f, stamp)
+    end
     if t then
       if t < oldest then oldest = t end
     else
@@ -163,7 +174,12 @@ while o <= np do
   end
   if gf then
     -- the group record, missing or stale: now the oldest of the k marks
-    set_mark(vals, dirty, adds, tb, gf, u32(oldest))
+    local at = oldest == now and stamp or u32(oldest)
+    if fresh then
+      add_record(adds, tb, gf, at)
+    else
+      set_mark(vals, dirty, adds, tb, gf, at)
+    end
   end
 end
 write_buckets(nfixed + 1, vals, dirty, adds)
