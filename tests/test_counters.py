@@ -400,9 +400,8 @@ def test_a_torrent_first_counted_by_another_worker_after_the_probe_counts_once(
     # record.lua adds a never-counted torrent's marks without searching for
     # them: that must hold only while the torrent is still uncounted when the
     # script runs, not when the probe ran.
-    from geo import Place
-
     from crawler.keys import Keys
+    from geo import Place
 
     keys = Keys(namespace, shards)
     a = Recorder(client, keys, settings, locator)
