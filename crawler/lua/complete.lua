@@ -113,9 +113,9 @@ local fields = {'visits', visits + 1, 'last_visit', ARGV[5], 'peers_last_visit',
 if not record[2] then fields[#fields + 1] = 'first_visit'; fields[#fields + 1] = ARGV[5] end
 if found then fields[#fields + 1] = 'last_peers'; fields[#fields + 1] = ARGV[5] end
 if risk ~= (record[5] or '') then fields[#fields + 1] = 'at_risk'; fields[#fields + 1] = risk end
+if ARGV[8] ~= '' then fields[#fields + 1] = 'seeders'; fields[#fields + 1] = ARGV[8] end
+if ARGV[9] ~= '' then fields[#fields + 1] = 'leechers'; fields[#fields + 1] = ARGV[9] end
 redis.call('HSET', KEYS[7], unpack(fields))
-if ARGV[8] ~= '' then redis.call('HSET', KEYS[7], 'seeders', ARGV[8]) end
-if ARGV[9] ~= '' then redis.call('HSET', KEYS[7], 'leechers', ARGV[9]) end
 redis.call('HINCRBY', KEYS[9], ARGV[11], 1)
 if ARGV[14] and ARGV[14] ~= '' then redis.call('HINCRBY', KEYS[12], ARGV[14], 1) end
 if kept > 0 then
