@@ -420,6 +420,33 @@ def test_a_torrent_first_counted_by_another_worker_after_the_probe_counts_once(
     assert counts(client, keys, "countries") == {"countries.Germany.users": 10, "countries.United States.users": 10}
 
 
+def test_two_visits_of_one_torrent_recorded_together_count_as_one_after_the_other(client, keys, settings, locator):
+    # The recorder never puts two visits of a torrent in one record.lua call;
+    # record.lua, given them anyway, takes the torrent as counted from the second on.
+    from crawler.counters.calls import RecordBatches
+    from geo import Place
+
+    rec = Recorder(client, keys, settings, locator)
+    berlin = Place("Germany", "Berlin", "10115")
+    located = [(bytes([10, 0, 3, n]), berlin) for n in range(5)]
+    assert rec.record_places_many([(H, located), (H2, located), (H, located[:3] + located)], T0) == [5, 5, 0]
+    assert counts(client, keys, "torrents") == {f"torrents.{H}.users": 5, f"torrents.{H2.lower()}.users": 5}
+    # one call of two visits of a never-counted torrent, by hand: the second counts nothing
+    g = "ef" * 20
+    part = rec._probe_calls(g, rec.fingerprints.torrent(g), located)
+    batches = RecordBatches(800, month_of(T0))
+    for i in range(2):
+        rec._add_visit(batches, i, g, part, b"1" * 5)
+    assert len(batches.calls) == 2  # the recorder's own packing keeps them apart
+    first, second = batches.calls
+    # the same rows numbered their buckets and place alike in both: join them into one call
+    first.visits.append([g, first.visits[0][1], second.visits[0][2]])
+    first.ips += second.ips
+    first.order.append(1)
+    assert rec._run(int(T0), [first]) == [(0, 5), (1, 0)]
+    assert counts(client, keys, "torrents")[f"torrents.{g}.users"] == 5
+
+
 def test_a_visit_larger_than_one_probe_call(client, keys, settings, locator):
     # 2,500 peers: two probe calls in one round trip; the flags must line up with the IPs.
     from crawler.counters.recorder import PROBE_IPS

@@ -133,22 +133,44 @@ def test_visited_counts_thousands_of_torrents_once_each(client, keys, settings, 
     assert rec.visited(hashes[0], T0 + 3600)  # a new clock hour counts it again
 
 
+def visit_arg(h: str, ips: int, pos: int = 6) -> bytes:
+    """record.lua's ARGV[3] for one visit whose six index keys follow the shared ones."""
+    return h.encode() + pos.to_bytes(2, "big") + ips.to_bytes(4, "big")
+
+
 def test_a_malformed_record_call_writes_nothing(client, keys, settings, tmp_path):
     """record.lua checks its whole input before its first write."""
     import redis
 
     rec = Recorder(client, keys, settings, geo.open_locator(places_db(tmp_path)))
     record = lua.register(client, "record", package="crawler.counters")  # as the recorder calls it
-    fixed = rec._shards[0].fixed(H, "2024-05")
+    shard = rec._shards[0]
+    fixed = shard.shared("2024-05") + shard.torrent_keys(H, "2024-05")
     bucket = keys.mark_bucket(1)
     # a whole k=1 record, then a truncated one: nothing may be written
     rec_ok = (1).to_bytes(2, "big") + bytes(2) + (1).to_bytes(2, "big") + bytes([1]) + b"A" * 8
-    args = [T0, T0 - rec.window, H, "--", b"", (0).to_bytes(2, "big") + bytes(4), len(fixed), rec_ok + rec_ok[:10]]
+    place = (0).to_bytes(2, "big") + bytes(4)
+    args = [T0, T0 - rec.window, visit_arg(H, 2), "--", b"", place, len(fixed), rec_ok + rec_ok[:10]]
     with pytest.raises(redis.ResponseError, match="malformed peer record"):
         record(keys=fixed + [bucket], args=args)
+    bad_visits = [
+        (visit_arg(H, 1)[:-1], "not whole 46-byte records"),
+        (b"", "not whole 46-byte records"),
+        (visit_arg(H.upper(), 1), "malformed visit"),  # not lower-case hex
+        (visit_arg(H, 1, pos=5), "malformed visit"),  # a shared index's position
+        (visit_arg(H, 1, pos=len(fixed) - 4), "malformed visit"),  # past the keys before the buckets
+        (visit_arg(H, 0), "malformed visit"),
+        (visit_arg(H, 2), "malformed peer record"),  # more records than sent
+        (visit_arg(H, 1) + visit_arg("cd" * 20, 1), "malformed peer record"),
+    ]
+    for visits, error in bad_visits:
+        with pytest.raises(redis.ResponseError, match=error):
+            record(keys=fixed + [bucket], args=args[:2] + [visits] + args[3:7] + [rec_ok])
+    with pytest.raises(redis.ResponseError, match="after the last visit"):  # more records than the visits have
+        record(keys=fixed + [bucket], args=args[:2] + [visit_arg(H, 1)] + args[3:7] + [rec_ok + rec_ok])
     assert client.get(bucket) is None and not client.exists(fixed[1])
-    args[-1] = rec_ok
-    assert record(keys=fixed + [bucket], args=args) == 1
+    args[2], args[-1] = visit_arg(H, 1), rec_ok
+    assert record(keys=fixed + [bucket], args=args) == [1]
 
 
 def test_a_malformed_places_or_torrent_part_call_writes_nothing(client, keys, settings, tmp_path):
@@ -176,17 +198,18 @@ def test_a_malformed_places_or_torrent_part_call_writes_nothing(client, keys, se
     assert client.hgetall(shard.place_fixed[0]) == {b"countries.Land.users": b"1"}
     # the torrent part: a k the part cannot hold, then a truncated record
     record = lua.register(client, "record", package="crawler.counters")
-    fixed = rec._shards[0].fixed(H, "2024-05")
+    fixed = rec._shards[0].shared("2024-05") + rec._shards[0].torrent_keys(H, "2024-05")
     tbucket = rec._shards[0].bucket(1)
     users = (1).to_bytes(2, "big") + bytes(4) + (1).to_bytes(2, "big") + bytes([1]) + b"A" * 8
-    targs = [T0, T0 - rec.window, H, "--", b"", (0).to_bytes(2, "big") + bytes(4), len(fixed), users, "T"]
-    for bad in (users[:8] + bytes([5]) + users[9:], users + users[:12]):
+    targs = [T0, T0 - rec.window, visit_arg(H, 1), "--", b"", (0).to_bytes(2, "big") + bytes(4), len(fixed), users,
+             "T"]
+    for visits, bad in ((visit_arg(H, 1), users[:8] + bytes([5]) + users[9:]), (visit_arg(H, 2), users + users[:12])):
         with pytest.raises(redis.ResponseError, match="malformed peer record"):
-            record(keys=fixed + [tbucket], args=targs[:7] + [bad, "T"])
+            record(keys=fixed + [tbucket], args=targs[:2] + [visits] + targs[3:7] + [bad, "T"])
     with pytest.raises(redis.ResponseError, match="bad part"):
         record(keys=fixed + [tbucket], args=targs[:8] + ["X"])
     assert client.get(tbucket) is None and not client.exists(fixed[1])
-    assert record(keys=fixed + [tbucket], args=targs) == 1
+    assert record(keys=fixed + [tbucket], args=targs) == [1]
 
 
 def test_malformed_visited_and_sweep_calls_write_nothing(client, keys, settings, tmp_path):

@@ -3,7 +3,8 @@
 ``ShardKeys`` holds one counter shard's keys, ``VisitPart`` a visit's IPs
 and its probe.lua calls (at most ``recorder.PROBE_IPS`` IPs each);
 ``RecordBatch`` one record.lua call (at most ``batch_pairs`` (metric, IP)
-pairs, never splitting an IP's metrics), ``PlaceCall`` one places.lua call
+pairs of one or more visits, never splitting an IP's metrics), and
+``RecordBatches`` a recording's calls, ``PlaceCall`` one places.lua call
 (an IP's place metrics in its own shard, crawls of several shards). Each
 numbers the mark buckets it passes, so a record names its buckets by a
 small index into KEYS. The layouts are those of the scripts' headers
@@ -36,19 +37,20 @@ class ProbeCall:
 
 
 class RecordBatch:
-    """The arguments of one record.lua call, built IP by IP.
+    """The arguments of one record.lua call, built IP by IP: IPs of one or more visits
+    (distinct torrents) of one shard, one visit after the other.
 
-    ``fixed``: the outbox and index keys every call of the visit gets;
-    ``month``: the visit's month (``names.month_of``); ``torrent_part``: the
-    call records only the torrent's metrics (record.lua's part "T"), so an
+    ``shared``: the outbox and the torrents and countries indexes (``ShardKeys.shared``);
+    ``month``: the visits' month (``names.month_of``); ``torrent_part``: the
+    call records only the torrents' metrics (record.lua's part "T"), so an
     IP's header counts those (``PlaceInfo.t_*``).
     """
 
-    __slots__ = ("bnumbers", "buckets", "countries", "country_numbers", "heads", "ips", "keys", "month", "pairs",
-                 "pending", "places", "torrent_part")
+    __slots__ = ("bnumbers", "buckets", "countries", "country_numbers", "current", "hashes", "heads", "ips", "keys",
+                 "month", "order", "pairs", "pending", "places", "torrent_part", "visits")
 
-    def __init__(self, fixed: list, month: str, torrent_part: bool = False):
-        self.keys, self.month, self.torrent_part = list(fixed), month, torrent_part
+    def __init__(self, shared: list, month: str, torrent_part: bool = False):
+        self.keys, self.month, self.torrent_part = list(shared), month, torrent_part
         self.pending: list = []  # torrent part: (record without its place time, PlaceInfo, place answer)
         self.buckets: list = []  # mark bucket keys, after ``keys``
         self.bnumbers: dict = {}  # bucket number -> 1-based index in ``buckets``
@@ -56,6 +58,22 @@ class RecordBatch:
         self.places, self.heads = bytearray(), {}  # place tuple -> its IPs' header bits
         self.ips = bytearray()
         self.pairs = 0
+        self.visits: list = []  # per visit: [info-hash, key position of its indexes, IP records]
+        self.order: list = []  # per visit: its position in the recording (what its count answers)
+        self.hashes: set = set()
+        self.current = None  # the position of the visit whose IPs are being added
+
+    def begin_visit(self, i: int, h: str, torrent_keys: list) -> None:
+        """The IPs added next are visit ``i``'s, of torrent ``h`` (``torrent_keys``: its six indexes)."""
+        self.visits.append([h, len(self.keys) + 1, 0])
+        self.keys += torrent_keys
+        self.order.append(i)
+        self.hashes.add(h)
+        self.current = i
+
+    def visits_arg(self) -> bytes:
+        """record.lua's ARGV[3]: per visit its info-hash, key position and number of IP records."""
+        return b"".join(h.encode() + pos.to_bytes(2, "big") + n.to_bytes(4, "big") for h, pos, n in self.visits)
 
     def add_place(self, pkey: tuple, info: PlaceInfo, country_keys: Callable[[str, str], list]) -> int:
         """Number the place (and its country) in this batch; returns its IPs' header bits.
@@ -85,6 +103,37 @@ class RecordBatch:
         if b is None:
             self.buckets.append(key(n))
             b = self.bnumbers[n] = len(self.buckets)
+        return b
+
+
+class RecordBatches:
+    """The record.lua calls of one recording: each shard's visits packed into calls of at most
+    ``limit`` pairs (an IP's pairs never split), in the order they must run.
+
+    A call holds several visits so that they share its fixed cost and the
+    indexes they have in common (torrents, countries, the countries' own);
+    a visit too large for what is left of a call goes on in the next, and
+    one torrent never has two visits in a call (record.lua takes a visit's
+    torrent as never counted when its index says so at the visit's start).
+    """
+
+    __slots__ = ("calls", "limit", "month", "open", "torrent_part")
+
+    def __init__(self, limit: int, month: str, torrent_part: bool = False):
+        self.limit, self.month, self.torrent_part = limit, month, torrent_part
+        self.open: dict = {}  # ShardKeys -> its call being filled
+        self.calls: list[RecordBatch] = []
+
+    def batch_for(self, shard: "ShardKeys", i: int, h: str, pairs: int) -> RecordBatch:
+        """The call of ``shard`` that takes the next IP (``pairs`` pairs) of visit ``i`` (torrent ``h``)."""
+        b = self.open.get(shard)
+        if b is None or (b.pairs and b.pairs + pairs > self.limit) or (b.current != i and h in b.hashes):
+            b = self.open[shard] = RecordBatch(shard.shared(self.month), self.month, self.torrent_part)
+            self.calls.append(b)
+        if b.current != i:
+            b.begin_visit(i, h, shard.torrent_keys(h, self.month))
+        b.visits[-1][2] += 1
+        b.pairs += pairs
         return b
 
 
@@ -169,14 +218,15 @@ class ShardKeys:
             key = self._indexes[k] = self.keys.index(period, scope).encode()
         return key
 
-    def fixed(self, h: str, month: str) -> list:
-        """The outbox and the 10 index keys every record.lua call of a visit gets."""
-        keys = [self.outbox]
-        for scope in (("torrents",), ("countries",),
-                      ("countries", "t", h), ("cities", "t", h), ("postcodes", "t", h)):
-            keys.append(self.index(LIFETIME, scope))
-            keys.append(self.index(month, scope))
-        return keys
+    def shared(self, month: str) -> list:
+        """The outbox and the four index keys every record.lua call gets (torrents, countries)."""
+        return [self.outbox, *(self.index(period, scope) for scope in (("torrents",), ("countries",))
+                               for period in (LIFETIME, month))]
+
+    def torrent_keys(self, h: str, month: str) -> list:
+        """The six index keys of torrent ``h`` that record.lua gets with each of its visits."""
+        return [self.index(period, scope) for scope in (("countries", "t", h), ("cities", "t", h),
+                                                         ("postcodes", "t", h)) for period in (LIFETIME, month)]
 
     def country_keys(self, country: str, month: str) -> list:
         """The six per-country index keys record.lua gets for ``country`` (see its header)."""

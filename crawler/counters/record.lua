@@ -1,14 +1,15 @@
--- record.lua: check-mark-increment of one batch of a visit's peers, atomically.
+-- record.lua: check-mark-increment of a batch of visits' peers in one shard, atomically.
 --
 -- KEYS[1]      outbox   HASH stat name -> pending StatHat count ({ns}:sh:outbox)
--- KEYS[2..11]  indexes  member -> count, each lifetime index ({ns}:ix:all:<scope>)
---                       followed by its month index ({ns}:ix:<YYYY-MM>:<scope>), scopes:
---                       torrents, countries (ZSET); countries:t:H, cities:t:H,
---                       postcodes:t:H (HASH: one torrent's, sorted when read)
---                       (no global cities or postcodes index: `stats` merges the
---                       per-country ones)
+-- KEYS[2..5]   indexes  member -> count (ZSET), each lifetime index ({ns}:ix:all:<scope>)
+--                       followed by its month index ({ns}:ix:<YYYY-MM>:<scope>):
+--                       torrents, countries (no global cities or postcodes
+--                       index: `stats` merges the per-country ones)
+-- KEYS[..]     per visit (position given in ARGV[3]): its torrent's indexes
+--              countries:t:H, cities:t:H, postcodes:t:H (HASH: one torrent's,
+--              sorted when read), each lifetime then month
 -- KEYS[..]     per country (position given in ARGV[5]): torrents:c:C, cities:c:C,
---              postcodes:c:C, each lifetime then month
+--              postcodes:c:C (ZSET), each lifetime then month
 -- KEYS[n+1..]   marks    STRING of 12-byte records: 8-byte field, then the unix second
 --                       of the mark as a big-endian u32 ({ns}:mk:<n>): every bucket
 --                       this batch may read, last. An IP's marks for the torrent
@@ -16,14 +17,17 @@
 --                       torrent); its place marks one chosen by the IP alone.
 -- ARGV[1]      now      unix seconds (integer): the time stored in new marks
 -- ARGV[2]      cutoff   now - window: a mark at or before it has expired
--- ARGV[3]      h        the info-hash, 40 lower-case hex
+-- ARGV[3]      visits   binary, per visit (distinct torrents): its info-hash (40
+--                       lower-case hex), u16 key position of its six indexes, u32
+--                       the number of its IP records in ARGV[8] (at least 1)
 -- ARGV[4]      post     "cC" / "tT": which families go to the outbox (c = countries.*,
 --                       t = torrents.*); "--" for none
 -- ARGV[5]      countries binary, per country: u16 key position, str(escaped name)
 -- ARGV[6]      places    binary, per place: u16 country number (1-based; 0 = unknown),
 --                        str(escaped city), str(escaped postcode) (empty = unknown)
 -- ARGV[7]      n         the number of keys before the mark buckets
--- ARGV[8]      ips       binary, per IP: u16 torrent bucket, u16 place bucket (0 when
+-- ARGV[8]      ips       binary, the visits' IP records one visit after the other;
+--                        per IP: u16 torrent bucket, u16 place bucket (0 when
 --                        k = 1) (1-based: KEYS[n + b]), u16 place number, u8 k; when k >= 3 the 8-byte field of the
 --                        IP's group record for (torrent, place); then k 8-byte fields,
 --                        one per metric of the place, in the order torrent; country,
@@ -44,18 +48,25 @@
 -- missing or stale), with places and fingerprints; metric names and index
 -- members are built only when something counted. Every pair is
 -- checked here again (another worker may have recorded the IP since the
--- probe): for each mark missing or expired, write it (one MSET of every
+-- probe), except the marks of a torrent this shard never counted (not in
+-- its lifetime torrents index when its visit begins: see `fresh` below), which
+-- are all new: for each mark missing or expired, write it (one MSET of every
 -- changed bucket's whole string at the end, not APPEND, so a string is
 -- allocated at its exact size) and count one; the group record becomes the
 -- oldest of its marks' times.
+-- The visits are taken one after the other, each seeing the marks of those
+-- before it, so a call counts exactly what one call per visit would; the
+-- indexes they share (torrents, countries, the countries' own) are written
+-- once per call.
 -- Then add each metric's count to its indexes (lifetime and month) and, when its
--- family is posted, to the outbox. Returns the count of torrents.<h>.users.
+-- family is posted, to the outbox. Returns, per visit, its count of
+-- torrents.<h>.users.
 
 --! include marks  (u32, read_buckets, check_mark, add_record, set_mark, write_buckets)
 --! include places_arg  (u16, str, read_places)
 
 local byte, sub = string.byte, string.sub
-local now, cutoff, h, post = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4]
+local now, cutoff, post = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[4]
 local stamp = u32(now)
 
 -- Everything is read and checked before the first write (the MSET of the
@@ -65,7 +76,25 @@ local tpart = ARGV[9] == 'T'
 if ARGV[9] and not tpart then
   return redis.error_reply('record.lua: bad part ' .. ARGV[9])
 end
-local first_country = 12
+-- positions after the outbox and the shared indexes: the visits' and countries' keys
+local first_own = 6
+local nfixed = tonumber(ARGV[7])
+if not nfixed or nfixed < first_own - 1 or nfixed > #KEYS then
+  return redis.error_reply('record.lua: bad key count ' .. tostring(ARGV[7]))
+end
+-- visits: {info-hash, key position of its indexes, IP records}
+local visits, vs = {}, ARGV[3]
+if #vs == 0 or #vs % 46 ~= 0 then
+  return redis.error_reply('record.lua: visits of ' .. #vs .. ' bytes are not whole 46-byte records')
+end
+for v = 1, #vs, 46 do
+  local vh, pos, c1, c2, c3, c4 = sub(vs, v, v + 39), u16(vs, v + 40), byte(vs, v + 42, v + 45)
+  local count = ((c1 * 256 + c2) * 256 + c3) * 256 + c4
+  if not string.match(vh, '^[0-9a-f]+$') or pos < first_own or pos + 5 > nfixed or count < 1 then
+    return redis.error_reply('record.lua: malformed visit at byte ' .. v)
+  end
+  visits[#visits + 1] = {vh, pos, count}
+end
 local countries, cs, i = {}, ARGV[5], 1
 while i <= #cs do
   local pos = u16(cs, i)
@@ -74,7 +103,7 @@ while i <= #cs do
   if not pos or not name then
     return redis.error_reply('record.lua: malformed country at byte ' .. i)
   end
-  if pos < first_country or pos + 5 > tonumber(ARGV[7]) then
+  if pos < first_own or pos + 5 > nfixed then
     return redis.error_reply('record.lua: country key position ' .. pos .. ' out of range')
   end
   countries[#countries + 1] = {pos, name}
@@ -87,21 +116,8 @@ end
 
 -- mark buckets: KEYS[nfixed + 1..], read with MGET (a missing one is '');
 -- every read and write goes through vals
-local nfixed = tonumber(ARGV[7])
-if not nfixed or nfixed < first_country - 1 or nfixed > #KEYS then
-  return redis.error_reply('record.lua: bad key count ' .. tostring(ARGV[7]))
-end
 local nb = #KEYS - nfixed
 local vals = read_buckets(nfixed + 1)
--- A torrent never counted in this shard has no marks here: its first marks
--- and its entry in the lifetime torrents index (KEYS[2]) are written by one
--- call of this script, and nothing removes the entry (probe.lua relies on the
--- same). Then every torrent mark of this call is new and is added without
--- a search (a first visit's marks are mostly the torrent's).
-local fresh = not redis.call('ZSCORE', KEYS[2], h)
--- counts per place number: {[j] = count} for metric slot j (created when one counts)
-local t_users, counted = 0, {}
-
 local p = ARGV[8]
 
 -- check, mark and count every pair (marks.lua: renewed marks are rewritten
@@ -112,94 +128,120 @@ local o, np = 1, #p
 -- the torrent part: slot j of the whole record is 2j - 1 (the torrent's metrics)
 local step, grouped, head, kmax = 1, 3, 7, 7
 if tpart then step, grouped, head, kmax = 2, 2, 9, 4 end
-while o <= np do
-  local tb, gb, pno, k
-  local oldest = now
-  if tpart then
-    local t1, t2, o1, o2, o3, o4, p1, p2, kk = byte(p, o, o + 8)
-    if kk then
-      tb, gb, pno, k = t1 * 256 + t2, 1, p1 * 256 + p2, kk
-      local po = ((o1 * 256 + o2) * 256 + o3) * 256 + o4
-      if k > 1 and po < oldest then oldest = po end
+-- per visit: torrents.<h>.users and the counts per place number ({[j] = count}
+-- for metric slot j, created when one counts)
+local users, counts, seen = {}, {}, {}
+for v = 1, #visits do
+  local h, left = visits[v][1], visits[v][3]
+  if v > 1 then
+    -- the visit sees the marks of those before it: their new records join vals
+    for b, a in pairs(adds) do
+      vals[b] = vals[b] .. table.concat(a)
+      dirty[b] = true
     end
-  else
-    local t1, t2, g1, g2, p1, p2, kk = byte(p, o, o + 6)
-    if kk then
-      tb, gb, pno, k = t1 * 256 + t2, g1 * 256 + g2, p1 * 256 + p2, kk
-      if k % 2 == 0 then k = nil end
-    end
+    adds = {}
   end
-  -- a whole record, known place and buckets (k: the users mark, then pairs of
-  -- place metrics, or only the torrent's in the torrent part; the group record
-  -- when the place has a country)
-  if not k or k < 1 or k > kmax or o + head - 1 + 8 * (k < grouped and 1 or k + 1) > np
-      or pno < 1 or pno > #places or tb < 1 or tb > nb or (k > 1 and (gb < 1 or gb > nb))
-      or (k > 1) ~= (places[pno][1] > 0) then
-    return redis.error_reply('record.lua: malformed peer record at byte ' .. o)
-  end
-  o = o + head
-  local gf
-  if k >= grouped then
-    gf = sub(p, o, o + 7)
-    o = o + 8
-  end
-  local pc
-  for i = 1, k do
-    local f = sub(p, o, o + 7)
-    o = o + 8
-    -- odd slots are the torrent's metrics (bucket tb), even ones the place's (gb)
-    local j = step * i - step + 1
-    local b = tb
-    if j % 2 == 0 then b = gb end
-    local t
-    if not fresh or j % 2 == 0 then
-      t = check_mark(vals, dirty, adds, b, f, stamp, cutoff)
+  -- A torrent never counted in this shard has no marks here: its first marks
+  -- and its entry in the lifetime torrents index (KEYS[2]) are written by one
+  -- call of this script, and nothing removes the entry (probe.lua relies on
+  -- the same); within this call, by an earlier visit of it (whose index
+  -- writes wait for the end). Then every torrent mark of the visit is new
+  -- and is added without a search (a first visit's marks are mostly the
+  -- torrent's).
+  local fresh = not seen[h] and not redis.call('ZSCORE', KEYS[2], h)
+  seen[h] = true
+  local t_users, counted = 0, {}
+  while left > 0 do
+    left = left - 1
+    local tb, gb, pno, k
+    local oldest = now
+    if tpart then
+      local t1, t2, o1, o2, o3, o4, p1, p2, kk = byte(p, o, o + 8)
+      if kk then
+        tb, gb, pno, k = t1 * 256 + t2, 1, p1 * 256 + p2, kk
+        local po = ((o1 * 256 + o2) * 256 + o3) * 256 + o4
+        if k > 1 and po < oldest then oldest = po end
+      end
     else
-      add_record(adds, b, f, stamp)
+      local t1, t2, g1, g2, p1, p2, kk = byte(p, o, o + 6)
+      if kk then
+        tb, gb, pno, k = t1 * 256 + t2, g1 * 256 + g2, p1 * 256 + p2, kk
+        if k % 2 == 0 then k = nil end
+      end
     end
-    if t then
-      if t < oldest then oldest = t end
-    else
-      if j == 1 then
-        t_users = t_users + 1
+    -- a whole record, known place and buckets (k: the users mark, then pairs of
+    -- place metrics, or only the torrent's in the torrent part; the group record
+    -- when the place has a country)
+    if not k or k < 1 or k > kmax or o + head - 1 + 8 * (k < grouped and 1 or k + 1) > np
+        or pno < 1 or pno > #places or tb < 1 or tb > nb or (k > 1 and (gb < 1 or gb > nb))
+        or (k > 1) ~= (places[pno][1] > 0) then
+      return redis.error_reply('record.lua: malformed peer record at byte ' .. o)
+    end
+    o = o + head
+    local gf
+    if k >= grouped then
+      gf = sub(p, o, o + 7)
+      o = o + 8
+    end
+    local pc
+    for i = 1, k do
+      local f = sub(p, o, o + 7)
+      o = o + 8
+      -- odd slots are the torrent's metrics (bucket tb), even ones the place's (gb)
+      local j = step * i - step + 1
+      local b = tb
+      if j % 2 == 0 then b = gb end
+      local t
+      if not fresh or j % 2 == 0 then
+        t = check_mark(vals, dirty, adds, b, f, stamp, cutoff)
       else
-        pc = pc or counted[pno]
-        if not pc then
-          pc = {0, 0, 0, 0, 0, 0, 0}
-          counted[pno] = pc
+        add_record(adds, b, f, stamp)
+      end
+      if t then
+        if t < oldest then oldest = t end
+      else
+        if j == 1 then
+          t_users = t_users + 1
+        else
+          pc = pc or counted[pno]
+          if not pc then
+            pc = {0, 0, 0, 0, 0, 0, 0}
+            counted[pno] = pc
+          end
+          pc[j] = pc[j] + 1
         end
-        pc[j] = pc[j] + 1
+      end
+    end
+    if gf then
+      -- the group record, missing or stale: now the oldest of the k marks
+      local at = oldest == now and stamp or u32(oldest)
+      if fresh then
+        add_record(adds, tb, gf, at)
+      else
+        set_mark(vals, dirty, adds, tb, gf, at)
       end
     end
   end
-  if gf then
-    -- the group record, missing or stale: now the oldest of the k marks
-    local at = oldest == now and stamp or u32(oldest)
-    if fresh then
-      add_record(adds, tb, gf, at)
-    else
-      set_mark(vals, dirty, adds, tb, gf, at)
-    end
-  end
+  users[v], counts[v] = t_users, counted
+end
+if o <= np then
+  return redis.error_reply('record.lua: malformed peer record at byte ' .. o .. ' (after the last visit)')
 end
 write_buckets(nfixed + 1, vals, dirty, adds)
-
-if t_users == 0 and next(counted) == nil then
-  return 0
-end
 
 -- Increments are gathered per index pair (the lifetime index at key position
 -- q, its month index at q + 1 gets the same counts), then applied with two
 -- calls per key (read the old counts, write the new ones) instead of one
 -- ZINCRBY or HINCRBY per member: a visit of 200 new peers touches ~1,100
 -- (index, member) pairs but only ~170 keys, and each redis.call costs more
--- than the command. A torrent's indexes are hashes: a new torrent's cities
+-- than the command; the visits of a call share the torrents, countries and
+-- per-country indexes. A torrent's indexes are hashes: a new torrent's cities
 -- index gets ~100 members at once, which a small sorted set inserts one by
--- one in order. Positions: torrents 2, countries 4, and the torrent's
--- countries 6, cities 8, postcodes 10; per country (ARGV[5]) its torrents
--- at pos, cities pos + 2, postcodes pos + 4.
+-- one in order. Positions: torrents 2, countries 4; per visit (ARGV[3]) its
+-- torrent's countries at pos, cities pos + 2, postcodes pos + 4; per country
+-- (ARGV[5]) its torrents at pos, cities pos + 2, postcodes pos + 4.
 local post_c, post_t = sub(post, 1, 1) == 'c', sub(post, 2, 2) == 't'
-local zinc, box = {}, {}  -- lifetime key position -> {member -> n}; stat -> n
+local zinc, box, hashes = {}, {}, {}  -- lifetime key position -> {member -> n}; stat -> n; HASH positions
 local function incr(q, member, n)
   local t = zinc[q]
   if not t then
@@ -212,44 +254,49 @@ local function out(stat, n)
   box[stat] = (box[stat] or 0) + n
 end
 
-local th = 'torrents.' .. h
-if t_users > 0 then
-  incr(2, h, t_users)
-  if post_t then out(th .. '.users', t_users) end
-end
 local families = {'cities', 'postcodes'}
-for pno, pc in pairs(counted) do
-  local pl = places[pno]  -- a place that counted has a country
-  local country = countries[pl[1]]
-  local pos, cname = country[1], country[2]
-  local n = pc[2]
-  if n > 0 then
-    incr(4, cname, n)
-    if post_c then out('countries.' .. cname .. '.users', n) end
+for v = 1, #visits do
+  local h, tpos = visits[v][1], visits[v][2]
+  local t_users = users[v]
+  hashes[tpos], hashes[tpos + 2], hashes[tpos + 4] = true, true, true
+  local th = 'torrents.' .. h
+  if t_users > 0 then
+    incr(2, h, t_users)
+    if post_t then out(th .. '.users', t_users) end
   end
-  n = pc[3]
-  if n > 0 then
-    incr(6, cname, n)
-    incr(pos, h, n)
-    if post_t then out(th .. '.countries.' .. cname .. '.users', n) end
-  end
-  -- slots: city 4 and 5 when the place has a city, then postcode
-  local j = 4
-  for f = 1, 2 do
-    local name = pl[f + 1]
-    if name ~= '' then
-      local family = families[f]
-      n = pc[j]
-      if n > 0 then
-        incr(pos + 2 * f, name, n)
-        if post_c then out('countries.' .. cname .. '.' .. family .. '.' .. name .. '.users', n) end
+  for pno, pc in pairs(counts[v]) do
+    local pl = places[pno]  -- a place that counted has a country
+    local country = countries[pl[1]]
+    local pos, cname = country[1], country[2]
+    local n = pc[2]
+    if n > 0 then
+      incr(4, cname, n)
+      if post_c then out('countries.' .. cname .. '.users', n) end
+    end
+    n = pc[3]
+    if n > 0 then
+      incr(tpos, cname, n)
+      incr(pos, h, n)
+      if post_t then out(th .. '.countries.' .. cname .. '.users', n) end
+    end
+    -- slots: city 4 and 5 when the place has a city, then postcode
+    local j = 4
+    for f = 1, 2 do
+      local name = pl[f + 1]
+      if name ~= '' then
+        local family = families[f]
+        n = pc[j]
+        if n > 0 then
+          incr(pos + 2 * f, name, n)
+          if post_c then out('countries.' .. cname .. '.' .. family .. '.' .. name .. '.users', n) end
+        end
+        n = pc[j + 1]
+        if n > 0 then
+          incr(tpos + 2 * f, cname .. '.' .. name, n)
+          if post_t then out(th .. '.countries.' .. cname .. '.' .. family .. '.' .. name .. '.users', n) end
+        end
+        j = j + 2
       end
-      n = pc[j + 1]
-      if n > 0 then
-        incr(6 + 2 * f, cname .. '.' .. name, n)
-        if post_t then out(th .. '.countries.' .. cname .. '.' .. family .. '.' .. name .. '.users', n) end
-      end
-      j = j + 2
     end
   end
 end
@@ -297,11 +344,11 @@ end
 for q, counts in pairs(zinc) do
   local ms = members(counts)
   local read, write = 'ZMSCORE', 'ZADD'
-  if q >= 6 and q <= 11 then read, write = 'HMGET', 'HSET' end
+  if hashes[q] then read, write = 'HMGET', 'HSET' end
   apply(KEYS[q], ms, counts, read, write)
   apply(KEYS[q + 1], ms, counts, read, write)
 end
 if next(box) then
   apply(KEYS[1], members(box), box, 'HMGET', 'HSET')
 end
-return t_users
+return users

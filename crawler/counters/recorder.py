@@ -8,9 +8,9 @@ ends there. For the others, one Lua call (``record.lua``) per batch does the
 whole check-mark-increment atomically for up to ``batch_pairs`` pairs:
 marks for new pairs, the batch's total per (metric, index), and the StatHat
 outbox increment. A batch never splits an IP's metrics. A visit's batches go
-out in one pipeline: a visit of 200 new peers (~1,200 pairs, two batches)
-costs one round trip after the probe, while each call holds Redis for a
-bounded time (other clients' commands run between them). A crash between
+out in one pipeline: a visit of 1,000 new peers (~6,000 pairs, three
+batches) costs one round trip after the probe, while each call holds Redis
+for a bounded time (other clients' commands run between them). A crash between
 batches leaves every finished batch counted and the rest not: a retry counts
 exactly the rest (its pairs' marks are already there).
 
@@ -24,9 +24,12 @@ the home and one record.lua call does both parts.
 Several visits at once (``record_visits``, the worker's ``Batcher``): each
 distinct IP text is parsed and located once, every visit's probes share one
 round trip and every record call the next (with several shards, the place
-calls of the whole batch come first, one per shard). Each call still holds
-one visit's IPs of one shard, so the visits count as if recorded one after
-the other; an IP met at two places in one batch goes in two place calls.
+calls of the whole batch come first, one per shard). A record call holds
+the IPs of several visits of one shard (``calls.RecordBatches``: seven
+first visits of 50 peers fill one), which it takes one after the other, so
+the visits count as if recorded one after the other while sharing the
+call's fixed cost and the indexes they have in common; an IP met at two
+places in one batch goes in two place calls.
 
 The calls' arguments are built in ``calls`` (a place's part of them in
 ``places``); the locator's read errors are published by ``geo_errors``.
@@ -39,7 +42,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 import redis
 
-from crawler.counters.calls import FRESH, LOW64, ProbeCall, RecordBatch, ShardKeys, VisitPart
+from crawler.counters.calls import FRESH, LOW64, ProbeCall, RecordBatch, RecordBatches, ShardKeys, VisitPart
 from crawler.counters.geo_errors import GeoErrorTally
 from crawler.counters.marks import (
     DEFAULT_BUCKETS,
@@ -55,8 +58,11 @@ from crawler.errors import StoreError
 from crawler.keys import Keys, shard_of
 from crawler.lua import Wait, register, run_pipelined
 
-# ~1,400 pairs held Redis ~5 ms in one call; 800 keeps a call near 3 ms.
-DEFAULT_BATCH_PAIRS = 800
+# Pairs of one record.lua call: ~2,400 (seven first visits of 50 peers) hold
+# Redis ~3 ms (bench/bench_record_lua.py: ~0.41 ms of script per such visit);
+# calls of several visits share their fixed cost and indexes, so larger calls
+# cost less Redis CPU per visit (800 pairs, two visits a call: ~0.47 ms).
+DEFAULT_BATCH_PAIRS = 2400
 # IPs one probe.lua call looks up (its MGET has at most as many keys).
 PROBE_IPS = 2000
 # Buckets one sweep call examines (~100 fields each): ~1-2 ms of Redis.
@@ -177,9 +183,10 @@ class Recorder:
         Every visit's probe calls go out in one round trip; then the record
         calls of every visit with IPs that might count in the next (with
         several shards: first the place calls of every visit, an IP and place
-        met in two visits sent once, then the torrent parts). Each script
-        call still holds one visit's IPs of one shard, so two visits of one
-        IP are two atomic steps in order, as if recorded one after the other.
+        met in two visits sent once, then the torrent parts). A record call
+        holds the IPs of several visits of one shard, taken one after the
+        other in one atomic step, so the visits count as if recorded one
+        after the other (two visits of one torrent are never in one call).
         Returns each visit's ``new``; raises ``ValueError`` for a bad info-hash
         or time before anything is sent.
         """
@@ -206,12 +213,13 @@ class Recorder:
             return out
         month = month_of(now)
         if self._split is not None:
-            runs = self._split.record(now_i, todo, month)
+            calls = self._split.record(now_i, todo, month)
         else:
-            runs = [(i, h, batches) for i, h, part, f in todo
-                    for batches in [self._batches(part, f, part.shard.fixed(h, month), month)]
-                    if batches[-1].pairs]
-        for i, new in self._run(now_i, runs):
+            batches = RecordBatches(self.batch_pairs, month)
+            for i, h, part, f in todo:
+                self._add_visit(batches, i, h, part, f)
+            calls = batches.calls
+        for i, new in self._run(now_i, calls):
             out[i] += new
         return out
 
@@ -271,22 +279,16 @@ class Recorder:
             rows.append((pkey, vp, f, bucket))
         return part if rows else None
 
-    def _batches(self, part: VisitPart, flags: bytes, fixed: list, month: str) -> list[RecordBatch]:
-        """Build the record.lua calls of one shard's ``part`` for the rows whose probe flag is not fresh.
-
-        Each call takes at most ``batch_pairs`` pairs (one IP's pairs are
-        never split); the last call holds no pairs only if no IP might count.
-        """
-        shard, n_buckets, limit = part.shard, self.fingerprints.buckets, self.batch_pairs
+    def _add_visit(self, batches: RecordBatches, i: int, h: str, part: VisitPart, flags: bytes) -> None:
+        """Add the rows of visit ``i`` (torrent ``h``) whose probe flag is not fresh to the
+        record.lua calls of ``batches`` (an IP's pairs are never split across calls)."""
+        shard, n_buckets = part.shard, self.fingerprints.buckets
         bkey, country_keys = shard.bucket, shard.country_keys
-        batches = [RecordBatch(fixed, month)]
-        batch = batches[0]
+        batch = None
         for (pkey, (info, lanes, _), f, bucket), flag in zip(part.rows, flags):
             if flag == FRESH:
                 continue
-            if batch.pairs and batch.pairs + info.k > limit:
-                batch = RecordBatch(fixed, month)
-                batches.append(batch)
+            batch = batches.batch_for(shard, i, h, info.k)
             head = batch.heads.get(pkey)
             if head is None:
                 head = batch.add_place(pkey, info, country_keys)
@@ -305,8 +307,6 @@ class Recorder:
                     gb = batch.bnumbers[bucket] = len(batch.buckets)
             batch.ips += ((tb << info.tshift) | (gb << info.gshift) | head
                           | (lanes ^ (f & LOW64) * info.r)).to_bytes(info.nbytes, "big")
-            batch.pairs += info.k
-        return batches
 
     def _probe_many(self, now: int, parts: list[VisitPart]) -> list[bytes]:
         """Run the probe.lua calls of ``parts`` in one round trip: per part one flag byte per IP."""
@@ -329,30 +329,29 @@ class Recorder:
             info = self._places[pkey] = PlaceInfo(pkey, self.fingerprints)
         return info
 
-    def _run(self, now: int, runs: list[tuple[int, str, list[RecordBatch]]]) -> list[tuple[int, int]]:
-        """Run ``record.lua`` once per batch of each visit of ``runs`` (``(position, info-hash,
-        batches)``, each in its torrent's shard), all in one round trip.
+    def _run(self, now: int, calls: list[RecordBatch]) -> list[tuple[int, int]]:
+        """Run ``record.lua`` once per batch of ``calls`` (each in its shard), all in one
+        round trip, in order.
 
-        Returns ``(position, count of torrents.<h>.users)`` per call.
+        Returns ``(position, count of torrents.<h>.users)`` per visit of each call.
         """
-        calls, where = [], []
         script, post, cutoff = self._record, self._post, now - self.window
-        for i, h, batches in runs:
-            for b in batches:
-                keys = b.keys + b.buckets
-                if len(keys) > 65535:  # pragma: no cover - batch_pairs keeps it far below
-                    raise ValueError("batch too large")
-                args = [now, cutoff, h, post, bytes(b.countries), bytes(b.places), len(b.keys), bytes(b.ips)]
-                if b.torrent_part:
-                    args.append("T")
-                calls.append((script, keys, args))
-                where.append(i)
-        if not calls:
+        runs = []
+        for b in calls:
+            keys = b.keys + b.buckets
+            if len(keys) > 65535:  # pragma: no cover - batch_pairs keeps it far below
+                raise ValueError("batch too large")
+            args = [now, cutoff, b.visits_arg(), post, bytes(b.countries), bytes(b.places), len(b.keys), bytes(b.ips)]
+            if b.torrent_part:
+                args.append("T")
+            runs.append((script, keys, args))
+        if not runs:
             return []
         try:
-            return [(i, int(r)) for i, r in zip(where, run_pipelined(self.client, calls, wait=self._wait))]
+            replies = run_pipelined(self.client, runs, wait=self._wait)
         except redis.RedisError as e:
             raise StoreError(f"recording peers failed: {e}") from e
+        return [(i, int(n)) for b, r in zip(calls, replies, strict=True) for i, n in zip(b.order, r, strict=True)]
 
     # --- torrents.processed ----------------------------------------------
     def visited(self, info_hash: str, now: float) -> bool:

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import redis
 
-from crawler.counters.calls import FRESH, LOW64, PlaceCall, RecordBatch, VisitPart
+from crawler.counters.calls import FRESH, LOW64, PlaceCall, RecordBatch, RecordBatches, VisitPart
 from crawler.counters.places import PlaceInfo
 from crawler.errors import StoreError
 from crawler.lua import register, run_pipelined
@@ -53,12 +53,12 @@ class SplitParts:
         self.script = register(recorder.client, "places", package=__package__)
         self.fresh: dict[int, int] = {}  # IP fingerprint XOR hash(place) -> oldest place mark time
 
-    def record(self, now: int, todo: list, month: str) -> list[tuple[int, str, list[RecordBatch]]]:
+    def record(self, now: int, todo: list, month: str) -> list[RecordBatch]:
         """Record the IPs the probe flags say might count, in a crawl of several shards: the
         place metrics of every visit of ``todo`` (``(position, info-hash, part, flags)``) in
-        their own shards (places.lua, one round trip), then build each visit's torrent part
-        for the torrent's shard (record.lua's part "T", given each IP's oldest place mark
-        time), which the recorder's ``_run`` sends.
+        their own shards (places.lua, one round trip), then build the torrent parts for
+        the torrents' shards (record.lua's part "T", given each IP's oldest place mark
+        time): the calls the recorder's ``_run`` sends.
 
         Calls never split an IP's metrics and hold at most ``batch_pairs`` pairs. An
         IP whose place marks this process knows to be fresh gets no place call
@@ -69,44 +69,37 @@ class SplitParts:
         open_calls: dict[int, PlaceCall] = {}
         calls: list[PlaceCall] = []
         placed: dict[int, object] = {}  # IP fingerprint XOR hash(place) -> where its answer comes from
-        runs = []
+        batches = RecordBatches(self.rec.batch_pairs, month, torrent_part=True)
         for i, h, part, flags in todo:
-            batches = self._torrent_part(now, h, part, flags, month, placed, open_calls, calls)
-            if batches[-1].pairs:
-                runs.append((i, h, batches))
+            self._torrent_part(now, batches, i, h, part, flags, placed, open_calls, calls)
         fresh = self.fresh
         if calls:
             self._run_places(now, month, calls)
             if len(fresh) > FRESH_PLACES:
                 fresh.clear()
-        for _, _, batches in runs:
-            for b in batches:
-                ips = b.ips
-                for rec, info, where in b.pending:
-                    if where.__class__ is tuple:
-                        t = fresh[where[2]] = where[0].oldest(where[1])
-                        rec |= t << info.t_oshift
-                    elif where is not None:
-                        rec |= where << info.t_oshift
-                    ips += rec.to_bytes(info.t_nbytes, "big")
-        return runs
+        for b in batches.calls:
+            ips = b.ips
+            for rec, info, where in b.pending:
+                if where.__class__ is tuple:
+                    t = fresh[where[2]] = where[0].oldest(where[1])
+                    rec |= t << info.t_oshift
+                elif where is not None:
+                    rec |= where << info.t_oshift
+                ips += rec.to_bytes(info.t_nbytes, "big")
+        return batches.calls
 
-    def _torrent_part(self, now: int, h: str, part: VisitPart, flags: bytes, month: str, placed: dict,
-                      open_calls: dict[int, PlaceCall], calls: list[PlaceCall]) -> list[RecordBatch]:
-        """One visit's record.lua calls of part "T" (each IP's record still without its oldest
-        place mark time, kept in ``pending``), its IPs added to the batch's place calls."""
-        limit, cutoff = self.rec.batch_pairs, now - self.rec.window
+    def _torrent_part(self, now: int, batches: RecordBatches, i: int, h: str, part: VisitPart, flags: bytes,
+                      placed: dict, open_calls: dict[int, PlaceCall], calls: list[PlaceCall]) -> None:
+        """Add visit ``i``'s torrent part to the record.lua calls of ``batches`` (each IP's
+        record still without its oldest place mark time, kept in ``pending``), and its
+        IPs to the places.lua calls of their shards."""
+        cutoff = now - self.rec.window
         shard = part.shard
-        fixed = shard.fixed(h, month)
-        batch = RecordBatch(fixed, month, torrent_part=True)
-        batches = [batch]
         bucket_key, country_keys = shard.bucket, shard.country_keys
         for (pkey, (info, lanes, _), f, bucket), flag in zip(part.rows, flags):
             if flag == FRESH:
                 continue
-            if batch.pairs and batch.pairs + info.t_k > limit:
-                batch = RecordBatch(fixed, month, torrent_part=True)
-                batches.append(batch)
+            batch = batches.batch_for(shard, i, h, info.t_k)
             head = batch.heads.get(pkey)
             if head is None:
                 head = batch.add_place(pkey, info, country_keys)
@@ -119,8 +112,6 @@ class SplitParts:
                 if where is None:
                     where = placed[key] = self._place_call(pkey, info, f, key, cutoff, open_calls, calls)
             batch.pending.append((rec, info, where))
-            batch.pairs += info.t_k
-        return batches
 
     def _place_call(self, pkey: tuple, info: PlaceInfo, f: int, key: int, cutoff: int,
                     open_calls: dict[int, PlaceCall], calls: list[PlaceCall]) -> int | tuple[PlaceCall, int, int]:

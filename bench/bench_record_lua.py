@@ -1,0 +1,221 @@
+"""Where record.lua and probe.lua spend a first visit's and a revisit's Redis CPU.
+
+Usage: python bench/bench_record_lua.py [--redis-url URL] [--visits 1000] [--batch 32] [--reps 5]
+
+Records ``--visits`` first visits of 50 peers (bench_worker's swarms: four
+countries, each address in four swarms) in batches of ``--batch`` with
+``Recorder.record_visits`` into a fresh namespace, then the same visits
+again (revisits: every IP known), and reports per visit the Redis time of
+every script call (INFO commandstats, ``evalsha``; the Redis is reset
+before each phase, so use a private one). Redis's figure on a shared
+two-core machine moves by ±15 % from run to run, too much to tell a change
+of a few per cent; so the script calls are also captured and replayed in a
+stock Lua 5.1 (``lua5.1``, Debian's ``lua5.1``) against a table-backed
+``redis.call``: the same Lua, no other process, CPU time by ``os.clock``,
+the best of ``--reps`` replays. The replay splits a record.lua call into
+reading the mark buckets, the loop over the IPs, writing the buckets and
+the index writes (timers spliced into the script around those lines), and
+times the revisits' probe.lua calls alone. The fake commands cost Lua time
+too: read the replay's figures as ratios between two commits
+(``bench/compare.py``), not as Redis's.
+
+Prints JSON.
+"""
+
+from __future__ import annotations
+
+from gevent import monkey
+
+monkey.patch_all()  # as bench_worker, imported below, does: before anything imports ssl
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import redis
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import bench_worker  # its swarms: addresses, places, swarm size
+
+import crawler.counters.recorder as recorder_module
+from crawler.counters.recorder import Recorder
+from crawler.keys import Keys
+from crawler.lua import source
+from crawler.settings import Settings
+from geo import Locator
+from tests.mmdb import write_city_db
+from tests.namespaces import delete_namespace
+
+SWARM, OVERLAP = bench_worker.SWARM, 4
+
+# Splices timers around record.lua's parts (the replay only): (line it follows or precedes, timer).
+TIMERS = [
+    ("local vals = read_buckets(nfixed + 1)", "local _c0 = os.clock()\n{}\nTT[1] = TT[1] + os.clock() - _c0; _c0 = os.clock()"),
+    ("write_buckets(nfixed + 1, vals, dirty, adds)\n",
+     "TT[2] = TT[2] + os.clock() - _c0; _c0 = os.clock()\n{}TT[3] = TT[3] + os.clock() - _c0; _c0 = os.clock()\n"),
+    ("return users\n", "TT[4] = TT[4] + os.clock() - _c0\n{}"),
+]
+# Before record.lua took several visits a call (for a comparison with bench/compare.py).
+OLD_END = ("return t_users\n", "TT[4] = TT[4] + os.clock() - _c0\n{}")
+
+HARNESS = r"""
+dofile(arg[1])
+local function load(path)
+  return assert(loadstring("return function() " .. io.open(path):read("*a") .. "\nend"))()
+end
+local record, probe = load(arg[2]), load(arg[3])
+local reps = tonumber(arg[4])
+local db
+redis = {}
+function redis.error_reply(m) return {err = m} end
+function redis.call(cmd, ...)
+  local a = {...}
+  if cmd == 'MGET' then
+    local out = {}
+    for i = 1, #a do out[i] = db[a[i]] or false end
+    return out
+  elseif cmd == 'HMGET' or cmd == 'ZMSCORE' then
+    local t, out = db[a[1]] or {}, {}
+    for i = 2, #a do out[i - 1] = t[a[i]] or false end
+    return out
+  elseif cmd == 'ZSCORE' then
+    local t = db[a[1]]
+    return t and t[a[2]] or false
+  elseif cmd == 'MSET' then
+    for i = 1, #a, 2 do db[a[i]] = a[i + 1] end
+  elseif cmd == 'ZADD' then
+    local t = db[a[1]] or {}; db[a[1]] = t
+    for i = 2, #a, 2 do t[a[i + 1]] = a[i] end
+  elseif cmd == 'HSET' then
+    local t = db[a[1]] or {}; db[a[1]] = t
+    for i = 2, #a, 2 do t[a[i]] = a[i + 1] end
+  elseif cmd == 'ZINCRBY' then
+    local t = db[a[1]] or {}; db[a[1]] = t
+    t[a[3]] = (tonumber(t[a[3]]) or 0) + a[2]
+  elseif cmd == 'HINCRBY' then
+    local t = db[a[1]] or {}; db[a[1]] = t
+    t[a[2]] = (tonumber(t[a[2]]) or 0) + a[3]
+  else error("replay: no fake " .. cmd) end
+end
+local best = {record = 1e9, probe = 1e9, parts = nil}
+local nr, np = 0, 0
+for rep = 1, reps do
+  db, TT = {}, {0, 0, 0, 0}
+  collectgarbage("collect")
+  local tr, tp = 0, 0
+  nr, np = 0, 0
+  local settled = false
+  for i = 1, #CALLS do
+    local c = CALLS[i]
+    if c[2] == 're' and not settled then
+      -- the revisits' probes are timed alone: not paying for the first visits' garbage
+      collectgarbage("collect")
+      settled = true
+    end
+    KEYS, ARGV = c[3], c[4]
+    local t0 = os.clock()
+    local r = (c[1] == 'R' and record or probe)()
+    local dt = os.clock() - t0
+    if type(r) == 'table' and r.err then error(r.err) end
+    if c[1] == 'R' then tr, nr = tr + dt, nr + 1
+    elseif c[2] == 're' then tp, np = tp + dt, np + 1 end
+  end
+  if tr < best.record then best.record, best.parts = tr, {TT[1], TT[2], TT[3], TT[4]} end
+  if tp < best.probe then best.probe = tp end
+end
+local function ms(x, n) return string.format("%.4f", x / math.max(n, 1) * 1000) end
+print(string.format('{"record_calls": %d, "record_ms_per_call": %s, "read_buckets_ms": %s, "ip_loop_ms": %s, ' ..
+  '"write_buckets_ms": %s, "index_writes_ms": %s, "revisit_probe_calls": %d, "probe_ms_per_call": %s}',
+  nr, ms(best.record, nr), ms(best.parts[1], nr), ms(best.parts[2], nr), ms(best.parts[3], nr),
+  ms(best.parts[4], nr), np, ms(best.probe, np)))
+"""
+
+
+def lua_bytes(b: bytes) -> str:
+    """``b`` as a Lua string literal."""
+    return '"' + "".join(f"\\{c}" for c in b) + '"'
+
+
+def main() -> None:
+    """Record, capture, replay; print the JSON."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--redis-url", default=os.environ.get("PEERCRAWL_TEST_REDIS_URL", "redis://127.0.0.1:6379/0"))
+    ap.add_argument("--visits", type=int, default=1000)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--reps", type=int, default=5)
+    a = ap.parse_args()
+    lua = shutil.which("lua5.1")
+    client = redis.Redis.from_url(a.redis_url)
+    tmp = Path(tempfile.mkdtemp(prefix="bench-record-lua-"))
+    ns = "bench-record-" + uuid.uuid4().hex[:8]
+    settings = Settings(redis_url=a.redis_url, namespace=ns, data_dir=tmp / "d", dht=False, allow_private=True,
+                        secret="bench-secret-0123456789", geoip_db=write_city_db(tmp / "city.mmdb", bench_worker.PLACES),
+                        stathat_ezkey="bench", stathat_url="http://127.0.0.1:9/")
+    rec = Recorder(client, Keys(ns), settings, Locator(settings))
+    phase = ["first"]
+    calls: list = []
+    real = recorder_module.run_pipelined
+
+    def capture(c, batch, **kw):
+        for script, keys, args in batch:
+            kind = "R" if script is rec._record else "P" if script is rec._probe_script else None
+            if kind:
+                calls.append((kind, phase[0], [k if isinstance(k, bytes) else str(k).encode() for k in keys],
+                              [x if isinstance(x, bytes) else str(x).encode() for x in args]))
+        return real(c, batch, **kw)
+
+    recorder_module.run_pipelined = capture
+    n_addr = a.visits * SWARM // OVERLAP
+    visits = [(f"{i:040x}", [bench_worker.address((i * SWARM + j) % n_addr) for j in range(SWARM)]) for i in range(a.visits)]
+    out: dict = {"visits": a.visits, "peers_per_visit": SWARM, "batch": a.batch, "redis": {}}
+    now = time.time()
+    try:
+        for phase[0] in ("first", "re"):
+            client.config_resetstat()
+            t = time.process_time()
+            for i in range(0, a.visits, a.batch):
+                rec.record_visits(visits[i:i + a.batch], now)
+            py = time.process_time() - t
+            us = sum(v["usec"] for k, v in client.info("commandstats").items() if k.startswith("cmdstat_evalsha"))
+            out["redis"][phase[0]] = {"script_ms_per_visit": round(us / a.visits / 1000, 4),
+                                      "python_ms_per_visit": round(py / a.visits * 1000, 4)}
+    finally:
+        recorder_module.run_pipelined = real
+        delete_namespace(client, ns)
+    if lua is None:
+        out["replay"] = "lua5.1 not installed (apt-get install lua5.1)"
+    else:
+        record = source("record", "crawler.counters")
+        for line, timer in TIMERS:
+            if line not in record and line == TIMERS[-1][0]:
+                line, timer = OLD_END
+            assert line in record, line
+            record = record.replace(line, timer.format(line), 1)
+        (tmp / "record.lua").write_text(record)
+        (tmp / "probe.lua").write_text(source("probe", "crawler.counters"))
+        (tmp / "harness.lua").write_text(HARNESS)
+        with open(tmp / "calls.lua", "w") as f:
+            f.write("CALLS = {\n")
+            for kind, ph, keys, args in calls:
+                f.write(f"{{'{kind}','{ph}',{{" + ",".join(map(lua_bytes, keys)) + "},{"
+                        + ",".join(map(lua_bytes, args)) + "}},\n")
+            f.write("}\n")
+        got = subprocess.run([lua, str(tmp / "harness.lua"), str(tmp / "calls.lua"), str(tmp / "record.lua"),
+                              str(tmp / "probe.lua"), str(a.reps)], capture_output=True, text=True, check=True)
+        out["replay"] = json.loads(got.stdout)
+    shutil.rmtree(tmp, ignore_errors=True)
+    print(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()
