@@ -46,8 +46,8 @@ class RecordBatch:
     IP's header counts those (``PlaceInfo.t_*``).
     """
 
-    __slots__ = ("bnumbers", "buckets", "countries", "country_numbers", "current", "hashes", "heads", "ips", "keys",
-                 "month", "order", "pairs", "pending", "places", "torrent_part", "visits")
+    __slots__ = ("bnumbers", "buckets", "countries", "country_numbers", "heads", "ips", "keys", "month", "order",
+                 "pairs", "pending", "places", "torrent_part", "visits")
 
     def __init__(self, shared: list, month: str, torrent_part: bool = False):
         self.keys, self.month, self.torrent_part = list(shared), month, torrent_part
@@ -60,16 +60,12 @@ class RecordBatch:
         self.pairs = 0
         self.visits: list = []  # per visit: [info-hash, key position of its indexes, IP records]
         self.order: list = []  # per visit: its position in the recording (what its count answers)
-        self.hashes: set = set()
-        self.current = None  # the position of the visit whose IPs are being added
 
     def begin_visit(self, i: int, h: str, torrent_keys: list) -> None:
         """The IPs added next are visit ``i``'s, of torrent ``h`` (``torrent_keys``: its six indexes)."""
         self.visits.append([h, len(self.keys) + 1, 0])
         self.keys += torrent_keys
         self.order.append(i)
-        self.hashes.add(h)
-        self.current = i
 
     def visits_arg(self) -> bytes:
         """record.lua's ARGV[3]: per visit its info-hash, key position and number of IP records."""
@@ -127,10 +123,13 @@ class RecordBatches:
     def batch_for(self, shard: "ShardKeys", i: int, h: str, pairs: int) -> RecordBatch:
         """The call of ``shard`` that takes the next IP (``pairs`` pairs) of visit ``i`` (torrent ``h``)."""
         b = self.open.get(shard)
-        if b is None or (b.pairs and b.pairs + pairs > self.limit) or (b.current != i and h in b.hashes):
+        new_visit = b is None or not b.order or b.order[-1] != i
+        if b is None or (b.pairs and b.pairs + pairs > self.limit) or (
+                new_visit and any(v[0] == h for v in b.visits)):
             b = self.open[shard] = RecordBatch(shard.shared(self.month), self.month, self.torrent_part)
             self.calls.append(b)
-        if b.current != i:
+            new_visit = True
+        if new_visit:
             b.begin_visit(i, h, shard.torrent_keys(h, self.month))
         b.visits[-1][2] += 1
         b.pairs += pairs

@@ -28,9 +28,9 @@ if #p % 10 ~= 0 then
 end
 local got = read_buckets(2)
 local nb = #KEYS - 1
--- A revisit's whole cost is this loop: marks.lua's find_record and
--- record_time are written out in it (a Lua call costs about as much as
--- either's work).
+-- A revisit's whole cost is this loop: the record search (marks.lua's
+-- find_record) and the time's decoding are written out in it (a Lua call
+-- costs about as much as either's work).
 local out, n = {}, 0
 for o = 1, #p, 10 do
   local a, b = byte(p, o, o + 1)

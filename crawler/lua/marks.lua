@@ -44,12 +44,6 @@ local function find_record(s, f)
   return x
 end
 
--- The unix second of the record at position x of bucket string s.
-local function record_time(s, x)
-  local c1, c2, c3, c4 = string.byte(s, x + 8, x + 11)
-  return ((c1 * 256 + c2) * 256 + c3) * 256 + c4
-end
-
 -- A new record (f, stamp) for bucket b, written by write_buckets.
 local function add_record(adds, b, f, stamp)
   local a = adds[b]
