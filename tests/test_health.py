@@ -137,3 +137,32 @@ def test_entries_from_before_the_index_are_indexed_then_pruned(client, keys):
     assert client.zscore(keys.tracker_used, "udp://legacy.example:1/announce") is not None
     time.sleep(0.4)
     assert h.prune() == 1 and client.hlen(keys.tracker_health) == 0 and client.zcard(keys.tracker_used) == 0
+
+
+def test_a_stale_state_is_read_again_by_one_greenlet_while_the_others_keep_it(client, keys):
+    """When ``refresh`` lapses, the greenlets asking at that moment send one HGET, not one each."""
+    import gevent
+    import redis
+
+    class Slow(redis.Redis):
+        """A client whose HGET yields first, as one waiting on the network would."""
+
+        hgets = 0
+
+        def hget(self, name, key):
+            Slow.hgets += 1
+            gevent.sleep(0.01)
+            return super().hget(name, key)
+
+    slow = Slow(connection_pool=client.connection_pool)
+    h = TrackerHealth(slow, keys, base=10, threshold=1, refresh=0.05, flush=0)
+    url = "udp://t.example:1"
+    assert h.backing_off_until(url) is None and Slow.hgets == 1
+    other = TrackerHealth(client, keys, base=10, threshold=1, refresh=0)
+    other.record(url, False)  # another worker backs it off
+    gevent.sleep(0.06)
+    answers = [g.value for g in gevent.joinall([gevent.spawn(h.backing_off_until, url) for _ in range(20)])]
+    assert Slow.hgets == 2
+    # the greenlet that read it sees the backoff; the others had the state it replaced
+    assert sum(a is not None for a in answers) == 1
+    assert h.backing_off_until(url) is not None and Slow.hgets == 2

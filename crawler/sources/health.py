@@ -27,7 +27,8 @@ max, cap)`` is its max for §2's "full".
 
 A busy worker announces thousands of times a second, so Redis is not asked
 per announce: each process reads a tracker's state at most once per
-``refresh`` seconds and batches answers and refusals, writing them at most
+``refresh`` seconds (one greenlet reads it while the others keep the state
+it replaces) and batches answers and refusals, writing them at most
 once per ``flush`` seconds. Failures, the first answer after failures (the
 recovery) and a newly learned cap are written at once so that other workers
 learn them quickly.
@@ -116,6 +117,11 @@ class TrackerHealth:
         cached = self._state.get(url)
         if cached is not None and now - cached[1] < self.refresh:
             return cached[0]
+        if cached is not None:
+            # One greenlet reads it again; the others, asking while that read is
+            # under way, go on with the state it replaces for one more refresh,
+            # not each with its own HGET of the same field.
+            self._state[url] = (cached[0], now)
         try:
             raw = self.client.hget(self.keys.tracker_health, url)
         except redis.RedisError as e:
