@@ -277,7 +277,7 @@ def test_a_flusher_whose_batch_was_taken_over_stops_at_once(client, keys, settin
     assert sum(sink.counts().values()) == 7 and sink.requests == 7
 
 
-def test_a_flush_past_its_budget_hands_the_rest_back(client, keys, settings):
+def test_a_flush_past_its_budget_leaves_the_rest_to_the_next_flush(client, keys, settings):
     with StatHatSink(delay=0.2) as slow:
         s = settings.replace(stathat_ezkey="k", stathat_url=slow.url, http_timeout=0.3,
                              stathat_families=("countries",))
@@ -285,7 +285,10 @@ def test_a_flush_past_its_budget_hands_the_rest_back(client, keys, settings):
         fl = Flusher(client, keys, s, chunk=1, lease_seconds=2.0, budget_seconds=1.0)
         first = fl.flush_once()
         assert first["ok"] and 0 < first["deferred"] < 10 and first["stats"] + first["deferred"] == 10
-        assert not client.exists(keys.outbox_in_flight) and client.hlen(keys.outbox) == first["deferred"]
+        # the rest stays in flight, its claim released: the next flush takes it at once
+        assert not client.exists(keys.outbox_owner) and client.hlen(keys.outbox_in_flight) == first["deferred"]
+        second = fl.flush_once()
+        assert second["recovered"] and not second["busy"] and second["stats"] > 0
         _drain(client, keys, fl)
         assert dict(slow.counts()) == {f"countries.C{n}.users": 1 for n in range(10)} and slow.requests == 10
 
@@ -335,7 +338,7 @@ def test_the_final_flush_ends_within_its_budget_and_keeps_the_rest(client, keys,
         r = fl.flush_once(final=True)
         assert time.monotonic() - started < FINAL_BUDGET_SECONDS + 0.5
         assert r["deferred"] and r["stats"] + r["deferred"] == 20 or not r["ok"]
-        assert not client.exists(keys.outbox_in_flight)  # nothing left in doubt for a lease to expire
+        assert not client.exists(keys.outbox_owner)  # nothing waits for a lease to expire
         slow.delay = 0
         _drain(client, keys, fl)
         total = sum(slow.counts().values())
@@ -364,18 +367,20 @@ def test_a_claim_in_the_older_format_is_respected_until_its_ttl(client, keys, po
 
 @pytest.mark.parametrize("chunk", [500, 12_000])
 def test_an_outbox_past_lua_unpack_limits_is_posted_exactly_once(client, keys, posting, sink, chunk):
-    # 12,000 owed stats (a backlog after an outage): one failed post puts every
-    # in-flight count back (nack), the next flush posts them all, in chunks of
-    # the default size or in one chunk wider than Lua's ~8,000-value stack.
+    # 12,000 owed stats (a backlog after an outage), read in HSCAN pages: one
+    # failed post releases the claim with every count left in flight, the next
+    # flush posts them all, in chunks of the default size or in one chunk
+    # wider than Lua's ~8,000-value stack.
     owed = {f"countries.C{i}.users": 1 + i % 7 for i in range(12_000)}
     client.hset(keys.outbox, mapping=owed)
     fl = Flusher(client, keys, posting, chunk=chunk)
     sink.fail_next(1)
     assert not fl.flush_once()["ok"]
-    assert sum(int(v) for v in client.hvals(keys.outbox)) == sum(owed.values())
+    assert not client.exists(keys.outbox, keys.outbox_owner)
+    assert sum(int(v) for v in client.hvals(keys.outbox_in_flight)) == sum(owed.values())
     r = fl.flush_once()
-    assert r["ok"] and r["stats"] == 12_000 and r["increments"] == sum(owed.values())
+    assert r["ok"] and r["recovered"] and r["stats"] == 12_000 and r["increments"] == sum(owed.values())
     got = sink.counts()
     got.pop("torrents.count", None)
     assert dict(got) == owed
-    assert not client.exists(keys.outbox)
+    assert not client.exists(keys.outbox, keys.outbox_in_flight)

@@ -16,7 +16,7 @@ def command(as_json: bool) -> None:
     """Post pending counter increments and torrents.count to StatHat once.
 
     Without STATHAT_EZKEY there is nothing to post. Exits 1 if the post
-    failed; the increments stay in the outbox for the next flush.
+    failed; the increments stay queued (in flight) for the next flush.
     """
     ctx = open_context()
     result = Flusher(ctx.client, ctx.keys, ctx.settings).flush_once()

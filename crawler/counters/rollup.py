@@ -34,6 +34,7 @@ import redis
 
 from crawler.counters.names import LIFETIME, hashed
 from crawler.errors import StoreError
+from crawler.hash_pages import read_hashes
 from crawler.keys import Keys, index_tail, shard_of, total_shard
 from crawler.lua import register, run_pipelined
 
@@ -42,8 +43,6 @@ FOLD_CHUNK = 1000
 # A batch in flight younger than this is left to its reader by the workers'
 # settle (a reader adds ~50,000 increments a second: seconds for any backlog).
 BUSY_MS = 30_000
-# Fields per HSCAN page of a batch in flight (~1 ms of Redis each).
-SCAN_COUNT = 2000
 # Rounds of settle: a batch found in flight may hide an outbox written before
 # the settle began; the second round takes that outbox (or finds it taken by
 # another reader, and adds that batch), so two rounds see everything, unless
@@ -144,19 +143,7 @@ class Rollup:
         """The fields of each batch ``taken`` (HSCAN, every shard's pages pipelined), kept only
         if the batch is still the one in flight once read: then it was whole throughout
         (a batch ends before the next is taken, and taking one raises the number)."""
-        fields: dict[int, dict] = {i: {} for i, _, _ in taken}
-        cursors = {i: 0 for i, _, _ in taken}
-        while cursors:
-            pipe = self.client.pipeline(transaction=False)
-            order = list(cursors)
-            for i in order:
-                pipe.hscan(self.shards[i].rollup_in_flight, cursors[i], count=SCAN_COUNT)
-            for i, (cursor, page) in zip(order, pipe.execute()):
-                fields[i].update(page)  # a field HSCAN returns twice is the same field
-                if cursor == 0:
-                    del cursors[i]
-                else:
-                    cursors[i] = cursor
+        fields = read_hashes(self.client, {i: self.shards[i].rollup_in_flight for i, _, _ in taken})
         pipe = self.client.pipeline(transaction=False)
         for i, _, _ in taken:
             pipe.get(self.shards[i].rollup_seq)

@@ -3,11 +3,15 @@
 Strategy: the recorder adds increments to the outbox hash in the same Lua
 step as the counters. A flush renames the outbox to an in-flight hash under
 a leased claim (``claim.lua``), so increments made meanwhile start a fresh
-outbox and nothing is read twice. Each chunk StatHat accepts is deleted from
-the in-flight hash and the lease renewed, in one ``settle.lua`` ack; on a
-failed post the rest is added back into the outbox (nack) and the next flush
-retries with backoff. A flusher that dies mid-flush leaves the in-flight
-hash behind; once its lease lapses the next flush posts it ("recovered").
+outbox and nothing is read twice, and reads it in HSCAN pages
+(``crawler.hash_pages``: a backlog of a million stats never holds Redis in
+one reply). Each chunk StatHat accepts is deleted from the in-flight hash
+and the lease renewed, in one ``settle.lua`` ack; on a failed post, or out
+of time, the claim is released and the rest stays in flight, where the next
+flush takes it at once ("recovered") and posts it before the outbox; after a
+failure that flush waits out the backoff. A flusher that dies mid-flush
+leaves the in-flight hash behind; once its lease lapses the next flush posts
+it.
 
 With several shards (SPEC §9) every shard has its own outbox, in-flight
 hash and claim, each claimed and settled by one-slot calls, all shards'
@@ -22,8 +26,8 @@ never lapses while one of its posts is under way and no other flusher can
 take the batch over then. A flusher stalled past its lease (a paused
 process) acks what it posted if nobody took the batch meanwhile; if someone
 did, its settle is refused and it stops at once. A whole flush is bounded
-(``budget_seconds``; 3 s for the flush at shutdown): what is left then goes
-back to the outbox. The one
+(``budget_seconds``; 3 s for the flush at shutdown): what is left then stays
+in flight for the next flush, its claim released. The one
 case that can double is a post whose result is unknown (StatHat accepted it
 but the answer never came): it is put back and posted again, which the EZ
 API gives no way to avoid.
@@ -40,6 +44,7 @@ import redis
 
 from crawler import logs, store
 from crawler.errors import StoreError
+from crawler.hash_pages import read_hashes
 from crawler.keys import Keys
 from crawler.lua import Wait, register, run_pipelined
 from crawler.outage import Outage, once
@@ -54,7 +59,7 @@ DEFAULT_CHUNK = 500
 # without ever waiting for it, and a dead flusher's batch waits a minute.
 DEFAULT_LEASE_SECONDS = 60.0
 # A flush of a large backlog (thousands of stats after an outage) ends after
-# this long and hands the rest back to the outbox, so the worker's final flush
+# this long and leaves the rest to the next flush, so the worker's final flush
 # at shutdown and ``peercrawl flush`` return in bounded time.
 DEFAULT_BUDGET_SECONDS = 60.0
 # Time kept free on the claim beyond a post's worst time: the settle round
@@ -140,10 +145,10 @@ class Flusher:
         "recovered", "busy", "lost", "deferred", "error"}``: ``stats`` counter
         stats posted, ``increments`` their summed counts, ``busy`` when another
         flusher holds the claim, ``lost`` when another flusher took this batch
-        over mid-flush (this one stopped), ``deferred`` stats handed back to
-        the outbox when the flush ran out of time. Raises ``StoreError`` if
-        Redis fails; a failed post is ``ok: False`` with ``error`` (its deltas
-        are back in the outbox).
+        over mid-flush (this one stopped), ``deferred`` stats left in flight
+        for the next flush when this one ran out of time. Raises
+        ``StoreError`` if Redis fails; a failed post is ``ok: False`` with
+        ``error`` (its stats left in flight, the claim released).
         """
         out = {"enabled": self.enabled, "ok": True, "stats": 0, "increments": 0, "requests": 0,
                "recovered": False, "busy": False, "lost": False, "deferred": 0, "error": None}
@@ -171,20 +176,22 @@ class Flusher:
         try:
             calls = [(self._claim, k, [self.token, self.lease_ms]) for k in self._keys]
             replies = run_pipelined(self.client, calls, wait=self.wait)
-            batch, zeros = [], {}
-            for i, claimed in enumerate(replies):
-                if claimed[0] == 0:  # another flusher is posting this shard's batch
+            claimed = {}
+            for i, reply in enumerate(replies):
+                if reply[0] == 0:  # another flusher is posting this shard's batch
                     out["busy"] = True
-                elif claimed[0] == 1:
-                    out["recovered"] = out["recovered"] or bool(claimed[1])
-                    flat = claimed[2]
-                    for j in range(0, len(flat), 2):
-                        n = int(flat[j + 1])
-                        if n == 0:  # nothing to post; settled at once
-                            zeros.setdefault(i, []).append(flat[j])
-                        else:
-                            batch.append((flat[j], i, n))
-                    self._held[i] = sum(1 for f in range(1, len(flat), 2) if int(flat[f]) != 0)
+                elif reply[0] == 1:
+                    out["recovered"] = out["recovered"] or bool(reply[1])
+                    claimed[i] = self._keys[i][1]
+            batch, zeros = [], {}
+            for i, fields in read_hashes(self.client, claimed).items():
+                for f, v in fields.items():
+                    n = int(v)
+                    if n == 0:  # nothing to post; settled at once
+                        zeros.setdefault(i, []).append(f)
+                    else:
+                        batch.append((f, i, n))
+                self._held[i] = len(fields) - len(zeros.get(i, ()))
             if out["busy"] and not batch:
                 return None
             if zeros and not self._settle_calls({i: ["ack"] + fs for i, fs in zeros.items()}):
@@ -238,21 +245,21 @@ class Flusher:
                 lease_end = before + self.lease_seconds
 
     def _defer(self, out: dict, stats: int, after: float) -> None:
-        """Out of time: hand the claimed stats back to the outboxes (``deferred``)."""
+        """Out of time: release the claims, the stats left in flight for the next flush (``deferred``)."""
         out["deferred"] = stats
-        if self._settle_calls({i: ["nack"] for i, left in self._held.items() if left}):
+        if self._settle_calls({i: ["release"] for i, left in self._held.items() if left}):
             log.info("stathat_flush_deferred", stats=stats, after_s=round(after, 1))
         else:
             out["lost"], out["deferred"] = True, 0
 
     def _post(self, out: dict, data: list, timeout: float, held: list, batch: list) -> bool:
-        """One post; False when it failed (the claimed stats handed back, ``error`` set)."""
+        """One post; False when it failed (the claims released, ``error`` set)."""
         out["requests"] += 1
         try:
             self.sink.post(data, timeout=timeout)
         except PostError as e:
             out["ok"], out["error"] = False, str(e)
-            if held and not self._settle_calls({i: ["nack"] for i in held}):
+            if held and not self._settle_calls({i: ["release"] for i in held}):
                 out["lost"] = True
             log.warning("stathat_post_failed", error=str(e), pending=sum(c for _, _, c in batch))
             return False
@@ -261,7 +268,7 @@ class Flusher:
     def _settle_calls(self, args: dict[int, list]) -> bool:
         """Run settle.lua for each shard of ``args`` (shard -> its mode and fields), in one round trip;
         False (logged) when another flusher took one of their batches over."""
-        calls = [(self._settle, self._keys[i], [self.token, self.lease_ms] + a) for i, a in args.items()]
+        calls = [(self._settle, self._keys[i][1:], [self.token, self.lease_ms] + a) for i, a in args.items()]
         try:
             settled = run_pipelined(self.client, calls, wait=self.wait)
         except redis.RedisError as e:
