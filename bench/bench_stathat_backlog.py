@@ -5,14 +5,17 @@ crawl) the outbox holds up to a million stats. A flush takes it, posts it
 in chunks of 500 and settles each; a failed post leaves it for the next
 flush. Every command Redis runs meanwhile makes every worker wait, so the
 figure that matters is the longest single command, read from SLOWLOG
-(commands over 1 ms), beside the flush's own Redis CPU and wall time.
+(commands over 1 ms), beside the flush's own Redis CPU and wall time, and
+the flushing process's peak of Python memory (tracemalloc: the worker's
+dyno holds it).
 
-Two phases on ``--stats`` owed stats in one shard, against StatHat's EZ API
-on loopback (``tests/stathat_sink.py``):
+Two phases on ``--stats`` owed stats in one shard:
 
-- ``failed_flush``: the first post fails (StatHat down): the claim, the
-  read of the batch and what the failure does with the rest;
-- ``drain``: flushes against an accepting sink until nothing is owed.
+- ``failed_flush``: StatHat is down (nothing listens at its address): the
+  claim, the read of the batch and what the failed post does with the rest;
+- ``drain``: flushes against StatHat's EZ API on loopback
+  (``tests/stathat_sink.py``, in its own process: what it keeps of the
+  posts is not the flusher's memory) until nothing is owed.
 
 Usage: python bench/bench_stathat_backlog.py [--quick] [--stats N] [--redis-url URL]
 Prints JSON. The figures are absolute milliseconds of one Redis: compare
@@ -24,8 +27,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
+import subprocess
 import sys
 import time
+import tracemalloc
 import uuid
 from pathlib import Path
 
@@ -39,7 +45,25 @@ from crawler.keys import Keys  # noqa: E402
 from crawler.settings import Settings  # noqa: E402
 from crawler.stathat import Flusher  # noqa: E402
 from tests.namespaces import delete_namespace  # noqa: E402
-from tests.stathat_sink import StatHatSink  # noqa: E402
+
+
+class Sink:
+    """tests.stathat_sink.StatHatSink in its own process; ``close`` returns the increments it accepted."""
+
+    def __init__(self):
+        code = ("import sys; sys.path.insert(0, sys.argv[1]);"
+                "from tests.stathat_sink import StatHatSink; s = StatHatSink(); print(s.url, flush=True);"
+                "sys.stdin.read(); print(sum(s.counts().values()), flush=True)")
+        self.proc = subprocess.Popen([sys.executable, "-c", code, str(ROOT)], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)
+        self.url = self.proc.stdout.readline().strip()
+
+    def close(self) -> int:
+        """Stop the sink (its stdin closed); the increments it accepted."""
+        self.proc.stdin.close()
+        got = int(self.proc.stdout.readline() or -1)
+        self.proc.wait(10)
+        return got
 
 
 def redis_cpu_ms(client) -> float:
@@ -51,9 +75,12 @@ def redis_cpu_ms(client) -> float:
 def phase(client, run) -> dict:
     """Run ``run()``; the longest Redis command meanwhile (SLOWLOG, over 1 ms), Redis CPU and wall."""
     client.slowlog_reset()
+    tracemalloc.start()
     cpu, wall = redis_cpu_ms(client), time.perf_counter()
     result = run()
     wall, cpu = time.perf_counter() - wall, redis_cpu_ms(client) - cpu
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
     slow = client.slowlog_get(1024)
     longest = max(slow, key=lambda e: e["duration"], default=None)
     return {
@@ -62,6 +89,7 @@ def phase(client, run) -> dict:
         "redis_commands_over_1ms": len(slow),
         "redis_cpu_ms": round(cpu, 1),
         "seconds": round(wall, 2),
+        "python_peak_mb": round(peak / 2**20, 1),
         **result,
     }
 
@@ -88,21 +116,29 @@ def main() -> None:
             pipe.hset(keys.outbox, mapping={f"countries.C{j}.users": 1 + j % 7 for j in range(i, min(n, i + 10_000))})
         pipe.execute()
         owed = sum(1 + j % 7 for j in range(n))
-        with StatHatSink() as sink:
-            settings = Settings(redis_url=a.redis_url, namespace=ns, trackers=(), dht=False, secret="bench-secret-0123456789",
-                                stathat_ezkey="k", stathat_url=sink.url, stathat_families=("countries",))
-            fl = Flusher(client, keys, settings, budget_seconds=600)
-            sink.fail_next(1)
-            out["failed_flush"] = phase(client, lambda: {"ok": fl.flush_once()["ok"]})
+        down = socket.socket()  # bound, never listening: StatHat refuses the connection
+        down.bind(("127.0.0.1", 0))
+        sink = Sink()
+        try:
+            def flusher(url: str) -> Flusher:
+                settings = Settings(redis_url=a.redis_url, namespace=ns, trackers=(), dht=False,
+                                    secret="bench-secret-0123456789", stathat_ezkey="k", stathat_url=url,
+                                    stathat_families=("countries",))
+                return Flusher(client, keys, settings, budget_seconds=600)
+            failing = flusher(f"http://127.0.0.1:{down.getsockname()[1]}/ez")
+            out["failed_flush"] = phase(client, lambda: {"ok": failing.flush_once()["ok"]})
+            fl = flusher(sink.url)
 
             def drain() -> dict:
-                flushes = 0
+                flushes, posts = 0, 0
                 while client.exists(keys.outbox, keys.outbox_in_flight) and flushes < 20:
-                    fl.flush_once()
+                    posts += fl.flush_once()["requests"]
                     flushes += 1
-                return {"flushes": flushes, "posts": sink.requests - 1}
+                return {"flushes": flushes, "posts": posts}
             out["drain"] = phase(client, drain)
-            got = sum(sink.counts().values())
+        finally:
+            down.close()
+            got = sink.close()
         out["increments_owed"], out["increments_posted"] = owed, got
         out["exact"] = got == owed
     finally:

@@ -9,12 +9,17 @@ page at a time: Redis answers each page in a few milliseconds and serves
 everyone else between them.
 
 HSCAN returns every field present from the first page to the last at least
-once; a field it returns twice (the hash was resized between pages) comes
-with the same value, since the callers read batches in flight, whose fields
-are only ever deleted, never written, and a dict keeps it once.
+once, and may return one twice when the hash was resized between pages. The
+callers read batches in flight, whose fields are never written, only
+deleted once handled: read whole, a dict keeps a repeated field once (same
+value); read page by page (``pages``), a field handled and deleted before the
+next page is asked for never comes again, and one still held may, so the
+caller skips what it holds.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
 
 import redis
 
@@ -22,20 +27,30 @@ import redis
 PAGE = 2000
 
 
-def read_hashes(client: redis.Redis, names: dict, count: int = PAGE) -> dict:
-    """``{i: {field: value}}`` of every hash ``names[i]`` (absent: empty), read in HSCAN pages
-    of about ``count`` fields, one round trip for a page of every hash."""
-    fields: dict = {i: {} for i in names}
+def pages(client: redis.Redis, names: dict, count: int = PAGE) -> Iterator[dict]:
+    """``{i: {field: value}}`` per round trip: the next HSCAN page of about ``count`` fields of
+    each hash ``names[i]`` not yet read through (an absent hash: one empty page)."""
     cursors = {i: 0 for i in names}
     while cursors:
         pipe = client.pipeline(transaction=False)
         order = list(cursors)
         for i in order:
             pipe.hscan(names[i], cursors[i], count=count)
+        got = {}
         for i, (cursor, page) in zip(order, pipe.execute()):
-            fields[i].update(page)
+            got[i] = page
             if cursor == 0:
                 del cursors[i]
             else:
                 cursors[i] = cursor
+        yield got
+
+
+def read_hashes(client: redis.Redis, names: dict, count: int = PAGE) -> dict:
+    """``{i: {field: value}}`` of every hash ``names[i]`` (absent: empty), read whole in
+    ``pages``."""
+    fields: dict = {i: {} for i in names}
+    for got in pages(client, names, count):
+        for i, page in got.items():
+            fields[i].update(page)
     return fields

@@ -384,3 +384,46 @@ def test_an_outbox_past_lua_unpack_limits_is_posted_exactly_once(client, keys, p
     got.pop("torrents.count", None)
     assert dict(got) == owed
     assert not client.exists(keys.outbox, keys.outbox_in_flight)
+
+
+class FailsAt(EZClient):
+    """StatHat's client whose ``n``-th post fails, as StatHat going away mid-flush."""
+
+    def __init__(self, url: str, n: int):
+        super().__init__(url, "k", timeout=5)
+        self.n, self.posts = n, 0
+
+    def post(self, data, timeout=None):
+        self.posts += 1
+        if self.posts == self.n:
+            raise PostError("StatHat went away")
+        super().post(data, timeout=timeout)
+
+
+def test_a_backlog_over_three_shards_read_page_by_page_posts_each_increment_once(client, namespace, settings, sink):
+    """Pages of 2,000 per shard feed chunks of 700: chunks mix shards and leave parts of pages
+    held; a stat owed by two shards goes out summed; a post failing mid-flush leaves the rest in
+    flight, and the next flush posts it: each increment once."""
+    from collections import Counter
+
+    from crawler.keys import Keys
+
+    keys = Keys(namespace, 3)
+    s = settings.replace(stathat_ezkey="k", stathat_url=sink.url, stathat_families=("countries",))
+    owed: Counter = Counter()
+    for i, k in enumerate(keys.all_counter_shards):
+        mapping = {f"countries.C{j}.users": 1 + (i + j) % 5 for j in range(i * 3000, i * 3000 + 6000)}
+        mapping[f"countries.Z{i}.users"] = 0  # owed nothing: settled, never posted
+        client.hset(k.outbox, mapping=mapping)
+        owed.update({f: c for f, c in mapping.items() if c})
+    fl = Flusher(client, keys, s, FailsAt(sink.url, 4), chunk=700)
+    first = fl.flush_once()
+    assert not first["ok"] and first["stats"] == 3 * 700 and sink.requests == 3
+    assert not any(client.exists(k.outbox_owner) for k in keys.all_counter_shards)  # released
+    second = fl.flush_once()
+    assert second["ok"] and second["recovered"] and not second["busy"]
+    assert dict(sink.counts()) == dict(owed)
+    assert first["stats"] + second["stats"] == 3 * 6000  # each shard's part of a stat counts as one
+    # stats two shards owed, read together, went out summed: fewer items posted than parts
+    assert sum(len(body["data"]) for body in sink.posts) < 3 * 6000
+    assert not any(client.exists(k.outbox, k.outbox_in_flight, k.outbox_owner) for k in keys.all_counter_shards)

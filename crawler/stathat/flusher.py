@@ -3,9 +3,9 @@
 Strategy: the recorder adds increments to the outbox hash in the same Lua
 step as the counters. A flush renames the outbox to an in-flight hash under
 a leased claim (``claim.lua``), so increments made meanwhile start a fresh
-outbox and nothing is read twice, and reads it in HSCAN pages
-(``crawler.hash_pages``: a backlog of a million stats never holds Redis in
-one reply). Each chunk StatHat accepts is deleted from the in-flight hash
+outbox and nothing is read twice, and reads it in HSCAN pages as its posts
+need them (``_Batches``): a backlog of a million stats never holds Redis in
+one reply, nor the process's memory. Each chunk StatHat accepts is deleted from the in-flight hash
 and the lease renewed, in one ``settle.lua`` ack; on a failed post, or out
 of time, the claim is released and the rest stays in flight, where the next
 flush takes it at once ("recovered") and posts it before the outbox; after a
@@ -44,7 +44,7 @@ import redis
 
 from crawler import logs, store
 from crawler.errors import StoreError
-from crawler.hash_pages import read_hashes
+from crawler.hash_pages import pages
 from crawler.keys import Keys
 from crawler.lua import Wait, register, run_pipelined
 from crawler.outage import Outage, once
@@ -71,6 +71,61 @@ LEASE_MARGIN_SECONDS = 0.5
 FINAL_BUDGET_SECONDS = 3.0
 # In the final flush, a post given less time than this is not started.
 MIN_POST_SECONDS = 0.2
+
+
+class _Batches:
+    """The claimed in-flight hashes as one flush reads them: a page at a time
+    (``hash_pages.pages``, every shard's pages in one round trip) as the chunks
+    need them, so the process holds a chunk and a page, not the backlog
+    (~380 MB of Python for a million stats read whole).
+
+    What is held is sorted by stat, so a stat owed by several shards goes
+    out once per post, summed. A chunk is acked before the next page is
+    asked for unless a page outran it; a stat a page repeats while still
+    held is skipped (``crawler.hash_pages``).
+    """
+
+    def __init__(self, client: redis.Redis, claimed: dict):
+        self._reader = pages(client, claimed)
+        self._more = bool(claimed)
+        self._stats: list = []  # (stat, shard, count) read, not yet posted
+        self._queued: set = set()  # their (shard, stat), and the zeros'
+        self.zeros: dict = {}  # shard -> stats owed nothing: acked with the next chunk, never posted
+
+    def next_chunk(self, size: int) -> list:
+        """The next (at most) ``size`` stats to post, as ``(stat, shard, count)``; raises ``StoreError``."""
+        try:
+            while self._more and len(self._stats) < size:
+                got = next(self._reader, None)
+                if got is None:
+                    self._more = False
+                    break
+                for i, page in got.items():
+                    for f, v in page.items():
+                        if (i, f) not in self._queued:
+                            self._queued.add((i, f))
+                            if int(v):
+                                self._stats.append((f, i, int(v)))
+                            else:
+                                self.zeros.setdefault(i, []).append(f)
+                self._stats.sort(key=lambda r: (r[0], r[1]))
+        except redis.RedisError as e:
+            raise StoreError(f"reading the StatHat batch failed: {e}") from e
+        part, self._stats = self._stats[:size], self._stats[size:]
+        return part
+
+    def acks(self, part: list) -> dict:
+        """settle.lua's acks (shard -> ["ack", stats...]) of ``part`` and of the zeros read so far,
+        which are then forgotten: once deleted, no page can repeat them."""
+        acks: dict = {}
+        for f, i, _ in part:
+            acks.setdefault(i, ["ack"]).append(f)
+        for i, fs in self.zeros.items():
+            acks.setdefault(i, ["ack"]).extend(fs)
+        self.zeros = {}
+        for i, a in acks.items():
+            self._queued.difference_update((i, f) for f in a[1:])
+        return acks
 
 
 class Flusher:
@@ -163,15 +218,14 @@ class Flusher:
             self._post_all(out, *taken, started, end, least)
         return out
 
-    def _take(self, out: dict) -> tuple[list, list] | None:
-        """Claim every shard's outbox: (their owed ``(stat, shard, count)``, the torrents.count stat
-        to send), or None to stop.
+    def _take(self, out: dict) -> tuple[dict, list] | None:
+        """Claim every shard's outbox: (the in-flight hash of each shard claimed, the
+        torrents.count stat to send), or None to stop.
 
         None when another flusher holds every claim that has something
-        (``busy``) or took a batch over (``lost``). A shard whose claim is
-        held elsewhere is left to that flusher (``busy``); torrents.count goes
-        with shard 0's claim, so one flusher at a time posts it. Stats owed
-        nothing are settled at once.
+        (``busy``). A shard whose claim is held elsewhere is left to that
+        flusher (``busy``); torrents.count goes with shard 0's claim, so one
+        flusher at a time posts it.
         """
         try:
             calls = [(self._claim, k, [self.token, self.lease_ms]) for k in self._keys]
@@ -183,38 +237,29 @@ class Flusher:
                 elif reply[0] == 1:
                     out["recovered"] = out["recovered"] or bool(reply[1])
                     claimed[i] = self._keys[i][1]
-            batch, zeros = [], {}
-            for i, fields in read_hashes(self.client, claimed).items():
-                for f, v in fields.items():
-                    n = int(v)
-                    if n == 0:  # nothing to post; settled at once
-                        zeros.setdefault(i, []).append(f)
-                    else:
-                        batch.append((f, i, n))
-                self._held[i] = len(fields) - len(zeros.get(i, ()))
-            if out["busy"] and not batch:
-                return None
-            if zeros and not self._settle_calls({i: ["ack"] + fs for i, fs in zeros.items()}):
-                out["lost"] = True
+                    self._held[i] = int(reply[2])  # its stats, all ours to settle
+            if out["busy"] and not claimed:
                 return None
             lead = replies[0][0] != 0
             value = [{"stat": "torrents.count", "value": self.tracked()}] if self.post_count and lead else []
         except redis.RedisError as e:
             raise StoreError(f"claiming the StatHat outbox failed: {e}") from e
-        # a stat owed by several shards goes out once per post, summed
-        batch.sort(key=lambda r: (r[0], r[1]))
-        return batch, value
+        return claimed, value
 
-    def _post_all(self, out: dict, batch: list, value: list, started: float, end: float, least: float) -> None:
-        """Post ``batch`` in chunks (``value`` with the first), settling each, until done or out of time."""
+    def _post_all(self, out: dict, claimed: dict, value: list, started: float, end: float, least: float) -> None:
+        """Post the batches ``claimed`` in chunks (``value`` with the first), settling each,
+        until done or out of time (``_Batches`` reads them as the chunks need them)."""
         # Measured from before the claim was sent: Redis started the lease later.
         lease_end = started + self.lease_seconds
-        chunks = [batch[i : i + self.chunk] for i in range(0, len(batch), self.chunk)] or [[]]
-        for n, part in enumerate(chunks):
+        batches, first = _Batches(self.client, claimed), True
+        while True:
+            part = batches.next_chunk(self.chunk)
+            if not part and not batches.zeros and not (first and value):
+                return
             now = time.monotonic()
             held = [i for i, left in self._held.items() if left]  # in-flight hashes ours to settle
             if end - now < least and held:
-                self._defer(out, sum(len(p) for p in chunks[n:]), now - started)
+                self._defer(out, sum(self._held.values()), now - started)
                 return
             if held and lease_end - now < self.post_seconds + LEASE_MARGIN_SECONDS:
                 # Renew before posting (a stalled process): no post may outlive the claim.
@@ -224,25 +269,32 @@ class Flusher:
                 lease_end = now + self.lease_seconds
             if end - now < least:  # torrents.count alone: skip it this time
                 return
-            owed: dict = {}
-            for f, _, c in part:
-                owed[f] = owed.get(f, 0) + c
-            data = [{"stat": f.decode("utf-8", "replace"), "count": c} for f, c in owed.items()] + (
-                value if n == 0 else [])
-            if not self._post(out, data, min(self.post_seconds, end - now), held, batch):
+            if (part or (first and value)) and not self._post_part(
+                    out, part, value if first else [], min(self.post_seconds, end - now), held):
                 return
-            out["stats"] += len(part)
-            out["increments"] += sum(c for _, _, c in part)
-            if part:
-                acks: dict = {}
-                for f, i, _ in part:
-                    acks.setdefault(i, ["ack"]).append(f)
-                    self._held[i] -= 1
+            first = False
+            acks = batches.acks(part)
+            for i, a in acks.items():
+                self._held[i] -= len(a) - 1
+            if acks:
                 before = time.monotonic()
                 if not self._settle_calls(acks):
                     out["lost"] = True
                     return
                 lease_end = before + self.lease_seconds
+
+    def _post_part(self, out: dict, part: list, value: list, timeout: float, held: list) -> bool:
+        """Post the stats ``part`` (a stat owed by several shards once, summed) and ``value``;
+        False when the post failed."""
+        owed: dict = {}
+        for f, _, c in part:
+            owed[f] = owed.get(f, 0) + c
+        data = [{"stat": f.decode("utf-8", "replace"), "count": c} for f, c in owed.items()] + value
+        if not self._post(out, data, timeout, held):
+            return False
+        out["stats"] += len(part)
+        out["increments"] += sum(c for _, _, c in part)
+        return True
 
     def _defer(self, out: dict, stats: int, after: float) -> None:
         """Out of time: release the claims, the stats left in flight for the next flush (``deferred``)."""
@@ -252,7 +304,7 @@ class Flusher:
         else:
             out["lost"], out["deferred"] = True, 0
 
-    def _post(self, out: dict, data: list, timeout: float, held: list, batch: list) -> bool:
+    def _post(self, out: dict, data: list, timeout: float, held: list) -> bool:
         """One post; False when it failed (the claims released, ``error`` set)."""
         out["requests"] += 1
         try:
@@ -261,7 +313,7 @@ class Flusher:
             out["ok"], out["error"] = False, str(e)
             if held and not self._settle_calls({i: ["release"] for i in held}):
                 out["lost"] = True
-            log.warning("stathat_post_failed", error=str(e), pending=sum(c for _, _, c in batch))
+            log.warning("stathat_post_failed", error=str(e), stats_in_flight=sum(self._held.values()))
             return False
         return True
 
