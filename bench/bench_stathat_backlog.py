@@ -28,7 +28,6 @@ import argparse
 import json
 import os
 import socket
-import subprocess
 import sys
 import time
 import tracemalloc
@@ -45,25 +44,7 @@ from crawler.keys import Keys  # noqa: E402
 from crawler.settings import Settings  # noqa: E402
 from crawler.stathat import Flusher  # noqa: E402
 from tests.namespaces import delete_namespace  # noqa: E402
-
-
-class Sink:
-    """tests.stathat_sink.StatHatSink in its own process; ``close`` returns the increments it accepted."""
-
-    def __init__(self):
-        code = ("import sys; sys.path.insert(0, sys.argv[1]);"
-                "from tests.stathat_sink import StatHatSink; s = StatHatSink(); print(s.url, flush=True);"
-                "sys.stdin.read(); print(sum(s.counts().values()), flush=True)")
-        self.proc = subprocess.Popen([sys.executable, "-c", code, str(ROOT)], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True)
-        self.url = self.proc.stdout.readline().strip()
-
-    def close(self) -> int:
-        """Stop the sink (its stdin closed); the increments it accepted."""
-        self.proc.stdin.close()
-        got = int(self.proc.stdout.readline() or -1)
-        self.proc.wait(10)
-        return got
+from tests.stathat_sink import StatHatSinkProcess  # noqa: E402
 
 
 def redis_cpu_ms(client) -> float:
@@ -118,7 +99,7 @@ def main() -> None:
         owed = sum(1 + j % 7 for j in range(n))
         down = socket.socket()  # bound, never listening: StatHat refuses the connection
         down.bind(("127.0.0.1", 0))
-        sink = Sink()
+        sink = StatHatSinkProcess()
         try:
             def flusher(url: str) -> Flusher:
                 settings = Settings(redis_url=a.redis_url, namespace=ns, trackers=(), dht=False,

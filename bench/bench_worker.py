@@ -49,7 +49,6 @@ import itertools
 import json
 import os
 import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -78,6 +77,7 @@ from geo import Locator
 from tests.mmdb import write_city_db
 from tests.namespaces import delete_namespace
 from tests.opentracker import OpenTracker
+from tests.stathat_sink import StatHatSinkProcess
 from workers.autoscale import STABLE_STEPS, settled
 from workers.connections import worker_client
 
@@ -168,27 +168,6 @@ def populate(ot: OpenTracker, hashes: list[str], overlap: int) -> int:
     for k, torrents in swarms.items():
         ot.announce_many(address(k), torrents, 40000 + k % 20000, left=0 if k % 3 == 0 else 1)
     return n_addr
-
-
-class Sink:
-    """tests.stathat_sink.StatHatSink in its own process: StatHat's work is not the crawler's CPU."""
-
-    def __init__(self):
-        # The sink's listen backlog (256) takes the baseline's 64 concurrent posts.
-        code = ("import sys; sys.path.insert(0, sys.argv[1]);"
-                "from tests.stathat_sink import StatHatSink; s = StatHatSink(); print(s.url, flush=True);"
-                "sys.stdin.read()")
-        self.proc = subprocess.Popen([sys.executable, "-c", code, str(ROOT)], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True)
-        self.url = self.proc.stdout.readline().strip()
-
-    def close(self) -> None:
-        """Stop the sink's process (its stdin closed ends it)."""
-        self.proc.stdin.close()
-        try:
-            self.proc.wait(5)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
 
 
 def settings_for(redis_url, ns, tmp, ot, sink, db, **kw) -> Settings:
@@ -316,7 +295,7 @@ def run_auto(s: Settings, client, hashes: list[str], seconds: float, interval: f
 
 
 # --- the btstat-like baseline ---------------------------------------------------------
-def baseline(client, ns: str, ot: OpenTracker, sink: Sink, db, hashes: list[str], concurrency: int) -> dict:
+def baseline(client, ns: str, ot: OpenTracker, sink: StatHatSinkProcess, db, hashes: list[str], concurrency: int) -> dict:
     """btstat per visit: connect+announce, one command per round trip, one POST per increment.
 
     Visits each of ``hashes`` once (``concurrency`` greenlets); timed until the last visit ends.
@@ -482,7 +461,8 @@ def main() -> None:
 
     t_start = time.monotonic()
     ot = OpenTracker(Path(tmp) / "ot", hashes + dht_hashes).start()
-    sink = Sink()
+    # The sink's listen backlog (256) takes the baseline's 64 concurrent posts.
+    sink = StatHatSinkProcess()
     try:
         out["peer_addresses"] = populate(ot, hashes + dht_hashes, a.overlap)
         out["swarms_per_peer_address"] = a.overlap

@@ -109,3 +109,33 @@ class StatHatSink:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class StatHatSinkProcess:
+    """A ``StatHatSink`` in a process of its own, for benchmarks: what it does and keeps is
+    not the measured process's CPU or memory. ``close`` stops it (its stdin closed) and
+    returns the increments it accepted."""
+
+    def __init__(self):
+        import subprocess
+        import sys
+        from pathlib import Path
+
+        root = str(Path(__file__).resolve().parent.parent)
+        code = ("import sys; sys.path.insert(0, sys.argv[1]);"
+                "from tests.stathat_sink import StatHatSink; s = StatHatSink(); print(s.url, flush=True);"
+                "sys.stdin.read(); print(sum(s.counts().values()), flush=True)")
+        self.proc = subprocess.Popen([sys.executable, "-c", code, root], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)
+        self.url = self.proc.stdout.readline().strip()
+
+    def close(self) -> int:
+        """Stop the sink; the increments it accepted (-1 if it ended without saying)."""
+        self.proc.stdin.close()
+        try:
+            got = int(self.proc.stdout.readline() or -1)
+            self.proc.wait(10)
+        except Exception:  # noqa: BLE001 - a sink that will not stop is killed
+            self.proc.kill()
+            got = -1
+        return got

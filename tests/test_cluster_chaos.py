@@ -12,6 +12,7 @@ lease lapsed), at most a lost-ack batch twice (docs/redis.md).
 
 from __future__ import annotations
 
+import json
 import random
 import signal
 import subprocess
@@ -33,6 +34,25 @@ SHARDS = 6
 def _worker(env) -> subprocess.Popen:
     return subprocess.Popen(PEERCRAWL + ["worker", "--concurrency", "3", "--duration", "60"], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def _drain(env, found: list[str]) -> None:
+    """One last worker drains the queue (visited torrents not due again for an hour).
+
+    A discovered torrent is asked of the DHT alone, and a lookup by a worker
+    whose node has just started may find no peer within its 2 s: a failed
+    visit, due again after the retry interval (SPEC §2), which a later worker
+    then visits. That is not what the chaos test is about, so the drain runs
+    again (retry after 1 s) until every discovered torrent was visited.
+    """
+    env["PEERCRAWL_REVISIT_SECONDS"] = "3600"
+    env["PEERCRAWL_RETRY_SECONDS"] = "1"
+    for _ in range(3):
+        pc(env, "worker", "--until-idle", "--concurrency", "6", timeout=120)
+        shown = [pc(env, "torrent", ih, "--json", check=False) for ih in found]
+        if all(r.returncode == 0 and json.loads(r.stdout).get("visits", 0) >= 1 for r in shown):
+            return
+        time.sleep(1.1)
 
 
 @pytest.mark.slow
@@ -94,8 +114,7 @@ def test_killed_workers_and_a_failed_over_master_lose_and_double_nothing(env, op
         assert victim not in redis_cluster.masters()
         # the dead workers' leases expire; one last worker drains the queue
         time.sleep(3.1)
-        env["PEERCRAWL_REVISIT_SECONDS"] = "3600"
-        pc(env, "worker", "--until-idle", "--concurrency", "6", timeout=120)
+        _drain(env, found)
         status = pcj(env, "status")
         assert (status["tracked"], status["evicted"], status["in_flight"], status["ready"]) == (33, 0, 0, 0)
         assert status["shards"]["queue"] == SHARDS and status["redis"]["healthy"]
@@ -104,11 +123,11 @@ def test_killed_workers_and_a_failed_over_master_lose_and_double_nothing(env, op
         torrents = counter(env, "torrents")
         for ih, ips in announced.items():
             t = pcj(env, "torrent", ih)
-            assert t["state"] == "cooling" and t["visits"] >= 1 and t["lane"] == lanes[ih], t
+            assert t["state"] == "cooling" and t["visits"] >= 1 and t["lane"] == lanes[ih], json.dumps(t)
             assert torrents[f"torrents.{ih}.users"] == len(ips), ih
         for ih, ips in dht_peers.items():  # admitted once, visited; a DHT lookup may miss a peer
             t = pcj(env, "torrent", ih)
-            assert t["lane"] == "discovered" and t["state"] == "cooling" and t["visits"] >= 1, t
+            assert t["lane"] == "discovered" and t["state"] == "cooling" and t["visits"] >= 1, json.dumps(t)
             assert 0 < torrents.get(f"torrents.{ih}.users", 0) <= len(ips), ih
         countries = counter(env, "countries")
         every = set().union(*announced.values())
