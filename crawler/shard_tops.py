@@ -13,8 +13,13 @@ claims from the best one:
 - an estimate older than ``max_age`` seconds is asked again: the queue runs
   each stale shard's housekeeping (``claim.lua`` claiming nothing, which
   moves due torrents into ``ready`` where their scores show) and reads the
-  offer it returns, all stale shards in one pipelined round trip (at most
-  one per ``max_age`` per process);
+  offer it returns, the stale shards in one pipelined round trip (at most
+  one per ``max_age`` per process), at most ``peek_max`` of them, the
+  oldest first: a peek costs Redis ~20 µs a shard, so a process claiming
+  from 1,024 shards would spend ~2 % of a Redis core on peeks alone
+  (``bench/bench_shard_peeks.py``), and a hundred such processes would
+  fill one Redis. Past ``peek_max`` shards an estimate not refreshed by a
+  claim is up to ``max_age × shards / peek_max`` seconds old;
 - a shard whose due torrents wait beyond one call's housekeeping budget
   holds scores nobody has compared yet: it counts as best, so the next claim
   there moves them into ``ready`` (its reply then says what they were worth);
@@ -37,14 +42,19 @@ import random
 INF = float("inf")
 # Seconds an estimate is trusted: one pipelined peek per process this often.
 MAX_AGE = 1.0
+# Shards one peek reads at most (the oldest estimates first).
+PEEK_MAX = 64
 
 
 class ShardTops:
     """What each of ``shards`` queue shards offers next, as one process last saw it."""
 
-    def __init__(self, shards: int, max_age: float = MAX_AGE, rng: random.Random | None = None):
+    def __init__(self, shards: int, max_age: float = MAX_AGE, rng: random.Random | None = None,
+                 peek_max: int = PEEK_MAX):
         self.shards = shards
         self.max_age = max_age
+        self.peek_max = peek_max
+        self._next_peek = -INF  # a peek left stale shards unread: the next waits until then
         self._rng = rng or random.Random()
         self._top = [INF] * shards  # best claimable score (INF: due torrents of unknown score)
         self._until = [0.0] * shards  # empty shards: time something falls due
@@ -52,11 +62,17 @@ class ShardTops:
         self._oldest = -INF  # at most min(_seen): most claims need not look at every shard
 
     def stale(self, now: float) -> list[int]:
-        """The shards whose estimate must be read again before choosing."""
-        if now - self._oldest <= self.max_age:
+        """The shards whose estimate must be read again before choosing: at most ``peek_max``,
+        the oldest first, and after a peek that left some unread, none for ``max_age``."""
+        if now - self._oldest <= self.max_age or now < self._next_peek:
             return []
         self._oldest = min(self._seen)
-        return [i for i in range(self.shards) if now - self._seen[i] > self.max_age]
+        old = [i for i in range(self.shards) if now - self._seen[i] > self.max_age]
+        if len(old) > self.peek_max:
+            old.sort(key=self._seen.__getitem__)
+            del old[self.peek_max :]
+            self._next_peek = now + self.max_age
+        return old
 
     def note(self, i: int, offer: bytes | str | None, now: float) -> None:
         """Record what shard ``i`` offers next: a score, ``due``, ``e<time>`` or ``e`` (claim.lua's last
