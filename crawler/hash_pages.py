@@ -2,11 +2,10 @@
 
 One HGETALL of a hash of a million fields holds a Redis for ~0.7 s, every
 other client waiting; a million HINCRBYs in one script for ~1.3 s
-(``bench/bench_stathat_backlog.py``). So
-the batches that can grow that large (the StatHat outbox after an outage,
-the rollup's outbox) are renamed whole, which is O(1), and then read here a
-page at a time: Redis answers each page in a few milliseconds and serves
-everyone else between them.
+(``bench/bench_stathat_backlog.py``). So the batches that can grow that
+large (the StatHat outbox after an outage, the rollup's outbox) are renamed
+whole, which is O(1), and then read here a page at a time: Redis answers
+each page in a few milliseconds and serves everyone else between them.
 
 HSCAN returns every field present from the first page to the last at least
 once, and may return one twice when the hash was resized between pages. The

@@ -5,11 +5,11 @@ step as the counters. A flush renames the outbox to an in-flight hash under
 a leased claim (``claim.lua``), so increments made meanwhile start a fresh
 outbox and nothing is read twice, and reads it in HSCAN pages as its posts
 need them (``_Batches``): a backlog of a million stats never holds Redis in
-one reply, nor the process's memory. Each chunk StatHat accepts is deleted from the in-flight hash
-and the lease renewed, in one ``settle.lua`` ack; on a failed post, or out
-of time, the claim is released and the rest stays in flight, where the next
-flush takes it at once ("recovered") and posts it before the outbox; after a
-failure that flush waits out the backoff. A flusher that dies mid-flush
+one reply, nor the process's memory. Each chunk StatHat accepts is deleted
+from the in-flight hash and the lease renewed, in one ``settle.lua`` ack; on
+a failed post, or out of time, the claim is released and the rest stays in
+flight, where the next flush takes it at once ("recovered") and posts it
+before the outbox; after a failure that flush waits out the backoff. A flusher that dies mid-flush
 leaves the in-flight hash behind; once its lease lapses the next flush posts
 it.
 
@@ -77,7 +77,7 @@ class _Batches:
     """The claimed in-flight hashes as one flush reads them: a page at a time
     (``hash_pages.pages``, every shard's pages in one round trip) as the chunks
     need them, so the process holds a chunk and a page, not the backlog
-    (~380 MB of Python for a million stats read whole).
+    (~200 MB of Python for a million stats read whole).
 
     What is held is sorted by stat, so a stat owed by several shards goes
     out once per post, summed. A chunk is acked before the next page is
