@@ -28,6 +28,8 @@ import redis
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from redis_cpu import redis_cpu  # noqa: E402  (bench/, the script's own directory)
+
 from crawler.keys import Keys  # noqa: E402
 from crawler.lifecycle import Queue  # noqa: E402
 from crawler.settings import Settings  # noqa: E402
@@ -38,9 +40,8 @@ SHARDS = (1, 16, 256, 1024)
 
 def redis_figures(client) -> tuple[float, int]:
     """Redis's CPU so far (ms) and its EVALSHA calls so far."""
-    cpu = client.info("cpu")
     calls = client.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0)
-    return 1000 * (float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])), int(calls)
+    return 1000 * redis_cpu(client), int(calls)
 
 
 def run(client, url: str, shards: int, seconds: float) -> dict:

@@ -39,6 +39,8 @@ import redis
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from redis_cpu import redis_cpu  # noqa: E402  (bench/, the script's own directory)
+
 from crawler import logs  # noqa: E402
 from crawler.keys import Keys  # noqa: E402
 from crawler.settings import Settings  # noqa: E402
@@ -47,19 +49,13 @@ from tests.namespaces import delete_namespace  # noqa: E402
 from tests.stathat_sink import StatHatSinkProcess  # noqa: E402
 
 
-def redis_cpu_ms(client) -> float:
-    """Redis's own CPU so far (user + system), in ms."""
-    info = client.info("cpu")
-    return 1000 * (float(info["used_cpu_user"]) + float(info["used_cpu_sys"]))
-
-
 def phase(client, run) -> dict:
     """Run ``run()``; the longest Redis command meanwhile (SLOWLOG, over 1 ms), Redis CPU and wall."""
     client.slowlog_reset()
     tracemalloc.start()
-    cpu, wall = redis_cpu_ms(client), time.perf_counter()
+    cpu, wall = redis_cpu(client), time.perf_counter()
     result = run()
-    wall, cpu = time.perf_counter() - wall, redis_cpu_ms(client) - cpu
+    wall, cpu = time.perf_counter() - wall, 1000 * (redis_cpu(client) - cpu)
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     slow = client.slowlog_get(1024)

@@ -65,6 +65,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import bench_trackers
+from redis_cpu import redis_cpu
 
 from crawler import logs
 from crawler.counters.names import metrics_for, month_of
@@ -178,12 +179,6 @@ def settings_for(redis_url, ns, tmp, ot, sink, db, **kw) -> Settings:
             "stathat_url": sink.url}
     base.update(kw)
     return Settings(**base)
-
-
-def redis_cpu(client) -> float:
-    """Redis's user + system CPU seconds so far."""
-    info = client.info("cpu")
-    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
 class Marks:
