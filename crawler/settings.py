@@ -25,6 +25,7 @@ from pathlib import Path
 from crawler import envparse as p
 from crawler.errors import SettingsError
 from crawler.keys import MAX_SHARDS
+from crawler.sources import redact
 
 # A short list of long-lived public trackers; a torrent's own trackers (magnet
 # tr=, .torrent announce-list) are always used besides these.
@@ -55,6 +56,10 @@ class TrackerSpec:
     url: str
     max_peers: int
     rate: float | None = None
+
+    def __repr__(self) -> str:
+        # A private tracker's URL holds a passkey: a repr lands in tracebacks and logs.
+        return f"TrackerSpec(url={redact.url(self.url)!r}, max_peers={self.max_peers}, rate={self.rate})"
 
 
 def _default_data_dir() -> Path:
@@ -442,6 +447,12 @@ class Settings:
                 f"per node per window ({self.dht_node_rate:g} x {self.dht_node_window:g})"
             )
 
+    def __repr__(self) -> str:
+        """Every field, with the keys and tokens (``hide``) masked and URLs redacted: a repr is
+        what a traceback, a debugger or a log line shows of the object."""
+        return "Settings(" + ", ".join(f"{name}={_shown_value(var, getattr(self, name))}"
+                                       for name, var in declarations()) + ")"
+
     def replace(self, **changes) -> "Settings":
         """A copy with ``changes`` (command-line flags, tests), cross-checked again."""
         s = dataclasses.replace(self, **changes)
@@ -462,6 +473,15 @@ class Settings:
             if t.url == url:
                 return t.max_peers
         return self.default_tracker_max_peers
+
+
+def _shown_value(var: p.Var, value) -> str:
+    """One field of ``Settings.__repr__``: a hidden one as ``'<hidden>'`` when set, a URL redacted."""
+    if var.hide and value is not None:
+        return "'<hidden>'"
+    if isinstance(value, str) and "://" in value:
+        return repr(redact.url(value))
+    return repr(value)
 
 
 def declarations() -> list[tuple[str, p.Var]]:
