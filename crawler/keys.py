@@ -297,8 +297,19 @@ class Keys:
 
     @property
     def tracker_used(self) -> str:
-        """ZSET tracker URL -> unix time it was last used (prunes tracker_health)."""
+        """ZSET tracker URL -> unix time it was last used or last found named by a torrent (prunes tracker_health)."""
         return self._home("trackerused")
+
+    @property
+    def tracker_rank(self) -> str:
+        """ZSET tracker URL -> answers + failures + refusals: the busiest trackers first (tracker_health.lua)."""
+        return self._home("trackerrank")
+
+    @property
+    def tracker_totals(self) -> str:
+        """HASH answers, failures, refusals, cut -> their sums over tracker health's ranked entries;
+        walked -> unix time the last prune walk began (tracker_walk.lua)."""
+        return self._home("trackertotals")
 
     # --- the announce cap (SPEC §3) ------------------------------------
     @property
@@ -460,6 +471,6 @@ def _all_shards(namespace: str, shards: int) -> tuple[Keys, ...]:
 RESERVED = frozenset({
     "ready", "since", "cooling", "leases", "evicted", "tombstones", "held", "claims", "expiries",
     "quarantined", "quarantine", "t", "tr", "vh", "visits", "failedvisits", "workers", "w", "trackerhealth",
-    "trackerused", "mi", "mk", "ix", "tx", "rx", "sh", "geoerrors", "announceport", "secret", "layout",
+    "trackerused", "trackerrank", "trackertotals", "mi", "mk", "ix", "tx", "rx", "sh", "geoerrors", "announceport", "secret", "layout",
     "cap", "capm", "rates", "atrisk", "lane", "lanecredit", "disc",
 })

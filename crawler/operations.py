@@ -2,7 +2,8 @@
 
 ``queue_report`` gathers what ``peercrawl status`` shows (SPEC §7) from the
 owners of each part: the queue's read model (``QueueView``), the worker
-registry, tracker health, GeoIP errors and the server's eviction policy.
+registry, tracker health (the busiest trackers and the others' sums), GeoIP
+errors and the server's eviction policy.
 On the way it drops per-minute visit counts older than two days
 (``Queue.trim_visit_buckets``) and the entries of workers whose heartbeat
 expired, so neither grows while no worker runs long enough to trim.
@@ -19,7 +20,7 @@ from crawler.queue_view import QueueView
 from crawler.registry import WorkerRegistry
 from crawler.sources.announce_cap import cap_report
 from crawler.sources.discovery import discovery_report
-from crawler.sources.health import tracker_report
+from crawler.sources.health import tracker_others, tracker_report
 
 
 def queue_report(queue: Queue, now: float) -> dict:
@@ -37,7 +38,9 @@ def queue_report(queue: Queue, now: float) -> dict:
     report["lanes"] = view.lanes(now, totals=report)
     workers = WorkerRegistry(c, k).live(now)
     report["workers"] = workers
-    report["trackers"] = tracker_report(c, k)
+    # The busiest trackers one by one, the rest summed: bounded whatever the catalogue names.
+    report["trackers"] = tracker_report(c, k, queue.settings.top_trackers)
+    report["trackers_other"] = tracker_others(c, k, report["trackers"])
     report["geo_errors"] = geo_error_report(c, k)
     report["redis"] = node_report(c)  # one INFO per node serves both
     report["eviction_warning"] = eviction_warning(report["redis"])

@@ -263,8 +263,17 @@ class Settings:
     # means no torrent names it any more. Must exceed both.
     tracker_prune_seconds: float = p.setting(
         "PEERCRAWL_TRACKER_PRUNE_SECONDS", 7 * DAY, p.positive_float,
-        "a tracker's health (answers, failures, refusals, learned cap) is removed from Redis after this long "
-        "unused; must exceed the backoff max and the revisit interval", shown="7 days")
+        "a tracker's health (answers, failures, refusals, learned cap) is removed from Redis once unused this "
+        "long and named by no torrent that is not evicted; must exceed the backoff max and the revisit interval",
+        shown="7 days")
+    # Trackers shown one by one, busiest first, in status, the operators page
+    # and /metrics (the rest summed as "other"), and labelled by URL in a
+    # worker's /metrics besides the defaults: twenty fill a terminal's table
+    # and keep /metrics at ~200 tracker series whatever the catalogue names.
+    top_trackers: int = p.setting(
+        "PEERCRAWL_TOP_TRACKERS", 20, p.bounded_int(1, 1000),
+        "trackers shown one by one (busiest first) in `status`, the operators page and `/metrics`, the rest "
+        "summed as `other`; also how many trackers besides the defaults a worker's `/metrics` labels by URL")
 
     # --- Queue and scoring (§1, §2) -----------------------------------------
     # SPEC §1: revisit every 30 minutes. 0 is allowed: a visited torrent is

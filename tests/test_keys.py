@@ -51,6 +51,8 @@ LAYOUT = {
     "worker": (K.worker("host-1-2"), "{ns}:w:host-1-2", "`{ns}:w:<worker-id>`"),
     "tracker_health": (K.tracker_health, "{ns}:trackerhealth", "`{ns}:trackerhealth`"),
     "tracker_used": (K.tracker_used, "{ns}:trackerused", "`{ns}:trackerused`"),
+    "tracker_rank": (K.tracker_rank, "{ns}:trackerrank", "`{ns}:trackerrank`"),
+    "tracker_totals": (K.tracker_totals, "{ns}:trackertotals", "`{ns}:trackertotals`"),
     "announce_cap": (K.announce_cap, "{ns}:cap", "`{ns}:cap`"),
     "announce_cap_minute": (K.announce_cap_minute(29_483_000), "{ns}:capm:29483000", "`{ns}:capm:<minute>`"),
     "tracker_min_interval": (K.tracker_min_interval(H), "{ns}:mi:" + H, "`{ns}:mi:<h>`"),
@@ -143,7 +145,7 @@ def test_a_place_index_has_its_total_in_one_shard():
 
 def test_home_keys_are_refused_on_a_shard():
     shard = Keys("ns", 4).shard(2)
-    for name in ("workers", "tracker_health", "tracker_used", "geo_errors", "announce_port", "secret", "layout"):
+    for name in ("workers", "tracker_health", "tracker_used", "tracker_rank", "tracker_totals", "geo_errors", "announce_port", "secret", "layout"):
         with pytest.raises(ValueError, match="home"):
             getattr(shard, name)
     with pytest.raises(ValueError, match="home"):

@@ -12,8 +12,14 @@ Strategy: ``instrument`` wraps a few methods of the process's own objects
 (the instance attributes shadow the class's methods), so the workers' code
 does not know about metrics and a process without a metrics port pays
 nothing. Labels are bounded: a visit ``state`` (five values), a tracker
-``url`` (the trackers this process announced to, redacted as ``status``
-shows them: no passkey or query) and an ``outcome`` (four values).
+``url`` and an ``outcome`` (four values). A ``url`` is redacted as
+``status`` shows it (no passkey or query); the configured default trackers
+and the first ``Settings.top_trackers`` other trackers this process announced to
+each get their own, every later one is counted as ``url="other"``
+(``TrackerLabels``). A process's counters only grow, so a label once given
+is kept: a first-come set, not the dashboard's ranking (which a process
+would have to read from Redis and whose members change), at most
+``defaults + top_trackers + 1`` labels whatever the torrents name.
 """
 
 from __future__ import annotations
@@ -32,10 +38,43 @@ log = logs.get("worker.metrics")
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
 
+# The url label of the announces to every tracker past the labelled ones (no tracker URL is a bare word).
+OTHER = "other"
+
+
+class TrackerLabels:
+    """The ``url`` label of a tracker: its redacted URL for the trackers given to ``always`` and
+    the first ``room`` others asked, ``OTHER`` for the rest. Holds at most that many URLs."""
+
+    def __init__(self, room: int):
+        self._labels: dict[str, str] = {}
+        self._left = max(room, 0)
+
+    def always(self, urls) -> None:
+        """Give ``urls`` (the configured default trackers) their own label, beside the ``room``."""
+        for u in urls:
+            self._labels.setdefault(u, redact.url(u))
+
+    def __call__(self, url: str) -> str:
+        """The label of ``url``'s announces: one dict lookup once it has one."""
+        label = self._labels.get(url)
+        if label is not None:
+            return label
+        if self._left <= 0:
+            return OTHER
+        self._left -= 1
+        label = self._labels[url] = redact.url(url)
+        return label
+
+    def __len__(self) -> int:
+        return len(self._labels)
+
+
 class WorkerMetrics:
     """The metrics of one worker process, in their own registry."""
 
-    def __init__(self):
+    def __init__(self, room: int):
+        self.labels = TrackerLabels(room)
         r = self.registry = CollectorRegistry(auto_describe=True)
         self.visits = Counter("peercrawl_worker_visits", "Visits finished, by the torrent's state after it.",
                               ["state"], registry=r)
@@ -74,6 +113,7 @@ def instrument(process, metrics: WorkerMetrics) -> None:
     q = process.queue
     q.claim = _timed(metrics.claiming.labels("claim"), q.claim)
     tr = process.trackers
+    metrics.labels.always(t.url for t in process.settings.trackers)
     announce = tr.announce
 
     @wraps(announce)
@@ -87,7 +127,7 @@ def instrument(process, metrics: WorkerMetrics) -> None:
             outcome = "backing_off"
         else:
             outcome = "failed"
-        metrics.announces.labels(redact.url(url), outcome).inc()
+        metrics.announces.labels(metrics.labels(url), outcome).inc()
         return result
 
     tr.announce = counted_announce

@@ -96,7 +96,7 @@ class Process:
         if settings.metrics_port is not None:
             from workers.metrics import WorkerMetrics
 
-            self.metrics = WorkerMetrics()
+            self.metrics = WorkerMetrics(settings.top_trackers)
             on_visit = _both(on_visit, self.metrics.visit)
         self.worker = Worker(
             self.queue, self.visitor, concurrency=concurrency, autoscaler=autoscaler, max_visits=max_visits,

@@ -38,7 +38,7 @@ def _print(r: dict) -> None:
                   f"{d['admitted_per_minute']} admitted")
     _lanes_table(con, r.get("lanes") or {})
     _workers_table(con, r["workers"])
-    _trackers_table(con, r["trackers"])
+    _trackers_table(con, r["trackers"], r.get("trackers_other"))
     _nodes_table(con, r["redis"])
 
 
@@ -140,22 +140,29 @@ def _workers_table(con, workers: list[dict]) -> None:
     con.print(w)
 
 
-def _trackers_table(con, trackers: dict) -> None:
+def _trackers_table(con, trackers: dict, other: dict | None = None) -> None:
+    """The busiest trackers, busiest first (``trackers`` comes in that order), then one row
+    summing every other tracker. URLs are third parties' text: shown through ``terminal``."""
     from rich.markup import escape
     from rich.table import Table
 
+    from crawler.safe_text import terminal
+
     if not trackers:
         return
-    tr = Table(title="trackers")
+    tr = Table(title="trackers (busiest first)")
     for col in ("tracker", "answers", "failures", "refusals", "backing off", "learned cap", "peers cut"):
         tr.add_column(col)
-    for url, x in sorted(trackers.items()):
-        tr.add_row(escape(url), str(x.get("answers")), str(x.get("failures")), str(x.get("refusals", 0)),
+    for url, x in trackers.items():
+        tr.add_row(escape(terminal(url)), str(x.get("answers")), str(x.get("failures")), str(x.get("refusals", 0)),
                    str(x.get("backing_off")), str(x.get("learned_cap") or ""), str(x.get("peers_cut", 0)))
+    if other and other.get("trackers"):
+        tr.add_row(f"{other['trackers']} other trackers", str(other["answers"]), str(other["failures"]),
+                   str(other["refusals"]), "", "", str(other["peers_cut"]))
     con.print(tr)
-    refusing = [(u, x["last_refusal"]) for u, x in sorted(trackers.items()) if x.get("last_refusal")]
+    refusing = [(u, x["last_refusal"]) for u, x in trackers.items() if x.get("last_refusal")]
     for url, message in refusing:
-        con.print(f"{escape(url)} last refused: {escape(message)}")
+        con.print(f"{escape(terminal(url))} last refused: {escape(terminal(message))}")
 
 
 def _nodes_table(con, redis_report: dict) -> None:

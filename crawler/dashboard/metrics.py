@@ -3,14 +3,14 @@
 A custom collector reads ``queue_report`` (what ``status --json`` prints)
 and the outbox backlog at scrape time, so the workers' hot path is not
 touched and the values equal ``status --json`` taken at the same moment.
-Labels are bounded: a queue ``state`` (five values), a tracker ``url`` (the
-trackers in tracker health: entries unused for ``tracker_prune_seconds`` are
-pruned, so the set follows the trackers in use), a ``worker`` id (live
-processes) and a Redis ``node``; nothing per torrent or per IP. Every ``url``
-is the redacted one ``status --json`` keys trackers by (crawler/sources/redact.py):
-no passkey, userinfo or query ever lands in a label. The quarantined
-torrents' list is per torrent, so only its count is here (the operators page
-lists them).
+Labels are bounded: a queue ``state`` (five values), a tracker ``url``
+(the ``Settings.top_trackers`` busiest trackers of ``status --json`` and ``other``
+for the sum of all the rest, however many trackers the torrents name), a
+``worker`` id (live processes) and a Redis ``node``; nothing per torrent or
+per IP. Every ``url`` is the redacted one ``status --json`` keys trackers by
+(crawler/sources/redact.py): no passkey, userinfo or query ever lands in a
+label. The quarantined torrents' list is per torrent, so only its count is
+here (the operators page lists them).
 
 Texts (a tracker's last refusal, the last GeoIP error) are ``_info`` metrics:
 one series per tracker (or one), the redacted message a label, capped by
@@ -66,7 +66,7 @@ class CrawlCollector:
             yield GaugeMetricFamily("peercrawl_workers_needed",
                                     "Workers needed to visit every tracked torrent once per revisit interval.",
                                     value=needed)
-        yield from _trackers(r["trackers"])
+        yield from _trackers(r["trackers"], r.get("trackers_other"))
         yield from _announce_cap(r.get("announce_cap"))
         yield from _rates(r["rates"])
         geo = r.get("geo_errors") or {}
@@ -130,8 +130,13 @@ def _announce_cap(cap: dict | None):
     yield limiting
 
 
-def _trackers(trackers: dict):
-    """The families of tracker health, one series per (redacted) tracker URL."""
+# The url label of every tracker past the busiest (no tracker URL is a bare word).
+OTHER = "other"
+
+
+def _trackers(trackers: dict, other: dict | None = None):
+    """The families of tracker health: one series per shown (redacted) tracker URL, and the
+    counters' sums over every other tracker as ``url="other"``."""
     answers = CounterMetricFamily("peercrawl_tracker_answers", "Answers of each tracker.", labels=["url"])
     failures = CounterMetricFamily("peercrawl_tracker_failures", "Failures of each tracker.", labels=["url"])
     refusals = CounterMetricFamily("peercrawl_tracker_refusals",
@@ -162,7 +167,14 @@ def _trackers(trackers: dict):
             used.add_metric([url], h["last_used"])
         if h["last_refusal"]:
             refusal.add_metric([url], {"message": h["last_refusal"]})
+    if other and other.get("trackers"):
+        answers.add_metric([OTHER], other["answers"])
+        failures.add_metric([OTHER], other["failures"])
+        refusals.add_metric([OTHER], other["refusals"])
+        cut.add_metric([OTHER], other["peers_cut"])
     yield from (answers, failures, refusals, cut, backing, until, cap, used, refusal)
+    yield GaugeMetricFamily("peercrawl_trackers", "Trackers in tracker health (shown one by one or summed as other).",
+                            value=len(trackers) + (other or {}).get("trackers", 0))
 
 
 def registry_for(views: Views) -> CollectorRegistry:

@@ -33,12 +33,24 @@ once per ``flush`` seconds. Failures, the first answer after failures (the
 recovery) and a newly learned cap are written at once so that other workers
 learn them quickly.
 
-Pruning: each write sets the tracker's last-used time (``keys.tracker_used``);
-entries unused for ``prune_after`` seconds are removed with their index
-(``tracker_prune.lua``), at most once per ``PRUNE_EVERY`` seconds per
-process. A tracker that some torrent still names is announced at least once
-per revisit interval or backoff, so only trackers no torrent uses any more
-are forgotten (``Settings.tracker_prune_seconds`` is checked to exceed both).
+Pruning: each write sets the tracker's last-used time (``keys.tracker_used``).
+A tracker unused for ``prune_after`` seconds is a candidate; the health of a
+candidate no torrent names any more (``tracker_names.named``: every torrent
+not evicted, the ``named_always`` default trackers) is removed with its
+index and rank, in one atomic step that first checks the candidate is still
+unused (``tracker_prune.lua``: a worker announcing to it meanwhile keeps
+it); a candidate still named is marked as found named then, and kept. So a
+tracker that torrents name keeps its backoff and counts however long the
+queue takes to visit them, and one that nobody names is forgotten a period
+after its last use. Each process tries at most once per ``PRUNE_EVERY``
+seconds, and only one walk per ``PRUNE_EVERY`` runs in the namespace
+(``tracker_walk.lua``).
+
+Reading: ``tracker_report`` reads the busiest trackers (``Settings.top_trackers``)
+(answers + failures + refusals, a ranking ``tracker_health.lua`` keeps with
+every write) and ``tracker_others`` what all the other ones add up to (sums
+kept with every write and prune): a few commands whatever the number of trackers,
+never the whole hash.
 
 Both per-process maps are bounded: the read cache is an ``Lru`` and the
 batch is written out whenever it holds ``cache_size`` trackers.
@@ -55,14 +67,17 @@ import redis
 from crawler import lua
 from crawler.errors import StoreError
 from crawler.keys import Keys
-from crawler.sources import redact
+from crawler.sources import redact, tracker_names
 from crawler.sources.lru import Lru
 
 ANSWER, REFUSAL, FAILURE = "answer", "refusal", "failure"
 # How often one process prunes unused entries; pruning is idempotent.
 PRUNE_EVERY = 600.0
-# Entries removed per prune call: one bounded script run.
-PRUNE_BATCH = 10_000
+# Candidates of one prune: each is sent with every page of a walk of the torrents' tracker sets
+# (tracker_names.py), so a few hundred; the rest wait for the next prune.
+PRUNE_BATCH = 500
+# The sums tracker_health.lua keeps, as status names them.
+SUMS = (("answers", "answers"), ("failures", "failures"), ("refusals", "refusals"), ("cut", "peers_cut"))
 # A learned cap not confirmed (a reply returning that many entries) for this
 # long may be lowered by a smaller capped reply: a tracker's operator lowered
 # it. A busy tracker confirms its cap with every big swarm; a day keeps a
@@ -98,6 +113,7 @@ class TrackerHealth:
         cache_size: int = 10_000,
         prune_after: float = 7 * 86400.0,
         cap_confirm: float = CAP_CONFIRM_SECONDS,
+        named_always: tuple[str, ...] = (),
     ):
         self.client = client
         self.keys = keys
@@ -106,6 +122,10 @@ class TrackerHealth:
         self.cache_size, self.prune_after, self.cap_confirm = cache_size, prune_after, cap_confirm
         self._script = lua.register(client, "tracker_health", package="crawler.sources")
         self._prune = lua.register(client, "tracker_prune", package="crawler.sources")
+        self._walk = lua.register(client, "tracker_walk", package="crawler.sources")
+        # Trackers every torrent names without storing them (the configured defaults).
+        self.named_always = frozenset(named_always)
+        self.walk_every = PRUNE_EVERY
         self._state: Lru[str, tuple[dict, float]] = Lru(cache_size)  # url -> (state, read at monotonic)
         self._batch: dict[str, _Batch] = {}
         self._last_flush = time.monotonic()
@@ -192,18 +212,34 @@ class TrackerHealth:
             self.prune()
 
     def prune(self, now: float | None = None) -> int:
-        """Remove the health of trackers unused for ``prune_after`` seconds; how many. Raises ``StoreError``.
+        """Remove the health of trackers unused for ``prune_after`` seconds that no torrent names;
+        how many. Raises ``StoreError``.
 
-        The first call of a process also indexes entries written before the
-        last-used index existed (as used now: they get a whole ``prune_after``).
+        Candidates found named are marked as such (kept another ``prune_after``). Does nothing
+        while another process's walk is less than ``walk_every`` seconds old. The first call of a
+        process also indexes entries written before the last-used index existed (as used now:
+        they get a whole ``prune_after``).
         """
         now = time.time() if now is None else now
         if not self._indexed:
             self._index_unindexed(now)
         cutoff = now - self.prune_after
+        k = self.keys
         try:
-            return int(self._prune(keys=[self.keys.tracker_health, self.keys.tracker_used],
-                                   args=[repr(cutoff), PRUNE_BATCH]))
+            raw = self._walk(keys=[k.tracker_used, k.tracker_totals],
+                             args=[repr(cutoff), repr(now), repr(self.walk_every), PRUNE_BATCH])
+        except redis.RedisError as e:
+            raise StoreError(f"pruning tracker health: {e}") from e
+        candidates = [u.decode() if isinstance(u, bytes) else u for u in raw]
+        if not candidates:
+            return 0
+        found = tracker_names.named(self.client, k, [u for u in candidates if u not in self.named_always])
+        found |= self.named_always.intersection(candidates)
+        named = [u for u in candidates if u in found]
+        unnamed = [u for u in candidates if u not in found]
+        try:
+            return int(self._prune(keys=[k.tracker_health, k.tracker_used, k.tracker_rank, k.tracker_totals],
+                                   args=[repr(cutoff), repr(now), len(named), *named, *unnamed]))
         except redis.RedisError as e:
             raise StoreError(f"pruning tracker health: {e}") from e
 
@@ -226,7 +262,8 @@ class TrackerHealth:
         b = b or _Batch()
         try:
             raw = self._script(
-                keys=[self.keys.tracker_health, self.keys.tracker_used],
+                keys=[self.keys.tracker_health, self.keys.tracker_used, self.keys.tracker_rank,
+                      self.keys.tracker_totals],
                 args=[url, b.answers, failures, outcome, repr(time.time()), self.base, self.maximum,
                       self.threshold, b.refusals, b.last_refusal, b.cut, b.cap, b.most, self.cap_confirm],
             )
@@ -235,22 +272,27 @@ class TrackerHealth:
         self._state[url] = (json.loads(raw), time.monotonic())
 
 
-def tracker_report(client: redis.Redis, keys: Keys) -> dict[str, dict]:
-    """Every tracker's health for ``status --json``, keyed by the redacted URL.
+def tracker_report(client: redis.Redis, keys: Keys, limit: int) -> dict[str, dict]:
+    """The health of the ``limit`` busiest trackers (answers + failures + refusals) for
+    ``status --json``, busiest first, keyed by the redacted URL.
 
     Per tracker: ``answers``, ``failures``, ``refusals``, ``last_refusal``
     (redacted message or None), ``backing_off``, ``until`` (unix time or
     None), ``peers_cut`` (peers dropped past the per-source bound),
     ``learned_cap`` (entries per reply the tracker was seen to cap at, or
-    None) and ``last_used`` (unix time). Raises ``StoreError``.
+    None) and ``last_used`` (unix time). Two commands of at most ``limit``
+    entries, whatever the number of trackers. Raises ``StoreError``.
     """
     try:
-        rows = client.hgetall(keys.tracker_health)
+        urls = client.zrevrange(keys.tracker_rank, 0, max(limit, 0) - 1) if limit > 0 else []
+        rows = client.hmget(keys.tracker_health, urls) if urls else []
     except redis.RedisError as e:
         raise StoreError(f"reading tracker health: {e}") from e
     now = time.time()
     out = {}
-    for url, raw in rows.items():
+    for url, raw in zip(urls, rows):
+        if raw is None:  # pruned between the two reads
+            continue
         try:
             h = json.loads(raw)
         except ValueError:
@@ -268,4 +310,25 @@ def tracker_report(client: redis.Redis, keys: Keys) -> dict[str, dict]:
             "learned_cap": int(cap) if cap else None,
             "last_used": h.get("used"),
         }
+    return out
+
+
+def tracker_others(client: redis.Redis, keys: Keys, shown: dict[str, dict]) -> dict:
+    """What every tracker not in ``shown`` (a ``tracker_report``) adds up to. Raises ``StoreError``.
+
+    ``trackers``: how many entries tracker health holds besides the shown
+    ones; ``answers``, ``failures``, ``refusals``, ``peers_cut``: the sums
+    over every entry (kept with each write and prune) less the shown ones'.
+    Two O(1) commands.
+    """
+    try:
+        p = client.pipeline(transaction=False)
+        p.hlen(keys.tracker_health)
+        p.hmget(keys.tracker_totals, [field for field, _ in SUMS])
+        count, sums = p.execute()
+    except redis.RedisError as e:
+        raise StoreError(f"reading tracker health: {e}") from e
+    out = {"trackers": max(int(count) - len(shown), 0)}
+    for (_, name), total in zip(SUMS, sums):
+        out[name] = max(int(total or 0) - sum(int(x.get(name) or 0) for x in shown.values()), 0)
     return out

@@ -4,6 +4,9 @@
 -- KEYS[1]  HASH tracker URL -> JSON {answers, failures, refusals, last_refusal,
 --          streak, until, cut, cap, used}                      (keys.tracker_health)
 -- KEYS[2]  ZSET tracker URL -> unix time last used             (keys.tracker_used)
+-- KEYS[3]  ZSET tracker URL -> answers + failures + refusals    (the traffic ranking)
+-- KEYS[4]  HASH answers, failures, refusals, cut -> their sums over the ranked
+--          entries (tracker_prune.lua takes a pruned entry's out)
 -- ARGV[1]  tracker URL
 -- ARGV[2]  answers to add (batched successes)
 -- ARGV[3]  failures to add
@@ -22,6 +25,11 @@
 -- ARGV[14] seconds a cap stands unconfirmed before a smaller capped reply may lower it
 -- Returns the new JSON.
 --
+-- The ranking and the sums let status and /metrics read the busiest trackers
+-- and "all the others" in a few commands, however many trackers the crawl
+-- knows. An entry not ranked yet (written before the ranking existed) adds
+-- its whole counts to the sums, so they stay the sums of what is ranked.
+--
 -- The cap rises with any reply that returns more: a tracker never returns
 -- more entries than its cap, so the largest reply seen is a lower bound of
 -- it, and a cap learned from a reply that was short for another reason is
@@ -36,6 +44,11 @@ for i = 2, 14 do
     if n[i] == nil or n[i] ~= n[i] then
       return redis.error_reply('tracker_health: ARGV[' .. i .. '] is not a number: ' .. tostring(ARGV[i]))
     end
+  end
+end
+for _, i in ipairs({2, 3, 9, 11}) do
+  if n[i] < 0 or n[i] ~= math.floor(n[i]) then
+    return redis.error_reply('tracker_health: ARGV[' .. i .. '] is not a whole count: ' .. tostring(ARGV[i]))
   end
 end
 local outcome = ARGV[4]
@@ -79,6 +92,15 @@ elseif outcome == 'fail' then
 end
 h.used = n[5]
 local out = cjson.encode(h)
+local ranked = redis.call('ZSCORE', KEYS[3], ARGV[1])
+local sums = {{'answers', n[2], h.answers}, {'failures', n[3], h.failures}, {'refusals', n[9], h.refusals},
+  {'cut', n[11], h.cut}}
+for _, s in ipairs(sums) do
+  local add = s[2]
+  if not ranked then add = s[3] end
+  if add ~= 0 then redis.call('HINCRBY', KEYS[4], s[1], add) end
+end
 redis.call('HSET', KEYS[1], ARGV[1], out)
 redis.call('ZADD', KEYS[2], n[5], ARGV[1])
+redis.call('ZADD', KEYS[3], h.answers + h.failures + h.refusals, ARGV[1])
 return out

@@ -147,6 +147,7 @@ class Trackers:
         self.health = TrackerHealth(
             client, keys, settings.tracker_backoff_base, settings.tracker_backoff_max, settings.tracker_backoff_after,
             cache_size=settings.tracker_cache_size, prune_after=settings.tracker_prune_seconds,
+            named_always=tuple(t.url for t in settings.trackers),
         )
         self.port = settings.announce_port or shared_port(client, keys)
         self.peer_id = b"-PC0100-" + os.urandom(12)
