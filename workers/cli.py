@@ -82,7 +82,8 @@ def worker(concurrency, max_visits, until_idle, duration) -> None:
 @click.argument("items", nargs=-1)
 @_options
 @click.option("--dashboard-host", default="127.0.0.1", show_default=True,
-              help="Where the dashboard listens (docs/dashboard.md).")
+              help="Where the dashboard listens; anything but loopback needs PEERCRAWL_DASHBOARD_TOKEN "
+                   "(docs/dashboard.md).")
 @click.option("--dashboard-port", type=click.IntRange(0, 65535), default=8650, show_default=True,
               help="The dashboard's port (0: any free port).")
 @click.option("--no-dashboard", is_flag=True, help="Do not serve the dashboard.")
@@ -100,6 +101,10 @@ def run(items, concurrency, max_visits, until_idle, duration, dashboard_host, da
     from crawler.cli.context import open_context
 
     ctx = open_context(records=True)
+    if not no_dashboard:  # refused before anything is added or crawled
+        from crawler.dashboard.access import check_bind
+
+        check_bind(dashboard_host, ctx.settings.dashboard_token, "--dashboard-host")
     from workers.process import Process, tune_gc
     from workers.progress import Progress, add_items
 
@@ -124,7 +129,7 @@ def _dashboard(ctx, host: str, port: int):
     """Serve the dashboard beside the workers, on the same gevent loop; None if the port is taken."""
     from crawler.dashboard.server import address, make_server
 
-    server = make_server(ctx.client, ctx.keys, ctx.settings, host, port)
+    server = make_server(ctx.client, ctx.keys, ctx.settings, host, port, flag="--dashboard-host")
     try:
         server.start()
     except OSError as e:

@@ -7,7 +7,7 @@ import click
 
 @click.command("dashboard")
 @click.option("--host", default="127.0.0.1", show_default=True,
-              help="Address to bind; anything but loopback should come with PEERCRAWL_DASHBOARD_TOKEN.")
+              help="Address to bind; anything but loopback (127.0.0.0/8, ::1) needs PEERCRAWL_DASHBOARD_TOKEN.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8650, show_default=True,
               help="Port to listen on (0: any free port).")
 def command(host: str, port: int) -> None:
@@ -20,14 +20,12 @@ def command(host: str, port: int) -> None:
     from crawler.dashboard.server import address, make_server
 
     ctx = open_context()
+    # Raises SettingsError (one line, exit 2) for a non-loopback --host without a token.
     server = make_server(ctx.client, ctx.keys, ctx.settings, host, port)
     try:
         server.start()
     except OSError as e:
         raise click.ClickException(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
-    if host not in ("127.0.0.1", "::1", "localhost") and ctx.settings.dashboard_token is None:
-        click.echo(f"peercrawl dashboard: warning: {host} without PEERCRAWL_DASHBOARD_TOKEN: only requests "
-                   "addressed to localhost or 127.0.0.1 are answered", err=True)
     click.echo(f"peercrawl dashboard: {address(server)}", err=True)
     import signal
 

@@ -6,9 +6,16 @@ tables with ``?format=csv&table=NAME``. Nothing here writes to Redis.
 
 Access: with a token (``PEERCRAWL_DASHBOARD_TOKEN``) every request must
 carry it as ``?token=`` (answered by a redirect that sets an HttpOnly
-cookie), as that cookie, or as ``Authorization: Bearer``. The Content
-Security Policy allows scripts, styles and data only from this origin: the
-page cannot load anything from a CDN even by mistake.
+cookie), as that cookie, or as ``Authorization: Bearer``; without one only
+this machine is served (``crawler.dashboard.access``: the connection's peer
+address decides, never a header). The Content Security Policy allows
+scripts, styles and data only from this origin: the page cannot load
+anything from a CDN even by mistake.
+
+Errors: every error answer (400, 401, 403, 404, 405, 500...) is
+``text/plain``, or JSON for the views' own 404 and 503, never HTML: a
+message that quotes the address (``month: not a YYYY-MM month: '<form…'``)
+cannot become markup in a browser.
 """
 
 from __future__ import annotations
@@ -17,35 +24,37 @@ import csv
 import hmac
 import io
 import time
+from typing import NoReturn
 from urllib.parse import urlencode
 
 import redis
 from flask import Flask, Response, abort, jsonify, redirect, render_template, request
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.openmetrics import exposition as openmetrics
+from werkzeug.exceptions import HTTPException
 
 from crawler import logs
 from crawler.counters.names import check_month, info_hash_hex
+from crawler.dashboard import access
 from crawler.dashboard.metrics import registry_for
 from crawler.dashboard.views import Views
 from crawler.errors import StoreError
+from crawler.safe_text import csv_row
 
 log = logs.get("dashboard")
 
 COOKIE = "peercrawl_token"
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
        "connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'")
-
-
-LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
+TEXT = "text/plain; charset=utf-8"
 
 
 def create_app(views: Views, token: str | None = None) -> Flask:
     """The WSGI app over ``views``; ``token``: required on every request when set.
 
-    Without a token only requests addressed to a loopback name are answered
-    (``Host: localhost`` or ``127.0.0.1``, any port): a web page elsewhere
-    cannot read the crawl through a DNS name rebound to 127.0.0.1.
+    Without a token only connections from a loopback peer address that name
+    ``localhost`` or a loopback address as ``Host`` are answered
+    (``crawler.dashboard.access``); the others get 403.
     """
     app = Flask(__name__, static_folder="static", template_folder="templates")
     app.json.sort_keys = False
@@ -54,7 +63,7 @@ def create_app(views: Views, token: str | None = None) -> Flask:
     app.after_request(_headers)
     app.register_error_handler(StoreError, _store_error)
     app.register_error_handler(redis.RedisError, _store_error)  # a read that does not wrap its errors
-    app.register_error_handler(401, _unauthorized)
+    app.register_error_handler(HTTPException, _http_error)
     _pages(app)
     _data(app, views)
     return app
@@ -63,9 +72,9 @@ def create_app(views: Views, token: str | None = None) -> Flask:
 def _check_access(token: str | None) -> Response | None:
     """None to serve the request; a redirect that moves ``?token=`` into a cookie; else 401/403."""
     if token is None:
-        host = request.host.rsplit(":", 1)[0] if not request.host.endswith("]") else request.host
-        if host.lower() not in LOOPBACK_NAMES:
-            abort(Response("without PEERCRAWL_DASHBOARD_TOKEN only loopback addresses are served\n", 403))
+        why = access.refusal(request.environ.get("REMOTE_ADDR"), request.environ.get("HTTP_HOST"))
+        if why is not None:
+            _fail(403, why)
         return None
     given = request.args.get("token")
     if given is not None:
@@ -99,9 +108,20 @@ def _store_error(e: Exception):
     return jsonify({"error": msg}), 503
 
 
-def _unauthorized(_e):
-    return Response("a token is required: open the address with ?token=PEERCRAWL_DASHBOARD_TOKEN\n", 401,
-                    {"Content-Type": "text/plain; charset=utf-8", "WWW-Authenticate": "Bearer"})
+def _fail(code: int, text: str) -> NoReturn:
+    """Answer the request with ``code`` and ``text`` (shown as plain text by ``_http_error``)."""
+    abort(code, description=text)
+
+
+def _http_error(e: HTTPException) -> Response:
+    """Every HTTP error as one line of plain text: ours (``_fail``) say what was wrong, werkzeug's
+    (404, 405, 500...) their fixed description; no HTML page, whatever the address held."""
+    if e.code == 401:
+        return Response("a token is required: open the address with ?token=PEERCRAWL_DASHBOARD_TOKEN\n", 401,
+                        {"Content-Type": TEXT, "WWW-Authenticate": "Bearer"})
+    headers = [(k, v) for k, v in e.get_headers() if k.lower() != "content-type"]  # keeps 405's Allow
+    text = " ".join(str(e.description or e.name).split())
+    return Response(f"{e.code} {e.name}: {text}\n", e.code, [*headers, ("Content-Type", TEXT)])
 
 
 def _pages(app: Flask) -> None:
@@ -161,7 +181,7 @@ def _data(app: Flask, views: Views) -> None:
     def api_operators():
         hours = request.args.get("hours", "6")
         if not (hours.isascii() and hours.isdigit()) or not 1 <= int(hours) <= 48:
-            abort(Response("hours: expected 1 to 48\n", 400))
+            _fail(400, "hours: expected 1 to 48")
         return _answer(views.operators(int(hours)))
 
     @app.get("/metrics")
@@ -184,12 +204,14 @@ def _answer(view: dict):
     name = request.args.get("table", "")
     rows = view.get("tables", {}).get(name)
     if rows is None:
-        abort(Response(f"table: expected one of {', '.join(view.get('tables', {}))}\n", 400))
+        _fail(400, f"table: expected one of {', '.join(view.get('tables', {}))}")
     buf = io.StringIO()
     fields = list(rows[0]) if rows else ["metric", "count"]
-    w = csv.DictWriter(buf, fieldnames=fields, extrasaction="ignore", lineterminator="\n")
-    w.writeheader()
-    w.writerows(rows)
+    w = csv.writer(buf, lineterminator="\n")
+    # Names are GeoIP's and trackers' (third parties): a cell a spreadsheet would run as a formula
+    # (=HYPERLINK(...), -2+3+cmd|...) is written with a leading ' (crawler.safe_text).
+    w.writerow(csv_row(fields))
+    w.writerows(csv_row(row.get(f) for f in fields) for row in rows)
     filename = f"peercrawl-{request.path.rsplit('/', 1)[-1] or 'overview'}-{name}.csv"
     return Response(buf.getvalue(), 200, {"Content-Type": "text/csv; charset=utf-8",
                                           "Content-Disposition": f'attachment; filename="{_ascii(filename)}"'})
@@ -206,13 +228,13 @@ def _month() -> str | None:
     try:
         return check_month(m)
     except ValueError as e:
-        abort(Response(f"month: {e}\n", 400))
+        _fail(400, f"month: {e}")
 
 
 def _limit(default: int = 20, most: int = 1000) -> int:
     raw = request.args.get("limit", str(default))
     if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= most:  # "²".isdigit() is True
-        abort(Response(f"limit: expected 1 to {most}\n", 400))
+        _fail(400, f"limit: expected 1 to {most}")
     return int(raw)
 
 
@@ -220,4 +242,4 @@ def _hash(h: str) -> str:
     try:
         return info_hash_hex(h)
     except ValueError:
-        abort(Response("expected a 40-hex info-hash\n", 404))
+        _fail(404, "expected a 40-hex info-hash")

@@ -10,14 +10,21 @@ from __future__ import annotations
 from gevent.pywsgi import WSGIServer
 
 from crawler import logs
+from crawler.dashboard.access import check_bind
 from crawler.dashboard.app import create_app
 from crawler.dashboard.views import Views
 
 log = logs.get("dashboard")
 
 
-def make_server(client, keys, settings, host: str = "127.0.0.1", port: int = 8650) -> WSGIServer:
-    """A started-on-``start()`` server for the namespace ``keys`` (port 0: any free port)."""
+def make_server(client, keys, settings, host: str = "127.0.0.1", port: int = 8650,
+                flag: str = "--host") -> WSGIServer:
+    """A started-on-``start()`` server for the namespace ``keys`` (port 0: any free port).
+
+    Raises ``SettingsError`` (naming ``flag`` and PEERCRAWL_DASHBOARD_TOKEN) when ``host`` is not
+    loopback and no token is set (``crawler.dashboard.access.check_bind``).
+    """
+    check_bind(host, settings.dashboard_token, flag)
     app = create_app(Views(client, keys, settings), token=settings.dashboard_token)
     # log=None: requests are not logged line by line (the page polls every few seconds).
     return WSGIServer((host, port), app, log=None, error_log=_ErrorLog())

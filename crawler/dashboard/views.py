@@ -151,7 +151,11 @@ class Views:
         minutes = self.visits_per_minute(hours, now)
         trackers = [{"tracker": url, **h, "until": _iso(h["until"]),
                      "last_used": _iso(h["last_used"]) if isinstance(h["last_used"], (int, float)) else None}
-                    for url, h in sorted(report["trackers"].items())]
+                    for url, h in report["trackers"].items()]  # busiest first, as status shows them
+        other = report.get("trackers_other") or {}
+        if other.get("trackers"):
+            trackers.append({"tracker": f"{other['trackers']} other trackers",
+                             **{f: other[f] for f in ("answers", "failures", "refusals", "peers_cut")}})
         workers = [_worker_row(w) for w in report["workers"]]
         states = [{"state": s, "count": report[s]} for s in STATES]
         quarantined = [{"info_hash": q["info_hash"], "at": _iso(q["at"]), "reason": q["reason"]}

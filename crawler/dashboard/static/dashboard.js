@@ -135,7 +135,9 @@ async function renderOverview(d) {
   const c = chart('map');
   c.setOption({
     animation: false,
-    tooltip: { trigger: 'item', formatter: p => p.data ? `${p.data.labels.join(', ')}: ${p.data.value}` : `${p.name}: 0` },
+    // A formatter's string is HTML to ECharts: the names in it are escaped (ECharts' own tooltips escape theirs).
+    tooltip: { trigger: 'item', formatter: p => echarts.format.encodeHTML(
+      p.data ? `${p.data.labels.join(', ')}: ${p.data.value}` : `${p.name}: 0`) },
     visualMap: { min: 0, max, left: 8, bottom: 8, text: ['users', ''], calculable: true,
       inRange: { color: ['#dbe7ff', '#3a6fd8', '#0b2a6b'] } },
     series: [{ type: 'map', map: 'world', roam: true, data, nameProperty: 'name', layoutCenter: ['55%', '50%'], layoutSize: '150%',
@@ -269,7 +271,9 @@ async function refresh() {
   const asked = month();
   try {
     const r = await fetch(apiPath() + query(), { credentials: 'same-origin', cache: 'no-store' });
-    const d = await r.json();
+    // Errors come as plain text (400, 403...) or as JSON {"error"} (503): shown as text either way.
+    const json = (r.headers.get('Content-Type') || '').startsWith('application/json');
+    const d = json ? await r.json() : { error: (await r.text()).trim() };
     if (seq !== latest) return;  // a newer request (another period) is on its way: drop this answer
     if (!r.ok) throw new Error(d.error || r.statusText);
     fillMonths(d.months);
