@@ -3,7 +3,10 @@
 One file per family (SPEC §4), each row one counter: its metric name exactly
 as ``stats`` prints it (month counters end in ``.<YYYY-MM>``), its period
 (``all`` or ``YYYY-MM``), the parts of the name unescaped for spreadsheets
-(``St. Louis``), and the count. Strategy: every counter lives in an index
+(``St. Louis``), and the count. Names are GeoIP's, a third party's: a cell a
+spreadsheet would read as a formula (``=HYPERLINK(...)``) is written with a
+leading ``'`` (``crawler.safe_text.csv_row``), every other character as
+stored. Strategy: every counter lives in an index
 (``crawler.counters.names``), so walking the indexes finds them all without
 scanning the keyspace: the countries index gives the per-country city and
 postcode indexes, the torrents index the per-torrent ones. Large indexes are
@@ -28,6 +31,7 @@ from crawler.counters.names import LIFETIME, hashed, metric_of, query_for, unesc
 from crawler.counters.rollup import Rollup, index_keys, member_key, sharded
 from crawler.errors import StoreError
 from crawler.keys import Keys
+from crawler.safe_text import csv_row
 
 # How far back month counters are looked for.
 MONTHS_BACK = 120
@@ -87,7 +91,7 @@ def export(client: redis.Redis, keys: Keys, out: Path, now: float | None = None)
     try:
         writers = {name: csv.writer(f, lineterminator="\n") for name, f in files.items()}
         for name, cols in FILES.items():
-            writers[name].writerow(("metric", "period", *cols, "count"))
+            writers[name].writerow(csv_row(("metric", "period", *cols, "count")))
             counts[name] = 0
         try:
             (ckey,) = index_keys(keys, LIFETIME, ("countries",))
@@ -128,7 +132,7 @@ class _Writer:
         rows = streams[0] if len(streams) == 1 else heapq.merge(*streams, key=lambda r: (-r[1], _Desc(r[0])))
         for m, n in rows:
             member = m.decode()
-            w.writerow((metric_of(q, member) + self.suffix, self.period, *parts(member), int(n)))
+            w.writerow(csv_row((metric_of(q, member) + self.suffix, self.period, *parts(member), int(n))))
             if keep:
                 self.hashes.append(member)
             self.counts[name] += 1
@@ -151,7 +155,7 @@ class _Writer:
                 for m, n in sorted(rows.items(), key=lambda kv: (-int(kv[1]), kv[0])):
                     member = m.decode()
                     parts = tuple(unescape(x) for x in member.split(".", 1))
-                    w.writerow((metric_of(q, member) + self.suffix, self.period, h, *parts, int(n)))
+                    w.writerow(csv_row((metric_of(q, member) + self.suffix, self.period, h, *parts, int(n))))
                 self.counts[name] += len(rows)
 
 

@@ -10,8 +10,16 @@ such a lookup is a read error, answered with an empty ``Place`` (the peer
 still counts for its torrent) and tallied in ``read_errors`` and
 ``last_read_error`` for the recorder to publish (``status`` shows it); it is
 not cached, so each failing lookup counts. Names are
-GeoIP's English names, raw; turning them into metric names is the counters'
-job (``crawler.counters.names``).
+GeoIP's English names, raw (control characters too: they are counts' keys,
+made harmless where they are shown); turning them into metric names is the
+counters' job (``crawler.counters.names``). The one thing checked here is
+their length: a name longer than a metric's name may hold
+(``names.MAX_NAME_BYTES``) is left out of the ``Place`` (a city or postcode:
+that part is unknown; a country: the whole place, which needs it), so a
+``Place`` from a locator never holds one. Each is tallied in
+``name_errors`` and ``last_name_error`` when the database is read for an
+address; the place is cached as it came out, so a cached answer is not
+counted again.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ import geoip2.database
 import maxminddb
 
 from crawler import logs
+from crawler.counters.names import NameTooLong, escaped_bytes, fits
 from crawler.errors import GeoError
 
 log = logs.get("geo")
@@ -36,7 +45,8 @@ _README = "see GeoLite2.mmdb.README"
 
 @dataclass(frozen=True)
 class Place:
-    """Where an IP is: English names, each ``None`` where the database does not know."""
+    """Where an IP is: English names, each ``None`` where the database does not know (from a
+    ``Locator``: or where it is longer than a metric's name may hold)."""
 
     country: str | None = None
     city: str | None = None
@@ -116,6 +126,8 @@ class Locator:
         self._db = self._reader._db_reader  # geoip2 exposes no other way to its maxminddb reader
         self.read_errors = 0
         self.last_read_error: str | None = None
+        self.name_errors = 0
+        self.last_name_error: str | None = None
         self._cached = lru_cache(maxsize=cache_size)(self._locate) if cache_size > 0 else self._locate
 
     def locate(self, ip: str) -> Place:
@@ -155,7 +167,7 @@ class Locator:
             r = self._db.get(addr)
             if r is None:
                 return NOWHERE
-            return Place(
+            place = Place(
                 country=_clean(_name(r.get("country"))),
                 city=_clean(_name(r.get("city"))),
                 postcode=_clean((r.get("postal") or {}).get("code")),
@@ -164,6 +176,28 @@ class Locator:
             # no peer address at rest (SPEC §4): the message may quote it
             msg = str(e).replace(addr, "<ip>").replace(ip, "<ip>")
             raise _ReadError(f"{self.path}: a lookup failed: {type(e).__name__}: {msg}"[:300]) from e
+        if fits(place.country or "") and fits(place.city or "") and fits(place.postcode or ""):
+            return place
+        return self._bounded(place)
+
+    def _bounded(self, place: Place) -> Place:
+        """``place`` without its names over the bound, each tallied in ``name_errors``."""
+        country, city, postcode = place.country, place.city, place.postcode
+        if country is not None and not fits(country):
+            self._name_error("country", country, "the whole place (a city or postcode needs its country)")
+            return NOWHERE
+        if city is not None and not fits(city):
+            self._name_error("city", city, "its city")
+            city = None
+        if postcode is not None and not fits(postcode):
+            self._name_error("postcode", postcode, "its postcode")
+            postcode = None
+        return Place(country, city, postcode)
+
+    def _name_error(self, part: str, name: str, unplaced: str) -> None:
+        e = NameTooLong(part, escaped_bytes(name))
+        self.name_errors += 1
+        self.last_name_error = f"{e.kind}: {self.path}: {e}; the IP counts as unplaced for {unplaced}"
 
     def cache_info(self):
         """functools cache statistics (None when the cache is off)."""

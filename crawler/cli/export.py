@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from crawler.cli.context import open_context
+from crawler.safe_text import terminal
 
 
 @click.command("export")
@@ -19,7 +20,8 @@ def command(out: Path, as_json: bool) -> None:
 
     One file per family (countries, cities, postcodes, torrents and each
     torrent's countries, cities, postcodes); columns: metric (as stats
-    prints it), period (all or YYYY-MM), the name's parts, count.
+    prints it), period (all or YYYY-MM), the name's parts, count. A cell a
+    spreadsheet would take for a formula starts with '.
     """
     from crawler.export import export
 
@@ -32,4 +34,4 @@ def command(out: Path, as_json: bool) -> None:
         click.echo(json.dumps({"out": str(out), "rows": counts}, indent=2))
         return
     for name, n in counts.items():
-        click.echo(f"{n:>10}  {out / (name + '.csv')}")
+        click.echo(terminal(f"{n:>10}  {out / (name + '.csv')}"))

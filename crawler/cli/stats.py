@@ -2,6 +2,15 @@
 
 Each query reads one sorted-set index (``crawler.counters.names``), so it
 answers in milliseconds on a Redis holding millions of counters.
+
+Metric names hold GeoIP's names, a third party's, as stored: what is printed
+is made harmless for where it goes. The table is for a terminal: control
+characters and bidirectional overrides print as ``?`` (``safe_text.terminal``;
+it is printed with click, not rich, so ``[...]`` is never markup). CSV cells a
+spreadsheet would take for a formula get a leading ``'`` (``safe_text.csv_row``),
+and on a terminal the cells are also cleaned as the table is. JSON keeps the
+names exact: it escapes C0 controls itself, and the C1 controls, bidirectional
+overrides and line separators it would pass raw are written as ``\\uXXXX``.
 """
 
 from __future__ import annotations
@@ -9,12 +18,25 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 
 import click
 
 from crawler.cli.context import open_context
 from crawler.counters import top
 from crawler.counters.names import FAMILIES
+from crawler.safe_text import csv_row, terminal
+
+# What json.dumps(ensure_ascii=False) leaves raw that a terminal acts on (C1
+# controls, DEL) or that reorders or breaks lines (bidi controls, U+2028/9).
+# Outside strings JSON is ASCII, so escaping them anywhere in the text is exact.
+_RAW_IN_JSON = re.compile("[\x7f-\x9f\u202a-\u202e\u2066-\u2069\u2028\u2029]")
+
+
+def json_text(rows) -> str:
+    """``rows`` as indented JSON, names readable (UTF-8) but every control character escaped."""
+    text = json.dumps(rows, ensure_ascii=False, indent=2)
+    return _RAW_IN_JSON.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 @click.command("stats")
@@ -43,13 +65,16 @@ def command(family: str, torrent: str | None, country: str | None, month: str | 
     except ValueError as e:
         raise click.BadParameter(str(e)) from None
     if fmt == "json":
-        click.echo(json.dumps(rows, ensure_ascii=False, indent=2))
+        click.echo(json_text(rows))
         return
     if fmt == "csv":
+        shown = terminal if click.get_text_stream("stdout").isatty() else None
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
         w.writerow(("metric", "count"))
-        w.writerows((r["metric"], r["count"]) for r in rows)
+        for r in rows:
+            metric = r["metric"] if shown is None else shown(r["metric"])
+            w.writerow(csv_row((metric, r["count"])))
         click.echo(buf.getvalue(), nl=False)
         return
     if not rows:
@@ -57,4 +82,4 @@ def command(family: str, torrent: str | None, country: str | None, month: str | 
         return
     width = max(len(str(r["count"])) for r in rows)
     for r in rows:
-        click.echo(f"{r['count']:>{width}}  {r['metric']}")
+        click.echo(f"{r['count']:>{width}}  {terminal(r['metric'])}")

@@ -10,6 +10,7 @@ import click
 from crawler.cli.context import open_context
 from crawler.lifecycle import Queue
 from crawler.operations import queue_report
+from crawler.safe_text import terminal
 
 
 @click.command("status")
@@ -86,8 +87,13 @@ def _warnings(con, r: dict) -> None:
         con.print(f"[bold red]outage:[/] {r['outage']}")
     geo = r.get("geo_errors")
     if geo:
-        con.print(f"[bold red]GeoIP read errors:[/] {geo['errors']} lookups failed (counted as unplaced); "
-                  f"last: {escape(str(geo['last']))}", soft_wrap=True)
+        kinds = geo.get("kinds") or {"read_error": geo["errors"]}
+        if kinds.get("read_error"):
+            con.print(f"[bold red]GeoIP read errors:[/] {kinds['read_error']} lookups failed (counted as unplaced); "
+                      f"last: {escape(terminal(str(geo['last'])))}", soft_wrap=True)
+        if kinds.get("name_too_long"):
+            con.print(f"[bold red]GeoIP names too long:[/] {kinds['name_too_long']} (those peers count without "
+                      "that part of their place)", soft_wrap=True)
 
 
 def _lanes_table(con, lanes: dict) -> None:
@@ -145,8 +151,6 @@ def _trackers_table(con, trackers: dict, other: dict | None = None) -> None:
     summing every other tracker. URLs are third parties' text: shown through ``terminal``."""
     from rich.markup import escape
     from rich.table import Table
-
-    from crawler.safe_text import terminal
 
     if not trackers:
         return

@@ -14,6 +14,7 @@ from crawler.errors import ItemError
 from crawler.items import info_hash
 from crawler.pins import Pins
 from crawler.queue_view import QueueView
+from crawler.safe_text import terminal
 from crawler.sources import redact
 
 
@@ -80,4 +81,5 @@ def command(hash_: str, as_json: bool, pin: bool, until: str | None, unpin: bool
             value = ", ".join(value) or "-"
         elif name == "quarantine":
             value = value["message"] + " (add --readmit HASH returns it)"
-        click.echo(f"{name:>18}  {'-' if value is None else value}")
+        # tracker URLs and visit errors are others' text: no control character reaches the terminal
+        click.echo(terminal(f"{name:>18}  {'-' if value is None else value}"))

@@ -10,7 +10,7 @@
 - ``names``: metric names, the escaping rule and the index layout.
 - ``marks``: the fingerprint secret and the dedupe marks' buckets;
   ``calls`` and ``places``: the arguments of the probe.lua, record.lua and
-  places.lua calls; ``geo_errors``: GeoIP read errors, published and reported.
+  places.lua calls; ``geo_errors``: GeoIP errors (read errors, names over the bound), published and reported.
 """
 
 from crawler.counters.marks import DEFAULT_BUCKETS, normalize_ip

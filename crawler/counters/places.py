@@ -4,12 +4,17 @@
 it) and turns each IP's record into one multiply and one XOR: see its
 docstring for the lanes. ``lua_string`` is the length-prefixed UTF-8 that
 record.lua reads names in.
+
+A name over ``names.MAX_NAME_BYTES`` never reaches a script: the locator
+drops such names (``geo.locator``), and a ``PlaceInfo`` built from a place
+that holds one anyway reads that part as unknown, as the locator would, and
+says so in ``dropped`` (the recorder counts it with the GeoIP errors).
 """
 
 from __future__ import annotations
 
 from crawler.counters.marks import Fingerprinter
-from crawler.counters.names import escape
+from crawler.counters.names import MAX_NAME_BYTES, NameTooLong, escape, escaped_bytes, fits
 
 
 class PlaceInfo:
@@ -37,14 +42,16 @@ class PlaceInfo:
     shard (``p_*``: lanes ``p_g``; a 5-byte header: bucket, place number, m).
     """
 
-    __slots__ = ("country", "country_s", "g", "gshift", "k", "nbytes", "p_bshift", "p_g", "p_m", "p_nbytes",
+    __slots__ = ("country", "country_s", "dropped", "g", "gshift", "k", "nbytes", "p_bshift", "p_g", "p_m", "p_nbytes",
                  "p_r", "p_shift", "r", "shift", "t_bshift", "t_g", "t_k", "t_nbytes", "t_oshift", "t_r",
                  "t_shift", "tail", "tr", "tshift")
 
     def __init__(self, pkey: tuple, fps: Fingerprinter):
-        c = escape(pkey[0])
-        y = escape(pkey[1]) if c is not None else None
-        z = escape(pkey[2]) if c is not None else None
+        # names over the bound read as unknown (a city or postcode needs its country)
+        self.dropped: list[NameTooLong] = []
+        c = self._bounded("country", pkey[0])
+        y = self._bounded("city", pkey[1]) if c is not None else None
+        z = self._bounded("postcode", pkey[2]) if c is not None else None
         self.country = c
         # the names as record.lua reads them (length-prefixed UTF-8; empty = unknown)
         self.country_s = None if c is None else lua_string(c)
@@ -88,6 +95,13 @@ class PlaceInfo:
         self.p_bshift = self.p_shift + 24
         self.p_nbytes = 5 + 8 * len(place)
 
+    def _bounded(self, part: str, name: str | None) -> str | None:
+        """``name`` escaped; None if unknown, blank or over the bound (noted in ``dropped``)."""
+        if name is None or fits(name.strip()):
+            return escape(name)
+        self.dropped.append(NameTooLong(part, escaped_bytes(name.strip())))
+        return None
+
 
 def _lanes(fingerprints: list[int]) -> tuple[int, int]:
     """``(g, r)``: the fingerprints in 64-bit lanes, the first in the highest, and a 1 in each lane."""
@@ -99,6 +113,11 @@ def _lanes(fingerprints: list[int]) -> tuple[int, int]:
 
 
 def lua_string(s: str) -> bytes:
-    """A length-prefixed UTF-8 string as record.lua reads it."""
+    """A length-prefixed UTF-8 string as record.lua reads it (``s``: an escaped name).
+
+    Raises ``NameTooLong`` if it is over ``MAX_NAME_BYTES``.
+    """
     b = s.encode("utf-8")
+    if len(b) > MAX_NAME_BYTES:
+        raise NameTooLong("place", len(b))
     return len(b).to_bytes(2, "big") + b

@@ -32,7 +32,8 @@ call's fixed cost and the indexes they have in common; an IP met at two
 places in one batch goes in two place calls.
 
 The calls' arguments are built in ``calls`` (a place's part of them in
-``places``); the locator's read errors are published by ``geo_errors``.
+``places``); the locator's errors (read errors, names over the bound) are
+published by ``geo_errors``.
 """
 
 from __future__ import annotations
@@ -164,7 +165,6 @@ class Recorder:
                 seen.add(got[0])
                 located.append(got)
             batch.append((info_hash, located))
-        self._geo_errors.publish(now)
         return self.record_places_many(batch, now)
 
     def record_places(self, info_hash: str, located: Iterable[tuple[bytes, object]], now: float) -> int:
@@ -201,6 +201,8 @@ class Recorder:
             part = self._probe_calls(h, self.fingerprints.torrent(h), located)
             if part is not None:
                 parts.append((i, h, part))
+        # the locator's errors, and names left out of places (``_place_info``)
+        self._geo_errors.publish(now)
         out = [0] * len(visits)
         if not parts:
             return out
@@ -327,6 +329,8 @@ class Recorder:
             if len(self._places) > 100_000:  # bounded: the world has ~100k cities
                 self._places.clear()
             info = self._places[pkey] = PlaceInfo(pkey, self.fingerprints)
+            if info.dropped:  # names over the bound, in a place not from the locator
+                self._geo_errors.dropped(info.dropped)
         return info
 
     def _run(self, now: int, calls: list[RecordBatch]) -> list[tuple[int, int]]:

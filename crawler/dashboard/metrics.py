@@ -70,8 +70,12 @@ class CrawlCollector:
         yield from _announce_cap(r.get("announce_cap"))
         yield from _rates(r["rates"])
         geo = r.get("geo_errors") or {}
+        kinds = geo.get("kinds") or {"read_error": geo.get("errors", 0)}
         yield CounterMetricFamily("peercrawl_geoip_read_errors", "GeoIP database read errors (status geo_errors).",
-                                  value=geo.get("errors", 0))
+                                  value=kinds.get("read_error", 0))
+        yield CounterMetricFamily("peercrawl_geoip_names_too_long",
+                                  "GeoIP names over a metric name's bound, counted as unknown (status geo_errors).",
+                                  value=kinds.get("name_too_long", 0))
         if geo.get("at") is not None:
             yield GaugeMetricFamily("peercrawl_geoip_last_read_error_timestamp_seconds",
                                     "When the last GeoIP read error happened.", value=geo["at"])
