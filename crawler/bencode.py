@@ -1,13 +1,42 @@
 """Bencode (BEP 3), sans-IO: bytes in, Python values out, and back.
 
 Used for HTTP tracker replies (``crawler.sources.http_codec``) and for
-``.torrent`` files. The decoder is strict because its input is untrusted:
-the whole input must be exactly one value (no trailing bytes), integers have
-no leading zeros and no ``-0`` and at most ``MAX_INT_DIGITS`` digits (Python
-refuses to convert more than 4,300 and the work is quadratic), string lengths
-are bounded by what is left of the input, and nesting depth is bounded so a
-hostile reply cannot exhaust the stack. Only ASCII digits count as digits. Dictionary keys need not be sorted (real trackers emit unsorted keys)
-but must be byte strings and unique.
+``.torrent`` files (``crawler.items``). The input is untrusted, so decoding
+is strict and bounded by construction, in one pass over the bytes:
+
+- The whole input is exactly one value (no trailing bytes); integers have no
+  leading zeros, no ``-0`` and at most ``MAX_INT_DIGITS`` ASCII digits
+  (Python refuses to convert more than 4,300, and the work is quadratic);
+  string lengths are bounded by what is left of the input; containers nest
+  at most ``MAX_DEPTH`` deep, so the recursion stays far from Python's limit.
+  Dictionary keys need not be sorted (real trackers emit unsorted keys) but
+  must be byte strings, and a key kept twice in one dictionary is refused.
+- Time: every value read counts against a budget (``max_values``): each
+  integer, string (dictionary keys included), list and dictionary, kept or
+  not. Past it the decoder stops with ``TooManyValues``, so the work is at
+  most the budget's, however the bytes are shaped (a value takes two bytes
+  at least: a 2 MiB reply could otherwise hold a million).
+- Memory: a *schema* says what is kept. ``KEEP`` decodes a whole value;
+  ``Keys`` keeps the listed keys of a dictionary and only checks the others;
+  ``Items`` keeps the first ``limit`` items of a list and counts the rest;
+  ``Each`` hands each string or integer of a list (or of lists in a list) to
+  a function and keeps nothing; ``LEAF`` keeps an integer or string but not
+  a container; ``SKIP`` keeps nothing. A value checked but not kept is
+  walked without building anything (``Skipped`` stands in for it where the
+  caller may look). So what a decode holds is what its schema keeps, plus
+  the stack of open containers, never a tree of the whole input.
+
+The schema vocabulary is ``crawler.bencode_schema``, the reader that walks
+the bytes ``crawler.bencode_reader``; this module is their front.
+
+Budgets, chosen so that no real input meets them and a hostile one costs a
+bounded fraction of a second (a value costs some 0.3 us to check, a few
+times that to keep, on the machines this runs on):
+
+- ``MAX_VALUES`` (``decode``'s default): 100,000 values. Kept whole, that
+  is at most ~10 MB of objects (empty dictionaries, the largest per byte).
+- ``.torrent`` files and tracker replies set their own (``crawler.items``,
+  ``crawler.sources.http_codec``), each explained there.
 
 Values: ``int``, ``bytes``, ``list``, ``dict`` with ``bytes`` keys. ``encode``
 also accepts ``str`` (encoded as UTF-8) and ``tuple`` for convenience, and
@@ -16,133 +45,62 @@ sorts dictionary keys as BEP 3 requires.
 
 from __future__ import annotations
 
-from crawler.errors import RemoteProtocolError
+from crawler.bencode_reader import MAX_DEPTH, MAX_INT_DIGITS, BencodeError, Reader, TooManyValues
+from crawler.bencode_schema import (
+    DICTIONARY,
+    INTEGER,
+    KEEP,
+    LEAF,
+    LIST,
+    SKIP,
+    STRING,
+    Cut,
+    Each,
+    Items,
+    Keys,
+    Record,
+    Skipped,
+)
 
-# Deeper nesting than this is never seen in trackers' replies or .torrent
-# files; it keeps the recursive decoder far from Python's recursion limit.
-MAX_DEPTH = 64
-# The largest integers real bencode holds are 64-bit sizes (20 digits); 64
-# digits leave room for any 128- or 192-bit value and stay far below
-# Python's int-conversion limit of 4,300 digits.
-MAX_INT_DIGITS = 64
+__all__ = [
+    "DICTIONARY", "INTEGER", "KEEP", "LEAF", "LIST", "MAX_DEPTH", "MAX_INT_DIGITS", "MAX_VALUES", "SKIP",
+    "STRING", "BencodeError", "Cut", "Each", "Items", "Keys", "Record", "Skipped", "TooManyValues", "decode",
+    "decode_prefix", "encode",
+]
+
+# The values ``decode`` reads unless told otherwise (see above).
+MAX_VALUES = 100_000
 
 
-class BencodeError(RemoteProtocolError):
-    """The bytes are not one well-formed bencoded value; the message says why and where."""
+def decode(data: bytes, schema: object = KEEP, *, max_values: int = MAX_VALUES) -> object:
+    """Decode exactly one bencoded value from ``data``, keeping what ``schema`` says.
 
-
-def decode(data: bytes) -> object:
-    """Decode exactly one bencoded value from ``data``.
-
-    Returns int, bytes, list or dict (bytes keys). Raises ``BencodeError``
+    Returns int, bytes, list or dict (bytes keys) under ``KEEP``; under
+    other schemas as the schema's docstring says. Raises ``BencodeError``
     naming the offset and the fault for anything malformed, including bytes
-    after the value.
+    after the value, and ``TooManyValues`` (one) past ``max_values`` values.
     """
-    if not isinstance(data, (bytes, bytearray, memoryview)):
-        raise TypeError("bencode.decode wants bytes")
-    data = bytes(data)
+    if type(data) is not bytes:
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise TypeError("bencode.decode wants bytes")
+        data = bytes(data)
     if not data:
         raise BencodeError("empty input")
-    value, end = _decode(data, 0, 0)
+    value, end = Reader(data, max_values).read(0, schema, 0)
     if end != len(data):
         raise BencodeError(f"{len(data) - end} trailing bytes after the value at offset {end}")
     return value
 
 
-def decode_prefix(data: bytes, start: int = 0) -> tuple[object, int]:
-    """Decode one value starting at ``start``; return it and the offset after it.
+def decode_prefix(data: bytes, start: int = 0, *, max_values: int = MAX_VALUES) -> tuple[object, int]:
+    """Decode one whole value starting at ``start``; return it and the offset after it.
 
-    For callers that need the raw span of a value (the ``info`` dictionary of a
-    .torrent, whose SHA-1 is the info-hash). Raises ``BencodeError``.
+    Raises ``BencodeError`` (``TooManyValues`` past ``max_values``).
     """
     data = bytes(data)
     if start >= len(data):
         raise BencodeError(f"no value at offset {start}")
-    return _decode(data, start, 0)
-
-
-def _decode(data: bytes, i: int, depth: int) -> tuple[object, int]:
-    if depth > MAX_DEPTH:
-        raise BencodeError(f"nesting deeper than {MAX_DEPTH} at offset {i}")
-    if i >= len(data):
-        raise BencodeError(f"truncated: value expected at offset {i}")
-    c = data[i]
-    if c == 0x69:  # i
-        return _int(data, i)
-    if 0x30 <= c <= 0x39:  # digit: a string
-        return _bytes(data, i)
-    if c == 0x6C:  # l
-        return _list(data, i + 1, depth)
-    if c == 0x64:  # d
-        return _dict(data, i + 1, depth)
-    raise BencodeError(f"unexpected byte {bytes([c])!r} at offset {i}")
-
-
-def _list(data: bytes, i: int, depth: int) -> tuple[list, int]:
-    """The items of a list whose ``l`` is at ``i - 1``, up to its ``e``."""
-    out: list = []
-    size = len(data)
-    while True:
-        if i >= size:
-            raise BencodeError(f"truncated: list not closed at offset {i}")
-        if data[i] == 0x65:  # e
-            return out, i + 1
-        v, i = _decode(data, i, depth + 1)
-        out.append(v)
-
-
-def _dict(data: bytes, i: int, depth: int) -> tuple[dict, int]:
-    """The entries of a dictionary whose ``d`` is at ``i - 1``, up to its ``e``."""
-    d: dict = {}
-    size = len(data)
-    while True:
-        if i >= size:
-            raise BencodeError(f"truncated: dictionary not closed at offset {i}")
-        if data[i] == 0x65:  # e
-            return d, i + 1
-        if not 0x30 <= data[i] <= 0x39:
-            raise BencodeError(f"dictionary key at offset {i} is not a byte string")
-        k, i = _bytes(data, i)
-        if k in d:
-            raise BencodeError(f"duplicate dictionary key {k[:40]!r} before offset {i}")
-        v, i = _decode(data, i, depth + 1)
-        d[k] = v
-
-
-def _digits(data: bytes, start: int, end: int, what: str) -> int:
-    """Parse data[start:end] as a canonical decimal (optional '-')."""
-    s = data[start:end]
-    neg = s[:1] == b"-"
-    body = s[1:] if neg else s
-    if not body or not body.isdigit():  # bytes.isdigit is ASCII-only
-        raise BencodeError(f"{what} at offset {start} is not a decimal number: {s[:24]!r}")
-    if len(body) > MAX_INT_DIGITS:
-        raise BencodeError(f"{what} at offset {start} has {len(body)} digits, more than {MAX_INT_DIGITS}")
-    if len(body) > 1 and body[:1] == b"0":
-        raise BencodeError(f"{what} at offset {start} has a leading zero")
-    if neg and body == b"0":
-        raise BencodeError(f"{what} at offset {start} is -0")
-    return -int(body) if neg else int(body)
-
-
-def _int(data: bytes, i: int) -> tuple[int, int]:
-    end = data.find(b"e", i + 1)
-    if end < 0:
-        raise BencodeError(f"truncated: integer at offset {i} has no 'e'")
-    return _digits(data, i + 1, end, "integer"), end + 1
-
-
-def _bytes(data: bytes, i: int) -> tuple[bytes, int]:
-    colon = data.find(b":", i)
-    if colon < 0:
-        raise BencodeError(f"truncated: string length at offset {i} has no ':'")
-    n = _digits(data, i, colon, "string length")
-    if n < 0:
-        raise BencodeError(f"string length at offset {i} is negative")
-    start = colon + 1
-    if start + n > len(data):
-        raise BencodeError(f"truncated: string at offset {i} wants {n} bytes, {len(data) - start} left")
-    return data[start : start + n], start + n
+    return Reader(data, max_values).read(start, KEEP, 0)
 
 
 def encode(obj: object) -> bytes:

@@ -1,12 +1,26 @@
 """Parsing the ITEMs of ``peercrawl add`` (SPEC §7) into info-hashes and trackers.
 
 An ITEM is a 40-hex or 32-char base32 info-hash (BitTorrent v1), a magnet
-URI (``xt=urn:btih:...``, trackers from ``tr=``), or the path of a
-``.torrent`` file (info-hash = SHA-1 of the bencoded ``info`` dictionary as it
-stands in the file; trackers from ``announce`` and ``announce-list``). Every
-failure raises ``ItemError`` with a short reason on one line: the item's text
-is shown with unprintable characters escaped (a NUL, a terminal escape, a
-byte that was not UTF-8 and arrived as a surrogate escape).
+URI, or the path of a ``.torrent`` file. Every failure raises ``ItemError``
+with a short reason on one line: the item's text is shown with unprintable
+characters escaped (a NUL, a terminal escape, a byte that was not UTF-8 and
+arrived as a surrogate escape).
+
+A magnet gives one torrent per distinct v1 topic (``xt=urn:btih:``, also
+spelled ``xt.1=``, ``xt.2=``), each with the magnet's ``tr=`` trackers; v2
+topics (``urn:btmh:``) beside a v1 one are the same torrent's v2 name and
+are passed over, a magnet with only v2 topics is refused. A ``.torrent``
+gives one: its info-hash is the SHA-1 of the bencoded ``info`` dictionary as
+it stands in the file, its trackers ``announce`` and ``announce-list``; a
+v2-only torrent (BEP 52: ``meta version`` 2 and no v1 ``pieces``) is
+refused, a hybrid one is crawled by its v1 hash.
+
+Bounds, so that no item costs more than its size warrants: trackers are
+read in one pass, de-duplicated as they come, and only until the per-torrent
+cap (``max_trackers``) is reached; the entries past it are counted
+(``Parsed.trackers_dropped``: those not equal to a kept one, as written),
+not validated. A ``.torrent`` is decoded once, keeping only what is read
+here (``_torrent_schema``), within ``TORRENT_MAX_VALUES`` values.
 """
 
 from __future__ import annotations
@@ -16,9 +30,10 @@ import errno
 import hashlib
 import re
 import stat
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import unquote_plus, urlsplit
 
 from crawler import bencode
 from crawler.envparse import tracker_url
@@ -26,9 +41,20 @@ from crawler.errors import ItemError, one_line
 
 _HEX = re.compile(r"^[0-9a-fA-F]{40}$")
 _B32 = re.compile(r"^[A-Za-z2-7]{32}$")
+_XT = re.compile(r"xt(?:\.[0-9]+)?")
 
 # A .torrent larger than this is not a torrent file (big ones are a few MiB).
 MAX_TORRENT_FILE = 64 * 1024 * 1024
+# The values (bencode's count: every integer, string, list and dictionary) a
+# .torrent may hold. libtorrent loads none past 3,000,000 tokens by default
+# (load_torrent_limits), and it counts every value as a token at least, so
+# every .torrent its clients open fits. Checking them takes 1-2 s at worst,
+# where a 64 MiB file of nested empty lists (32 million values) would take
+# ten times that.
+TORRENT_MAX_VALUES = 3_000_000
+# The most trackers read per torrent when the caller names no cap: the
+# largest PEERCRAWL_MAX_TRACKERS_PER_TORRENT allows.
+MAX_TRACKERS = 10_000
 
 
 class NewItem(NamedTuple):
@@ -41,6 +67,17 @@ class NewItem(NamedTuple):
     trackers: tuple[str, ...] = ()
 
 
+class Parsed(NamedTuple):
+    """What one ITEM names: its torrents, and how many of their trackers were past the cap.
+
+    ``trackers_dropped`` counts for each torrent of ``items`` (a magnet's
+    torrents share its trackers).
+    """
+
+    items: tuple[NewItem, ...]
+    trackers_dropped: int = 0
+
+
 def info_hash(text: str) -> str:
     """A v1 info-hash in hex or base32 -> 40 lower-case hex characters."""
     t = text.strip()
@@ -51,90 +88,149 @@ def info_hash(text: str) -> str:
     raise ItemError(f"not a 40-hex or 32-char base32 info-hash: {_short(t)}")
 
 
-def trackers_of(urls: list[str], where: str) -> tuple[str, ...]:
-    """Validated, de-duplicated tracker URLs in their first order."""
-    out: list[str] = []
-    for u in urls:
+class Trackers:
+    """Tracker URLs as they are read: validated, de-duplicated in their first order, at most ``cap`` kept.
+
+    ``add`` takes one URL; past the cap it only counts the entries that are
+    not a kept one as written (``dropped``), without validating them: each
+    costs a set look-up, never a parse. ``strict``: an unusable URL raises
+    ``ItemError`` (``where``: what to call it); else it is left out.
+    """
+
+    def __init__(self, cap: int, where: str, strict: bool):
+        self.cap, self.where, self.strict = max(1, cap), where, strict
+        self.kept: dict[str, None] = {}  # validated URL -> None, in first order
+        self.seen: set[str] = set()  # the texts of the kept ones, as written
+        self.dropped = 0
+
+    def add(self, text: str, decode: Callable[[str], str] | None = None) -> None:
+        """Read one URL as written (``decode``: how to get the URL from it, e.g. a query's escapes)."""
+        if len(self.kept) >= self.cap:
+            self.dropped += text not in self.seen
+            return
         try:
-            v = tracker_url(u.strip())
+            v = tracker_url((text if decode is None else decode(text)).strip())
         except ValueError as e:
-            raise ItemError(f"{where}: {e}") from None
-        if v not in out:
-            out.append(v)
-    return tuple(out)
+            if self.strict:
+                raise ItemError(f"{self.where}: {e}") from None
+            return
+        self.kept[v] = None
+        self.seen.add(text)
+
+    def urls(self) -> tuple[str, ...]:
+        """The kept URLs, in their first order."""
+        return tuple(self.kept)
 
 
-def parse_magnet(uri: str) -> NewItem:
-    """A magnet URI with an ``urn:btih`` topic -> NewItem."""
+def trackers_of(urls: list[str], where: str, cap: int = MAX_TRACKERS) -> tuple[str, ...]:
+    """Validated, de-duplicated tracker URLs in their first order, at most ``cap``; ``ItemError`` for a bad one."""
+    t = Trackers(cap, where, strict=True)
+    for u in urls:
+        t.add(u)
+    return t.urls()
+
+
+def parse_magnet(uri: str, max_trackers: int = MAX_TRACKERS) -> Parsed:
+    """A magnet URI -> one ``NewItem`` per distinct v1 topic, each with the magnet's trackers.
+
+    One pass over the query (``&``-separated, ``+`` and percent escapes as
+    in ``parse_qs``), in time linear in its length: ``tr=`` past
+    ``max_trackers`` distinct ones are only counted. Raises ``ItemError``
+    for a query that cannot be split, a v1 topic that is not an info-hash,
+    an unusable ``tr=`` within the cap, or no v1 topic.
+    """
     try:
         query = urlsplit(uri).query
-        params = parse_qs(query, keep_blank_values=True, strict_parsing=False)
     except ValueError as e:
         raise ItemError(f"bad magnet query: {e}") from None
-    hashes = [x[len("urn:btih:"):] for x in params.get("xt", []) if x.lower().startswith("urn:btih:")]
+    hashes: dict[str, None] = {}
+    v2 = False
+    trackers = Trackers(max_trackers, "magnet tr=", strict=True)
+    for part in query.split("&"):
+        name, _, value = part.partition("=")
+        if "%" in name or "+" in name:
+            name = unquote_plus(name)
+        if name == "tr":
+            trackers.add(value, unquote_plus)
+        elif _XT.fullmatch(name):
+            topic = unquote_plus(value)
+            scheme = topic[:9].lower()
+            if scheme == "urn:btih:":
+                hashes[info_hash(topic[9:])] = None
+            elif scheme == "urn:btmh:":
+                v2 = True
     if not hashes:
-        if any(x.lower().startswith("urn:btmh:") for x in params.get("xt", [])):
+        if v2:
             raise ItemError("magnet has only a v2 (urn:btmh) info-hash; peercrawl needs a v1 urn:btih")
         raise ItemError("magnet has no xt=urn:btih: info-hash")
-    return NewItem(info_hash(hashes[0]), trackers_of(params.get("tr", []), "magnet tr="))
+    urls = trackers.urls()
+    return Parsed(tuple(NewItem(h, urls) for h in hashes), trackers.dropped)
 
 
-def parse_torrent(data: bytes, name: str = ".torrent") -> NewItem:
-    """The bytes of a .torrent file -> NewItem."""
+def _torrent_schema(urls: Trackers) -> bencode.Keys:
+    """What a .torrent's decode keeps: ``announce``, ``announce-list``'s URLs (into ``urls``),
+    and of ``info`` its span, ``meta version`` and whether ``pieces`` is there."""
+    return bencode.Keys({
+        b"announce": bencode.LEAF,
+        b"announce-list": bencode.Each(bencode.Each(lambda v: urls.add(v.decode("utf-8", "replace"))
+                                                    if isinstance(v, bytes) else None)),
+        b"info": bencode.Keys({b"meta version": bencode.LEAF, b"pieces": bencode.SKIP}),
+    }, spans=frozenset({b"info"}))
+
+
+def parse_torrent(data: bytes, name: str = ".torrent", max_trackers: int = MAX_TRACKERS) -> Parsed:
+    """The bytes of a .torrent file -> its one ``NewItem``.
+
+    Decoded in one pass within ``TORRENT_MAX_VALUES`` values, keeping only
+    the trackers (at most ``max_trackers``; unusable URLs left out) and the
+    span of ``info``. Raises ``ItemError`` for bytes that are not one
+    bencoded dictionary with an ``info`` dictionary, past the budget, or a
+    v2-only torrent.
+    """
     name = _file(name)
     if not data.startswith(b"d"):
         raise ItemError(f"{name} is not a bencoded dictionary")
+    # One more than the cap, so an announce read after the list still goes first.
+    listed = Trackers(max_trackers + 1, "announce-list", strict=False)
     try:
-        top = bencode.decode(data)
-        span = _info_span(data)
+        top = bencode.decode(data, _torrent_schema(listed), max_values=TORRENT_MAX_VALUES)
+    except bencode.TooManyValues as e:
+        raise ItemError(f"{name} holds {e}; no real .torrent holds so many") from None
     except bencode.BencodeError as e:
         raise ItemError(f"{name} is not valid bencode: {e}") from None
-    if not isinstance(top, dict) or span is None or not isinstance(top.get(b"info"), dict):
+    info = top.get(b"info") if isinstance(top, dict) else None
+    if not isinstance(info, dict):
         raise ItemError(f"{name} has no info dictionary")
-    digest = hashlib.sha1(data[span[0]:span[1]]).hexdigest()
-    urls: list[str] = []
+    version = info.get(b"meta version")
+    if isinstance(version, int) and version >= 2 and b"pieces" not in info:
+        raise ItemError(f"{name} is a v2-only torrent (BEP 52, no v1 pieces); peercrawl crawls v1 and "
+                        "hybrid torrents by their v1 info-hash")
+    start, end = top.spans[b"info"]
+    digest = hashlib.sha1(memoryview(data)[start:end]).hexdigest()
+    urls = Trackers(max_trackers, "announce", strict=False)
     announce = top.get(b"announce")
     if isinstance(announce, bytes):
-        urls.append(announce.decode("utf-8", "replace"))
-    tiers = top.get(b"announce-list")
-    if isinstance(tiers, list):
-        for tier in tiers:
-            if isinstance(tier, list):
-                urls.extend(u.decode("utf-8", "replace") for u in tier if isinstance(u, bytes))
-    # A tracker we cannot use (wss://, garbage) should not make the whole
-    # torrent unusable: keep the usable ones.
-    good = []
-    for u in urls:
-        try:
-            good.append(tracker_url(u.strip()))
-        except ValueError:
-            continue
-    return NewItem(digest, tuple(dict.fromkeys(good)))
+        urls.add(announce.decode("utf-8", "replace"))
+    for u in listed.urls():
+        urls.add(u)
+    return Parsed((NewItem(digest, urls.urls()),), listed.dropped + urls.dropped)
 
 
-def _info_span(data: bytes) -> tuple[int, int] | None:
-    """Byte span of the top-level ``info`` value as it stands in ``data``."""
-    i = 1
-    while i < len(data) and data[i:i + 1] != b"e":
-        key, i = bencode.decode_prefix(data, i)
-        start = i
-        _, i = bencode.decode_prefix(data, i)
-        if key == b"info":
-            return start, i
-    return None
+def parse_items(text: str, base: Path | None = None, max_trackers: int = MAX_TRACKERS) -> Parsed:
+    """One ITEM -> the torrents it names; raises ``ItemError`` saying why not.
 
-
-def parse_item(text: str, base: Path | None = None) -> NewItem:
-    """One ITEM -> NewItem; raises ``ItemError`` saying why not."""
+    ``base``: the directory a relative .torrent path is read from;
+    ``max_trackers``: the most trackers read per torrent (the rest counted).
+    """
     t = text.strip()
     if len(t) == 40 and _HEX.match(t):  # the bulk case first
-        return NewItem(t.lower())
+        return Parsed((NewItem(t.lower()),))
     if not t:
         raise ItemError("empty item")
     if t.lower().startswith("magnet:"):
-        return parse_magnet(t)
+        return parse_magnet(t, max_trackers)
     if _HEX.match(t) or _B32.match(t):
-        return NewItem(info_hash(t))
+        return Parsed((NewItem(info_hash(t)),))
     if "\x00" in t:
         # No hash, magnet or file name holds one; the OS would refuse the name.
         raise ItemError(f"holds a NUL byte: {_file(t)}")
@@ -145,11 +241,19 @@ def parse_item(text: str, base: Path | None = None) -> NewItem:
     if base is not None and not path.is_absolute():
         path = base / path
     if path.suffix.lower() == ".torrent" or _exists(path):
-        return parse_torrent(_read(path, t), t)
+        return parse_torrent(_read(path, t), t, max_trackers)
     if re.fullmatch(r"[0-9a-fA-F]+", t):
         raise ItemError(f"hex info-hash must have 40 characters, this has {len(t)}: {_short(t)}")
     hint = " (and not UTF-8 text)" if _UNDECODED.search(t) else ""
     raise ItemError(f"not an info-hash, magnet URI or .torrent file{hint}: {_short(t)}")
+
+
+def parse_item(text: str, base: Path | None = None) -> NewItem:
+    """One ITEM that names one torrent -> its ``NewItem``; ``ItemError`` if it names several (use ``parse_items``)."""
+    parsed = parse_items(text, base)
+    if len(parsed.items) > 1:
+        raise ItemError(f"names {len(parsed.items)} torrents, not one: {_short(text.strip())}")
+    return parsed.items[0]
 
 
 def _exists(path: Path) -> bool:

@@ -199,12 +199,12 @@ def test_a_file_named_in_another_encoding_is_found_from_a_list(test_env, tmp_pat
 def test_any_fault_parsing_one_item_is_that_items_line(test_env, client, namespace, settings):
     # A fault no ItemError foresaw (here a RecursionError injected for one item) must cost only that item.
     code = ("import crawler.cli.add as a\n"
-            "orig = a.parse_item\n"
-            "def parse(text, base=None):\n"
+            "orig = a.parse_items\n"
+            "def parse(text, base=None, cap=64):\n"
             "    if text == 'boom':\n"
             "        raise RecursionError('maximum recursion depth exceeded\\nin comparison')\n"
-            "    return orig(text, base)\n"
-            "a.parse_item = parse\n"
+            "    return orig(text, base, cap)\n"
+            "a.parse_items = parse\n"
             "from crawler.cli import main\n"
             "main()\n")
     p = subprocess.run([sys.executable, "-c", code, "add", H[2], "boom", H[3], "--json"], env=test_env,
@@ -227,3 +227,42 @@ def test_a_line_past_the_length_cap_is_one_error_and_the_rest_is_read(test_env, 
     assert out == {"added": 2, "already_tracked": 0, "skipped_evicted": 0, "invalid": 1, **QUIET}
     assert p.stderr.strip() == f"peercrawl add: {f} line 2: longer than 4 MiB, not an item"
     assert _added(client, namespace, settings, H[5:7]) == set(H[5:7])
+
+
+def test_a_magnet_of_several_topics_adds_each_with_the_magnets_trackers(test_env, client, namespace, settings):
+    b32 = base64.b32encode(bytes.fromhex(H[12])).decode()
+    magnet = (f"magnet:?xt=urn:btih:{H[12]}&xt=urn:btmh:1220{'cd' * 32}&xt=urn:btih:{H[13]}&xt.1=urn:btih:{b32}"
+              f"&xt.2=urn:btih:{H[14]}&tr=udp%3A%2F%2Fa.example%3A1%2Fannounce&tr=http://b.example/announce")
+    p, out = run_json(test_env, "add", magnet)
+    assert p.returncode == 0 and not p.stderr, p.stderr
+    assert out == {"added": 3, "already_tracked": 0, "skipped_evicted": 0, "invalid": 0, **QUIET}
+    view = QueueView(client, Keys(namespace))
+    for h in H[12:15]:
+        assert view.state(h)[0] == "ready"
+        assert set(view.torrent(h)["trackers"]) == {"udp://a.example:1/announce", "http://b.example/announce"}
+    # Only a v2 topic: one line, nothing added.
+    p, out = run_json(test_env, "add", f"magnet:?xt=urn:btmh:1220{'cd' * 32}")
+    assert p.returncode == 1 and out["added"] == 0 and out["invalid"] == 1
+    assert p.stderr.strip() == ("peercrawl add: argument 1: magnet has only a v2 (urn:btmh) info-hash; "
+                                "peercrawl needs a v1 urn:btih")
+
+
+def test_a_4_mib_magnet_line_keeps_the_first_trackers_and_reports_the_rest(test_env, tmp_path, client, namespace,
+                                                                          settings):
+    parts = [f"magnet:?xt=urn:btih:{H[15]}&xt=urn:btih:{H[16]}"]
+    size = len(parts[0])
+    while size < 4 * 1024 * 1024 - 40:
+        parts.append(f"&tr=udp://t{len(parts) - 1}.x:1/a")
+        size += len(parts[-1])
+    n = len(parts) - 1
+    f = tmp_path / "list.txt"
+    f.write_text("".join(parts) + "\n")
+    p, out = run_json(test_env, "add", "--from", str(f), timeout=30)  # de-duplicating by list search took hours
+    assert p.returncode == 0 and "Traceback" not in p.stderr
+    assert out == {"added": 2, "already_tracked": 0, "skipped_evicted": 0, "invalid": 0,
+                   "skipped_quarantined": 0, "readmitted": 0, "trackers_dropped": 2 * (n - 64)}
+    assert p.stderr.strip() == (f"peercrawl add: {2 * (n - 64)} trackers not stored on 2 torrents "
+                                "(at most 64 per torrent, PEERCRAWL_MAX_TRACKERS_PER_TORRENT)")
+    view = QueueView(client, Keys(namespace))
+    for h in H[15:17]:
+        assert set(view.torrent(h)["trackers"]) == {f"udp://t{i}.x:1/a" for i in range(64)}

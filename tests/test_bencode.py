@@ -130,3 +130,54 @@ def test_the_longest_integer_allowed_still_decodes():
 def test_only_ascii_digits_are_digits(data):
     with pytest.raises(BencodeError):
         decode(data)
+
+
+# --- schemas: what a decode keeps ------------------------------------------------------------
+
+
+def test_keys_keeps_only_the_named_keys_and_checks_the_others():
+    data = encode({b"a": 1, b"b": [1, {b"x": b"y"}], b"c": b"z"})
+    assert decode(data, bencode.Keys({b"a": bencode.KEEP, b"c": bencode.SKIP})) == {b"a": 1, b"c": bencode.STRING}
+    # an unread value is still checked
+    with pytest.raises(BencodeError, match="leading zero"):
+        decode(b"d1:ai1e1:bli01eee", bencode.Keys({b"a": bencode.KEEP}))
+
+
+def test_a_key_kept_twice_is_refused_an_unread_one_is_not_looked_up():
+    with pytest.raises(BencodeError, match="duplicate dictionary key b'a'"):
+        decode(b"d1:ai1e1:ai2ee", bencode.Keys({b"a": bencode.KEEP}))
+    assert decode(b"d1:ai1e1:bi2e1:bi3ee", bencode.Keys({b"a": bencode.KEEP})) == {b"a": 1}
+
+
+def test_items_keeps_the_first_and_counts_the_rest():
+    got = decode(encode([[1], [2], [3], [4]]), bencode.Items(bencode.KEEP, 2))
+    assert got == [[1], [2]] and got.cut == 2
+    assert decode(encode(b"compact"), bencode.Items(bencode.KEEP, 2)) == b"compact"  # a string: kept
+    assert decode(encode({b"a": 1}), bencode.Items(bencode.KEEP, 2)) is bencode.DICTIONARY
+
+
+def test_leaf_keeps_strings_and_integers_not_containers():
+    schema = bencode.Keys({b"a": bencode.LEAF, b"b": bencode.LEAF, b"c": bencode.LEAF})
+    assert decode(encode({b"a": 7, b"b": b"x", b"c": [1, 2]}), schema) == {b"a": 7, b"b": b"x", b"c": bencode.LIST}
+
+
+def test_each_hands_on_the_leaves_of_a_list_of_lists():
+    seen = []
+    data = encode([[b"u1", 2, [b"deep"]], b"flat", [b"u2"], {b"d": b"x"}])
+    assert decode(data, bencode.Each(bencode.Each(seen.append))) is None
+    assert seen == [b"u1", 2, b"u2"]
+
+
+def test_spans_are_the_values_bytes_as_they_stand():
+    data = b"d4:infod4:name1:xe3:zzzi1ee"
+    got = decode(data, bencode.Keys({b"info": bencode.SKIP}, spans=frozenset({b"info"})))
+    start, end = got.spans[b"info"]
+    assert data[start:end] == b"d4:name1:xe" and got[b"info"] is bencode.DICTIONARY
+
+
+def test_the_budget_is_one_line_naming_where_it_ran_out():
+    with pytest.raises(bencode.TooManyValues) as e:
+        decode(b"l" + b"le" * 10 + b"e", bencode.SKIP, max_values=5)
+    assert isinstance(e.value, RemoteProtocolError) and e.value.limit == 5 and e.value.offset == 9
+    assert str(e.value) == "more than 5 values (the budget ran out at offset 9)"
+    assert decode(b"l" + b"le" * 4 + b"e", bencode.SKIP, max_values=5) is bencode.LIST

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+import time
 
+import gevent
 import pytest
 
 from crawler.sources import http_codec as h
 from crawler.sources.trackers import Trackers
+from tests import hostile
 from tests.hostile import (
     GOOD_PEERS,
     http_tracker,  # noqa: F401 (fixtures)
@@ -69,3 +72,32 @@ def test_a_tracker_url_with_a_non_ascii_name_and_query_is_sent_encoded(http_trac
     assert set(r.peers) >= set(GOOD_PEERS)
     assert http_tracker.last_host == f"xn--e1aaowdh.test:{http_tracker.port}"
     assert "passkey=%D0%BA%D0%BB%D1%8E%D1%87%20%C3%BC&" in http_tracker.last_target
+
+
+def _longest_stall(f):
+    """``f()``'s result and the longest time (CPU time of this thread) the hub went without running a
+    1 ms ticker meanwhile: how long the other greenlets of a worker would have waited."""
+    stalls = [0.0]
+
+    def tick():
+        last = time.thread_time()
+        while True:
+            gevent.sleep(0.001)
+            now = time.thread_time()
+            stalls[0], last = max(stalls[0], now - last), now
+
+    ticker = gevent.spawn(tick)
+    try:
+        return f(), stalls[0]
+    finally:
+        ticker.kill()
+
+
+_EMPTY_DICTS = b"d5:peersl" + b"de" * ((2 * 1024 * 1024 - 11) // 2) + b"ee"  # 1,048,570 of them in 2 MiB
+
+
+def test_a_2_mib_reply_of_empty_dictionaries_fails_without_stalling_the_worker(http_tracker, trackers, monkeypatch):
+    monkeypatch.setitem(hostile.HTTP_ROUTES, "/emptydicts", lambda r, p: r.send(_EMPTY_DICTS))
+    r, stall = _longest_stall(lambda: trackers.announce(http_tracker.base + "/emptydicts", os.urandom(20).hex()))
+    assert not r.ok and "HttpReplyError: reply too large to decode: more than 100,000 values" in r.error, r.error
+    assert stall < 0.25, stall  # ~0.05 s; decoding it whole held every greenlet for 0.5-1 s

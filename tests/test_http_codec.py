@@ -77,10 +77,10 @@ def test_arbitrary_structures_raise_only_typed_errors(value):
     (b"le", h.HttpReplyError, "not a dictionary"),
     (b"<html>", h.HttpReplyError, "not bencoded"),
     (b"d5:peers3:abce", h.HttpReplyError, "not a multiple of 6"),
-    (b"d6:peers6i1ee", h.HttpReplyError, "'peers6' is a int"),
+    (b"d6:peers6i1ee", h.HttpReplyError, "'peers6' is an integer"),
     (b"d8:intervali-5ee", h.HttpReplyError, "'interval' is not a non-negative integer"),
     (b"d5:peersld2:ip3:abc4:porti1eeee", h.HttpReplyError, "not an IP address"),
-    (b"d5:peersli1eee", h.HttpReplyError, "peer 0 is a int"),
+    (b"d5:peersli1eee", h.HttpReplyError, "peer 0 is an integer"),
 ])
 def test_malformations_named(body, exc, why):
     with pytest.raises(exc, match=why):

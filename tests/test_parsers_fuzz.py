@@ -18,14 +18,14 @@ import struct
 from datetime import timedelta
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from crawler import bencode
 from crawler.cli.add import _sources
 from crawler.errors import ItemError, RemoteProtocolError
-from crawler.items import MAX_TORRENT_FILE, parse_item, parse_torrent
+from crawler.items import MAX_TORRENT_FILE, parse_items, parse_torrent
 from crawler.queue_view import HISTORY_ENTRY, NOT_REPORTED, history
 from crawler.sources import http_codec as h
 from crawler.sources import udp_codec as u
@@ -90,6 +90,220 @@ def test_bencode_numbers_past_the_cap(n, prefix):
         assert "more than" in str(e)
     else:
         raise AssertionError("a number past MAX_INT_DIGITS was accepted")
+
+
+# --- bencode: what a schema keeps, and the budget -------------------------------
+
+KEY_NAMES = [b"a", b"b", b"ip", b"port", b"peers", b"info"]
+tree = st.recursive(
+    st.integers(-(10**30), 10**30) | st.binary(max_size=12),
+    lambda c: st.lists(c, max_size=6) | st.dictionaries(st.sampled_from(KEY_NAMES), c, max_size=4),
+    max_leaves=40,
+)
+
+
+def _schemas():
+    """Random schemas: every kind, limits below and past list lengths, Each over lists of lists."""
+    base = st.sampled_from([bencode.KEEP, bencode.LEAF, bencode.SKIP, "each", "each2"])
+    return st.recursive(base, lambda c: st.one_of(
+        st.tuples(c, st.none() | st.integers(0, 8)).map(lambda t: bencode.Items(*t)),
+        st.dictionaries(st.sampled_from(KEY_NAMES), c, max_size=3).map(bencode.Keys),
+    ), max_leaves=6)
+
+
+def _values(v) -> int:
+    """How many values bencode counts in ``v``: each integer, string, list, dictionary and key."""
+    if isinstance(v, list):
+        return 1 + sum(map(_values, v))
+    if isinstance(v, dict):
+        return 1 + len(v) + sum(map(_values, v.values()))
+    return 1
+
+
+def _skipped(v):
+    return {int: bencode.INTEGER, bytes: bencode.STRING, list: bencode.LIST, dict: bencode.DICTIONARY}[type(v)]
+
+
+def _model(v, schema, calls: list):
+    """What ``schema`` keeps of the fully decoded ``v``, built by hand: the reference of the decoder."""
+    if schema is bencode.KEEP:
+        return v
+    if schema in ("each", "each2"):
+        if isinstance(v, list):
+            for x in v:
+                if schema == "each" and not isinstance(x, (list, dict)):
+                    calls.append(x)
+                elif schema == "each2" and isinstance(x, list):
+                    _model(x, "each", calls)
+            return None
+        return _skipped(v)
+    if isinstance(v, list):
+        if isinstance(schema, bencode.Items):
+            limit = len(v) if schema.limit is None else schema.limit
+            return ([_model(x, schema.item, calls) for x in v[:limit]], max(0, len(v) - limit))
+        return bencode.LIST
+    if isinstance(v, dict):
+        if isinstance(schema, bencode.Keys):
+            return {k: _model(x, schema.fields[k], calls) for k, x in v.items() if k in schema.fields}
+        return bencode.DICTIONARY
+    return _skipped(v) if schema is bencode.SKIP else v
+
+
+def _real(schema, calls: list):
+    """The schema the decoder takes for a test one ("each": leaves into ``calls``)."""
+    if schema == "each":
+        return bencode.Each(calls.append)
+    if schema == "each2":
+        return bencode.Each(bencode.Each(calls.append))
+    if isinstance(schema, bencode.Items):
+        return bencode.Items(_real(schema.item, calls), schema.limit)
+    if isinstance(schema, bencode.Keys):
+        return bencode.Keys({k: _real(x, calls) for k, x in schema.fields.items()})
+    return schema
+
+
+def _plain(got):
+    """A decode's result in the model's terms (a Cut as (items, cut))."""
+    if isinstance(got, bencode.Cut):
+        return ([_plain(x) for x in got], got.cut)
+    if isinstance(got, dict):
+        return {k: _plain(x) for k, x in got.items()}
+    if isinstance(got, list):
+        return [_plain(x) for x in got]
+    return got
+
+
+@BOUNDED
+@given(tree, _schemas())
+def test_a_schema_keeps_exactly_what_it_names(v, schema):
+    # Dictionary keys as encode sorts them: the model walks them in that order too.
+    v = bencode.decode(bencode.encode(v), max_values=10**6)
+    want_calls: list = []
+    want = _model(v, schema, want_calls)
+    calls: list = []
+    got = bencode.decode(bencode.encode(v), _real(schema, calls), max_values=10**6)
+    assert _plain(got) == want and calls == want_calls
+
+
+@BOUNDED
+@given(tree, _schemas(), st.integers(-3, 3))
+def test_the_budget_counts_every_value_kept_or_not(v, schema, off):
+    # Past the budget by a few values, at it, or under it: whatever the schema keeps.
+    n = _values(v)
+    budget = max(0, n + off)
+    try:
+        bencode.decode(bencode.encode(v), _real(schema, []), max_values=budget)
+    except bencode.TooManyValues as e:
+        assert n > budget and e.limit == budget and str(e).isprintable()
+    else:
+        assert n <= budget
+
+
+@BOUNDED
+@given(_bencode_tokens() | nested | st.binary(max_size=300))
+def test_checking_without_keeping_finds_the_same_faults_as_decoding(data):
+    # A skipped value is checked as a kept one is: same message, bar duplicate keys (not checked
+    # where no value is kept). The budget likewise, in both.
+    def outcome(schema):
+        try:
+            bencode.decode(data, schema, max_values=50)
+        except bencode.BencodeError as e:
+            return str(e)
+        return None
+
+    kept, skipped = outcome(bencode.KEEP), outcome(bencode.SKIP)
+    if kept is not None and "duplicate dictionary key" in kept:
+        return
+    assert skipped == kept
+    if data[:1] == b"d":
+        assert outcome(bencode.Keys({})) == kept
+
+
+@SMALL
+@given(st.integers(0, bencode.MAX_DEPTH * 2), st.sampled_from([b"l", b"d1:a"]),
+       st.sampled_from([bencode.KEEP, bencode.SKIP, bencode.Keys({b"x": bencode.KEEP}),
+                        bencode.Keys({b"x": bencode.Items(bencode.SKIP)})]))
+@example(bencode.MAX_DEPTH, b"l", bencode.SKIP).via("the deepest allowed")
+@example(bencode.MAX_DEPTH + 1, b"l", bencode.SKIP).via("one deeper")
+@example(bencode.MAX_DEPTH + 1, b"d1:a", bencode.KEEP).via("one deeper")
+def test_nesting_past_the_cap_is_refused_kept_or_skipped(depth, opener, schema):
+    # The outer dictionary is at depth 0, so the deepest container is at ``depth``.
+    data = b"d1:x" + opener * depth + b"i1e" + b"e" * depth + b"e"
+    try:
+        bencode.decode(data, schema)
+    except bencode.BencodeError as e:
+        assert "nesting deeper than" in str(e) and depth > bencode.MAX_DEPTH
+    else:
+        assert depth <= bencode.MAX_DEPTH
+
+
+@SMALL
+@given(st.integers(0, 30), st.integers(0, 40), st.integers(0, 3))
+def test_a_peer_list_past_the_limit_is_counted_not_kept(limit, n, junk):
+    # Entries past the limit may be anything well-formed (never looked at); the reply's budget
+    # still counts them.
+    good = [{b"ip": b"10.0.0.%d" % (i % 250), b"port": 1 + i, b"peer id": b"x" * 20} for i in range(n)]
+    tail = [[b"junk"] * junk, {b"ip": [1, 2]}, 7][: junk]
+    r = h.parse_announce_reply(bencode.encode({b"peers": good + tail if n >= limit else good}), limit)
+    assert r.peers == tuple((f"10.0.0.{i % 250}", 1 + i) for i in range(min(n, limit)))
+    assert r.cut == max(0, n + (len(tail) if n >= limit else 0) - limit)
+
+
+# --- magnets and .torrent trackers: the cap applied while reading ---------------------------------
+
+GOOD_URLS = [f"udp://t{i}.example:{i + 1}/announce" for i in range(12)]
+url_pool = st.sampled_from(GOOD_URLS + ["wss://x/y", "udp://h:99999/a", ""])
+
+
+@BOUNDED
+@given(st.lists(url_pool, max_size=40), st.integers(1, 8),
+       st.lists(st.sampled_from(["0" * 40, "1" * 40, "a" * 40, "urn:btmh"]), min_size=1, max_size=6))
+def test_magnet_trackers_are_the_first_cap_distinct_and_the_rest_counted(urls, cap, topics):
+    from urllib.parse import quote
+
+    m = "magnet:?" + "&".join(
+        [("xt=urn:btmh:1220" + "ab" * 32) if t == "urn:btmh" else f"xt=urn:btih:{t}" for t in topics]
+        + ["tr=" + quote(u, safe="") for u in urls])
+    hashes = list(dict.fromkeys(t for t in topics if t != "urn:btmh"))
+    # The model: read in order until cap distinct are kept (a bad one before that refuses the
+    # magnet); after, each entry not written as a kept one is counted.
+    kept: dict[str, None] = {}
+    dropped, bad = 0, False
+    for url in urls:
+        if len(kept) >= cap:
+            dropped += url not in kept
+        elif url in GOOD_URLS:
+            kept[url] = None
+        else:
+            bad = True
+            break
+    try:
+        parsed = parse_items(m, None, cap)
+    except ItemError as e:
+        _one_line_item_error(e)
+        assert bad or not hashes
+        return
+    assert not bad and [i.info_hash for i in parsed.items] == hashes
+    assert all(i.trackers == tuple(kept) for i in parsed.items) and parsed.trackers_dropped == dropped
+
+
+tier = st.lists(st.one_of(url_pool.map(str.encode), st.integers(0, 3), st.just([b"udp://deep.example:1/a"])),
+                max_size=5)
+
+
+@BOUNDED
+@given(st.none() | url_pool.map(str.encode), st.lists(tier | st.just(b"udp://flat.example:1/a"), max_size=12),
+       st.integers(1, 8))
+def test_torrent_trackers_are_the_first_cap_usable_ones_announce_first(announce, tiers, cap):
+    info = {b"name": b"x", b"piece length": 16384, b"pieces": b"\0" * 20, b"length": 1}
+    d = {b"info": info, b"announce-list": tiers}
+    if announce is not None:
+        d[b"announce"] = announce
+    # Only strings at the second level of announce-list are trackers; unusable ones are left out.
+    listed = [announce] + [u for t in tiers if isinstance(t, list) for u in t if isinstance(u, bytes)]
+    usable = [u.decode() for u in listed if u is not None and u.decode() in GOOD_URLS]
+    (item,) = parse_torrent(bencode.encode(d), "x.torrent", cap).items
+    assert item.trackers == tuple(dict.fromkeys(usable))[:cap]
 
 
 # --- BEP 15 replies ----------------------------------------------------------
@@ -208,18 +422,19 @@ def _one_line_item_error(e: ItemError) -> None:
 @given(item_text)
 def test_item_texts_raise_only_one_line_item_errors(text):
     try:
-        item = parse_item(text)
+        parsed = parse_items(text)
     except ItemError as e:
         _one_line_item_error(e)
     else:
-        assert len(item.info_hash) == 40 and all(t.isprintable() for t in item.trackers)
+        for item in parsed.items:
+            assert len(item.info_hash) == 40 and all(t.isprintable() for t in item.trackers)
 
 
 @BOUNDED
 @given(_bencode_tokens().map(lambda b: b"d" + b) | nested | st.binary(max_size=200))
 def test_torrent_bytes_raise_only_item_errors(data):
     try:
-        item = parse_torrent(data, "x.torrent")
+        (item,) = parse_torrent(data, "x.torrent").items
     except ItemError as e:
         _one_line_item_error(e)
     else:
@@ -250,7 +465,7 @@ def test_from_files_raise_only_one_line_item_errors(data):
         try:
             if isinstance(text, ItemError):
                 raise text
-            parse_item(text, base)
+            parse_items(text, base)
         except ItemError as e:
             _one_line_item_error(e)
 
@@ -260,7 +475,7 @@ def test_a_torrent_file_past_the_size_cap_is_refused_unread(tmp_path):
     with p.open("wb") as f:  # sparse: past the cap without writing it
         f.truncate(MAX_TORRENT_FILE + 1)
     try:
-        parse_item(str(p))
+        parse_items(str(p))
     except ItemError as e:
         assert "larger than 64 MiB" in str(e)
     else:

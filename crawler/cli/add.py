@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -13,7 +13,7 @@ import click
 
 from crawler.cli.context import open_context
 from crawler.errors import ItemError
-from crawler.items import NewItem, parse_item, trackers_of
+from crawler.items import NewItem, parse_items, trackers_of
 from crawler.lanes import USER_LANES
 from crawler.lifecycle import Queue
 
@@ -99,10 +99,13 @@ def admit(ctx, sources: Iterator[tuple[str, str | ItemError, Path | None]], *, r
     ``sources`` yields ``(where, text or ItemError, base directory)`` as
     ``_sources`` does. Each bad item, whatever went wrong while parsing it, is
     one line on stderr (``who: where: reason``) and counts as ``invalid``; the
-    good ones are still added. ``extra`` trackers are added to every item.
+    good ones are still added; an item that names several torrents (a magnet
+    with several ``xt=urn:btih:``) adds each. ``extra`` trackers are added to
+    every item.
     ``lane``: the lane of every item, tracked ones moved into it (None: new
     ones normal, tracked ones keep theirs).
-    Trackers past PEERCRAWL_MAX_TRACKERS_PER_TORRENT are reported in one line.
+    Trackers past PEERCRAWL_MAX_TRACKERS_PER_TORRENT (not read past it, or
+    not stored) are reported in one line.
     """
     queue = Queue(ctx.client, ctx.keys, ctx.settings)
     counts = {"added": 0, "already_tracked": 0, "skipped_evicted": 0, "invalid": 0,
@@ -113,34 +116,16 @@ def admit(ctx, sources: Iterator[tuple[str, str | ItemError, Path | None]], *, r
         counts["trackers_dropped"] += n
         capped.add(item.info_hash)
 
-    def good() -> Iterator[NewItem]:
-        for where, text, base in sources:
-            try:
-                if isinstance(text, ItemError):
-                    raise text
-                item = parse_item(text, base)
-            except ItemError as e:
-                counts["invalid"] += 1
-                click.echo(f"{who}: {where}: {e}", err=True)
-                continue
-            except Exception as e:  # noqa: BLE001 - a fault in one item's parsing costs that item, not the batch
-                counts["invalid"] += 1
-                click.echo(f"{who}: {where}: cannot parse this item: {type(e).__name__}: "
-                           + " ".join(str(e).split())[:200], err=True)
-                continue
-            if extra:
-                item = NewItem(item.info_hash, tuple(dict.fromkeys(item.trackers + extra)))
-            yield item
-
+    good = _items(sources, ctx.settings.max_trackers_per_torrent, extra, who, counts, dropped)
     progress = _progress() if show_progress else None
     if progress is not None:
         with progress:
             task = progress.add_task("adding", total=None)
-            for _, status in queue.add_stream(good(), readmit=readmit, on_dropped=dropped, lane=lane):
+            for _, status in queue.add_stream(good, readmit=readmit, on_dropped=dropped, lane=lane):
                 counts[status] += 1
                 progress.advance(task)
     else:
-        for _, status in queue.add_stream(good(), readmit=readmit, on_dropped=dropped, lane=lane):
+        for _, status in queue.add_stream(good, readmit=readmit, on_dropped=dropped, lane=lane):
             counts[status] += 1
     if counts["trackers_dropped"]:
         n, t = counts["trackers_dropped"], len(capped)
@@ -148,6 +133,35 @@ def admit(ctx, sources: Iterator[tuple[str, str | ItemError, Path | None]], *, r
                    f"(at most {ctx.settings.max_trackers_per_torrent} per torrent, "
                    "PEERCRAWL_MAX_TRACKERS_PER_TORRENT)", err=True)
     return counts
+
+
+def _items(sources: Iterator[tuple[str, str | ItemError, Path | None]], cap: int, extra: tuple[str, ...],
+           who: str, counts: dict[str, int], dropped: Callable[[NewItem, int], None]) -> Iterator[NewItem]:
+    """The torrents of the good ITEMs of ``sources``, each with ``extra`` trackers added.
+
+    A bad item is one line on stderr and counts as ``invalid``; trackers read
+    no further than ``cap`` per torrent, those past it handed to ``dropped``.
+    """
+    for where, text, base in sources:
+        try:
+            if isinstance(text, ItemError):
+                raise text
+            parsed = parse_items(text, base, cap)
+        except ItemError as e:
+            counts["invalid"] += 1
+            click.echo(f"{who}: {where}: {e}", err=True)
+            continue
+        except Exception as e:  # noqa: BLE001 - a fault in one item's parsing costs that item, not the batch
+            counts["invalid"] += 1
+            click.echo(f"{who}: {where}: cannot parse this item: {type(e).__name__}: "
+                       + " ".join(str(e).split())[:200], err=True)
+            continue
+        for item in parsed.items:
+            if parsed.trackers_dropped:
+                dropped(item, parsed.trackers_dropped)
+            if extra:
+                item = NewItem(item.info_hash, tuple(dict.fromkeys(item.trackers + extra)))
+            yield item
 
 
 @click.command("add")
@@ -165,7 +179,8 @@ def admit(ctx, sources: Iterator[tuple[str, str | ItemError, Path | None]], *, r
 @click.option("--json", "as_json", is_flag=True, help="Print the counts as JSON.")
 def command(items: tuple[str, ...], from_file: BinaryIO | None, trackers: tuple[str, ...], readmit: bool,
             lane: str | None, as_json: bool) -> None:
-    """Add torrents: ITEM is a 40-hex or base32 info-hash, a magnet URI or a .torrent file.
+    """Add torrents: ITEM is a 40-hex or base32 info-hash, a magnet URI (each of its
+    xt=urn:btih: hashes) or a .torrent file.
 
     A torrent already tracked keeps its score, state and lane (its trackers
     are merged; ``--lane`` moves it). Bad items are reported one per line on stderr; the good ones are

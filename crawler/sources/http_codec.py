@@ -11,6 +11,7 @@ Malformations raise ``HttpReplyError``; a tracker that answers with
 
 from __future__ import annotations
 
+import functools
 import re
 import socket
 import urllib.parse
@@ -104,32 +105,64 @@ def _text(v: object) -> str:
     return one_line(v.decode("utf-8", "replace") if isinstance(v, bytes) else repr(v), 300)
 
 
+# The values one reply may hold (bencode's budget; its docstring says what
+# counts). A 200-peer reply holds ~10 values compact and ~1,400 as
+# dictionaries (ip, port, peer id); a tracker that ignores numwant and lists
+# 10,000 peers as dictionaries (70,000) still fits. Checking 100,000 values
+# takes some 30-60 ms; past them the reply is refused, where a 2 MiB reply of
+# a million empty values would hold the event loop for a second.
+REPLY_MAX_VALUES = 100_000
+
+_PEER = bencode.Keys({b"ip": bencode.LEAF, b"port": bencode.LEAF})
+
+
+@functools.lru_cache(maxsize=256)
+def _reply_schema(limit: int | None) -> bencode.Keys:
+    """What is kept of a reply: the fields read below, and at most ``limit`` entries of a ``peers`` list."""
+    leaf = bencode.LEAF
+    return bencode.Keys({b"failure reason": leaf, b"warning message": leaf, b"interval": leaf,
+                         b"min interval": leaf, b"complete": leaf, b"incomplete": leaf,
+                         b"peers": bencode.Items(_PEER, limit), b"peers6": leaf})
+
+
+def _kind(v: object) -> str:
+    """What a decoded value is, with its article, for a message."""
+    if isinstance(v, bencode.Skipped):
+        return ("an " if v.kind[0] == "i" else "a ") + v.kind
+    return {bytes: "a string", int: "an integer", list: "a list", dict: "a dictionary"}.get(
+        type(v), f"a {type(v).__name__}")
+
+
 def parse_announce_reply(body: bytes, limit: int | None = None) -> HttpAnnounceReply:
     """Parse a bencoded announce reply.
 
     ``peers`` may be compact (BEP 23) or a list of dictionaries with ``ip`` and
     ``port``; ``peers6`` (BEP 7) adds IPv6 entries. Raises ``TrackerRefused``
     for ``failure reason``, ``HttpReplyError`` (or its cause ``BencodeError``,
-    also a ``RemoteProtocolError``) for anything malformed.
+    also a ``RemoteProtocolError``) for anything malformed, and for a reply of
+    more than ``REPLY_MAX_VALUES`` values.
 
     ``limit``: at most this many entries of each of ``peers`` and ``peers6``
-    are decoded (and checked); the rest are counted in ``cut``. Decoding every
-    entry of a 2 MiB reply (349,504 of them) blocks the event loop for about a
-    second. A compact list that is not whole entries is refused as a whole,
-    as without a limit.
+    are decoded (and checked); the rest are counted in ``cut``. The limit
+    applies while the reply is decoded: entries of a ``peers`` list past it
+    are checked as bencode and counted, never built, and of every dictionary
+    only the keys read here are kept. A compact list that is not whole
+    entries is refused as a whole, as without a limit.
     """
     try:
-        d = bencode.decode(body)
+        d = bencode.decode(body, _reply_schema(limit), max_values=REPLY_MAX_VALUES)
+    except bencode.TooManyValues as e:
+        raise HttpReplyError(f"reply too large to decode: {e}") from None
     except bencode.BencodeError as e:
         raise HttpReplyError(f"reply is not bencoded: {e}") from None
     if not isinstance(d, dict):
-        raise HttpReplyError(f"reply is a {type(d).__name__}, not a dictionary")
+        raise HttpReplyError(f"reply is {_kind(d)}, not a dictionary")
     if b"failure reason" in d:
         raise TrackerRefused(f"tracker refused: {_text(d[b'failure reason'])}")
     peers: list[Peer] = []
     cut = 0
 
-    def bounded(entries, size: int = 1):
+    def bounded(entries: bytes, size: int) -> bytes:
         nonlocal cut
         n = len(entries) // size
         if limit is None or n <= limit or len(entries) % size:
@@ -141,13 +174,14 @@ def parse_announce_reply(body: bytes, limit: int | None = None) -> HttpAnnounceR
     try:
         if isinstance(raw, bytes):
             peers.extend(parse_compact(bounded(raw, 6), socket.AF_INET))
-        elif isinstance(raw, list):
-            peers.extend(_dict_peers(bounded(raw)))
+        elif isinstance(raw, bencode.Cut):
+            peers.extend(_dict_peers(raw))
+            cut += raw.cut
         else:
-            raise HttpReplyError(f"'peers' is a {type(raw).__name__}")
+            raise HttpReplyError(f"'peers' is {_kind(raw)}")
         raw6 = d.get(b"peers6", b"")
         if not isinstance(raw6, bytes):
-            raise HttpReplyError(f"'peers6' is a {type(raw6).__name__}, not a byte string")
+            raise HttpReplyError(f"'peers6' is {_kind(raw6)}, not a byte string")
         peers.extend(parse_compact(bounded(raw6, 18), socket.AF_INET6))
     except PeerListError as e:
         raise HttpReplyError(str(e)) from None
@@ -167,7 +201,7 @@ def _dict_peers(items: list) -> list[Peer]:
     out = []
     for i, p in enumerate(items):
         if not isinstance(p, dict):
-            raise HttpReplyError(f"peer {i} is a {type(p).__name__}, not a dictionary")
+            raise HttpReplyError(f"peer {i} is {_kind(p)}, not a dictionary")
         ip, port = p.get(b"ip"), p.get(b"port")
         if not isinstance(ip, bytes) or not isinstance(port, int) or not 0 <= port <= 65535:
             raise HttpReplyError(f"peer {i} lacks a valid ip/port: {p!r:.80}")
