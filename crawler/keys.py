@@ -183,8 +183,8 @@ class Keys:
         return self.ready if lane == "normal" else self._k("ready", lane)
 
     def lane_members(self, lane: str) -> str:
-        """ZSET info-hash -> 0: the torrents of ``lane`` (high, low or discovered; a torrent in none
-        is in the normal lane)."""
+        """ZSET info-hash -> its due time while it cools, else 0 (claim.lua's due index of the lane):
+        the torrents of ``lane`` (high, low or discovered; a torrent in none is in the normal lane)."""
         if lane == "normal":
             raise ValueError("the normal lane has no member set: it is every torrent of no other lane")
         return self._k("lane", lane)

@@ -9,6 +9,21 @@ so the shares hold across calls and workers). A torrent keeps its lane for
 life unless ``add --lane`` moves it (an evicted one keeps it until its
 tombstone is forgotten).
 
+A lane's due torrents count as ready ones, and claims move the due queue
+(``cooling``, shared by every lane) into the ready sets oldest first, a few
+per claim: a backlog of one lane there would hide the torrents of a higher
+lane behind it. So a lane's member set is also its due index: a torrent's
+score there is its due time while it cools (0 otherwise), and a claim that
+finds more due than it moves also moves each marked lane's own oldest due
+torrents (more than it takes, so a lane never runs out within a claim while
+it has due ones). The normal lane has no member set, so a new torrent of
+another lane skips the due queue and enters its lane's ready set at once: a
+bulk add to the low or discovered lane never stands before normal torrents
+there. What is left: normal torrents due after a backlog of low or
+discovered revisits in the due queue (revisits that fell due while no
+worker claimed, as through an outage) wait until claims have moved that
+backlog into ready, 2n + 8 due torrents per claim of n.
+
 Sharded: each shard offers its first non-empty lane's best (``offer``), so
 a claim goes to a shard with a higher lane first, and a shard's claim
 stops where the lane it began in runs out, so the claim goes on in the

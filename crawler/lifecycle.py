@@ -18,7 +18,10 @@ item), so one call stays short whatever a setting or flag says.
 
 A new torrent is admitted into ``cooling`` due at once, with no held score:
 it counts as ready from that instant, and admission costs one ZADD per batch.
-The next claims move it into ``ready`` (where scores are compared).
+The next claims move it into ``ready`` (where scores are compared). A new
+torrent of the high, low or discovered lane goes to its lane's ready set at
+once instead, so a bulk add to one lane never sits in the due queue ahead of
+another lane's torrents (``crawler.lanes``).
 
 A claim's token is the torrent's claim count after the claim. Extend,
 complete, fail and release check it, so a worker whose lease expired (and
@@ -87,7 +90,9 @@ from crawler.shard_tops import ShardTops
 # so a backlog of due torrents drains as fast as workers claim, while each
 # claim stays a few tens of microseconds of Redis time however large the
 # backlog (a fixed 200 per claim made every claim of one cost ~1 ms while a
-# million new torrents waited).
+# million new torrents waited). While more than that are due, it also moves
+# up to n + 1 of each of the high, low and discovered lanes' own due
+# torrents (claim.lua), so no lane's torrents wait behind another's.
 HOUSEKEEPING_BUDGET = 200
 # Most torrents one claim call may lease. claim.lua slices any size; this
 # bounds one call's Redis time (a claim of 2,000 also moves up to 4,008 due
@@ -102,13 +107,15 @@ ADD_PIPELINE = 4
 
 @dataclass(frozen=True)
 class Lease:
-    """A claimed torrent: its info-hash, score at claim, lease token, and the unix time of the
-    claim (0: unknown; the visit's round trip is then not counted, crawler/queue_rates.py)."""
+    """A claimed torrent: its info-hash, score at claim, lease token, the unix time of the
+    claim (0: unknown; the visit's round trip is then not counted, crawler/queue_rates.py) and
+    its lane at the claim ("": unknown)."""
 
     info_hash: str
     score: float
     token: int
     claimed: float = 0.0
+    lane: str = ""
 
 
 ADD_STATUS = {"a": "added", "t": "already_tracked", "e": "skipped_evicted", "r": "added",
@@ -158,7 +165,7 @@ class Queue:
         """
         cap = self.settings.max_trackers_per_torrent
         keys = [k.ready, k.cooling, k.leases, k.evicted, k.tombstones, k.quarantined, k.quarantine, k.expiries,
-                *self._lane_keys(k)]
+                *self._lane_keys(k), k.since]
         args: list = [repr(now), "1" if readmit else "0", cap, lane or "", "1" if move else "0"]
         cut: list[int] = []
         for item in items:
@@ -276,10 +283,20 @@ class Queue:
         return [k.ready_in(lane) for lane in MARKED] + [k.lane_members(lane) for lane in MARKED]
 
     @staticmethod
+    def _member_keys(k: Keys, lease: Lease) -> list[str]:
+        """The member sets a script that puts ``lease``'s torrent back to cooling writes its due time
+        to (each is also its lane's due index, ``claim.lua``): its lane's, none for the normal lane,
+        all three when its lane is unknown. A torrent moved to another lane while in flight is
+        then left out of its new lane's index: claims find it in the due queue's order."""
+        if lease.lane == "normal":
+            return []
+        return [k.lane_members(lease.lane)] if lease.lane in MARKED else [k.lane_members(x) for x in MARKED]
+
+    @staticmethod
     def _leases(flat: list, now: float) -> list[Lease]:
         """The leases of a claim.lua reply (its last element, the shard's offer, left out)."""
-        return [Lease(flat[i].decode(), float(flat[i + 1]), int(flat[i + 2]), now)
-                for i in range(0, len(flat) - 2, 3)]
+        return [Lease(flat[i].decode(), float(flat[i + 1]), int(flat[i + 2]), now, flat[i + 3].decode())
+                for i in range(0, len(flat) - 1, 4)]
 
     def _choose(self, now: float, tried: set[int]) -> int | None:
         """The shard to claim from next (``ShardTops``), after the housekeeping of every stale
@@ -359,7 +376,7 @@ class Queue:
         k = self.keys.for_torrent(h)
         return dict(
             keys=[k.leases, k.held, k.claims, k.cooling, k.evicted, k.tombstones, k.torrent(h), k.trackers(h),
-                  k.visits, k.expiries, k.history(h), k.rates, k.atrisk],
+                  k.visits, k.expiries, k.history(h), k.rates, k.atrisk, *self._member_keys(k, lease)],
             args=[h, lease.token, repr(multiplier(result, self.settings)), repr(self.settings.evict_below),
                   repr(now), repr(due), int(math.ceil(self.settings.tombstone_seconds)),
                   "" if seeders is None else seeders, "" if leechers is None else leechers, peers, _minute(now),
@@ -431,7 +448,8 @@ class Queue:
         k = self.keys.for_torrent(lease.info_hash)
         try:
             done = bool(self._defer(
-                keys=[k.leases, k.claims, k.cooling, k.expiries, k.torrent(lease.info_hash), k.failed_visits],
+                keys=[k.leases, k.claims, k.cooling, k.expiries, k.torrent(lease.info_hash), k.failed_visits,
+                      *self._member_keys(k, lease)],
                 args=[lease.info_hash, lease.token, repr(due), repr(now), _minute(now), error[:200]]))
         except redis.RedisError as e:
             raise StoreError(f"recording a failed visit failed: {e}") from e
@@ -446,7 +464,7 @@ class Queue:
         """
         k = self.keys.for_torrent(lease.info_hash)
         try:
-            done = bool(self._defer(keys=[k.leases, k.claims, k.cooling, k.expiries],
+            done = bool(self._defer(keys=[k.leases, k.claims, k.cooling, k.expiries, *self._member_keys(k, lease)],
                                     args=[lease.info_hash, lease.token, repr(due)]))
         except redis.RedisError as e:
             raise StoreError(f"deferring a torrent failed: {e}") from e

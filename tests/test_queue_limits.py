@@ -143,7 +143,7 @@ def test_every_queue_script_at_its_largest_values_conserves_every_torrent(client
     ca = q._claim_args(CONCURRENCY_MAX, now)
     ca["args"][2], ca["args"][3] = CONCURRENCY_MAX, 2 * CONCURRENCY_MAX + 8
     flat = claim_lua(**ca)
-    assert len(flat) == 3 * CONCURRENCY_MAX + 1  # and the shard's offer
+    assert len(flat) == 4 * CONCURRENCY_MAX + 1  # and the shard's offer
     assert client.zcard(keys.leases) == CONCURRENCY_MAX and client.zcard(keys.ready) == n - CONCURRENCY_MAX
     assert_conserved(client, keys, everyone)
 
@@ -160,7 +160,7 @@ def test_every_queue_script_at_its_largest_values_conserves_every_torrent(client
     assert_conserved(client, keys, everyone)
     ca = q._claim_args(CONCURRENCY_MAX, later)
     ca["args"][3] = 2 * CONCURRENCY_MAX + 8
-    assert len(claim_lua(**ca)) == 3 * CONCURRENCY_MAX + 1
+    assert len(claim_lua(**ca)) == 4 * CONCURRENCY_MAX + 1
     ca = q._claim_args(0, later + s.lease_seconds + 1)
     ca["args"][3] = 2 * CONCURRENCY_MAX + 8
     claim_lua(**ca)

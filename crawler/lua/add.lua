@@ -10,8 +10,10 @@
 -- KEYS[8] expiries    HASH info-hash -> leases expired in a row
 -- KEYS[9..11]  the ready ZSETs of the high, low and discovered lanes (KEYS[1] is
 --              the normal lane's)
--- KEYS[12..14] the members of the high, low and discovered lanes
--- KEYS[15..]        the torrent HASH, trackers SET and history STRING of each
+-- KEYS[12..14] the members of the high, low and discovered lanes (info-hash ->
+--              its due time while it cools, else 0: claim.lua's due index)
+-- KEYS[15] since       ZSET info-hash -> time it became ready
+-- KEYS[16..]        the torrent HASH, trackers SET and history STRING of each
 --                   item that has trackers, or of every item when
 --                   re-admitting (only those items' keys are touched, so the
 --                   others need none)
@@ -31,9 +33,13 @@
 --
 -- A new torrent enters the due queue (cooling, due now) with no held score,
 -- which means score 1.0: it is ready from this instant (status counts it
--- so) and the next claims move it into the ready set. A tracked torrent
--- keeps its score and state; a re-admitted quarantined one keeps its held
--- score.
+-- so) and the next claims move it into the ready set. A new torrent of the
+-- high, low or discovered lane enters its lane's ready set at once (score
+-- 1.0): claims move the due queue oldest first, so a bulk add to one lane
+-- would otherwise hide the torrents of a higher lane added after it
+-- (claim.lua finds a marked lane's due torrents through its index, but the
+-- normal lane has none). A tracked torrent keeps its score and state; a
+-- re-admitted quarantined one keeps its held score.
 --
 -- The whole batch is parsed and checked, and every state and tracker set
 -- read, before the first write; every multi-value command is sliced (Lua's
@@ -56,7 +62,7 @@ local members_of = {KEYS[12], nil, KEYS[13], KEYS[14]}
 
 -- Parse and size the batch.
 local items, hashes = {}, {}
-local nkeys = 14
+local nkeys = 15
 local a = 6
 while a <= #ARGV do
   local h, k = ARGV[a], tonumber(ARGV[a + 1])
@@ -95,12 +101,13 @@ local qu = read('ZMSCORE', KEYS[6], hashes)
 
 local out, dropped = {}, {}
 local due = {}                    -- ZADD arguments: due time, member, ...
+local since = {}                  -- ZADD arguments of the since set: now, member, ...
 local unevict, unquarantine = {}, {}
 local persist = {}                -- keys whose eviction expiry is lifted
 local seen = {}
 local sets = {}                   -- trackers key -> {count, planned = {url = true}, adds = {}}
 local to = LANES[lane]            -- the lane number items go to (nil: none given)
-local unmark, mark = {{}, {}, {}, {}}, {{}, {}, {}, {}}   -- member sets: ZREM / ZADD (0, h) per lane
+local unmark, mark = {{}, {}, {}, {}}, {{}, {}, {}, {}}   -- member sets: ZREM / ZADD (score, h) per lane
 local unready, reready = {{}, {}, {}, {}}, {{}, {}, {}, {}} -- ready sets: ZREM / ZADD (score, h) per lane
 for i, item in ipairs(items) do
   local h = item.h
@@ -117,15 +124,26 @@ for i, item in ipairs(items) do
     status = 'a'
   end
   if not seen[h] then
-    if status == 'a' or status == 'r' or status == 'q' then
+    local from = lane_now[i] or 2
+    local fresh = status == 'a' or status == 'r' or status == 'q'
+    local moving = to and to ~= from and status ~= 'e' and (move or fresh)
+    local into = moving and to or from
+    local direct = status == 'a' and members_of[into] ~= nil  -- new, of a marked lane: ready at once
+    if direct then
+      table.insert(reready[into], '1')
+      table.insert(reready[into], h)
+      since[#since + 1] = now
+      since[#since + 1] = h
+    elseif fresh then
       due[#due + 1] = now
       due[#due + 1] = h
     end
-    local from = lane_now[i] or 2
-    if to and to ~= from and status ~= 'e' and (move or status == 'a' or status == 'r' or status == 'q') then
+    -- its score in its lane's member set: its due time while it cools (claim.lua's due index)
+    local cools = (fresh and not direct) and now or co[i] or 0
+    if moving then
       if members_of[from] then table.insert(unmark[from], h) end
       if members_of[to] then
-        table.insert(mark[to], 0)
+        table.insert(mark[to], cools)
         table.insert(mark[to], h)
       end
       if in_ready[i] then
@@ -133,6 +151,9 @@ for i, item in ipairs(items) do
         table.insert(reready[to], rd[i])
         table.insert(reready[to], h)
       end
+    elseif fresh and members_of[from] then  -- admitted again in its lane
+      table.insert(mark[from], cools)
+      table.insert(mark[from], h)
     end
     if status == 'r' then
       unevict[#unevict + 1] = h
@@ -183,6 +204,7 @@ each('HDEL', KEYS[7], unquarantine)
 each('HDEL', KEYS[8], unquarantine)
 for key, set in pairs(sets) do each('SADD', key, set.adds) end
 each('ZADD', KEYS[2], due)
+each('ZADD', KEYS[15], since)
 for l = 1, 4 do
   if members_of[l] then
     each('ZREM', members_of[l], unmark[l])

@@ -30,7 +30,8 @@
 -- KEYS[13..15] the ready ZSETs of the high, low and discovered lanes (KEYS[1]
 --          is the normal lane's)
 -- KEYS[16..18] the members of the high, low and discovered lanes (ZSETs,
---          info-hash -> 0; a torrent in none is in the normal lane)
+--          info-hash -> its due time while it cools, else 0; a torrent in
+--          none is in the normal lane)
 -- KEYS[19] lane credit HASH lane -> claims owed to it (its guaranteed share)
 --
 -- ARGV[1] now, ARGV[2] lease deadline, ARGV[3] how many to claim,
@@ -51,7 +52,23 @@
 -- one (the most owed first). Credits live in KEYS[19], so the shares hold
 -- across calls and workers.
 --
--- Returns a flat list: info-hash, score (string), token, ... for each claim,
+-- A lane's due torrents count as its ready ones. Housekeeping reads the due
+-- queue oldest first, so a backlog of one lane's due torrents (a bulk add,
+-- a crawl behind its revisits) would hide another lane's behind it. So a
+-- lane's member set doubles as its due index: a cooling torrent's score
+-- there is its due time (add.lua, complete.lua and defer.lua write it,
+-- housekeeping sets it back to 0 as the torrent leaves cooling). When the
+-- due queue holds more than this call's budget, each of the high, low and
+-- discovered lanes also brings its own oldest n + 1 due torrents to ready:
+-- more than one claim takes, so no lane runs out within a claim while it has
+-- due torrents left. An entry that disagrees with the due queue is put
+-- right (it is only an index: the due queue says what is cooling). The
+-- normal lane has no member set; its due torrents are found in the due
+-- queue's order.
+--
+-- Returns a flat list: info-hash, score (string), token, lane, ... for each
+-- claim (its lane's name: the scripts that settle the visit write the due
+-- time to that lane's index),
 -- then what the shard offers next (how a sharded claimer picks its next
 -- shard, crawler/shard_tops.py): the best ready score after the claim of
 -- its first non-empty lane, as (4 - lane number) + score / (1 + score), so
@@ -99,11 +116,40 @@ end
 
 local expired, expired_at = due(KEYS[4])
 local cooled, cooled_at = due(KEYS[3])
+-- index: per marked lane, {score, member, ...} to write back into its member set
+local index = {{}, nil, {}, {}}
+if budget > 0 and #cooled >= budget then
+  -- the due queue goes on past this call's budget: every marked lane's own oldest due too
+  local seen = {}
+  for j = 1, #cooled do seen[cooled[j]] = true end
+  local found, found_in = {}, {}
+  for _, l in ipairs({1, 3, 4}) do
+    local flat = redis.call('ZRANGEBYSCORE', members_of[l], '(0', ARGV[1], 'LIMIT', 0, math.min(budget, n + 1))
+    for j = 1, #flat do
+      if not seen[flat[j]] then
+        seen[flat[j]] = true
+        found[#found + 1] = flat[j]
+        found_in[#found_in + 1] = l
+      end
+    end
+  end
+  local at = read('ZMSCORE', KEYS[3], found)
+  for j = 1, #found do
+    if at[j] and number(at[j], 'due time of ' .. found[j]) <= now then
+      cooled[#cooled + 1] = found[j]
+      cooled_at[#cooled_at + 1] = at[j]
+    else  -- not cooling, or not due yet: its entry is put right below
+      local r = index[found_in[j]]
+      r[#r + 1] = at[j] or '0'
+      r[#r + 1] = found[j]
+    end
+  end
+end
 local old = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', ARGV[5], 'LIMIT', 0, budget)
 local expired_held = read('HMGET', KEYS[7], expired)
 local streaks = read('HMGET', KEYS[9], expired)
 local cooled_held = read('HMGET', KEYS[7], cooled)
--- the lane of each torrent housekeeping brings to ready
+-- the lane of each torrent housekeeping brings to ready; it leaves its lane's due index
 local back = {}
 for j = 1, #expired do back[#back + 1] = expired[j] end
 for j = 1, #cooled do back[#back + 1] = cooled[j] end
@@ -111,7 +157,14 @@ local lane_of = {}
 for _, l in ipairs({1, 3, 4}) do
   local in_lane = read('ZMSCORE', members_of[l], back)
   for j = 1, #back do
-    if in_lane[j] then lane_of[back[j]] = l end
+    if in_lane[j] then
+      lane_of[back[j]] = l
+      if tonumber(in_lane[j]) ~= 0 then
+        local r = index[l]
+        r[#r + 1] = '0'
+        r[#r + 1] = back[j]
+      end
+    end
   end
 end
 local tops = {}
@@ -235,6 +288,7 @@ for j = 1, take do
   out[#out + 1] = c[1]
   out[#out + 1] = c[2]
   out[#out + 1] = tostring(counts[j])
+  out[#out + 1] = LANES[c[5]]
 end
 
 -- Writes. A quarantined torrent keeps its held score; a claimed one gets
@@ -255,7 +309,10 @@ each('ZREM', KEYS[5], old)
 each('HDEL', KEYS[6], old)
 each('HDEL', KEYS[8], old)
 each('HDEL', KEYS[9], old)
-for _, l in ipairs({1, 3, 4}) do each('ZREM', members_of[l], old) end  -- forgotten: no lane either
+for _, l in ipairs({1, 3, 4}) do
+  each('ZADD', members_of[l], index[l])
+  each('ZREM', members_of[l], old)  -- forgotten: no lane either
+end
 each('ZADD', KEYS[4], leases)
 each('HSET', KEYS[7], held)
 each('HSET', KEYS[8], tokens)

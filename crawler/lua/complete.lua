@@ -32,6 +32,10 @@
 -- KEYS[11] history    STRING of this torrent's last visits
 -- KEYS[12] rates      HASH per-minute counts (crawler/queue_rates.py)
 -- KEYS[13] atrisk     ZSET info-hash -> time from which a visit without peers evicts it
+-- KEYS[14..] (optional) member sets of the high, low or discovered lane (the
+--          torrent's, or all three when its lane is not known): a torrent
+--          back to cooling gets its due time there (claim.lua's due index
+--          of its lane)
 --
 -- ARGV[1] info-hash, ARGV[2] token, ARGV[3] multiplier, ARGV[4] threshold,
 -- ARGV[5] now, ARGV[6] due time, ARGV[7] tombstone seconds,
@@ -143,6 +147,7 @@ if evict then
 end
 redis.call('HSET', KEYS[2], h, text)
 redis.call('ZADD', KEYS[4], ARGV[6], h)
+for j = 14, #KEYS do redis.call('ZADD', KEYS[j], 'XX', ARGV[6], h) end  -- only its lane's set has it
 if risk ~= (record[5] or '') then
   if risk ~= '' then
     redis.call('ZADD', KEYS[13], risk, h)

@@ -7,7 +7,10 @@
 -- trackers all inside the min interval they gave, no DHT), which counts
 -- neither a visit nor a failure (4 keys, 3 args); Queue.fail, for a visit no
 -- source answered, which cools for the short retry delay and counts the
--- failure and keeps its reason on the torrent (6 keys, 6 args).
+-- failure and keeps its reason on the torrent (6 keys, 6 args). Either may
+-- add up to 3 keys: member sets of the high, low or discovered lane (the
+-- torrent's, or all three when its lane is not known); the torrent gets its
+-- due time there (claim.lua's due index of its lane).
 --
 -- KEYS[1] leases   ZSET info-hash -> lease deadline
 -- KEYS[2] claims   HASH info-hash -> times claimed (the lease token)
@@ -15,6 +18,7 @@
 -- KEYS[4] expiries HASH info-hash -> leases expired in a row
 -- KEYS[5] torrent  HASH of this torrent                    (a failure only)
 -- KEYS[6] failed   HASH unix minute -> failed visits       (a failure only)
+-- then (optional) member sets of lanes (ZSETs)
 --
 -- ARGV[1] info-hash, ARGV[2] token, ARGV[3] due time; a failure also
 -- ARGV[4] now, ARGV[5] minute, ARGV[6] error text
@@ -23,9 +27,11 @@
 -- argument is checked before the first write.
 
 local h = ARGV[1]
-local failure = #KEYS == 6
+local failure = #ARGV == 6
+local lanes = failure and 7 or 5  -- the first member set's index
 local due = tonumber(ARGV[3])
-if not due or due ~= due or (#KEYS ~= 4 and not failure)  -- due ~= due: NaN
+-- (due ~= due: NaN)
+if not due or due ~= due or (#ARGV ~= 3 and not failure) or #KEYS < lanes - 1 or #KEYS > lanes + 2
     or (failure and not (tonumber(ARGV[4]) and tonumber(ARGV[5]) and ARGV[6])) then
   return redis.error_reply('defer.lua: bad arguments')
 end
@@ -38,6 +44,7 @@ if failure and not (tonumber(redis.call('HGET', KEYS[5], 'failed_visits') or '0'
 end
 redis.call('ZREM', KEYS[1], h)
 redis.call('ZADD', KEYS[3], ARGV[3], h)
+for j = lanes, #KEYS do redis.call('ZADD', KEYS[j], 'XX', ARGV[3], h) end  -- only its lane's set has it
 redis.call('HDEL', KEYS[4], h)
 if failure then
   redis.call('HINCRBY', KEYS[5], 'failed_visits', 1)
