@@ -13,6 +13,7 @@ of it.
 from __future__ import annotations
 
 import signal
+import time
 import urllib.parse
 
 import gevent
@@ -87,14 +88,29 @@ class HoldingProxy:
         self.server.stop(timeout=1)
 
 
+class ExitedFirst(Exception):
+    """The process finished (exit status 0) before it sent the commands the proxy was to pass."""
+
+
 def kill_when_held(redis_url: str, commands: int, start, settle: float = 0.0):
     """Start a process with ``start(url)`` (a ``subprocess.Popen``) on a proxy to ``redis_url`` that
     passes its first ``commands`` commands, SIGKILL it once the proxy holds (after ``settle``
-    seconds, for the passed commands to run), and return the dead process."""
+    seconds, for the passed commands to run), and return the dead process.
+
+    Raises ``ExitedFirst`` when the process exited 0 before sending that many (a worker
+    ``--until-idle`` that finished its work in fewer round trips: how many depends on how the
+    machine's load batched them); fails the test when it exited otherwise or never got there.
+    """
     proxy = HoldingProxy(redis_url, commands)
     child = start(proxy.url)
     try:
-        assert proxy.held.wait(60), "the process should reach Redis through the proxy"
+        deadline = time.monotonic() + 60
+        while not proxy.held.wait(0.2) and time.monotonic() < deadline:
+            if child.poll() is not None:
+                if child.returncode == 0 and not proxy.held.is_set():
+                    raise ExitedFirst(f"exited 0 before its first {commands} commands")
+                break
+        assert proxy.held.is_set(), f"the process should reach Redis through the proxy (exit {child.poll()})"
         if settle:
             gevent.sleep(settle)
         child.send_signal(signal.SIGKILL)

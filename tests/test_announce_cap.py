@@ -56,8 +56,10 @@ def test_two_processes_share_one_evenly_spaced_schedule(redis_url, client, keys,
     times = sorted(t for t, _ in sends)
     assert len(times) == 20 * 4 * 2 + 20 * 4  # every announce granted
     # 200 requests/s, two per announce (itself and its withdrawal): 100 announces/s,
-    # one every 10 ms; the clients' reply times add a millisecond or two of jitter.
-    assert min(b - a for a, b in zip(times, times[1:])) > 0.007
+    # one every 10 ms. Each send time is the reply's arrival plus its wait, so a busy
+    # machine's late replies add jitter (up to ~4 ms seen with the suite on both cores);
+    # a cap that granted two places at once would leave a gap of ~0.
+    assert min(b - a for a, b in zip(times, times[1:])) > 0.004
     assert most_in_a_second(times) <= 102
     rate = (len(times) - 1) / (times[-1] - times[0])
     assert 95 <= rate <= 102

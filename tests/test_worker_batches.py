@@ -19,7 +19,7 @@ import uuid
 import pytest
 import redis
 
-from tests.holding_proxy import kill_when_held
+from tests.holding_proxy import ExitedFirst, kill_when_held
 from tests.mmdb import write_city_db
 from tests.namespaces import delete_namespace
 from tests.opentracker import opentracker  # noqa: F401 (fixture)
@@ -61,7 +61,10 @@ def test_a_worker_killed_mid_round_trip_loses_nothing_and_counts_nothing_twice(t
                    PEERCRAWL_QUEUE_SHARDS="3")
         try:
             pcj(env, "add", *hashes)
-            at_kill = crawl_killed_after(env, redis_url, commands)
+            try:
+                at_kill = crawl_killed_after(env, redis_url, commands)
+            except ExitedFirst:  # every torrent visited before that command: no kill to check here
+                continue
             users = {m: c for m, c in counter(env, "torrents").items() if m.endswith(".users")}
             visited = sum(pcj(env, "torrent", ih)["visits"] for ih in hashes)
             # recorded but not completed: counted peers of torrents whose visit never completed
