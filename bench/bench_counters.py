@@ -7,9 +7,10 @@ each, places already resolved, so geolocation is out of the comparison):
 
 - seed_rtt: one command per round trip;
 - seed_pipelined: the same commands pipelined (all GETs, then the writes);
-- ours: ``Recorder.record_places`` (a read-only probe of each IP's group
-  record, one round trip; then one Lua call per batch of ~800 pairs for the
-  IPs that might count, a visit's batches pipelined in one round trip).
+- ours: ``Recorder.record_places_many``, one visit a call (a read-only
+  probe of each IP's group record, one round trip; then one Lua call per
+  batch of ~800 pairs for the IPs that might count, a visit's batches
+  pipelined in one round trip).
 
 Each runs "all new" visits (fresh IPs) and "all seen" visits (the same visits
 again), in interleaved rounds (ours, pipelined, one-per-round-trip on the
@@ -169,7 +170,7 @@ def main() -> None:
             # interleaved rounds on the same machine moment; ratios per round, then the median
             rows = []
             for g, rg in zip(groups, rtt_groups):
-                r_ours = rate(lambda h, p: ours.record_places(h, p, NOW), g)
+                r_ours = rate(lambda h, p: ours.record_places_many([(h, p)], NOW), g)
                 r_pipe = rate(seed.visit_pipelined, g)
                 r_rtt = rate(seed.visit_rtt, rg)
                 rows.append((r_ours, r_pipe, r_rtt, r_ours / r_pipe, r_ours / r_rtt))
@@ -198,8 +199,8 @@ def main() -> None:
         ip0 = 0x0D000000
         h = "ab" * 20
         for i in range(0, n_marks, 1000):
-            mem.record_places(h, [(ipaddress.IPv4Address(ip0 + j).packed, one_country)
-                                  for j in range(i, min(n_marks, i + 1000))], NOW)
+            mem.record_places_many([(h, [(ipaddress.IPv4Address(ip0 + j).packed, one_country)
+                                         for j in range(i, min(n_marks, i + 1000))])], NOW)
         ours_delta = client.info("memory")["used_memory"] - base
         ours_bytes, ours_keys = memory(client, keys.mark_buckets_match, None, rng)
         seed_prefix = keys.scratch("seedmem") + ":"

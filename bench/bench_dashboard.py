@@ -78,7 +78,7 @@ def fill(client, keys, settings, torrents: int, places: int, visits: int, rng: r
             ip += 1
             peers.append((ipaddress.IPv4Address(ip).packed, order[(v * PEERS + j) % len(order)]))
         h = f"{rng.randrange(torrents):040x}"
-        rec.record_places(h, peers, MONTHS[v % 2])
+        rec.record_places_many([(h, peers)], MONTHS[v % 2])
     return {"torrents": torrents, "places": places, "visits_recorded": visits, "peers_per_visit": PEERS,
             "add_s": round(added_s, 1), "record_s": round(time.perf_counter() - t, 1),
             "redis_used_memory_mb": round(int(client.info("memory")["used_memory"]) / 2**20, 1)}

@@ -249,7 +249,7 @@ def recording(client: redis.Redis, url: str, rounds: int, per_round: int, rng) -
                 for n, rec in recs.items():
                     t = time.perf_counter()
                     for h, peers in group:
-                        rec.record_places(h, peers, NOW)
+                        rec.record_places_many([(h, peers)], NOW)
                     rows[n][label].append(len(group) / (time.perf_counter() - t))
     finally:
         for k in layouts.values():

@@ -12,7 +12,7 @@ in alternating rounds of the same run:
 The recorder does not pass a ``Wait`` yet; the benchmark makes it send its
 record.lua calls through ``run_pipelined(..., wait=)`` as it will (a lone
 call too, which it sends as a plain EVALSHA today), in both modes alike.
-The peers are located before the clock starts (``record_places``), so the
+The peers are located before the clock starts (``record_places_many``), so the
 figures are the recording's round trips, not GeoIP lookups.
 
     python bench/bench_wait.py            # 2,000 visits per round
@@ -94,7 +94,7 @@ def latency(rec: Recorder, visits: list[list]) -> dict:
     took = []
     for i, located in enumerate(visits):
         start = time.perf_counter()
-        rec.record_places(f"{i:040x}", located, time.time())
+        rec.record_places_many([(f"{i:040x}", located)], time.time())
         took.append(time.perf_counter() - start)
     took.sort()
     return {"p50_ms": round(1000 * took[len(took) // 2], 3), "p99_ms": round(1000 * took[int(len(took) * 0.99)], 3)}
@@ -106,7 +106,7 @@ def throughput(rec: Recorder, visits: list[list], counted: Counted) -> dict:
     before = counted.calls
     start = time.perf_counter()
     for i, located in enumerate(visits):
-        pool.spawn(rec.record_places, f"{i + 10**6:040x}", located, time.time())
+        pool.spawn(rec.record_places_many, [(f"{i + 10**6:040x}", located)], time.time())
     pool.join()
     took = time.perf_counter() - start
     return {"visits_per_s": round(len(visits) / took, 1),

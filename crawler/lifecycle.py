@@ -408,32 +408,6 @@ class Queue:
             raise StoreError(f"completing a visit failed: {e}") from e
         return self._completed(lease, reply, due, now)
 
-    def complete_and_claim(self, lease: Lease, result: Outcome, count: int = 1, *, peers: int = 0,
-                           seeders: int | None = None, leechers: int | None = None, due: float | None = None,
-                           now: float | None = None) -> tuple[tuple[str, float | None], list[Lease]]:
-        """``complete`` then ``claim(count)`` in one round trip (two atomic steps).
-
-        For a claimer that goes straight on to the next torrent.
-        """
-        now = time.time() if now is None else now
-        count = max(0, min(count, MAX_CLAIM))
-        try:
-            i = self._choose(now, set()) if self.keys.shards > 1 and count else 0
-            calls = [(self._complete, self._complete_args(lease, result, peers, seeders, leechers, due, now))]
-            if i is not None:
-                calls.append((self._claim, self._claim_args(count, now, self.keys.shard(i))))
-            done, *claimed = lua.run_pipelined(self.client, [(script, a["keys"], a["args"]) for script, a in calls])
-        except redis.RedisError as e:
-            raise StoreError(f"completing a visit and claiming failed: {e}") from e
-        leases: list[Lease] = []
-        if claimed:
-            self.tops.note(i, claimed[0][-1], now)
-            leases = self._leases(claimed[0], now)
-        if len(leases) < count and self.keys.shards > 1:
-            # that shard had less than it seemed (the claim was counted there, unless none was sent)
-            leases += self._claim_shards(count - len(leases), now, asked=i is None)
-        return self._completed(lease, done, due, now), leases
-
     def _arrived(self, info_hash: str, at: float, now: float, score: float | None = None) -> None:
         """This process put ``info_hash`` back, claimable at ``at``: its shard's estimate knows at once.
 

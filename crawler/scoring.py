@@ -1,9 +1,9 @@
 """Scoring, once per visit (SPEC §2), as pure functions.
 
-``outcome`` classifies a visit; ``next_score`` applies the multiplier and the
-eviction threshold. ``complete.lua`` applies the same multiplication on the
-Redis side (atomically with the state change); these functions are what the
-worker calls to choose the multiplier, and what the tests check Redis against.
+``outcome`` classifies a visit; ``multiplier`` is its outcome's factor.
+``complete.lua`` applies the multiplication and the eviction threshold on the
+Redis side (atomically with the state change, with staged eviction and
+pins); these functions are what the worker calls to choose the multiplier.
 
 Boundaries with the defaults: 0.5**7 = 0.0078 stays, 0.5**8 = 0.0039 is
 evicted (the 8th visit in a row with no peers); 0.8**23 = 0.0059 stays,
@@ -63,9 +63,3 @@ def multiplier(o: Outcome, settings: Settings) -> float:
         Outcome.SOME: settings.multiplier_some,
         Outcome.FULL: settings.multiplier_full,
     }[o]
-
-
-def next_score(score: float, o: Outcome, settings: Settings) -> tuple[float, bool]:
-    """The score after a visit and whether the torrent is evicted."""
-    new = score * multiplier(o, settings)
-    return new, new < settings.evict_below

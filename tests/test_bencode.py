@@ -103,9 +103,22 @@ def test_decode_prefix_gives_span():
     assert data[start:end] == b"d4:name1:xe"
 
 
+def _lists(n: int) -> bytes:
+    """``n`` lists, each the only item of the one around it."""
+    return b"l" * n + b"e" * n
+
+
 def test_depth_limit_is_module_constant():
-    ok = b"l" * bencode.MAX_DEPTH + b"e" * bencode.MAX_DEPTH
-    assert decode(ok) is not None
+    deepest: list = []
+    for _ in range(bencode.MAX_DEPTH):
+        deepest = [deepest]
+    # MAX_DEPTH lists nested in the outermost one decode, whole ...
+    assert decode(_lists(bencode.MAX_DEPTH + 1)) == deepest
+    assert decode(_lists(bencode.MAX_DEPTH)) == deepest[0]
+    # ... one more is refused where it opens
+    with pytest.raises(BencodeError, match=f"^nesting deeper than {bencode.MAX_DEPTH} at offset "
+                                           f"{bencode.MAX_DEPTH + 1}$"):
+        decode(_lists(bencode.MAX_DEPTH + 2))
 
 
 @pytest.mark.parametrize("data", [

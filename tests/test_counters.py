@@ -14,6 +14,7 @@ from crawler.counters import Recorder, escape, metrics_for, month_of, top, unesc
 from crawler.counters.marks import parse_bucket
 from crawler.counters.names import info_hash_hex, metric_of, query_for
 from tests.mmdb import write_city_db
+from tests.recorder_one_visit import probe, record_places
 
 H = "ab" * 20
 H2 = "CD" * 20
@@ -294,7 +295,7 @@ def test_torrent_cities_of_one_country_are_filtered_exactly(client, keys, settin
     places = [Place("Niger", "Niamey", "8001"), Place("Nigeria", "Lagos", "1001"),
               Place("Nigeria", "Abuja", None), Place("A*[b]?\\", "X. Y", "9"), Place("Ab", "Z", None)]
     located = [(bytes([10, 0, 0, n]), places[n % len(places)]) for n in range(1, 26)]
-    assert r.record_places(H, located, T0) == 25
+    assert record_places(r, H, located, T0) == 25
     assert counts(client, keys, "cities", torrent=H, country="Niger") == {
         f"torrents.{H}.countries.Niger.cities.Niamey.users": 5}
     assert counts(client, keys, "cities", torrent=H, country="Nigeria") == {
@@ -327,7 +328,7 @@ def test_rankings_cut_exactly_at_the_limit_with_ties(client, keys, settings, loc
             n += 1
             located.append((n.to_bytes(4, "big"), p))
             expect[(p.country, p.city)] = expect.get((p.country, p.city), 0) + 1
-    r.record_places(H, located, T0)
+    record_places(r, H, located, T0)
     ranked = sorted(expect.items(), key=lambda kv: (-kv[1], f"{kv[0][0]}.{kv[0][1]}".encode()))
     for month in (None, "2024-05"):
         suffix = "" if month is None else ".2024-05"
@@ -350,8 +351,8 @@ def test_all_cities_of_a_month_include_countries_not_new_that_month(client, keys
 
     r = Recorder(client, keys, settings, locator)
     ip = bytes([10, 1, 2, 3])
-    r.record_places(H, [(ip, Place("Germany", "Berlin", None))], T0)
-    r.record_places(H, [(ip, Place("Germany", "Hamburg", None))], T0 + 25 * DAY)
+    record_places(r, H, [(ip, Place("Germany", "Berlin", None))], T0)
+    record_places(r, H, [(ip, Place("Germany", "Hamburg", None))], T0 + 25 * DAY)
     assert counts(client, keys, "countries", month="2024-06") == {}
     assert counts(client, keys, "cities", month="2024-06") == {"countries.Germany.cities.Hamburg.users.2024-06": 1}
     assert counts(client, keys, "cities") == {"countries.Germany.cities.Berlin.users": 1,
@@ -365,17 +366,17 @@ def test_the_probe_leaves_out_exactly_the_ips_whose_group_is_fresh(client, keys,
     berlin, munich, nowhere = Place("Germany", "Berlin", "10115"), Place("Germany", "München", None), Place()
     ip = [bytes([10, 0, 0, n]) for n in range(6)]
     # a torrent never counted: every IP must be looked at
-    assert r.probe(H, [(ip[0], berlin), (ip[1], nowhere)], T0) == "11"
-    r.record_places(H, [(ip[0], berlin), (ip[1], nowhere), (ip[2], berlin)], T0)
-    r.record_places(H, [(ip[3], berlin)], T0 + 10 * DAY)
+    assert probe(r, H, [(ip[0], berlin), (ip[1], nowhere)], T0) == "11"
+    record_places(r, H, [(ip[0], berlin), (ip[1], nowhere), (ip[2], berlin)], T0)
+    record_places(r, H, [(ip[3], berlin)], T0 + 10 * DAY)
     later = T0 + 30 * DAY  # ip 0-2 expired (recorded 30 days ago), ip 3 fresh
-    assert r.probe(H, [(ip[0], berlin), (ip[1], nowhere), (ip[3], berlin), (ip[4], berlin)], T0 + DAY) == "0001"
-    assert r.probe(H, [(ip[0], berlin), (ip[1], nowhere), (ip[3], berlin)], later) == "110"
+    assert probe(r, H, [(ip[0], berlin), (ip[1], nowhere), (ip[3], berlin), (ip[4], berlin)], T0 + DAY) == "0001"
+    assert probe(r, H, [(ip[0], berlin), (ip[1], nowhere), (ip[3], berlin)], later) == "110"
     # another place is another group; another torrent has none
-    assert r.probe(H, [(ip[3], munich)], T0 + 11 * DAY) == "1"
-    assert r.probe(H2, [(ip[3], berlin)], T0 + 11 * DAY) == "1"
+    assert probe(r, H, [(ip[3], munich)], T0 + 11 * DAY) == "1"
+    assert probe(r, H2, [(ip[3], berlin)], T0 + 11 * DAY) == "1"
     # and what the probe left out really could not count
-    assert r.record_places(H, [(ip[0], berlin), (ip[1], nowhere), (ip[3], berlin)], T0 + DAY) == 0
+    assert record_places(r, H, [(ip[0], berlin), (ip[1], nowhere), (ip[3], berlin)], T0 + DAY) == 0
 
 
 def test_an_ip_recorded_by_another_worker_after_the_probe_counts_once(client, keys, settings, locator):
@@ -385,11 +386,11 @@ def test_an_ip_recorded_by_another_worker_after_the_probe_counts_once(client, ke
     b = Recorder(client, keys, settings, locator)
     berlin = Place("Germany", "Berlin", "10115")
     located = [(bytes([10, 0, 1, n]), berlin) for n in range(20)]
-    b.record_places(H, located[:1], T0)  # H is now counted, so the probe reads buckets
-    assert a.probe(H, located, T0 + 60) == "0" + "1" * 19
+    record_places(b, H, located[:1], T0)  # H is now counted, so the probe reads buckets
+    assert probe(a, H, located, T0 + 60) == "0" + "1" * 19
     raced = []
-    a.after_probe = lambda: raced.append(b.record_places(H, located[5:], T0 + 60))  # b records 15 meanwhile
-    assert a.record_places(H, located, T0 + 60) == 4 and raced == [15]
+    a.after_probe = lambda: raced.append(record_places(b, H, located[5:], T0 + 60))  # b records 15 meanwhile
+    assert record_places(a, H, located, T0 + 60) == 4 and raced == [15]
     assert counts(client, keys, "torrents") == {f"torrents.{H}.users": 20}
     assert counts(client, keys, "cities") == {"countries.Germany.cities.Berlin.users": 20}
 
@@ -408,11 +409,11 @@ def test_a_torrent_first_counted_by_another_worker_after_the_probe_counts_once(
     b = Recorder(client, keys, settings, locator)
     places = [Place("Germany", "Berlin", "10115"), Place("United States", None, None), Place(None, None, None)]
     located = [(bytes([10, 0, 2, n]), places[n % 3]) for n in range(30)]
-    assert a.probe(H, located, T0) == "1" * 30  # never counted
+    assert probe(a, H, located, T0) == "1" * 30  # never counted
     raced = []
-    a.after_probe = lambda: raced.append(b.record_places(H, located[10:25], T0 + 1))
-    assert a.record_places(H, located, T0 + 2) == 15 and raced == [15]
-    assert a.record_places(H, located, T0 + 3) == 0
+    a.after_probe = lambda: raced.append(record_places(b, H, located[10:25], T0 + 1))
+    assert record_places(a, H, located, T0 + 2) == 15 and raced == [15]
+    assert record_places(a, H, located, T0 + 3) == 0
     assert counts(client, keys, "torrents") == {f"torrents.{H}.users": 30}
     assert counts(client, keys, "countries", torrent=H) == {
         f"torrents.{H}.countries.Germany.users": 10, f"torrents.{H}.countries.United States.users": 10}
@@ -455,9 +456,9 @@ def test_a_visit_larger_than_one_probe_call(client, keys, settings, locator):
     r = Recorder(client, keys, settings, locator, mark_buckets=64)
     located = [(n.to_bytes(4, "big"), Place("Iceland") if n % 2 else Place()) for n in range(1, 2501)]
     assert len(located) > PROBE_IPS
-    assert r.record_places(H, located[:2200], T0) == 2200
-    assert r.probe(H, located, T0 + 60) == "0" * 2200 + "1" * 300
-    assert r.record_places(H, located, T0 + 60) == 300
+    assert record_places(r, H, located[:2200], T0) == 2200
+    assert probe(r, H, located, T0 + 60) == "0" * 2200 + "1" * 300
+    assert record_places(r, H, located, T0 + 60) == 300
     assert counts(client, keys, "countries") == {"countries.Iceland.users": 1250}
 
 
@@ -504,6 +505,6 @@ def test_one_address_in_several_forms_counts_once(recorder, client, keys):
     # record_places given one packed IP twice (two places) counts it once too
     packed = ipaddress.ip_address("2.2.2.9").packed
     Place = geo.Place
-    assert recorder.record_places(H, [(packed, Place("United States", "St. Louis", "63101")),
-                                      (packed, Place("Japan", None, None))], T0) == 1
+    assert record_places(recorder, H, [(packed, Place("United States", "St. Louis", "63101")),
+                                         (packed, Place("Japan", None, None))], T0) == 1
     assert counts(client, keys, "countries") == {"countries.Germany.users": 1, "countries.United States.users": 1}

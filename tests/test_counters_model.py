@@ -27,6 +27,7 @@ from crawler.counters.stats import index_count
 from crawler.keys import Keys
 from geo import Place
 from tests.namespaces import delete_namespace
+from tests.recorder_one_visit import record_places
 
 T0 = calendar.timegm((2024, 5, 10, 12, 0, 0))
 DAY = 86400
@@ -98,7 +99,7 @@ def test_counts_equal_the_model(client, namespace, settings, history, batch_pair
         for h, gap, chosen in history:
             now += gap
             located = [(IPS[i], PLACES[p]) for i, p in sorted(chosen.items())]
-            assert rec.record_places(h, located, now) == model.visit(h, located, now)
+            assert record_places(rec, h, located, now) == model.visit(h, located, now)
         assert_counters_equal(client, keys, model)
         box = {k.decode(): int(v) for k, v in client.hgetall(keys.outbox).items()}
         assert box == dict(model.outbox)
@@ -113,12 +114,12 @@ def test_a_group_record_expires_with_its_oldest_mark(client, keys, settings):
     when the group took the visit's time instead of its oldest mark's)."""
     rec = Recorder(client, keys, settings, object(), mark_buckets=1)
     ip, berlin = IPS[0], PLACES[2]
-    assert rec.record_places(TORRENTS[0], [(ip, berlin)], T0) == 1
-    assert rec.record_places(TORRENTS[1], [(ip, berlin)], T0 + 20 * DAY) == 1
+    assert record_places(rec, TORRENTS[0], [(ip, berlin)], T0) == 1
+    assert record_places(rec, TORRENTS[1], [(ip, berlin)], T0 + 20 * DAY) == 1
     m = metrics_for(TORRENTS[1], "Germany", "Berlin", "10115")[1]  # countries.Germany.users
     scope, member = m.indexes[0]
     assert client.zscore(keys.index(LIFETIME, scope), member) == 1
-    assert rec.record_places(TORRENTS[1], [(ip, berlin)], T0 + 31 * DAY) == 0
+    assert record_places(rec, TORRENTS[1], [(ip, berlin)], T0 + 31 * DAY) == 0
     assert client.zscore(keys.index(LIFETIME, scope), member) == 2
 
 

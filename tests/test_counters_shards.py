@@ -31,6 +31,7 @@ from crawler.settings import Settings
 from crawler.stathat.flusher import Flusher
 from tests.mmdb import write_city_db
 from tests.namespaces import delete_namespace
+from tests.recorder_one_visit import probe
 from tests.redis_cluster import redis_cluster  # noqa: F401 (fixture)
 from tests.stathat_sink import StatHatSink
 from tests.test_counters_concurrency import POOL, expected, record_until_killed
@@ -152,11 +153,11 @@ def test_a_torrents_counters_stay_in_its_shard_and_an_ips_place_counts_in_the_ip
     assert rec.record_visit(TORRENTS[0], POOL[:200], T0 + 60) == 0
     # the probe answers per IP in the visit's order, whatever shard each went to
     located = [(ipaddress.ip_address(ip).packed, locator.locate(ip)) for ip in POOL[190:210]]
-    assert rec.probe(TORRENTS[0], located, T0 + 60) == "0" * 10 + "1" * 10
+    assert probe(rec, TORRENTS[0], located, T0 + 60) == "0" * 10 + "1" * 10
     one = Recorder(client, Keys(namespace + "-one"), settings, locator)
     try:
         one.record_visit(TORRENTS[0], POOL[:200], T0)
-        assert one.probe(TORRENTS[0], located, T0 + 60) == rec.probe(TORRENTS[0], located, T0 + 60)
+        assert probe(one, TORRENTS[0], located, T0 + 60) == probe(rec, TORRENTS[0], located, T0 + 60)
     finally:
         delete_namespace(client, namespace + "-one")
 
@@ -274,8 +275,8 @@ def test_a_visit_that_dies_between_its_place_and_torrent_parts_counts_the_rest_o
     rec.after_places = None
     assert rec.record_visit(TORRENTS[2], POOL[:300], T0 + 10) == 300
     assert rec.record_visit(TORRENTS[2], POOL[:300], T0 + 20) == 0
-    assert rec.probe(TORRENTS[2], [(ipaddress.ip_address(ip).packed, locator.locate(ip)) for ip in POOL[:300]],
-                     T0 + 30) == "0" * 300
+    assert probe(rec, TORRENTS[2], [(ipaddress.ip_address(ip).packed, locator.locate(ip)) for ip in POOL[:300]],
+                 T0 + 30) == "0" * 300
     assert every_counter(client, keys) == dict(expected(locator, [(TORRENTS[2], POOL[:300])]))
 
 

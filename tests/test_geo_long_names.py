@@ -19,6 +19,7 @@ from crawler.counters.places import PlaceInfo, lua_string
 from crawler.keys import Keys
 from tests.mmdb import write_city_db
 from tests.opentracker import opentracker  # noqa: F401 (fixture)
+from tests.recorder_one_visit import record_places
 
 H = "ab" * 20
 T0 = calendar.timegm((2024, 5, 10, 12, 0, 0))
@@ -99,7 +100,7 @@ def test_a_place_handed_in_with_a_long_name_is_recorded_without_it_and_counted(c
     rec = Recorder(client, keys, settings, geo.open_locator(db))
     located = [(bytes([10, 0, 0, 1]), geo.Place("Germany", HUGE_CITY, "10115")),
                (bytes([10, 0, 0, 2]), geo.Place("X" * 70_000, "Berlin", None))]
-    assert rec.record_places(H, located, T0) == 2
+    assert record_places(rec, H, located, T0) == 2
     assert counts(client, keys, "countries") == {"countries.Germany.users": 1}
     assert counts(client, keys, "cities") == {}
     report = geo_error_report(client, keys)

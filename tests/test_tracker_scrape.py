@@ -51,8 +51,10 @@ def test_scrape_counts_of_several_torrents_in_one_packet(opentracker, udp):  # n
     assert [(e.seeders, e.leechers, e.completed) for e in again] == got[::-1]
     assert (udp.connects_sent, udp.scrapes_sent) == (1, 2)
     # An announce and a scrape share the connection id.
-    udp.announce(addr, socket.AF_INET, hashes[0], os.urandom(20), 1, 10, deadline, event=u.EVENT_STOPPED)
-    assert udp.connects_sent == 1
+    (withdrawn,) = udp.announce_many(addr, socket.AF_INET, hashes[:1], os.urandom(20), 1, 10, deadline,
+                                     event=u.EVENT_STOPPED)
+    assert isinstance(withdrawn, u.AnnounceReply), withdrawn
+    assert (udp.connects_sent, udp.announces_sent) == (1, 1)
 
 
 def test_scrape_reply_that_does_not_match_the_request_is_a_typed_error(udp):

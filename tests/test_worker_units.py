@@ -191,7 +191,7 @@ def test_a_skip_defers_without_counting_a_visit_or_a_failure(settings, client, k
     assert again.token == lease.token + 1
 
 
-def test_complete_and_claim_reloads_the_scripts_a_restarted_redis_forgot(settings, keys, private_redis):  # noqa: F811
+def test_complete_and_claim_reload_the_scripts_a_restarted_redis_forgot(settings, keys, private_redis):  # noqa: F811
     from crawler.scoring import Outcome
 
     _, client = private_redis
@@ -202,9 +202,12 @@ def test_complete_and_claim_reloads_the_scripts_a_restarted_redis_forgot(setting
     (lease,) = q.claim(1)
     # As after a restart: this Redis (the test's own) knows no script; each EVALSHA answers NOSCRIPT.
     client.script_flush()
-    (state, score), nxt = q.complete_and_claim(lease, Outcome.FULL, 1)
-    assert (state, score) == ("cooling", 1.2) and len(nxt) == 1
+    assert q.complete(lease, Outcome.FULL) == ("cooling", 1.2)
     assert view.torrent(lease.info_hash)["visits"] == 1
+    client.script_flush()
+    (nxt,) = q.claim(1)
+    assert nxt.info_hash in hs and nxt.info_hash != lease.info_hash
+    assert view.state(nxt.info_hash)[0] == "in_flight"
 
 
 def test_a_worker_process_collects_garbage_less_often_and_leaves_its_start_up_heap_alone():

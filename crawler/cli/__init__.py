@@ -24,13 +24,10 @@ def cli() -> None:
 
 def _register() -> None:
     from crawler.cli import add, dashboard, export, flush, reshard, secret, stats, status, torrent
+    from workers import cli as worker_cli
 
     for mod in (add, status, torrent, stats, flush, secret, dashboard, export, reshard):
         cli.add_command(mod.command)
-    try:
-        from workers import cli as worker_cli
-    except ImportError:  # an install without workers/ still offers the store's commands
-        return
     for command in worker_cli.commands:
         cli.add_command(command)
 

@@ -167,28 +167,23 @@ class Recorder:
             batch.append((info_hash, located))
         return self.record_places_many(batch, now)
 
-    def record_places(self, info_hash: str, located: Iterable[tuple[bytes, object]], now: float) -> int:
-        """``record_visit`` with IPs already packed and located: ``(packed_ip, Place)`` pairs.
-
-        An IP given twice counts once (its first place is kept): two records of
-        one IP in one record.lua call would each miss the other's new marks.
-        Returns the ``new`` of §2, summed over the counter shards.
-        """
-        return self.record_places_many([(info_hash, located)], now)[0]
-
     def record_places_many(self, visits: Sequence[tuple[str, Iterable[tuple[bytes, object]]]],
                            now: float) -> list[int]:
-        """``record_places`` of several visits of distinct torrents at one time ``now``, together.
+        """``record_visits`` with IPs already packed and located: each visit an info-hash and its
+        ``(packed_ip, Place)`` pairs, the visits of distinct torrents, all at time ``now``.
 
-        Every visit's probe calls go out in one round trip; then the record
-        calls of every visit with IPs that might count in the next (with
-        several shards: first the place calls of every visit, an IP and place
-        met in two visits sent once, then the torrent parts). A record call
-        holds the IPs of several visits of one shard, taken one after the
-        other in one atomic step, so the visits count as if recorded one
-        after the other (two visits of one torrent are never in one call).
-        Returns each visit's ``new``; raises ``ValueError`` for a bad info-hash
-        or time before anything is sent.
+        An IP given twice in one visit counts once (its first place is kept):
+        two records of one IP in one record.lua call would each miss the
+        other's new marks. Every visit's probe calls go out in one round
+        trip; then the record calls of every visit with IPs that might count
+        in the next (with several shards: first the place calls of every
+        visit, an IP and place met in two visits sent once, then the torrent
+        parts). A record call holds the IPs of several visits of one shard,
+        taken one after the other in one atomic step, so the visits count as
+        if recorded one after the other (two visits of one torrent are never
+        in one call). Returns each visit's ``new`` (SPEC §2), summed over the
+        counter shards; raises ``ValueError`` for a bad info-hash or time
+        before anything is sent.
         """
         now_i = int(now)
         if not 0 <= now_i < 1 << 32:
@@ -224,13 +219,6 @@ class Recorder:
         for i, new in self._run(now_i, calls):
             out[i] += new
         return out
-
-    def probe(self, info_hash: str, located: Iterable[tuple[bytes, object]], now: float) -> str:
-        """What the probe answers for ``located``, recording nothing: per distinct IP "1" if it
-        might count, "0" if its group record is fresh (it cannot count)."""
-        h = info_hash_hex(info_hash)
-        part = self._probe_calls(h, self.fingerprints.torrent(h), located)
-        return "" if part is None else self._probe_many(int(now), [part])[0].decode()
 
     def _probe_calls(self, h: str, t_fp: int, located: Iterable[tuple[bytes, object]]) -> VisitPart | None:
         """Fingerprint each distinct IP of ``located`` into probe.lua calls of ``PROBE_IPS`` IPs

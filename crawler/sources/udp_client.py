@@ -19,7 +19,7 @@ the id is dropped and the announce retried once with a fresh connect.
 Connection ids live in an ``Lru`` of ``cache_size`` tracker addresses, so a
 crawl naming many trackers keeps the memory of its most recent ones. An
 announce reply may be cut to ``limit`` entries before its peers are decoded
-(``announce``'s ``limit``): a datagram holds up to ~10,900 IPv4 entries, and
+(``announce_many``'s ``limit``): a datagram holds up to ~10,900 IPv4 entries, and
 decoding what is then dropped would only cost time.
 
 Each request is tried ``retries`` times, each try waiting ``timeout`` seconds,
@@ -56,7 +56,7 @@ class TrackerTimeout(PeercrawlError):
 class UdpTrackerClient:
     """Shared UDP tracker client of one worker process.
 
-    ``announce``, ``scrape`` and ``connection_id`` block the calling greenlet
+    ``announce_many``, ``scrape`` and ``connection_id`` block the calling greenlet
     only. Counters (``connects_sent``, ``announces_sent``, ``scrapes_sent``,
     ``dropped``) feed the benchmark and logs.
     """
@@ -93,10 +93,6 @@ class UdpTrackerClient:
             self._socks[family] = s
             self._readers.append(gevent.spawn(self._read, s))
         return s
-
-    def local_address(self, family: int = _stdsocket.AF_INET) -> tuple:
-        """The bound (ip, port) of the shared socket of ``family``."""
-        return self._sock(family).getsockname()
 
     def _read(self, s: socket.socket) -> None:
         while True:
@@ -135,14 +131,11 @@ class UdpTrackerClient:
             if tid not in self._pending:
                 return tid
 
-    def _request(self, addr: tuple, family: int, build, action: int, deadline: float,
-                 peers: bool = True, limit: int | None = None) -> tuple[codec.Reply, int]:
-        """Send ``build(tid)`` up to ``retries`` times; return the parsed matching reply and the entries cut.
+    def _request(self, addr: tuple, family: int, build, action: int, deadline: float) -> codec.Reply:
+        """Send ``build(tid)`` up to ``retries`` times; return the parsed matching reply.
 
-        ``limit``: most peer entries of an announce reply to decode; a whole
-        list longer than that is cut first (a list that is not whole entries
-        still fails as a whole). Raises TrackerTimeout, TrackerRefused (error
-        action) or UdpPacketError.
+        For a connect or a scrape (a batch of announces is ``_Batch``'s).
+        Raises TrackerTimeout, TrackerRefused (error action) or UdpPacketError.
         """
         try:
             s = self._sock(family)
@@ -164,11 +157,10 @@ class UdpTrackerClient:
                 raise TrackerTimeout(f"cannot send to {addr[0]}:{addr[1]}: {e}") from e
             finally:
                 self._pending.pop(tid, None)
-            data, cut = _cut(data, family, limit) if peers and limit is not None else (data, 0)
-            reply = codec.parse_reply(data, family, peers)
+            reply = codec.parse_reply(data, family)
             if isinstance(reply, codec.ErrorReply):
                 raise TrackerRefused(f"tracker error: {reply.message}")
-            return reply, cut
+            return reply
         what = codec.ACTION_NAMES[action]
         raise TrackerTimeout(f"no {what} reply from {addr[0]}:{addr[1]} after {self.retries} tries")
 
@@ -190,7 +182,7 @@ class UdpTrackerClient:
         ev = self._connecting[addr] = Event()
         try:
             self.connects_sent += 1
-            reply, _ = self._request(addr, family, codec.connect_request, codec.CONNECT, deadline)
+            reply = self._request(addr, family, codec.connect_request, codec.CONNECT, deadline)
             self._conn[addr] = (reply.connection_id, time.monotonic())
             return reply.connection_id, False
         finally:
@@ -200,9 +192,8 @@ class UdpTrackerClient:
                 del self._connecting[addr]
             ev.set()
 
-    def _with_connection(self, addr: tuple, family: int, build, action: int, deadline: float,
-                         peers: bool = True, limit: int | None = None) -> tuple[codec.Reply, int]:
-        """Send ``build(connection_id, tid)`` on a valid connection id; the parsed reply and the entries cut.
+    def _with_connection(self, addr: tuple, family: int, build, action: int, deadline: float) -> codec.Reply:
+        """Send ``build(connection_id, tid)`` on a valid connection id; the parsed reply.
 
         An error reply on a cached id drops the id and retries once with a
         fresh connect (the tracker may have restarted and forgotten it).
@@ -210,45 +201,12 @@ class UdpTrackerClient:
         for attempt in range(2):
             cid, cached = self.connection_id(addr, family, deadline)
             try:
-                return self._request(addr, family, functools.partial(build, cid), action, deadline, peers, limit)
+                return self._request(addr, family, functools.partial(build, cid), action, deadline)
             except TrackerRefused:
                 if not cached or attempt:
                     raise
                 self._conn.pop(addr, None)
         raise AssertionError("unreachable: the second attempt returns or raises")
-
-    def announce(
-        self,
-        addr: tuple,
-        family: int,
-        info_hash: bytes,
-        peer_id: bytes,
-        port: int,
-        num_want: int,
-        deadline: float,
-        event: int = codec.EVENT_STARTED,
-        left: int = 1,
-        key: int = 0,
-        peers: bool = True,
-        limit: int | None = None,
-    ) -> codec.AnnounceReply:
-        """Announce to the tracker at ``addr`` (a resolved sockaddr) and return its reply.
-
-        ``peers=False`` reads the counts only (the peer list is checked, not
-        built): a withdrawal needs no peers. ``limit``: at most this many peer
-        entries are decoded, the rest counted in the reply's ``cut``. Raises
-        TrackerTimeout, TrackerRefused or UdpPacketError (a
-        RemoteProtocolError) for the tracker's faults.
-        """
-
-        def build(cid: int, tid: int) -> bytes:
-            self.announces_sent += 1
-            return codec.AnnounceRequest(
-                cid, tid, info_hash, peer_id, port, num_want, event, left=left, key=key
-            ).encode()
-
-        reply, cut = self._with_connection(addr, family, build, codec.ANNOUNCE, deadline, peers, limit)
-        return dataclasses.replace(reply, cut=cut) if cut else reply
 
     def announce_many(
         self,
@@ -267,15 +225,20 @@ class UdpTrackerClient:
         withdraw: tuple[float, float] | None = None,
         on_done=None,
     ) -> list:
-        """``announce`` of each of ``info_hashes`` to ``addr``, all in flight at once, from this greenlet.
+        """Announce each of ``info_hashes`` to the tracker at ``addr`` (a resolved sockaddr), all in
+        flight at once, from this greenlet.
 
-        Per hash, in order: its ``AnnounceReply``, or the exception ``announce``
-        would have raised (``TrackerTimeout``, ``TrackerRefused``,
-        ``UdpPacketError``), as a value. One greenlet waits for the whole
-        batch (``_Batch``): each request is tried ``retries`` times of
-        ``timeout`` seconds like ``announce``'s, never past ``deadline``. An
-        error reply to a request sent on a cached connection id drops the id
-        and sends that request again once on a fresh one, as ``announce`` does.
+        Per hash, in order: its ``AnnounceReply``, or the tracker's fault as a
+        value (``TrackerTimeout``, ``TrackerRefused``, ``UdpPacketError``).
+        One greenlet waits for the whole batch (``_Batch``): each request is
+        tried ``retries`` times of ``timeout`` seconds, never past
+        ``deadline``. An error reply to a request sent on a cached connection
+        id drops the id and sends that request again once on a fresh one (the
+        tracker may have restarted and forgotten it).
+
+        ``peers=False`` reads the counts only (the peer list is checked, not
+        built). ``limit``: at most this many peer entries of a reply are
+        decoded, the rest counted in the reply's ``cut``.
 
         ``withdraw=(seconds, until)``: each announce that answered is followed
         at once by its withdrawal (event stopped, counts only, one try of at
@@ -320,7 +283,7 @@ class UdpTrackerClient:
     def scrape(self, addr: tuple, family: int, info_hashes: list[bytes], deadline: float) -> tuple[codec.ScrapeEntry, ...]:
         """Seeders, completed and leechers of each of ``info_hashes`` (1 to 74), in their order, in one packet.
 
-        Uses the cached connection id like ``announce``. Raises
+        Uses the cached connection id like ``announce_many``. Raises
         TrackerTimeout, TrackerRefused, or UdpPacketError when the reply does
         not hold one entry per info-hash; ValueError for a bad list (ours).
         """
@@ -331,7 +294,7 @@ class UdpTrackerClient:
             self.scrapes_sent += 1
             return codec.scrape_request(cid, tid, info_hashes)
 
-        reply, _ = self._with_connection(addr, family, build, codec.SCRAPE, deadline)
+        reply = self._with_connection(addr, family, build, codec.SCRAPE, deadline)
         if len(reply.entries) != len(info_hashes):
             raise codec.UdpPacketError(
                 f"scrape reply has {len(reply.entries)} entries for {len(info_hashes)} info-hashes"
