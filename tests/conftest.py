@@ -17,6 +17,10 @@ from crawler.keys import Keys
 from crawler.settings import Settings
 from tests.namespaces import delete_namespace
 
+# One cluster for the whole session: a session fixture imported into several modules would be
+# one fixture per module, each starting its own six servers (~11 s apiece).
+from tests.redis_cluster import redis_cluster  # noqa: F401 (fixture)
+
 REDIS_URL = os.environ.get("PEERCRAWL_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
 

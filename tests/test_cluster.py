@@ -20,7 +20,6 @@ from crawler.keys import Keys
 from crawler.settings import Settings
 from tests.mmdb import write_city_db
 from tests.opentracker import opentracker, peer_address  # noqa: F401 (fixture)
-from tests.redis_cluster import redis_cluster  # noqa: F401 (fixture)
 from tests.stathat_sink import StatHatSink
 from tests.test_worker_e2e import PLACES, ROOT, counter, pc, pcj
 

@@ -23,7 +23,6 @@ import pytest
 from crawler.keys import Keys
 from tests.dht_swarm import Swarm
 from tests.opentracker import opentracker  # noqa: F401 (fixture)
-from tests.redis_cluster import redis_cluster  # noqa: F401 (fixture)
 from tests.stathat_sink import StatHatSink
 from tests.test_cluster import cluster_ns, env  # noqa: F401 (fixtures)
 from tests.test_worker_e2e import PEERCRAWL, announce, counter, h, pc, pcj

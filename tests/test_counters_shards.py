@@ -32,7 +32,6 @@ from crawler.stathat.flusher import Flusher
 from tests.mmdb import write_city_db
 from tests.namespaces import delete_namespace
 from tests.recorder_one_visit import probe
-from tests.redis_cluster import redis_cluster  # noqa: F401 (fixture)
 from tests.stathat_sink import StatHatSink
 from tests.test_counters_concurrency import POOL, expected, record_until_killed
 

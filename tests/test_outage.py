@@ -33,7 +33,6 @@ from crawler.outage import Outage
 from crawler.scoring import Outcome
 from crawler.settings import Settings
 from tests.opentracker import opentracker, peer_address  # noqa: F401 (fixture)
-from tests.redis_cluster import redis_cluster  # noqa: F401 (fixture)
 from tests.test_cluster import SECRET, cluster_ns, env  # noqa: F401 (fixtures)
 from tests.test_store import private_redis  # noqa: F401 (fixture)
 from tests.test_worker_e2e import PEERCRAWL, counter, h, pc, pcj

@@ -14,7 +14,6 @@ from crawler.lifecycle import Queue
 from crawler.operations import queue_report
 from crawler.queue_view import QueueView
 from crawler.scoring import Outcome
-from tests.redis_cluster import redis_cluster  # noqa: F401 (fixture)
 from tests.test_cluster import SECRET, cluster_ns  # noqa: F401 (fixture)
 
 

@@ -20,7 +20,6 @@ from crawler.registry import WorkerRegistry
 from crawler.reshard import Reshard
 from crawler.scoring import Outcome
 from tests.cli import run, run_json
-from tests.redis_cluster import redis_cluster  # noqa: F401 (fixture)
 from tests.test_cluster import SECRET, cluster_ns  # noqa: F401 (fixture)
 
 T = 1_000_000.0

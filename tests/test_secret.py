@@ -16,7 +16,6 @@ from crawler.errors import SettingsError
 from crawler.settings import Settings
 from tests.cli import run, run_json
 from tests.mmdb import write_city_db
-from tests.redis_cluster import redis_cluster  # noqa: F401 (fixture)
 from tests.test_cluster import cluster_ns  # noqa: F401 (fixture)
 from tests.test_embedded import embedded_env, servers  # noqa: F401 (fixture)
 

@@ -14,7 +14,6 @@ from crawler.lifecycle import Queue
 from crawler.scoring import Outcome
 from crawler.sources import health as health_module
 from crawler.sources.health import ANSWER, FAILURE, TrackerHealth, tracker_others, tracker_report
-from tests.redis_cluster import redis_cluster  # noqa: F401 (fixture)
 from tests.test_cluster import cluster_ns  # noqa: F401 (fixture)
 
 PERIOD = 60.0

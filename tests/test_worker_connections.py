@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.redis_cluster import redis_cluster  # noqa: F401 (fixture)
 from workers.connections import EXTRA_CONNECTIONS, worker_client
 
 ROOT = Path(__file__).resolve().parent.parent
