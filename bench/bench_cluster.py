@@ -29,7 +29,7 @@ one interpreter would share one core. Each topology runs two phases:
   torrent once;
 - a phase starts at one instant for every worker: the torrents wait in the
   due queue (``cooling``) until a time set once every worker is idle, and an
-  idle worker sleeps exactly until the first due time (workers/pool.py), so
+  idle worker sleeps exactly until the first due time (workers/worker.py), so
   process start-up is outside every figure. It ends when the last torrent is
   back in cooling (polled every 50 ms: ZCOUNT per shard).
 
@@ -84,12 +84,14 @@ sys.path.insert(0, str(ROOT / "bench"))
 import bench_worker as bw
 from cluster_nodes import Topology
 
-from crawler import layout, logs, store
+from crawler import logs
 from crawler.counters.marks import RECORD
-from crawler.items import NewItem
 from crawler.keys import Keys
-from crawler.lifecycle import Queue
-from crawler.registry import WorkerRegistry
+from crawler.queue.items import NewItem
+from crawler.queue.registry import WorkerRegistry
+from crawler.queue.transitions import Queue
+from crawler.store import connect as store
+from crawler.store import layout
 from tests.mmdb import write_city_db
 from tests.opentracker import OpenTracker
 
@@ -98,7 +100,7 @@ NAMESPACE = "bench-cluster"
 # time (visit + REVISIT) tells it from one waiting for the phase's start.
 REVISIT = 3600.0
 # A phase's start is set this far ahead: more than an idle worker's longest
-# sleep (workers.pool.IDLE_POLL[1], 2 s), so every worker wakes for it.
+# sleep (workers.worker.IDLE_POLL[1], 2 s), so every worker wakes for it.
 LEAD = 2.5
 # The workers' fingerprint key (any; every worker of a crawl has the same).
 SECRET = "bench-secret-0123456789"

@@ -34,12 +34,12 @@ import redis  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from crawler import lua  # noqa: E402
-from crawler.items import parse_item  # noqa: E402
 from crawler.keys import Keys  # noqa: E402
-from crawler.lifecycle import Lease, Queue  # noqa: E402
-from crawler.scoring import Outcome  # noqa: E402
+from crawler.queue.items import parse_item  # noqa: E402
+from crawler.queue.scoring import Outcome  # noqa: E402
+from crawler.queue.transitions import Lease, Queue  # noqa: E402
 from crawler.settings import Settings  # noqa: E402
+from crawler.store import scripts  # noqa: E402
 
 
 def private_redis(tmp: str) -> tuple[subprocess.Popen, str]:
@@ -167,7 +167,7 @@ def complete_and_claim(q: Queue, lease: Lease, result: Outcome, due: float) -> l
     now = time.time()
     done = q._complete_args(lease, result, 0, None, None, due, now)
     claim = q._claim_args(1, now)
-    reply, claimed = lua.run_pipelined(q.client, [(q._complete, done["keys"], done["args"]),
+    reply, claimed = scripts.run_pipelined(q.client, [(q._complete, done["keys"], done["args"]),
                                                   (q._claim, claim["keys"], claim["args"])])
     q._completed(lease, reply, due, now)
     return q._leases(claimed, now)

@@ -1,7 +1,7 @@
 """How close a sharded queue's claims stay to the global best score, printing JSON.
 
 Several claimers (each a ``Queue`` of its own, as worker processes are, with
-its own estimates of the shards: ``crawler/shard_tops.py``) run claim +
+its own estimates of the shards: ``crawler/queue/shard_tops.py``) run claim +
 complete cycles on many greenlets against one private redis-server. The
 torrents carry varied scores and come back due soon after each visit, so
 the queue keeps changing under the claimers. After every claim the
@@ -36,10 +36,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench_queue import private_redis  # noqa: E402 - the same private server as the queue bench
 
-from crawler.items import NewItem  # noqa: E402
 from crawler.keys import Keys  # noqa: E402
-from crawler.lifecycle import Queue  # noqa: E402
-from crawler.scoring import Outcome  # noqa: E402
+from crawler.queue.items import NewItem  # noqa: E402
+from crawler.queue.scoring import Outcome  # noqa: E402
+from crawler.queue.transitions import Queue  # noqa: E402
 from crawler.settings import Settings  # noqa: E402
 
 

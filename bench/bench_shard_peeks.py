@@ -3,7 +3,7 @@
 A process claiming from a sharded queue keeps an estimate of what each shard
 offers next and refreshes the stale ones with a peek: ``claim.lua`` claiming
 nothing, every stale shard in one round trip, at most once a second
-(``crawler/shard_tops.py``). That is background load, paid whether or not
+(``crawler/queue/shard_tops.py``). That is background load, paid whether or not
 anything is claimed, and it grows with the shards: this measures it for one
 process claiming 8 torrents every 50 ms from an empty queue (a worker with
 nothing to do) at 1, 16, 256 and 1,024 shards (the most a namespace may have).
@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 from redis_cpu import redis_cpu  # noqa: E402  (bench/, the script's own directory)
 
 from crawler.keys import Keys  # noqa: E402
-from crawler.lifecycle import Queue  # noqa: E402
+from crawler.queue.transitions import Queue  # noqa: E402
 from crawler.settings import Settings  # noqa: E402
 from tests.namespaces import delete_namespace  # noqa: E402
 

@@ -42,10 +42,12 @@ import gevent.pool  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import crawler.counters.recorder as recorder_module  # noqa: E402
-from crawler import logs, lua, store  # noqa: E402
+from crawler import logs
 from crawler.counters import Recorder  # noqa: E402
 from crawler.keys import Keys  # noqa: E402
 from crawler.settings import Settings  # noqa: E402
+from crawler.store import connect as store  # noqa: E402
+from crawler.store import scripts
 from tests.redis_cluster import RedisCluster  # noqa: E402
 
 PEERS = 50
@@ -62,7 +64,7 @@ class Counted:
     def __call__(self, client, calls, wait=None):
         """The recorder's ``run_pipelined(client, calls)``."""
         self.calls += len(calls)
-        return lua.run_pipelined(client, calls, wait=self.wait)
+        return scripts.run_pipelined(client, calls, wait=self.wait)
 
 
 class Pipelined:
@@ -149,7 +151,7 @@ def main() -> None:
         for r in range(ROUNDS):
             for mode in rows:  # alternating, so drift hits both alike
                 keys = Keys(f"benchwait{r}{mode.replace('_', '')}")
-                wait = lua.Wait(1, 1000) if mode == "wait_1" else None
+                wait = scripts.Wait(1, 1000) if mode == "wait_1" else None
                 rows[mode].append(measure(client, keys, base.replace(namespace=keys.namespace), wait, visits,
                                           seed=r))
                 for k in list(client.scan_iter(match=keys.match_all, count=1000)):
@@ -162,7 +164,7 @@ def main() -> None:
             "runs": rows,
         }, indent=2))
     finally:
-        recorder_module.run_pipelined = lua.run_pipelined
+        recorder_module.run_pipelined = scripts.run_pipelined
         cluster.close()
         shutil.rmtree(root, ignore_errors=True)
 

@@ -69,9 +69,9 @@ from redis_cpu import redis_cpu
 
 from crawler import logs
 from crawler.counters.names import metrics_for, month_of
-from crawler.items import NewItem
 from crawler.keys import Keys
-from crawler.lifecycle import Queue
+from crawler.queue.items import NewItem
+from crawler.queue.transitions import Queue
 from crawler.settings import Settings, TrackerSpec
 from crawler.sources import udp_codec as u
 from geo import Locator
@@ -114,7 +114,7 @@ SCRIPTS: dict[str, str] = {}
 
 def _count_round_trips() -> None:
     """Count every packet redis-py sends (one per round trip) and label it."""
-    from crawler.lua import source
+    from crawler.store.scripts import source
 
     for lua in ROOT.glob("crawler/**/*.lua"):
         package = ".".join(lua.parent.relative_to(ROOT).parts)

@@ -103,7 +103,7 @@ class Keys:
     shards: int = 1
     tag: str = field(default="", compare=True)
     # Counter shards; 0: as many as queue shards (the layout of a new crawl).
-    # They differ only after ``peercrawl reshard`` (crawler/reshard.py), which
+    # They differ only after ``peercrawl reshard`` (crawler/queue/reshard.py), which
     # moves torrents but cannot move dedupe marks.
     counters: int = 0
 
@@ -167,7 +167,7 @@ class Keys:
     @property
     def layout(self) -> str:
         """STRING JSON ``{"shards": n, "counters": m}``: the crawl's layout, written by the first
-        process that opens a namespace (``crawler/layout.py``); ``reshard`` changes ``shards`` and
+        process that opens a namespace (``crawler/store/layout.py``); ``reshard`` changes ``shards`` and
         says ``"moving_to"`` while it runs."""
         return self._home("layout")
 
@@ -178,7 +178,7 @@ class Keys:
         return self._k("ready")
 
     def ready_in(self, lane: str) -> str:
-        """ZSET info-hash -> score: the ready torrents of ``lane`` (crawler/lanes.py); the normal
+        """ZSET info-hash -> score: the ready torrents of ``lane`` (crawler/queue/lanes.py); the normal
         lane's is ``ready``."""
         return self.ready if lane == "normal" else self._k("ready", lane)
 
@@ -275,7 +275,7 @@ class Keys:
 
     @property
     def rates(self) -> str:
-        """HASH of the queue's per-minute operator counts (crawler/queue_rates.py): ``a:<minute>``
+        """HASH of the queue's per-minute operator counts (crawler/queue/rates.py): ``a:<minute>``
         torrents asked for, ``s:<minute>`` handed out, ``r:<minute>`` leases reclaimed,
         ``rt:<minute>:<bucket>`` visit round trips."""
         return self._k("rates")

@@ -18,8 +18,8 @@ import os
 import re
 import urllib.parse
 
+from crawler import redact
 from crawler.errors import SettingsError
-from crawler.sources import redact
 
 SCHEMES = ("redis://", "rediss://", "unix://")
 
@@ -50,7 +50,7 @@ def _ambiguous(v: str) -> bool:
 
 
 def shown(v: str) -> str:
-    """``v`` as it may be printed: userinfo and query redacted (``crawler.sources.redact.url``);
+    """``v`` as it may be printed: userinfo and query redacted (``crawler.redact.url``);
     all but the scheme when ``v`` is ambiguous (see ``_ambiguous``)."""
     if _ambiguous(v):
         scheme, sep, rest = v.partition("://")

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from crawler import envparse as p
+from crawler import redact
 from crawler.errors import SettingsError
 from crawler.keys import MAX_SHARDS
-from crawler.sources import redact
 
 # A short list of long-lived public trackers; a torrent's own trackers (magnet
 # tr=, .torrent announce-list) are always used besides these.
@@ -114,7 +114,7 @@ class Settings:
     # Prefix of every key; several crawls can share one Redis.
     namespace: str = p.setting("PEERCRAWL_NAMESPACE", "peercrawl", p.namespace, "prefix (hash tag) of every key")
     # Unset: whatever the namespace already has (1 for a new one). A crawl's
-    # shard count lives in Redis (crawler/layout.py), so every process agrees;
+    # shard count lives in Redis (crawler/store/layout.py), so every process agrees;
     # one set to another count refuses to start (`peercrawl reshard` moves it).
     queue_shards: int | None = p.setting(
         "PEERCRAWL_QUEUE_SHARDS", None, p.bounded_int(1, MAX_SHARDS),
@@ -305,7 +305,7 @@ class Settings:
     evict_below: float = p.setting(
         "PEERCRAWL_EVICT_BELOW", 0.005, p.fraction, "score below which a torrent is evicted (SPEC §2)")
     # A lane below the first non-empty one gets this share of the claims while
-    # it has ready torrents (crawler/lanes.py): a tenth keeps low and
+    # it has ready torrents (crawler/queue/lanes.py): a tenth keeps low and
     # discovered torrents moving behind a busy high lane without slowing it
     # much. At most 0.3, so the three lower lanes leave the first at least a
     # tenth of the claims; 0 serves the lanes strictly in order.

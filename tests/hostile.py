@@ -18,7 +18,7 @@ import pytest
 from gevent import socket
 from gevent.server import StreamServer
 
-from crawler import bencode
+from crawler.bencode import codec as bencode
 from crawler.sources import udp_codec as u
 from crawler.sources.peers import encode_compact
 

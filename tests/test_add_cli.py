@@ -9,12 +9,12 @@ import sys
 
 import pytest
 
-from crawler import bencode
-from crawler.items import NewItem
+from crawler.bencode import codec as bencode
 from crawler.keys import Keys
-from crawler.lifecycle import Queue
-from crawler.queue_view import QueueView
-from crawler.scoring import Outcome
+from crawler.queue.items import NewItem
+from crawler.queue.scoring import Outcome
+from crawler.queue.transitions import Queue
+from crawler.queue.view import QueueView
 from tests.cli import run, run_json
 
 H = ["%040x" % (i * 7919) for i in range(1, 20)]

@@ -16,11 +16,11 @@ import gevent
 import pytest
 import redis
 
-from crawler import lua
 from crawler.envparse import MAX_ANNOUNCE_RATE, MIN_ANNOUNCE_RATE
 from crawler.errors import SettingsError
 from crawler.settings import Settings, TrackerSpec
 from crawler.sources.announce_cap import AnnounceCap, cap_report
+from crawler.store import scripts
 from tests.cli import run_json
 from tests.opentracker import opentracker  # noqa: F401 (fixture)
 
@@ -154,7 +154,7 @@ def test_the_most_trackers_a_torrent_may_have_each_at_the_slowest_rate(client, k
     ([5000, 0, 2, 1, 0], "request count"),
 ])
 def test_a_malformed_call_writes_nothing(client, keys, args, message):
-    script = lua.register(client, "announce_cap", package="crawler.sources")
+    script = scripts.register(client, "announce_cap", package="crawler.sources")
     with pytest.raises(redis.ResponseError, match=message):
         script(keys=[keys.announce_cap, keys.announce_cap_minute(1)], args=args)
     assert not client.exists(keys.announce_cap) and not client.exists(keys.announce_cap_minute(1))

@@ -7,8 +7,8 @@ from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from crawler import bencode
-from crawler.bencode import BencodeError, decode, decode_prefix, encode
+from crawler.bencode import codec as bencode
+from crawler.bencode.codec import BencodeError, decode, decode_prefix, encode
 from crawler.errors import RemoteProtocolError
 
 values = st.recursive(

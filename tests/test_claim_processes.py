@@ -7,11 +7,11 @@ import time
 
 import redis
 
-from crawler.items import NewItem
 from crawler.keys import Keys
-from crawler.lifecycle import Queue
-from crawler.queue_view import QueueView
-from crawler.scoring import Outcome
+from crawler.queue.items import NewItem
+from crawler.queue.scoring import Outcome
+from crawler.queue.transitions import Queue
+from crawler.queue.view import QueueView
 
 N = 400
 

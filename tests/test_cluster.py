@@ -15,9 +15,9 @@ import uuid
 import pytest
 import redis
 
-from crawler import store
 from crawler.keys import Keys
 from crawler.settings import Settings
+from crawler.store import connect as store
 from tests.mmdb import write_city_db
 from tests.opentracker import opentracker, peer_address  # noqa: F401 (fixture)
 from tests.stathat_sink import StatHatSink

@@ -1,4 +1,4 @@
-"""Script calls of many greenlets in shared round trips (crawler.lua.coalesce), on the real Redis."""
+"""Script calls of many greenlets in shared round trips (crawler.store.coalesce), on the real Redis."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import gevent
 import pytest
 import redis
 
-from crawler import lua
-from crawler.lua.coalesce import Coalescer, coalesce
-from crawler.outage import once
+from crawler.store import scripts
+from crawler.store.coalesce import Coalescer, coalesce
+from crawler.store.outage import once
 
 # A script that sleeps a little in Redis, so greenlets calling meanwhile queue behind it.
 SLOW = "local t = redis.call('TIME'); local s = t[1] * 1e6 + t[2]; " \
@@ -30,7 +30,7 @@ def test_greenlets_share_round_trips_and_each_gets_its_own_replies(coalesced, ke
     k = [keys.scratch("co", str(i)) for i in range(50)]
 
     def caller(i: int) -> list:
-        return lua.run_pipelined(client, [(incr, [k[i]], [i]), (incr, [k[i]], [1000])])
+        return scripts.run_pipelined(client, [(incr, [k[i]], [i]), (incr, [k[i]], [1000])])
 
     jobs = [gevent.spawn(caller, i) for i in range(50)]
     gevent.joinall(jobs, raise_error=True)
@@ -47,7 +47,7 @@ def test_a_round_trip_is_never_larger_than_max_calls_but_a_large_request_goes_wh
     client.coalescer = co
     incr = client.register_script(SLOW)
     k = keys.scratch("co", "n")
-    jobs = [gevent.spawn(lua.run_pipelined, client, [(incr, [k], [1])] * (10 if i == 3 else 1)) for i in range(9)]
+    jobs = [gevent.spawn(scripts.run_pipelined, client, [(incr, [k], [1])] * (10 if i == 3 else 1)) for i in range(9)]
     gevent.joinall(jobs, raise_error=True)
     assert int(client.get(k)) == 18
     # 8 lone calls of at most 4 per trip, and the request of 10 alone: at least 2 + 1 trips
@@ -61,10 +61,10 @@ def test_an_error_reply_fails_its_own_caller_only(coalesced, keys):
     k = keys.scratch("co", "e")
 
     def good() -> list:
-        return lua.run_pipelined(client, [(incr, [k], [1])])
+        return scripts.run_pipelined(client, [(incr, [k], [1])])
 
     def bad() -> list:
-        return lua.run_pipelined(client, [(incr, [k], [1]), (fails, [k], ["x"])])
+        return scripts.run_pipelined(client, [(incr, [k], [1]), (fails, [k], ["x"])])
 
     jobs = [gevent.spawn(good), gevent.spawn(bad), gevent.spawn(good), gevent.spawn(bad), gevent.spawn(good)]
     gevent.joinall(jobs)
@@ -80,7 +80,7 @@ def test_a_failed_round_trip_fails_every_caller_in_it_and_the_next_trip_works(re
     dead = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2, retry=None)
     co = coalesce(dead)
     incr = dead.register_script(SLOW)
-    jobs = [gevent.spawn(lua.run_pipelined, dead, [(incr, [keys.scratch("co", "d")], [1])]) for _ in range(5)]
+    jobs = [gevent.spawn(scripts.run_pipelined, dead, [(incr, [keys.scratch("co", "d")], [1])]) for _ in range(5)]
     gevent.joinall(jobs)
     assert all(isinstance(j.exception, redis.ConnectionError) for j in jobs)
     assert co.batches >= 1 and not co.busy
@@ -90,7 +90,7 @@ def test_calls_inside_once_go_at_once_in_their_own_greenlet(coalesced, keys):
     client, co = coalesced
     incr = client.register_script(SLOW)
     with once():
-        assert lua.run_pipelined(client, [(incr, [keys.scratch("co", "o")], [3])]) == [3]
+        assert scripts.run_pipelined(client, [(incr, [keys.scratch("co", "o")], [3])]) == [3]
     assert co.batches == 0
 
 
@@ -98,7 +98,7 @@ def test_a_killed_caller_does_not_stop_the_others(coalesced, keys):
     client, co = coalesced
     incr = client.register_script(SLOW)
     k = keys.scratch("co", "k")
-    jobs = [gevent.spawn(lua.run_pipelined, client, [(incr, [k], [1])]) for _ in range(10)]
+    jobs = [gevent.spawn(scripts.run_pipelined, client, [(incr, [k], [1])]) for _ in range(10)]
     gevent.sleep(0)  # all queued; the first trip is in flight
     jobs[5].kill()
     gevent.joinall(jobs)
@@ -122,9 +122,9 @@ def test_calls_queued_behind_a_failed_round_trip_fail_with_it(keys):
         c.coalescer = co
         incr = c.register_script(SLOW)
         call = [(incr, [keys.scratch("co", "q")], [1])]
-        first = gevent.spawn(lua.run_pipelined, c, call)
+        first = gevent.spawn(scripts.run_pipelined, c, call)
         gevent.sleep(0.05)  # the first call is in flight alone
-        rest = [gevent.spawn(lua.run_pipelined, c, call) for _ in range(7)]
+        rest = [gevent.spawn(scripts.run_pipelined, c, call) for _ in range(7)]
         gevent.joinall([first, *rest], timeout=5)
         assert all(isinstance(j.exception, redis.TimeoutError) for j in [first, *rest])
         assert co.batches == 1

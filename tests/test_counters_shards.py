@@ -19,16 +19,16 @@ import pytest
 import redis
 
 import geo
-from crawler import store
 from crawler.counters import Recorder, month_of, top
+from crawler.counters.export import export
 from crawler.counters.names import FAMILIES
 from crawler.counters.rollup import Rollup, outbox_field
 from crawler.counters.stats import index_count
 from crawler.dashboard.views import Views
-from crawler.export import export
 from crawler.keys import Keys
 from crawler.settings import Settings
 from crawler.stathat.flusher import Flusher
+from crawler.store import connect as store
 from tests.mmdb import write_city_db
 from tests.namespaces import delete_namespace
 from tests.recorder_one_visit import probe

@@ -17,10 +17,10 @@ from collections import Counter
 import pytest
 
 import geo
-from crawler import lua
 from crawler.counters import Recorder, metrics_for, top
 from crawler.counters import recorder as recorder_module
 from crawler.keys import Keys
+from crawler.store import scripts
 from tests.mmdb import write_city_db
 
 T0 = 1_715_342_400  # 2024-05-10 12:00 UTC
@@ -143,7 +143,7 @@ def test_a_malformed_record_call_writes_nothing(client, keys, settings, tmp_path
     import redis
 
     rec = Recorder(client, keys, settings, geo.open_locator(places_db(tmp_path)))
-    record = lua.register(client, "record", package="crawler.counters")  # as the recorder calls it
+    record = scripts.register(client, "record", package="crawler.counters")  # as the recorder calls it
     shard = rec._shards[0]
     fixed = shard.shared("2024-05") + shard.torrent_keys(H, "2024-05")
     bucket = keys.mark_bucket(1)
@@ -179,7 +179,7 @@ def test_a_malformed_places_or_torrent_part_call_writes_nothing(client, keys, se
 
     keys = Keys(keys.namespace, 2)
     rec = Recorder(client, keys, settings, geo.open_locator(places_db(tmp_path)))
-    places = lua.register(client, "places", package="crawler.counters")
+    places = scripts.register(client, "places", package="crawler.counters")
     shard = rec._shards[1]
     bucket = shard.bucket(1)
     country, place = b"\x00\x04Land", (1).to_bytes(2, "big") + b"\x00\x00\x00\x00"  # no city, no postcode
@@ -197,7 +197,7 @@ def test_a_malformed_places_or_torrent_part_call_writes_nothing(client, keys, se
     assert places(keys=shard.place_fixed + [bucket], args=args[:-1] + [ok]) == T0.to_bytes(4, "big")
     assert client.hgetall(shard.place_fixed[0]) == {b"countries.Land.users": b"1"}
     # the torrent part: a k the part cannot hold, then a truncated record
-    record = lua.register(client, "record", package="crawler.counters")
+    record = scripts.register(client, "record", package="crawler.counters")
     fixed = rec._shards[0].shared("2024-05") + rec._shards[0].torrent_keys(H, "2024-05")
     tbucket = rec._shards[0].bucket(1)
     users = (1).to_bytes(2, "big") + bytes(4) + (1).to_bytes(2, "big") + bytes([1]) + b"A" * 8
@@ -215,8 +215,8 @@ def test_a_malformed_places_or_torrent_part_call_writes_nothing(client, keys, se
 def test_malformed_visited_and_sweep_calls_write_nothing(client, keys, settings, tmp_path):
     import redis
 
-    visited = lua.register(client, "visited", package="crawler.counters")
-    sweep = lua.register(client, "sweep", package="crawler.counters")
+    visited = scripts.register(client, "visited", package="crawler.counters")
+    sweep = scripts.register(client, "sweep", package="crawler.counters")
     hour, box = keys.processed(1), keys.outbox
     with pytest.raises(redis.ResponseError, match="visited.lua"):
         visited(keys=[hour, box], args=[H, "soon"])

@@ -23,8 +23,8 @@ import geo
 from crawler.counters import Recorder
 from crawler.dashboard.app import create_app
 from crawler.dashboard.views import Views
-from crawler.items import NewItem
-from crawler.lifecycle import Queue
+from crawler.queue.items import NewItem
+from crawler.queue.transitions import Queue
 from crawler.sources.health import ANSWER, FAILURE, REFUSAL, TrackerHealth
 from tests.cli import run
 from tests.dashboard_data import record_world

@@ -12,7 +12,7 @@ import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from crawler.sources import redact
+from crawler import redact
 from tests.cli import run
 from tests.opentracker import free_port, opentracker, peer_address  # noqa: F401 (fixture)
 

@@ -20,9 +20,10 @@ import tracemalloc
 
 import pytest
 
-from crawler import bencode, items
+from crawler.bencode import codec as bencode
 from crawler.errors import ItemError
-from crawler.items import parse_torrent
+from crawler.queue import items
+from crawler.queue.items import parse_torrent
 from crawler.sources import http_codec as h
 
 MIB = 1024 * 1024
@@ -47,7 +48,7 @@ def _nested_torrent(size: int, where: str) -> bytes:
 # before the command (its modules imported) and the CPU time the command took.
 _MEASURED = """
 import json, resource, sys, time
-import crawler.cli, crawler.cli.add, crawler.cli.context, crawler.items, crawler.lifecycle, redis
+import crawler.cli, crawler.cli.add, crawler.cli.context, crawler.queue.items, crawler.queue.transitions, redis
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 start = time.thread_time()
 try:

@@ -13,14 +13,14 @@ import gevent
 import pytest
 from gevent.event import Event
 
-from crawler import layout
 from crawler.errors import SettingsError
-from crawler.items import NewItem
-from crawler.lifecycle import Queue
-from crawler.queue_view import QueueView
+from crawler.queue.items import NewItem
+from crawler.queue.transitions import Queue
+from crawler.queue.view import QueueView
 from crawler.settings import Settings
 from crawler.sources.dht import DhtSource
 from crawler.sources.discovery import MIN_INTERVAL, SILENT_RETRY, Discovery, Frontier
+from crawler.store import layout
 from tests.cli import run_json
 from tests.dht_swarm import Swarm
 
@@ -69,7 +69,7 @@ def test_sampled_hashes_enter_the_discovered_lane_once(storing_swarm, client, ke
     q.add([NewItem(tracked)], lane="high")
     q.add([NewItem(evicted)])
     (lease,) = [x for x in q.claim(2) if x.info_hash == evicted]
-    from crawler.scoring import Outcome
+    from crawler.queue.scoring import Outcome
 
     for _ in range(8):  # evicted: its tombstone keeps it out
         q.complete(lease, Outcome.NONE, due=0)

@@ -1,4 +1,4 @@
-"""With no REDIS_URL, peercrawl runs its own Redis under PEERCRAWL_DATA_DIR (crawler/store.py)."""
+"""With no REDIS_URL, peercrawl runs its own Redis under PEERCRAWL_DATA_DIR (crawler/store/connect.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import psutil
 import pytest
 import redis
 
-from crawler import embedded, store
 from crawler.settings import Settings
+from crawler.store import connect as store
+from crawler.store import embedded
 from tests.cli import run, run_json
 
 

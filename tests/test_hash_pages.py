@@ -1,8 +1,8 @@
-"""Reading whole hashes in HSCAN pages (crawler.hash_pages) against the real Redis."""
+"""Reading whole hashes in HSCAN pages (crawler.store.hash_pages) against the real Redis."""
 
 from __future__ import annotations
 
-from crawler.hash_pages import read_hashes
+from crawler.store.hash_pages import read_hashes
 
 
 def test_every_field_of_every_hash_is_read_whatever_its_size_or_encoding(client, keys):

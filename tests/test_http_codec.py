@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from crawler import bencode
+from crawler.bencode import codec as bencode
 from crawler.errors import RemoteProtocolError
 from crawler.sources import http_codec as h
 from crawler.sources.peers import encode_compact

@@ -10,9 +10,9 @@ from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from crawler import bencode
+from crawler.bencode import codec as bencode
 from crawler.errors import ItemError
-from crawler.items import parse_item, parse_items, parse_magnet, parse_torrent
+from crawler.queue.items import parse_item, parse_items, parse_magnet, parse_torrent
 
 HEX = "0123456789abcdef0123456789abcdef01234567"
 B32 = base64.b32encode(bytes.fromhex(HEX)).decode()

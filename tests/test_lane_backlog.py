@@ -15,11 +15,11 @@ import random
 
 import pytest
 
-from crawler import layout
-from crawler.items import NewItem
-from crawler.lanes import MARKED
-from crawler.lifecycle import Queue
-from crawler.scoring import Outcome
+from crawler.queue.items import NewItem
+from crawler.queue.lanes import MARKED
+from crawler.queue.scoring import Outcome
+from crawler.queue.transitions import Queue
+from crawler.store import layout
 
 T0 = 1_900_000_000.0
 SMALL = 5

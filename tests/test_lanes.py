@@ -7,12 +7,12 @@ from collections import Counter
 
 import pytest
 
-from crawler import layout
-from crawler.items import NewItem
-from crawler.lifecycle import Queue
-from crawler.queue_view import QueueView
-from crawler.reshard import Reshard
-from crawler.scoring import Outcome
+from crawler.queue.items import NewItem
+from crawler.queue.reshard import Reshard
+from crawler.queue.scoring import Outcome
+from crawler.queue.transitions import Queue
+from crawler.queue.view import QueueView
+from crawler.store import layout
 from tests.cli import run_json
 
 T0 = 1_900_000_000.0

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from crawler import layout
 from crawler.errors import SettingsError, StoreError
 from crawler.keys import Keys
+from crawler.store import layout
 
 
 def test_a_new_crawl_records_the_configured_count_and_later_processes_read_it(client, namespace):

@@ -4,12 +4,12 @@ import json
 
 import pytest
 
-from crawler.items import NewItem
 from crawler.keys import Keys
-from crawler.lanes import LANES
-from crawler.lifecycle import ADD_STATUS, Queue
-from crawler.queue_view import QueueView
-from crawler.scoring import Outcome
+from crawler.queue.items import NewItem
+from crawler.queue.lanes import LANES
+from crawler.queue.scoring import Outcome
+from crawler.queue.transitions import ADD_STATUS, Queue
+from crawler.queue.view import QueueView
 
 H = [f"{i:040x}" for i in range(1, 50)]
 
@@ -296,7 +296,7 @@ def test_a_torrent_keeps_its_last_visits_oldest_first(client, keys, settings, vi
 
 
 def test_the_history_at_its_largest_drops_one_per_visit_and_off_forgets_it(client, keys, settings, view):
-    from crawler.queue_view import HISTORY_ENTRY
+    from crawler.queue.view import HISTORY_ENTRY
 
     most = 10_000
     q = Queue(client, keys, settings.replace(torrent_history=most))

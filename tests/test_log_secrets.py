@@ -18,7 +18,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from crawler import bencode, logs
+from crawler import logs
+from crawler.bencode import codec as bencode
 from crawler.settings import Settings
 from tests import redis_servers
 from tests.cli import run

@@ -23,15 +23,16 @@ from gevent import socket
 from gevent.server import StreamServer
 from structlog.testing import capture_logs
 
-from crawler import lua, store
 from crawler.counters import Recorder, top
 from crawler.errors import StoreError
-from crawler.items import NewItem
 from crawler.keys import Keys
-from crawler.lifecycle import Queue
-from crawler.outage import Outage
-from crawler.scoring import Outcome
+from crawler.queue.items import NewItem
+from crawler.queue.scoring import Outcome
+from crawler.queue.transitions import Queue
 from crawler.settings import Settings
+from crawler.store import connect as store
+from crawler.store import scripts
+from crawler.store.outage import Outage
 from tests.opentracker import opentracker, peer_address  # noqa: F401 (fixture)
 from tests.test_cluster import SECRET, cluster_ns, env  # noqa: F401 (fixtures)
 from tests.test_store import private_redis  # noqa: F401 (fixture)
@@ -255,17 +256,17 @@ def test_with_wait_a_recording_returns_once_a_replica_has_it(cluster_ns, redis_c
     ns, url = cluster_ns
     client = store.connect(Settings(redis_url=url, secret=SECRET))
     keys = Keys(ns)
-    wait = lua.Wait.from_settings(Settings(wait_replicas=1, wait_timeout_ms=5000))
+    wait = scripts.Wait.from_settings(Settings(wait_replicas=1, wait_timeout_ms=5000))
     script = client.register_script(SET)
     master, replica = redis_cluster.serving(keys.ready)[:2]
     reader = _replica(redis_cluster, replica)
     for i in range(20):
         key = f"{{{ns}}}:wait-test:{i}"
-        assert lua.run_pipelined(client, [(script, [key], [str(i)])], wait=wait) == [1]
+        assert scripts.run_pipelined(client, [(script, [key], [str(i)])], wait=wait) == [1]
         assert reader.get(key) == str(i).encode()  # on the replica the moment the call returned
         client.delete(key)
     assert (wait.batches, wait.short) == (20, 0)
-    assert lua.Wait.from_settings(Settings()) is None  # 0 replicas: off
+    assert scripts.Wait.from_settings(Settings()) is None  # 0 replicas: off
 
 
 def test_with_wait_the_flusher_posts_only_what_a_replica_holds_as_claimed(cluster_ns, redis_cluster, tmp_path):  # noqa: F811
@@ -302,11 +303,11 @@ def test_without_a_replica_wait_times_out_and_the_recording_stands(cluster_ns, r
     master, replica = redis_cluster.serving(key)[:2]
     restore.append(replica)
     redis_cluster.kill(replica)
-    wait = lua.Wait(1, 200)
+    wait = scripts.Wait(1, 200)
     script = client.register_script(SET)
     with capture_logs() as logs:
         start = time.monotonic()
-        assert lua.run_pipelined(client, [(script, [key], ["kept"])], wait=wait) == [1]
+        assert scripts.run_pipelined(client, [(script, [key], ["kept"])], wait=wait) == [1]
         assert time.monotonic() - start >= 0.19
     assert (wait.batches, wait.short) == (1, 1)
     assert [e["event"] for e in logs] == ["replicas_behind"]

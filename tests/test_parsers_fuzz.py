@@ -22,11 +22,11 @@ from hypothesis import example, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from crawler import bencode
+from crawler.bencode import codec as bencode
 from crawler.cli.add import _sources
 from crawler.errors import ItemError, RemoteProtocolError
-from crawler.items import MAX_TORRENT_FILE, parse_items, parse_torrent
-from crawler.queue_view import HISTORY_ENTRY, NOT_REPORTED, history
+from crawler.queue.items import MAX_TORRENT_FILE, parse_items, parse_torrent
+from crawler.queue.view import HISTORY_ENTRY, NOT_REPORTED, history
 from crawler.sources import http_codec as h
 from crawler.sources import udp_codec as u
 

@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from crawler import bencode
-from crawler.items import NewItem
+from crawler.bencode import codec as bencode
 from crawler.keys import Keys
-from crawler.lifecycle import Queue
-from crawler.queue_view import QueueView
-from crawler.scoring import Outcome
+from crawler.queue.items import NewItem
+from crawler.queue.scoring import Outcome
+from crawler.queue.transitions import Queue
+from crawler.queue.view import QueueView
 from tests.cli import run, run_json
 
 ROOT = str(Path(__file__).resolve().parent.parent)

@@ -13,12 +13,12 @@ import time
 
 import pytest
 
-from crawler import lua
-from crawler.items import NewItem
 from crawler.keys import Keys
-from crawler.lifecycle import MAX_CLAIM, Queue
-from crawler.queue_view import QueueView
-from crawler.scoring import Outcome
+from crawler.queue.items import NewItem
+from crawler.queue.scoring import Outcome
+from crawler.queue.transitions import MAX_CLAIM, Queue
+from crawler.queue.view import QueueView
+from crawler.store import scripts
 from tests.cli import run, run_json
 
 STATES = ("ready", "cooling", "leases", "evicted", "quarantined")
@@ -40,7 +40,7 @@ def membership(client, keys: Keys) -> dict[str, list[str]]:
 def scripts(client) -> tuple:
     """add.lua, claim.lua and complete.lua as Redis runs them, for calls past the clamps of the
     ``Queue`` methods (the KEYS and ARGV still come from the queue's own builders)."""
-    return tuple(lua.register(client, name) for name in ("add", "claim", "complete"))
+    return tuple(scripts.register(client, name, "crawler.queue") for name in ("add", "claim", "complete"))
 
 
 def assert_conserved(client, keys: Keys, expected: set[str]) -> None:
@@ -256,7 +256,7 @@ class CountingTracker:
         import threading
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-        from crawler import bencode
+        from crawler.bencode import codec as bencode
 
         self.paths: list[str] = []
         tracker = self

@@ -7,12 +7,12 @@ import time
 
 import pytest
 
-from crawler import layout
-from crawler.items import NewItem
-from crawler.lifecycle import Queue
-from crawler.queue_rates import STEPS, bucket, middle, percentile
-from crawler.queue_view import QueueView
-from crawler.scoring import Outcome
+from crawler.queue.items import NewItem
+from crawler.queue.rates import STEPS, bucket, middle, percentile
+from crawler.queue.scoring import Outcome
+from crawler.queue.transitions import Queue
+from crawler.queue.view import QueueView
+from crawler.store import layout
 from tests.cli import run_json
 
 

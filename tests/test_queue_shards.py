@@ -7,13 +7,13 @@ import random
 
 import pytest
 
-from crawler import store
-from crawler.items import NewItem
 from crawler.keys import MAX_SHARDS, Keys
-from crawler.lifecycle import Queue
-from crawler.operations import queue_report
-from crawler.queue_view import QueueView
-from crawler.scoring import Outcome
+from crawler.queue.items import NewItem
+from crawler.queue.scoring import Outcome
+from crawler.queue.transitions import Queue
+from crawler.queue.view import QueueView
+from crawler.report.queue_report import queue_report
+from crawler.store import connect as store
 from tests.test_cluster import SECRET, cluster_ns  # noqa: F401 (fixture)
 
 

@@ -7,7 +7,7 @@ import urllib.parse
 from hypothesis import given
 from hypothesis import strategies as st
 
-from crawler.sources import redact
+from crawler import redact
 from crawler.sources.lru import Lru
 
 _KEY = st.text(alphabet="abcdefghijklmnopqrstuvwxyzABCDEF0123456789", min_size=16, max_size=40).filter(

@@ -10,15 +10,15 @@ import time
 
 import pytest
 
-from crawler import layout
 from crawler.errors import SettingsError
-from crawler.items import NewItem
 from crawler.keys import Keys
-from crawler.lifecycle import Queue
-from crawler.queue_view import QueueView
-from crawler.registry import WorkerRegistry
-from crawler.reshard import Reshard
-from crawler.scoring import Outcome
+from crawler.queue.items import NewItem
+from crawler.queue.registry import WorkerRegistry
+from crawler.queue.reshard import Reshard
+from crawler.queue.scoring import Outcome
+from crawler.queue.transitions import Queue
+from crawler.queue.view import QueueView
+from crawler.store import layout
 from tests.cli import run, run_json
 from tests.test_cluster import SECRET, cluster_ns  # noqa: F401 (fixture)
 
@@ -153,7 +153,7 @@ def test_the_command_killed_mid_move_finishes_exactly_when_run_again(client, nam
 
 
 def test_a_single_node_crawl_moves_onto_the_cluster_layout(cluster_ns, settings):  # noqa: F811
-    from crawler import store
+    from crawler.store import connect as store
 
     ns, url = cluster_ns
     s = settings.replace(redis_url=url, namespace=ns, secret=SECRET)

@@ -1,10 +1,10 @@
 """PEERCRAWL_REVISIT_SECONDS=0 (SPEC §8): a visited torrent is due again at once."""
 
-from crawler.items import NewItem
-from crawler.lifecycle import Queue
-from crawler.operations import capacity_report
-from crawler.queue_view import QueueView
-from crawler.scoring import Outcome
+from crawler.queue.items import NewItem
+from crawler.queue.scoring import Outcome
+from crawler.queue.transitions import Queue
+from crawler.queue.view import QueueView
+from crawler.report.queue_report import capacity_report
 from crawler.settings import Settings
 
 H = "ab" * 20

@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from crawler.items import NewItem
-from crawler.lifecycle import Queue
-from crawler.queue_view import QueueView
-from crawler.scoring import Outcome, SourceCount, multiplier, outcome
+from crawler.queue.items import NewItem
+from crawler.queue.scoring import Outcome, SourceCount, multiplier, outcome
+from crawler.queue.transitions import Queue
+from crawler.queue.view import QueueView
 from crawler.settings import Settings
 
 S = Settings()

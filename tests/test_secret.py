@@ -9,11 +9,12 @@ import threading
 import pytest
 
 import geo
-from crawler import embedded, store
 from crawler.counters import Recorder
 from crawler.counters.marks import create_key_file, key_file, load_secret, read_key_file
 from crawler.errors import SettingsError
 from crawler.settings import Settings
+from crawler.store import connect as store
+from crawler.store import embedded
 from tests.cli import run, run_json
 from tests.mmdb import write_city_db
 from tests.test_cluster import cluster_ns  # noqa: F401 (fixture)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from crawler.shard_tops import ShardTops
+from crawler.queue.shard_tops import ShardTops
 
 
 def test_a_few_shards_are_all_peeked_once_their_estimates_are_old():

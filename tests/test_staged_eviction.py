@@ -10,12 +10,12 @@ import time
 
 import pytest
 
-from crawler import layout
-from crawler.items import NewItem
-from crawler.lifecycle import Queue
-from crawler.pins import Pins
-from crawler.queue_view import QueueView
-from crawler.scoring import Outcome
+from crawler.queue.items import NewItem
+from crawler.queue.pins import Pins
+from crawler.queue.scoring import Outcome
+from crawler.queue.transitions import Queue
+from crawler.queue.view import QueueView
+from crawler.store import layout
 from tests.cli import run, run_json
 
 DAY = 86400.0

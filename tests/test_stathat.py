@@ -10,7 +10,7 @@ import pytest
 
 import geo
 from crawler.counters import Recorder, top
-from crawler.queue_view import QueueView
+from crawler.queue.view import QueueView
 from crawler.stathat import EZClient, Flusher, PostError
 from tests.mmdb import write_city_db
 from tests.stathat_sink import StatHatSink

@@ -13,10 +13,10 @@ from redis.retry import Retry
 
 from crawler.errors import StoreError
 from crawler.keys import Keys
-from crawler.lifecycle import Queue
-from crawler.operations import queue_report
-from crawler.queue_view import QueueView
-from crawler.registry import WorkerRegistry
+from crawler.queue.registry import WorkerRegistry
+from crawler.queue.transitions import Queue
+from crawler.queue.view import QueueView
+from crawler.report.queue_report import queue_report
 from crawler.stathat.flusher import Flusher
 from workers.heartbeat import Heartbeat
 

@@ -14,10 +14,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from crawler import bencode
-from crawler.items import NewItem
-from crawler.lifecycle import Queue
-from crawler.queue_view import QueueView
+from crawler.bencode import codec as bencode
+from crawler.queue.items import NewItem
+from crawler.queue.transitions import Queue
+from crawler.queue.view import QueueView
 from crawler.settings import Settings, TrackerSpec
 from crawler.sources.health import TrackerHealth, tracker_report
 from crawler.sources.trackers import Trackers

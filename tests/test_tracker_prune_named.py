@@ -8,10 +8,10 @@ import time
 
 import pytest
 
-from crawler.items import NewItem
 from crawler.keys import Keys
-from crawler.lifecycle import Queue
-from crawler.scoring import Outcome
+from crawler.queue.items import NewItem
+from crawler.queue.scoring import Outcome
+from crawler.queue.transitions import Queue
 from crawler.sources import health as health_module
 from crawler.sources.health import ANSWER, FAILURE, TrackerHealth, tracker_others, tracker_report
 from tests.test_cluster import cluster_ns  # noqa: F401 (fixture)
@@ -136,7 +136,7 @@ def test_prune_script_refuses_bad_arguments_before_any_write(client, keys):
 
 def test_prune_runs_on_a_redis_cluster_with_shards_on_every_master(cluster_ns, settings):
     """Each script's keys are one slot's: the walk asks every shard's master, the prune the home's."""
-    from crawler import store
+    from crawler.store import connect as store
 
     ns, url = cluster_ns
     s = settings.replace(redis_url=url, namespace=ns, evict_below=0.9)

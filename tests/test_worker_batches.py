@@ -1,4 +1,4 @@
-"""A worker killed in the middle of a shared round trip (crawler.lua.coalesce): nothing lost,
+"""A worker killed in the middle of a shared round trip (crawler.store.coalesce): nothing lost,
 nothing counted twice.
 
 The worker (a ``peercrawl worker`` subprocess, 16 visits at once, three

@@ -7,9 +7,9 @@ import hashlib
 import gevent
 import redis
 
-from crawler.items import NewItem
 from crawler.keys import Keys
-from crawler.lifecycle import Queue
+from crawler.queue.items import NewItem
+from crawler.queue.transitions import Queue
 from tests.namespaces import delete_namespace
 from tests.test_store import private_redis  # noqa: F401 (fixture)
 from workers.claims import Claims

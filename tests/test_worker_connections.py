@@ -72,7 +72,7 @@ from gevent import monkey; monkey.patch_all()
 import sys
 import gevent, redis
 sys.path.insert(0, sys.argv[1])
-from crawler import store
+from crawler.store import connect as store
 from crawler.settings import Settings
 from workers.connections import worker_client
 if sys.argv[5] == "cluster":  # every node's pool is a CheckedPool already

@@ -10,9 +10,9 @@ import hashlib
 import gevent
 import pytest
 
-from crawler.items import NewItem
-from crawler.lifecycle import Queue
-from crawler.queue_view import QueueView
+from crawler.queue.items import NewItem
+from crawler.queue.transitions import Queue
+from crawler.queue.view import QueueView
 from crawler.settings import TrackerSpec
 from tests.mmdb import write_city_db
 from tests.opentracker import opentracker, peer_address  # noqa: F401 (fixture)

@@ -8,10 +8,10 @@ import time
 
 import pytest
 
-from crawler.items import NewItem
-from crawler.lifecycle import Queue
-from crawler.operations import queue_report
-from crawler.queue_view import QueueView
+from crawler.queue.items import NewItem
+from crawler.queue.transitions import Queue
+from crawler.queue.view import QueueView
+from crawler.report.queue_report import queue_report
 from crawler.sources.trackers import Trackers
 from tests.mmdb import write_city_db
 from tests.opentracker import opentracker, peer_address  # noqa: F401 (fixture)
@@ -192,7 +192,7 @@ def test_a_skip_defers_without_counting_a_visit_or_a_failure(settings, client, k
 
 
 def test_complete_and_claim_reload_the_scripts_a_restarted_redis_forgot(settings, keys, private_redis):  # noqa: F811
-    from crawler.scoring import Outcome
+    from crawler.queue.scoring import Outcome
 
     _, client = private_redis
     q = Queue(client, keys, settings)

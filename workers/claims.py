@@ -6,7 +6,7 @@ one, each was a claim.lua call for one torrent: ~60 µs of Redis per visit
 probe. With ``Claims`` the claims runners ask for meanwhile become one claim
 of their sum (``Queue.claim``): one call leases the best ready torrents for
 all of them, handed out in the order they were asked, so the highest
-scores still go first. As in ``crawler.lua.coalesce`` there is no timer: a
+scores still go first. As in ``crawler.store.coalesce`` there is no timer: a
 claim waits at most for the claim already under way, so a batch is as
 large as the load makes it.
 
@@ -18,15 +18,15 @@ fails (Redis away past its patience) answers no torrent to every asker of
 that batch: the claim loop claims again once Redis is back. A runner killed
 while waiting (a worker's drain) may leave a torrent claimed for it: its
 lease expires and the torrent comes back, as when a worker is killed
-(``crawler.group_commit``).
+(``crawler.store.group_commit``).
 """
 
 from __future__ import annotations
 
 from crawler import logs
 from crawler.errors import StoreError
-from crawler.group_commit import GroupCommit
-from crawler.lifecycle import MAX_CLAIM, Lease, Queue
+from crawler.queue.transitions import MAX_CLAIM, Lease, Queue
+from crawler.store.group_commit import GroupCommit
 
 log = logs.get("worker")
 

@@ -6,16 +6,16 @@ health refresh that many greenlets make at the same moment, would have
 visits fail with it and their torrents wait for their leases to expire. A
 ``BlockingConnectionPool`` instead makes a greenlet wait for a free
 connection: the worker opens at most ``connections`` to Redis, whatever its
-concurrency, and never fails a visit for want of one. It is a ``crawler.pool.CheckedPool``,
+concurrency, and never fails a visit for want of one. It is a ``crawler.store.connection_pool.CheckedPool``,
 which skips redis-py's per-command poll for stray data after a clean release.
-A cluster client already has such a pool per node (``crawler.store``).
+A cluster client already has such a pool per node (``crawler.store.connect``).
 """
 
 from __future__ import annotations
 
 import redis
 
-from crawler.pool import CheckedPool, checked_when_dirty
+from crawler.store.connection_pool import CheckedPool, checked_when_dirty
 
 # Greenlets besides the runners that talk to Redis: heartbeat, lease
 # extension, flusher and sweep, autoscaler, and the sources' tracker-health

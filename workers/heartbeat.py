@@ -2,7 +2,7 @@
 
 ``Health`` keeps the worker's recent visits (rate, outage streak);
 ``Heartbeat`` publishes them every ``interval`` seconds through the worker
-registry (``crawler.registry.WorkerRegistry``) with a TTL of ``3 × interval``,
+registry (``crawler.queue.registry.WorkerRegistry``) with a TTL of ``3 × interval``,
 so a process killed with SIGKILL drops out of ``status`` within the TTL.
 """
 
@@ -18,7 +18,7 @@ import redis
 
 from crawler.errors import StoreError
 from crawler.keys import Keys
-from crawler.registry import WorkerRegistry
+from crawler.queue.registry import WorkerRegistry
 
 # How far back visits_per_hour looks: long enough to smooth bursts of claims,
 # short enough that a slowed worker shows it within minutes.

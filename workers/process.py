@@ -13,21 +13,22 @@ from collections.abc import Callable
 import gevent
 from gevent.event import Event
 
-from crawler import logs, store
+from crawler import logs
 from crawler.counters.batcher import Batcher
 from crawler.counters.recorder import Recorder
 from crawler.errors import StoreError
 from crawler.keys import Keys
-from crawler.lifecycle import Queue
-from crawler.lua.coalesce import coalesce
-from crawler.outage import Outage, once
+from crawler.queue.transitions import Queue
 from crawler.settings import Settings
 from crawler.sources.trackers import Trackers
 from crawler.stathat.flusher import Flusher
+from crawler.store import connect as store
+from crawler.store.coalesce import coalesce
+from crawler.store.outage import Outage, once
 from workers.autoscale import Autoscaler
 from workers.heartbeat import Heartbeat
-from workers.pool import Worker
 from workers.visit import Visit, Visitor
+from workers.worker import Worker
 
 log = logs.get("worker")
 
@@ -69,7 +70,7 @@ class Process:
         self.settings, self.client, self.keys = settings, client, keys
         # The one record of Redis outages every loop of this process reports to.
         self.outage = store.outage(client) or Outage(patience=settings.redis_wait_seconds)
-        # The visits' script calls share round trips (crawler.lua.coalesce).
+        # The visits' script calls share round trips (crawler.store.coalesce).
         self.coalescer = coalesce(client)
         self.queue = Queue(client, keys, settings)
         self.recorder = Recorder(client, keys, settings)
@@ -94,7 +95,7 @@ class Process:
         flusher = Flusher(client, keys, settings) if flush else None
         self.metrics = self._metrics_server = None
         if settings.metrics_port is not None:
-            from workers.metrics import WorkerMetrics
+            from workers.worker_metrics import WorkerMetrics
 
             self.metrics = WorkerMetrics(settings.top_trackers)
             on_visit = _both(on_visit, self.metrics.visit)
@@ -106,7 +107,7 @@ class Process:
             on_visit=on_visit, outage=self.outage,
         )
         if self.metrics is not None:
-            from workers.metrics import instrument, serve
+            from workers.worker_metrics import instrument, serve
 
             instrument(self, self.metrics)
             self._metrics_server = serve(self.metrics, settings.metrics_port)

@@ -28,7 +28,7 @@ Redis steps of a visit: the plan, the recording (its batch's probe and
 record calls), the completion, the next claim (one claim for the runners
 asking together) and ``torrents.processed`` once per torrent and hour
 (skipped for a revisit inside the hour); each shares its round trip with
-other visits' steps (``crawler.lua.coalesce``).
+other visits' steps (``crawler.store.coalesce``).
 """
 
 from __future__ import annotations
@@ -39,16 +39,16 @@ from dataclasses import dataclass
 
 import gevent
 
-from crawler import logs, store
+from crawler import logs, redact
 from crawler.errors import StoreError
 from crawler.keys import Keys
-from crawler.lifecycle import Lease, Queue
-from crawler.outage import Outage
-from crawler.scoring import SourceCount, outcome
+from crawler.queue.scoring import SourceCount, outcome
+from crawler.queue.transitions import Lease, Queue
 from crawler.settings import Settings
-from crawler.sources import redact
 from crawler.sources.announce_cap import AnnounceCap
 from crawler.sources.result import SourceResult, VisitResult
+from crawler.store import connect as store
+from crawler.store.outage import Outage
 from workers.claims import Claims
 
 log = logs.get("worker.visit")
@@ -90,7 +90,7 @@ class Visitor:
     ``StoreError`` (Redis).
 
     Each Redis step of a visit waits for a Redis that went away, inside the
-    client (``crawler.outage``), for up to ``PEERCRAWL_REDIS_WAIT_SECONDS``;
+    client (``crawler.store.outage``), for up to ``PEERCRAWL_REDIS_WAIT_SECONDS``;
     past that the visit ends with ``StoreError`` and its lease expires.
     Sending a step again is safe: the plan is a read, the trackers' min
     intervals are overwritten, the recording's dedupe marks and the

@@ -24,7 +24,7 @@ def cli() -> None:
 
 def _register() -> None:
     from crawler.cli import add, dashboard, export, flush, reshard, secret, stats, status, torrent
-    from workers import cli as worker_cli
+    from crawler.cli import worker as worker_cli
 
     for mod in (add, status, torrent, stats, flush, secret, dashboard, export, reshard):
         cli.add_command(mod.command)
@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> None:
     """The ``peercrawl`` entry point: gevent's patching first for the commands that serve or crawl, then click."""
     args = sys.argv[1:] if argv is None else argv
     if args[:1] in (["worker"], ["run"], ["dashboard"]):
-        # gevent patches before redis-py and ssl are imported (workers.cli).
+        # gevent patches before redis-py and ssl are imported (crawler.cli.worker).
         from gevent import monkey
 
         monkey.patch_all()

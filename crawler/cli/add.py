@@ -13,9 +13,9 @@ import click
 
 from crawler.cli.context import open_context
 from crawler.errors import ItemError
-from crawler.items import NewItem, parse_items, trackers_of
-from crawler.lanes import USER_LANES
-from crawler.lifecycle import Queue
+from crawler.queue.items import NewItem, parse_items, trackers_of
+from crawler.queue.lanes import USER_LANES
+from crawler.queue.transitions import Queue
 
 
 def _sources(items: tuple[str, ...], from_file: BinaryIO | None) -> Iterator[tuple[str, str | ItemError, Path | None]]:

@@ -6,10 +6,12 @@ from dataclasses import dataclass
 
 import redis
 
-from crawler import layout, logs, redis_url, store
+from crawler import logs, redis_url
 from crawler.errors import StoreError
 from crawler.keys import Keys
 from crawler.settings import Settings
+from crawler.store import connect as store
+from crawler.store import layout
 
 
 @dataclass
@@ -25,7 +27,7 @@ def open_context(records: bool = False, resolve_layout: bool = True, **overrides
 
     ``records``: the command records peers (worker, run), so the fingerprint
     key must be usable before it does anything (SPEC §4). ``resolve_layout``:
-    the keys carry the crawl's shard count (``crawler.layout``), which refuses
+    the keys carry the crawl's shard count (``crawler.store.layout``), which refuses
     a conflicting ``PEERCRAWL_QUEUE_SHARDS`` or a move in progress; off, the
     keys are the namespace's home alone (``reshard`` reads the layout itself).
     Raises SettingsError or StoreError, which ``crawler.cli.main`` prints as

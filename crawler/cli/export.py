@@ -23,7 +23,7 @@ def command(out: Path, as_json: bool) -> None:
     prints it), period (all or YYYY-MM), the name's parts, count. A cell a
     spreadsheet would take for a formula starts with '.
     """
-    from crawler.export import export
+    from crawler.counters.export import export
 
     ctx = open_context()
     try:

@@ -10,7 +10,7 @@ import click
 
 from crawler.cli.context import open_context
 from crawler.keys import MAX_SHARDS
-from crawler.reshard import Reshard
+from crawler.queue.reshard import Reshard
 
 
 @click.command("reshard")

@@ -18,10 +18,10 @@ import sys
 import click
 import redis
 
-from crawler import lua
 from crawler.cli.context import open_context
 from crawler.counters.marks import create_key_file, key_file, read_key_file
 from crawler.errors import SettingsError, StoreError
+from crawler.store import scripts
 
 
 @click.command("secret")
@@ -102,4 +102,4 @@ def _move(ctx, stored: bytes | None) -> None:
 def _delete_if(client: redis.Redis, name: str, value: bytes) -> None:
     """Delete ``name`` only if it still holds ``value`` (the key handed over); one script, so a key
     written meanwhile is left for the next ``--move``."""
-    lua.register(client, "delete_if")(keys=[name], args=[value])
+    scripts.register(client, "delete_if", "crawler.counters")(keys=[name], args=[value])

@@ -8,8 +8,8 @@ import time
 import click
 
 from crawler.cli.context import open_context
-from crawler.lifecycle import Queue
-from crawler.operations import queue_report
+from crawler.queue.transitions import Queue
+from crawler.report.queue_report import queue_report
 from crawler.safe_text import terminal
 
 
@@ -102,7 +102,7 @@ def _lanes_table(con, lanes: dict) -> None:
 
     if not any(sum(row.values()) for lane, row in lanes.items() if lane != "normal"):
         return
-    from crawler.queue_view import STATES
+    from crawler.queue.view import STATES
 
     t = Table(title="lanes")
     t.add_column("lane")

@@ -9,13 +9,13 @@ import time
 
 import click
 
+from crawler import redact
 from crawler.cli.context import open_context
 from crawler.errors import ItemError
-from crawler.items import info_hash
-from crawler.pins import Pins
-from crawler.queue_view import QueueView
+from crawler.queue.items import info_hash
+from crawler.queue.pins import Pins
+from crawler.queue.view import QueueView
 from crawler.safe_text import terminal
-from crawler.sources import redact
 
 
 def _until(value: str | None) -> float | None:

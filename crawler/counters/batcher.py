@@ -10,7 +10,7 @@ most ``MAX_VISITS``) and records them with one ``Recorder.record_visits``:
 each distinct IP parsed and located once, every probe in one round trip,
 then every place call (one per counter shard, an IP and place met in
 several visits sent once) and every record call. There is no timer, as in
-``crawler.lua.coalesce``: a visit waits at most for the recordings already
+``crawler.store.coalesce``: a visit waits at most for the recordings already
 under way (``IN_FLIGHT``), so a batch is as large as the load makes it and
 nothing waits for a batch to fill.
 
@@ -32,7 +32,7 @@ from collections.abc import Iterable
 
 from crawler.counters.names import info_hash_hex
 from crawler.errors import StoreError
-from crawler.group_commit import GroupCommit
+from crawler.store.group_commit import GroupCommit
 
 # Visits per batch: ~64 x 50 peers is a few ms of Python, after which the
 # greenlets waiting on their replies run.

@@ -57,7 +57,7 @@ from crawler.counters.rollup import Rollup
 from crawler.counters.split import SplitParts
 from crawler.errors import StoreError
 from crawler.keys import Keys, shard_of
-from crawler.lua import Wait, register, run_pipelined
+from crawler.store.scripts import Wait, register, run_pipelined
 
 # Pairs of one record.lua call: ~2,400 (seven first visits of 50 peers) hold
 # Redis ~3 ms (bench/bench_record_lua.py: ~0.41 ms of script per such visit);

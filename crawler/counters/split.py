@@ -33,7 +33,7 @@ import redis
 from crawler.counters.calls import FRESH, LOW64, PlaceCall, RecordBatch, RecordBatches, VisitPart
 from crawler.counters.places import PlaceInfo
 from crawler.errors import StoreError
-from crawler.lua import register, run_pipelined
+from crawler.store.scripts import register, run_pipelined
 
 # (IP, place) pairs whose place marks a process remembers as fresh (module note);
 # ~100 B each: ~50 MB at most.

@@ -30,7 +30,7 @@ from crawler.counters.names import LIFETIME, Metric, Query, check_month, hashed,
 from crawler.counters.rollup import Rollup, index_keys, member_key, of_torrents, sharded
 from crawler.errors import StoreError
 from crawler.keys import Keys
-from crawler.lua import register, run_pipelined
+from crawler.store.scripts import register, run_pipelined
 
 
 def top(

@@ -36,7 +36,7 @@ from werkzeug.exceptions import HTTPException
 from crawler import logs
 from crawler.counters.names import check_month, info_hash_hex
 from crawler.dashboard import access
-from crawler.dashboard.metrics import registry_for
+from crawler.dashboard.collector import registry_for
 from crawler.dashboard.views import Views
 from crawler.errors import StoreError
 from crawler.safe_text import csv_row

@@ -1,7 +1,7 @@
 """What each dashboard page shows, as JSON-able dicts (SPEC §10).
 
 Every number comes from the functions behind ``stats`` and ``status``
-(``crawler.counters.top``, ``crawler.operations.queue_report``,
+(``crawler.counters.top``, ``crawler.report.queue_report.queue_report``,
 ``QueueView.torrent``), so the page shows what ``stats --json`` and
 ``status --json`` print. Each view returns ``{"tables": {name: rows}, ...}``:
 a table is a list of flat dicts, the rows one chart draws, which is also
@@ -19,17 +19,17 @@ import time
 
 import redis
 
+from crawler import redact
 from crawler.counters import top
+from crawler.counters.export import months_with_counters
 from crawler.counters.names import LIFETIME, unescape
 from crawler.counters.rollup import Rollup
 from crawler.dashboard.countries import map_code
 from crawler.errors import StoreError
-from crawler.export import months_with_counters
 from crawler.keys import Keys
-from crawler.lifecycle import Queue
-from crawler.operations import queue_report
-from crawler.queue_view import STATES, QueueView
-from crawler.sources import redact
+from crawler.queue.transitions import Queue
+from crawler.queue.view import STATES, QueueView
+from crawler.report.queue_report import queue_report
 
 # The queue states of ``status --json``, as the states chart and the /metrics gauge show them.
 # Every country a month can hold (GeoLite2 knows ~250).

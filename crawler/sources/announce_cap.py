@@ -29,13 +29,13 @@ import time
 
 import redis
 
-from crawler import lua
+from crawler import redact
 from crawler.errors import StoreError
-from crawler.group_commit import GroupCommit
 from crawler.keys import Keys
-from crawler.minute_figures import recent
 from crawler.settings import Settings
-from crawler.sources import redact
+from crawler.store import scripts
+from crawler.store.group_commit import GroupCommit
+from crawler.store.minute_figures import recent
 
 # Requests per tracker of a visit: the announce and its withdrawal.
 PER_TRACKER = 2
@@ -56,7 +56,7 @@ class AnnounceCap:
         self.every = interval_us(settings.max_announces_per_second) if settings.max_announces_per_second else 0
         self.gaps = {url: interval_us(rate) for url, rate in settings.tracker_rates().items()}
         self.enabled = bool(self.every or self.gaps)
-        self._script = lua.register(client, "announce_cap", package="crawler.sources")
+        self._script = scripts.register(client, "announce_cap", package="crawler.sources")
         self._commit = GroupCommit(self._serve, cap=CALL_CAP, size=lambda urls: PER_TRACKER * len(urls),
                                    stopped=lambda: StoreError("announce cap: its sender stopped"))
 

@@ -3,7 +3,7 @@
 With ``PEERCRAWL_DISCOVERY=on`` each worker's DHT node asks other nodes for
 a sample of the info-hashes they store (BEP 51 ``sample_infohashes``,
 libtorrent's ``dht_sample_infohashes``) and adds the hashes it had not seen
-to the ``discovered`` lane (``crawler.lanes``).
+to the ``discovered`` lane (``crawler.queue.lanes``).
 
 Politeness. A node is asked again only after the ``interval`` its answer
 gave (libtorrent's nodes say 6 hours; never sooner than ``MIN_INTERVAL``),
@@ -36,13 +36,13 @@ from gevent.event import Event
 
 from crawler import logs
 from crawler.errors import StoreError
-from crawler.items import NewItem
 from crawler.keys import Keys
-from crawler.lifecycle import Queue
-from crawler.minute_figures import recent
+from crawler.queue.items import NewItem
+from crawler.queue.transitions import Queue
 from crawler.settings import Settings
 from crawler.sources.addresses import AddressRefused, policy
 from crawler.sources.lru import Lru
+from crawler.store.minute_figures import recent
 
 log = logs.get(__name__)
 

@@ -64,11 +64,12 @@ from dataclasses import dataclass
 
 import redis
 
-from crawler import lua
+from crawler import redact
 from crawler.errors import StoreError
 from crawler.keys import Keys
-from crawler.sources import redact, tracker_names
+from crawler.sources import tracker_names
 from crawler.sources.lru import Lru
+from crawler.store import scripts
 
 ANSWER, REFUSAL, FAILURE = "answer", "refusal", "failure"
 # How often one process prunes unused entries; pruning is idempotent.
@@ -120,9 +121,9 @@ class TrackerHealth:
         self.base, self.maximum, self.threshold = base, maximum, threshold
         self.refresh, self.flush_every = refresh, flush
         self.cache_size, self.prune_after, self.cap_confirm = cache_size, prune_after, cap_confirm
-        self._script = lua.register(client, "tracker_health", package="crawler.sources")
-        self._prune = lua.register(client, "tracker_prune", package="crawler.sources")
-        self._walk = lua.register(client, "tracker_walk", package="crawler.sources")
+        self._script = scripts.register(client, "tracker_health", package="crawler.sources")
+        self._prune = scripts.register(client, "tracker_prune", package="crawler.sources")
+        self._walk = scripts.register(client, "tracker_walk", package="crawler.sources")
         # Trackers every torrent names without storing them (the configured defaults).
         self.named_always = frozenset(named_always)
         self.walk_every = PRUNE_EVERY

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import h11
 
-from crawler import bencode
+from crawler.bencode import codec as bencode
 from crawler.errors import PeercrawlError, RemoteProtocolError, one_line
 from crawler.sources.peers import Peer, PeerListError, canonical_ip, parse_compact
 

@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import redis
 
-from crawler import lua
 from crawler.errors import StoreError
 from crawler.keys import Keys
-from crawler.lanes import LANES
+from crawler.queue.lanes import LANES
+from crawler.store import scripts
 
 # Torrents per tracker_named.lua call: a few hundred sets keep a call near a millisecond.
 PAGE = 500
@@ -42,7 +42,7 @@ def named(client: redis.Redis, keys: Keys, candidates: list[str], page: int = PA
     left = set(candidates)
     if not left:
         return set()
-    script = lua.register(client, "tracker_named", package="crawler.sources")
+    script = scripts.register(client, "tracker_named", package="crawler.sources")
     found: set[str] = set()
     try:
         for shard in keys.all_shards:

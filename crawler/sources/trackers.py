@@ -55,7 +55,7 @@ callers' deadlines (they differ by the milliseconds of that one turn).
 Outcomes: an answer, a refusal (the tracker's error reply: alive, never
 backs off) or a failure; any exception of an exchange, expected or not, is
 that tracker's failure, recorded in its health, except ``StoreError`` (ours,
-propagated). Every error text is redacted (``crawler.sources.redact``).
+propagated). Every error text is redacted (``crawler.redact``).
 """
 
 from __future__ import annotations
@@ -71,10 +71,11 @@ import gevent
 import redis
 from gevent.event import AsyncResult
 
+from crawler import redact
 from crawler.errors import StoreError
 from crawler.keys import Keys
 from crawler.settings import Settings
-from crawler.sources import addresses, redact, udp_codec
+from crawler.sources import addresses, udp_codec
 from crawler.sources.addresses import (
     AddressCheck,
     Resolver,

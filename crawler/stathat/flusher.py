@@ -2,7 +2,7 @@
 
 Strategy: the recorder adds increments to the outbox hash in the same Lua
 step as the counters. A flush renames the outbox to an in-flight hash under
-a leased claim (``claim.lua``), so increments made meanwhile start a fresh
+a leased claim (``take.lua``), so increments made meanwhile start a fresh
 outbox and nothing is read twice, and reads it in HSCAN pages as its posts
 need them (``_Batches``): a backlog of a million stats never holds Redis in
 one reply, nor the process's memory. Each chunk StatHat accepts is deleted
@@ -42,14 +42,15 @@ import uuid
 
 import redis
 
-from crawler import logs, store
+from crawler import logs
 from crawler.errors import StoreError
-from crawler.hash_pages import pages
 from crawler.keys import Keys
-from crawler.lua import Wait, register, run_pipelined
-from crawler.outage import Outage, once
-from crawler.queue_view import QueueView
+from crawler.queue.view import QueueView
 from crawler.stathat.client import EZClient, PostError
+from crawler.store import connect as store
+from crawler.store.hash_pages import pages
+from crawler.store.outage import Outage, once
+from crawler.store.scripts import Wait, register, run_pipelined
 
 log = logs.get("stathat")
 
@@ -66,7 +67,7 @@ DEFAULT_BUDGET_SECONDS = 60.0
 # trip and clock granularity.
 LEASE_MARGIN_SECONDS = 0.5
 # The flush at shutdown: the worker waits 4 s for it (SHUTDOWN_MARGIN - 2 in
-# workers/pool.py) before killing it, and a post killed midway has an unknown
+# workers/worker.py) before killing it, and a post killed midway has an unknown
 # result; ending on its own leaves nothing in doubt.
 FINAL_BUDGET_SECONDS = 3.0
 # In the final flush, a post given less time than this is not started.
@@ -82,7 +83,7 @@ class _Batches:
     What is held is sorted by stat, so a stat owed by several shards goes
     out once per post, summed. A chunk is acked before the next page is
     asked for unless a page outran it; a stat a page repeats while still
-    held is skipped (``crawler.hash_pages``).
+    held is skipped (``crawler.store.hash_pages``).
     """
 
     def __init__(self, client: redis.Redis, claimed: dict):
@@ -151,7 +152,7 @@ class Flusher:
         backoff_max: float = 300.0,
     ):
         self.client, self.keys, self.settings = client, keys, settings
-        # the process's one Outage (crawler.outage): a Redis gone away is logged once, by whoever meets it first
+        # the process's one Outage (crawler.store.outage): a Redis gone away is logged once, by whoever meets it first
         self.outage = store.outage(client) or Outage(patience=settings.redis_wait_seconds)
         self.enabled = settings.stathat_ezkey is not None
         if sink is None and self.enabled:
@@ -170,10 +171,10 @@ class Flusher:
         self.backoff_base, self.backoff_max = backoff_base, backoff_max
         self.post_count = "torrents.count" in settings.stathat_families
         self.token = uuid.uuid4().hex
-        # each shard's outbox, in-flight batch and claim (claim.lua and settle.lua touch one shard)
+        # each shard's outbox, in-flight batch and claim (take.lua and settle.lua touch one shard)
         self._keys = [[k.outbox, k.outbox_in_flight, k.outbox_owner] for k in keys.all_counter_shards]
         self._held: dict[int, int] = {}  # shard -> claimed stats not yet acked, this flush
-        self._claim = register(client, "claim", package=__package__)
+        self._claim = register(client, "take", package=__package__)
         self._settle = register(client, "settle", package=__package__)
         # PEERCRAWL_WAIT_REPLICAS: a claim reaches a replica before its batch is
         # posted, and an ack before the next claim (docs/redis.md, failover)

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import redis
 
-from crawler import store
 from crawler.errors import StoreError
+from crawler.store import connect as store
 
 SLOTS = 16384
 

@@ -17,29 +17,32 @@ from redis.commands.core import Script
 from redis.exceptions import AskError, ClusterDownError, MovedError, NoScriptError, TryAgainError
 
 from crawler import logs
-from crawler.outage import transient
+from crawler.store.outage import transient
 
 log = logs.get("redis")
 
-# A line ``--! include NAME`` is replaced by the text of this package's
-# NAME.lua: helpers several scripts share (slices.lua) have one home, and each
+# A line ``--! include NAME`` is replaced by the text of NAME.lua from the
+# including script's package, or else from this package (``slices.lua``, the
+# helpers every room's scripts share): each helper has one home, and each
 # script still reaches Redis as one self-contained text.
 INCLUDE = "--! include "
 
 
 @cache
-def source(name: str, package: str | None = None) -> str:
-    """The text of ``<name>.lua`` in this package (or ``package``), its includes inlined."""
-    text = resources.files(package or __package__).joinpath(name + ".lua").read_text("utf-8")
-    lines = text.split("\n")
+def source(name: str, package: str) -> str:
+    """The text of ``<name>.lua`` in ``package`` (or this one), its includes inlined."""
+    here = resources.files(package).joinpath(name + ".lua")
+    if not here.is_file():
+        here = resources.files(__package__).joinpath(name + ".lua")
+    lines = here.read_text("utf-8").split("\n")
     for i, line in enumerate(lines):
         if line.startswith(INCLUDE):
-            lines[i] = source(line[len(INCLUDE):].split()[0]).rstrip("\n")
+            lines[i] = source(line[len(INCLUDE):].split()[0], package).rstrip("\n")
     return "\n".join(lines)
 
 
-def register(client: redis.Redis, name: str, package: str | None = None) -> Script:
-    """A redis-py Script for ``name``: EVALSHA, loading the script on NOSCRIPT.
+def register(client: redis.Redis, name: str, package: str) -> Script:
+    """A redis-py Script for ``package``'s ``name``: EVALSHA, loading the script on NOSCRIPT.
 
     On a cluster client, a ``ClusterScript``.
     """
@@ -117,7 +120,7 @@ def run_pipelined(client: redis.Redis, calls: list, wait: Wait | None = None) ->
     replica) did nothing; it alone is run again through its Script, which
     loads it. A call that met a node away (a cluster pipeline keeps going
     for the others) is sent again alone through the client, which waits for
-    the node (``crawler.outage``; every script is safe to run twice). Each
+    the node (``crawler.store.outage``; every script is safe to run twice). Each
     call is its own atomic step.
 
     On a cluster the calls go in one pipeline per node, each through that

@@ -1,17 +1,17 @@
-"""The one-pass bencode reader behind ``crawler.bencode.decode``: the checks, the budget, the schema walk.
+"""The one-pass bencode reader behind ``crawler.bencode.codec.decode``: the checks, the budget, the schema walk.
 
 ``Reader`` reads one input: ``read`` a value as a schema keeps it
-(``crawler.bencode_schema``), ``keep`` one whole, ``skip`` one checked
+(``crawler.bencode.schema``), ``keep`` one whole, ``skip`` one checked
 without building anything. Every value it reads, kept or not, counts
 against its budget; past it, ``TooManyValues``. Why it is built so, and
-the budgets: ``crawler.bencode``'s docstring.
+the budgets: ``crawler.bencode.codec``'s docstring.
 """
 
 from __future__ import annotations
 
 import re
 
-from crawler.bencode_schema import (
+from crawler.bencode.schema import (
     DICTIONARY,
     INTEGER,
     KEEP,

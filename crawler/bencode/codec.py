@@ -1,7 +1,7 @@
 """Bencode (BEP 3), sans-IO: bytes in, Python values out, and back.
 
 Used for HTTP tracker replies (``crawler.sources.http_codec``) and for
-``.torrent`` files (``crawler.items``). The input is untrusted, so decoding
+``.torrent`` files (``crawler.queue.items``). The input is untrusted, so decoding
 is strict and bounded by construction, in one pass over the bytes:
 
 - The whole input is exactly one value (no trailing bytes); integers have no
@@ -26,8 +26,8 @@ is strict and bounded by construction, in one pass over the bytes:
   caller may look). So what a decode holds is what its schema keeps, plus
   the stack of open containers, never a tree of the whole input.
 
-The schema vocabulary is ``crawler.bencode_schema``, the reader that walks
-the bytes ``crawler.bencode_reader``; this module is their front.
+The schema vocabulary is ``crawler.bencode.schema``, the reader that walks
+the bytes ``crawler.bencode.reader``; this module is their front.
 
 Budgets, chosen so that no real input meets them and a hostile one costs a
 bounded fraction of a second (a value costs some 0.3 us to check, a few
@@ -35,7 +35,7 @@ times that to keep, on the machines this runs on):
 
 - ``MAX_VALUES`` (``decode``'s default): 100,000 values. Kept whole, that
   is at most ~10 MB of objects (empty dictionaries, the largest per byte).
-- ``.torrent`` files and tracker replies set their own (``crawler.items``,
+- ``.torrent`` files and tracker replies set their own (``crawler.queue.items``,
   ``crawler.sources.http_codec``), each explained there.
 
 Values: ``int``, ``bytes``, ``list``, ``dict`` with ``bytes`` keys. ``encode``
@@ -45,8 +45,8 @@ sorts dictionary keys as BEP 3 requires.
 
 from __future__ import annotations
 
-from crawler.bencode_reader import MAX_DEPTH, MAX_INT_DIGITS, BencodeError, Reader, TooManyValues
-from crawler.bencode_schema import (
+from crawler.bencode.reader import MAX_DEPTH, MAX_INT_DIGITS, BencodeError, Reader, TooManyValues
+from crawler.bencode.schema import (
     DICTIONARY,
     INTEGER,
     KEEP,

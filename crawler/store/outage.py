@@ -1,7 +1,7 @@
 """A Redis that goes away: wait with backoff, log once per outage (SPEC §9).
 
 Strategy. Every process has one ``Outage`` per Redis it talks to (made by
-``crawler.store.connect`` and reached with ``crawler.store.outage(client)``).
+``crawler.store.connect.connect`` and reached with ``crawler.store.connect.outage(client)``).
 Every Redis call goes through it, at one of two levels:
 
 - *inside the client*: ``store.connect`` gives redis-py a ``Retry`` whose

@@ -17,7 +17,7 @@ worker; a test may) raises ``stopped()`` in its askers, so nobody waits
 for ever. An asker killed while waiting does not take its request back: it
 may still be served, as a kill after the send would have had it.
 
-Used for the worker's script calls (``crawler.lua.coalesce``), its visits'
+Used for the worker's script calls (``crawler.store.coalesce``), its visits'
 recordings (``crawler.counters.batcher``) and its runners' next claims
 (``workers.claims``).
 """

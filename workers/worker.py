@@ -26,7 +26,7 @@ service (the flusher posting to StatHat once more) and leaves the worker
 registry: well inside the 25 s a dyno manager gives before SIGKILL. A process killed outright leaves its leases to expire,
 and the next claim anywhere puts those torrents back in ready.
 
-Redis away (``crawler.outage``). Each Redis call of a runner or a service
+Redis away (``crawler.store.outage``). Each Redis call of a runner or a service
 waits for Redis up to ``PEERCRAWL_REDIS_WAIT_SECONDS`` inside the client;
 the claim loop waits on its own for as long as it takes (until the worker
 stops), so a worker never exits for an outage and claims again as soon as
@@ -48,11 +48,12 @@ import gevent
 import redis
 from gevent.event import Event
 
-from crawler import logs, store
+from crawler import logs
 from crawler.errors import StoreError
-from crawler.lifecycle import Lease, Queue
-from crawler.outage import Outage
-from crawler.queue_view import QueueView
+from crawler.queue.transitions import Lease, Queue
+from crawler.queue.view import QueueView
+from crawler.store import connect as store
+from crawler.store.outage import Outage
 from workers.autoscale import Sample
 from workers.heartbeat import Health, Heartbeat
 from workers.slots import Slots

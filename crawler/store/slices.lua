@@ -1,5 +1,5 @@
 -- slices.lua: included by scripts that send long lists to one command
--- (``--! include slices`` in their text; crawler.lua.source inlines it).
+-- (``--! include slices`` in their text; crawler.store.scripts.source inlines it).
 -- unpack() of more than ~8,000 values overflows Lua's stack, and one
 -- command with a million arguments would stall Redis: every multi-value
 -- command goes out in slices of STEP values.

@@ -12,7 +12,7 @@ replies, and at once sends what queued meanwhile; ``IN_FLIGHT`` senders
 may each have a round trip under way. There is no timer: a call waits at
 most for the round trips already in flight, so a batch is as large as the
 load makes it (a lone call when the worker is idle, dozens when it is
-busy), and nothing waits for a batch to fill (``crawler.group_commit``).
+busy), and nothing waits for a batch to fill (``crawler.store.group_commit``).
 
 What stays as it was. Every call is still its own atomic script with all its
 keys in one slot, so a process killed at any line leaves each call done or
@@ -36,8 +36,8 @@ from __future__ import annotations
 
 import redis
 
-from crawler.group_commit import GroupCommit
-from crawler.outage import nested
+from crawler.store.group_commit import GroupCommit
+from crawler.store.outage import nested
 
 # Calls per round trip: ~256 visits' probes are ~13,000 keys, a few ms of
 # Redis, after which other clients' commands run.
@@ -65,12 +65,12 @@ class Coalescer(GroupCommit):
         self.client = client
 
     def run(self, calls: list, wait=None) -> list:
-        """The replies of ``calls`` (``(script, keys, args)``), errors as values (``lua.replies_of``).
+        """The replies of ``calls`` (``(script, keys, args)``), errors as values (``scripts.replies_of``).
 
         Blocks this greenlet until the round trip holding them is answered;
         raises ``redis.RedisError`` if that round trip failed.
         """
-        from crawler.lua import replies_of
+        from crawler.store.scripts import replies_of
 
         if nested() or not calls:
             return replies_of(self.client, calls, wait) if calls else []
@@ -78,7 +78,7 @@ class Coalescer(GroupCommit):
 
     def _round_trip(self, requests: list) -> list:
         """One pipeline of every request's calls (a ``WAIT`` if any asked for one); each its replies."""
-        from crawler.lua import replies_of
+        from crawler.store.scripts import replies_of
 
         calls = [c for own, _ in requests for c in own]
         replies = replies_of(self.client, calls, next((w for _, w in requests if w is not None), None))

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import NamedTuple
 from urllib.parse import unquote_plus, urlsplit
 
-from crawler import bencode
+from crawler.bencode import codec as bencode
 from crawler.envparse import tracker_url
 from crawler.errors import ItemError, one_line
 

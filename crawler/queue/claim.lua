@@ -26,7 +26,7 @@
 -- KEYS[9]  expiries    HASH info-hash -> leases expired in a row
 -- KEYS[10] quarantined ZSET info-hash -> quarantine time
 -- KEYS[11] quarantine  HASH info-hash -> JSON {reason, at, expiries, score}
--- KEYS[12] rates       HASH per-minute counts (crawler/queue_rates.py)
+-- KEYS[12] rates       HASH per-minute counts (crawler/queue/rates.py)
 -- KEYS[13..15] the ready ZSETs of the high, low and discovered lanes (KEYS[1]
 --          is the normal lane's)
 -- KEYS[16..18] the members of the high, low and discovered lanes (ZSETs,
@@ -40,7 +40,7 @@
 -- ARGV[7] the unix minute of now, ARGV[8] torrents this claim asked for
 -- (counted once per claim: 0 for the next shards of a claim spread over
 -- several, and for housekeeping), ARGV[9] the share of claims each lane below
--- the first non-empty one is guaranteed (crawler/lanes.py), ARGV[10] "1": stop
+-- the first non-empty one is guaranteed (crawler/queue/lanes.py), ARGV[10] "1": stop
 -- when the lane the claim began in runs out (a sharded claim then goes on in
 -- the shard offering the next best, so a higher lane in another shard comes
 -- first), "0": go on into the next lane
@@ -70,7 +70,7 @@
 -- claim (its lane's name: the scripts that settle the visit write the due
 -- time to that lane's index),
 -- then what the shard offers next (how a sharded claimer picks its next
--- shard, crawler/shard_tops.py): the best ready score after the claim of
+-- shard, crawler/queue/shard_tops.py): the best ready score after the claim of
 -- its first non-empty lane, as (4 - lane number) + score / (1 + score), so
 -- a higher lane always offers more; or
 -- "due" if ready is empty but due cooling torrents (of unknown held score)

@@ -14,10 +14,10 @@ from __future__ import annotations
 import math
 
 from crawler.counters.geo_errors import geo_error_report
-from crawler.lifecycle import Queue
-from crawler.nodes import eviction_warning, node_report
-from crawler.queue_view import QueueView
-from crawler.registry import WorkerRegistry
+from crawler.queue.registry import WorkerRegistry
+from crawler.queue.transitions import Queue
+from crawler.queue.view import QueueView
+from crawler.report.nodes import eviction_warning, node_report
 from crawler.sources.announce_cap import cap_report
 from crawler.sources.discovery import discovery_report
 from crawler.sources.health import tracker_others, tracker_report

@@ -29,8 +29,7 @@ from functools import wraps
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from crawler import logs
-from crawler.sources import redact
+from crawler import logs, redact
 
 log = logs.get("worker.metrics")
 

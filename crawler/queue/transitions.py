@@ -21,7 +21,7 @@ it counts as ready from that instant, and admission costs one ZADD per batch.
 The next claims move it into ``ready`` (where scores are compared). A new
 torrent of the high, low or discovered lane goes to its lane's ready set at
 once instead, so a bulk add to one lane never sits in the due queue ahead of
-another lane's torrents (``crawler.lanes``).
+another lane's torrents (``crawler.queue.lanes``).
 
 A claim's token is the torrent's claim count after the claim. Extend,
 complete, fail and release check it, so a worker whose lease expired (and
@@ -35,7 +35,7 @@ soon as anyone claims.
 Shards (SPEC §9). A namespace's queue may be split into shards, each with
 its own sets under its own hash tag (``Keys.for_torrent``): every script
 above runs in the torrent's shard, and a claim in the shard that offers the
-best score (``crawler.shard_tops``), its housekeeping that shard's. An add
+best score (``crawler.queue.shard_tops``), its housekeeping that shard's. An add
 sends each item to its shard, all shards' calls in one pipeline. A
 one-shard queue is exactly the queue of a single Redis.
 
@@ -75,15 +75,15 @@ from itertools import islice
 
 import redis
 
-from crawler import lua
 from crawler.errors import StoreError
-from crawler.items import NewItem
 from crawler.keys import Keys, shard_of
-from crawler.lanes import MARKED, offer, rank
-from crawler.queue_rates import KEPT_SECONDS, asked_field, field_time, rt_field
-from crawler.scoring import Outcome, multiplier
+from crawler.queue.items import NewItem
+from crawler.queue.lanes import MARKED, offer, rank
+from crawler.queue.rates import KEPT_SECONDS, asked_field, field_time, rt_field
+from crawler.queue.scoring import Outcome, multiplier
+from crawler.queue.shard_tops import ShardTops
 from crawler.settings import Settings
-from crawler.shard_tops import ShardTops
+from crawler.store import scripts
 
 # Housekeeping moves at most this many expired leases, due torrents and old
 # tombstones each per call. A claim of n moves 2n + 8: more than it takes,
@@ -108,7 +108,7 @@ ADD_PIPELINE = 4
 @dataclass(frozen=True)
 class Lease:
     """A claimed torrent: its info-hash, score at claim, lease token, the unix time of the
-    claim (0: unknown; the visit's round trip is then not counted, crawler/queue_rates.py) and
+    claim (0: unknown; the visit's round trip is then not counted, crawler/queue/rates.py) and
     its lane at the claim ("": unknown)."""
 
     info_hash: str
@@ -133,7 +133,7 @@ def _minute(now: float) -> str:
 class Queue:
     """The score queue in Redis. Every method is one atomic step.
 
-    Reads of what it holds are ``crawler.queue_view.QueueView``'s; here are
+    Reads of what it holds are ``crawler.queue.view.QueueView``'s; here are
     the steps that change it and the one read a visit needs (``plan``).
 
     ``client``: a redis-py client (bytes responses); ``keys``: the namespace's
@@ -145,13 +145,13 @@ class Queue:
         self.client = client
         self.keys = keys
         self.settings = settings
-        self._add = lua.register(client, "add")
-        self._claim = lua.register(client, "claim")
-        self._extend = lua.register(client, "extend")
-        self._complete = lua.register(client, "complete")
-        self._release = lua.register(client, "release")
-        self._defer = lua.register(client, "defer")
-        self._plan = lua.register(client, "plan")
+        self._add = scripts.register(client, "add", __package__)
+        self._claim = scripts.register(client, "claim", __package__)
+        self._extend = scripts.register(client, "extend", __package__)
+        self._complete = scripts.register(client, "complete", __package__)
+        self._release = scripts.register(client, "release", __package__)
+        self._defer = scripts.register(client, "defer", __package__)
+        self._plan = scripts.register(client, "plan", __package__)
         self.tops = ShardTops(keys.shards)
 
     # --- intake ------------------------------------------------------------
@@ -200,7 +200,7 @@ class Queue:
         Any number of items, sent as ``add_stream`` sends them.
         ``on_dropped(item, n)``: called for each item of which ``n`` trackers
         were not stored (its torrent's set was at the per-torrent bound).
-        ``lane`` (``crawler.lanes``): the lane of new and re-admitted items
+        ``lane`` (``crawler.queue.lanes``): the lane of new and re-admitted items
         and, with ``move``, of tracked ones too; None: new ones are normal,
         tracked ones keep theirs.
         """
@@ -248,7 +248,7 @@ class Queue:
                 calls.append((self._add, keys, args))
                 parts.append((n, positions, part, cut))
         try:
-            results = lua.run_pipelined(self.client, calls)
+            results = scripts.run_pipelined(self.client, calls)
         except redis.RedisError as e:
             raise StoreError(f"adding torrents failed: {e}") from e
         statuses = [[""] * len(b) for b in batches]
@@ -311,7 +311,7 @@ class Queue:
         shards = list(shards)
         calls = [(self._claim, a["keys"], a["args"])
                  for a in (self._claim_args(0, now, self.keys.shard(i)) for i in shards)]
-        for i, flat in zip(shards, lua.run_pipelined(self.client, calls)):
+        for i, flat in zip(shards, scripts.run_pipelined(self.client, calls)):
             self.tops.note(i, flat[-1], now)
 
     def claim(self, count: int = 1, now: float | None = None) -> list[Lease]:
@@ -403,7 +403,7 @@ class Queue:
         now = time.time() if now is None else now
         a = self._complete_args(lease, result, peers, seeders, leechers, due, now)
         try:
-            reply = lua.run_pipelined(self.client, [(self._complete, a["keys"], a["args"])])[0]
+            reply = scripts.run_pipelined(self.client, [(self._complete, a["keys"], a["args"])])[0]
         except redis.RedisError as e:
             raise StoreError(f"completing a visit failed: {e}") from e
         return self._completed(lease, reply, due, now)
@@ -411,7 +411,7 @@ class Queue:
     def _arrived(self, info_hash: str, at: float, now: float, score: float | None = None) -> None:
         """This process put ``info_hash`` back, claimable at ``at``: its shard's estimate knows at once.
 
-        ``score``: what its shard then offers (``crawler.lanes.offer``), None when unknown."""
+        ``score``: what its shard then offers (``crawler.queue.lanes.offer``), None when unknown."""
         if self.keys.shards > 1:
             self.tops.arrived(shard_of(info_hash, self.keys.shards), at, now, score)
 
@@ -480,7 +480,7 @@ class Queue:
         k = self.keys.for_torrent(info_hash)
         cap = self.settings.max_trackers_per_torrent
         try:
-            [(own, flat, _)] = lua.run_pipelined(
+            [(own, flat, _)] = scripts.run_pipelined(
                 self.client, [(self._plan, [k.trackers(info_hash), k.tracker_min_interval(info_hash)], [cap])])
         except redis.RedisError as e:
             raise StoreError(f"reading the torrent's trackers failed: {e}") from e
@@ -509,7 +509,7 @@ class Queue:
 
         The hashes are written by ``complete.lua``, ``defer.lua`` and
         ``claim.lua``, so their housekeeping is the queue's too: ``status`` and
-        the dashboard run it before they read (``crawler.operations.queue_report``)
+        the dashboard run it before they read (``crawler.report.queue_report.queue_report``)
         and workers hourly, so each stays bounded (~2,900 fields). Raises ``StoreError``.
         """
         now = time.time() if now is None else now

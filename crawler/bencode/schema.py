@@ -1,4 +1,4 @@
-"""What a bencode decode keeps (``crawler.bencode``): the schema vocabulary and its results.
+"""What a bencode decode keeps (``crawler.bencode.codec``): the schema vocabulary and its results.
 
 A schema is one of ``KEEP`` (the whole value), ``LEAF`` (an integer or
 string; a container is skipped), ``SKIP`` (nothing), ``Keys`` (some keys of

@@ -7,7 +7,7 @@ are each safe to repeat, in an order where a crash anywhere leaves every
 torrent whole in at least one place:
 
 1. the layout says ``{"shards": old, "moving_to": new}`` (every process
-   refuses to start while it does, ``crawler.layout``);
+   refuses to start while it does, ``crawler.store.layout``);
 2. per batch of torrents of an old shard: read everything the queue keeps
    of them there (state set and score, ``since``, held score, claim count,
    expiry streak, tombstone, quarantine record, and the torrent's own keys
@@ -39,11 +39,11 @@ from collections.abc import Callable
 
 import redis
 
-from crawler import layout
 from crawler.errors import SettingsError, StoreError
 from crawler.keys import Keys
-from crawler.lanes import MARKED
-from crawler.registry import WorkerRegistry
+from crawler.queue.lanes import MARKED
+from crawler.queue.registry import WorkerRegistry
+from crawler.store import layout
 
 # Torrents read, copied and removed per step: one step's commands stay small.
 BATCH = 500

@@ -8,7 +8,7 @@ Labels are bounded: a queue ``state`` (five values), a tracker ``url``
 for the sum of all the rest, however many trackers the torrents name), a
 ``worker`` id (live processes) and a Redis ``node``; nothing per torrent or
 per IP. Every ``url`` is the redacted one ``status --json`` keys trackers by
-(crawler/sources/redact.py): no passkey, userinfo or query ever lands in a
+(crawler/redact.py): no passkey, userinfo or query ever lands in a
 label. The quarantined torrents' list is per torrent, so only its count is
 here (the operators page lists them).
 
@@ -23,7 +23,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 
 from crawler.dashboard.views import Views
-from crawler.queue_view import STATES
+from crawler.queue.view import STATES
 
 
 class CrawlCollector:

@@ -2,8 +2,8 @@
 
 ``connect`` makes the client: redis-py's, or its cluster client when the
 URL names a Redis Cluster node; either waits for a Redis that went away
-(``PatientRetry``, ``PatientCluster``: ``crawler.outage``). The embedded
-server (no REDIS_URL) is started and stopped by ``crawler.embedded``.
+(``PatientRetry``, ``PatientCluster``: ``crawler.store.outage``). The embedded
+server (no REDIS_URL) is started and stopped by ``crawler.store.embedded``.
 """
 
 from __future__ import annotations
@@ -16,11 +16,12 @@ from redis.cluster import RedisCluster
 from redis.exceptions import ReadOnlyError, RedisClusterException
 from redis.retry import Retry
 
-from crawler import embedded, redis_url
+from crawler import redis_url
 from crawler.errors import StoreError, one_line
-from crawler.outage import Outage, Unavailable, nested, once, transient
-from crawler.pool import CheckedPool, checked_when_dirty
 from crawler.settings import Settings
+from crawler.store import embedded
+from crawler.store.connection_pool import CheckedPool, checked_when_dirty
+from crawler.store.outage import Outage, Unavailable, nested, once, transient
 
 # Connection settings a REDIS_URL's query may override (`?socket_timeout=`).
 # A reply slower than this means the connection or the server is gone (a
@@ -52,7 +53,7 @@ def connect(settings: Settings, **kwargs) -> redis.Redis:
 
     The first contact (a PING) is tried quickly: an unreachable Redis fails
     at once with one line. After it, every command that finds Redis away
-    waits for it up to ``settings.redis_wait_seconds`` (``crawler.outage``),
+    waits for it up to ``settings.redis_wait_seconds`` (``crawler.store.outage``),
     logging once per outage; ``outage(client)`` is that process's record.
     """
     url = settings.redis_url
@@ -168,7 +169,7 @@ class PatientPipeline:
     redis-py's cluster pipeline empties itself in ``execute`` whether or not
     it worked, so each attempt builds a fresh one (``make()``) and queues
     the same commands again. Every script peercrawl sends is safe to run
-    twice (``crawler.outage``); read-only MULTI blocks are too.
+    twice (``crawler.store.outage``); read-only MULTI blocks are too.
     """
 
     def __init__(self, make, outage: Outage):
@@ -249,7 +250,7 @@ def _remote(url: str, lost: Outage, **kwargs) -> redis.Redis:
         # A blocking pool per node: past its connections a greenlet waits for a
         # free one (redis-py's default pool raises MaxConnectionsError at 100,
         # which would read as an outage), and skips the per-command poll for
-        # stray data after a clean release (crawler.pool; a rediss:// URL's
+        # stray data after a clean release (crawler.store.connection_pool; a rediss:// URL's
         # SSLConnection, which redis-py sets over ours, keeps the poll); a
         # single Redis's worker gets the same from workers.connections.
         return PatientCluster.from_url(url, outage=lost, retry=Retry(QUICK_BACKOFF, QUICK_RETRIES),

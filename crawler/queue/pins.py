@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import redis
 
-from crawler import lua
 from crawler.errors import StoreError
 from crawler.keys import Keys
+from crawler.store import scripts
 
 
 class Pins:
@@ -21,7 +21,7 @@ class Pins:
 
     def __init__(self, client: redis.Redis, keys: Keys):
         self.client, self.keys = client, keys
-        self._script = lua.register(client, "pin")
+        self._script = scripts.register(client, "pin", __package__)
 
     def pin(self, info_hash: str, until: float | None = None) -> str:
         """Pin ``info_hash`` (until the unix time ``until``; None: for ever).

@@ -30,7 +30,7 @@
 -- KEYS[9]  visits     HASH unix minute -> visits completed
 -- KEYS[10] expiries   HASH info-hash -> leases expired in a row
 -- KEYS[11] history    STRING of this torrent's last visits
--- KEYS[12] rates      HASH per-minute counts (crawler/queue_rates.py)
+-- KEYS[12] rates      HASH per-minute counts (crawler/queue/rates.py)
 -- KEYS[13] atrisk     ZSET info-hash -> time from which a visit without peers evicts it
 -- KEYS[14..] (optional) member sets of the high, low or discovered lane (the
 --          torrent's, or all three when its lane is not known): a torrent

@@ -11,7 +11,7 @@
 -- nothing to post, else {1, recovered, fields}: the in-flight hash is the
 -- batch to post, of that many fields, which the flusher reads in HSCAN pages,
 -- a page at a time as its posts need them
--- (crawler/hash_pages.py: an HGETALL here held Redis ~0.7 s for a million
+-- (crawler/store/hash_pages.py: an HGETALL here held Redis ~0.7 s for a million
 -- stats). recovered = 1 when it was already in flight: left by a flusher that
 -- died, ran out of time or failed to post (settle.lua's release), or whose
 -- lease lapsed. New increments keep landing in the outbox while a batch is in

@@ -1,5 +1,5 @@
 -- places_arg.lua: included by the counter scripts that take a visit's places
--- (``--! include places_arg`` in record.lua and places.lua; crawler.lua.source
+-- (``--! include places_arg`` in record.lua and places.lua; crawler.store.scripts.source
 -- inlines it): reading their binary arguments, where a string is a u16 length
 -- then its bytes and integers are big endian.
 

@@ -1,6 +1,6 @@
 """The read model of the torrent lifecycle (SPEC §1, §7): what the queue holds, never a change to it.
 
-``crawler.lifecycle.Queue`` owns the torrent states and is the only writer of
+``crawler.queue.transitions.Queue`` owns the torrent states and is the only writer of
 them; ``QueueView`` reads the same keys for everyone who only looks: ``status``
 and the dashboard (state counts, quarantined torrents, visits per hour), the
 ``torrent`` command (one torrent's record), the worker pool (how long until
@@ -29,8 +29,8 @@ import redis
 
 from crawler.errors import StoreError
 from crawler.keys import Keys
-from crawler.lanes import DEFAULT, LANES, MARKED
-from crawler.queue_rates import rates_report
+from crawler.queue.lanes import DEFAULT, LANES, MARKED
+from crawler.queue.rates import rates_report
 
 # One visit in a torrent's history, as complete.lua packs it: time, new score,
 # peers found, seeders, leechers (little-endian; NOT_REPORTED: the sources gave none).
@@ -263,7 +263,7 @@ class QueueView:
         return {"at_risk": now_n, "at_risk_later": later, "at_risk_torrents": listed}
 
     def rates(self, now: float | None = None) -> dict:
-        """The operator rates of the last hour (``crawler.queue_rates``), over every shard."""
+        """The operator rates of the last hour (``crawler.queue.rates``), over every shard."""
         now = time.time() if now is None else now
         per_shard = self._each_shard(lambda p, k: p.hgetall(k.rates), "the queue's rates")
         return rates_report([h for (h,) in per_shard], now)

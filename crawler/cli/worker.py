@@ -105,8 +105,8 @@ def run(items, concurrency, max_visits, until_idle, duration, dashboard_host, da
         from crawler.dashboard.access import check_bind
 
         check_bind(dashboard_host, ctx.settings.dashboard_token, "--dashboard-host")
+    from crawler.cli.progress import Progress, add_items
     from workers.process import Process, tune_gc
-    from workers.progress import Progress, add_items
 
     bad = add_items(ctx, items)
     size = None if c == "auto" else (c or ctx.settings.concurrency)
