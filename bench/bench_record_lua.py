@@ -47,10 +47,10 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import bench_worker  # its swarms: addresses, places, swarm size
 
-import crawler.counters.recorder as recorder_module
 from crawler.counters.recorder import Recorder
 from crawler.keys import Keys
 from crawler.settings import Settings
+from crawler.store.handle import Store
 from crawler.store.scripts import source
 from geo import Locator
 from tests.mmdb import write_city_db
@@ -161,20 +161,21 @@ def main() -> None:
     settings = Settings(redis_url=a.redis_url, namespace=ns, data_dir=tmp / "d", dht=False, allow_private=True,
                         secret="bench-secret-0123456789", geoip_db=write_city_db(tmp / "city.mmdb", bench_worker.PLACES),
                         stathat_ezkey="bench", stathat_url="http://127.0.0.1:9/")
-    rec = Recorder(client, Keys(ns), settings, Locator(settings))
     phase = ["first"]
     calls: list = []
-    real = recorder_module.run_pipelined
 
-    def capture(c, batch, **kw):
-        for script, keys, args in batch:
-            kind = "R" if script is rec._record else "P" if script is rec._probe_script else None
-            if kind:
-                calls.append((kind, phase[0], [k if isinstance(k, bytes) else str(k).encode() for k in keys],
-                              [x if isinstance(x, bytes) else str(x).encode() for x in args]))
-        return real(c, batch, **kw)
+    class Capturing(Store):
+        """The recorder's store, keeping every probe.lua and record.lua call it runs."""
 
-    recorder_module.run_pipelined = capture
+        def run(self, batch, wait=None):
+            for script, keys, args in batch:
+                kind = "R" if script is rec._record else "P" if script is rec._probe_script else None
+                if kind:
+                    calls.append((kind, phase[0], [k if isinstance(k, bytes) else str(k).encode() for k in keys],
+                                  [x if isinstance(x, bytes) else str(x).encode() for x in args]))
+            return super().run(batch, wait)
+
+    rec = Recorder(Capturing(client), Keys(ns), settings, Locator(settings))
     n_addr = a.visits * SWARM // OVERLAP
     visits = [(f"{i:040x}", [bench_worker.address((i * SWARM + j) % n_addr) for j in range(SWARM)]) for i in range(a.visits)]
     out: dict = {"visits": a.visits, "peers_per_visit": SWARM, "batch": a.batch, "redis": {}}
@@ -190,7 +191,6 @@ def main() -> None:
             out["redis"][phase[0]] = {"script_ms_per_visit": round(us / a.visits / 1000, 4),
                                       "python_ms_per_visit": round(py / a.visits * 1000, 4)}
     finally:
-        recorder_module.run_pipelined = real
         delete_namespace(client, ns)
     if lua is None:
         out["replay"] = "lua5.1 not installed (apt-get install lua5.1)"

@@ -1,6 +1,6 @@
 """Benchmark: ``stats ... --limit 20`` over a million names spread across counter shards.
 
-With several shards (SPEC §9) a torrent's counters live whole in its shard,
+With several shards (contract §9) a torrent's counters live whole in its shard,
 while a place counter is the sum of its shards' parts (each IP counts in the
 shard of its fingerprint). Measured on the same data, against the baseline
 of the same ranking read from one shard (one ZSET) in the same run:

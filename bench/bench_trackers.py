@@ -173,7 +173,7 @@ def main() -> None:
         "peercrawl": runs,
         "peercrawl_batched": batched,
         "best_ratio_to_bare": best["ratio_to_bare"],
-        # issue 15: the tracker layer at >= 0.4 of the bare loop at every concurrency from 16 to 256
+        # the target of visits in batches: the tracker layer at >= 0.4 of the bare loop at every concurrency from 16 to 256
         "batched_target_0_4_met": all(r["ratio_to_bare"] is not None and r["ratio_to_bare"] >= 0.4 for r in batched),
         "connects_per_announce_busy": runs[-1]["connects_per_announce"],
         "connects_target": 0.02,

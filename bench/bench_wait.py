@@ -41,13 +41,13 @@ import gevent.pool  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import crawler.counters.recorder as recorder_module  # noqa: E402
 from crawler import logs
 from crawler.counters import Recorder  # noqa: E402
 from crawler.keys import Keys  # noqa: E402
 from crawler.settings import Settings  # noqa: E402
 from crawler.store import connect as store  # noqa: E402
-from crawler.store import scripts
+from crawler.store.handle import Store  # noqa: E402
+from crawler.store.replica_wait import Wait  # noqa: E402
 from tests.redis_cluster import RedisCluster  # noqa: E402
 
 PEERS = 50
@@ -55,16 +55,17 @@ CONCURRENCY = 32
 ROUNDS = 2
 
 
-class Counted:
-    """``run_pipelined`` with this mode's ``wait``, counting the record.lua calls sent."""
+class Counted(Store):
+    """The recorder's store, every batch sent with this mode's ``wait``, counting the record.lua calls sent."""
 
-    def __init__(self, wait):
+    def __init__(self, client, wait):
+        super().__init__(client)
         self.wait, self.calls = wait, 0
 
-    def __call__(self, client, calls, wait=None):
-        """The recorder's ``run_pipelined(client, calls)``."""
+    def run(self, calls, wait=None):
+        """The recorder's ``Store.run(calls)``."""
         self.calls += len(calls)
-        return scripts.run_pipelined(client, calls, wait=self.wait)
+        return super().run(calls, wait=self.wait)
 
 
 class Pipelined:
@@ -76,7 +77,7 @@ class Pipelined:
 
     def __call__(self, keys, args):
         """One call, as ``Script.__call__``."""
-        return self._counted(self._client, [(self._script, keys, args)])[0]
+        return self._counted.run([(self._script, keys, args)])[0]
 
 
 def located_visits(rec: Recorder, n: int, rng: random.Random) -> list[list]:
@@ -117,9 +118,8 @@ def throughput(rec: Recorder, visits: list[list], counted: Counted) -> dict:
 
 def measure(client, keys, settings, wait, visits: int, seed: int) -> dict:
     """One round of one mode in its own namespace (fresh marks: every peer is new)."""
-    counted = Counted(wait)
-    recorder_module.run_pipelined = counted
-    rec = Recorder(client, keys, settings)
+    counted = Counted(client, wait)
+    rec = Recorder(counted, keys, settings)
     rec._record = Pipelined(rec._record, client, counted)
     rng = random.Random(seed)
     one, many = located_visits(rec, visits, rng), located_visits(rec, visits, rng)
@@ -151,7 +151,7 @@ def main() -> None:
         for r in range(ROUNDS):
             for mode in rows:  # alternating, so drift hits both alike
                 keys = Keys(f"benchwait{r}{mode.replace('_', '')}")
-                wait = scripts.Wait(1, 1000) if mode == "wait_1" else None
+                wait = Wait(1, 1000) if mode == "wait_1" else None
                 rows[mode].append(measure(client, keys, base.replace(namespace=keys.namespace), wait, visits,
                                           seed=r))
                 for k in list(client.scan_iter(match=keys.match_all, count=1000)):
@@ -164,7 +164,6 @@ def main() -> None:
             "runs": rows,
         }, indent=2))
     finally:
-        recorder_module.run_pipelined = scripts.run_pipelined
         cluster.close()
         shutil.rmtree(root, ignore_errors=True)
 

@@ -7,7 +7,7 @@ production. A cluster has masters only, no replicas: ``redis-cli --cluster
 create`` refuses fewer than three masters, so the nodes are joined with
 CLUSTER MEET and each master is given one equal, contiguous slot range with
 CLUSTER ADDSLOTSRANGE, the ranges ``create`` would give (and the ones
-``keys.shard_tag`` spreads shards over). tests/redis_cluster.py is the
+``shard_layout.shard_tag`` spreads shards over). tests/redis_cluster.py is the
 suite's fixed three-masters-three-replicas cluster; this is the benchmarks'.
 """
 

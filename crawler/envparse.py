@@ -21,6 +21,9 @@ from typing import Any
 
 from crawler.errors import SettingsError, one_line
 
+# Seconds in a day: the unit of the longer defaults and bounds.
+DAY = 86400.0
+
 
 @dataclass(frozen=True)
 class Var:

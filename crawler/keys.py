@@ -1,14 +1,9 @@
 """Every Redis key name peercrawl uses, in one place (docs/redis.md).
 
-A namespace's keys live in shards (SPEC §9). The home, hash tag
-``{<namespace>}``, holds what the whole crawl shares (workers, trackers'
-health, the layout). A crawl of ``n`` shards (``PEERCRAWL_QUEUE_SHARDS``)
-keeps its queue and its counters in shards ``0..n-1``: a torrent's queue
-keys in the shard of its info-hash (``Keys.for_torrent``), an IP's marks and
-counter parts in the shard of its fingerprint. With one shard, shard 0 is the
-home itself, so a one-shard crawl is exactly the layout of a single Redis;
-with more, shard ``i``'s tag is ``{<namespace>/<i>.<k>}``, ``k`` chosen so the
-tags spread evenly over the cluster's slot space (``shard_tag``). Every Lua
+A namespace's keys live in shards (crawler/shard_layout.py): the home holds
+what the whole crawl shares (workers, trackers' health, the layout), a
+torrent's queue keys live in the shard of its info-hash (``Keys.for_torrent``),
+an IP's marks and counter parts in the shard of its fingerprint. Every Lua
 script touches one shard's keys, all through KEYS, so each runs in one slot.
 Info-hashes appear as 40 lower-case hex characters.
 
@@ -21,33 +16,9 @@ key gets a method here.
 from __future__ import annotations
 
 import zlib
-from dataclasses import dataclass, field
-from functools import cache
+from dataclasses import dataclass
 
-from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
-
-# Most shards a namespace may have (PEERCRAWL_QUEUE_SHARDS): each shard costs
-# every status read and every shard-wide housekeeping pass a command.
-MAX_SHARDS = 1024
-
-
-@cache
-def shard_tag(namespace: str, i: int, shards: int) -> str:
-    """The hash tag's text of shard ``i`` of ``shards`` (more than one).
-
-    ``<namespace>/<i>.<k>`` with the smallest ``k`` whose slot falls in the
-    ``i``-th of ``shards`` equal parts of the 16,384 slots. ``redis-cli
-    --cluster create`` gives each master one contiguous, equal range of
-    slots, so with a shard count that is a multiple of the masters every
-    master holds the same number of shards. (``/`` is not allowed in a
-    namespace, so no namespace's tags meet another's.)
-    """
-    low = i * REDIS_CLUSTER_HASH_SLOTS // shards
-    high = (i + 1) * REDIS_CLUSTER_HASH_SLOTS // shards
-    k = 0
-    while not low <= key_slot(f"{namespace}/{i}.{k}".encode()) < high:
-        k += 1
-    return f"{namespace}/{i}.{k}"
+from crawler.shard_layout import ShardLayout
 
 
 def shard_of(info_hash: str, shards: int) -> int:
@@ -90,7 +61,7 @@ def index_tail(period: str, scope: tuple[str, ...]) -> str:
 
 
 @dataclass(frozen=True)
-class Keys:
+class Keys(ShardLayout):
     """The key names of one namespace (``PEERCRAWL_NAMESPACE``) and its layout.
 
     ``Keys(namespace, shards)`` is the home; ``shard(i)`` (and
@@ -98,19 +69,6 @@ class Keys:
     not empty unless the crawl has a single shard. A home-only key asked of
     a shard raises ``ValueError``: it would name a key nobody reads.
     """
-
-    namespace: str
-    shards: int = 1
-    tag: str = field(default="", compare=True)
-    # Counter shards; 0: as many as queue shards (the layout of a new crawl).
-    # They differ only after ``peercrawl reshard`` (crawler/queue/reshard.py), which
-    # moves torrents but cannot move dedupe marks.
-    counters: int = 0
-
-    def __post_init__(self):
-        for n in (self.shards, self.counters or self.shards):
-            if not 1 <= n <= MAX_SHARDS:
-                raise ValueError(f"a namespace has 1 to {MAX_SHARDS} shards, not {n}")
 
     @property
     def prefix(self) -> str:
@@ -125,44 +83,10 @@ class Keys:
             raise ValueError(f"{parts[0]!r} is a key of the namespace's home, not of shard {self.tag!r}")
         return self._k(*parts)
 
-    # --- the layout (SPEC §9) -------------------------------------------------
-    def shard(self, i: int) -> Keys:
-        """The keys of shard ``i`` (``0 <= i < shards``)."""
-        if not 0 <= i < self.shards:
-            raise ValueError(f"shard {i} of a namespace with {self.shards} shards")
-        return _all_shards(self.namespace, self.shards)[i]
-
-    @property
-    def all_shards(self) -> tuple[Keys, ...]:
-        """Every shard's keys, shard 0 first."""
-        return _all_shards(self.namespace, self.shards)
-
-    @property
-    def counter_shards(self) -> int:
-        """How many shards the counters, dedupe marks and StatHat outbox are split into."""
-        return self.counters or self.shards
-
-    def counter_shard(self, j: int) -> Keys:
-        """The keys of counter shard ``j`` (``0 <= j < counter_shards``): queue shard ``j``'s tag
-        when the counts agree."""
-        n = self.counter_shards
-        if not 0 <= j < n:
-            raise ValueError(f"counter shard {j} of a namespace with {n} counter shards")
-        return _all_shards(self.namespace, n)[j]
-
-    @property
-    def all_counter_shards(self) -> tuple[Keys, ...]:
-        """Every counter shard's keys, shard 0 first."""
-        return _all_shards(self.namespace, self.counter_shards)
-
+    # --- the layout (contract §9) -------------------------------------------------
     def for_torrent(self, info_hash: str) -> Keys:
         """The keys of the shard holding ``info_hash``'s queue state (``shard_of``)."""
         return self.shard(shard_of(info_hash, self.shards))
-
-    @property
-    def home(self) -> Keys:
-        """The namespace's home: what every shard of the crawl shares."""
-        return Keys(self.namespace, self.shards, counters=self.counters)
 
     @property
     def layout(self) -> str:
@@ -171,7 +95,7 @@ class Keys:
         says ``"moving_to"`` while it runs."""
         return self._home("layout")
 
-    # --- the queue (SPEC §1) ---------------------------------------------
+    # --- the queue (contract §1) ---------------------------------------------
     @property
     def ready(self) -> str:
         """ZSET info-hash -> score: ready torrents, highest first."""
@@ -289,7 +213,7 @@ class Keys:
         """HASH of one worker process (host, pid, concurrency, visits...)."""
         return self._home("w", worker_id)
 
-    # --- trackers' health (SPEC §3) --------------------------------------
+    # --- trackers' health (contract §3) --------------------------------------
     @property
     def tracker_health(self) -> str:
         """HASH tracker URL -> JSON {answers, failures, refusals, last_refusal, streak, until, cut, cap, used}."""
@@ -311,7 +235,7 @@ class Keys:
         walked -> unix time the last prune walk began (tracker_walk.lua)."""
         return self._home("trackertotals")
 
-    # --- the announce cap (SPEC §3) ------------------------------------
+    # --- the announce cap (contract §3) ------------------------------------
     @property
     def announce_cap(self) -> str:
         """HASH: ``*`` (the namespace's cap) or a tracker URL -> the next free request time,
@@ -325,7 +249,7 @@ class Keys:
         ``sent:<url>``, ``held:<url>`` per capped tracker."""
         return self._home("capm", str(minute))
 
-    # --- discovery (SPEC §3) ------------------------------------------
+    # --- discovery (contract §3) ------------------------------------------
     def discovery_minute(self, minute: int) -> str:
         """HASH of one UTC minute (unix time // 60) of discovery, expiring after ten minutes:
         ``sampled`` hashes in BEP 51 answers, ``new`` of them not seen by that worker lately,
@@ -336,7 +260,7 @@ class Keys:
         """HASH tracker URL -> unix time before which it must not be re-announced."""
         return self._k("mi", info_hash)
 
-    # --- counters, dedupe marks and StatHat (SPEC §4, §6) -----------------
+    # --- counters, dedupe marks and StatHat (contract §4, §6) -----------------
     def mark_bucket(self, n: int) -> str:
         """STRING: dedupe mark bucket ``n`` (``mk:<n>``), 12-byte records of
         (8-byte keyed fingerprint, big-endian u32 unix second); see counters/marks.py."""
@@ -438,7 +362,7 @@ class Keys:
         """STRING: a fingerprint key found in Redis; never written (the key must not live beside the marks).
 
         Read only to refuse to record while it is there and to move it out
-        (``peercrawl secret --move``): the key never lives in Redis (SPEC §4).
+        (``peercrawl secret --move``): the key never lives in Redis (contract §4).
         """
         return self._home("secret")
 
@@ -458,13 +382,6 @@ class Keys:
         if not parts or parts[0] in RESERVED:
             raise ValueError(f"scratch key {parts!r} would collide with one of peercrawl's keys")
         return self._k(*parts)
-
-
-@cache
-def _all_shards(namespace: str, shards: int) -> tuple[Keys, ...]:
-    if shards == 1:
-        return (Keys(namespace),)
-    return tuple(Keys(namespace, shards, shard_tag(namespace, i, shards)) for i in range(shards))
 
 
 # The first part (after the namespace) of every key built above.

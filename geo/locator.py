@@ -14,7 +14,7 @@ GeoIP's English names, raw (control characters too: they are counts' keys,
 made harmless where they are shown); turning them into metric names is the
 counters' job (``crawler.counters.names``). The one thing checked here is
 their length: a name longer than a metric's name may hold
-(``names.MAX_NAME_BYTES``) is left out of the ``Place`` (a city or postcode:
+(``name_bound.MAX_NAME_BYTES``) is left out of the ``Place`` (a city or postcode:
 that part is unknown; a country: the whole place, which needs it), so a
 ``Place`` from a locator never holds one. Each is tallied in
 ``name_errors`` and ``last_name_error`` when the database is read for an
@@ -35,8 +35,8 @@ import geoip2.database
 import maxminddb
 
 from crawler import logs
-from crawler.counters.names import NameTooLong, escaped_bytes, fits
 from crawler.errors import GeoError
+from geo.name_bound import NameTooLong, escaped_bytes, fits
 
 log = logs.get("geo")
 
@@ -173,7 +173,7 @@ class Locator:
                 postcode=_clean((r.get("postal") or {}).get("code")),
             )
         except Exception as e:  # noqa: BLE001 - damaged data raises anything: InvalidDatabaseError, struct, Unicode, Type...
-            # no peer address at rest (SPEC §4): the message may quote it
+            # no peer address at rest (contract §4): the message may quote it
             msg = str(e).replace(addr, "<ip>").replace(ip, "<ip>")
             raise _ReadError(f"{self.path}: a lookup failed: {type(e).__name__}: {msg}"[:300]) from e
         if fits(place.country or "") and fits(place.city or "") and fits(place.postcode or ""):

@@ -63,7 +63,7 @@ def settings(redis_url, namespace, tmp_path) -> Settings:
         dht=False,
         allow_private=True,
         secret="test-secret-0123456789",
-        # SPEC §2's eviction by score alone, which most tests exercise; staged
+        # contract §2's eviction by score alone, which most tests exercise; staged
         # eviction's graces are tested at their defaults in test_staged_eviction.py
         evict_never_seen_seconds=0.0,
         evict_lost_seconds=0.0,

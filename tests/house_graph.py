@@ -41,21 +41,19 @@ ROOMS = tuple(r for floor in FLOORS for r in floor if r != "base")
 BASE_PACKAGES = ("crawler.bencode",)
 TOP = ("crawler.__main__",)  # ``python -m crawler``: the commands, above everything
 
-# Names of other libraries' internals the code relies on on purpose (each is
-# listed, with why, beside the version bound in pyproject.toml).
+# Other libraries' internals the code relies on on purpose, each with why
+# (redis-py's are listed beside its version bound in pyproject.toml).
 THIRD_PARTY_PRIVATE = frozenset({
-    "_exit", "_getframe", "_asdict", "_replace", "_fields", "_make",
-    # redis-py
-    "_pool", "_in_use_connections", "_available_connections", "_created_connections",
-    "_checkpid", "_lock", "_sock", "_parser", "_buffer", "_cleanup", "_disconnect_raise",
-    "_execution_strategy", "_nodes_manager", "_connection_kwargs",
-    # gevent, libtorrent, structlog, werkzeug
-    "_fd", "_loop",
+    "_supported_errors",  # redis-py's Retry (pyproject.toml lists it beside the bound)
+    "_context",  # urllib.request.HTTPSHandler's TLS context, handed on to the connection it opens
+    "_db_reader",  # geoip2's Reader: its maxminddb reader, which it exposes no other way
 })
 
 
 @dataclass
 class Module:
+    """One module: its dotted name, file, length, the project's modules it imports, the private names it reads."""
+
     name: str
     path: pathlib.Path
     lines: int
@@ -63,50 +61,52 @@ class Module:
     private_reads: list[tuple[int, str]] = field(default_factory=list)
 
 
-def _name_of(path: pathlib.Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+def _name_of(path: pathlib.Path, root: pathlib.Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
 
 
-def modules() -> dict[str, Module]:
-    """Every module of the project's packages, with the modules it imports."""
+def modules(root: pathlib.Path = ROOT) -> dict[str, Module]:
+    """Every module of the project's packages under ``root``, with the modules it imports."""
     found = {}
     for pkg in PACKAGES:
-        for path in sorted((ROOT / pkg).rglob("*.py")):
-            text = path.read_text("utf-8")
-            found[_name_of(path)] = Module(_name_of(path), path, text.count("\n"))
+        for path in sorted((root / pkg).rglob("*.py")):
+            name = _name_of(path, root)
+            found[name] = Module(name, path, path.read_text("utf-8").count("\n"))
     for mod in found.values():
         tree = ast.parse(mod.path.read_text("utf-8"))
-        package = mod.name if mod.path.name == "__init__.py" else mod.name.rpartition(".")[0]
         for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                targets = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    up = package.split(".")
-                    up = up[: len(up) - node.level + 1]
-                    base = ".".join(up + ([node.module] if node.module else []))
-                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in found else base for a in node.names]
-                if node.level == 0 and node.module in found:
-                    for a in node.names:
-                        if a.name.startswith("_") and not a.name.startswith("__"):
-                            mod.private_reads.append((node.lineno, f"{node.module}.{a.name}"))
-            else:
-                continue
-            for target in targets:
-                while target and target not in found:
-                    target = target.rpartition(".")[0]
-                if target and target != mod.name:
-                    mod.imports.add(target)
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                _add_import(mod, node, found)
         mod.private_reads += _foreign_attributes(tree)
     return found
 
 
-def _foreign_attributes(tree: ast.AST) -> list[tuple[int, str]]:
-    """``x._name`` where ``_name`` is not one this module defines (on ``self`` or anything else)."""
+def _add_import(mod: Module, node: ast.Import | ast.ImportFrom, found: dict[str, Module]) -> None:
+    """The project's modules ``node`` imports into ``mod.imports``; ``from m import _x`` into its private reads."""
+    if isinstance(node, ast.Import):
+        targets = [a.name for a in node.names]
+    else:
+        base = node.module or ""
+        if node.level:
+            package = mod.name if mod.path.name == "__init__.py" else mod.name.rpartition(".")[0]
+            up = package.split(".")
+            base = ".".join(up[: len(up) - node.level + 1] + ([node.module] if node.module else []))
+        targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in found else base for a in node.names]
+        if base in found:
+            mod.private_reads += [(node.lineno, f"{base}.{a.name}") for a in node.names
+                                  if a.name.startswith("_") and not a.name.startswith("__")]
+    for target in targets:
+        while target and target not in found:
+            target = target.rpartition(".")[0]
+        if target and target != mod.name:
+            mod.imports.add(target)
+
+
+def _defined(tree: ast.AST) -> set[str]:
+    """Every name a module defines or binds: functions, classes, attributes it sets, arguments, imports."""
     own = set()
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -119,17 +119,17 @@ def _foreign_attributes(tree: ast.AST) -> list[tuple[int, str]]:
             own.add(node.arg)
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             own.update((a.asname or a.name).split(".")[0] for a in node.names)
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ClassDef):
-            for stmt in node.body:
-                if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
-                    own.add(stmt.target.id)
-    reads = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
-            if node.attr not in own and node.attr not in THIRD_PARTY_PRIVATE:
-                reads.append((node.lineno, node.attr))
-    return reads
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            own.add(node.target.id)
+    return own
+
+
+def _foreign_attributes(tree: ast.AST) -> list[tuple[int, str]]:
+    """``x._name`` where ``_name`` is not one this module defines (on ``self`` or anything else)."""
+    own = _defined(tree) | THIRD_PARTY_PRIVATE
+    return [(node.lineno, node.attr) for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and node.attr.startswith("_")
+            and not node.attr.startswith("__") and node.attr not in own]
 
 
 def room_of(name: str) -> str:
@@ -143,6 +143,7 @@ def room_of(name: str) -> str:
 
 
 def floor_of(room: str) -> int:
+    """The floor of a room, 0 for the base; the commands' entry point above every floor."""
     if room == "top":
         return len(FLOORS)
     return next(i for i, floor in enumerate(FLOORS) if room in floor)
@@ -194,7 +195,75 @@ def picture(found: dict[str, Module] | None = None) -> str:
     return "\n".join(body)
 
 
+BASE_NOTE = """The ground floor: what every room needs and nothing else. `settings.py`
+and `source_settings.py` declare every setting once (variable, parser,
+default, why) and build the frozen `Settings`; `envparse.py` is how a
+setting is declared and read; `keys.py` names every Redis key, on the shard
+layout of `shard_layout.py`; `errors.py` is the one error hierarchy;
+`logs.py` sets up structlog with secrets hidden; `redact.py`, `safe_text.py`
+and `redis_url.py` make what third parties wrote (tracker URLs, names, the
+Redis URL) safe to show; `bencode/` reads hostile bencode within a budget.
+It imports no room. (`__main__.py`, which makes `python -m crawler` the
+`peercrawl` command, lives here but stands above every floor.)"""
+INCLUDED = "inlined where another script says `--! include`"
+
+
+def rooms_section(found: dict[str, Module] | None = None) -> str:
+    """Each room, lowest floor first: its paragraph (the package's docstring) and one line per module and script."""
+    found = found if found is not None else modules()
+    lines = []
+    for floor in FLOORS:
+        for room in floor:
+            title = "crawler/ (the base)" if room == "base" else room.replace(".", "/") + "/"
+            doc = BASE_NOTE if room == "base" else ast.get_docstring(ast.parse(found[room].path.read_text("utf-8")))
+            lines += [f"### `{title}`", "", doc.strip(), ""]
+            members = (n for n in found if n != room and (room_of(n) == room or room == "base" and room_of(n) == "top"))
+            for name in sorted(members):
+                first = (ast.get_docstring(ast.parse(found[name].path.read_text("utf-8"))) or "").split("\n\n")[0]
+                lines.append(f"- `{found[name].path.relative_to(ROOT)}` — {' '.join(first.split())}")
+            if room != "base":
+                lines += [_script_line(path) for path in sorted((ROOT / room.replace(".", "/")).glob("*.lua"))]
+            lines.append("")
+    return "\n".join(lines).rstrip("\n")
+
+
+def _script_line(path: pathlib.Path) -> str:
+    """A ``.lua`` file's line: the first sentence of its header, without the file's own name."""
+    header = []
+    for line in path.read_text("utf-8").split("\n"):
+        if not line.startswith("--") or not line.strip("- "):
+            break
+        header.append(line.lstrip("-! ").strip())
+    text = " ".join(header).removeprefix(path.name + ":").strip()
+    end = text.find(". ")
+    return f"- `{path.relative_to(ROOT)}` — {text if end < 0 else text[:end + 1]}"
+
+
+MARKS = {"picture": picture, "rooms": rooms_section}
+
+
+def generated(name: str) -> tuple[str, str]:
+    """The begin and end marks of a generated part of docs/house.md."""
+    return (f"<!-- {name}: generated by `python -m tests.house_graph --write`; edit the code, not this -->",
+            f"<!-- {name}: end -->")
+
+
+def write_docs(path: pathlib.Path = ROOT / "docs" / "house.md") -> None:
+    """Replace every generated part of ``path`` with what the code draws now."""
+    text = path.read_text("utf-8")
+    found = modules()
+    for name, render in MARKS.items():
+        begin, end = generated(name)
+        body = render(found)
+        if name == "picture":
+            body = "```\n" + body + "\n```"
+        a, b = text.index(begin) + len(begin), text.index(end)
+        text = text[:a] + "\n" + body + "\n" + text[b:]
+    path.write_text(text, "utf-8")
+
+
 def counts(found: dict[str, Module] | None = None) -> dict[str, int]:
+    """The figures of the house: modules, arrows, and what the layering test refuses."""
     found = found if found is not None else modules()
     return {"modules": len(found), "arrows": len(arrows(found)), "arrows_up": len(upward(found)),
             "private_reads": sum(len(m.private_reads) for m in found.values()),
@@ -203,7 +272,10 @@ def counts(found: dict[str, Module] | None = None) -> dict[str, int]:
 
 if __name__ == "__main__":
     import json
+    import sys
 
+    if "--write" in sys.argv:
+        write_docs()
     every = modules()
     print(picture(every))
     print(json.dumps(counts(every)))

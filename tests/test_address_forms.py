@@ -1,4 +1,4 @@
-"""Address policy (SPEC §3) for IPv6 forms that carry an IPv4 address, and site-local; trackers and DHT alike.
+"""Address policy (contract §3) for IPv6 forms that carry an IPv4 address, and site-local; trackers and DHT alike.
 
 6to4, Teredo, NAT64 and IPv4-mapped addresses are judged by the IPv4 address
 inside them; the DHT's ip_filter blocks at least every address the tracker

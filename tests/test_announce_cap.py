@@ -1,4 +1,4 @@
-"""The announce cap (SPEC §3): tracker requests per second across every worker of a namespace.
+"""The announce cap (contract §3): tracker requests per second across every worker of a namespace.
 
 Against the real Redis: the schedule of ``announce_cap.lua`` as greenlets of
 two processes' caps see it, the largest rates and tracker counts the
@@ -18,7 +18,8 @@ import redis
 
 from crawler.envparse import MAX_ANNOUNCE_RATE, MIN_ANNOUNCE_RATE
 from crawler.errors import SettingsError
-from crawler.settings import Settings, TrackerSpec
+from crawler.settings import Settings
+from crawler.source_settings import TrackerSpec
 from crawler.sources.announce_cap import AnnounceCap, cap_report
 from crawler.store import scripts
 from tests.cli import run_json
@@ -241,7 +242,7 @@ def test_a_trackers_own_cap_holds_at_that_tracker(opentracker, test_env):  # noq
     assert worker.returncode == 0, worker.stderr.read()[-2000:]
     at_capped, at_free = (a2 - a1) / (t2 - t1), (b2 - b1) / (t2 - t1)
     assert abs(at_capped - rate) <= 0.1 * rate, at_capped
-    # every visit asks both, so the free one is held to the same pace (SPEC §3: visits wait)
+    # every visit asks both, so the free one is held to the same pace (contract §3: visits wait)
     assert abs(at_free - rate) <= 0.15 * rate, at_free
     cap = status["announce_cap"]
     assert cap["per_second"] is None and cap["limiting"]

@@ -1,4 +1,4 @@
-"""peercrawl on a real Redis Cluster (SPEC §9): any node's address serves every command.
+"""peercrawl on a real Redis Cluster (contract §9): any node's address serves every command.
 
 The cluster (three masters, three replicas) is started per session by
 ``tests.redis_cluster``; each test keeps to its own namespace and names, as
@@ -16,8 +16,10 @@ import pytest
 import redis
 
 from crawler.keys import Keys
+from crawler.report.nodes import node_infos
 from crawler.settings import Settings
 from crawler.store import connect as store
+from crawler.store import patience
 from tests.mmdb import write_city_db
 from tests.opentracker import opentracker, peer_address  # noqa: F401 (fixture)
 from tests.stathat_sink import StatHatSink
@@ -62,7 +64,7 @@ def test_a_cluster_node_gets_the_cluster_client_and_a_single_redis_does_not(clus
     with pytest.raises(redis.exceptions.MovedError):
         redis.Redis.from_url(url).set(Keys(ns).announce_port, 1)
     assert not store.is_cluster(store.connect(Settings(redis_url=redis_url, secret=SECRET)))
-    nodes = store.node_infos(client, "server")
+    nodes = node_infos(client, "server")
     assert len(nodes) == 6 and all(":" in node for node, _ in nodes)
 
 
@@ -153,5 +155,5 @@ def test_many_greenlets_wait_for_a_cluster_connection_instead_of_failing(cluster
     gevent.joinall(jobs, timeout=60)
     assert all(j.ready() for j in jobs) and [j.exception for j in jobs if j.exception] == []
     assert int(client.get(key)) == 300
-    assert store.outage(client).outages == 0  # waited for a connection, not taken for a Redis gone away
+    assert patience.outage(client).outages == 0  # waited for a connection, not taken for a Redis gone away
     client.close()

@@ -1,4 +1,4 @@
-"""Chaos on a real Redis Cluster (SPEC §9): workers SIGKILLed at random and a master killed mid-crawl.
+"""Chaos on a real Redis Cluster (contract §9): workers SIGKILLed at random and a master killed mid-crawl.
 
 Three worker processes crawl a sharded namespace (six shards: two per
 master) while the test SIGKILLs a worker every second or so and, half way,
@@ -40,7 +40,7 @@ def _drain(env, found: list[str]) -> None:
 
     A discovered torrent is asked of the DHT alone, and a lookup by a worker
     whose node has just started may find no peer within its 2 s: a failed
-    visit, due again after the retry interval (SPEC §2), which a later worker
+    visit, due again after the retry interval (contract §2), which a later worker
     then visits. That is not what the chaos test is about, so the drain runs
     again (retry after 1 s) until every discovered torrent was visited.
     """

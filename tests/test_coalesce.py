@@ -6,9 +6,9 @@ import gevent
 import pytest
 import redis
 
-from crawler.store import scripts
-from crawler.store.coalesce import Coalescer, coalesce
-from crawler.store.outage import once
+from crawler.store.coalesce import Coalescer
+from crawler.store.handle import Store
+from crawler.store.outage import Once
 
 # A script that sleeps a little in Redis, so greenlets calling meanwhile queue behind it.
 SLOW = "local t = redis.call('TIME'); local s = t[1] * 1e6 + t[2]; " \
@@ -20,17 +20,19 @@ FAILS = "return redis.error_reply('bad call ' .. ARGV[1])"
 @pytest.fixture
 def coalesced(redis_url):
     c = redis.Redis.from_url(redis_url)
-    yield c, coalesce(c)
+    store = Store.coalesced(c)
+    yield store, store.coalescer
     c.close()
 
 
 def test_greenlets_share_round_trips_and_each_gets_its_own_replies(coalesced, keys):
-    client, co = coalesced
+    store, co = coalesced
+    client = store.client
     incr = client.register_script(SLOW)
     k = [keys.scratch("co", str(i)) for i in range(50)]
 
     def caller(i: int) -> list:
-        return scripts.run_pipelined(client, [(incr, [k[i]], [i]), (incr, [k[i]], [1000])])
+        return store.run([(incr, [k[i]], [i]), (incr, [k[i]], [1000])])
 
     jobs = [gevent.spawn(caller, i) for i in range(50)]
     gevent.joinall(jobs, raise_error=True)
@@ -44,10 +46,10 @@ def test_greenlets_share_round_trips_and_each_gets_its_own_replies(coalesced, ke
 def test_a_round_trip_is_never_larger_than_max_calls_but_a_large_request_goes_whole(redis_url, keys):
     client = redis.Redis.from_url(redis_url)
     co = Coalescer(client, max_calls=4)
-    client.coalescer = co
+    store = Store(client, co)
     incr = client.register_script(SLOW)
     k = keys.scratch("co", "n")
-    jobs = [gevent.spawn(scripts.run_pipelined, client, [(incr, [k], [1])] * (10 if i == 3 else 1)) for i in range(9)]
+    jobs = [gevent.spawn(store.run, [(incr, [k], [1])] * (10 if i == 3 else 1)) for i in range(9)]
     gevent.joinall(jobs, raise_error=True)
     assert int(client.get(k)) == 18
     # 8 lone calls of at most 4 per trip, and the request of 10 alone: at least 2 + 1 trips
@@ -56,15 +58,16 @@ def test_a_round_trip_is_never_larger_than_max_calls_but_a_large_request_goes_wh
 
 
 def test_an_error_reply_fails_its_own_caller_only(coalesced, keys):
-    client, co = coalesced
+    store, co = coalesced
+    client = store.client
     incr, fails = client.register_script(SLOW), client.register_script(FAILS)
     k = keys.scratch("co", "e")
 
     def good() -> list:
-        return scripts.run_pipelined(client, [(incr, [k], [1])])
+        return store.run([(incr, [k], [1])])
 
     def bad() -> list:
-        return scripts.run_pipelined(client, [(incr, [k], [1]), (fails, [k], ["x"])])
+        return store.run([(incr, [k], [1]), (fails, [k], ["x"])])
 
     jobs = [gevent.spawn(good), gevent.spawn(bad), gevent.spawn(good), gevent.spawn(bad), gevent.spawn(good)]
     gevent.joinall(jobs)
@@ -78,27 +81,30 @@ def test_an_error_reply_fails_its_own_caller_only(coalesced, keys):
 def test_a_failed_round_trip_fails_every_caller_in_it_and_the_next_trip_works(redis_url, keys):
     # A client on a port where nothing listens, with no retries: every round trip fails at once.
     dead = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2, retry=None)
-    co = coalesce(dead)
+    store = Store.coalesced(dead)
+    co = store.coalescer
     incr = dead.register_script(SLOW)
-    jobs = [gevent.spawn(scripts.run_pipelined, dead, [(incr, [keys.scratch("co", "d")], [1])]) for _ in range(5)]
+    jobs = [gevent.spawn(store.run, [(incr, [keys.scratch("co", "d")], [1])]) for _ in range(5)]
     gevent.joinall(jobs)
     assert all(isinstance(j.exception, redis.ConnectionError) for j in jobs)
     assert co.batches >= 1 and not co.busy
 
 
 def test_calls_inside_once_go_at_once_in_their_own_greenlet(coalesced, keys):
-    client, co = coalesced
+    store, co = coalesced
+    client = store.client
     incr = client.register_script(SLOW)
-    with once():
-        assert scripts.run_pipelined(client, [(incr, [keys.scratch("co", "o")], [3])]) == [3]
+    with Once():
+        assert store.run([(incr, [keys.scratch("co", "o")], [3])]) == [3]
     assert co.batches == 0
 
 
 def test_a_killed_caller_does_not_stop_the_others(coalesced, keys):
-    client, co = coalesced
+    store, co = coalesced
+    client = store.client
     incr = client.register_script(SLOW)
     k = keys.scratch("co", "k")
-    jobs = [gevent.spawn(scripts.run_pipelined, client, [(incr, [k], [1])]) for _ in range(10)]
+    jobs = [gevent.spawn(store.run, [(incr, [k], [1])]) for _ in range(10)]
     gevent.sleep(0)  # all queued; the first trip is in flight
     jobs[5].kill()
     gevent.joinall(jobs)
@@ -119,12 +125,12 @@ def test_calls_queued_behind_a_failed_round_trip_fail_with_it(keys):
     try:
         c = redis.Redis(host="127.0.0.1", port=mute.server_port, socket_timeout=0.3, retry=None)
         co = Coalescer(c, in_flight=1)
-        c.coalescer = co
+        store = Store(c, co)
         incr = c.register_script(SLOW)
         call = [(incr, [keys.scratch("co", "q")], [1])]
-        first = gevent.spawn(scripts.run_pipelined, c, call)
+        first = gevent.spawn(store.run, call)
         gevent.sleep(0.05)  # the first call is in flight alone
-        rest = [gevent.spawn(scripts.run_pipelined, c, call) for _ in range(7)]
+        rest = [gevent.spawn(store.run, call) for _ in range(7)]
         gevent.joinall([first, *rest], timeout=5)
         assert all(isinstance(j.exception, redis.TimeoutError) for j in [first, *rest])
         assert co.batches == 1

@@ -1,4 +1,4 @@
-"""The unique-IP counters of SPEC §4 on the real Redis, with a small City database."""
+"""The unique-IP counters of contract §4 on the real Redis, with a small City database."""
 
 from __future__ import annotations
 

@@ -15,6 +15,7 @@ from crawler.counters import Recorder
 from crawler.counters.batcher import Batcher
 from crawler.errors import StoreError
 from crawler.keys import Keys
+from crawler.store.handle import Store
 from tests.mmdb import write_city_db
 from tests.namespaces import delete_namespace
 from tests.test_counters_concurrency import POOL
@@ -72,12 +73,13 @@ def test_redis_failing_fails_every_visit_of_the_batch_and_the_next_batch_works(c
     rec = Recorder(client, keys, settings, locator)
     batcher = Batcher(rec)
     # Redis goes away: a client on a port where nothing listens, with no retries
-    rec.client = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2, retry=None)
+    dead = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2, retry=None)
+    rec.store, rec.client = Store(dead), dead
     jobs = [gevent.spawn(batcher.record_visit, h, POOL[:5], T0) for h in TORRENTS[:6]]
     gevent.joinall(jobs)
     assert all(isinstance(j.exception, StoreError) for j in jobs), [j.exception for j in jobs]
     assert not batcher.busy
-    rec.client = client  # back: the visits are retried and count once
+    rec.store, rec.client = Store(client), client  # back: the visits are retried and count once
     jobs = [gevent.spawn(batcher.record_visit, h, POOL[:5], T0) for h in TORRENTS[:6]]
     gevent.joinall(jobs, raise_error=True)
     assert [j.value for j in jobs] == [5] * 6

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from crawler.counters import Recorder, metrics_for, month_of
 from crawler.counters.names import LIFETIME
-from crawler.counters.stats import index_count
+from crawler.counters.rankings import index_count
 from crawler.keys import Keys
 from geo import Place
 from tests.namespaces import delete_namespace
@@ -54,7 +54,7 @@ visit = st.tuples(
 
 
 class Model:
-    """The counters as SPEC §4 defines them, in plain Python: what Redis must agree with."""
+    """The counters as contract §4 defines them, in plain Python: what Redis must agree with."""
     def __init__(self):
         self.marks: dict = {}
         self.lifetime: Counter = Counter()

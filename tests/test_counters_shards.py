@@ -1,4 +1,4 @@
-"""Counters split into shards by IP fingerprint (SPEC §4, §9) on the real Redis and a real cluster.
+"""Counters split into shards by IP fingerprint (contract §4, §9) on the real Redis and a real cluster.
 
 The same visits recorded into crawls of 1, 3 and 1,024 shards (the most a
 namespace may have) give the same ``stats``, the same ``export`` files and the
@@ -20,12 +20,13 @@ import redis
 
 import geo
 from crawler.counters import Recorder, month_of, top
-from crawler.counters.export import export
+from crawler.counters.csv_export import export
 from crawler.counters.names import FAMILIES
+from crawler.counters.rankings import index_count
 from crawler.counters.rollup import Rollup, outbox_field
-from crawler.counters.stats import index_count
 from crawler.dashboard.views import Views
 from crawler.keys import Keys
+from crawler.queue.view import QueueView
 from crawler.settings import Settings
 from crawler.stathat.flusher import Flusher
 from crawler.store import connect as store
@@ -85,7 +86,7 @@ def crawl(client, namespace, shards, settings, locator, sink_url, tmp_path) -> d
         news.append(rec.record_visit(h, ips, now))
         rec.visited(h, now)
     rec.sweep()
-    fl = Flusher(client, keys, s, chunk=40)
+    fl = Flusher(client, keys, s, chunk=40, tracked=QueueView(client, keys).tracked)
     while True:
         r = fl.flush_once()
         assert r["ok"] and not r["lost"]

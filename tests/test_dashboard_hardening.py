@@ -28,8 +28,8 @@ from crawler.queue.transitions import Queue
 from crawler.sources.health import ANSWER, FAILURE, REFUSAL, TrackerHealth
 from tests.cli import run
 from tests.dashboard_data import record_world
+from tests.test_connect import private_redis  # noqa: F401 (fixture)
 from tests.test_geo import damaged_networks, write_damaged_city_db
-from tests.test_store import private_redis  # noqa: F401 (fixture)
 
 PASSKEY = "0123456789abcdef0123456789abcdef"
 PRIVATE = f"http://tracker.example:2710/{PASSKEY}/announce?passkey=s3cr3tKEY99&uid=7"

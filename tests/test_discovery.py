@@ -1,4 +1,4 @@
-"""Discovery (SPEC §3, seed 004's backfeed): BEP 51 samples of a loopback libtorrent swarm into the
+"""Discovery (contract §3; backfeed: the DHT's own hashes fed back into the queue): BEP 51 samples of a loopback libtorrent swarm into the
 discovered lane, each hash admitted once across two worker processes."""
 
 from __future__ import annotations

@@ -14,9 +14,9 @@ import geo
 from crawler.counters import Recorder, escape, metrics_for, top
 from crawler.counters.geo_errors import geo_error_report
 from crawler.counters.marks import Fingerprinter
-from crawler.counters.names import MAX_NAME_BYTES, NameTooLong, escaped_bytes, fits
 from crawler.counters.places import PlaceInfo, lua_string
 from crawler.keys import Keys
+from geo.name_bound import MAX_NAME_BYTES, NameTooLong, escaped_bytes, fits
 from tests.mmdb import write_city_db
 from tests.opentracker import opentracker  # noqa: F401 (fixture)
 from tests.recorder_one_visit import record_places

@@ -1,4 +1,4 @@
-"""Lanes served in order behind a backlog of due torrents (SPEC §1 lanes), on the real Redis.
+"""Lanes served in order behind a backlog of due torrents (contract §1 lanes), on the real Redis.
 
 Claims move due torrents into ready oldest first, a few per claim, so one
 lane's due torrents can sit behind another lane's backlog in the due queue.

@@ -1,4 +1,4 @@
-"""Lanes served in order by the real worker (SPEC §1 lanes): ``peercrawl`` subprocesses against a
+"""Lanes served in order by the real worker (contract §1 lanes): ``peercrawl`` subprocesses against a
 real opentracker and the test Redis.
 
 40 torrents are added to the low lane (1,200 over 4 queue shards: more per

@@ -1,4 +1,4 @@
-"""Lanes (SPEC §1, seeds 002 and 004): served in order, every lower lane its guaranteed share."""
+"""Lanes (contract §1; priority lanes with guaranteed shares for the lower ones): served in order, every lower lane its guaranteed share."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 
 from crawler.queue.items import NewItem
-from crawler.queue.reshard import Reshard
+from crawler.queue.resharding import Reshard
 from crawler.queue.scoring import Outcome
 from crawler.queue.transitions import Queue
 from crawler.queue.view import QueueView

@@ -1,4 +1,4 @@
-"""A Redis that goes away (SPEC §9): calls wait and go on, one warning and one recovery line per outage,
+"""A Redis that goes away (contract §9): calls wait and go on, one warning and one recovery line per outage,
 nothing counted twice after a lost reply, and WAIT for replicas.
 
 The failover tests kill the master serving a test namespace on the session's
@@ -35,7 +35,7 @@ from crawler.store import scripts
 from crawler.store.outage import Outage
 from tests.opentracker import opentracker, peer_address  # noqa: F401 (fixture)
 from tests.test_cluster import SECRET, cluster_ns, env  # noqa: F401 (fixtures)
-from tests.test_store import private_redis  # noqa: F401 (fixture)
+from tests.test_connect import private_redis  # noqa: F401 (fixture)
 from tests.test_worker_e2e import PEERCRAWL, counter, h, pc, pcj
 
 # Log lines that would mean an outage was logged per failed call.

@@ -1,4 +1,4 @@
-"""Counters stay exact under the harshest crawl the settings allow (SPEC §4).
+"""Counters stay exact under the harshest crawl the settings allow (contract §4).
 
 Each round crawls the same swarms from scratch in a fresh namespace: real
 ``peercrawl worker`` processes against a real opentracker (over UDP and

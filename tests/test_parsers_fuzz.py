@@ -23,8 +23,8 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from crawler.bencode import codec as bencode
-from crawler.cli.add import _sources
 from crawler.errors import ItemError, RemoteProtocolError
+from crawler.queue.intake import item_sources
 from crawler.queue.items import MAX_TORRENT_FILE, parse_items, parse_torrent
 from crawler.queue.view import HISTORY_ENTRY, NOT_REPORTED, history
 from crawler.sources import http_codec as h
@@ -460,7 +460,7 @@ from_file = st.one_of(
 @given(from_file)
 def test_from_files_raise_only_one_line_item_errors(data):
     f = io.BufferedReader(io.BytesIO(data))
-    for where, text, base in _sources((), f):
+    for where, text, base in item_sources((), f):
         assert where.startswith("stdin line ") or where == "stdin"
         try:
             if isinstance(text, ItemError):

@@ -1,4 +1,4 @@
-"""Poison torrents (SPEC §1): a torrent whose lease expired K
+"""Poison torrents (contract §1): a torrent whose lease expired K
 times in a row without a completion is quarantined with its last error, until
 ``add --readmit``.
 """

@@ -1,4 +1,4 @@
-"""Every queue script at the largest value a setting or flag allows (SPEC §1).
+"""Every queue script at the largest value a setting or flag allows (contract §1).
 
 A script that fails halfway keeps its earlier writes (Redis does not roll a
 script back), so each one reads and sizes everything before its first write
@@ -37,7 +37,7 @@ def membership(client, keys: Keys) -> dict[str, list[str]]:
     return out
 
 
-def scripts(client) -> tuple:
+def queue_scripts(client) -> tuple:
     """add.lua, claim.lua and complete.lua as Redis runs them, for calls past the clamps of the
     ``Queue`` methods (the KEYS and ARGV still come from the queue's own builders)."""
     return tuple(scripts.register(client, name, "crawler.queue") for name in ("add", "claim", "complete"))
@@ -115,7 +115,7 @@ def test_every_queue_script_at_its_largest_values_conserves_every_torrent(client
     keys = Keys(namespace)
     s = settings.replace(max_trackers_per_torrent=TRACKERS_MAX, quarantine_after=2, evict_below=0.9)
     q = Queue(client, keys, s)
-    add_lua, claim_lua, _ = scripts(client)
+    add_lua, claim_lua, _ = queue_scripts(client)
     view = QueueView(q.client, q.keys)
     n = 2 * CONCURRENCY_MAX + 8
     hs = hashes(n, salt=11)
@@ -210,7 +210,7 @@ def test_every_queue_script_at_its_largest_values_conserves_every_torrent(client
 def test_scripts_refuse_bad_arguments_before_writing(client, namespace, settings):
     keys = Keys(namespace)
     q = Queue(client, keys, settings)
-    add_lua, claim_lua, complete_lua = scripts(client)
+    add_lua, claim_lua, complete_lua = queue_scripts(client)
     (h,) = hashes(1, salt=3)
     q.add([NewItem(h)], now=1.0)
     (lease,) = q.claim(1, now=100.0)

@@ -1,4 +1,4 @@
-"""The queue in shards (SPEC §1, §9): the same torrents, the same order, one slot per script."""
+"""The queue in shards (contract §1, §9): the same torrents, the same order, one slot per script."""
 
 from __future__ import annotations
 
@@ -7,12 +7,13 @@ import random
 
 import pytest
 
-from crawler.keys import MAX_SHARDS, Keys
+from crawler.keys import Keys
 from crawler.queue.items import NewItem
 from crawler.queue.scoring import Outcome
 from crawler.queue.transitions import Queue
 from crawler.queue.view import QueueView
 from crawler.report.queue_report import queue_report
+from crawler.shard_layout import MAX_SHARDS
 from crawler.store import connect as store
 from tests.test_cluster import SECRET, cluster_ns  # noqa: F401 (fixture)
 

@@ -1,4 +1,4 @@
-"""Moving a crawl to another shard count (SPEC §9): every torrent whole, once, after any crash."""
+"""Moving a crawl to another shard count (contract §9): every torrent whole, once, after any crash."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from crawler.errors import SettingsError
 from crawler.keys import Keys
 from crawler.queue.items import NewItem
 from crawler.queue.registry import WorkerRegistry
-from crawler.queue.reshard import Reshard
+from crawler.queue.resharding import Reshard
 from crawler.queue.scoring import Outcome
 from crawler.queue.transitions import Queue
 from crawler.queue.view import QueueView

@@ -1,4 +1,4 @@
-"""PEERCRAWL_REVISIT_SECONDS=0 (SPEC §8): a visited torrent is due again at once."""
+"""PEERCRAWL_REVISIT_SECONDS=0 (contract §8): a visited torrent is due again at once."""
 
 from crawler.queue.items import NewItem
 from crawler.queue.scoring import Outcome

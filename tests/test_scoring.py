@@ -1,4 +1,4 @@
-"""SPEC §2 as pure functions, and the same rule applied by Redis (complete.lua)."""
+"""contract §2 as pure functions, and the same rule applied by Redis (complete.lua)."""
 
 import math
 
@@ -16,7 +16,7 @@ S = Settings()
 
 
 def next_score(score: float, o: Outcome, settings: Settings) -> tuple[float, bool]:
-    """The model of SPEC §2's rule: the score after a visit and whether it is evicted by score.
+    """The model of contract §2's rule: the score after a visit and whether it is evicted by score.
 
     Scores only: staged eviction's graces and pins are complete.lua's, and
     the settings these tests use leave them out.

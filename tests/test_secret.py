@@ -1,4 +1,4 @@
-"""The key of the IP fingerprints never lives in Redis (SPEC §4, docs/operations.md)."""
+"""The key of the IP fingerprints never lives in Redis (contract §4, docs/operations.md)."""
 
 from __future__ import annotations
 

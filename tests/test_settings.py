@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from crawler.errors import SettingsError
-from crawler.settings import Settings, TrackerSpec, declarations, markdown_table
+from crawler.settings import Settings, declarations, markdown_table
+from crawler.source_settings import TrackerSpec
 from tests.cli import run
 
 
@@ -44,7 +45,7 @@ def test_parsing():
     ("PEERCRAWL_TRACKER_FLOOR_SECONDS", "tracker_floor"),
 ])
 def test_nonnegative_settings_take_any_spelling_of_zero(spelling, name, field):
-    # SPEC §8: revisit 0 means due again at once.
+    # contract §8: revisit 0 means due again at once.
     assert getattr(Settings.from_env({name: spelling}), field) == 0.0
 
 

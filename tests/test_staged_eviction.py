@@ -1,4 +1,4 @@
-"""Staged eviction (SPEC §1, seed 003): never-seen and lost-peers torrents on their own schedules,
+"""Staged eviction (contract §1; torrents that never had a peer get a grace): never-seen and lost-peers torrents on their own schedules,
 pinned ones never, the torrents at risk in ``status``."""
 
 from __future__ import annotations

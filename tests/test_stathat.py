@@ -64,10 +64,10 @@ def test_totals_posted_equal_the_counters(client, keys, posting, locator, sink):
     client.zadd(keys.ready, {"a" * 40: 1, "b" * 40: 1})
     client.zadd(keys.cooling, {"c" * 40: 1})
     client.zadd(keys.leases, {"d" * 40: 1})
-    client.zadd(keys.quarantined, {"e" * 40: 1})  # tracked too, as status counts it (SPEC §1)
+    client.zadd(keys.quarantined, {"e" * 40: 1})  # tracked too, as status counts it (contract §1)
     client.zadd(keys.evicted, {"f" * 40: 1})  # not tracked
     rec = Recorder(client, keys, posting, locator)
-    fl = Flusher(client, keys, posting)
+    fl = Flusher(client, keys, posting, tracked=QueueView(client, keys).tracked)
     rec.record_visit(H, ["1.1.1.1", "1.1.1.2", "2.2.2.2", "4.4.4.4", "9.9.9.9"], T0)
     assert fl.flush_once()["ok"]
     rec.record_visit(H, ["1.1.2.1", "1.1.1.1", "5.5.5.5"], T0 + 10)

@@ -17,7 +17,6 @@ from crawler.queue.registry import WorkerRegistry
 from crawler.queue.transitions import Queue
 from crawler.queue.view import QueueView
 from crawler.report.queue_report import queue_report
-from crawler.stathat.flusher import Flusher
 from workers.heartbeat import Heartbeat
 
 H = "ab" * 20
@@ -46,7 +45,7 @@ def test_every_read_of_the_queue_raises_store_error(gone, settings):
         "failed visits_since": lambda: view.visits_since(failed=True),
         "state": lambda: view.state(H),
         "torrent": lambda: view.torrent(H),
-        "tracked": Flusher(gone, keys, settings).tracked,
+        "tracked": QueueView(gone, keys).tracked,
         "live workers": lambda: WorkerRegistry(gone, keys).live(0.0),
         "status": lambda: queue_report(Queue(gone, keys, settings), 0.0),
     }

@@ -18,7 +18,8 @@ from crawler.bencode import codec as bencode
 from crawler.queue.items import NewItem
 from crawler.queue.transitions import Queue
 from crawler.queue.view import QueueView
-from crawler.settings import Settings, TrackerSpec
+from crawler.settings import Settings
+from crawler.source_settings import TrackerSpec
 from crawler.sources.health import TrackerHealth, tracker_report
 from crawler.sources.trackers import Trackers
 from tests import hostile

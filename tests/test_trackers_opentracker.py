@@ -97,7 +97,7 @@ def test_many_torrents_concurrently_reuse_one_connection_id(opentracker, tracker
 
 
 def test_numwant_is_the_trackers_max(opentracker, settings, client, keys):  # noqa: F811 (fixture)
-    from crawler.settings import TrackerSpec
+    from crawler.source_settings import TrackerSpec
 
     (ih,) = _hashes(1)
     ot = opentracker([ih])

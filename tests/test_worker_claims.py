@@ -11,7 +11,7 @@ from crawler.keys import Keys
 from crawler.queue.items import NewItem
 from crawler.queue.transitions import Queue
 from tests.namespaces import delete_namespace
-from tests.test_store import private_redis  # noqa: F401 (fixture)
+from tests.test_connect import private_redis  # noqa: F401 (fixture)
 from workers.claims import Claims
 
 

@@ -1,6 +1,6 @@
 """The worker end to end, run the way production runs it: ``peercrawl`` subprocesses
 against a real opentracker, a libtorrent DHT swarm on loopback, a small City
-database, the test Redis and a local StatHat sink (SPEC §1–§4, §6, §7).
+database, the test Redis and a local StatHat sink (contract §1–§4, §6, §7).
 """
 
 from __future__ import annotations

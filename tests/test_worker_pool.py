@@ -13,7 +13,7 @@ import pytest
 from crawler.queue.items import NewItem
 from crawler.queue.transitions import Queue
 from crawler.queue.view import QueueView
-from crawler.settings import TrackerSpec
+from crawler.source_settings import TrackerSpec
 from tests.mmdb import write_city_db
 from tests.opentracker import opentracker, peer_address  # noqa: F401 (fixture)
 from workers.process import Process

@@ -15,9 +15,9 @@ from crawler.report.queue_report import queue_report
 from crawler.sources.trackers import Trackers
 from tests.mmdb import write_city_db
 from tests.opentracker import opentracker, peer_address  # noqa: F401 (fixture)
-from tests.test_store import private_redis  # noqa: F401 (fixture)
+from tests.test_connect import private_redis  # noqa: F401 (fixture)
 from workers.autoscale import Autoscaler, Sample, settled
-from workers.heartbeat import Health, Heartbeat
+from workers.heartbeat import Heartbeat, WorkerHealth
 from workers.visit import Visitor
 
 
@@ -57,7 +57,7 @@ def test_cooling_respects_the_trackers_min_interval(settings, client, keys, open
 
 
 def test_health_flags_an_outage_after_a_streak_and_clears_it():
-    h = Health(failing_after=3)
+    h = WorkerHealth(failing_after=3)
     assert [h.note(False) for _ in range(3)] == [False, False, True]
     assert h.failing
     assert h.note(True, peers=4) is True and not h.failing

@@ -1,10 +1,14 @@
-"""The worker process (SPEC §1–§4, §7): a gevent pool that claims torrents
-from the score queue, visits their trackers and the DHT, records the peers and
-completes the visit.
+"""The worker process: a gevent pool that claims torrents from the queue, asks
+their sources for peers, records the peers and completes each visit.
 
-Modules: ``visit`` (one torrent, end to end), ``pool`` (the claim loop, lease
-extension, shutdown), ``heartbeat`` (registration for ``status``),
-``autoscale`` (``--concurrency auto``), ``progress`` (``run``'s live view) and
-``cli`` (the ``worker`` and ``run`` commands, where gevent is patched).
-Nothing here monkey-patches at import: only the command functions do.
+``process`` (``Process``) assembles one worker from the settings: its
+``Store`` (script calls of its greenlets share round trips), the sources,
+the recorder, the flusher and the pool. ``worker`` (``Worker``) is the pool
+of runners over the queue with its services (lease extension, heartbeat,
+flusher, autoscaler) and its shutdown; ``slots`` and ``claims`` size and
+batch its claims; ``visit`` (``Visitor``) is one torrent end to end;
+``heartbeat`` registers the process for ``status``; ``autoscale`` is
+``--concurrency auto``; ``connections`` the process's Redis client;
+``worker_metrics`` its own ``/metrics``. The commands that start it live in
+``crawler/cli/crawl.py``; nothing here monkey-patches at import.
 """

@@ -1,6 +1,6 @@
-"""A worker's own figures for ``peercrawl status`` (SPEC §7): its health and its heartbeat.
+"""A worker's own figures for ``peercrawl status`` (contract §7): its health and its heartbeat.
 
-``Health`` keeps the worker's recent visits (rate, outage streak);
+``WorkerHealth`` keeps the worker's recent visits (rate, outage streak);
 ``Heartbeat`` publishes them every ``interval`` seconds through the worker
 registry (``crawler.queue.registry.WorkerRegistry``) with a TTL of ``3 × interval``,
 so a process killed with SIGKILL drops out of ``status`` within the TTL.
@@ -25,7 +25,7 @@ from crawler.queue.registry import WorkerRegistry
 RATE_WINDOW = 600.0
 
 
-class Health:
+class WorkerHealth:
     """A worker's recent visits: its rate and whether its network looks down.
 
     ``failing`` turns on after ``failing_after`` visits in a row failed (no

@@ -19,12 +19,13 @@ from crawler.counters.recorder import Recorder
 from crawler.errors import StoreError
 from crawler.keys import Keys
 from crawler.queue.transitions import Queue
+from crawler.queue.view import QueueView
 from crawler.settings import Settings
 from crawler.sources.trackers import Trackers
 from crawler.stathat.flusher import Flusher
-from crawler.store import connect as store
-from crawler.store.coalesce import coalesce
-from crawler.store.outage import Outage, once
+from crawler.store import patience
+from crawler.store.handle import Store
+from crawler.store.outage import Once, Outage
 from workers.autoscale import Autoscaler
 from workers.heartbeat import Heartbeat
 from workers.visit import Visit, Visitor
@@ -69,11 +70,12 @@ class Process:
                  autoscale_interval: float = 5.0, autoscale_options: dict | None = None):
         self.settings, self.client, self.keys = settings, client, keys
         # The one record of Redis outages every loop of this process reports to.
-        self.outage = store.outage(client) or Outage(patience=settings.redis_wait_seconds)
-        # The visits' script calls share round trips (crawler.store.coalesce).
-        self.coalescer = coalesce(client)
-        self.queue = Queue(client, keys, settings)
-        self.recorder = Recorder(client, keys, settings)
+        self.outage = patience.outage(client) or Outage(patience=settings.redis_wait_seconds)
+        # The visits' script calls share round trips (crawler.store.coalesce):
+        # the rooms that run scripts are handed this store, not the bare client.
+        self.store = Store.coalesced(client)
+        self.queue = Queue(self.store, keys, settings)
+        self.recorder = Recorder(self.store, keys, settings)
         self.trackers = Trackers(settings, client, keys)
         self.dht = None
         if settings.dht:
@@ -92,7 +94,7 @@ class Process:
         if concurrency is None:
             autoscaler = Autoscaler(client, settings.concurrency_min, settings.concurrency_max,
                                     interval=autoscale_interval, **(autoscale_options or {}))
-        flusher = Flusher(client, keys, settings) if flush else None
+        flusher = Flusher(self.store, keys, settings, tracked=QueueView(client, keys).tracked) if flush else None
         self.metrics = self._metrics_server = None
         if settings.metrics_port is not None:
             from workers.worker_metrics import WorkerMetrics
@@ -131,7 +133,7 @@ class Process:
     def close(self) -> None:
         """Close the sources and the metrics server (a Redis error at exit is logged, not raised)."""
         try:
-            with once():  # at exit a Redis that is away is not waited for (SIGTERM's 25 s)
+            with Once():  # at exit a Redis that is away is not waited for (SIGTERM's 25 s)
                 self.trackers.close()
         except (StoreError, OSError) as e:  # Redis gone at exit: health counts are best effort
             log.warning("trackers_close_failed", error=str(e))

@@ -1,4 +1,4 @@
-"""One visit of one claimed torrent, end to end (SPEC §1–§4).
+"""One visit of one claimed torrent, end to end (contract §1–§4).
 
 Strategy: one round trip reads the torrent's own trackers and the times
 before which each may not be re-announced (``tracker_min_interval``). With
@@ -12,7 +12,7 @@ each in its own greenlet and all under one deadline. Then, in this order:
    trackers), else now + ``tracker_floor`` (default 0: BEP 15 replies carry
    no min interval, and the revisit interval, 1800 s by default, already
    spaces announces);
-2. no source answered: ``Queue.fail`` (score kept, short retry; SPEC §1);
+2. no source answered: ``Queue.fail`` (score kept, short retry; contract §1);
 3. otherwise the peers are recorded (§4) *before* the completion, so a crash
    between the two leaves a lease that expires and a retry that counts only
    what was not yet counted; the score is then applied once (§2) by
@@ -47,7 +47,7 @@ from crawler.queue.transitions import Lease, Queue
 from crawler.settings import Settings
 from crawler.sources.announce_cap import AnnounceCap
 from crawler.sources.result import SourceResult, VisitResult
-from crawler.store import connect as store
+from crawler.store import patience
 from crawler.store.outage import Outage
 from workers.claims import Claims
 
@@ -101,7 +101,7 @@ class Visitor:
                  outage: Outage | None = None, claims: Claims | None = None, cap: AnnounceCap | None = None):
         self.queue, self.keys, self.settings = queue, keys, settings
         self.cap = cap or AnnounceCap(queue.client, keys, settings)
-        self.outage = outage or store.outage(queue.client) or Outage(patience=settings.redis_wait_seconds)
+        self.outage = outage or patience.outage(queue.client) or Outage(patience=settings.redis_wait_seconds)
         self.claims = claims or Claims(queue, self.outage)
         self.trackers, self.recorder, self.dht = trackers, recorder, dht
         self._defaults = tuple(t.url for t in settings.trackers)

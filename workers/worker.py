@@ -1,4 +1,4 @@
-"""The worker process: a pool of greenlets over the score queue (SPEC §1, §7).
+"""The worker process: a pool of greenlets over the score queue (contract §1, §7).
 
 Strategy. A runner greenlet visits one torrent and, as it completes it,
 claims its next one (``Visitor.visit_then_claim``) together with the other
@@ -52,10 +52,10 @@ from crawler import logs
 from crawler.errors import StoreError
 from crawler.queue.transitions import Lease, Queue
 from crawler.queue.view import QueueView
-from crawler.store import connect as store
+from crawler.store import patience
 from crawler.store.outage import Outage
 from workers.autoscale import Sample
-from workers.heartbeat import Health, Heartbeat
+from workers.heartbeat import Heartbeat, WorkerHealth
 from workers.slots import Slots
 from workers.visit import Visit, Visitor
 
@@ -92,7 +92,7 @@ class Worker:
                  flusher=None, sweep: Callable | None = None, heartbeat: Heartbeat | None = None,
                  on_visit: Callable[[Visit], None] | None = None, outage: Outage | None = None):
         self.queue, self.visitor = queue, visitor
-        self.outage = outage or store.outage(queue.client) or Outage(patience=queue.settings.redis_wait_seconds)
+        self.outage = outage or patience.outage(queue.client) or Outage(patience=queue.settings.redis_wait_seconds)
         self.view = QueueView(queue.client, queue.keys)
         self.settings = queue.settings
         self.autoscaler = autoscaler
@@ -100,7 +100,7 @@ class Worker:
         self.until_idle, self.duration = until_idle, duration
         self.flusher, self.sweep = flusher, sweep
         self.heartbeat = heartbeat or Heartbeat(queue.client, queue.keys)
-        self.health = Health(self.settings.outage_after)
+        self.health = WorkerHealth(self.settings.outage_after)
         self.on_visit = on_visit
         self.stopping = Event()  # stop claiming
         self.stop_asked = False  # stop() was called: a torrent claimed from now on is handed back

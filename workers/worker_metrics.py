@@ -1,4 +1,4 @@
-"""``/metrics`` of one worker process (``PEERCRAWL_METRICS_PORT``, SPEC §10).
+"""``/metrics`` of one worker process (``PEERCRAWL_METRICS_PORT``, contract §10).
 
 What this process did since it started, as Prometheus counters and
 histograms: visits by state, peers found and new, tracker announces by

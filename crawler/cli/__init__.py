@@ -1,7 +1,13 @@
-"""The ``peercrawl`` command line (SPEC §7).
+"""The ``peercrawl`` command line: one module per command, on top of every room.
 
 ``main`` is the one boundary where peercrawl's own errors become a single
-line on stderr and a non-zero exit, never a traceback.
+line on stderr and a non-zero exit, never a traceback; it patches gevent
+first for the commands that crawl or serve. ``context`` is what every
+command does first (settings, logging, the Redis connection, secrets
+hidden); ``crawl`` holds ``worker`` and ``run``, ``progress`` is ``run``'s
+intake and live line; ``add``, ``status``, ``torrent``, ``stats``,
+``flush``, ``export``, ``secret``, ``dashboard`` and ``reshard`` are one
+command each. See the contract, §7.
 """
 
 from __future__ import annotations
@@ -23,12 +29,11 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from crawler.cli import add, dashboard, export, flush, reshard, secret, stats, status, torrent
-    from crawler.cli import worker as worker_cli
+    from crawler.cli import add, crawl, dashboard, export, flush, reshard, secret, stats, status, torrent
 
     for mod in (add, status, torrent, stats, flush, secret, dashboard, export, reshard):
         cli.add_command(mod.command)
-    for command in worker_cli.commands:
+    for command in crawl.commands:
         cli.add_command(command)
 
 
@@ -36,7 +41,7 @@ def main(argv: list[str] | None = None) -> None:
     """The ``peercrawl`` entry point: gevent's patching first for the commands that serve or crawl, then click."""
     args = sys.argv[1:] if argv is None else argv
     if args[:1] in (["worker"], ["run"], ["dashboard"]):
-        # gevent patches before redis-py and ssl are imported (crawler.cli.worker).
+        # gevent patches before redis-py and ssl are imported (crawler.cli.crawl).
         from gevent import monkey
 
         monkey.patch_all()

@@ -26,7 +26,7 @@ def open_context(records: bool = False, resolve_layout: bool = True, **overrides
     """Settings from the environment (flags in ``overrides``), logging, Redis.
 
     ``records``: the command records peers (worker, run), so the fingerprint
-    key must be usable before it does anything (SPEC §4). ``resolve_layout``:
+    key must be usable before it does anything (contract §4). ``resolve_layout``:
     the keys carry the crawl's shard count (``crawler.store.layout``), which refuses
     a conflicting ``PEERCRAWL_QUEUE_SHARDS`` or a move in progress; off, the
     keys are the namespace's home alone (``reshard`` reads the layout itself).

@@ -1,4 +1,4 @@
-"""``peercrawl dashboard``: the web page and ``/metrics`` (SPEC §10, docs/dashboard.md)."""
+"""``peercrawl dashboard``: the web page and ``/metrics`` (contract §10, docs/dashboard.md)."""
 
 from __future__ import annotations
 

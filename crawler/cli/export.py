@@ -1,4 +1,4 @@
-"""``peercrawl export``: every counter, lifetime and months, as CSV (SPEC §7)."""
+"""``peercrawl export``: every counter, lifetime and months, as CSV (contract §7)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def command(out: Path, as_json: bool) -> None:
     prints it), period (all or YYYY-MM), the name's parts, count. A cell a
     spreadsheet would take for a formula starts with '.
     """
-    from crawler.counters.export import export
+    from crawler.counters.csv_export import export
 
     ctx = open_context()
     try:

@@ -1,4 +1,4 @@
-"""``peercrawl flush``: drain the StatHat outbox once (SPEC §6, §7)."""
+"""``peercrawl flush``: drain the StatHat outbox once (contract §6, §7)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import json
 import click
 
 from crawler.cli.context import open_context
+from crawler.queue.view import QueueView
 from crawler.stathat import Flusher
 
 
@@ -19,7 +20,7 @@ def command(as_json: bool) -> None:
     failed; the increments stay queued (in flight) for the next flush.
     """
     ctx = open_context()
-    result = Flusher(ctx.client, ctx.keys, ctx.settings).flush_once()
+    result = Flusher(ctx.client, ctx.keys, ctx.settings, tracked=QueueView(ctx.client, ctx.keys).tracked).flush_once()
     if as_json:
         click.echo(json.dumps(result, sort_keys=True))
     elif not result["enabled"]:

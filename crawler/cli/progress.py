@@ -1,4 +1,4 @@
-"""``peercrawl run``'s intake and live progress (SPEC §7).
+"""``peercrawl run``'s intake and live progress (contract §7).
 
 ``add_items`` admits the command's ITEMs through ``peercrawl add``'s own
 ``admit`` (one line on stderr per bad item, whatever the cause). ``Progress`` counts this process's visits and peers

@@ -1,4 +1,4 @@
-"""``peercrawl reshard --shards N``: move a crawl to N queue shards (SPEC §9)."""
+"""``peercrawl reshard --shards N``: move a crawl to N queue shards (contract §9)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import time
 import click
 
 from crawler.cli.context import open_context
-from crawler.keys import MAX_SHARDS
-from crawler.queue.reshard import Reshard
+from crawler.queue.resharding import Reshard
+from crawler.shard_layout import MAX_SHARDS
 
 
 @click.command("reshard")

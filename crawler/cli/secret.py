@@ -1,6 +1,6 @@
 """``peercrawl secret``: where the fingerprint key comes from; ``--move`` takes it out of Redis.
 
-The key must not live in Redis beside the marks it protects (SPEC §4,
+The key must not live in Redis beside the marks it protects (contract §4,
 docs/operations.md), but a namespace may hold one at ``{ns}:secret``, generated
 there by releases that had no key file. ``--move`` hands that key to the operator and then
 deletes it, so the crawl keeps its marks: with ``REDIS_URL`` it prints the
@@ -32,7 +32,7 @@ from crawler.store import scripts
 def command(move: bool, as_json: bool) -> None:
     """Show where the key of the IP fingerprints comes from, or move it out of Redis.
 
-    The key never lives in Redis (SPEC §4): it comes from PEERCRAWL_SECRET,
+    The key never lives in Redis (contract §4): it comes from PEERCRAWL_SECRET,
     or, on the embedded default, from a 0600 file under PEERCRAWL_DATA_DIR.
     """
     ctx = open_context()

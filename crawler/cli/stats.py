@@ -1,4 +1,4 @@
-"""``peercrawl stats``: the largest unique-IP counters (SPEC §7).
+"""``peercrawl stats``: the largest unique-IP counters (contract §7).
 
 Each query reads one sorted-set index (``crawler.counters.names``), so it
 answers in milliseconds on a Redis holding millions of counters.

@@ -1,4 +1,4 @@
-"""``peercrawl status``: the queue's health for operators (SPEC §7)."""
+"""``peercrawl status``: the queue's health for operators (contract §7)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``peercrawl torrent HASH``: everything known about one torrent (SPEC §7)."""
+"""``peercrawl torrent HASH``: everything known about one torrent (contract §7)."""
 
 from __future__ import annotations
 

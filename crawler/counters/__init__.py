@@ -1,22 +1,21 @@
-"""Exact unique-IP counters (SPEC §4): recording visits and reading rankings.
+"""Exact unique-IP counters: recording visits, reading rankings, exporting them.
 
-- ``Recorder(client, keys, settings, locator)``: ``record_visit`` (one atomic
-  Lua step per batch of (metric, IP) pairs), ``visited`` (torrents.processed),
-  ``sweep`` (frees expired dedupe marks).
-- ``top(...)``: the rankings behind ``peercrawl stats``.
-- ``rollup``: with several shards, the place counters' totals (each place
-  index whole in one shard), kept exact by a crash-safe rollup of every
-  shard's parts; ``index_keys``, ``member_key``: where an index is read.
-- ``names``: metric names, the escaping rule and the index layout.
-- ``marks``: the fingerprint secret and the dedupe marks' buckets;
-  ``calls`` and ``places``: the arguments of the probe.lua, record.lua and
-  places.lua calls; ``geo_errors``: GeoIP errors (read errors, names over the bound), published and reported.
+``recorder`` (``Recorder``) records visits' peers: each IP fingerprinted
+with a key kept out of Redis (``marks``), checked against its 30-day dedupe
+mark and counted in one atomic step per batch (``record.lua``, after the
+read-only ``probe.lua``), the StatHat increments added to the outbox in the
+same step. ``calls``, ``packing`` and ``places`` build those scripts'
+arguments; ``batcher`` records a worker's concurrent visits together;
+``split`` and ``rollup`` keep the counts exact across several counter
+shards; ``names`` are the metric names and their indexes; ``rankings``
+reads them for ``stats`` and the dashboard, ``csv_export`` for ``export``;
+``geo_errors`` tallies GeoIP errors. See the contract, §4.
 """
 
 from crawler.counters.marks import DEFAULT_BUCKETS, normalize_ip
 from crawler.counters.names import Metric, escape, metrics_for, month_of, unescape
+from crawler.counters.rankings import count, top
 from crawler.counters.recorder import DEFAULT_BATCH_PAIRS, Recorder
-from crawler.counters.stats import count, top
 
 __all__ = [
     "DEFAULT_BATCH_PAIRS",

@@ -5,7 +5,7 @@ one part of it) while its visit completes:
 
 - ``read_error``: a damaged GeoIP database makes some lookups fail;
 - ``name_too_long``: a record names a country, city or postcode longer than
-  a metric's name may be (``names.MAX_NAME_BYTES``); that part, and with a
+  a metric's name may be (``geo.name_bound.MAX_NAME_BYTES``); that part, and with a
   country the rest, counts as unknown.
 
 ``GeoErrorTally`` adds each process's new errors to one hash (``errors``:

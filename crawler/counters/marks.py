@@ -79,13 +79,13 @@ def normalize_any_ip(ip: str) -> bytes | None:
 _pton, _ntop, _AF_INET = socket.inet_pton, socket.inet_ntop, socket.AF_INET
 
 
-# The embedded default's generated key, under PEERCRAWL_DATA_DIR (SPEC §4).
+# The embedded default's generated key, under PEERCRAWL_DATA_DIR (contract §4).
 KEY_FILE = "fingerprint.key"
 MAKE_ONE = "python -c 'import secrets; print(secrets.token_hex(32))'"
 
 
 def load_secret(client: redis.Redis, keys: Keys, settings) -> bytes:
-    """The fingerprint key (SPEC §4; threat model in docs/operations.md); it never lives in Redis.
+    """The fingerprint key (contract §4; threat model in docs/operations.md); it never lives in Redis.
 
     ``PEERCRAWL_SECRET`` if set; else, with ``REDIS_URL``, a ``SettingsError``
     saying how to make one; else (the embedded default) the key in

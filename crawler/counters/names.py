@@ -1,4 +1,4 @@
-"""Metric names of SPEC §4 and the sorted-set indexes that hold their counts.
+"""Metric names of contract §4 and the sorted-set indexes that hold their counts.
 
 Name rules (docs/metrics.md):
 
@@ -7,9 +7,9 @@ Name rules (docs/metrics.md):
 - inside a name, ``%`` becomes ``%25`` and ``.`` becomes ``%2E`` (percent
   escaping, so ``St. Louis`` is ``St%2E Louis``): a metric name splits on
   ``.`` unambiguously and the original name can be recovered exactly;
-- a name holds at most ``MAX_NAME_BYTES`` bytes once escaped (``fits``); a
-  longer one is no name: the IP counts as unplaced for that part (see
-  ``MAX_NAME_BYTES`` for why that bound). Any other character is kept as it
+- a name holds at most ``MAX_NAME_BYTES`` bytes once escaped (``fits``, both
+  in ``geo.name_bound``, which says why that bound); a longer one is no name:
+  the IP counts as unplaced for that part. Any other character is kept as it
   came, control characters too: a name is a count's key, so it is made
   harmless where it is shown (``crawler.safe_text``), never where it is stored.
 
@@ -46,50 +46,18 @@ LIFETIME = "all"
 _HEX40 = re.compile(r"^[0-9a-fA-F]{40}$")
 _MONTH = re.compile(r"^\d{4}-(0[1-9]|1[0-2])$")
 
-# The longest place name a metric holds: bytes of UTF-8, escaped. It is set by
-# the tightest consumer, StatHat, whose stat names are at most 255 characters:
-# the longest name posted, torrents.<h>.countries.<c>.postcodes.<z>.users, has
-# 77 characters besides its two names, and 77 + 2 * 88 = 253. Every other
-# consumer takes more: the scripts read a name after a u16 length (65,535
-# bytes, ``places.lua_string``), Redis members and CSV cells take anything.
-# Real names are well inside it: the longest English names in a GeoLite2 City
-# database are 44 bytes (a country), 49 (a city) and 8 (a postcode), and the
-# longest place name in use anywhere has 85 letters.
-MAX_NAME_BYTES = 88
-# Characters a name may hold and still fit for certain (4 UTF-8 bytes at most
-# each, and an escape is 3): shorter names skip the exact count.
-_SURELY_FITS = MAX_NAME_BYTES // 4
-
 
 def escape(name: str | None) -> str | None:
-    """A place name as it appears inside a metric name; None if unknown or blank."""
+    """A place name as it appears inside a metric name; None if unknown or blank.
+
+    ``geo.name_bound.escaped_bytes`` counts the bytes of its result by the same rule.
+    """
     if name is None:
         return None
     name = name.strip()
     if not name:
         return None
     return name.replace("%", "%25").replace(".", "%2E")
-
-
-def escaped_bytes(name: str) -> int:
-    """How many bytes ``name`` (raw, trimmed) takes inside a metric name: its escaped UTF-8."""
-    return len(name.encode("utf-8", "surrogatepass")) + 2 * (name.count(".") + name.count("%"))
-
-
-def fits(name: str) -> bool:
-    """Whether ``name`` (raw, trimmed) is within ``MAX_NAME_BYTES`` once escaped."""
-    return len(name) <= _SURELY_FITS or escaped_bytes(name) <= MAX_NAME_BYTES
-
-
-class NameTooLong(ValueError):
-    """A place name over ``MAX_NAME_BYTES`` once escaped; ``part`` says which (country, city,
-    postcode) and ``size`` its escaped bytes. ``kind`` names the error where it is counted."""
-
-    kind = "name_too_long"
-
-    def __init__(self, part: str, size: int):
-        super().__init__(f"a {part} name of {size:,} bytes is over the {MAX_NAME_BYTES}-byte bound of a metric's name")
-        self.part, self.size = part, size
 
 
 def unescape(part: str) -> str:

@@ -5,7 +5,7 @@ it) and turns each IP's record into one multiply and one XOR: see its
 docstring for the lanes. ``lua_string`` is the length-prefixed UTF-8 that
 record.lua reads names in.
 
-A name over ``names.MAX_NAME_BYTES`` never reaches a script: the locator
+A name over ``geo.name_bound.MAX_NAME_BYTES`` never reaches a script: the locator
 drops such names (``geo.locator``), and a ``PlaceInfo`` built from a place
 that holds one anyway reads that part as unknown, as the locator would, and
 says so in ``dropped`` (the recorder counts it with the GeoIP errors).
@@ -14,7 +14,8 @@ says so in ``dropped`` (the recorder counts it with the GeoIP errors).
 from __future__ import annotations
 
 from crawler.counters.marks import Fingerprinter
-from crawler.counters.names import MAX_NAME_BYTES, NameTooLong, escape, escaped_bytes, fits
+from crawler.counters.names import escape
+from geo.name_bound import MAX_NAME_BYTES, NameTooLong, escaped_bytes, fits
 
 
 class PlaceInfo:

@@ -1,4 +1,4 @@
-"""Recording one visit's peers into the unique-IP counters (SPEC §4, §6).
+"""Recording one visit's peers into the unique-IP counters (contract §4, §6).
 
 Strategy: Python does the cheap, stateless part (normalise IPs, geolocate,
 derive the §4 metrics, fingerprint every (metric, IP) pair, group the keys).
@@ -14,7 +14,7 @@ for a bounded time (other clients' commands run between them). A crash between
 batches leaves every finished batch counted and the rest not: a retry counts
 exactly the rest (its pairs' marks are already there).
 
-Shards (SPEC §9): with several counter shards a torrent's metrics live whole
+Shards (contract §9): with several counter shards a torrent's metrics live whole
 in the torrent's shard and only the place metrics are split by IP; the
 probe and record calls above then go to the torrent's shard, after the
 place calls of the IPs' own shards (``split.SplitParts``, whose module note
@@ -31,9 +31,9 @@ the visits count as if recorded one after the other while sharing the
 call's fixed cost and the indexes they have in common; an IP met at two
 places in one batch goes in two place calls.
 
-The calls' arguments are built in ``calls`` (a place's part of them in
-``places``); the locator's errors (read errors, names over the bound) are
-published by ``geo_errors``.
+The calls' arguments are built in ``calls``, each IP packed into them by
+``packing`` (a place's part of them in ``places``); the locator's errors
+(read errors, names over the bound) are published by ``geo_errors``.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 import redis
 
-from crawler.counters.calls import FRESH, LOW64, ProbeCall, RecordBatch, RecordBatches, ShardKeys, VisitPart
+from crawler.counters.calls import RecordBatch, RecordBatches, ShardKeys, VisitPart
 from crawler.counters.geo_errors import GeoErrorTally
 from crawler.counters.marks import (
     DEFAULT_BUCKETS,
@@ -52,12 +52,15 @@ from crawler.counters.marks import (
     load_secret,
 )
 from crawler.counters.names import info_hash_hex, month_of
+from crawler.counters.packing import add_visit, visit_part
 from crawler.counters.places import PlaceInfo
 from crawler.counters.rollup import Rollup
 from crawler.counters.split import SplitParts
 from crawler.errors import StoreError
 from crawler.keys import Keys, shard_of
-from crawler.store.scripts import Wait, register, run_pipelined
+from crawler.store.handle import Store
+from crawler.store.replica_wait import Wait
+from crawler.store.scripts import register
 
 # Pairs of one record.lua call: ~2,400 (seven first visits of 50 peers) hold
 # Redis ~3 ms (bench/bench_record_lua.py: ~0.41 ms of script per such visit);
@@ -85,7 +88,7 @@ class Recorder:
 
     def __init__(
         self,
-        client: redis.Redis,
+        client: redis.Redis | Store,
         keys: Keys,
         settings,
         locator=None,
@@ -97,7 +100,9 @@ class Recorder:
             from geo import Locator
 
             locator = Locator(settings)
-        self.client, self.keys, self.settings, self.locator = client, keys, settings, locator
+        self.store = Store.of(client)  # a worker's: its script calls share round trips
+        client = self.client = self.store.client
+        self.keys, self.settings, self.locator = keys, settings, locator
         self.batch_pairs = max(8, batch_pairs)
         self.window = math.ceil(settings.dedupe_seconds)
         try:
@@ -113,7 +118,7 @@ class Recorder:
         self._post_torrents = posting and "torrents" in families
         self._post_processed = posting and "torrents.processed" in families
         self._shards = [ShardKeys(k) for k in shards]
-        self.rollup = Rollup(client, keys) if len(shards) > 1 else None
+        self.rollup = Rollup(self.store, keys) if len(shards) > 1 else None
         self._record = register(client, "record", package=__package__)
         self._probe_script = register(client, "probe", package=__package__)
         self._sweep = register(client, "sweep", package=__package__)
@@ -129,7 +134,7 @@ class Recorder:
         self.after_probe: Callable[[], None] | None = None
         self.after_places: Callable[[], None] | None = None
         # torrent and place metrics in different shards (module note)
-        self._split = SplitParts(self) if len(shards) > 1 else None
+        self._split = SplitParts(self, self._shards, self._post_countries, self._wait) if len(shards) > 1 else None
 
     # --- recording --------------------------------------------------------
     def record_visit(self, info_hash: str, ips: Iterable[str], now: float) -> int:
@@ -181,7 +186,7 @@ class Recorder:
         parts). A record call holds the IPs of several visits of one shard,
         taken one after the other in one atomic step, so the visits count as
         if recorded one after the other (two visits of one torrent are never
-        in one call). Returns each visit's ``new`` (SPEC §2), summed over the
+        in one call). Returns each visit's ``new`` (contract §2), summed over the
         counter shards; raises ``ValueError`` for a bad info-hash or time
         before anything is sent.
         """
@@ -221,82 +226,16 @@ class Recorder:
         return out
 
     def _probe_calls(self, h: str, t_fp: int, located: Iterable[tuple[bytes, object]]) -> VisitPart | None:
-        """Fingerprint each distinct IP of ``located`` into probe.lua calls of ``PROBE_IPS`` IPs
-        in the torrent's shard.
-
-        Returns the visit's part (None without IPs), with its rows ``(place
-        tuple, (PlaceInfo, metric lanes of this visit, its probe lane), IP
-        fingerprint, bucket of (IP, torrent))`` in its calls' order. The
-        lanes are the whole record's, or with several shards the torrent
-        part's (``PlaceInfo``); the probe lane (the group record, or the users
-        mark without a country) is the same in both.
-        """
-        fps = self.fingerprints
-        ip_hash, n_buckets, from_bytes = fps.ip_hasher().copy, fps.buckets, int.from_bytes
-        vplaces: dict = {}  # place tuple -> (info, metric lanes of this visit, its probe lane)
+        """The visit's part in its torrent's shard, with its probe.lua calls of ``PROBE_IPS``
+        IPs (``packing.visit_part``; ``t_fp``: the torrent's fingerprint)."""
         split = self._split is not None
-        part = VisitPart(self._shards[shard_of(h, len(self._shards)) if split else 0], h)
-        bucket_key, rows = part.shard.bucket, part.rows
-        probe = part.probe
-        distinct: set[bytes] = set()
-        for packed, place in located:
-            if packed in distinct:
-                continue
-            distinct.add(packed)
-            pkey = (place.country, place.city, place.postcode)
-            vp = vplaces.get(pkey)
-            if vp is None:
-                info = self._place_info(pkey)
-                if split:
-                    lanes = info.t_g ^ t_fp * info.t_r
-                    vp = vplaces[pkey] = (info, lanes, lanes >> (info.t_shift - 64))
-                else:
-                    lanes = info.g ^ t_fp * info.tr
-                    vp = vplaces[pkey] = (info, lanes, lanes >> (info.shift - 64))
-            d = ip_hash()
-            d.update(packed)
-            f = from_bytes(d.digest(), "big")
-            if probe.n == PROBE_IPS:
-                probe = part.probe = ProbeCall()
-                part.probes.append(probe)
-            bucket = ((f >> 64) ^ t_fp) % n_buckets
-            b = probe.bnumbers.get(bucket)
-            if b is None:
-                probe.buckets.append(bucket_key(bucket))
-                b = probe.bnumbers[bucket] = len(probe.buckets)
-            probe.args += ((b << 64) | (vp[2] ^ (f & LOW64))).to_bytes(10, "big")
-            probe.n += 1
-            rows.append((pkey, vp, f, bucket))
-        return part if rows else None
+        shard = self._shards[shard_of(h, len(self._shards)) if split else 0]
+        return visit_part(shard, h, t_fp, located, self.fingerprints, self._place_info, split, PROBE_IPS)
 
     def _add_visit(self, batches: RecordBatches, i: int, h: str, part: VisitPart, flags: bytes) -> None:
-        """Add the rows of visit ``i`` (torrent ``h``) whose probe flag is not fresh to the
-        record.lua calls of ``batches`` (an IP's pairs are never split across calls)."""
-        shard, n_buckets = part.shard, self.fingerprints.buckets
-        bkey, country_keys = shard.bucket, shard.country_keys
-        batch = None
-        for (pkey, (info, lanes, _), f, bucket), flag in zip(part.rows, flags):
-            if flag == FRESH:
-                continue
-            batch = batches.batch_for(shard, i, h, info.k)
-            head = batch.heads.get(pkey)
-            if head is None:
-                head = batch.add_place(pkey, info, country_keys)
-            # the torrent's marks of this IP (and its group): bucket by (IP, torrent)
-            tb = batch.bnumbers.get(bucket)
-            if tb is None:
-                batch.buckets.append(bkey(bucket))
-                tb = batch.bnumbers[bucket] = len(batch.buckets)
-            gb = 0
-            if info.k > 1:
-                # its place marks: bucket by IP alone
-                bucket = (f >> 64) % n_buckets
-                gb = batch.bnumbers.get(bucket)
-                if gb is None:
-                    batch.buckets.append(bkey(bucket))
-                    gb = batch.bnumbers[bucket] = len(batch.buckets)
-            batch.ips += ((tb << info.tshift) | (gb << info.gshift) | head
-                          | (lanes ^ (f & LOW64) * info.r)).to_bytes(info.nbytes, "big")
+        """Add visit ``i``'s IPs that might count to the record.lua calls of ``batches``
+        (``packing.add_visit``)."""
+        add_visit(batches, i, h, part, flags, self.fingerprints.buckets)
 
     def _probe_many(self, now: int, parts: list[VisitPart]) -> list[bytes]:
         """Run the probe.lua calls of ``parts`` in one round trip: per part one flag byte per IP."""
@@ -305,7 +244,7 @@ class Recorder:
         calls = [(script, [part.shard.torrents, *p.buckets], [cutoff, part.h, bytes(p.args)])
                  for part in parts for p in part.probes]
         try:
-            replies = iter(run_pipelined(self.client, calls))
+            replies = iter(self.store.run(calls))
         except redis.RedisError as e:
             raise StoreError(f"recording peers failed: {e}") from e
         return [b"".join(next(replies) for _ in part.probes) for part in parts]
@@ -340,7 +279,7 @@ class Recorder:
         if not runs:
             return []
         try:
-            replies = run_pipelined(self.client, runs, wait=self._wait)
+            replies = self.store.run(runs, wait=self._wait)
         except redis.RedisError as e:
             raise StoreError(f"recording peers failed: {e}") from e
         return [(i, int(n)) for b, r in zip(calls, replies, strict=True) for i, n in zip(b.order, r, strict=True)]
@@ -360,7 +299,7 @@ class Recorder:
         hour = int(now) // 3600
         try:
             keys, args = [shard.processed(hour), shard.outbox], [h, 2 * 3600]
-            return bool(run_pipelined(self.client, [(self._visited, keys, args)], wait=self._wait)[0])
+            return bool(self.store.run([(self._visited, keys, args)], wait=self._wait)[0])
         except redis.RedisError as e:
             raise StoreError(f"recording a visit failed: {e}") from e
 

@@ -1,4 +1,4 @@
-"""Place counter totals of a crawl of several shards: exact sums kept by a crash-safe rollup (SPEC §4, §9).
+"""Place counter totals of a crawl of several shards: exact sums kept by a crash-safe rollup (contract §4, §9).
 
 Why: with several shards, a torrent's counters (``torrents.<h>.*``) live
 whole in its shard, but the place counters (``countries.*``) are counted
@@ -35,8 +35,9 @@ import redis
 from crawler.counters.names import LIFETIME, hashed
 from crawler.errors import StoreError
 from crawler.keys import Keys, index_tail, shard_of, total_shard
+from crawler.store.handle import Store
 from crawler.store.hash_pages import read_hashes
-from crawler.store.scripts import register, run_pipelined
+from crawler.store.scripts import register
 
 # Increments one rollup_fold.lua call adds (~1 µs each: a call holds Redis ~1 ms).
 FOLD_CHUNK = 1000
@@ -94,8 +95,10 @@ def outbox_field(month: str, scope: tuple[str, ...], member: str) -> bytes:
 class Rollup:
     """Adds every shard's rollup outbox to the totals (module note). ``keys``: the home ``Keys``."""
 
-    def __init__(self, client: redis.Redis, keys: Keys):
-        self.client, self.home = client, keys.home
+    def __init__(self, client: redis.Redis | Store, keys: Keys):
+        self.store = Store.of(client)  # a worker's: its script calls share round trips
+        client = self.client = self.store.client
+        self.home = keys.home
         self.shards = keys.all_counter_shards
         self._take = register(client, "rollup_take", package=__package__)
         self._fold = register(client, "rollup_fold", package=__package__)
@@ -133,7 +136,7 @@ class Rollup:
         and the shards whose batch ended while it was read (``_read``)."""
         calls = [(self._take, [s.rollup_outbox, s.rollup_in_flight, s.rollup_seq, s.rollup_taken], [fresh])
                  for s in (self.shards[i] for i in shards)]
-        got = run_pipelined(self.client, calls)
+        got = self.store.run(calls)
         ids = [(i, int(r[0]), bool(r[1])) for i, r in zip(shards, got) if r[0] > 0]
         kept = self._read(ids)
         have = {t[0] for t in kept}
@@ -158,8 +161,8 @@ class Rollup:
             return 0
         folds, added = self._fold_calls(taken)
         if folds:
-            run_pipelined(self.client, folds)
-        run_pipelined(self.client, [(self._done, [self.shards[src].rollup_in_flight, self.shards[src].rollup_seq],
+            self.store.run(folds)
+        self.store.run([(self._done, [self.shards[src].rollup_in_flight, self.shards[src].rollup_seq],
                                      [batch]) for src, batch, _, _ in taken])
         return added
 

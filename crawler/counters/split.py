@@ -1,4 +1,4 @@
-"""Recording in a crawl of several counter shards (SPEC §9): the place metrics of
+"""Recording in a crawl of several counter shards (contract §9): the place metrics of
 new IPs in their own shards, then each torrent's part in its shard.
 
 Strategy: a torrent's metrics (``torrents.<h>.*``: the torrent's users, its
@@ -30,10 +30,11 @@ from __future__ import annotations
 
 import redis
 
-from crawler.counters.calls import FRESH, LOW64, PlaceCall, RecordBatch, RecordBatches, VisitPart
+from crawler.counters.calls import FRESH, LOW64, PlaceCall, RecordBatch, RecordBatches, ShardKeys, VisitPart
 from crawler.counters.places import PlaceInfo
 from crawler.errors import StoreError
-from crawler.store.scripts import register, run_pipelined
+from crawler.store.replica_wait import Wait
+from crawler.store.scripts import register
 
 # (IP, place) pairs whose place marks a process remembers as fresh (module note);
 # ~100 B each: ~50 MB at most.
@@ -43,13 +44,18 @@ FRESH_PLACES = 500_000
 class SplitParts:
     """The several-shard part of a ``Recorder``'s recording (module note).
 
-    ``recorder``: the ``Recorder`` it serves (its client, shards, batch size,
-    window, ``WAIT`` and the ``after_places`` test hook). ``fresh``: the
-    place marks this process knows to be fresh.
+    ``recorder``: the ``Recorder`` it serves (its client, batch size, window,
+    fingerprints and the ``after_places`` test hook); ``shards``: its counter
+    shards' ``ShardKeys``, in shard order; ``post_countries``: whether the
+    ``countries.*`` counts go to the StatHat outbox; ``wait``: the replicas each
+    recording waits for (``scripts.Wait``, or None). ``fresh``: the place marks
+    this process knows to be fresh.
     """
 
-    def __init__(self, recorder):
+    def __init__(self, recorder, shards: list[ShardKeys], post_countries: bool, wait: Wait | None):
         self.rec = recorder
+        self.shards, self.wait = shards, wait
+        self.post = "c" if post_countries else "-"
         self.script = register(recorder.client, "places", package=__package__)
         self.fresh: dict[int, int] = {}  # IP fingerprint XOR hash(place) -> oldest place mark time
 
@@ -123,10 +129,10 @@ class SplitParts:
         t = self.fresh.get(key, 0)
         if t > cutoff:
             return t
-        s = (f >> 104) % len(self.rec._shards)  # keys.shard_of_fingerprint, inlined
+        s = (f >> 104) % len(self.shards)  # keys.shard_of_fingerprint, inlined
         call = open_calls.get(s)
         if call is None or call.pairs + info.p_m > self.rec.batch_pairs or f in call.fps:
-            call = open_calls[s] = PlaceCall(self.rec._shards[s])
+            call = open_calls[s] = PlaceCall(self.shards[s])
             calls.append(call)
         call.fps.add(f)
         call.ips += ((call.bucket_number((f >> 64) % self.rec.fingerprints.buckets) << info.p_bshift)
@@ -138,14 +144,12 @@ class SplitParts:
     def _run_places(self, now: int, month: str, calls: list[PlaceCall]) -> None:
         """Run the places.lua ``calls`` (each in its shard) in one round trip; each call's
         ``answer`` gets its IPs' oldest place mark times."""
-        rec = self.rec
-        post = "c" if rec._post_countries else "-"
-        script = self.script
+        rec, post, script = self.rec, self.post, self.script
         runs = [(script, c.shard.place_fixed + c.buckets,
                  [now, now - rec.window, post, month, bytes(c.countries), bytes(c.places), bytes(c.ips)])
                 for c in calls]
         try:
-            replies = run_pipelined(rec.client, runs, wait=rec._wait)
+            replies = rec.store.run(runs, wait=self.wait)
         except redis.RedisError as e:
             raise StoreError(f"recording peers failed: {e}") from e
         for c, r in zip(calls, replies):

@@ -1,4 +1,4 @@
-"""The dashboard's routes: page shells, their JSON and CSV, ``/metrics`` (SPEC §10).
+"""The dashboard's routes: page shells, their JSON and CSV, ``/metrics`` (contract §10).
 
 Pages are HTML shells (``templates/``) whose script (``static/dashboard.js``)
 polls ``/api/...`` and redraws; every ``/api`` view answers CSV of one of its

@@ -1,4 +1,4 @@
-"""``/metrics``: the crawl's figures in the Prometheus / OpenMetrics text format (SPEC §10).
+"""``/metrics``: the crawl's figures in the Prometheus / OpenMetrics text format (contract §10).
 
 A custom collector reads ``queue_report`` (what ``status --json`` prints)
 and the outbox backlog at scrape time, so the workers' hot path is not

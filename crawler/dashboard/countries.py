@@ -1,6 +1,6 @@
 """Country names as ``stats`` prints them, and the map shape each one colours.
 
-Counters name countries by GeoLite2's English name (SPEC §4, docs/metrics.md);
+Counters name countries by GeoLite2's English name (contract §4, docs/metrics.md);
 the vendored world map (``static/world.json``) names its shapes by ISO 3166-1
 alpha-2 code. ``NAMES`` lists, per code, every English name GeoLite2 has used
 for it: the names of the bundled 2018 database first (read from it), then

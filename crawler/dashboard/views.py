@@ -1,4 +1,4 @@
-"""What each dashboard page shows, as JSON-able dicts (SPEC §10).
+"""What each dashboard page shows, as JSON-able dicts (contract §10).
 
 Every number comes from the functions behind ``stats`` and ``status``
 (``crawler.counters.top``, ``crawler.report.queue_report.queue_report``,
@@ -21,7 +21,7 @@ import redis
 
 from crawler import redact
 from crawler.counters import top
-from crawler.counters.export import months_with_counters
+from crawler.counters.csv_export import months_with_counters
 from crawler.counters.names import LIFETIME, unescape
 from crawler.counters.rollup import Rollup
 from crawler.dashboard.countries import map_code

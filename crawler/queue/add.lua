@@ -1,4 +1,4 @@
--- add.lua: admit a batch of torrents to the queue (SPEC §1).
+-- add.lua: admit a batch of torrents to the queue (contract §1).
 --
 -- KEYS[1] ready       ZSET info-hash -> score
 -- KEYS[2] cooling     ZSET info-hash -> due time

@@ -1,4 +1,4 @@
--- claim.lua: lease the highest-scored ready torrents (SPEC §1), after
+-- claim.lua: lease the highest-scored ready torrents (contract §1), after
 -- bounded housekeeping that every claimer shares:
 --   1. expired leases go back to ready with their score unchanged, or, at
 --      the K-th expiry in a row without a completion, to quarantined;
@@ -45,7 +45,7 @@
 -- the shard offering the next best, so a higher lane in another shard comes
 -- first), "0": go on into the next lane
 --
--- Lanes (SPEC §1, seeds 002 and 004): each claimed torrent is the best-scored
+-- Lanes (contract §1; priority lanes with guaranteed shares for the lower ones): each claimed torrent is the best-scored
 -- of the first non-empty lane (high, normal, low, discovered), except that
 -- every lane below it earns ARGV[9] of a claim per claimed torrent while it
 -- has ready torrents, and one that has earned a whole claim takes the next

@@ -1,13 +1,13 @@
--- complete.lua: finish a visit that some source answered (SPEC §1, §2).
+-- complete.lua: finish a visit that some source answered (contract §1, §2).
 -- The new score is the held score times ARGV[3]; below ARGV[4] the torrent
 -- is evicted (tombstone kept ARGV[7] seconds), else it cools until ARGV[6].
--- Staged eviction (seed 003, docs/decisions.md): a visit without peers evicts
+-- Staged eviction (torrents that never had a peer get a grace, docs/decisions.md): a visit without peers evicts
 -- only once the torrent's stage's grace has run (ARGV[15] from its first
 -- visit for a torrent never seen with a peer, "never had peers"; ARGV[16]
 -- from the last peer seen for one that had some, "lost its peers"), and a
 -- pinned torrent (torrent field `pinned`: "forever" or a unix time until
 -- which it holds) never; until then its score is held at the threshold. A
--- visit with peers below the threshold evicts for "low score" (SPEC §2)
+-- visit with peers below the threshold evicts for "low score" (contract §2)
 -- unless pinned or held (its peers came back: it stays held while it has
 -- peers, and leaves the threshold with a full and fresh visit). A torrent one more visit without peers (ARGV[17]: that
 -- visit's multiplier) would bring below the threshold is "at risk": KEYS[13]
@@ -96,7 +96,7 @@ if new < threshold then
   if ARGV[12] == 'none' then
     evict = not pinned and now >= grace_end
   else
-    -- peers, but not enough new ones: SPEC §2's low score, for a torrent that
+    -- peers, but not enough new ones: contract §2's low score, for a torrent that
     -- sank there; one held at the threshold stays held while it has peers
     evict = not pinned and score > threshold
     reason = 'low score'

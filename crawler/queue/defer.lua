@@ -1,5 +1,5 @@
 -- defer.lua: put a claimed torrent back to cooling until ARGV[3], its held
--- score kept (SPEC §1), and with KEYS[5..6] note a failed visit. Either way
+-- score kept (contract §1), and with KEYS[5..6] note a failed visit. Either way
 -- the worker came back with the torrent, which ends its streak of expired
 -- leases.
 --

@@ -1,4 +1,4 @@
-"""Parsing the ITEMs of ``peercrawl add`` (SPEC §7) into info-hashes and trackers.
+"""Parsing the ITEMs of ``peercrawl add`` (contract §7) into info-hashes and trackers.
 
 An ITEM is a 40-hex or 32-char base32 info-hash (BitTorrent v1), a magnet
 URI, or the path of a ``.torrent`` file. Every failure raises ``ItemError``

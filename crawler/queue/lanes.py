@@ -1,4 +1,4 @@
-"""Lanes: the queues a claim serves in order (SPEC §1, seeds 002 and 004).
+"""Lanes: the queues a claim serves in order (contract §1; priority lanes with guaranteed shares for the lower ones).
 
 Every torrent is in one lane: ``high``, ``normal`` (the default), ``low`` or
 ``discovered`` (fed by discovery). A claim takes the best-scored ready

@@ -1,4 +1,4 @@
--- pin.lua: exempt a tracked torrent from eviction, or end that (SPEC §1, §7).
+-- pin.lua: exempt a tracked torrent from eviction, or end that (contract §1, §7).
 --
 -- KEYS[1] ready, KEYS[2] cooling, KEYS[3] leases, KEYS[4] quarantined  ZSETs: a
 --         torrent in one of them is tracked

@@ -1,4 +1,4 @@
-"""Pins: torrents exempt from eviction (SPEC §1 staged eviction, §7 ``torrent --pin``).
+"""Pins: torrents exempt from eviction (contract §1 staged eviction, §7 ``torrent --pin``).
 
 A pin is the torrent's ``pinned`` field ("forever" or the unix time until
 which it holds), set and removed by ``pin.lua`` only for a tracked torrent,

@@ -1,13 +1,13 @@
-"""Operator rates of the queue over the last hour (seed 004's tracker statistics, SPEC §1, §7).
+"""Operator rates of the queue over the last hour (the statistics a work queue's operators watch, contract §1, §7).
 
 - **claim serve rate**: torrents handed out / torrents asked for. Below 1
   when workers ask and nothing is ready: the catalogue is smaller than the
-  workers, or everything cools (seed 004's "item request serve rate").
+  workers, or everything cools (a work queue's "item request serve rate").
 - **reclaim rate**: leases that expired before their visit completed / torrents
   handed out. Above 0 when workers are killed or visits outlive their lease
-  (seed 004's "reclaim rate").
+  (a work queue's "reclaim rate").
 - **visit round trip**: from the claim to the completion of visits some
-  source answered, p50 and p95 (seed 004's "RTT"). Failed visits end at the
+  source answered, p50 and p95 (its "RTT"). Failed visits end at the
   visit deadline and hand-backs end early; neither is a round trip.
 
 Strategy. Each queue shard keeps a HASH ``{shard}:rates`` of per-minute

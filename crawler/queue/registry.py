@@ -1,4 +1,4 @@
-"""The worker registry that ``peercrawl status`` lists (SPEC §7): its one writer and reader.
+"""The worker registry that ``peercrawl status`` lists (contract §7): its one writer and reader.
 
 Each worker process writes its figures to ``keys.worker(id)`` (a HASH whose
 values are JSON) and its heartbeat expiry to the ``keys.workers`` ZSET; the

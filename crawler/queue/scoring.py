@@ -1,4 +1,4 @@
-"""Scoring, once per visit (SPEC §2), as pure functions.
+"""Scoring, once per visit (contract §2), as pure functions.
 
 ``outcome`` classifies a visit; ``multiplier`` is its outcome's factor.
 ``complete.lua`` applies the multiplication and the eviction threshold on the
@@ -7,8 +7,9 @@ pins); these functions are what the worker calls to choose the multiplier.
 
 Boundaries with the defaults: 0.5**7 = 0.0078 stays, 0.5**8 = 0.0039 is
 evicted (the 8th visit in a row with no peers); 0.8**23 = 0.0059 stays,
-0.8**24 = 0.0047 is evicted (the 24th "some peers" visit). Seed 000's "after
-the ninth time" counts one visit too many: 0.5**8 is reached after eight.
+0.8**24 = 0.0047 is evicted (the 24th "some peers" visit). Eviction "after
+the ninth empty visit", as the rule is often put, counts one visit too
+many: 0.5**8 is reached after eight.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from crawler.settings import Settings
 
 
 class Outcome(str, enum.Enum):
-    """What a visit found, which sets the score's multiplier (SPEC §2)."""
+    """What a visit found, which sets the score's multiplier (contract §2)."""
     NONE = "none"  # no peers at all: x0.5
     SOME = "some"  # peers, but no full source with enough new ones: x0.8
     FULL = "full"  # some source full and enough new peers: x1.2

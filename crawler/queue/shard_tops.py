@@ -1,4 +1,4 @@
-"""Which queue shard a claim goes to, so claims take high scores first overall (SPEC §1, §9).
+"""Which queue shard a claim goes to, so claims take high scores first overall (contract §1, §9).
 
 A sharded queue has no global top: each shard's ``ready`` set is ordered on
 its own. A claimer could ask every shard before each claim (one more round

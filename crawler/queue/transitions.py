@@ -1,11 +1,13 @@
-"""The torrent lifecycle of SPEC §1: the one module that changes a torrent's state.
+"""The torrent lifecycle of contract §1: the one module that changes a torrent's state.
 
 Strategy. Each state is a sorted set under the namespace: ``ready`` (by
 score), ``cooling`` (by due time), ``leases`` (in flight, by lease deadline),
 ``evicted`` (by eviction time) and ``quarantined`` (by quarantine time). A
 torrent is a member of exactly one of them; every transition is one Lua
-script (``crawler/lua/*.lua``) that removes it from one set and adds it to
+script (``crawler/queue/*.lua``) that removes it from one set and adds it to
 the next, so no crash between two commands can lose or duplicate a torrent.
+What each call sends and what it answers (``Lease``, the add statuses) is
+``crawler.queue.script_calls``'s; this module makes the calls.
 While a torrent is out of ``ready`` its score waits in the ``held`` hash; no
 held score means 1.0.
 
@@ -32,7 +34,7 @@ old tombstones forgotten) runs inside every claim, bounded per call: a queue
 needs no separate janitor process, and a dead worker's torrents come back as
 soon as anyone claims.
 
-Shards (SPEC §9). A namespace's queue may be split into shards, each with
+Shards (contract §9). A namespace's queue may be split into shards, each with
 its own sets under its own hash tag (``Keys.for_torrent``): every script
 above runs in the torrent's shard, and a claim in the shard that offers the
 best score (``crawler.queue.shard_tops``), its housekeeping that shard's. An add
@@ -52,7 +54,9 @@ Quarantined torrents count as tracked.
 Trackers per torrent are bounded (``PEERCRAWL_MAX_TRACKERS_PER_TORRENT``):
 ``add.lua`` never grows a torrent's tracker set past the bound (what it
 drops is reported), and ``plan.lua`` hands a visit at most that many, so a
-set stored before the bound is never announced whole.
+set stored before the bound is never announced whole (``Queue.plan``, made by
+``crawler.queue.visit_plan``). The per-minute counts the scripts write are
+trimmed by ``crawler.queue.visit_buckets`` (``Queue.trim_visit_buckets``).
 
 ::
 
@@ -67,33 +71,27 @@ set stored before the bound is never announced whole.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from itertools import islice
 
 import redis
 
 from crawler.errors import StoreError
 from crawler.keys import Keys, shard_of
+from crawler.queue import script_calls
 from crawler.queue.items import NewItem
-from crawler.queue.lanes import MARKED, offer, rank
-from crawler.queue.rates import KEPT_SECONDS, asked_field, field_time, rt_field
-from crawler.queue.scoring import Outcome, multiplier
+from crawler.queue.lanes import offer, rank
+from crawler.queue.rates import asked_field
+from crawler.queue.scoring import Outcome
+from crawler.queue.script_calls import ADD_STATUS, Lease, lane_keys, member_keys, minute
 from crawler.queue.shard_tops import ShardTops
+from crawler.queue.visit_buckets import trim_visit_buckets
+from crawler.queue.visit_plan import VisitPlan
 from crawler.settings import Settings
 from crawler.store import scripts
+from crawler.store.handle import Store
 
-# Housekeeping moves at most this many expired leases, due torrents and old
-# tombstones each per call. A claim of n moves 2n + 8: more than it takes,
-# so a backlog of due torrents drains as fast as workers claim, while each
-# claim stays a few tens of microseconds of Redis time however large the
-# backlog (a fixed 200 per claim made every claim of one cost ~1 ms while a
-# million new torrents waited). While more than that are due, it also moves
-# up to n + 1 of each of the high, low and discovered lanes' own due
-# torrents (claim.lua), so no lane's torrents wait behind another's.
-HOUSEKEEPING_BUDGET = 200
 # Most torrents one claim call may lease. claim.lua slices any size; this
 # bounds one call's Redis time (a claim of 2,000 also moves up to 4,008 due
 # torrents: tens of ms), and a pool larger than this claims again at once.
@@ -104,30 +102,7 @@ MAX_CLAIM = 2000
 ADD_BATCH = 1000
 ADD_PIPELINE = 4
 
-
-@dataclass(frozen=True)
-class Lease:
-    """A claimed torrent: its info-hash, score at claim, lease token, the unix time of the
-    claim (0: unknown; the visit's round trip is then not counted, crawler/queue/rates.py) and
-    its lane at the claim ("": unknown)."""
-
-    info_hash: str
-    score: float
-    token: int
-    claimed: float = 0.0
-    lane: str = ""
-
-
-ADD_STATUS = {"a": "added", "t": "already_tracked", "e": "skipped_evicted", "r": "added",
-              "Q": "skipped_quarantined", "q": "readmitted"}
-
-
-# Per-minute visit counts older than this are dropped (status reads the last hour).
-VISIT_BUCKETS_KEPT = 2 * 86400
-
-
-def _minute(now: float) -> str:
-    return str(int(now // 60) * 60)
+__all__ = ["ADD_BATCH", "ADD_PIPELINE", "ADD_STATUS", "MAX_CLAIM", "Lease", "Queue"]
 
 
 class Queue:
@@ -141,8 +116,9 @@ class Queue:
     Redis errors are raised as ``StoreError``.
     """
 
-    def __init__(self, client: redis.Redis, keys: Keys, settings: Settings):
-        self.client = client
+    def __init__(self, client: redis.Redis | Store, keys: Keys, settings: Settings):
+        self.store = Store.of(client)  # a worker's: its script calls share round trips
+        client = self.client = self.store.client
         self.keys = keys
         self.settings = settings
         self._add = scripts.register(client, "add", __package__)
@@ -151,46 +127,14 @@ class Queue:
         self._complete = scripts.register(client, "complete", __package__)
         self._release = scripts.register(client, "release", __package__)
         self._defer = scripts.register(client, "defer", __package__)
-        self._plan = scripts.register(client, "plan", __package__)
+        self.plans = VisitPlan(self.store, keys, settings)
         self.tops = ShardTops(keys.shards)
 
     # --- intake ------------------------------------------------------------
     def _add_args(self, k: Keys, items: Sequence[NewItem], readmit: bool, now: float, lane: str | None = None,
                   move: bool = True) -> tuple[list, list, list[int]]:
-        """KEYS and ARGV of one add.lua call in shard ``k``, and per item the trackers cut here.
-
-        An item's trackers beyond the per-torrent bound are not sent (the
-        script could not store them anyway), so one hostile magnet cannot
-        make a call huge.
-        """
-        cap = self.settings.max_trackers_per_torrent
-        keys = [k.ready, k.cooling, k.leases, k.evicted, k.tombstones, k.quarantined, k.quarantine, k.expiries,
-                *self._lane_keys(k), k.since]
-        args: list = [repr(now), "1" if readmit else "0", cap, lane or "", "1" if move else "0"]
-        cut: list[int] = []
-        for item in items:
-            if item.trackers or readmit:  # only these items' own keys are touched
-                keys += (k.torrent(item.info_hash), k.trackers(item.info_hash), k.history(item.info_hash))
-            trackers, n = item.trackers, 0
-            if len(trackers) > cap:
-                unique = tuple(dict.fromkeys(trackers))
-                trackers, n = unique[:cap], max(0, len(unique) - cap)
-            cut.append(n)
-            args += (item.info_hash, str(len(trackers)), *trackers)
-        return keys, args, cut
-
-    @staticmethod
-    def _added(batch: Sequence[NewItem], reply: list, cut: list[int],
-               on_dropped: Callable[[NewItem, int], None] | None) -> list[str]:
-        """Statuses of one add.lua reply; ``on_dropped(item, n)`` for trackers not stored."""
-        letters, dropped = reply[0].decode(), reply[1]
-        if on_dropped is not None:
-            for i in range(0, len(dropped), 2):
-                cut[int(dropped[i]) - 1] += int(dropped[i + 1])
-            for item, n in zip(batch, cut):
-                if n:
-                    on_dropped(item, n)
-        return [ADD_STATUS[c] for c in letters]
+        """``script_calls.add_args`` in shard ``k``, trackers bounded by the settings."""
+        return script_calls.add_args(k, items, readmit, now, self.settings.max_trackers_per_torrent, lane, move)
 
     def add(self, items: Sequence[NewItem], readmit: bool = False, now: float | None = None,
             on_dropped: Callable[[NewItem, int], None] | None = None, lane: str | None = None,
@@ -248,12 +192,12 @@ class Queue:
                 calls.append((self._add, keys, args))
                 parts.append((n, positions, part, cut))
         try:
-            results = scripts.run_pipelined(self.client, calls)
+            results = self.store.run(calls)
         except redis.RedisError as e:
             raise StoreError(f"adding torrents failed: {e}") from e
         statuses = [[""] * len(b) for b in batches]
         for (n, positions, part, cut), reply in zip(parts, results):
-            for i, st in zip(positions, self._added(part, reply, cut, on_dropped)):
+            for i, st in zip(positions, script_calls.added(part, reply, cut, on_dropped)):
                 statuses[n][i] = st
                 if st in ("added", "readmitted"):  # due at once; a readmitted one's held score unknown here
                     self._arrived(batches[n][i].info_hash, now, now,
@@ -263,40 +207,12 @@ class Queue:
 
     # --- work ----------------------------------------------------------------
     def _claim_args(self, count: int, now: float, k: Keys | None = None, asked: int | None = None) -> dict:
-        """KEYS and ARGV of one claim.lua call in shard ``k`` (default: the first); ``asked``: the
-        torrents the claim asked for, counted in this call's rates (default ``count``; 0 for the
-        next shards of a claim spread over several)."""
-        k = self.keys.shard(0) if k is None else k
-        return dict(
-            keys=[k.ready, k.since, k.cooling, k.leases, k.evicted, k.tombstones, k.held, k.claims,
-                  k.expiries, k.quarantined, k.quarantine, k.rates, *self._lane_keys(k), k.lane_credit],
-            args=[repr(now), repr(now + self.settings.lease_seconds), count,
-                  2 * count + 8 if count else HOUSEKEEPING_BUDGET, repr(now - self.settings.tombstone_seconds),
-                  self.settings.quarantine_after, _minute(now), count if asked is None else asked,
-                  repr(self.settings.lane_share), "1" if self.keys.shards > 1 else "0"],
-        )
+        """``script_calls.claim_args`` in shard ``k`` (default: the first); ``asked`` (default
+        ``count``; 0 for the next shards of a claim spread over several)."""
+        return script_calls.claim_args(self.keys.shard(0) if k is None else k, self.settings, count, now,
+                                       count if asked is None else asked, self.keys.shards > 1)
 
-    @staticmethod
-    def _lane_keys(k: Keys) -> list[str]:
-        """The ready sets, then the member sets, of the high, low and discovered lanes (the scripts'
-        order; the normal lane's ready set is ``ready`` and it has no member set)."""
-        return [k.ready_in(lane) for lane in MARKED] + [k.lane_members(lane) for lane in MARKED]
-
-    @staticmethod
-    def _member_keys(k: Keys, lease: Lease) -> list[str]:
-        """The member sets a script that puts ``lease``'s torrent back to cooling writes its due time
-        to (each is also its lane's due index, ``claim.lua``): its lane's, none for the normal lane,
-        all three when its lane is unknown. A torrent moved to another lane while in flight is
-        then left out of its new lane's index: claims find it in the due queue's order."""
-        if lease.lane == "normal":
-            return []
-        return [k.lane_members(lease.lane)] if lease.lane in MARKED else [k.lane_members(x) for x in MARKED]
-
-    @staticmethod
-    def _leases(flat: list, now: float) -> list[Lease]:
-        """The leases of a claim.lua reply (its last element, the shard's offer, left out)."""
-        return [Lease(flat[i].decode(), float(flat[i + 1]), int(flat[i + 2]), now, flat[i + 3].decode())
-                for i in range(0, len(flat) - 1, 4)]
+    _leases = staticmethod(script_calls.leases)
 
     def _choose(self, now: float, tried: set[int]) -> int | None:
         """The shard to claim from next (``ShardTops``), after the housekeeping of every stale
@@ -311,7 +227,7 @@ class Queue:
         shards = list(shards)
         calls = [(self._claim, a["keys"], a["args"])
                  for a in (self._claim_args(0, now, self.keys.shard(i)) for i in shards)]
-        for i, flat in zip(shards, scripts.run_pipelined(self.client, calls)):
+        for i, flat in zip(shards, self.store.run(calls)):
             self.tops.note(i, flat[-1], now)
 
     def claim(self, count: int = 1, now: float | None = None) -> list[Lease]:
@@ -344,7 +260,7 @@ class Queue:
                 leases += self._leases(flat, now)
             if asked and not tried:
                 # every shard is known empty: no claim went out, but the ask counts in the serve rate
-                self.client.hincrby(self.keys.shard(0).rates, asked_field(_minute(now)), count)
+                self.client.hincrby(self.keys.shard(0).rates, asked_field(minute(now)), count)
         except redis.RedisError as e:
             raise StoreError(f"claiming torrents failed: {e}") from e
         if len(tried) > 1:  # ZPOPMAX's order across the shards claimed from
@@ -371,20 +287,9 @@ class Queue:
 
     def _complete_args(self, lease: Lease, result: Outcome, peers: int, seeders: int | None,
                        leechers: int | None, due: float | None, now: float) -> dict:
-        due = now + self.settings.revisit_seconds if due is None else due
-        h = lease.info_hash
-        k = self.keys.for_torrent(h)
-        return dict(
-            keys=[k.leases, k.held, k.claims, k.cooling, k.evicted, k.tombstones, k.torrent(h), k.trackers(h),
-                  k.visits, k.expiries, k.history(h), k.rates, k.atrisk, *self._member_keys(k, lease)],
-            args=[h, lease.token, repr(multiplier(result, self.settings)), repr(self.settings.evict_below),
-                  repr(now), repr(due), int(math.ceil(self.settings.tombstone_seconds)),
-                  "" if seeders is None else seeders, "" if leechers is None else leechers, peers, _minute(now),
-                  result.value, self.settings.torrent_history,
-                  rt_field(_minute(now), now - lease.claimed) if 0 < lease.claimed <= now else "",
-                  repr(self.settings.evict_never_seen_seconds), repr(self.settings.evict_lost_seconds),
-                  repr(self.settings.multiplier_none)],
-        )
+        """``script_calls.complete_args`` in ``lease``'s shard."""
+        return script_calls.complete_args(self.keys.for_torrent(lease.info_hash), self.settings, lease, result,
+                                          peers, seeders, leechers, due, now)
 
     def _completed(self, lease: Lease, reply: list, due: float | None, now: float) -> tuple[str, float | None]:
         """A complete.lua reply as ``complete`` returns it; a torrent back to cooling is noted in its shard."""
@@ -403,7 +308,7 @@ class Queue:
         now = time.time() if now is None else now
         a = self._complete_args(lease, result, peers, seeders, leechers, due, now)
         try:
-            reply = scripts.run_pipelined(self.client, [(self._complete, a["keys"], a["args"])])[0]
+            reply = self.store.run([(self._complete, a["keys"], a["args"])])[0]
         except redis.RedisError as e:
             raise StoreError(f"completing a visit failed: {e}") from e
         return self._completed(lease, reply, due, now)
@@ -423,8 +328,8 @@ class Queue:
         try:
             done = bool(self._defer(
                 keys=[k.leases, k.claims, k.cooling, k.expiries, k.torrent(lease.info_hash), k.failed_visits,
-                      *self._member_keys(k, lease)],
-                args=[lease.info_hash, lease.token, repr(due), repr(now), _minute(now), error[:200]]))
+                      *member_keys(k, lease)],
+                args=[lease.info_hash, lease.token, repr(due), repr(now), minute(now), error[:200]]))
         except redis.RedisError as e:
             raise StoreError(f"recording a failed visit failed: {e}") from e
         if done:
@@ -438,7 +343,7 @@ class Queue:
         """
         k = self.keys.for_torrent(lease.info_hash)
         try:
-            done = bool(self._defer(keys=[k.leases, k.claims, k.cooling, k.expiries, *self._member_keys(k, lease)],
+            done = bool(self._defer(keys=[k.leases, k.claims, k.cooling, k.expiries, *member_keys(k, lease)],
                                     args=[lease.info_hash, lease.token, repr(due)]))
         except redis.RedisError as e:
             raise StoreError(f"deferring a torrent failed: {e}") from e
@@ -465,7 +370,7 @@ class Queue:
         now = time.time() if now is None else now
         k = self.keys.for_torrent(lease.info_hash)
         try:
-            done = bool(self._release(keys=[k.leases, k.held, k.claims, k.ready, k.since, *self._lane_keys(k)],
+            done = bool(self._release(keys=[k.leases, k.held, k.claims, k.ready, k.since, *lane_keys(k)],
                                       args=[lease.info_hash, lease.token, repr(now)]))
         except redis.RedisError as e:
             raise StoreError(f"handing back a torrent failed: {e}") from e
@@ -475,59 +380,18 @@ class Queue:
 
     # --- trackers and visit counts ------------------------------------------
     def plan(self, info_hash: str) -> tuple[list[str], dict[str, float]]:
-        """The torrent's own trackers (at most the per-torrent bound, a random draw of a larger
-        set) and tracker -> not-before time, in one round trip."""
-        k = self.keys.for_torrent(info_hash)
-        cap = self.settings.max_trackers_per_torrent
-        try:
-            [(own, flat, _)] = scripts.run_pipelined(
-                self.client, [(self._plan, [k.trackers(info_hash), k.tracker_min_interval(info_hash)], [cap])])
-        except redis.RedisError as e:
-            raise StoreError(f"reading the torrent's trackers failed: {e}") from e
-        return ([u.decode() for u in own[:cap]],
-                {flat[i].decode(): float(flat[i + 1]) for i in range(0, len(flat), 2)})
+        """The trackers a visit of ``info_hash`` may ask and when each may be asked (``VisitPlan.plan``)."""
+        return self.plans.plan(info_hash)
 
     def hold_trackers(self, info_hash: str, not_before: dict[str, float], ttl: float) -> None:
-        """Ask no tracker of ``not_before`` for ``info_hash`` before its time (what ``plan`` reads back).
-
-        One MULTI; the hash expires ``ttl`` seconds after its last write.
-        """
-        if not not_before:
-            return
-        key = self.keys.for_torrent(info_hash).tracker_min_interval(info_hash)
-        p = self.client.pipeline(transaction=True)
-        p.hset(key, mapping={u: repr(t) for u, t in not_before.items()})
-        p.expire(key, int(ttl))
-        try:
-            p.execute()
-        except redis.RedisError as e:
-            raise StoreError(f"writing the trackers' min interval failed: {e}") from e
+        """Ask no tracker of ``not_before`` before its time, for ``ttl`` s (``VisitPlan.hold_trackers``)."""
+        self.plans.hold_trackers(info_hash, not_before, ttl)
 
     def trim_visit_buckets(self, now: float | None = None) -> int:
-        """Drop the per-minute visit counts older than ``VISIT_BUCKETS_KEPT`` (returns how many),
-        and the rates' minutes older than ``queue_rates.KEPT_SECONDS``.
+        """Drop the per-minute visit and failed-visit counts and the rates' minutes nobody reads any more
+        (``crawler.queue.visit_buckets``); returns how many visit counts were dropped.
 
-        The hashes are written by ``complete.lua``, ``defer.lua`` and
-        ``claim.lua``, so their housekeeping is the queue's too: ``status`` and
-        the dashboard run it before they read (``crawler.report.queue_report.queue_report``)
-        and workers hourly, so each stays bounded (~2,900 fields). Raises ``StoreError``.
+        ``status`` and the dashboard run it before they read
+        (``crawler.report.queue_report.queue_report``) and workers hourly. Raises ``StoreError``.
         """
-        now = time.time() if now is None else now
-        hashes = [(key, True) for k in self.keys.all_shards for key in (k.visits, k.failed_visits)]
-        hashes += [(k.rates, False) for k in self.keys.all_shards]
-        try:
-            p = self.client.pipeline(transaction=False)
-            for key, _ in hashes:
-                p.hkeys(key)
-            counted = []  # per HDEL sent: whether it drops visit counts
-            for (key, visits), names in zip(hashes, p.execute()):
-                if visits:
-                    stale = [m for m in names if int(m) < now - VISIT_BUCKETS_KEPT]
-                else:
-                    stale = [f for f in names if (field_time(f) or 0) < now - KEPT_SECONDS]
-                for i in range(0, len(stale), 1000):
-                    p.hdel(key, *stale[i : i + 1000])
-                    counted.append(visits)
-            return sum(n for n, visits in zip(p.execute(), counted) if visits)
-        except redis.RedisError as e:
-            raise StoreError(f"trimming visit counts failed: {e}") from e
+        return trim_visit_buckets(self.client, self.keys, time.time() if now is None else now)

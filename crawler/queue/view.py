@@ -1,4 +1,4 @@
-"""The read model of the torrent lifecycle (SPEC §1, §7): what the queue holds, never a change to it.
+"""The read model of the torrent lifecycle (contract §1, §7): what the queue holds, never a change to it.
 
 ``crawler.queue.transitions.Queue`` owns the torrent states and is the only writer of
 them; ``QueueView`` reads the same keys for everyone who only looks: ``status``
@@ -10,7 +10,7 @@ and a reader holds no method that could change a torrent's state.
 
 The view interprets the sets as users see them: a cooling torrent past its
 due time, or a lease past its deadline, is shown as ready (the next claim
-moves it there). Each method is one round trip. A sharded queue (SPEC §9) is
+moves it there). Each method is one round trip. A sharded queue (contract §9) is
 read shard by shard in that one pipeline and summed; one torrent is read in
 its own shard. ``state`` and a one-shard ``counts`` run as a MULTI, so their
 figures are from one instant; a sharded crawl's counts are each shard's at
@@ -112,11 +112,15 @@ class QueueView:
             i += n
         return out
 
+    def tracked(self) -> int:
+        """``torrents.count``: every torrent not evicted, as ``counts`` has it (raises ``StoreError``)."""
+        return self.counts()["tracked"]
+
     def counts(self, now: float | None = None) -> dict:
-        """State counts as users see them (SPEC §7 status).
+        """State counts as users see them (contract §7 status).
 
         ``tracked`` is every torrent not evicted: ready, cooling, in flight
-        and quarantined (SPEC §1: a quarantined torrent is kept until
+        and quarantined (contract §1: a quarantined torrent is kept until
         readmitted). ``queue_latency_s``: how long the oldest ready torrent
         has been past its due time.
         """
@@ -197,7 +201,7 @@ class QueueView:
         return _lane_of(self._run(p, "a torrent's lane"))
 
     def lanes(self, now: float | None = None, page: int = 1000, totals: dict | None = None) -> dict:
-        """Every state per lane (SPEC §1 lanes): ``{lane: {ready, cooling, in_flight, quarantined,
+        """Every state per lane (contract §1 lanes): ``{lane: {ready, cooling, in_flight, quarantined,
         evicted}}``, counted as ``counts`` counts them.
 
         A lane's ready set is counted whole; its other states by reading its
@@ -233,7 +237,7 @@ class QueueView:
         return out
 
     def at_risk(self, now: float | None = None, limit: int = 10) -> dict:
-        """Torrents whose next visit without peers evicts them (SPEC §1 staged eviction).
+        """Torrents whose next visit without peers evicts them (contract §1 staged eviction).
 
         ``at_risk``: how many, and up to ``limit`` of them, soonest at risk
         first, each with its stage; ``at_risk_later``: those one such visit
@@ -308,7 +312,7 @@ class QueueView:
         return None, None
 
     def torrent(self, info_hash: str, now: float | None = None) -> dict | None:
-        """Everything known about one torrent (SPEC §7 ``torrent``), or None."""
+        """Everything known about one torrent (contract §7 ``torrent``), or None."""
         now = time.time() if now is None else now
         state, score = self.state(info_hash, now)
         if state is None:

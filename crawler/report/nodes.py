@@ -1,4 +1,4 @@
-"""The Redis servers behind a crawl, as operators see them (SPEC §7, §9): one row per node.
+"""The Redis servers behind a crawl, as operators see them (contract §7, §9): one row per node.
 
 ``status --json`` prints ``node_report``: for a single Redis one row, for a
 cluster one row per node (masters and replicas), each with its role, keys,
@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import redis
 
-from crawler.errors import StoreError
+from crawler.errors import StoreError, one_line
 from crawler.store import connect as store
+from crawler.store.outage import Once
 
 SLOTS = 16384
 
@@ -39,7 +40,7 @@ def node_report(client) -> dict:
     Off a cluster ``healthy`` is True whenever the server answered.
     """
     try:
-        rows = [_row(node, info) for node, info in store.node_infos(client, "default")]
+        rows = [_row(node, info) for node, info in node_infos(client, "default")]
         if not store.is_cluster(client):
             return {"cluster": False, "healthy": True, "state": "ok", "slots_ok": None, "nodes": rows}
         info = client.cluster_info()
@@ -69,3 +70,25 @@ def eviction_warning(report: dict) -> str | None:
         return (f"{where} maxmemory-policy is {policy}: it evicts keys {when}, and evicted marks count "
                 "their IPs again; set maxmemory-policy noeviction (docs/operations.md)")
     return None
+
+
+def node_infos(client, section: str) -> list[tuple[str, dict]]:
+    """``(node, INFO section)`` of every node: one ``("redis", ...)`` off a cluster.
+
+    On a cluster, every node (masters and replicas) the client knows, as
+    ``host:port``, sorted; each asked once, without waiting: a node that
+    does not answer (down, or a failover under way) is
+    ``{"role": "unreachable", "error": ...}``. Raises ``redis.RedisError``
+    (off a cluster).
+    """
+    if not store.is_cluster(client):
+        return [("redis", client.info(section))]
+    out = []
+    for node in client.get_nodes():
+        try:
+            with Once():
+                info = client.get_redis_connection(node).info(section)
+        except redis.RedisError as e:
+            info = {"role": "unreachable", "error": one_line(str(e))}
+        out.append((node.name, info))
+    return sorted(out)

@@ -1,6 +1,6 @@
 """The operators' view of a crawl: queue states, throughput, workers, trackers.
 
-``queue_report`` gathers what ``peercrawl status`` shows (SPEC §7) from the
+``queue_report`` gathers what ``peercrawl status`` shows (contract §7) from the
 owners of each part: the queue's read model (``QueueView``), the worker
 registry, tracker health (the busiest trackers and the others' sums), GeoIP
 errors and the server's eviction policy.

@@ -1,5 +1,13 @@
-"""Peer sources (SPEC §3): UDP and HTTP trackers and the Mainline DHT.
+"""Peer sources: UDP and HTTP trackers and the Mainline DHT, each answering a ``SourceResult``.
 
-Codecs are sans-IO (bytes in, frozen values out); the clients only move
-bytes over gevent sockets. Every source reports a ``SourceResult``.
+Codecs are sans-IO (``udp_codec``, ``http_codec``, ``peers``: bytes in,
+frozen values out); the clients only move bytes over gevent sockets
+(``udp_client`` with ``udp_batch``, ``http_client``). ``trackers`` is what
+a visit calls, grouping one UDP tracker's announces (``announce_groups``);
+``health`` is tracker health shared through Redis, ``announce_cap`` the
+namespace-wide request schedule, ``addresses`` the address policy,
+``self_filter`` the crawler's own entry taken out. ``dht`` asks the DHT
+through one libtorrent session (``dht_session``, ``dht_alerts``,
+``dht_lookups``, paced per node by ``dht_pacing`` and ``dht_pace_gate``);
+``discovery`` samples it for new hashes. See the contract, §3.
 """

@@ -1,4 +1,4 @@
-"""Address policy (SPEC §3): refuse non-public tracker hosts and DHT nodes.
+"""Address policy (contract §3): refuse non-public tracker hosts and DHT nodes.
 
 Loopback, private, link-local, site-local, multicast, reserved and
 unspecified addresses are refused unless ``PEERCRAWL_ALLOW_PRIVATE=1``.
@@ -108,7 +108,7 @@ def check(ip: str, allow_private: bool, what: str) -> None:
 
 
 def policy(allow_private: bool) -> AddressCheck:
-    """The address policy of SPEC §3 as a check function (raises AddressRefused)."""
+    """The address policy of contract §3 as a check function (raises AddressRefused)."""
     return lambda ip, what: check(ip, allow_private, what)
 
 

@@ -1,5 +1,5 @@
 -- announce_cap.lua: the time each tracker request of a batch of visits may be sent,
--- under the namespace's cap and each capped tracker's (SPEC §3), atomically.
+-- under the namespace's cap and each capped tracker's (contract §3), atomically.
 --
 -- A cap of r requests per second is a schedule with one request every 1/r
 -- seconds (the generic cell rate algorithm with no burst): each cap keeps the

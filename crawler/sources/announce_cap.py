@@ -1,4 +1,4 @@
-"""The announce cap: tracker requests per second across every worker of a namespace (SPEC §3).
+"""The announce cap: tracker requests per second across every worker of a namespace (contract §3).
 
 ``PEERCRAWL_MAX_ANNOUNCES_PER_SECOND`` caps the namespace's tracker requests;
 ``URL|MAXPEERS|RATE`` in ``PEERCRAWL_TRACKERS`` caps one tracker's. A request
@@ -8,8 +8,8 @@ tracker, BEP 15) and retries of lost datagrams are not counted.
 
 Strategy. One schedule per cap in Redis (``announce_cap.lua``): a request
 goes at the latest of now and its caps' next free times, each cap then moves
-one interval on, so requests leave evenly spaced (seed 002's per-minute
-counter let a minute's whole allowance out in its first seconds). Before a
+one interval on, so requests leave evenly spaced (a per-minute counter
+would let a minute's whole allowance out in its first seconds). Before a
 visit announces, ``take(urls)`` asks for every request of the visit at once
 and gets, per tracker, how long to wait before announcing to it; the visit's
 deadline starts after that wait, so waiting is never a failure and never

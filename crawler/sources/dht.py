@@ -1,4 +1,4 @@
-"""The Mainline DHT as a peer source (SPEC §3), through one libtorrent session.
+"""The Mainline DHT as a peer source (contract §3), through one libtorrent session.
 
 Strategy: one ``libtorrent.session`` per worker process runs the DHT only (no
 torrents). Every greenlet calls ``DhtSource.lookup(info_hash_hex)``, which
@@ -28,12 +28,13 @@ none answered only if DHT nodes responded while it ran: the session's counters
 the traversal; one at most 0.25 s old is shared) and again at the end. No
 response at all, an empty routing table or a bootstrap that never finished
 make the result ``failed``, never "0 peers" — a crawler that lost its
-network must not decay the catalogue (SPEC §1).
+network must not decay the catalogue (contract §1).
 
 Pacing: a lookup starts only when ``NodePacer`` (dht_pacing) says no remote
 node would then get more than ``dht_node_rate`` queries a second from this
 process; the dispatcher reports every outgoing query's destination to it.
-A lookup that cannot start before its deadline fails ("paced"). After a
+Until then the lookup waits at the ``PaceGate`` (dht_pace_gate); one that
+cannot start before its deadline fails ("paced"). After a
 lookup stops waiting its traversal may go on, so its ``Target`` stays
 registered (and counted by the pacer) until the hash has been quiet for
 ``dht_pacing.TRAVERSAL_QUIET`` seconds.
@@ -61,6 +62,7 @@ from crawler.errors import PeercrawlError, StoreError
 from crawler.settings import Settings
 from crawler.sources.dht_alerts import AlertPump, StatsRequests, responses
 from crawler.sources.dht_lookups import Lookup, Target
+from crawler.sources.dht_pace_gate import PaceGate
 from crawler.sources.dht_pacing import Group, NodePacer
 from crawler.sources.dht_session import listen_interface, new_session, resolve_bootstrap
 from crawler.sources.result import SourceResult
@@ -121,9 +123,7 @@ class DhtSource:
         self._ticker = gevent.get_hub().loop.timer(TICK, TICK)
         self._in_flight = BoundedSemaphore(settings.dht_lookups_in_flight)
         self._pacer = NodePacer(settings.dht_node_rate, settings.dht_node_window, on_retire=self._unregister)
-        self._pace_wake = Event()  # replaced each time it fires
-        self._pace_waiters = 0
-        self.paced_lookups = 0  # lookups that had to wait for the pacer
+        self._gate = PaceGate(self._pacer)
         self._stats = StatsRequests()
         self._bootstrapped = Event()
         self._closed = False
@@ -204,11 +204,6 @@ class DhtSource:
         """The pacer retired the traversals of ``target``'s info-hash."""
         self._targets.pop(target.key, None)
 
-    def _wake_paced(self) -> None:
-        if self._pace_waiters:
-            wake, self._pace_wake = self._pace_wake, Event()
-            wake.set()
-
     # --- greenlet side ------------------------------------------------------
 
     def _snapshot(self, result, timeout: float) -> dict | None:
@@ -268,7 +263,7 @@ class DhtSource:
                 return self._failed(f"DHT not bootstrapped within {self.timeout:g}s: no nodes in its routing table")
         # An empty table after the bootstrap still gets a lookup: libtorrent
         # then asks the bootstrap routers, which it never puts in the table.
-        if not self._pacer.ready(time.monotonic()) and not self._wait_for_pace(deadline):
+        if not self._pacer.ready(time.monotonic()) and not self._gate.wait(deadline):
             if self._closed:
                 return self._failed("DHT source closed")
             return self._failed(
@@ -300,7 +295,7 @@ class DhtSource:
                 self._ticker.stop()
             group.lookups.remove(lk)
             self._pacer.end(group)
-            self._wake_paced()
+            self._gate.wake()
         return lk
 
     def _without_peers(self, lk: Lookup, before, deadline: float) -> SourceResult:
@@ -321,23 +316,6 @@ class DhtSource:
         queries = lk.target.queries - lk.queries_before
         return self._failed(f"no DHT node responded ({queries} queries sent, {nodes} nodes in routing table)")
 
-    def _wait_for_pace(self, deadline: float) -> bool:
-        """Sleep until the pacer lets a traversal start; False at the deadline or close."""
-        self.paced_lookups += 1
-        self._pace_waiters += 1
-        try:
-            while not self._closed:
-                now = time.monotonic()
-                if self._pacer.ready(now):
-                    return True
-                if now >= deadline:
-                    return False
-                # Woken by a lookup ending, or when a query leaves the window.
-                self._pace_wake.wait(timeout=min(deadline - now, self._pacer.next_change(now) + 0.001))
-            return False
-        finally:
-            self._pace_waiters -= 1
-
     def _wait(self, lk: Lookup, deadline: float) -> None:
         """Sleep until the lookup has enough peers, settles, or hits the deadline."""
         while not self._closed and len(lk.peers) < lk.max_peers:
@@ -351,6 +329,11 @@ class DhtSource:
         return SourceResult.failed(SOURCE, error, max_peers=self.max_peers)
 
     # --- status and shutdown --------------------------------------------
+
+    @property
+    def paced_lookups(self) -> int:
+        """Lookups that had to wait for the pacer."""
+        return self._gate.paced
 
     def sample(self, endpoint: tuple[str, int], target: bytes) -> None:
         """Ask the node at ``endpoint`` for a sample of the info-hashes it stores (BEP 51), near
@@ -390,7 +373,7 @@ class DhtSource:
         self._stats.fail_all(DhtClosed("DHT source closed"))
         for lk in self._live:
             lk.event.set()
-        self._pace_wake.set()
+        self._gate.close()
         # The destructor waits for libtorrent's threads; none of them needs
         # the GIL any more (see dht_alerts), so this takes milliseconds.
         session, self._session = self._session, None

@@ -3,7 +3,7 @@
 Pure-ish helpers used by ``crawler.sources.dht``; nothing here waits on
 libtorrent. Bootstrap host names are resolved here (cooperatively, through
 gevent's resolver) and each address is checked against the address policy
-(SPEC §3) before libtorrent ever sees it.
+(contract §3) before libtorrent ever sees it.
 """
 
 from __future__ import annotations

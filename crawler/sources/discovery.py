@@ -1,4 +1,4 @@
-"""Discovery: info-hashes sampled from the DHT into the discovered lane (SPEC §3, seed 004's backfeed).
+"""Discovery: info-hashes sampled from the DHT into the discovered lane (contract §3; backfeed: the DHT's own hashes fed back into the queue).
 
 With ``PEERCRAWL_DISCOVERY=on`` each worker's DHT node asks other nodes for
 a sample of the info-hashes they store (BEP 51 ``sample_infohashes``,
@@ -18,7 +18,7 @@ neither tracked nor evicted (a tombstone within its period keeps it out) in
 the discovered lane, and only there, so two workers sampling the same hash
 admit it once (the second sees it tracked). A worker also remembers the
 last ``SEEN`` hashes it passed on, so a hash many nodes store costs one add.
-No probabilistic filter (seed 004's bloom filter) is used: the queue itself
+No probabilistic filter (a bloom filter of seen hashes) is used: the queue itself
 is the set of known hashes, and it has no false positives.
 
 Figures per minute in ``{ns}:disc:<minute>`` (sent once a second): queries sent, hashes sampled,

@@ -1,4 +1,4 @@
-"""Tracker health shared by every worker through Redis (SPEC §3).
+"""Tracker health shared by every worker through Redis (contract §3).
 
 Strategy: ``keys.tracker_health`` maps a tracker URL to JSON ``{answers,
 failures, refusals, last_refusal, streak, until, cut, cap, used}``, updated
@@ -88,7 +88,7 @@ _EMPTY = {"answers": 0, "failures": 0, "refusals": 0, "streak": 0, "until": 0, "
 
 
 @dataclass
-class _Batch:
+class _UnwrittenHealth:
     """What one process noted of one tracker since its last write."""
 
     answers: int = 0
@@ -128,7 +128,7 @@ class TrackerHealth:
         self.named_always = frozenset(named_always)
         self.walk_every = PRUNE_EVERY
         self._state: Lru[str, tuple[dict, float]] = Lru(cache_size)  # url -> (state, read at monotonic)
-        self._batch: dict[str, _Batch] = {}
+        self._batch: dict[str, _UnwrittenHealth] = {}
         self._last_flush = time.monotonic()
         self._last_prune = float("-inf")
         self._indexed = False
@@ -184,7 +184,7 @@ class TrackerHealth:
             return
         b = self._batch.get(url)
         if b is None:
-            b = self._batch[url] = _Batch()
+            b = self._batch[url] = _UnwrittenHealth()
         state = self._get(url)
         if outcome == REFUSAL:
             b.refusals += 1
@@ -259,8 +259,8 @@ class TrackerHealth:
             raise StoreError(f"indexing tracker health: {e}") from e
         self._indexed = True
 
-    def _write(self, url: str, outcome: str, failures: int, b: _Batch | None) -> None:
-        b = b or _Batch()
+    def _write(self, url: str, outcome: str, failures: int, b: _UnwrittenHealth | None) -> None:
+        b = b or _UnwrittenHealth()
         try:
             raw = self._script(
                 keys=[self.keys.tracker_health, self.keys.tracker_used, self.keys.tracker_rank,

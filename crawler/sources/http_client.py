@@ -32,14 +32,8 @@ from gevent import socket, ssl
 from crawler.errors import PeercrawlError, SettingsError
 from crawler.sources import addresses
 from crawler.sources.addresses import AddressCheck, Resolver, first, resolve
-from crawler.sources.http_codec import (
-    HttpReplyError,
-    HttpRequestError,
-    HttpResponse,
-    ReplyTooLarge,
-    ResponseReader,
-)
-from crawler.sources.udp_client import TrackerTimeout
+from crawler.sources.http_codec import HttpResponse, ResponseReader
+from crawler.sources.tracker_errors import HttpReplyError, HttpRequestError, ReplyTooLarge, TrackerTimeout
 
 MAX_REDIRECTS = 3
 CA_FILE_SETTING = "PEERCRAWL_TRACKER_CA_FILE"

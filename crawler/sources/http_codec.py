@@ -20,8 +20,9 @@ from dataclasses import dataclass
 import h11
 
 from crawler.bencode import codec as bencode
-from crawler.errors import PeercrawlError, RemoteProtocolError, one_line
+from crawler.errors import one_line
 from crawler.sources.peers import Peer, PeerListError, canonical_ip, parse_compact
+from crawler.sources.tracker_errors import HttpReplyError, HttpRequestError, ReplyTooLarge, TrackerRefused
 
 # An announce reply's integers are bencode's, up to 64 digits. An interval
 # above BEP 15's field width (2^32 - 1 s, 136 years: "do not come back") is
@@ -29,14 +30,6 @@ from crawler.sources.peers import Peer, PeerListError, canonical_ip, parse_compa
 # is refused. A count above that width is no real swarm's and is refused.
 MAX_INTERVAL = 2**32 - 1
 MAX_COUNT = 2**32 - 1
-
-
-class HttpReplyError(RemoteProtocolError):
-    """An HTTP tracker's response is malformed; the message says how."""
-
-
-class TrackerRefused(RemoteProtocolError):
-    """The tracker answered with a failure reason (HTTP) or an error action (UDP)."""
 
 
 def announce_url(
@@ -218,14 +211,6 @@ USER_AGENT = "peercrawl/0.1"
 # to a 2 MiB body would hold the event loop for 20 s and more. A tracker
 # writes its reply in a few chunks; 4096 of them cost at most ~0.1 s.
 MAX_CHUNKS = 4096
-
-
-class HttpRequestError(PeercrawlError):
-    """Our own request cannot be written: a target or Host that is not a valid HTTP field."""
-
-
-class ReplyTooLarge(HttpReplyError):
-    """The response passed the caller's cap (``Settings.http_max_bytes`` of body, twice that on the wire)."""
 
 
 @dataclass(frozen=True)

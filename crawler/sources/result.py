@@ -36,7 +36,7 @@ class SourceResult:
 
     @property
     def full(self) -> bool:
-        """Returned at least its max peers (SPEC §2)."""
+        """Returned at least its max peers (contract §2)."""
         n = len(self.peers) if self.returned is None else max(self.returned, len(self.peers))
         return self.ok and self.max_peers > 0 and n >= self.max_peers
 
@@ -61,7 +61,7 @@ class VisitResult:
 
     @property
     def answered(self) -> bool:
-        """Some source answered (else the visit failed, SPEC §1)."""
+        """Some source answered (else the visit failed, contract §1)."""
         return any(s.ok for s in self.sources)
 
     @property

@@ -1,4 +1,4 @@
-"""Recognise the crawler's own entries in trackers' peer lists (SPEC §3).
+"""Recognise the crawler's own entries in trackers' peer lists (contract §3).
 
 Every entry on the namespace's announce port is the crawler's: its own
 (trackers list the announcer, at an address it may not know behind NAT) or

@@ -1,4 +1,4 @@
-"""Ask one tracker for one torrent's peers: what the worker calls (SPEC §3).
+"""Ask one tracker for one torrent's peers: what the worker calls (contract §3).
 
 ``Trackers.announce(url, info_hash_hex)`` blocks the calling greenlet until
 the tracker answered or its deadline passed, and never raises for the remote
@@ -41,16 +41,8 @@ any later reply that returns more, and ``min(configured max, learned cap)``
 is that tracker's max for scoring. A cap is never learned below
 ``MIN_LEARNED_CAP`` entries.
 
-Announces together. Every announce to one UDP tracker URL that greenlets ask
-for while a batch for that URL is forming (one turn of the event loop) goes
-out in that batch, from one greenlet (``UdpTrackerClient.announce_many``),
-each answer followed at once by its withdrawal; each caller gets its result
-as soon as its own exchanges end, never waiting for the batch's slowest. So
-a worker's dozens of visits to one tracker cost one greenlet's wake-ups
-rather than two per visit, which is what made the tracker layer's cost per
-announce grow past 64 greenlets (docs/sources.md, "Why one greenlet per
-torrent slows down past 64"). A batch announces until the earliest of its
-callers' deadlines (they differ by the milliseconds of that one turn).
+Announces together: the announces to one UDP tracker asked in one turn of
+the event loop go out in one batch (``AnnounceGroups``, announce_groups).
 
 Outcomes: an answer, a refusal (the tracker's error reply: alive, never
 backs off) or a failure; any exception of an exchange, expected or not, is
@@ -69,7 +61,6 @@ from functools import lru_cache
 
 import gevent
 import redis
-from gevent.event import AsyncResult
 
 from crawler import redact
 from crawler.errors import StoreError
@@ -84,17 +75,15 @@ from crawler.sources.addresses import (
     resolve,
     share_of_time,
 )
+from crawler.sources.announce_groups import AnnounceGroups
 from crawler.sources.health import ANSWER, FAILURE, REFUSAL, TrackerHealth
 from crawler.sources.http_client import http_get, tls_context
-from crawler.sources.http_codec import (
-    TrackerRefused,
-    announce_url,
-    parse_announce_reply,
-)
+from crawler.sources.http_codec import announce_url, parse_announce_reply
 from crawler.sources.lru import Lru
 from crawler.sources.result import SourceResult
 from crawler.sources.self_filter import SelfFilter
-from crawler.sources.udp_client import TrackerTimeout, UdpTrackerClient
+from crawler.sources.tracker_errors import TrackerRefused, TrackerTimeout
+from crawler.sources.udp_client import UdpTrackerClient
 
 # A tracker's address rarely changes; re-resolving per announce would cost a
 # DNS query per torrent.
@@ -135,7 +124,7 @@ class Trackers:
         resolver: Resolver | None = None,
     ):
         self.settings = settings
-        # The address policy (SPEC §3); injectable so tests can treat one
+        # The address policy (contract §3); injectable so tests can treat one
         # loopback address as public and see the real refusal of the others.
         self.check = address_check or policy(settings.allow_private)
         # None: the system resolver; tests inject names with several addresses.
@@ -161,9 +150,7 @@ class Trackers:
         # ("udp" | "tcp", host, port) -> the address that last answered (UDP)
         # or accepted a connection (HTTP), tried first next time.
         self._good: Lru[tuple[str, str, int], tuple] = Lru(settings.tracker_cache_size)
-        # UDP tracker URL -> the announces waiting for its next batch (_together)
-        self._forming: dict[str, list] = {}
-        self.batches = 0  # batches of announces made together (figures for tests and the benchmark)
+        self.groups = AnnounceGroups(self._udp_many)
 
     def announce(self, url: str, info_hash_hex: str, deadline: float | None = None) -> SourceResult:
         """Peers of ``info_hash_hex`` from the tracker at ``url``.
@@ -182,7 +169,7 @@ class Trackers:
         scheme = _parts(url)[0]
         try:
             if scheme == "udp":
-                return self._together(url, info_hash, deadline)
+                return self.groups.join(url, info_hash, deadline)
             elif scheme in ("http", "https"):
                 result = self._http(url, info_hash, configured, deadline)
             else:
@@ -237,36 +224,13 @@ class Trackers:
         self._udp_many(url, [bytes.fromhex(h) for h in info_hash_hexes], deadline, deliver)
         return results
 
-    def _together(self, url: str, info_hash: bytes, deadline: float) -> SourceResult:
-        """``announce`` of one torrent to the UDP tracker at ``url``, in the batch of every
-        announce to ``url`` asked meanwhile (module note, "Announces together")."""
-        forming = self._forming.get(url)
-        if forming is None:
-            forming = self._forming[url] = []
-            gevent.spawn(self._announce_forming, url)
-        done = AsyncResult()
-        forming.append((info_hash, deadline, done))
-        return done.get()
-
-    def _announce_forming(self, url: str) -> None:
-        """Announce the batch formed for ``url``; each caller gets its result as soon as it is final."""
-        batch = self._forming.pop(url)
-        self.batches += 1
-
-        def deliver(i: int, result: SourceResult) -> None:
-            batch[i][2].set(result)
-
-        try:
-            self._udp_many(url, [b[0] for b in batch], min(b[1] for b in batch), deliver)
-        except BaseException as e:
-            for *_, done in batch:
-                if not done.ready():
-                    done.set_exception(e if isinstance(e, StoreError) else StoreError(f"announcing stopped: {e!r}"))
-            if not isinstance(e, Exception):
-                raise
+    @property
+    def batches(self) -> int:
+        """Batches of announces made together (figures for tests and the benchmark)."""
+        return self.groups.batches
 
     def _udp_many(self, url: str, hashes: list[bytes], deadline: float, deliver) -> None:
-        """``_udp``'s exchanges for a batch: ``deliver(i, result)`` for each hash as soon as its
+        """The UDP exchanges of a batch: ``deliver(i, result)`` for each hash as soon as its
         result is final (its announce answered and its withdrawal ended, or it failed).
 
         Raises only ``StoreError``; every hash not yet delivered gets the failure.
@@ -302,7 +266,7 @@ class Trackers:
     def _udp_exchanges(self, url: str, host: str, port: int, netloc: str, hashes: list[bytes], configured: int,
                        deadline: float, final) -> None:
         """Announce ``hashes`` to each address of the tracker in turn (only silence moves a
-        torrent on to the next, as in _udp), each answer followed by its withdrawal within
+        torrent on to the next address), each answer followed by its withdrawal within
         the stop timeout; ``final(i, result)`` as each hash's result is known."""
         targets = self._targets(host, port, f"tracker {redact.url(f'udp://{netloc}')}")
         asked = configured + 1  # the tracker may list us in its reply

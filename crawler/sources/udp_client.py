@@ -17,10 +17,10 @@ with an error while we used a cached id may have restarted and forgotten it:
 the id is dropped and the announce retried once with a fresh connect.
 
 Connection ids live in an ``Lru`` of ``cache_size`` tracker addresses, so a
-crawl naming many trackers keeps the memory of its most recent ones. An
-announce reply may be cut to ``limit`` entries before its peers are decoded
-(``announce_many``'s ``limit``): a datagram holds up to ~10,900 IPv4 entries, and
-decoding what is then dropped would only cost time.
+crawl naming many trackers keeps the memory of its most recent ones.
+``announce_many`` sends a batch of announces to one address from one
+greenlet (``AnnounceBatch``, udp_batch), its replies cut to ``limit`` entries
+before their peers are decoded.
 
 Each request is tried ``retries`` times, each try waiting ``timeout`` seconds,
 never past the caller's deadline. gevent.socket is used explicitly; nothing
@@ -29,7 +29,6 @@ here monkey-patches.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import random
 import socket as _stdsocket
@@ -39,18 +38,14 @@ import gevent
 from gevent import socket
 from gevent.event import AsyncResult, Event
 
-from crawler.errors import PeercrawlError
 from crawler.sources import udp_codec as codec
-from crawler.sources.http_codec import TrackerRefused
 from crawler.sources.lru import Lru
+from crawler.sources.tracker_errors import TrackerRefused, TrackerTimeout
+from crawler.sources.udp_batch import AnnounceBatch
 
 # BEP 15: "A client can use a connection ID until one minute after it has
 # received it." A little under, so a slow announce still arrives in time.
 CONNECTION_TTL = 55.0
-
-
-class TrackerTimeout(PeercrawlError):
-    """A tracker did not answer within the tries and deadline allowed."""
 
 
 class UdpTrackerClient:
@@ -68,7 +63,7 @@ class UdpTrackerClient:
         self._bind = {_stdsocket.AF_INET: bind4, _stdsocket.AF_INET6: bind6}
         self._socks: dict[int, socket.socket] = {}
         self._readers: list[gevent.Greenlet] = []
-        # transaction id -> (address, expected action, AsyncResult)
+        # transaction id -> (address, expected action, waiter: an AsyncResult, or a batch's)
         self._pending: dict[int, tuple[tuple, int, AsyncResult]] = {}
         # tracker address -> (connection id, obtained at)
         self._conn: Lru[tuple, tuple[int, float]] = Lru(cache_size)
@@ -80,7 +75,8 @@ class UdpTrackerClient:
 
     # --- sockets and routing ------------------------------------------------
 
-    def _sock(self, family: int) -> socket.socket:
+    def socket_for(self, family: int) -> socket.socket:
+        """The shared socket of ``family``, opened (and its reader started) on first use; raises OSError."""
         s = self._socks.get(family)
         if s is None:
             s = socket.socket(family, _stdsocket.SOCK_DGRAM)
@@ -125,29 +121,39 @@ class UdpTrackerClient:
 
     # --- one request -------------------------------------------------------
 
-    def _new_tid(self) -> int:
+    def new_tid(self) -> int:
+        """A transaction id no request is waiting on."""
         while True:
             tid = random.getrandbits(32)
             if tid not in self._pending:
                 return tid
 
+    def expect(self, tid: int, addr: tuple, action: int, waiter) -> None:
+        """Have the reader hand ``waiter.set(datagram)`` the reply on ``tid`` from ``addr`` with ``action``
+        (or the error action); until ``forget(tid)`` or the reply."""
+        self._pending[tid] = (addr[:2], action, waiter)
+
+    def forget(self, tid: int) -> None:
+        """Stop waiting on ``tid`` (a reply that comes later is a stray)."""
+        self._pending.pop(tid, None)
+
     def _request(self, addr: tuple, family: int, build, action: int, deadline: float) -> codec.Reply:
         """Send ``build(tid)`` up to ``retries`` times; return the parsed matching reply.
 
-        For a connect or a scrape (a batch of announces is ``_Batch``'s).
+        For a connect or a scrape (a batch of announces is ``AnnounceBatch``'s).
         Raises TrackerTimeout, TrackerRefused (error action) or UdpPacketError.
         """
         try:
-            s = self._sock(family)
+            s = self.socket_for(family)
         except OSError as e:  # e.g. no IPv6 on this host
             raise TrackerTimeout(f"cannot open a UDP socket for {addr[0]}: {e}") from e
         for _attempt in range(self.retries):
             left = deadline - time.monotonic()
             if left <= 0:
                 break
-            tid = self._new_tid()
+            tid = self.new_tid()
             waiter = AsyncResult()
-            self._pending[tid] = (addr[:2], action, waiter)
+            self.expect(tid, addr, action, waiter)
             try:
                 s.sendto(build(tid), addr)
                 data = waiter.get(timeout=min(self.timeout, left))
@@ -156,7 +162,7 @@ class UdpTrackerClient:
             except OSError as e:
                 raise TrackerTimeout(f"cannot send to {addr[0]}:{addr[1]}: {e}") from e
             finally:
-                self._pending.pop(tid, None)
+                self.forget(tid)
             reply = codec.parse_reply(data, family)
             if isinstance(reply, codec.ErrorReply):
                 raise TrackerRefused(f"tracker error: {reply.message}")
@@ -230,7 +236,7 @@ class UdpTrackerClient:
 
         Per hash, in order: its ``AnnounceReply``, or the tracker's fault as a
         value (``TrackerTimeout``, ``TrackerRefused``, ``UdpPacketError``).
-        One greenlet waits for the whole batch (``_Batch``): each request is
+        One greenlet waits for the whole batch (``AnnounceBatch``): each request is
         tried ``retries`` times of ``timeout`` seconds, never past
         ``deadline``. An error reply to a request sent on a cached connection
         id drops the id and sends that request again once on a fresh one (the
@@ -266,13 +272,13 @@ class UdpTrackerClient:
 
             again = cached and not attempt  # a refusal is answered after one fresh connect
 
-            def done(i: int, batch: _Batch, again=again) -> None:
+            def done(i: int, batch: AnnounceBatch, again=again) -> None:
                 if on_done is not None and not (again and isinstance(out[i], TrackerRefused)):
                     on_done(i, out[i], batch.withdrawn.get(i))
 
             for i in todo:
                 out[i] = None  # a request sent again answers afresh
-            _Batch(self, addr, family, build, todo, deadline, peers, limit, withdraw, done).run(out)
+            AnnounceBatch(self, addr, family, build, todo, deadline, peers, limit, withdraw, done).run(out)
             refused = [i for i in todo if isinstance(out[i], TrackerRefused)]
             if not again or not refused:
                 break
@@ -300,171 +306,3 @@ class UdpTrackerClient:
                 f"scrape reply has {len(reply.entries)} entries for {len(info_hashes)} info-hashes"
             )
         return reply.entries
-
-
-def _cut(data: bytes, family: int, limit: int) -> tuple[bytes, int]:
-    """An announce reply datagram cut to ``limit`` peer entries, and how many were cut.
-
-    Anything else (another action, a short packet, a list that is not whole
-    entries) is returned whole for ``parse_reply`` to judge.
-    """
-    size = 6 if family == _stdsocket.AF_INET else 18
-    body = len(data) - 20
-    if len(data) < 8 or codec.peek(data)[0] != codec.ANNOUNCE or body < 0 or body % size:
-        return data, 0
-    entries = body // size
-    if entries <= limit:
-        return data, 0
-    return data[: 20 + max(0, limit) * size], entries - max(0, limit)
-
-
-class _Arrival:
-    """Where the reader hands one batched request's datagram (``_pending``'s waiter for it)."""
-
-    __slots__ = ("batch", "tid")
-
-    def __init__(self, batch: _Batch, tid: int):
-        self.batch, self.tid = batch, tid
-
-    def set(self, data: bytes) -> None:
-        self.batch.arrived.append((self.tid, data))
-        self.batch.event.set()
-
-
-class _Batch:
-    """Announces of one batch to one address, driven by the greenlet that calls ``run``.
-
-    Each request gets its own transaction id in the client's ``_pending``
-    (the reader checks address and action as for any request), but they
-    share one wake-up: the batch's greenlet sleeps until a datagram arrives
-    or the earliest try expires, then sends again what expired (up to
-    ``retries`` tries). ``run(out)`` fills ``out[i]`` for each ``i`` of
-    ``todo`` with the parsed reply (and entries cut, as a ``cut`` of the
-    reply) or the exception. With ``withdraw=(seconds, until)`` an answered
-    announce is followed by its withdrawal (one try; its counts land in
-    ``withdrawn[i]``); ``on_done(i, batch)`` is called once per request, as
-    soon as its answer (and withdrawal) is final.
-    """
-
-    def __init__(self, client: UdpTrackerClient, addr: tuple, family: int, build, todo: list[int],
-                 deadline: float, peers: bool, limit: int | None, withdraw: tuple[float, float] | None = None,
-                 on_done=None):
-        self.client, self.addr, self.family, self.build = client, addr, family, build
-        self.todo, self.deadline, self.peers, self.limit = todo, deadline, peers, limit
-        self.withdraw, self.on_done = withdraw, on_done
-        self.withdrawn: dict[int, tuple] = {}  # request index -> its withdrawal's (seeders, leechers)
-        self.arrived: list[tuple[int, bytes]] = []
-        self.event = Event()
-
-    def run(self, out: list) -> None:
-        """Send every request, then wait, collect and send again until each has its answer in ``out``."""
-        try:
-            self.sock = self.client._sock(self.family)
-        except OSError as e:
-            for i in self.todo:
-                out[i] = TrackerTimeout(f"cannot open a UDP socket for {self.addr[0]}: {e}")
-                self._done(i)
-            return
-        self.owner: dict[int, int] = {}  # transaction id -> request index
-        self.stop_owner: dict[int, int] = {}  # a withdrawal's transaction id -> request index
-        self.expiry: dict[int, float] = {}  # request index -> when its try (or withdrawal) expires
-        self.stopping: set[int] = set()  # request indexes whose withdrawal is under way
-        self.tries = dict.fromkeys(self.todo, 0)
-        try:
-            for i in self.todo:
-                if time.monotonic() >= self.deadline:
-                    break
-                self._send(i, out)
-            while self.expiry:
-                self.event.clear()
-                if not self.arrived:
-                    self.event.wait(max(0.0, min(self.expiry.values()) - time.monotonic()))
-                self._collect(out)
-                self._expire(out)
-            for i in self.todo:
-                if out[i] is None:
-                    out[i] = TrackerTimeout(f"no announce reply from {self.addr[0]}:{self.addr[1]} in time")
-                    self._done(i)
-        finally:
-            for tid in (*self.owner, *self.stop_owner):
-                self.client._pending.pop(tid, None)
-
-    def _done(self, i: int) -> None:
-        if self.on_done is not None:
-            self.on_done(i, self)
-
-    def _send(self, i: int, out: list, stop: bool = False) -> None:
-        """Send request ``i`` (again), or its withdrawal, on a new transaction id; a send error
-        is the request's answer (a withdrawal's only ends it)."""
-        c = self.client
-        tid = c._new_tid()
-        c._pending[tid] = (self.addr[:2], codec.ANNOUNCE, _Arrival(self, tid))
-        if stop:
-            self.stop_owner[tid] = i
-            self.stopping.add(i)
-            self.expiry[i] = min(time.monotonic() + self.withdraw[0], self.withdraw[1])
-        else:
-            self.owner[tid] = i
-            self.tries[i] += 1
-            self.expiry[i] = min(time.monotonic() + c.timeout, self.deadline)
-        try:
-            self.sock.sendto(self.build(i, tid, stop), self.addr)
-        except OSError as e:
-            del self.expiry[i]
-            if not stop:
-                out[i] = TrackerTimeout(f"cannot send to {self.addr[0]}:{self.addr[1]}: {e}")
-            self.stopping.discard(i)
-            self._done(i)
-
-    def _collect(self, out: list) -> None:
-        """Parse the datagrams the reader handed over into their requests' answers."""
-        arrived, self.arrived = self.arrived, []
-        for tid, data in arrived:
-            self.client._pending.pop(tid, None)
-            i = self.stop_owner.pop(tid, None)
-            if i is not None:
-                if i in self.stopping:
-                    self.stopping.discard(i)
-                    del self.expiry[i]
-                    r = self._parse(data, False)
-                    if isinstance(r, codec.AnnounceReply):
-                        self.withdrawn[i] = (r.seeders, r.leechers)
-                    self._done(i)
-                continue
-            i = self.owner.pop(tid, None)
-            if i is None or i not in self.expiry or i in self.stopping:
-                continue  # a late reply to an earlier try of an answered request
-            del self.expiry[i]
-            out[i] = self._parse(data, self.peers)
-            if self.withdraw is not None and not isinstance(out[i], Exception) \
-                    and time.monotonic() < self.withdraw[1]:
-                self._send(i, out, stop=True)
-            else:
-                self._done(i)
-
-    def _expire(self, out: list) -> None:
-        """Send again each request whose try expired, or give it its timeout once out of tries or
-        time; an expired withdrawal just ends (best effort)."""
-        now = time.monotonic()
-        for i in [i for i, t in self.expiry.items() if t <= now]:
-            del self.expiry[i]
-            if i in self.stopping:
-                self.stopping.discard(i)
-                self._done(i)
-            elif self.tries[i] < self.client.retries and now < self.deadline:
-                self._send(i, out)
-            else:
-                out[i] = TrackerTimeout(f"no announce reply from {self.addr[0]}:{self.addr[1]} after "
-                                        f"{self.tries[i]} tries")
-                self._done(i)
-
-    def _parse(self, data: bytes, peers: bool):
-        """One datagram as ``_request`` parses it: the reply (its ``cut`` set), or the exception."""
-        try:
-            data, cut = _cut(data, self.family, self.limit) if peers and self.limit is not None else (data, 0)
-            reply = codec.parse_reply(data, self.family, peers)
-        except codec.UdpPacketError as e:
-            return e
-        if isinstance(reply, codec.ErrorReply):
-            return TrackerRefused(f"tracker error: {reply.message}")
-        return dataclasses.replace(reply, cut=cut) if cut else reply

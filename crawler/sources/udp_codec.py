@@ -43,7 +43,7 @@ def connect_request(transaction_id: int) -> bytes:
 
 @dataclass(frozen=True)
 class AnnounceRequest:
-    """A BEP 15 announce, as ``encode_announce`` packs it."""
+    """A BEP 15 announce request; ``encode`` packs it, ``decode`` reads it back."""
     connection_id: int
     transaction_id: int
     info_hash: bytes

@@ -1,4 +1,4 @@
-"""Draining the StatHat outbox (SPEC §6): claim, post in batches, settle.
+"""Draining the StatHat outbox (contract §6): claim, post in batches, settle.
 
 Strategy: the recorder adds increments to the outbox hash in the same Lua
 step as the counters. A flush renames the outbox to an in-flight hash under
@@ -13,7 +13,7 @@ before the outbox; after a failure that flush waits out the backoff. A flusher t
 leaves the in-flight hash behind; once its lease lapses the next flush posts
 it.
 
-With several shards (SPEC §9) every shard has its own outbox, in-flight
+With several shards (contract §9) every shard has its own outbox, in-flight
 hash and claim, each claimed and settled by one-slot calls, all shards'
 calls pipelined in one round trip; a post carries stats of several shards
 (a stat owed by two shards once, summed), and its ack settles each shard's
@@ -39,18 +39,20 @@ import random
 import threading
 import time
 import uuid
+from collections.abc import Callable
 
 import redis
 
 from crawler import logs
 from crawler.errors import StoreError
 from crawler.keys import Keys
-from crawler.queue.view import QueueView
 from crawler.stathat.client import EZClient, PostError
-from crawler.store import connect as store
+from crawler.store import patience
+from crawler.store.handle import Store
 from crawler.store.hash_pages import pages
-from crawler.store.outage import Outage, once
-from crawler.store.scripts import Wait, register, run_pipelined
+from crawler.store.outage import Once, Outage
+from crawler.store.replica_wait import Wait
+from crawler.store.scripts import register
 
 log = logs.get("stathat")
 
@@ -135,12 +137,14 @@ class Flusher:
     ``settings``: ``stathat_ezkey`` (None: disabled), ``stathat_url``,
     ``stathat_families``, ``flush_seconds``, ``http_timeout``. ``sink``: an
     ``EZClient``-like object with ``post(data)`` (default: one for the
-    settings).
+    settings). ``tracked``: reads ``torrents.count``, the queue's figure
+    (``QueueView.tracked``, given by whoever assembles the flusher: this room
+    posts figures, it does not read the queue); None: not posted.
     """
 
     def __init__(
         self,
-        client: redis.Redis,
+        client: redis.Redis | Store,
         keys: Keys,
         settings,
         sink: EZClient | None = None,
@@ -150,10 +154,13 @@ class Flusher:
         budget_seconds: float = DEFAULT_BUDGET_SECONDS,
         backoff_base: float = 1.0,
         backoff_max: float = 300.0,
+        tracked: Callable[[], int] | None = None,
     ):
-        self.client, self.keys, self.settings = client, keys, settings
+        self.store = Store.of(client)  # a worker's shares round trips with its visits' calls
+        client = self.client = self.store.client
+        self.keys, self.settings = keys, settings
         # the process's one Outage (crawler.store.outage): a Redis gone away is logged once, by whoever meets it first
-        self.outage = store.outage(client) or Outage(patience=settings.redis_wait_seconds)
+        self.outage = patience.outage(client) or Outage(patience=settings.redis_wait_seconds)
         self.enabled = settings.stathat_ezkey is not None
         if sink is None and self.enabled:
             sink = EZClient(settings.stathat_url, settings.stathat_ezkey, timeout=settings.http_timeout)
@@ -169,7 +176,10 @@ class Flusher:
             raise ValueError(f"the StatHat claim lease ({lease_seconds} s) must outlast a post "
                              f"({self.post_seconds} s) by {LEASE_MARGIN_SECONDS} s")
         self.backoff_base, self.backoff_max = backoff_base, backoff_max
-        self.post_count = "torrents.count" in settings.stathat_families
+        # torrents.count is the queue's figure (``status``' ``tracked``), read
+        # by whoever assembles the flusher; without it this flusher posts none
+        self.tracked = tracked
+        self.post_count = "torrents.count" in settings.stathat_families and tracked is not None
         self.token = uuid.uuid4().hex
         # each shard's outbox, in-flight batch and claim (take.lua and settle.lua touch one shard)
         self._keys = [[k.outbox, k.outbox_in_flight, k.outbox_owner] for k in keys.all_counter_shards]
@@ -179,16 +189,6 @@ class Flusher:
         # PEERCRAWL_WAIT_REPLICAS: a claim reaches a replica before its batch is
         # posted, and an ack before the next claim (docs/redis.md, failover)
         self.wait = Wait.from_settings(settings)
-        self._view = QueueView(client, keys)
-
-    def tracked(self) -> int:
-        """``torrents.count``: the tracked torrents ``status`` shows (SPEC §6, §7); raises ``StoreError``.
-
-        Read through the queue's read model, so the posted value is
-        ``status``' ``tracked``: every torrent not evicted, the quarantined
-        included (they are kept until readmitted, SPEC §1).
-        """
-        return self._view.counts()["tracked"]
 
     def flush_once(self, final: bool = False) -> dict:
         """Claim, post and settle once, within the flusher's budget.
@@ -230,7 +230,7 @@ class Flusher:
         """
         try:
             calls = [(self._claim, k, [self.token, self.lease_ms]) for k in self._keys]
-            replies = run_pipelined(self.client, calls, wait=self.wait)
+            replies = self.store.run(calls, wait=self.wait)
             claimed = {}
             for i, reply in enumerate(replies):
                 if reply[0] == 0:  # another flusher is posting this shard's batch
@@ -323,7 +323,7 @@ class Flusher:
         False (logged) when another flusher took one of their batches over."""
         calls = [(self._settle, self._keys[i][1:], [self.token, self.lease_ms] + a) for i, a in args.items()]
         try:
-            settled = run_pipelined(self.client, calls, wait=self.wait)
+            settled = self.store.run(calls, wait=self.wait)
         except redis.RedisError as e:
             raise StoreError(f"settling the StatHat outbox failed: {e}") from e
         if not all(settled):
@@ -356,7 +356,7 @@ class Flusher:
                 delay *= random.uniform(0.8, 1.2)
             stop_event.wait(delay)
         try:
-            with once():  # shutdown does not wait for a Redis that went away
+            with Once():  # shutdown does not wait for a Redis that went away
                 self.flush_once(final=True)
         except StoreError as e:  # pragma: no cover - shutdown with Redis gone
             log.warning("stathat_final_flush_failed", error=str(e))

@@ -9,7 +9,7 @@
 --                    renew the lease (no fields: just renew); the claim ends
 --                    with the last field. "release": end the claim and leave
 --                    the in-flight hash as it is: the next flush, this
---                    flusher's or another's, takes it at once (claim.lua,
+--                    flusher's or another's, takes it at once (take.lua,
 --                    recovered) and posts it before the outbox
 --
 -- Releasing writes nothing but the owner: adding a large backlog's counts

@@ -1,4 +1,4 @@
--- claim.lua: take the StatHat outbox for posting (or recover an abandoned batch).
+-- take.lua: take the StatHat outbox for posting (or recover an abandoned batch).
 --
 -- KEYS[1]  outbox    HASH stat name -> pending count ({ns}:sh:outbox)
 -- KEYS[2]  inflight  HASH stat name -> count being posted ({ns}:sh:inflight)
@@ -24,7 +24,7 @@
 
 local token, lease = ARGV[1], tonumber(ARGV[2])
 if not token or token == '' or string.find(token, ' ', 1, true) or not lease or lease <= 0 then
-  return redis.error_reply('claim.lua: expected a token without spaces and a lease in ms')
+  return redis.error_reply('take.lua: expected a token without spaces and a lease in ms')
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

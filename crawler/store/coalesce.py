@@ -5,7 +5,7 @@ Redis steps (plan, probe, record, completion, next claim) are short
 script calls. Sent alone, each costs a round trip: ~100 µs of redis-py and
 gevent work in the worker (the profile in docs/worker.md) and a read, parse
 and write in Redis, which for a revisit is more than the scripts' own work.
-With a ``Coalescer`` on its client, ``run_pipelined`` queues a greenlet's
+With a ``Coalescer`` in a process's ``Store``, ``Store.run`` queues a greenlet's
 calls and parks the greenlet; one sender greenlet sends everything queued
 in one pipeline (at most ``MAX_CALLS`` calls), hands each caller its
 replies, and at once sends what queued meanwhile; ``IN_FLIGHT`` senders
@@ -23,7 +23,7 @@ the ``redis.RedisError`` it would have seen alone, and every call queued
 behind it: those waited through the same outage, and a call waits no longer
 than ``PEERCRAWL_REDIS_WAIT_SECONDS`` plus the round trip it queued behind. ``WAIT``: a batch holding
 a call made with a ``Wait`` ends with one ``WAIT`` covering the whole batch.
-A caller inside ``outage.once`` (tried once, not waited for) is sent on its
+A caller inside ``outage.Once`` (tried once, not waited for) is sent on its
 own, at once, in its own greenlet.
 
 A caller killed while waiting (a worker's drain) does not take its calls
@@ -87,13 +87,3 @@ class Coalescer(GroupCommit):
             out.append(replies[at : at + len(own)])
             at += len(own)
         return out
-
-
-def coalesce(client: redis.Redis, max_calls: int = MAX_CALLS) -> Coalescer:
-    """Give ``client`` a ``Coalescer`` (kept as ``client.coalescer``): from now on every
-    ``run_pipelined`` on it shares round trips. For a worker process's own client."""
-    existing = getattr(client, "coalescer", None)
-    if existing is not None:
-        return existing
-    client.coalescer = Coalescer(client, max_calls)
-    return client.coalescer

@@ -1,4 +1,4 @@
-"""A crawl's layout: how many shards its queue and counters have (SPEC §9).
+"""A crawl's layout: how many shards its queue and counters have (contract §9).
 
 The count is part of the data, not of one process's settings: a torrent's
 shard follows from its info-hash modulo the count, so two workers with

@@ -1,7 +1,7 @@
-"""A Redis that goes away: wait with backoff, log once per outage (SPEC §9).
+"""A Redis that goes away: wait with backoff, log once per outage (contract §9).
 
 Strategy. Every process has one ``Outage`` per Redis it talks to (made by
-``crawler.store.connect.connect`` and reached with ``crawler.store.connect.outage(client)``).
+``crawler.store.connect.connect`` and reached with ``crawler.store.patience.outage(client)``).
 Every Redis call goes through it, at one of two levels:
 
 - *inside the client*: ``store.connect`` gives redis-py a ``Retry`` whose
@@ -109,12 +109,12 @@ _inside = threading.local()
 
 
 def nested() -> bool:
-    """Whether this greenlet is already inside ``Outage.run`` (or ``once``)."""
+    """Whether this greenlet is already inside ``Outage.run`` (or ``Once``)."""
     return bool(getattr(_inside, "depth", 0))
 
 
-class once:  # noqa: N801 - used as a statement, like contextlib's
-    """``with once():`` the Redis calls of this greenlet inside the block are tried once, not waited for.
+class Once:
+    """``with Once():`` the Redis calls of this greenlet inside the block are tried once, not waited for.
 
     For reads that must answer now (``status`` asking every node, where a
     node down is the answer, not a reason to wait).

@@ -1,6 +1,6 @@
 """``peercrawl export``: every unique-IP counter, lifetime and months, as CSV files.
 
-One file per family (SPEC §4), each row one counter: its metric name exactly
+One file per family (contract §4), each row one counter: its metric name exactly
 as ``stats`` prints it (month counters end in ``.<YYYY-MM>``), its period
 (``all`` or ``YYYY-MM``), the parts of the name unescaped for spreadsheets
 (``St. Louis``), and the count. Names are GeoIP's, a third party's: a cell a

@@ -1,4 +1,4 @@
-"""Every transition of SPEC §1 against a real Redis, on one shard and on four (SPEC §9)."""
+"""Every transition of contract §1 against a real Redis, on one shard and on four (contract §9)."""
 
 import json
 

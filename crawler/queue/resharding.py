@@ -1,4 +1,4 @@
-"""Moving a crawl to another number of shards (``peercrawl reshard``, SPEC §9).
+"""Moving a crawl to another number of shards (``peercrawl reshard``, contract §9).
 
 A torrent's shard is its info-hash modulo the shard count, so a new count
 moves most torrents to another hash tag, and on a cluster to another slot:

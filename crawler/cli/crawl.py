@@ -1,4 +1,4 @@
-"""The ``peercrawl worker`` and ``peercrawl run`` commands (SPEC §7).
+"""The ``peercrawl worker`` and ``peercrawl run`` commands (contract §7).
 
 gevent is monkey-patched at the entry point: ``crawler.cli.main`` patches
 before anything imports redis-py or ssl when the command is ``worker`` or

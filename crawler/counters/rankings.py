@@ -1,4 +1,4 @@
-"""Reading the counters: the rankings behind ``peercrawl stats`` (SPEC §7).
+"""Reading the counters: the rankings behind ``peercrawl stats`` (contract §7).
 
 Each query reads one index of ``names``: a sorted set (ZREVRANGE or ZSCORE),
 or for ``--torrent`` the torrent's hash (HGETALL, sorted here; its size is
@@ -8,7 +8,7 @@ ZREVRANGE per country the lifetime ``countries`` index knows, a few hundred
 at most). Nothing scans the keyspace, so it stays fast with millions of
 counters.
 
-With several counter shards (SPEC §9) a torrent's counters live whole in
+With several counter shards (contract §9) a torrent's counters live whole in
 its shard, so a ranking of torrents merges each shard's first N, which is
 exact because the shards hold disjoint torrents; a place counter is a sum of
 shards' parts, read from its total (``rollup``, settled first), each place

@@ -1,4 +1,4 @@
-"""Operator rates (seed 004: serve rate, reclaim rate, round trip) against counts the test keeps."""
+"""Operator rates (serve rate, reclaim rate, round trip) against counts the test keeps."""
 
 from __future__ import annotations
 

@@ -1,0 +1,110 @@
+"""A visit's IPs packed, bit by bit, into the binary arguments of probe.lua and record.lua.
+
+Each IP is fingerprinted once (``marks.Fingerprinter``: 128 bits, the high
+half picks its mark buckets, the low half is XORed into each of its metric
+fields), and its records are built as one integer, turned into bytes once:
+
+- ``visit_part``: probe.lua's ``probes``, per IP a u16 bucket number (of the
+  (IP, torrent) bucket, 1-based among the call's) and the 8-byte field of its
+  probe lane (the group record, or the users mark without a country);
+- ``add_visit``: record.lua's ``ips``, per IP its header (bucket numbers,
+  place number, k) and its metric fields, the lanes of ``places.PlaceInfo``
+  (``lanes ^ low64 * r``: one multiply and one XOR per IP).
+
+The layouts are those of the scripts' headers (``crawler/counters/*.lua``);
+the containers the bytes go in are ``calls``'.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from crawler.counters.calls import FRESH, LOW64, ProbeCall, RecordBatches, ShardKeys, VisitPart
+from crawler.counters.marks import Fingerprinter
+from crawler.counters.places import PlaceInfo
+
+
+def visit_part(shard: ShardKeys, h: str, t_fp: int, located: Iterable[tuple[bytes, object]],
+               fingerprints: Fingerprinter, place_info: Callable[[tuple], PlaceInfo], split: bool,
+               probe_ips: int) -> VisitPart | None:
+    """Fingerprint each distinct IP of ``located`` into probe.lua calls of ``probe_ips`` IPs
+    in ``shard``, the one holding the counters of torrent ``h`` (``t_fp``: its fingerprint).
+
+    Returns the visit's part (None without IPs), with its rows ``(place
+    tuple, (PlaceInfo, metric lanes of this visit, its probe lane), IP
+    fingerprint, bucket of (IP, torrent))`` in its calls' order. The
+    lanes are the whole record's, or with several shards (``split``) the torrent
+    part's (``PlaceInfo``); the probe lane (the group record, or the users
+    mark without a country) is the same in both. ``place_info(place tuple)``
+    gives a place's ``PlaceInfo``.
+    """
+    fps = fingerprints
+    ip_hash, n_buckets, from_bytes = fps.ip_hasher().copy, fps.buckets, int.from_bytes
+    vplaces: dict = {}  # place tuple -> (info, metric lanes of this visit, its probe lane)
+    part = VisitPart(shard, h)
+    bucket_key, rows = part.shard.bucket, part.rows
+    probe = part.probe
+    distinct: set[bytes] = set()
+    for packed, place in located:
+        if packed in distinct:
+            continue
+        distinct.add(packed)
+        pkey = (place.country, place.city, place.postcode)
+        vp = vplaces.get(pkey)
+        if vp is None:
+            info = place_info(pkey)
+            if split:
+                lanes = info.t_g ^ t_fp * info.t_r
+                vp = vplaces[pkey] = (info, lanes, lanes >> (info.t_shift - 64))
+            else:
+                lanes = info.g ^ t_fp * info.tr
+                vp = vplaces[pkey] = (info, lanes, lanes >> (info.shift - 64))
+        d = ip_hash()
+        d.update(packed)
+        f = from_bytes(d.digest(), "big")
+        if probe.n == probe_ips:
+            probe = part.probe = ProbeCall()
+            part.probes.append(probe)
+        bucket = ((f >> 64) ^ t_fp) % n_buckets
+        b = probe.bnumbers.get(bucket)
+        if b is None:
+            probe.buckets.append(bucket_key(bucket))
+            b = probe.bnumbers[bucket] = len(probe.buckets)
+        probe.args += ((b << 64) | (vp[2] ^ (f & LOW64))).to_bytes(10, "big")
+        probe.n += 1
+        rows.append((pkey, vp, f, bucket))
+    return part if rows else None
+
+
+def add_visit(batches: RecordBatches, i: int, h: str, part: VisitPart, flags: bytes, n_buckets: int) -> None:
+    """Add the rows of visit ``i`` (torrent ``h``) whose probe flag is not fresh to the
+    record.lua calls of ``batches`` (an IP's pairs are never split across calls).
+
+    ``n_buckets``: the mark buckets of a shard, among which an IP's place marks
+    are bucketed by the IP alone.
+    """
+    shard = part.shard
+    bkey, country_keys = shard.bucket, shard.country_keys
+    batch = None
+    for (pkey, (info, lanes, _), f, bucket), flag in zip(part.rows, flags):
+        if flag == FRESH:
+            continue
+        batch = batches.batch_for(shard, i, h, info.k)
+        head = batch.heads.get(pkey)
+        if head is None:
+            head = batch.add_place(pkey, info, country_keys)
+        # the torrent's marks of this IP (and its group): bucket by (IP, torrent)
+        tb = batch.bnumbers.get(bucket)
+        if tb is None:
+            batch.buckets.append(bkey(bucket))
+            tb = batch.bnumbers[bucket] = len(batch.buckets)
+        gb = 0
+        if info.k > 1:
+            # its place marks: bucket by IP alone
+            bucket = (f >> 64) % n_buckets
+            gb = batch.bnumbers.get(bucket)
+            if gb is None:
+                batch.buckets.append(bkey(bucket))
+                gb = batch.bnumbers[bucket] = len(batch.buckets)
+        batch.ips += ((tb << info.tshift) | (gb << info.gshift) | head
+                      | (lanes ^ (f & LOW64) * info.r)).to_bytes(info.nbytes, "big")

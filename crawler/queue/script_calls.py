@@ -1,0 +1,144 @@
+"""The calls of the queue's largest scripts: what ``add.lua``, ``claim.lua`` and ``complete.lua`` take and answer.
+
+``crawler.queue.transitions.Queue`` makes the transitions; this module only
+builds the KEYS and ARGV of one such call and reads its reply (``Lease``, the
+add statuses), with the lanes' key lists the scripts share (``lane_keys``,
+``member_keys``). The functions here are free of Redis and of the clock, so
+the layout of a call can be checked without running it. The order of each
+list is the one the script's header states.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from crawler.keys import Keys
+from crawler.queue.items import NewItem
+from crawler.queue.lanes import MARKED
+from crawler.queue.rates import rt_field
+from crawler.queue.scoring import Outcome, multiplier
+from crawler.settings import Settings
+
+# Housekeeping moves at most this many expired leases, due torrents and old
+# tombstones each per call. A claim of n moves 2n + 8: more than it takes,
+# so a backlog of due torrents drains as fast as workers claim, while each
+# claim stays a few tens of microseconds of Redis time however large the
+# backlog (a fixed 200 per claim made every claim of one cost ~1 ms while a
+# million new torrents waited). While more than that are due, it also moves
+# up to n + 1 of each of the high, low and discovered lanes' own due
+# torrents (claim.lua), so no lane's torrents wait behind another's.
+HOUSEKEEPING_BUDGET = 200
+
+ADD_STATUS = {"a": "added", "t": "already_tracked", "e": "skipped_evicted", "r": "added",
+              "Q": "skipped_quarantined", "q": "readmitted"}
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A claimed torrent: its info-hash, score at claim, lease token, the unix time of the
+    claim (0: unknown; the visit's round trip is then not counted, crawler/queue/rates.py) and
+    its lane at the claim ("": unknown)."""
+
+    info_hash: str
+    score: float
+    token: int
+    claimed: float = 0.0
+    lane: str = ""
+
+
+def minute(now: float) -> str:
+    """The per-minute counts' field of ``now``: its minute's first unix second."""
+    return str(int(now // 60) * 60)
+
+
+def lane_keys(k: Keys) -> list[str]:
+    """The ready sets, then the member sets, of the high, low and discovered lanes (the scripts'
+    order; the normal lane's ready set is ``ready`` and it has no member set)."""
+    return [k.ready_in(lane) for lane in MARKED] + [k.lane_members(lane) for lane in MARKED]
+
+
+def member_keys(k: Keys, lease: Lease) -> list[str]:
+    """The member sets a script that puts ``lease``'s torrent back to cooling writes its due time
+    to (each is also its lane's due index, ``claim.lua``): its lane's, none for the normal lane,
+    all three when its lane is unknown. A torrent moved to another lane while in flight is
+    then left out of its new lane's index: claims find it in the due queue's order."""
+    if lease.lane == "normal":
+        return []
+    return [k.lane_members(lease.lane)] if lease.lane in MARKED else [k.lane_members(x) for x in MARKED]
+
+
+def add_args(k: Keys, items: Sequence[NewItem], readmit: bool, now: float, cap: int, lane: str | None,
+             move: bool) -> tuple[list, list, list[int]]:
+    """KEYS and ARGV of one add.lua call in shard ``k``, and per item the trackers cut here.
+
+    An item's trackers beyond the per-torrent bound ``cap`` are not sent (the
+    script could not store them anyway), so one hostile magnet cannot
+    make a call huge.
+    """
+    keys = [k.ready, k.cooling, k.leases, k.evicted, k.tombstones, k.quarantined, k.quarantine, k.expiries,
+            *lane_keys(k), k.since]
+    args: list = [repr(now), "1" if readmit else "0", cap, lane or "", "1" if move else "0"]
+    cut: list[int] = []
+    for item in items:
+        if item.trackers or readmit:  # only these items' own keys are touched
+            keys += (k.torrent(item.info_hash), k.trackers(item.info_hash), k.history(item.info_hash))
+        trackers, n = item.trackers, 0
+        if len(trackers) > cap:
+            unique = tuple(dict.fromkeys(trackers))
+            trackers, n = unique[:cap], max(0, len(unique) - cap)
+        cut.append(n)
+        args += (item.info_hash, str(len(trackers)), *trackers)
+    return keys, args, cut
+
+
+def added(batch: Sequence[NewItem], reply: list, cut: list[int],
+          on_dropped: Callable[[NewItem, int], None] | None) -> list[str]:
+    """Statuses of one add.lua reply; ``on_dropped(item, n)`` for trackers not stored."""
+    letters, dropped = reply[0].decode(), reply[1]
+    if on_dropped is not None:
+        for i in range(0, len(dropped), 2):
+            cut[int(dropped[i]) - 1] += int(dropped[i + 1])
+        for item, n in zip(batch, cut):
+            if n:
+                on_dropped(item, n)
+    return [ADD_STATUS[c] for c in letters]
+
+
+def claim_args(k: Keys, settings: Settings, count: int, now: float, asked: int, sharded: bool) -> dict:
+    """KEYS and ARGV of one claim.lua call in shard ``k``; ``asked``: the torrents the claim
+    asked for, counted in this call's rates; ``sharded``: the queue has more than one shard."""
+    return dict(
+        keys=[k.ready, k.since, k.cooling, k.leases, k.evicted, k.tombstones, k.held, k.claims,
+              k.expiries, k.quarantined, k.quarantine, k.rates, *lane_keys(k), k.lane_credit],
+        args=[repr(now), repr(now + settings.lease_seconds), count,
+              2 * count + 8 if count else HOUSEKEEPING_BUDGET, repr(now - settings.tombstone_seconds),
+              settings.quarantine_after, minute(now), asked,
+              repr(settings.lane_share), "1" if sharded else "0"],
+    )
+
+
+def leases(flat: list, now: float) -> list[Lease]:
+    """The leases of a claim.lua reply (its last element, the shard's offer, left out)."""
+    return [Lease(flat[i].decode(), float(flat[i + 1]), int(flat[i + 2]), now, flat[i + 3].decode())
+            for i in range(0, len(flat) - 1, 4)]
+
+
+def complete_args(k: Keys, settings: Settings, lease: Lease, result: Outcome, peers: int, seeders: int | None,
+                  leechers: int | None, due: float | None, now: float) -> dict:
+    """KEYS and ARGV of the complete.lua call of ``lease`` in its shard ``k``; ``due``: when it
+    may be visited again (None: now + revisit)."""
+    due = now + settings.revisit_seconds if due is None else due
+    h = lease.info_hash
+    return dict(
+        keys=[k.leases, k.held, k.claims, k.cooling, k.evicted, k.tombstones, k.torrent(h), k.trackers(h),
+              k.visits, k.expiries, k.history(h), k.rates, k.atrisk, *member_keys(k, lease)],
+        args=[h, lease.token, repr(multiplier(result, settings)), repr(settings.evict_below),
+              repr(now), repr(due), int(math.ceil(settings.tombstone_seconds)),
+              "" if seeders is None else seeders, "" if leechers is None else leechers, peers, minute(now),
+              result.value, settings.torrent_history,
+              rt_field(minute(now), now - lease.claimed) if 0 < lease.claimed <= now else "",
+              repr(settings.evict_never_seen_seconds), repr(settings.evict_lost_seconds),
+              repr(settings.multiplier_none)],
+    )
