@@ -158,6 +158,11 @@ class SourceSettings:
         "use (6881); 0: one random port per namespace, stored in Redis and shared by every worker")
     # Off: a crawl of the public swarm has no business with private addresses
     # (a hostile tracker or node could aim the crawler at the local network).
+    # Scrape first: a tracker that reports a torrent's swarm empty is not
+    # announced to (docs/sources.md, "Scrape first").
+    scrape_first: bool = p.setting(
+        "PEERCRAWL_SCRAPE", True, p.on_off, "`on` / `off`: scrape each tracker first and announce only where "
+        "its swarm is not empty")
     allow_private: bool = p.setting(
         "PEERCRAWL_ALLOW_PRIVATE", False, p.on_off, "allow loopback/private trackers and DHT nodes")
     # Tracker backoff after consecutive failures: base doubles up to max.

@@ -47,6 +47,7 @@ THIRD_PARTY_PRIVATE = frozenset({
     "_supported_errors",  # redis-py's Retry (pyproject.toml lists it beside the bound)
     "_context",  # urllib.request.HTTPSHandler's TLS context, handed on to the connection it opens
     "_db_reader",  # geoip2's Reader: its maxminddb reader, which it exposes no other way
+    "_replace",  # a namedtuple's own API (the underscore keeps it apart from field names)
 })
 
 

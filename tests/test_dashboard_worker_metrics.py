@@ -55,6 +55,8 @@ def test_worker_metrics_count_a_real_crawl(test_env, opentracker):  # noqa: F811
         assert m[("peercrawl_worker_peers_found_total", ())] == info["peers_last_visit"] == 5
         assert m[("peercrawl_worker_peers_new_total", ())] == (users[0]["count"] if users else 0)
         assert m[("peercrawl_worker_tracker_announces_total", (("outcome", "answered"), ("url", redact.url(url))))] == 1
+        # scraped first: the swarm has peers, so the tracker was announced to
+        assert m[("peercrawl_worker_tracker_scrapes_total", (("outcome", "announce"), ("url", redact.url(url))))] == 1
         assert PASSKEY not in str(m) and "<redacted:" in redact.url(url)
         assert m[("peercrawl_worker_recording_seconds_count", ())] == 1
         assert m[("peercrawl_worker_claim_seconds_count", (("call", "claim"),))] >= 1

@@ -28,6 +28,7 @@ from crawler.queue.intake import item_sources
 from crawler.queue.items import MAX_TORRENT_FILE, parse_items, parse_torrent
 from crawler.queue.view import HISTORY_ENTRY, NOT_REPORTED, history
 from crawler.sources import http_codec as h
+from crawler.sources import http_scrape as hs
 from crawler.sources import udp_codec as u
 
 BOUNDED = hsettings(max_examples=300, deadline=timedelta(seconds=2))
@@ -396,6 +397,55 @@ def test_announce_replies_raise_only_remote_errors(d):
         float(v or 0)
     for v in (r.complete, r.incomplete):
         assert v is None or 0 <= v <= h.MAX_COUNT
+
+
+# --- HTTP scrape replies (BEP 48) -----------------------------------------------
+
+ASKED = [bytes([i]) * 20 for i in range(3)]
+counts_value = st.recursive(big | st.binary(max_size=20), lambda c: st.lists(c, max_size=3), max_leaves=6)
+scrape_entry = st.dictionaries(st.sampled_from([b"complete", b"incomplete", b"downloaded", b"name"]),
+                               counts_value, max_size=4) | counts_value
+scrape_files = st.dictionaries(st.sampled_from(ASKED) | st.binary(min_size=20, max_size=20), scrape_entry,
+                               max_size=4) | counts_value
+scrape_reply = st.dictionaries(st.sampled_from([b"files", b"failure reason", b"flags"]), scrape_files, max_size=3)
+
+
+@BOUNDED
+@given(scrape_reply, st.lists(st.sampled_from(ASKED), min_size=1, max_size=3, unique=True))
+def test_scrape_replies_raise_only_remote_errors_and_keep_only_whole_counts_of_asked_torrents(d, asked):
+    try:
+        found = hs.parse_scrape_reply(bencode.encode(d), asked)
+    except RemoteProtocolError as e:
+        assert str(e).isprintable() or isinstance(e, h.TrackerRefused)
+        return
+    assert set(found) <= set(asked)
+    for c in found.values():
+        assert all(isinstance(x, int) and 0 <= x <= hs.MAX_COUNT for x in (c.seeders, c.leechers, c.completed))
+
+
+@pytest.mark.parametrize("entries", [10, hs.REPLY_MAX_VALUES // 2 + 1, hs.REPLY_MAX_VALUES + 1])
+def test_a_scrape_reply_past_the_value_budget_is_refused_without_decoding_it(entries):
+    # every entry is two values at least (its key and its dictionary): past half the budget, refused
+    body = b"d5:filesd" + b"".join(b"20:" + i.to_bytes(20, "big") + b"de" for i in range(1000, 1000 + entries)) + b"ee"
+    if entries * 2 <= hs.REPLY_MAX_VALUES:
+        assert hs.parse_scrape_reply(body, ASKED) == {}
+    else:
+        with pytest.raises(h.HttpReplyError, match="too large"):
+            hs.parse_scrape_reply(body, ASKED)
+
+
+@BOUNDED
+@given(st.text(max_size=60))
+def test_a_scrape_url_exists_exactly_when_the_last_path_part_begins_with_announce(path):
+    url = "http://t.example:80/" + path.replace("?", "").replace("#", "")
+    try:
+        got = hs.scrape_url(url)
+    except ValueError:
+        return
+    last = url.split("://", 1)[1].partition("/")[2].rpartition("/")[2]
+    assert (got is not None) == last.startswith("announce")
+    if got is not None:
+        assert got.rpartition("/")[2] == "scrape" + last[len("announce"):]
 
 
 # --- ITEMs as add reads them ---------------------------------------------------

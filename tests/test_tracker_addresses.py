@@ -19,6 +19,12 @@ from crawler.sources.trackers import Trackers
 from tests.opentracker import opentracker, peer_address  # noqa: F401 (fixture)
 from tests.tls_trackers import resolver_for
 
+
+@pytest.fixture
+def settings(settings):
+    """These tests read the announce exchange itself: no scrape before it (tests/test_tracker_scrape_first.py)."""
+    return settings.replace(scrape_first=False)
+
 DEAD = "127.0.0.5"  # nothing of opentracker's listens here (it binds 127.0.0.1 only)
 
 

@@ -14,6 +14,12 @@ from tests import hostile
 from tests.hostile import GOOD_PEERS, UDP_CASES, HostileHttpTracker, HostileUdpTracker, http_tracker, udp_tracker  # noqa: F401 (fixtures)
 
 
+@pytest.fixture
+def settings(settings):
+    """These tests read the announce exchange itself: no scrape before it (tests/test_tracker_scrape_first.py)."""
+    return settings.replace(scrape_first=False)
+
+
 def _hash(mode: int) -> str:
     return (bytes([mode]) + os.urandom(19)).hex()
 

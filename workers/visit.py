@@ -123,8 +123,8 @@ class Visitor:
         if len(urls) == 1 and self.dht is None:
             gevent.sleep(waits.get(urls[0], 0.0))
             return [self._ask_one(h, urls[0], deadline)]
-        jobs = [gevent.spawn_later(waits[u], self.trackers.announce, u, h, deadline) if waits.get(u)
-                else gevent.spawn(self.trackers.announce, u, h, deadline) for u in urls]
+        jobs = [gevent.spawn_later(waits[u], self.trackers.announce, u, h, deadline, False) if waits.get(u)
+                else gevent.spawn(self.trackers.announce, u, h, deadline, False) for u in urls]
         if self.dht is not None:
             jobs.append(gevent.spawn(self.dht.lookup, h))
         try:
@@ -148,6 +148,38 @@ class Visitor:
                 out.append(SourceResult.failed(name, "no answer within the visit deadline"))
         return out
 
+    def scrape(self, h: str, urls: list[str], deadline: float) -> dict[str, SourceResult]:
+        """The trackers of ``urls`` whose scrape settles this visit, with their answers (``Trackers.scrape_first``).
+
+        Every tracker is scraped at once; one whose scrape does not settle
+        the visit (the swarm has peers, or it cannot scrape) is left out: it
+        is announced to. Raises only ``StoreError``.
+        """
+        if not urls or not self.settings.scrape_first:
+            return {}
+        if len(urls) == 1:  # no greenlet to start for a lone tracker (it bounds itself by the deadline)
+            settled = self.trackers.scrape_first(urls[0], h, deadline)
+            return {} if settled is None else {urls[0]: settled}
+        jobs = {u: gevent.spawn(self.trackers.scrape_first, u, h, deadline) for u in urls}
+        try:
+            gevent.joinall(list(jobs.values()), timeout=max(deadline - time.monotonic(), 0) + 1.0)
+        finally:
+            for j in jobs.values():
+                if not j.ready():
+                    j.kill(block=False)
+        out = {}
+        for u, j in jobs.items():
+            if j.successful():
+                if j.value is not None:
+                    out[u] = j.value
+            elif isinstance(j.exception, StoreError):
+                raise j.exception
+            elif j.ready() and j.exception is not None and not isinstance(j.exception, gevent.GreenletExit):
+                out[u] = SourceResult.failed(u, redact.text(f"{type(j.exception).__name__}: {j.exception}", u))
+            else:
+                out[u] = SourceResult.failed(u, "no scrape answer within the visit deadline")
+        return out
+
     def _bounded(self, r: SourceResult) -> SourceResult:
         """``r`` with at most the per-source bound of peers (trackers cut their own; this bounds any source)."""
         return r.bounded(self.settings.source_peers_bound(r.max_peers))
@@ -157,7 +189,7 @@ class Visitor:
         # The tracker bounds itself by the deadline; the extra second only guards a stuck one.
         with gevent.Timeout(max(deadline - time.monotonic(), 0) + 1.0, False):
             try:
-                return self._bounded(self.trackers.announce(url, h, deadline))
+                return self._bounded(self.trackers.announce(url, h, deadline, False))
             except StoreError:
                 raise
             except Exception as e:  # noqa: BLE001 - a source's bug is that source's failure, as in gather
@@ -189,10 +221,13 @@ class Visitor:
             # Nothing was asked: back to cooling, score kept, neither a visit nor a failure.
             self.queue.defer(lease, max(due, start + 1))
             return Visit(h, "skipped", lease.score, 0, 0, 0, 0), self._claim(claim)
+        # Scrape first: trackers that report the swarm empty (or fail) are settled without an announce.
+        scraped = self.scrape(h, eligible, time.monotonic() + s.visit_deadline)
+        asking = [u for u in eligible if u not in scraped]
         # Waiting for the announce cap is not part of the visit's time: the deadline starts after it.
-        waits = self.cap.take(eligible)
+        waits = self.cap.take(asking)
         deadline = time.monotonic() + max(waits.values(), default=0.0) + s.visit_deadline
-        results = self.gather(h, eligible, deadline, waits)
+        results = list(scraped.values()) + self.gather(h, asking, deadline, waits)
         now = time.time()
         answered = [r for r in results if r.ok]
         fresh = {r.source: self._not_before(r, now) for r in answered if r.source != "dht"}

@@ -2,7 +2,8 @@
 
 What this process did since it started, as Prometheus counters and
 histograms: visits by state, peers found and new, tracker announces by
-outcome (answered, refused, failed, backing off), DHT lookups, how long
+outcome (answered, refused, failed, backing off), tracker scrapes by outcome
+(empty, so not announced to; announce; refused, failed, backing off), DHT lookups, how long
 recording a visit's peers and claiming torrents take, and the pool's size.
 The queue's own gauges (states, latency, workers needed) are the
 dashboard's ``/metrics``: every worker serving them would count them once
@@ -83,6 +84,10 @@ class WorkerMetrics:
                            registry=r)
         self.announces = Counter("peercrawl_worker_tracker_announces", "Tracker announces by outcome.",
                                  ["url", "outcome"], registry=r)
+        self.scrapes = Counter("peercrawl_worker_tracker_scrapes",
+                               "Tracker scrapes by outcome: empty (so not announced to), announce (peers there, "
+                               "or the tracker does not scrape), refused, failed, backing_off.",
+                               ["url", "outcome"], registry=r)
         self.dht = Counter("peercrawl_worker_dht_lookups", "DHT get_peers lookups by outcome.", ["outcome"],
                            registry=r)
         self.recording = Histogram("peercrawl_worker_recording_seconds",
@@ -104,6 +109,17 @@ class WorkerMetrics:
         self.new.inc(v.new)
 
 
+def _outcome(result, ok: str) -> str:
+    """A tracker result's outcome label: ``ok`` when it answered."""
+    if result.ok:
+        return ok
+    if result.refused:
+        return "refused"
+    if (result.error or "").startswith("tracker backing off"):
+        return "backing_off"
+    return "failed"
+
+
 def instrument(process, metrics: WorkerMetrics) -> None:
     """Wrap ``process``'s recorder, queue, trackers and DHT so they feed ``metrics``."""
     # the visits' recording path: each visit's wait for its batch's recording
@@ -115,21 +131,21 @@ def instrument(process, metrics: WorkerMetrics) -> None:
     metrics.labels.always(t.url for t in process.settings.trackers)
     announce = tr.announce
 
+    scrape_first = tr.scrape_first
+
     @wraps(announce)
     def counted_announce(url, *args, **kwargs):
         result = announce(url, *args, **kwargs)
-        if result.ok:
-            outcome = "answered"
-        elif result.refused:
-            outcome = "refused"
-        elif (result.error or "").startswith("tracker backing off"):
-            outcome = "backing_off"
-        else:
-            outcome = "failed"
-        metrics.announces.labels(metrics.labels(url), outcome).inc()
+        metrics.announces.labels(metrics.labels(url), _outcome(result, "answered")).inc()
         return result
 
-    tr.announce = counted_announce
+    @wraps(scrape_first)
+    def counted_scrape(url, *args, **kwargs):
+        result = scrape_first(url, *args, **kwargs)
+        metrics.scrapes.labels(metrics.labels(url), "announce" if result is None else _outcome(result, "empty")).inc()
+        return result
+
+    tr.announce, tr.scrape_first = counted_announce, counted_scrape
     if process.dht is not None:
         lookup = process.dht.lookup
 

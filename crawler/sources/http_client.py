@@ -43,6 +43,14 @@ class HttpTrackerError(PeercrawlError):
     """The HTTP exchange failed (connection refused, TLS, too many redirects, too big)."""
 
 
+class HttpStatusError(HttpTrackerError):
+    """The final response's status is not 200; ``status`` is it."""
+
+    def __init__(self, message: str, status: int):
+        super().__init__(message)
+        self.status = status
+
+
 class TrackerTlsError(HttpTrackerError):
     """TLS with an https tracker failed: its certificate does not verify, or the handshake failed."""
 
@@ -117,7 +125,7 @@ def http_get(
                 raise HttpTrackerError(f"redirect to a non-HTTP URL {url[:100]!r}")
             continue
         if resp.status != 200:
-            raise HttpTrackerError(f"HTTP status {resp.status} from {url[:100]}")
+            raise HttpStatusError(f"HTTP status {resp.status} from {url[:100]}", resp.status)
         return resp
     raise HttpTrackerError(f"more than {MAX_REDIRECTS} redirects")
 

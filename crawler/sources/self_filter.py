@@ -11,12 +11,32 @@ The cost is a real peer that happens to listen on the same port: with the
 default random port in 49152-65535 about one peer in 16,000 of those using
 that range, far below the error a leftover adds (one IP per torrent it is
 listed in). ``PEERCRAWL_ANNOUNCE_PORT`` set to a port real clients use
-(6881) would drop them all: the README says to leave it at 0.
+(6881) would drop them all: the README says to leave it at 0. ``shared_port`` is
+that port, chosen once per namespace.
 """
 
 from __future__ import annotations
 
+import random
+
+import redis
+
+from crawler.errors import StoreError
+from crawler.keys import Keys
 from crawler.sources.peers import Peer
+
+# The range of the shared port announced when Settings.announce_port is 0: above the ports real
+# clients commonly use (6881-6999, 51413) and the ephemeral range's start.
+RANDOM_PORT_RANGE = (49152, 65535)
+
+
+def shared_port(client: redis.Redis, keys: Keys) -> int:
+    """The namespace's announce port: chosen at random by the first worker (SET NX), read by all."""
+    try:
+        client.set(keys.announce_port, random.randint(*RANDOM_PORT_RANGE), nx=True)
+        return int(client.get(keys.announce_port))
+    except redis.RedisError as e:
+        raise StoreError(f"cannot read the announce port: {e}") from e
 
 
 class SelfFilter:

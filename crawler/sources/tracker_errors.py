@@ -31,3 +31,8 @@ class ReplyTooLarge(HttpReplyError):
 
 class HttpRequestError(PeercrawlError):
     """Our own request cannot be written: a target or Host that is not a valid HTTP field."""
+
+
+class ScrapeUnsupported(PeercrawlError):
+    """The tracker does not scrape: its URL has no scrape form (BEP 48), or it refused or did not
+    find the scrape (a UDP error action, an HTTP 4xx). Learned per tracker; it is announced to."""

@@ -43,6 +43,8 @@ is that tracker's max for scoring. A cap is never learned below
 
 Announces together: the announces to one UDP tracker asked in one turn of
 the event loop go out in one batch (``AnnounceGroups``, announce_groups).
+Scrape first: each tracker is scraped before it is announced to, and one
+that reports the swarm empty is not announced to (``tracker_scrapes``).
 
 Outcomes: an answer, a refusal (the tracker's error reply: alive, never
 backs off) or a failure; any exception of an exchange, expected or not, is
@@ -55,9 +57,7 @@ from __future__ import annotations
 import os
 import random
 import time
-import urllib.parse
 from dataclasses import replace
-from functools import lru_cache
 
 import gevent
 import redis
@@ -79,30 +79,21 @@ from crawler.sources.announce_groups import AnnounceGroups
 from crawler.sources.health import ANSWER, FAILURE, REFUSAL, TrackerHealth
 from crawler.sources.http_client import http_get, tls_context
 from crawler.sources.http_codec import announce_url, parse_announce_reply
+from crawler.sources.http_exchange import http_exchange
 from crawler.sources.lru import Lru
 from crawler.sources.result import SourceResult
-from crawler.sources.self_filter import SelfFilter
+from crawler.sources.self_filter import SelfFilter, shared_port
 from crawler.sources.tracker_errors import TrackerRefused, TrackerTimeout
+from crawler.sources.tracker_scrapes import TrackerScrapes
+from crawler.sources.tracker_urls import url_parts
 from crawler.sources.udp_client import UdpTrackerClient
 
 # A tracker's address rarely changes; re-resolving per announce would cost a
 # DNS query per torrent.
 DNS_TTL = 300.0
-# The range of the shared port announced when Settings.announce_port is 0: above the ports real
-# clients commonly use (6881-6999, 51413) and the ephemeral range's start.
-RANDOM_PORT_RANGE = (49152, 65535)
 # Below this many entries a short reply is not taken as a cap: real trackers
 # cap at 50 or more, and a tiny learned cap would call small swarms "full".
 MIN_LEARNED_CAP = 10
-
-
-def shared_port(client: redis.Redis, keys: Keys) -> int:
-    """The namespace's announce port: chosen at random by the first worker (SET NX), read by all."""
-    try:
-        client.set(keys.announce_port, random.randint(*RANDOM_PORT_RANGE), nx=True)
-        return int(client.get(keys.announce_port))
-    except redis.RedisError as e:
-        raise StoreError(f"cannot read the announce port: {e}") from e
 
 
 class Trackers:
@@ -151,22 +142,32 @@ class Trackers:
         # or accepted a connection (HTTP), tried first next time.
         self._good: Lru[tuple[str, str, int], tuple] = Lru(settings.tracker_cache_size)
         self.groups = AnnounceGroups(self._udp_many)
+        self.http_announces_sent = 0  # HTTP announces and withdrawals (figures, beside the UDP client's)
+        self.scrapes = TrackerScrapes(settings.scrape_first, self.udp, self._udp_targets, self._http_body,
+                                      settings.tracker_cache_size)
 
-    def announce(self, url: str, info_hash_hex: str, deadline: float | None = None) -> SourceResult:
+    def announce(self, url: str, info_hash_hex: str, deadline: float | None = None,
+                 scrape: bool = True) -> SourceResult:
         """Peers of ``info_hash_hex`` from the tracker at ``url``.
 
         ``deadline`` is a time.monotonic() value (default: now +
-        ``Settings.visit_deadline``). Returns ``SourceResult`` (ok, or failed
-        with the reason, redacted); raises only ``StoreError`` (Redis, ours).
+        ``Settings.visit_deadline``). ``scrape``: ask ``scrape_first`` before
+        announcing (a visit that already did passes False). Returns
+        ``SourceResult`` (ok, or failed with the reason, redacted); raises
+        only ``StoreError`` (Redis, ours).
         """
         if deadline is None:
             deadline = time.monotonic() + self.settings.visit_deadline
+        if scrape:
+            settled = self.scrape_first(url, info_hash_hex, deadline)
+            if settled is not None:
+                return settled
         configured = self.settings.tracker_max_peers(url)
         until = self.health.backing_off_until(url)
         if until is not None:
             return self._failed(url, f"tracker backing off for {until - time.time():.0f} s more", configured)
         info_hash = bytes.fromhex(info_hash_hex)
-        scheme = _parts(url)[0]
+        scheme = url_parts(url)[0]
         try:
             if scheme == "udp":
                 return self.groups.join(url, info_hash, deadline)
@@ -179,6 +180,33 @@ class Trackers:
         except Exception as e:  # noqa: BLE001 - whatever a tracker's bytes provoke is that tracker's failure
             return self._fault(url, e, configured)
         return result
+
+    def scrape_first(self, url: str, info_hash_hex: str, deadline: float) -> SourceResult | None:
+        """The tracker's answer when its scrape settles the visit, else None: announce.
+
+        It settles it when the tracker reports the swarm empty (ok, no peers,
+        ``asked="scrape"``), when the scrape failed (that failure), or when
+        the tracker is backing off. Raises only ``StoreError``.
+        """
+        if not self.scrapes.enabled:
+            return None
+        configured = self.settings.tracker_max_peers(url)
+        until = self.health.backing_off_until(url)
+        if until is not None:
+            return self._failed(url, f"tracker backing off for {until - time.time():.0f} s more", configured)
+        try:
+            counts = self.scrapes.counts(url, bytes.fromhex(info_hash_hex), deadline)
+        except StoreError:
+            raise
+        except Exception as e:  # noqa: BLE001 - as in announce: the tracker's failure for this visit
+            return self._fault(url, e, configured)
+        if counts is None or counts.seeders or counts.leechers:
+            return None
+        # Reported empty: not announced to, and no peers from it (tracker_scrapes).
+        self.health.record(url, ANSWER, returned=0)
+        cap = self.health.cap(url)
+        return SourceResult(source=url, ok=True, max_peers=min(configured, cap) if cap else configured,
+                            seeders=0, leechers=0, asked="scrape")
 
     def _failed(self, url: str, error: str, max_peers: int) -> SourceResult:
         return SourceResult.failed(url, redact.text(error, url), max_peers)
@@ -212,8 +240,8 @@ class Trackers:
         """
         if deadline is None:
             deadline = time.monotonic() + self.settings.visit_deadline
-        if _parts(url)[0] != "udp" or len(info_hash_hexes) < 2:
-            jobs = [gevent.spawn(self.announce, url, h, deadline) for h in info_hash_hexes]
+        if url_parts(url)[0] != "udp" or len(info_hash_hexes) < 2:
+            jobs = [gevent.spawn(self.announce, url, h, deadline, False) for h in info_hash_hexes]
             gevent.joinall(jobs, raise_error=True)
             return [j.value for j in jobs]
         results: list = [None] * len(info_hash_hexes)
@@ -247,7 +275,7 @@ class Trackers:
                 if i not in delivered:
                     final(i, result)
 
-        _, host, port, netloc = _parts(url)
+        _, host, port, netloc = url_parts(url)
         if not host or not port:
             return fail_the_rest(self._failed(url, "UDP tracker URL lacks a host or port", configured))
         until = self.health.backing_off_until(url)
@@ -303,6 +331,19 @@ class Trackers:
             if not todo:
                 break
 
+    def _udp_targets(self, url: str) -> list:
+        """The (family, address) pairs a UDP tracker's scrape goes to: the address that answered last first."""
+        _, host, port, netloc = url_parts(url)
+        if not host or not port:
+            raise ValueError("UDP tracker URL lacks a host or port")
+        return self._targets(host, port, f"tracker {redact.url(f'udp://{netloc}')}")
+
+    def _http_body(self, url: str, deadline: float) -> bytes:
+        """The body of a 200 GET of ``url``, within ``deadline`` and ``Settings.http_timeout``."""
+        s = self.settings
+        return http_get(url, min(deadline, time.monotonic() + s.http_timeout), s.http_max_bytes, self.check,
+                        tls=self.tls, resolver=self.resolver, preferred=self._good).body
+
     def _targets(self, host: str, port: int, what: str) -> list:
         """The checked addresses of host:port, the one that answered last first."""
         cached = self._dns.get((host, port))
@@ -339,54 +380,21 @@ class Trackers:
     def _http(self, url: str, info_hash: bytes, configured: int, deadline: float) -> SourceResult:
         s = self.settings
         asked = configured + 1  # the tracker may list us in its reply
-
         limit = s.source_peers_bound(configured)
 
         def get(event: str, until: float, keep: int):
+            self.http_announces_sent += 1
             u = announce_url(url, info_hash, self.peer_id, self.port, asked, event=event, key=self.key)
-            resp = http_get(u, until, s.http_max_bytes, self.check, tls=self.tls, resolver=self.resolver,
-                            preferred=self._good)
-            return parse_announce_reply(resp.body, keep)
+            return parse_announce_reply(self._http_body(u, until), keep)
 
-        # Settings.http_timeout bounds each exchange (redirects included) within the deadline.
-        reply = get("started", min(deadline, time.monotonic() + s.http_timeout), limit)
-        stopped = None
-        try:
-            # The withdrawal is read for its counts: none of its peers are decoded.
-            r = get("stopped", min(deadline, time.monotonic() + self.stop_timeout), 0)
-            if r.complete is not None and r.incomplete is not None:
-                stopped = (r.complete, r.incomplete)
-        except StoreError:
-            raise
-        except Exception:  # noqa: BLE001 - the withdrawal is best effort; the answer stands
-            pass
-
-        def num(v):
-            return None if v is None else float(v)
-
+        reply, stopped = http_exchange(get, deadline, s.http_timeout, self.stop_timeout, limit)
         # peers and peers6 were each cut to the bound; together they may still pass it.
         peers, cut = reply.peers[:limit], reply.cut + max(0, len(reply.peers) - limit)
+        interval, least = (None if v is None else float(v) for v in (reply.interval, reply.min_interval))
         return self._result(url, info_hash, configured, asked, peers, cut, reply.complete, reply.incomplete,
-                            stopped, num(reply.interval), num(reply.min_interval), reply.warning)
+                            stopped, interval, least, reply.warning)
 
     def close(self) -> None:
         """Write batched health and close the UDP sockets (the ``Trackers`` is done)."""
         self.health.flush()
         self.udp.close()
-
-
-@lru_cache(maxsize=4096)
-def _parts(url: str) -> tuple[str, str | None, int | None, str]:
-    """(scheme, host, port, netloc) of a tracker URL, host and port None when missing or malformed.
-
-    Cached: parsing the same few URLs again at every announce cost ~4 % of it.
-    """
-    try:
-        parts = urllib.parse.urlsplit(url)
-    except ValueError:  # e.g. an unclosed "[" of an IPv6 host
-        return url.partition(":")[0].lower(), None, None, ""
-    try:
-        host, port = parts.hostname, parts.port
-    except ValueError:
-        host, port = None, None
-    return parts.scheme.lower(), host, port, parts.netloc

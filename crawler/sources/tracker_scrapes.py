@@ -1,0 +1,170 @@
+"""Scrape first: a tracker's counts for a torrent before anyone announces to it.
+
+``TrackerScrapes.counts(url, info_hash, deadline)`` is what ``Trackers``
+asks before an announce. A tracker that reports the swarm empty (0 seeders,
+0 leechers) is not announced to on that visit: its answer is "no peers from
+this tracker" (contract §2), as an announce to an empty swarm would have
+said, at a fraction of the requests (one scrape packet serves up to 74
+torrents; an announce costs two requests per torrent, its withdrawal
+included). Otherwise the caller announces as before.
+
+- A scrape that fails (silence, garbage) raises: the tracker failed for
+  that visit, never "no peers". ``SILENT_LIMIT`` failed scrapes in a row
+  (a tracker that answers announces but drops scrapes looks like this)
+  and it is learned as one that cannot scrape, and announced to; a tracker
+  that is simply down then fails its announces and backs off as before.
+- A tracker that cannot scrape (an announce URL without BEP 48's scrape
+  form, a UDP error reply, an HTTP 4xx on the scrape URL) is learned as such
+  for ``RELEARN_SECONDS`` (kept per process; every worker learns it with one
+  scrape) and announced to as before: ``counts`` answers None.
+- An HTTP tracker lists only the torrents it has figures for (BEP 48;
+  opentracker leaves out every empty swarm), so a torrent left out of its
+  reply is empty there: when the request asked for that torrent alone, or
+  the tracker is known to read every ``info_hash`` of a request (one of its
+  replies held a torrent other than the request's first). Until then a
+  left-out torrent is announced to (``counts`` None): a tracker that reads
+  only the first ``info_hash`` would leave the others out too.
+
+Scrapes of one tracker asked together are grouped (``ScrapeGroups``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from crawler import redact
+from crawler.errors import StoreError
+from crawler.sources.addresses import share_of_time
+from crawler.sources.http_client import HttpStatusError
+from crawler.sources.http_scrape import MAX_HASHES as HTTP_HASHES
+from crawler.sources.http_scrape import ScrapeCounts, parse_scrape_reply, scrape_request, scrape_url
+from crawler.sources.lru import Lru
+from crawler.sources.scrape_groups import ScrapeGroups
+from crawler.sources.tracker_errors import ScrapeUnsupported, TrackerRefused, TrackerTimeout
+from crawler.sources.udp_client import UdpTrackerClient
+
+# BEP 15: the info-hashes one UDP scrape packet may carry.
+UDP_HASHES = 74
+# A tracker learned not to scrape is tried again after this long (trackers
+# are upgraded; one scrape a day per worker is nothing).
+RELEARN_SECONDS = 86_400.0
+# An HTTP tracker's answer for a torrent it lists no figures for.
+EMPTY = ScrapeCounts(0, 0, 0)
+# Failed scrapes in a row after which a tracker is taken as one that drops scrapes.
+SILENT_LIMIT = 3
+
+
+class TrackerScrapes:
+    """Scrapes of one worker process's trackers (one per ``Trackers``).
+
+    ``udp``: the process's UDP client; ``udp_targets(url)``: the (family,
+    address) pairs of a UDP tracker URL, checked by the address policy, the
+    one that answered last first;
+    ``http_body(url, until)``: the body of a 200 GET, bounded (raising what
+    ``http_get`` raises). Figures: ``udp_packets``, ``http_requests``.
+    """
+
+    def __init__(self, enabled: bool, udp: UdpTrackerClient, udp_targets: Callable, http_body: Callable,
+                 cache_size: int):
+        self.enabled = enabled
+        self.udp, self.udp_targets, self.http_body = udp, udp_targets, http_body
+        self.groups = ScrapeGroups(self._scrape_many, full=self._per_request)
+        # tracker URL -> time.monotonic() until which it is not scraped
+        self.without: Lru[str, float] = Lru(cache_size)
+        # tracker URL -> its failed scrapes in a row
+        self.failed: Lru[str, int] = Lru(cache_size)
+        # HTTP tracker URLs known to read every info_hash of a scrape request
+        self.multi: Lru[str, bool] = Lru(cache_size)
+        self.udp_packets = self.http_requests = 0
+
+    def counts(self, url: str, info_hash: bytes, deadline: float) -> ScrapeCounts | None:
+        """``url``'s counts for ``info_hash``, or None: announce (no scrape, or left out of the reply).
+
+        Raises what failed the scrape (``TrackerTimeout``, a protocol error, ...).
+        """
+        if not self.enabled:
+            return None
+        until = self.without.get(url)
+        if until is not None and time.monotonic() < until:
+            return None
+        try:
+            counts = self.groups.join(url, info_hash, deadline)
+        except ScrapeUnsupported:
+            self.without[url] = time.monotonic() + RELEARN_SECONDS
+            return None
+        except StoreError:
+            raise
+        except Exception:
+            n = self.failed.get(url, 0) + 1
+            self.failed[url] = n
+            if n >= SILENT_LIMIT:
+                self.failed.pop(url)
+                self.without[url] = time.monotonic() + RELEARN_SECONDS
+            raise
+        self.failed.pop(url, None)
+        return counts
+
+    def learned_without(self) -> list[str]:
+        """The trackers this process has learned do not scrape (redacted)."""
+        now = time.monotonic()
+        return sorted(redact.url(u) for u in list(self.without) if self.without.get(u, 0.0) > now)
+
+    @staticmethod
+    def _per_request(url: str) -> int:
+        return UDP_HASHES if url.partition(":")[0].lower() == "udp" else HTTP_HASHES
+
+    def _scrape_many(self, url: str, hashes: list[bytes], deadline: float) -> list:
+        """Per hash: its counts, None (left out), or the exception that failed its request."""
+        scheme = url.partition(":")[0].lower()
+        size = self._per_request(url)
+        out: list = []
+        for start in range(0, len(hashes), size):
+            chunk = hashes[start:start + size]
+            try:
+                if scheme == "udp":
+                    out += self._udp(url, chunk, deadline)
+                elif scheme in ("http", "https"):
+                    out += self._http(url, chunk, deadline)
+                else:
+                    raise ScrapeUnsupported(f"no scrape for a {scheme!r} tracker")
+            except Exception as e:  # noqa: BLE001 - the request's failure is each of its torrents'
+                out += [e] * len(chunk)
+        return out
+
+    def _udp(self, url: str, chunk: list[bytes], deadline: float) -> list[ScrapeCounts]:
+        """One packet's counts; a silent address gives way to the next, each given an equal share of the time."""
+        targets = self.udp_targets(url)
+        for k, (family, addr) in enumerate(targets):
+            self.udp_packets += 1
+            try:
+                entries = self.udp.scrape(addr, family, chunk,
+                                          share_of_time(deadline, time.monotonic(), len(targets) - k))
+            except TrackerRefused as e:
+                raise ScrapeUnsupported(str(e)) from None
+            except TrackerTimeout:
+                if k == len(targets) - 1:
+                    raise
+                continue
+            return [ScrapeCounts(e.seeders, e.leechers, e.completed) for e in entries]
+        raise TrackerTimeout("the tracker has no address to scrape")
+
+    def _http(self, url: str, chunk: list[bytes], deadline: float) -> list[ScrapeCounts | None]:
+        base = scrape_url(url)
+        if base is None:
+            raise ScrapeUnsupported("the announce URL has no scrape form (BEP 48)")
+        self.http_requests += 1
+        try:
+            body = self.http_body(scrape_request(base, chunk), deadline)
+        except HttpStatusError as e:
+            if 400 <= e.status < 500:
+                raise ScrapeUnsupported(str(e)) from None
+            raise
+        try:
+            found = parse_scrape_reply(body, chunk)
+        except TrackerRefused as e:  # a failure reason: scraping is not for us here
+            raise ScrapeUnsupported(str(e)) from None
+        if any(h in found for h in chunk[1:]):
+            self.multi[url] = True
+        absent = EMPTY if len(chunk) == 1 or self.multi.get(url) else None
+        return [found.get(h, absent) for h in chunk]

@@ -1,0 +1,206 @@
+"""Scrape first (crawler/sources/tracker_scrapes.py) against a real opentracker, UDP and HTTP,
+and against trackers that cannot scrape or drop scrapes."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+
+import gevent
+import pytest
+
+from crawler.sources import udp_codec as u
+from crawler.sources.tracker_scrapes import SILENT_LIMIT
+from crawler.sources.trackers import Trackers
+from tests.opentracker import opentracker, peer_address  # noqa: F401 (fixture)
+
+
+def _hashes(n):
+    return [os.urandom(20).hex() for _ in range(n)]
+
+
+@pytest.fixture
+def trackers(settings, client, keys):
+    t = Trackers(settings.replace(udp_timeout=0.5, udp_retries=1, http_timeout=2.0), client, keys)
+    yield t
+    t.close()
+
+
+def _all(trackers, url, hashes):
+    jobs = [gevent.spawn(trackers.announce, url, h) for h in hashes]
+    gevent.joinall(jobs, raise_error=True)
+    return [j.value for j in jobs]
+
+
+def test_75_empty_swarms_take_two_udp_scrape_packets_and_no_announce(opentracker, trackers):  # noqa: F811
+    hashes = _hashes(75)
+    ot = opentracker(hashes)
+    results = _all(trackers, ot.udp_url, hashes)
+    assert all(r.ok and r.peers == frozenset() and (r.seeders, r.leechers) == (0, 0) for r in results)
+    assert {r.asked for r in results} == {"scrape"}
+    # 74 + 1 hashes: two packets, on one connection id; nothing announced, nothing withdrawn
+    assert (trackers.udp.scrapes_sent, trackers.udp.connects_sent, trackers.udp.announces_sent) == (2, 1, 0)
+
+
+def test_65_swarms_take_two_http_scrapes_and_only_the_live_one_is_announced(opentracker, trackers):  # noqa: F811
+    hashes = _hashes(65)
+    ot = opentracker(hashes)
+    live = hashes[3]  # not the first of the request: the tracker shows it reads every info_hash
+    ot.announce_from(peer_address(1), live, 21001, left=0)
+    ot.announce_from(peer_address(2), live, 21002)
+    results = dict(zip(hashes, _all(trackers, ot.http_url, hashes)))
+    assert trackers.scrapes.http_requests == 2
+    r = results.pop(live)
+    assert r.ok and r.asked == "announce" and set(r.peers) == {(peer_address(1), 21001), (peer_address(2), 21002)}
+    assert all(r.ok and r.asked == "scrape" and r.peers == frozenset() for r in results.values())
+
+
+@pytest.mark.parametrize("scheme", ["udp", "http"])
+def test_a_swarm_scraped_empty_is_announced_once_it_has_peers(opentracker, trackers, scheme):  # noqa: F811
+    ih, other = _hashes(2)
+    ot = opentracker([ih, other])
+    url = ot.udp_url if scheme == "udp" else ot.http_url
+    first = trackers.announce(url, ih)
+    assert first.ok and first.asked == "scrape" and first.peers == frozenset()
+    ot.announce_from(peer_address(7), ih, 22007)
+    again = trackers.announce(url, ih)
+    assert again.ok and again.asked == "announce" and set(again.peers) == {(peer_address(7), 22007)}
+    assert (again.seeders, again.leechers) == (0, 1)
+
+
+def test_a_torrent_on_two_trackers_empty_on_one_is_announced_only_to_the_other(opentracker, trackers):  # noqa: F811
+    (ih,) = _hashes(1)
+    empty, busy = opentracker([ih]), opentracker([ih])
+    busy.announce_from(peer_address(3), ih, 23003, left=0)
+    before = empty.udp_announces(), busy.udp_announces()  # the fixture's own probes and the peer's
+    a, b = trackers.announce(empty.udp_url, ih), trackers.announce(busy.udp_url, ih)
+    assert (a.asked, b.asked) == ("scrape", "announce")
+    # the announce and its withdrawal went to the busy tracker only
+    assert (empty.udp_announces() - before[0], busy.udp_announces() - before[1]) == (0, 2)
+    assert set(b.peers) == {(peer_address(3), 23003)}
+
+
+def test_an_http_tracker_without_a_scrape_url_is_announced_to(opentracker, trackers):  # noqa: F811
+    (ih,) = _hashes(1)
+    ot = opentracker([ih])
+    # BEP 48: a last path part that does not begin with "announce" has no scrape form
+    url = ot.http_url.replace("/announce", "/announce/") + "?x=1"
+    r = trackers.announce(url, ih)
+    assert r.ok and r.asked == "announce" and trackers.scrapes.http_requests == 0
+
+
+class _Udp:
+    """A UDP tracker that answers connects and announces, and scrapes with ``on_scrape``:
+    "error" (an error reply) or "silent"."""
+
+    def __init__(self, on_scrape: str):
+        self.on_scrape, self.scrapes, self.announces = on_scrape, 0, 0
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.settimeout(0.2)
+        self.url = f"udp://127.0.0.1:{self.sock.getsockname()[1]}/announce"
+        self.stopped = False
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        import struct
+
+        while not self.stopped:
+            try:
+                data, addr = self.sock.recvfrom(2048)
+            except (TimeoutError, OSError):
+                continue
+            if len(data) < 16:
+                continue
+            action, tid = struct.unpack_from(">II", data, 8)
+            if action == u.CONNECT:
+                self.sock.sendto(u.encode_reply(u.ConnectReply(tid, 42)), addr)
+            elif action == u.ANNOUNCE:
+                self.announces += 1
+                peers = socket.inet_aton("127.9.9.9") + struct.pack(">H", 6881)
+                self.sock.sendto(struct.pack(">IIIII", u.ANNOUNCE, tid, 1800, 0, 1) + peers, addr)
+            elif action == u.SCRAPE:
+                self.scrapes += 1
+                if self.on_scrape == "error":
+                    self.sock.sendto(struct.pack(">II", u.ERROR, tid) + b"scrape not supported", addr)
+
+    def close(self):
+        self.stopped = True
+        self.thread.join(2)
+        self.sock.close()
+
+
+def test_a_udp_tracker_that_refuses_scrapes_is_learned_and_announced_to(trackers):
+    t = _Udp("error")
+    try:
+        ih = _hashes(1)[0]
+        r = trackers.announce(t.url, ih)
+        assert r.ok and r.asked == "announce" and set(r.peers) == {("127.9.9.9", 6881)}
+        again = trackers.announce(t.url, ih)
+        assert again.ok and again.asked == "announce"
+        assert t.scrapes == 1  # learned: not scraped again
+        assert trackers.scrapes.learned_without() == [t.url]
+    finally:
+        t.close()
+
+
+def test_a_scrape_that_times_out_fails_the_tracker_never_reads_empty_and_a_dropper_is_learned(settings, client, keys):
+    t = _Udp("silent")
+    # no backoff in the way: each visit asks, as a tracker's first failures do
+    trackers = Trackers(settings.replace(udp_timeout=0.5, udp_retries=1, tracker_backoff_after=10), client, keys)
+    try:
+        ih = _hashes(1)[0]
+        for _ in range(SILENT_LIMIT):
+            start = time.monotonic()
+            r = trackers.announce(t.url, ih, time.monotonic() + 3.0)
+            assert not r.ok and "TrackerTimeout" in r.error and r.seeders is None
+            assert time.monotonic() - start < 3.5
+        assert t.announces == 0
+        # after SILENT_LIMIT silent scrapes in a row, it is taken as a tracker that drops them
+        r = trackers.announce(t.url, ih)
+        assert r.ok and r.asked == "announce" and t.announces >= 1
+    finally:
+        trackers.close()
+        t.close()
+
+
+def test_scrape_off_announces_as_before(opentracker, settings, client, keys):  # noqa: F811
+    (ih,) = _hashes(1)
+    ot = opentracker([ih])
+    t = Trackers(settings.replace(scrape_first=False), client, keys)
+    try:
+        r = t.announce(ot.udp_url, ih)
+        assert r.ok and r.asked == "announce" and t.udp.scrapes_sent == 0 and t.udp.announces_sent == 2
+    finally:
+        t.close()
+
+
+def test_a_group_waits_while_scrapes_keep_joining_and_no_longer():
+    from crawler.sources.scrape_groups import QUIET, WINDOW, ScrapeGroups
+
+    sent = []
+
+    def scrape_many(url, hashes, deadline):
+        sent.append(len(hashes))
+        return [None] * len(hashes)
+
+    groups = ScrapeGroups(scrape_many, full=lambda url: 74)
+    # 40 visits arriving 0.5 ms apart (each read tracker health first): one packet
+    jobs = [gevent.spawn_later(i * 0.0005, groups.join, "udp://t:1/announce", bytes([i]) * 20, time.monotonic() + 5)
+            for i in range(40)]
+    gevent.joinall(jobs, raise_error=True)
+    assert sent == [40]
+    # 100 joining in one turn: one group at once (the caller cuts it into packets of 74), no waiting
+    sent.clear()
+    jobs = [gevent.spawn(groups.join, "udp://t:1/announce", bytes([i]) * 20, time.monotonic() + 5)
+            for i in range(100)]
+    gevent.joinall(jobs, raise_error=True)
+    assert sent == [100]
+    # a lone visit waits one quiet pause, not the whole window
+    sent.clear()
+    start = time.monotonic()
+    assert groups.join("udp://t:1/announce", b"\x01" * 20, time.monotonic() + 5) is None
+    assert sent == [1] and time.monotonic() - start < QUIET + (WINDOW - QUIET) / 2
