@@ -155,8 +155,7 @@ def main() -> None:
     out = {"torrents": a.torrents, "empty_share": a.empty, "live": len(truth),
            "above_max": sum(len(ips) > MAX for ips in truth.values()), "tracker_max": MAX, "runs": a.runs}
     for mode in runs:
-        last = runs[mode][-1]
-        counted = last.pop("_counted")
+        counted = [r.pop("_counted") for r in runs[mode]][-1]
         for e in empty_runs[mode]:
             e.pop("_counted")
         out[mode] = {"catalogue": runs[mode], "empty_swarms_alone": empty_runs[mode],
