@@ -216,7 +216,8 @@ class Keys(ShardLayout):
     # --- trackers' health (contract §3) --------------------------------------
     @property
     def tracker_health(self) -> str:
-        """HASH tracker URL -> JSON {answers, failures, refusals, last_refusal, streak, until, cut, cap, used}."""
+        """HASH tracker URL -> JSON {answers, failures, refusals, last_refusal, streak, until, cut, cap,
+        no_scrape_until, used}."""
         return self._home("trackerhealth")
 
     @property

@@ -12,7 +12,8 @@ import gevent
 import pytest
 
 from crawler.sources import udp_codec as u
-from crawler.sources.tracker_scrapes import SILENT_LIMIT
+from crawler.sources.health import tracker_report
+from crawler.sources.tracker_scrapes import RELEARN_SECONDS, SILENT_LIMIT
 from crawler.sources.trackers import Trackers
 from tests.opentracker import opentracker, peer_address  # noqa: F401 (fixture)
 
@@ -24,6 +25,9 @@ def _hashes(n):
 @pytest.fixture
 def trackers(settings, client, keys):
     t = Trackers(settings.replace(udp_timeout=0.5, udp_retries=1, http_timeout=2.0), client, keys)
+    # the packet counts below assume visits that join a group before it closes: on a loaded
+    # machine a greenlet can be late by more than the 2 ms pause that closes one
+    t.scrapes.groups.quiet = 0.05
     yield t
     t.close()
 
@@ -133,17 +137,22 @@ class _Udp:
         self.sock.close()
 
 
-def test_a_udp_tracker_that_refuses_scrapes_is_learned_and_announced_to(trackers):
+def test_a_udp_tracker_that_refuses_scrapes_is_learned_for_every_worker_and_announced_to(trackers, settings,
+                                                                                       client, keys):
     t = _Udp("error")
+    other = Trackers(settings, client, keys)  # another worker of the namespace
     try:
         ih = _hashes(1)[0]
         r = trackers.announce(t.url, ih)
         assert r.ok and r.asked == "announce" and set(r.peers) == {("127.9.9.9", 6881)}
         again = trackers.announce(t.url, ih)
         assert again.ok and again.asked == "announce"
-        assert t.scrapes == 1  # learned: not scraped again
-        assert trackers.scrapes.learned_without() == [t.url]
+        assert other.announce(t.url, ih).asked == "announce"
+        assert t.scrapes == 1  # learned in tracker health: scraped by no worker again
+        shown = tracker_report(client, keys, 10)[t.url]["no_scrape_until"]
+        assert shown is not None and time.time() + RELEARN_SECONDS - 60 < shown <= time.time() + RELEARN_SECONDS
     finally:
+        other.close()
         t.close()
 
 
@@ -179,7 +188,7 @@ def test_scrape_off_announces_as_before(opentracker, settings, client, keys):  #
 
 
 def test_a_group_waits_while_scrapes_keep_joining_and_no_longer():
-    from crawler.sources.scrape_groups import QUIET, WINDOW, ScrapeGroups
+    from crawler.sources.scrape_groups import WINDOW, ScrapeGroups
 
     sent = []
 
@@ -187,9 +196,10 @@ def test_a_group_waits_while_scrapes_keep_joining_and_no_longer():
         sent.append(len(hashes))
         return [None] * len(hashes)
 
-    groups = ScrapeGroups(scrape_many, full=lambda url: 74)
-    # 40 visits arriving 0.5 ms apart (each read tracker health first): one packet
-    jobs = [gevent.spawn_later(i * 0.0005, groups.join, "udp://t:1/announce", bytes([i]) * 20, time.monotonic() + 5)
+    quiet = 0.01  # the pause in joins that closes a group (wider than the default: a loaded machine is late)
+    groups = ScrapeGroups(scrape_many, full=lambda url: 74, window=0.2, quiet=quiet)
+    # 40 visits arriving 1 ms apart (each read tracker health first): one packet
+    jobs = [gevent.spawn_later(i * 0.001, groups.join, "udp://t:1/announce", bytes([i]) * 20, time.monotonic() + 5)
             for i in range(40)]
     gevent.joinall(jobs, raise_error=True)
     assert sent == [40]
@@ -203,4 +213,5 @@ def test_a_group_waits_while_scrapes_keep_joining_and_no_longer():
     sent.clear()
     start = time.monotonic()
     assert groups.join("udp://t:1/announce", b"\x01" * 20, time.monotonic() + 5) is None
-    assert sent == [1] and time.monotonic() - start < QUIET + (WINDOW - QUIET) / 2
+    assert sent == [1] and time.monotonic() - start < 0.1
+    assert WINDOW < 0.1  # the default window: what a lone visit may wait at most

@@ -156,6 +156,16 @@ class TrackerHealth:
         until = float(self._get(url).get("until", 0))
         return until if until > time.time() else None
 
+    def no_scrape_until(self, url: str) -> float | None:
+        """Unix time until which ``url`` is not scraped (learned: it cannot scrape), or None."""
+        until = float(self._get(url).get("no_scrape_until", 0) or 0)
+        return until if until > time.time() else None
+
+    def learn_no_scrape(self, url: str, until: float) -> None:
+        """Note at once, for every worker, that ``url`` cannot scrape: it is not scraped before ``until``.
+        Raises ``StoreError``."""
+        self._write(url, "none", 0, self._batch.pop(url, None), no_scrape=repr(until))
+
     def cap(self, url: str) -> int | None:
         """The learned cap of ``url`` (the most entries it returns per reply), or None if none was seen.
 
@@ -259,14 +269,16 @@ class TrackerHealth:
             raise StoreError(f"indexing tracker health: {e}") from e
         self._indexed = True
 
-    def _write(self, url: str, outcome: str, failures: int, b: _UnwrittenHealth | None) -> None:
+    def _write(self, url: str, outcome: str, failures: int, b: _UnwrittenHealth | None,
+               no_scrape: str = "") -> None:
         b = b or _UnwrittenHealth()
         try:
             raw = self._script(
                 keys=[self.keys.tracker_health, self.keys.tracker_used, self.keys.tracker_rank,
                       self.keys.tracker_totals],
                 args=[url, b.answers, failures, outcome, repr(time.time()), self.base, self.maximum,
-                      self.threshold, b.refusals, b.last_refusal, b.cut, b.cap, b.most, self.cap_confirm],
+                      self.threshold, b.refusals, b.last_refusal, b.cut, b.cap, b.most, self.cap_confirm,
+                      no_scrape],
             )
         except redis.RedisError as e:
             raise StoreError(f"recording tracker health: {e}") from e
@@ -281,7 +293,9 @@ def tracker_report(client: redis.Redis, keys: Keys, limit: int) -> dict[str, dic
     (redacted message or None), ``backing_off``, ``until`` (unix time or
     None), ``peers_cut`` (peers dropped past the per-source bound),
     ``learned_cap`` (entries per reply the tracker was seen to cap at, or
-    None) and ``last_used`` (unix time). Two commands of at most ``limit``
+    None), ``no_scrape_until`` (unix time until which it is announced to
+    without a scrape first, learned: it cannot scrape; or None) and
+    ``last_used`` (unix time). Two commands of at most ``limit``
     entries, whatever the number of trackers. Raises ``StoreError``.
     """
     try:
@@ -299,6 +313,7 @@ def tracker_report(client: redis.Redis, keys: Keys, limit: int) -> dict[str, dic
         except ValueError:
             h = {}
         until = float(h.get("until", 0) or 0)
+        no_scrape = float(h.get("no_scrape_until", 0) or 0)
         cap = h.get("cap")
         out[redact.url(url.decode("utf-8", "replace"))] = {
             "answers": int(h.get("answers", 0)),
@@ -309,6 +324,7 @@ def tracker_report(client: redis.Redis, keys: Keys, limit: int) -> dict[str, dic
             "until": until if until > now else None,
             "peers_cut": int(h.get("cut", 0)),
             "learned_cap": int(cap) if cap else None,
+            "no_scrape_until": no_scrape if no_scrape > now else None,
             "last_used": h.get("used"),
         }
     return out

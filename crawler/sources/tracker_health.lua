@@ -1,7 +1,7 @@
 -- Record one tracker's answers, refusals and failures, its learned cap and
 -- the peers cut from its replies, and compute its backoff, atomically.
 --
--- KEYS[1]  HASH tracker URL -> JSON {answers, failures, refusals, last_refusal,
+-- KEYS[1]  HASH tracker URL -> JSON {answers, failures, refusals, last_refusal, no_scrape_until,
 --          streak, until, cut, cap, used}                      (keys.tracker_health)
 -- KEYS[2]  ZSET tracker URL -> unix time last used             (keys.tracker_used)
 -- KEYS[3]  ZSET tracker URL -> answers + failures + refusals    (the traffic ranking)
@@ -23,6 +23,8 @@
 --          asked while its counts said the swarm was larger (0: none)
 -- ARGV[13] the most entries any of the batched replies returned (0: none)
 -- ARGV[14] seconds a cap stands unconfirmed before a smaller capped reply may lower it
+-- ARGV[15] unix time until which the tracker is not scraped (it cannot scrape;
+--          0: scrape it again), or "" to leave it as it is
 -- Returns the new JSON.
 --
 -- The ranking and the sums let status and /metrics read the busiest trackers
@@ -49,6 +51,13 @@ end
 for _, i in ipairs({2, 3, 9, 11}) do
   if n[i] < 0 or n[i] ~= math.floor(n[i]) then
     return redis.error_reply('tracker_health: ARGV[' .. i .. '] is not a whole count: ' .. tostring(ARGV[i]))
+  end
+end
+local no_scrape = nil
+if ARGV[15] ~= nil and ARGV[15] ~= '' then
+  no_scrape = tonumber(ARGV[15])
+  if no_scrape == nil or no_scrape ~= no_scrape or no_scrape < 0 then
+    return redis.error_reply('tracker_health: ARGV[15] is not a unix time: ' .. tostring(ARGV[15]))
   end
 end
 local outcome = ARGV[4]
@@ -90,6 +99,7 @@ elseif outcome == 'fail' then
     h['until'] = n[5] + wait
   end
 end
+if no_scrape then h.no_scrape_until = no_scrape end
 h.used = n[5]
 local out = cjson.encode(h)
 local ranked = redis.call('ZSCORE', KEYS[3], ARGV[1])

@@ -15,8 +15,8 @@ included). Otherwise the caller announces as before.
   that is simply down then fails its announces and backs off as before.
 - A tracker that cannot scrape (an announce URL without BEP 48's scrape
   form, a UDP error reply, an HTTP 4xx on the scrape URL) is learned as such
-  for ``RELEARN_SECONDS`` (kept per process; every worker learns it with one
-  scrape) and announced to as before: ``counts`` answers None.
+  for ``RELEARN_SECONDS``, in tracker health (so every worker knows it, and
+  ``status`` shows it), and announced to as before: ``counts`` answers None.
 - An HTTP tracker lists only the torrents it has figures for (BEP 48;
   opentracker leaves out every empty swarm), so a torrent left out of its
   reply is empty there: when the request asked for that torrent alone, or
@@ -33,9 +33,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from crawler import redact
 from crawler.errors import StoreError
 from crawler.sources.addresses import share_of_time
+from crawler.sources.health import TrackerHealth
 from crawler.sources.http_client import HttpStatusError
 from crawler.sources.http_scrape import MAX_HASHES as HTTP_HASHES
 from crawler.sources.http_scrape import ScrapeCounts, parse_scrape_reply, scrape_request, scrape_url
@@ -66,12 +66,10 @@ class TrackerScrapes:
     """
 
     def __init__(self, enabled: bool, udp: UdpTrackerClient, udp_targets: Callable, http_body: Callable,
-                 cache_size: int):
-        self.enabled = enabled
+                 health: TrackerHealth, cache_size: int):
+        self.enabled, self.health = enabled, health
         self.udp, self.udp_targets, self.http_body = udp, udp_targets, http_body
         self.groups = ScrapeGroups(self._scrape_many, full=self._per_request)
-        # tracker URL -> time.monotonic() until which it is not scraped
-        self.without: Lru[str, float] = Lru(cache_size)
         # tracker URL -> its failed scrapes in a row
         self.failed: Lru[str, int] = Lru(cache_size)
         # HTTP tracker URLs known to read every info_hash of a scrape request
@@ -83,15 +81,12 @@ class TrackerScrapes:
 
         Raises what failed the scrape (``TrackerTimeout``, a protocol error, ...).
         """
-        if not self.enabled:
-            return None
-        until = self.without.get(url)
-        if until is not None and time.monotonic() < until:
+        if not self.enabled or self.health.no_scrape_until(url) is not None:
             return None
         try:
             counts = self.groups.join(url, info_hash, deadline)
         except ScrapeUnsupported:
-            self.without[url] = time.monotonic() + RELEARN_SECONDS
+            self.health.learn_no_scrape(url, time.time() + RELEARN_SECONDS)
             return None
         except StoreError:
             raise
@@ -100,15 +95,10 @@ class TrackerScrapes:
             self.failed[url] = n
             if n >= SILENT_LIMIT:
                 self.failed.pop(url)
-                self.without[url] = time.monotonic() + RELEARN_SECONDS
+                self.health.learn_no_scrape(url, time.time() + RELEARN_SECONDS)
             raise
         self.failed.pop(url, None)
         return counts
-
-    def learned_without(self) -> list[str]:
-        """The trackers this process has learned do not scrape (redacted)."""
-        now = time.monotonic()
-        return sorted(redact.url(u) for u in list(self.without) if self.without.get(u, 0.0) > now)
 
     @staticmethod
     def _per_request(url: str) -> int:

@@ -144,7 +144,7 @@ class Trackers:
         self.groups = AnnounceGroups(self._udp_many)
         self.http_announces_sent = 0  # HTTP announces and withdrawals (figures, beside the UDP client's)
         self.scrapes = TrackerScrapes(settings.scrape_first, self.udp, self._udp_targets, self._http_body,
-                                      settings.tracker_cache_size)
+                                      self.health, settings.tracker_cache_size)
 
     def announce(self, url: str, info_hash_hex: str, deadline: float | None = None,
                  scrape: bool = True) -> SourceResult:
