@@ -85,7 +85,6 @@ def add_visit(batches: RecordBatches, i: int, h: str, part: VisitPart, flags: by
     """
     shard = part.shard
     bkey, country_keys = shard.bucket, shard.country_keys
-    batch = None
     for (pkey, (info, lanes, _), f, bucket), flag in zip(part.rows, flags):
         if flag == FRESH:
             continue
@@ -94,17 +93,8 @@ def add_visit(batches: RecordBatches, i: int, h: str, part: VisitPart, flags: by
         if head is None:
             head = batch.add_place(pkey, info, country_keys)
         # the torrent's marks of this IP (and its group): bucket by (IP, torrent)
-        tb = batch.bnumbers.get(bucket)
-        if tb is None:
-            batch.buckets.append(bkey(bucket))
-            tb = batch.bnumbers[bucket] = len(batch.buckets)
-        gb = 0
-        if info.k > 1:
-            # its place marks: bucket by IP alone
-            bucket = (f >> 64) % n_buckets
-            gb = batch.bnumbers.get(bucket)
-            if gb is None:
-                batch.buckets.append(bkey(bucket))
-                gb = batch.bnumbers[bucket] = len(batch.buckets)
+        tb = batch.bucket_number(bucket, bkey)
+        # its place marks: bucket by IP alone
+        gb = batch.bucket_number((f >> 64) % n_buckets, bkey) if info.k > 1 else 0
         batch.ips += ((tb << info.tshift) | (gb << info.gshift) | head
                       | (lanes ^ (f & LOW64) * info.r)).to_bytes(info.nbytes, "big")
