@@ -423,11 +423,11 @@ def test_scrape_replies_raise_only_remote_errors_and_keep_only_whole_counts_of_a
         assert all(isinstance(x, int) and 0 <= x <= hs.MAX_COUNT for x in (c.seeders, c.leechers, c.completed))
 
 
-@pytest.mark.parametrize("entries", [10, hs.REPLY_MAX_VALUES // 2 + 1, hs.REPLY_MAX_VALUES + 1])
+@pytest.mark.parametrize("entries", [10, h.REPLY_MAX_VALUES // 2 + 1, h.REPLY_MAX_VALUES + 1])
 def test_a_scrape_reply_past_the_value_budget_is_refused_without_decoding_it(entries):
     # every entry is two values at least (its key and its dictionary): past half the budget, refused
     body = b"d5:filesd" + b"".join(b"20:" + i.to_bytes(20, "big") + b"de" for i in range(1000, 1000 + entries)) + b"ee"
-    if entries * 2 <= hs.REPLY_MAX_VALUES:
+    if entries * 2 <= h.REPLY_MAX_VALUES:
         assert hs.parse_scrape_reply(body, ASKED) == {}
     else:
         with pytest.raises(h.HttpReplyError, match="too large"):

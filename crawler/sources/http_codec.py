@@ -126,6 +126,27 @@ def _kind(v: object) -> str:
         type(v), f"a {type(v).__name__}")
 
 
+def decode_reply(body: bytes, schema: bencode.Keys, what: str = "reply", refused: str = "tracker refused") -> dict:
+    """A tracker's bencoded reply as ``schema`` keeps it (a ``failure reason`` among its fields).
+
+    Raises ``TrackerRefused`` (``refused: reason``) for a ``failure reason``,
+    and ``HttpReplyError`` for what is not bencode, holds more than
+    ``REPLY_MAX_VALUES`` values, or is not a dictionary; ``what`` names the
+    reply in those messages.
+    """
+    try:
+        d = bencode.decode(body, schema, max_values=REPLY_MAX_VALUES)
+    except bencode.TooManyValues as e:
+        raise HttpReplyError(f"{what} too large to decode: {e}") from None
+    except bencode.BencodeError as e:
+        raise HttpReplyError(f"{what} is not bencoded: {e}") from None
+    if not isinstance(d, dict):
+        raise HttpReplyError(f"{what} is {_kind(d)}, not a dictionary")
+    if b"failure reason" in d:
+        raise TrackerRefused(f"{refused}: {_text(d[b'failure reason'])}")
+    return d
+
+
 def parse_announce_reply(body: bytes, limit: int | None = None) -> HttpAnnounceReply:
     """Parse a bencoded announce reply.
 
@@ -142,16 +163,7 @@ def parse_announce_reply(body: bytes, limit: int | None = None) -> HttpAnnounceR
     only the keys read here are kept. A compact list that is not whole
     entries is refused as a whole, as without a limit.
     """
-    try:
-        d = bencode.decode(body, _reply_schema(limit), max_values=REPLY_MAX_VALUES)
-    except bencode.TooManyValues as e:
-        raise HttpReplyError(f"reply too large to decode: {e}") from None
-    except bencode.BencodeError as e:
-        raise HttpReplyError(f"reply is not bencoded: {e}") from None
-    if not isinstance(d, dict):
-        raise HttpReplyError(f"reply is {_kind(d)}, not a dictionary")
-    if b"failure reason" in d:
-        raise TrackerRefused(f"tracker refused: {_text(d[b'failure reason'])}")
+    d = decode_reply(body, _reply_schema(limit))
     peers: list[Peer] = []
     cut = 0
 

@@ -17,15 +17,11 @@ import urllib.parse
 from dataclasses import dataclass
 
 from crawler.bencode import codec as bencode
-from crawler.sources.tracker_errors import HttpReplyError, TrackerRefused
+from crawler.sources.http_codec import MAX_COUNT, decode_reply
+from crawler.sources.tracker_errors import HttpReplyError
 
 # Torrents one HTTP scrape asks for.
 MAX_HASHES = 64
-# As for announce replies: counts above BEP 15's field width are no real swarm's.
-MAX_COUNT = 2**32 - 1
-# The values one reply may hold: MAX_HASHES entries of a few values each,
-# and the rest of a reply that lists more torrents than asked, checked only.
-REPLY_MAX_VALUES = 100_000
 
 _COUNTS = bencode.Keys({b"complete": bencode.LEAF, b"incomplete": bencode.LEAF, b"downloaded": bencode.LEAF})
 
@@ -62,22 +58,14 @@ def parse_scrape_reply(body: bytes, info_hashes: list[bytes]) -> dict[bytes, Scr
 
     Raises ``TrackerRefused`` for ``failure reason``, ``HttpReplyError`` for
     anything malformed (an asked torrent's entry without whole counts
-    included) and for a reply of more than ``REPLY_MAX_VALUES`` values.
+    included) and for a reply of more than ``http_codec.REPLY_MAX_VALUES`` values (the
+    announce replies' budget: ``MAX_HASHES`` entries of a few values each, and
+    the rest of a reply that lists more torrents than asked, checked only).
+    Counts above ``MAX_COUNT`` are refused, as in announce replies.
     """
     schema = bencode.Keys({b"failure reason": bencode.LEAF,
                            b"files": bencode.Keys({h: _COUNTS for h in info_hashes})})
-    try:
-        d = bencode.decode(body, schema, max_values=REPLY_MAX_VALUES)
-    except bencode.TooManyValues as e:
-        raise HttpReplyError(f"scrape reply too large to decode: {e}") from None
-    except bencode.BencodeError as e:
-        raise HttpReplyError(f"scrape reply is not bencoded: {e}") from None
-    if not isinstance(d, dict):
-        raise HttpReplyError("scrape reply is not a dictionary")
-    if b"failure reason" in d:
-        reason = d[b"failure reason"]
-        text = reason.decode("utf-8", "replace") if isinstance(reason, bytes) else repr(reason)
-        raise TrackerRefused(f"tracker refused the scrape: {' '.join(text.split())[:300]}")
+    d = decode_reply(body, schema, "scrape reply", "tracker refused the scrape")
     files = d.get(b"files", {})
     if not isinstance(files, dict):
         raise HttpReplyError("scrape reply's 'files' is not a dictionary")
