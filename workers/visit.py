@@ -60,6 +60,11 @@ MIN_INTERVAL_CAP = 6 * 3600.0
 NOTED_CAP = 200_000
 
 
+# A source's failure when it gave nothing by the visit's deadline.
+NO_ANSWER = "no answer within the visit deadline"
+NO_SCRAPE = "no scrape answer within the visit deadline"
+
+
 @dataclass(frozen=True)
 class Visit:
     """What one visit did: ``state`` is cooling, evicted, failed, skipped or stale."""
@@ -122,31 +127,15 @@ class Visitor:
         waits = waits or {}
         if len(urls) == 1 and self.dht is None:
             gevent.sleep(waits.get(urls[0], 0.0))
-            return [self._ask_one(h, urls[0], deadline)]
-        jobs = [gevent.spawn_later(waits[u], self.trackers.announce, u, h, deadline, False) if waits.get(u)
-                else gevent.spawn(self.trackers.announce, u, h, deadline, False) for u in urls]
+            u = urls[0]
+            return [self._bounded(self._alone(u, lambda: self.trackers.announce(u, h, deadline, False), deadline,
+                                              NO_ANSWER))]
+        jobs = {u: gevent.spawn_later(waits[u], self.trackers.announce, u, h, deadline, False) if waits.get(u)
+                else gevent.spawn(self.trackers.announce, u, h, deadline, False) for u in urls}
         if self.dht is not None:
-            jobs.append(gevent.spawn(self.dht.lookup, h))
-        try:
-            # Sources bound themselves; the extra second only guards a stuck one.
-            gevent.joinall(jobs, timeout=max(deadline - time.monotonic(), 0) + 1.0)
-        finally:
-            for j in jobs:
-                if not j.ready():
-                    j.kill(block=False)
-        names = urls + (["dht"] if self.dht is not None else [])
-        out = []
-        for name, j in zip(names, jobs):
-            if j.successful() and j.value is not None:
-                out.append(self._bounded(j.value))
-            elif j.ready() and j.exception is not None and not isinstance(j.exception, gevent.GreenletExit):
-                if isinstance(j.exception, StoreError):
-                    raise j.exception
-                error = redact.text(f"{type(j.exception).__name__}: {j.exception}", name)
-                out.append(SourceResult.failed(name, error))
-            else:
-                out.append(SourceResult.failed(name, "no answer within the visit deadline"))
-        return out
+            jobs["dht"] = gevent.spawn(self.dht.lookup, h)
+        return [self._bounded(r) if r is not None else SourceResult.failed(name, NO_ANSWER)
+                for name, r in self._joined(jobs, deadline, NO_ANSWER).items()]
 
     def scrape(self, h: str, urls: list[str], deadline: float) -> dict[str, SourceResult]:
         """The trackers of ``urls`` whose scrape settles this visit, with their answers (``Trackers.scrape_first``).
@@ -157,44 +146,52 @@ class Visitor:
         """
         if not urls or not self.settings.scrape_first:
             return {}
-        if len(urls) == 1:  # no greenlet to start for a lone tracker (it bounds itself by the deadline)
-            settled = self.trackers.scrape_first(urls[0], h, deadline)
-            return {} if settled is None else {urls[0]: settled}
-        jobs = {u: gevent.spawn(self.trackers.scrape_first, u, h, deadline) for u in urls}
+        if len(urls) == 1:
+            u = urls[0]
+            answers = {u: self._alone(u, lambda: self.trackers.scrape_first(u, h, deadline), deadline, NO_SCRAPE)}
+        else:
+            jobs = {u: gevent.spawn(self.trackers.scrape_first, u, h, deadline) for u in urls}
+            answers = self._joined(jobs, deadline, NO_SCRAPE)
+        return {u: r for u, r in answers.items() if r is not None}
+
+    def _joined(self, jobs: dict[str, gevent.Greenlet], deadline: float, late: str) -> dict[str, SourceResult | None]:
+        """Each source's job (source name -> greenlet) waited for until ``deadline`` (monotonic): its
+        value, or its failure (what it raised, or ``late``). Raises ``StoreError`` (ours)."""
         try:
+            # Sources bound themselves; the extra second only guards a stuck one.
             gevent.joinall(list(jobs.values()), timeout=max(deadline - time.monotonic(), 0) + 1.0)
         finally:
             for j in jobs.values():
                 if not j.ready():
                     j.kill(block=False)
-        out = {}
-        for u, j in jobs.items():
+        out: dict[str, SourceResult | None] = {}
+        for name, j in jobs.items():
             if j.successful():
-                if j.value is not None:
-                    out[u] = j.value
-            elif isinstance(j.exception, StoreError):
-                raise j.exception
+                out[name] = j.value
             elif j.ready() and j.exception is not None and not isinstance(j.exception, gevent.GreenletExit):
-                out[u] = SourceResult.failed(u, redact.text(f"{type(j.exception).__name__}: {j.exception}", u))
+                if isinstance(j.exception, StoreError):
+                    raise j.exception
+                out[name] = SourceResult.failed(name, redact.text(f"{type(j.exception).__name__}: {j.exception}", name))
             else:
-                out[u] = SourceResult.failed(u, "no scrape answer within the visit deadline")
+                out[name] = SourceResult.failed(name, late)
         return out
+
+    def _alone(self, name: str, call, deadline: float, late: str) -> SourceResult | None:
+        """``call()`` of one source from this greenlet (no greenlet to start for a lone source): its
+        value, or its failure as ``_joined`` gives it."""
+        # The source bounds itself by the deadline; the extra second only guards a stuck one.
+        with gevent.Timeout(max(deadline - time.monotonic(), 0) + 1.0, False):
+            try:
+                return call()
+            except StoreError:
+                raise
+            except Exception as e:  # noqa: BLE001 - a source's bug is that source's failure, as in _joined
+                return SourceResult.failed(name, redact.text(f"{type(e).__name__}: {e}", name))
+        return SourceResult.failed(name, late)
 
     def _bounded(self, r: SourceResult) -> SourceResult:
         """``r`` with at most the per-source bound of peers (trackers cut their own; this bounds any source)."""
         return r.bounded(self.settings.source_peers_bound(r.max_peers))
-
-    def _ask_one(self, h: str, url: str, deadline: float) -> SourceResult:
-        """One tracker, asked from this greenlet (no greenlet to start for a lone source)."""
-        # The tracker bounds itself by the deadline; the extra second only guards a stuck one.
-        with gevent.Timeout(max(deadline - time.monotonic(), 0) + 1.0, False):
-            try:
-                return self._bounded(self.trackers.announce(url, h, deadline, False))
-            except StoreError:
-                raise
-            except Exception as e:  # noqa: BLE001 - a source's bug is that source's failure, as in gather
-                return SourceResult.failed(url, redact.text(f"{type(e).__name__}: {e}", url))
-        return SourceResult.failed(url, "no answer within the visit deadline")
 
     def _not_before(self, r: SourceResult, now: float) -> float:
         wait = r.min_interval if r.min_interval is not None else self.settings.tracker_floor
