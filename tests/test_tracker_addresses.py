@@ -127,7 +127,7 @@ def test_http_moves_on_from_an_address_that_refuses_connections(swarm, make_trac
     assert r.ok, r.error
     assert set(r.peers) == expected and (r.seeders, r.leechers) == (1, 3)
     # The address that accepted goes first next time.
-    assert t._good[("tcp", "multi.test", ot.port)] == (_stdsocket.AF_INET, ("127.0.0.1", ot.port))
+    assert t.addresses.good[("tcp", "multi.test", ot.port)] == (_stdsocket.AF_INET, ("127.0.0.1", ot.port))
     assert t.announce(f"http://multi.test:{ot.port}/announce", ih).ok
     r = make_trackers({"multi.test": [DEAD, "127.0.0.6"]}).announce(f"http://multi.test:{ot.port}/announce", ih)
     assert not r.ok and "none of its 2 addresses accepted a connection" in r.error

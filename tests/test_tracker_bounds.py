@@ -129,7 +129,7 @@ def test_caches_stay_bounded_after_many_distinct_trackers(settings, client, keys
         for name, port in names.items():
             r = t.announce(f"udp://{name}:{port}/announce", _hash(hostile.UDP_GOOD))
             assert r.ok, r.error
-        assert len(t._dns) == 16 and len(t._good) == 16
+        assert len(t.addresses.dns) == 16 and len(t.addresses.good) == 16
         assert len(t.udp._conn) <= 16
         assert len(t.health._state) == 16 and len(t.health._batch) < 16
     finally:

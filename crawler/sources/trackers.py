@@ -20,7 +20,7 @@ is tried address after address, every address checked by the address
 policy, each try given an equal share of the time left
 (``addresses.share_of_time``). The address that answered is tried first
 next time, so a dead address costs one announce its share, not every
-announce.
+announce (``tracker_addresses``).
 
 Bounds: at most ``Settings.source_peers_bound(max)`` peers are kept of one
 reply, the rest counted per tracker in tracker health. They are cut before
@@ -70,9 +70,7 @@ from crawler.sources import addresses, udp_codec
 from crawler.sources.addresses import (
     AddressCheck,
     Resolver,
-    first,
     policy,
-    resolve,
     share_of_time,
 )
 from crawler.sources.announce_groups import AnnounceGroups
@@ -80,17 +78,14 @@ from crawler.sources.health import ANSWER, FAILURE, REFUSAL, TrackerHealth
 from crawler.sources.http_client import http_get, tls_context
 from crawler.sources.http_codec import announce_url, parse_announce_reply
 from crawler.sources.http_exchange import http_exchange
-from crawler.sources.lru import Lru
 from crawler.sources.result import SourceResult
 from crawler.sources.self_filter import SelfFilter, shared_port
+from crawler.sources.tracker_addresses import TrackerAddresses
 from crawler.sources.tracker_errors import TrackerRefused, TrackerTimeout
 from crawler.sources.tracker_scrapes import TrackerScrapes
 from crawler.sources.tracker_urls import url_parts
 from crawler.sources.udp_client import UdpTrackerClient
 
-# A tracker's address rarely changes; re-resolving per announce would cost a
-# DNS query per torrent.
-DNS_TTL = 300.0
 # Below this many entries a short reply is not taken as a cap: real trackers
 # cap at 50 or more, and a tiny learned cap would call small swarms "full".
 MIN_LEARNED_CAP = 10
@@ -137,13 +132,10 @@ class Trackers:
         # The withdrawal is best effort: one try, at most one UDP try's time
         # (Settings.udp_timeout), whether the tracker speaks UDP or HTTP.
         self.stop_timeout = settings.udp_timeout
-        self._dns: Lru[tuple[str, int], tuple[list, float]] = Lru(settings.tracker_cache_size)
-        # ("udp" | "tcp", host, port) -> the address that last answered (UDP)
-        # or accepted a connection (HTTP), tried first next time.
-        self._good: Lru[tuple[str, str, int], tuple] = Lru(settings.tracker_cache_size)
+        self.addresses = TrackerAddresses(self.check, resolver, settings.tracker_cache_size)
         self.groups = AnnounceGroups(self._udp_many)
         self.http_announces_sent = 0  # HTTP announces and withdrawals (figures, beside the UDP client's)
-        self.scrapes = TrackerScrapes(settings.scrape_first, self.udp, self._udp_targets, self._http_body,
+        self.scrapes = TrackerScrapes(settings.scrape_first, self.udp, self.addresses.udp_targets, self._http_body,
                                       self.health, settings.tracker_cache_size)
 
     def announce(self, url: str, info_hash_hex: str, deadline: float | None = None,
@@ -163,9 +155,9 @@ class Trackers:
             if settled is not None:
                 return settled
         configured = self.settings.tracker_max_peers(url)
-        until = self.health.backing_off_until(url)
-        if until is not None:
-            return self._failed(url, f"tracker backing off for {until - time.time():.0f} s more", configured)
+        backing_off = self._backing_off(url, configured)
+        if backing_off is not None:
+            return backing_off
         info_hash = bytes.fromhex(info_hash_hex)
         scheme = url_parts(url)[0]
         try:
@@ -191,9 +183,9 @@ class Trackers:
         if not self.scrapes.enabled:
             return None
         configured = self.settings.tracker_max_peers(url)
-        until = self.health.backing_off_until(url)
-        if until is not None:
-            return self._failed(url, f"tracker backing off for {until - time.time():.0f} s more", configured)
+        backing_off = self._backing_off(url, configured)
+        if backing_off is not None:
+            return backing_off
         try:
             counts = self.scrapes.counts(url, bytes.fromhex(info_hash_hex), deadline)
         except StoreError:
@@ -207,6 +199,13 @@ class Trackers:
         cap = self.health.cap(url)
         return SourceResult(source=url, ok=True, max_peers=min(configured, cap) if cap else configured,
                             seeders=0, leechers=0, asked="scrape")
+
+    def _backing_off(self, url: str, configured: int) -> SourceResult | None:
+        """The failed result of asking ``url`` while it backs off, or None: it may be asked now."""
+        until = self.health.backing_off_until(url)
+        if until is None:
+            return None
+        return self._failed(url, f"tracker backing off for {until - time.time():.0f} s more", configured)
 
     def _failed(self, url: str, error: str, max_peers: int) -> SourceResult:
         return SourceResult.failed(url, redact.text(error, url), max_peers)
@@ -278,10 +277,9 @@ class Trackers:
         _, host, port, netloc = url_parts(url)
         if not host or not port:
             return fail_the_rest(self._failed(url, "UDP tracker URL lacks a host or port", configured))
-        until = self.health.backing_off_until(url)
-        if until is not None:
-            return fail_the_rest(
-                self._failed(url, f"tracker backing off for {until - time.time():.0f} s more", configured))
+        backing_off = self._backing_off(url, configured)
+        if backing_off is not None:
+            return fail_the_rest(backing_off)
         try:
             self._udp_exchanges(url, host, port, netloc, hashes, configured, deadline, final)
         except StoreError:
@@ -296,7 +294,7 @@ class Trackers:
         """Announce ``hashes`` to each address of the tracker in turn (only silence moves a
         torrent on to the next address), each answer followed by its withdrawal within
         the stop timeout; ``final(i, result)`` as each hash's result is known."""
-        targets = self._targets(host, port, f"tracker {redact.url(f'udp://{netloc}')}")
+        targets = self.addresses.targets(host, port, f"tracker {redact.url(f'udp://{netloc}')}")
         asked = configured + 1  # the tracker may list us in its reply
         common = {"peer_id": self.peer_id, "port": self.port, "num_want": asked, "key": self.key}
         silent: dict[int, list[str]] = {i: [] for i in range(len(hashes))}
@@ -314,7 +312,7 @@ class Trackers:
                     answer = TrackerTimeout(why[0] if len(why) == 1 else
                                             f"none of its {len(why)} addresses answered: " + "; ".join(why))
                 elif len(targets) > 1:
-                    self._good[("udp", host, port)] = (family, addr)
+                    self.addresses.good[("udp", host, port)] = (family, addr)
                 if isinstance(answer, Exception):
                     final(i, self._fault(url, answer, configured))
                 else:
@@ -331,28 +329,11 @@ class Trackers:
             if not todo:
                 break
 
-    def _udp_targets(self, url: str) -> list:
-        """The (family, address) pairs a UDP tracker's scrape goes to: the address that answered last first."""
-        _, host, port, netloc = url_parts(url)
-        if not host or not port:
-            raise ValueError("UDP tracker URL lacks a host or port")
-        return self._targets(host, port, f"tracker {redact.url(f'udp://{netloc}')}")
-
     def _http_body(self, url: str, deadline: float) -> bytes:
         """The body of a 200 GET of ``url``, within ``deadline`` and ``Settings.http_timeout``."""
         s = self.settings
         return http_get(url, min(deadline, time.monotonic() + s.http_timeout), s.http_max_bytes, self.check,
-                        tls=self.tls, resolver=self.resolver, preferred=self._good).body
-
-    def _targets(self, host: str, port: int, what: str) -> list:
-        """The checked addresses of host:port, the one that answered last first."""
-        cached = self._dns.get((host, port))
-        if cached is not None and time.monotonic() < cached[1]:
-            targets = cached[0]
-        else:
-            targets = resolve(host, port, self.check, what, self.resolver)
-            self._dns[(host, port)] = (targets, time.monotonic() + DNS_TTL)
-        return first(targets, self._good.get(("udp", host, port)))
+                        tls=self.tls, resolver=self.resolver, preferred=self.addresses.good).body
 
     def _result(self, url, info_hash, configured, asked, peers, cut, seeders, leechers, stopped, interval,
                 min_interval, warning):
