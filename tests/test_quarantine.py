@@ -151,7 +151,9 @@ class StallingTracker:
 
     For ``poison`` the first announce is refused with HTTP 503 (a failed visit,
     so the torrent has a last error), and every later one stalls until the
-    tracker closes: the visit outlives whatever holds its lease.
+    tracker closes: the visit outlives whatever holds its lease. Scrapes
+    (BEP 48) report one seeder and one leecher for every torrent asked, so
+    that every visit goes on to announce.
     """
 
     def __init__(self, poison: str):
@@ -167,9 +169,13 @@ class StallingTracker:
                 pass
 
             def do_GET(self):
-                query = urllib.parse.urlsplit(self.path).query
-                raw = urllib.parse.parse_qs(query, encoding="latin-1")["info_hash"][0]
-                ih = raw.encode("latin-1").hex()
+                parts = urllib.parse.urlsplit(self.path)
+                asked = urllib.parse.parse_qs(parts.query, encoding="latin-1")["info_hash"]
+                if parts.path.endswith("/scrape"):
+                    files = {raw.encode("latin-1"): {b"complete": 1, b"incomplete": 1, b"downloaded": 0}
+                             for raw in asked}
+                    return self.reply(bencode.encode({b"files": files}))
+                ih = asked[0].encode("latin-1").hex()
                 with tracker.lock:
                     tracker.asked[ih] = tracker.asked.get(ih, 0) + 1
                     n = tracker.asked[ih]
@@ -181,8 +187,10 @@ class StallingTracker:
                         return
                     tracker.closing.wait(120)
                     return
-                body = bencode.encode({b"interval": 3600, b"complete": 1, b"incomplete": 1,
-                                       b"peers": bytes([127, 9, 0, 1, 4, 87])})
+                self.reply(bencode.encode({b"interval": 3600, b"complete": 1, b"incomplete": 1,
+                                           b"peers": bytes([127, 9, 0, 1, 4, 87])}))
+
+            def reply(self, body: bytes) -> None:
                 self.send_response(200)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()

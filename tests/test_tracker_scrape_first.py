@@ -187,6 +187,23 @@ def test_a_scrape_that_times_out_fails_the_tracker_never_reads_empty_and_a_dropp
         t.close()
 
 
+def test_a_lost_scrape_of_many_torrents_is_one_failure_of_the_tracker(trackers, client, keys):
+    t = _Udp("silent")
+    try:
+        hashes = _hashes(10)
+        results = _all(trackers, t.url, hashes)
+        assert t.scrapes == 1  # one packet for the ten
+        assert all(not r.ok and "TrackerTimeout" in r.error for r in results)
+        shown = tracker_report(client, keys, 10)[t.url]
+        # one lost request, one failure: below the two in a row that back a tracker off, and one
+        # of the SILENT_LIMIT in a row before the tracker is taken as one that drops scrapes
+        assert shown["failures"] == 1 and shown["no_scrape_until"] is None, shown
+        assert trackers.health.backing_off_until(t.url) is None
+        assert trackers.scrapes.failed.get(t.url) == 1
+    finally:
+        t.close()
+
+
 def test_scrape_off_announces_as_before(opentracker, settings, client, keys):  # noqa: F811
     (ih,) = _hashes(1)
     ot = opentracker([ih])

@@ -9,7 +9,10 @@ torrents; an announce costs two requests per torrent, its withdrawal
 included). Otherwise the caller announces as before.
 
 - A scrape that fails (silence, garbage) raises: the tracker failed for
-  that visit, never "no peers". ``SILENT_LIMIT`` failed scrapes in a row
+  that visit, never "no peers". One failed request is one failure
+  (``on_failure``, once, however many torrents it carried: a lost packet of
+  74 hashes must not count as 74 and back the tracker off), and
+  ``SILENT_LIMIT`` failed requests in a row
   (a tracker that answers announces but drops scrapes looks like this)
   and it is learned as one that cannot scrape, and announced to; a tracker
   that is simply down then fails its announces and backs off as before.
@@ -33,7 +36,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from crawler.errors import StoreError
 from crawler.sources.addresses import share_of_time
 from crawler.sources.health import TrackerHealth
 from crawler.sources.http_client import HttpStatusError
@@ -62,15 +64,17 @@ class TrackerScrapes:
     address) pairs of a UDP tracker URL, checked by the address policy, the
     one that answered last first;
     ``http_body(url, until)``: the body of a 200 GET, bounded (raising what
-    ``http_get`` raises). Figures: ``udp_packets``, ``http_requests``.
+    ``http_get`` raises); ``on_failure(url, exception)``: told once per
+    failed request (the tracker's health). Figures: ``udp_packets``,
+    ``http_requests``.
     """
 
     def __init__(self, enabled: bool, udp: UdpTrackerClient, udp_targets: Callable, http_body: Callable,
-                 health: TrackerHealth, cache_size: int):
-        self.enabled, self.health = enabled, health
+                 health: TrackerHealth, cache_size: int, on_failure: Callable[[str, Exception], None]):
+        self.enabled, self.health, self.on_failure = enabled, health, on_failure
         self.udp, self.udp_targets, self.http_body = udp, udp_targets, http_body
         self.groups = ScrapeGroups(self._scrape_many, full=self._per_request)
-        # tracker URL -> its failed scrapes in a row
+        # tracker URL -> its failed scrape requests in a row
         self.failed: Lru[str, int] = Lru(cache_size)
         # HTTP tracker URLs known to read every info_hash of a scrape request
         self.multi: Lru[str, bool] = Lru(cache_size)
@@ -84,21 +88,10 @@ class TrackerScrapes:
         if not self.enabled or self.health.no_scrape_until(url) is not None:
             return None
         try:
-            counts = self.groups.join(url, info_hash, deadline)
+            return self.groups.join(url, info_hash, deadline)
         except ScrapeUnsupported:
             self.health.learn_no_scrape(url, time.time() + RELEARN_SECONDS)
             return None
-        except StoreError:
-            raise
-        except Exception:
-            n = self.failed.get(url, 0) + 1
-            self.failed[url] = n
-            if n >= SILENT_LIMIT:
-                self.failed.pop(url)
-                self.health.learn_no_scrape(url, time.time() + RELEARN_SECONDS)
-            raise
-        self.failed.pop(url, None)
-        return counts
 
     @staticmethod
     def _per_request(url: str) -> int:
@@ -118,9 +111,23 @@ class TrackerScrapes:
                     out += self._http(url, chunk, deadline)
                 else:
                     raise ScrapeUnsupported(f"no scrape for a {scheme!r} tracker")
-            except Exception as e:  # noqa: BLE001 - the request's failure is each of its torrents'
+            except ScrapeUnsupported as e:
                 out += [e] * len(chunk)
+            except Exception as e:  # noqa: BLE001 - the request's failure is each of its torrents'
+                self._failed_request(url, e)
+                out += [e] * len(chunk)
+            else:
+                self.failed.pop(url, None)
         return out
+
+    def _failed_request(self, url: str, e: Exception) -> None:
+        """One failed request: one failure of the tracker, and one toward ``SILENT_LIMIT``."""
+        n = self.failed.get(url, 0) + 1
+        self.failed[url] = n
+        if n >= SILENT_LIMIT:
+            self.failed.pop(url)
+            self.health.learn_no_scrape(url, time.time() + RELEARN_SECONDS)
+        self.on_failure(url, e)
 
     def _udp(self, url: str, chunk: list[bytes], deadline: float) -> list[ScrapeCounts]:
         """One packet's counts; a silent address gives way to the next, each given an equal share of the time."""

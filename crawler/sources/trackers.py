@@ -136,7 +136,7 @@ class Trackers:
         self.groups = AnnounceGroups(self._udp_many)
         self.http_announces_sent = 0  # HTTP announces and withdrawals (figures, beside the UDP client's)
         self.scrapes = TrackerScrapes(settings.scrape_first, self.udp, self.addresses.udp_targets, self._http_body,
-                                      self.health, settings.tracker_cache_size)
+                                      self.health, settings.tracker_cache_size, on_failure=self._note)
 
     def announce(self, url: str, info_hash_hex: str, deadline: float | None = None,
                  scrape: bool = True) -> SourceResult:
@@ -191,7 +191,8 @@ class Trackers:
         except StoreError:
             raise
         except Exception as e:  # noqa: BLE001 - as in announce: the tracker's failure for this visit
-            return self._fault(url, e, configured)
+            # noted in the tracker's health once per failed request, by the scrapes
+            return self._fault(url, e, configured, note=False)
         if counts is None or counts.seeders or counts.leechers:
             return None
         # Reported empty: not announced to, and no peers from it (tracker_scrapes).
@@ -210,21 +211,29 @@ class Trackers:
     def _failed(self, url: str, error: str, max_peers: int) -> SourceResult:
         return SourceResult.failed(url, redact.text(error, url), max_peers)
 
-    def _fault(self, url: str, e: Exception, configured: int) -> SourceResult:
-        """The failed result for what an exchange with ``url`` raised, noted in the tracker's health.
+    def _fault(self, url: str, e: Exception, configured: int, note: bool = True) -> SourceResult:
+        """The failed result for what an exchange with ``url`` raised, noted in the tracker's health (``_note``)."""
+        if note:
+            self._note(url, e)
+        if isinstance(e, addresses.AddressRefused):
+            return self._failed(url, str(e), configured)
+        if isinstance(e, TrackerRefused):
+            return replace(self._failed(url, redact.text(str(e), url), configured), refused=True)
+        return self._failed(url, f"{type(e).__name__}: {e}", configured)
+
+    def _note(self, url: str, e: Exception) -> None:
+        """``e``, what one exchange with ``url`` raised, in the tracker's health.
 
         An address our policy refuses is not the tracker's fault; an error
         reply is a refusal (its message kept); anything else (silence,
         garbage, a protocol or TLS error, a name that does not resolve) a failure.
         """
         if isinstance(e, addresses.AddressRefused):
-            return self._failed(url, str(e), configured)
+            return
         if isinstance(e, TrackerRefused):
-            message = redact.text(str(e), url)
-            self.health.record(url, REFUSAL, message=message)
-            return replace(self._failed(url, message, configured), refused=True)
-        self.health.record(url, FAILURE)
-        return self._failed(url, f"{type(e).__name__}: {e}", configured)
+            self.health.record(url, REFUSAL, message=redact.text(str(e), url))
+        else:
+            self.health.record(url, FAILURE)
 
     def announce_many(self, url: str, info_hash_hexes: list[str], deadline: float | None = None) -> list[SourceResult]:
         """``announce`` of each of ``info_hash_hexes`` to ``url``, together; the results in order.
