@@ -22,11 +22,8 @@ from crawler.shard_layout import ShardLayout
 
 
 def shard_of(info_hash: str, shards: int) -> int:
-    """The shard of a torrent: its info-hash, as a 160-bit number, modulo ``shards``.
-
-    Info-hashes are SHA-1 (or truncated SHA-256) digests, so uniform; all
-    bits count, so hand-made hashes that differ only at one end spread too.
-    """
+    """The shard of a torrent: its info-hash, as a 160-bit number, modulo ``shards`` (digests are
+    uniform; all bits count, so hand-made hashes that differ only at one end spread too)."""
     return int(info_hash, 16) % shards
 
 
@@ -34,10 +31,8 @@ def shard_of_fingerprint(fingerprint: int, shards: int) -> int:
     """The counter shard of an IP's place marks and counts: the top 24 bits of its 128-bit keyed
     fingerprint modulo ``shards`` (a torrent's counters live in ``shard_of`` the torrent).
 
-    An IP's mark buckets come from the low bits of the fingerprint's high
-    half (``counters/marks.py``: ``(high64 XOR torrent) mod buckets``,
-    bits 64-81 with the default 2**18 buckets), its mark fields from the low
-    half, so the shard is independent of both.
+    An IP's mark buckets come from the low bits of the fingerprint's high half (``counters/marks.py``:
+    ``(high64 XOR torrent) mod buckets``), its mark fields from the low half: the shard is independent.
     """
     return (fingerprint >> 104) % shards
 
@@ -45,11 +40,9 @@ def shard_of_fingerprint(fingerprint: int, shards: int) -> int:
 def total_shard(scope: tuple[str, ...], shards: int) -> int:
     """The shard whose counter totals hold the place index ``scope`` (``Keys.index``'s scope).
 
-    Only place counters have totals (``counters/rollup.py``): their parts are
-    spread by IP, while a torrent's counters live whole in its shard. A place
-    index (bounded by the world's geography) lives whole in one shard, by a
-    CRC of its scope, so all cities of one country are one key and the first
-    ``k`` of an index are one read.
+    Only place counters have totals (``counters/rollup.py``): their parts are spread by IP, while a
+    torrent's counters live whole in its shard. A place index (bounded by the world's geography)
+    lives whole in one shard, by a CRC of its scope: the first ``k`` of an index are one read.
     """
     return zlib.crc32(":".join(scope).encode("utf-8")) % shards
 
@@ -250,6 +243,15 @@ class Keys(ShardLayout):
         ``sent:<url>``, ``held:<url>`` per capped tracker."""
         return self._home("capm", str(minute))
 
+    @property
+    def dht_budget(self) -> str:
+        """HASH ``*`` -> the next free DHT lookup time, as ``announce_cap`` (the DHT's budget)."""
+        return self._home("dhtcap")
+
+    def dht_budget_minute(self, minute: int) -> str:
+        """HASH of one minute of the DHT's budget, as ``announce_cap_minute``."""
+        return self._home("dhtcapm", str(minute))
+
     # --- discovery (contract §3) ------------------------------------------
     def discovery_minute(self, minute: int) -> str:
         """HASH of one UTC minute (unix time // 60) of discovery, expiring after ten minutes:
@@ -360,11 +362,8 @@ class Keys(ShardLayout):
 
     @property
     def secret(self) -> str:
-        """STRING: a fingerprint key found in Redis; never written (the key must not live beside the marks).
-
-        Read only to refuse to record while it is there and to move it out
-        (``peercrawl secret --move``): the key never lives in Redis (contract §4).
-        """
+        """STRING: a fingerprint key found in Redis; never written, read only to refuse to record while it is
+        there and to move it out (``peercrawl secret --move``): the key never lives in Redis (contract §4)."""
         return self._home("secret")
 
     # --- not peercrawl's ---------------------------------------------------
@@ -374,12 +373,9 @@ class Keys(ShardLayout):
         return "{" + self.namespace + "[}/]*"
 
     def scratch(self, *parts: str) -> str:
-        """Any type: a key a benchmark or test keeps for itself under the namespace
-        (a baseline design's counters, a connection probe), so dropping the
-        namespace drops it too. peercrawl never reads or writes one (a test
-        forbids it in crawler/, workers/ and geo/); a first part that names one
-        of peercrawl's own keys is refused.
-        """
+        """Any type: a key a benchmark or test keeps under the namespace (dropped with it); peercrawl never
+        reads or writes one (a test forbids it in crawler/, workers/ and geo/); a first part that names one
+        of peercrawl's own keys is refused."""
         if not parts or parts[0] in RESERVED:
             raise ValueError(f"scratch key {parts!r} would collide with one of peercrawl's keys")
         return self._k(*parts)
@@ -390,5 +386,5 @@ RESERVED = frozenset({
     "ready", "since", "cooling", "leases", "evicted", "tombstones", "held", "claims", "expiries",
     "quarantined", "quarantine", "t", "tr", "vh", "visits", "failedvisits", "workers", "w", "trackerhealth",
     "trackerused", "trackerrank", "trackertotals", "mi", "mk", "ix", "tx", "rx", "sh", "geoerrors", "announceport", "secret", "layout",
-    "cap", "capm", "rates", "atrisk", "lane", "lanecredit", "disc",
+    "cap", "capm", "rates", "atrisk", "lane", "lanecredit", "disc", "dhtcap", "dhtcapm",
 })

@@ -97,6 +97,17 @@ class SourceSettings:
         "PEERCRAWL_DISCOVERY_RATE", 1.0, p.bounded_float(0.001, 1000.0),
         "BEP 51 sample queries per second of each worker, 0.001–1000 (each node asked at most once per its own "
         "interval)")
+    # Most of a real catalogue has nobody on the DHT; a lookup is dozens of
+    # queries to other people's nodes (crawler/sources/dht_schedule.py).
+    dht_empty_visits: int = p.setting(
+        "PEERCRAWL_DHT_EMPTY_VISITS", 3, p.bounded_int(0, 1000),
+        "DHT lookups in a row that found nobody before a torrent's lookups are spaced out on a widening "
+        "schedule (0: look up every visit)")
+    # None: no budget; the per-node pacing still holds (docs/dht.md).
+    max_dht_lookups_per_second: float | None = p.setting(
+        "PEERCRAWL_MAX_DHT_LOOKUPS_PER_SECOND", None, p.announce_rate,
+        "most DHT lookups per second from every worker of the namespace together, spaced evenly "
+        "(0.001–100000); visits wait for it", shown="unset: no budget")
     # A get_peers lookup rarely gathers more than ~100 distinct peers quickly.
     dht_max_peers: int = p.setting("PEERCRAWL_DHT_MAX_PEERS", 100, p.positive_int, "the DHT's \"max\" for scoring")
     # libtorrent's default (a few KB/s) caps a crawler's lookup rate; above

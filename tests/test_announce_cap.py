@@ -125,7 +125,7 @@ def test_no_cap_means_no_redis_and_no_wait(client, keys, settings):
 def test_the_largest_rate_spaces_requests_by_ten_microseconds(client, keys, settings):
     s = settings.replace(max_announces_per_second=MAX_ANNOUNCE_RATE)
     cap = AnnounceCap(client, keys, s)
-    answers = cap._serve([(A,)] * 1000)
+    answers = cap._serve([((A,), 2)] * 1000)
     waits = [round(g[A] * 1e6) for g in answers]
     first = waits[0]
     assert waits == [first + 20 * i for i in range(1000)]  # two requests of 10 µs per visit
@@ -141,7 +141,7 @@ def test_the_most_trackers_a_torrent_may_have_each_at_the_slowest_rate(client, k
     assert len(granted) == n and set(granted.values()) == {0.0}
     assert client.hlen(keys.announce_cap) == n
     # each tracker's next request is 2 x 1000 s away: a second visit is given its place there
-    (again,) = cap._serve([tuple(urls[:3])])
+    (again,) = cap._serve([(tuple(urls[:3]), 2)])
     assert again == {u: pytest.approx(2000.0, abs=1.0) for u in urls[:3]}
 
 

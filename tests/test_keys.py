@@ -55,6 +55,8 @@ LAYOUT = {
     "tracker_totals": (K.tracker_totals, "{ns}:trackertotals", "`{ns}:trackertotals`"),
     "announce_cap": (K.announce_cap, "{ns}:cap", "`{ns}:cap`"),
     "announce_cap_minute": (K.announce_cap_minute(29_483_000), "{ns}:capm:29483000", "`{ns}:capm:<minute>`"),
+    "dht_budget": (K.dht_budget, "{ns}:dhtcap", "`{ns}:dhtcap`"),
+    "dht_budget_minute": (K.dht_budget_minute(29_483_000), "{ns}:dhtcapm:29483000", "`{ns}:dhtcapm:<minute>`"),
     "tracker_min_interval": (K.tracker_min_interval(H), "{ns}:mi:" + H, "`{ns}:mi:<h>`"),
     "mark_bucket": (K.mark_bucket(262143), "{ns}:mk:262143", "`{ns}:mk:<n>`"),
     "mark_buckets_match": (K.mark_buckets_match, "{ns}:mk:[0-9]*", "`{ns}:mk:<n>`"),

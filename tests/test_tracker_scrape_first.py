@@ -108,10 +108,12 @@ def test_an_http_tracker_without_a_scrape_url_is_announced_to(opentracker, track
 
 class _Udp:
     """A UDP tracker that answers connects and announces, and scrapes with ``on_scrape``:
-    "error" (an error reply) or "silent"."""
+    "error" (an error reply), "silent", or "empty" (every swarm asked has nobody). ``scrape_times``:
+    when each scrape arrived (monotonic)."""
 
     def __init__(self, on_scrape: str):
         self.on_scrape, self.scrapes, self.announces = on_scrape, 0, 0
+        self.scrape_times: list[float] = []
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.bind(("127.0.0.1", 0))
         self.sock.settimeout(0.2)
@@ -139,7 +141,11 @@ class _Udp:
                 self.sock.sendto(struct.pack(">IIIII", u.ANNOUNCE, tid, 1800, 0, 1) + peers, addr)
             elif action == u.SCRAPE:
                 self.scrapes += 1
-                if self.on_scrape == "error":
+                self.scrape_times.append(time.monotonic())
+                if self.on_scrape == "empty":
+                    zeros = bytes(12 * ((len(data) - 16) // 20))
+                    self.sock.sendto(struct.pack(">II", u.SCRAPE, tid) + zeros, addr)
+                elif self.on_scrape == "error":
                     self.sock.sendto(struct.pack(">II", u.ERROR, tid) + b"scrape not supported", addr)
 
     def close(self):
@@ -204,6 +210,33 @@ def test_a_lost_scrape_of_many_torrents_is_one_failure_of_the_tracker(trackers, 
         t.close()
 
 
+def test_scrapes_take_their_places_in_a_trackers_cap_and_the_visit_deadline_starts_after(settings, client, keys):
+    from crawler.counters.recorder import Recorder
+    from crawler.queue.transitions import Queue
+    from crawler.source_settings import TrackerSpec
+    from workers.visit import Visitor
+
+    t = _Udp("empty")
+    rate, n = 4.0, 8
+    s = settings.replace(trackers=(TrackerSpec(t.url, 50, rate),), visit_deadline=1.0, udp_timeout=0.5)
+    trackers = Trackers(s, client, keys)
+    trackers.scrapes.groups.full = lambda url: 1  # a packet per torrent, each taking a place
+    visitor = Visitor(Queue(client, keys, s), keys, s, trackers, Recorder(client, keys, s))
+    try:
+        hashes = _hashes(n)
+        jobs = [gevent.spawn(visitor.scrape, h, [t.url]) for h in hashes]
+        gevent.joinall(jobs, raise_error=True)
+        answers = [j.value[t.url] for j in jobs]
+        # the last waited (n - 1) / rate = 1.75 s for its place, longer than the 1 s deadline: still answered
+        assert all(r.ok and r.asked == "scrape" for r in answers), answers
+        assert t.scrapes == n and t.announces == 0
+        gaps = [b - a for a, b in zip(t.scrape_times, t.scrape_times[1:])]
+        assert min(gaps) >= 1 / rate - 0.02, gaps
+    finally:
+        trackers.close()
+        t.close()
+
+
 def test_scrape_off_announces_as_before(opentracker, settings, client, keys):  # noqa: F811
     (ih,) = _hashes(1)
     ot = opentracker([ih])
@@ -231,12 +264,12 @@ def test_a_group_waits_while_scrapes_keep_joining_and_no_longer():
             for i in range(40)]
     gevent.joinall(jobs, raise_error=True)
     assert sent == [40]
-    # 100 joining in one turn: one group at once (the caller cuts it into packets of 74), no waiting
+    # 100 joining in one turn: a full group at once, and the rest in the next
     sent.clear()
     jobs = [gevent.spawn(groups.join, "udp://t:1/announce", bytes([i]) * 20, time.monotonic() + 5)
             for i in range(100)]
     gevent.joinall(jobs, raise_error=True)
-    assert sent == [100]
+    assert sorted(sent) == [26, 74]
     # a lone visit waits one quiet pause, not the whole window
     sent.clear()
     start = time.monotonic()

@@ -268,10 +268,11 @@ def test_old_minute_counts_are_trimmed_without_status(q, view, settings):
 def test_held_trackers_come_back_in_the_plan_until_the_hold_expires(q, view, client, keys):
     a, b = "udp://a:1/announce", "http://b:2/announce"
     q.add([NewItem(H[0], (a, b))], now=100)
-    assert sorted(q.plan(H[0])[0]) == [b, a] and q.plan(H[0])[1] == {}
+    assert sorted(q.plan(H[0])[0]) == [b, a] and q.plan(H[0])[1].not_before == {}
     q.hold_trackers(H[0], {a: 1234.5}, ttl=60)
     q.hold_trackers(H[0], {b: 99.0}, ttl=60)
-    own, not_before = q.plan(H[0])
+    own, noted = q.plan(H[0])
+    not_before = noted.not_before
     assert sorted(own) == [b, a] and not_before == {a: 1234.5, b: 99.0}
     assert view.torrent(H[0], 100)["tracker_not_before"] == not_before
     assert 0 < client.ttl(keys.for_torrent(H[0]).tracker_min_interval(H[0])) <= 60

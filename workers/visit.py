@@ -1,30 +1,34 @@
 """One visit of one claimed torrent, end to end (contract §1–§4).
 
-Strategy: one round trip reads the torrent's own trackers and the times
-before which each may not be re-announced (``tracker_min_interval``). With
-an announce cap set, the visit first waits for its places in the cap's
-schedule (``crawler.sources.announce_cap``); its deadline starts after that.
-Every eligible tracker (each at its place) and the DHT are asked at once,
-each in its own greenlet and all under one deadline. Then, in this order:
+Strategy: one round trip reads the torrent's own trackers and its source
+notes (``crawler.queue.source_notes``: when each tracker may be announced
+to again, when the DHT is next due). Trackers are scraped first (the ones
+that report the swarm empty, or fail, settle the visit without an
+announce); with an announce cap or a DHT budget set, the visit then waits
+for its places in their schedules (``crawler.sources.announce_cap``); its
+deadline starts after that. The other trackers (each at its place) and the
+DHT, when due (``crawler.sources.dht_schedule``), are asked at once, each
+in its own greenlet and all under one deadline. Then, in this order:
 
-1. the not-before times the trackers just gave are kept
-   (``Queue.hold_trackers``): now + the tracker's ``min interval`` (HTTP
-   trackers), else now + ``tracker_floor`` (default 0: BEP 15 replies carry
-   no min interval, and the revisit interval, 1800 s by default, already
-   spaces announces);
+1. the visit's notes are kept in one step (``VisitPlan.note``): per
+   tracker, now + its ``min interval`` (HTTP trackers), else now +
+   ``tracker_floor`` (default 0: BEP 15 replies carry no min interval, and
+   the revisit interval, 1800 s by default, already spaces announces); the
+   DHT's schedule; what each source did on this visit (``torrent`` shows it);
 2. no source answered: ``Queue.fail`` (score kept, short retry; contract §1);
 3. otherwise the peers are recorded (§4) *before* the completion, so a crash
    between the two leaves a lease that expires and a retry that counts only
    what was not yet counted; the score is then applied once (§2) by
-   ``Queue.complete``, and when the pool wants the greenlet's next torrent it
-   is claimed with the other runners' next claims (``workers.claims``).
+   ``Queue.complete`` on the sources asked (a skipped DHT is not one), and
+   when the pool wants the greenlet's next torrent it is claimed with the
+   other runners' next claims (``workers.claims``).
 
-A torrent whose trackers are all still inside their min interval and that
-has no DHT is not announced at all: ``Queue.defer`` puts it back to cooling
-until the first of them may be asked again (``Visit.skipped``), which is
-neither a visit nor a failure.
+A torrent whose trackers are all still inside their min interval and whose
+DHT lookup is not due is not asked at all: ``Queue.defer`` puts it back to
+cooling until the first of them may be asked again (``Visit.skipped``), which
+is neither a visit nor a failure.
 
-Redis steps of a visit: the plan, the recording (its batch's probe and
+Redis steps of a visit: the plan, the notes, the recording (its batch's probe and
 record calls), the completion, the next claim (one claim for the runners
 asking together) and ``torrents.processed`` once per torrent and hour
 (skipped for a revisit inside the hour); each shares its round trip with
@@ -42,9 +46,11 @@ import gevent
 from crawler import logs, redact
 from crawler.errors import StoreError
 from crawler.keys import Keys
+from crawler.queue import source_notes as notes
 from crawler.queue.scoring import SourceCount, outcome
 from crawler.queue.transitions import Lease, Queue
 from crawler.settings import Settings
+from crawler.sources import dht_schedule
 from crawler.sources.announce_cap import AnnounceCap
 from crawler.sources.result import SourceResult, VisitResult
 from crawler.store import patience
@@ -103,55 +109,72 @@ class Visitor:
     """
 
     def __init__(self, queue: Queue, keys: Keys, settings: Settings, trackers, recorder, dht=None,
-                 outage: Outage | None = None, claims: Claims | None = None, cap: AnnounceCap | None = None):
+                 outage: Outage | None = None, claims: Claims | None = None, cap: AnnounceCap | None = None,
+                 dht_budget: AnnounceCap | None = None):
         self.queue, self.keys, self.settings = queue, keys, settings
         self.cap = cap or AnnounceCap(queue.client, keys, settings)
+        self.dht_budget = dht_budget or AnnounceCap.dht_budget(queue.client, keys, settings)
         self.outage = outage or patience.outage(queue.client) or Outage(patience=settings.redis_wait_seconds)
         self.claims = claims or Claims(queue, self.outage)
         self.trackers, self.recorder, self.dht = trackers, recorder, dht
         self._defaults = tuple(t.url for t in settings.trackers)
         self._hour, self._noted = -1, set()
 
-    def _plan(self, h: str) -> tuple[list[str], dict[str, float]]:
-        """(every tracker of ``h``, tracker -> not-before time) in one round trip."""
-        own, not_before = self.queue.plan(h)
-        urls = list(dict.fromkeys(self._defaults + tuple(sorted(own))))
-        return urls, not_before
+    def _plan(self, h: str) -> tuple[list[str], notes.SourceNotes]:
+        """(every tracker of ``h``, its source notes) in one round trip."""
+        own, noted = self.queue.plan(h)
+        return notes.tracker_list(self._defaults, own), noted
 
     def gather(self, h: str, urls: list[str], deadline: float, waits: dict[str, float] | None = None,
-               ) -> list[SourceResult]:
-        """Ask ``urls`` and the DHT concurrently; every result by ``deadline`` (monotonic).
+               dht: bool = True) -> list[SourceResult]:
+        """Ask ``urls`` and (``dht``: when this process has one) the DHT concurrently; every result by
+        ``deadline`` (monotonic).
 
-        ``waits``: seconds to wait before asking each URL (the announce cap's answer).
+        ``waits``: seconds to wait before asking each URL (the announce cap's answer) and the DHT
+        (``"dht"``, its budget's).
         """
         waits = waits or {}
-        if len(urls) == 1 and self.dht is None:
+        dht = dht and self.dht is not None
+        if len(urls) == 1 and not dht:
             gevent.sleep(waits.get(urls[0], 0.0))
             u = urls[0]
             return [self._bounded(self._alone(u, lambda: self.trackers.announce(u, h, deadline, False), deadline,
                                               NO_ANSWER))]
         jobs = {u: gevent.spawn_later(waits[u], self.trackers.announce, u, h, deadline, False) if waits.get(u)
                 else gevent.spawn(self.trackers.announce, u, h, deadline, False) for u in urls}
-        if self.dht is not None:
-            jobs["dht"] = gevent.spawn(self.dht.lookup, h)
+        if dht:
+            jobs["dht"] = gevent.spawn_later(waits.get("dht", 0.0), self.dht.lookup, h)
         return [self._bounded(r) if r is not None else SourceResult.failed(name, NO_ANSWER)
                 for name, r in self._joined(jobs, deadline, NO_ANSWER).items()]
 
-    def scrape(self, h: str, urls: list[str], deadline: float) -> dict[str, SourceResult]:
+    def scrape(self, h: str, urls: list[str]) -> dict[str, SourceResult]:
         """The trackers of ``urls`` whose scrape settles this visit, with their answers (``Trackers.scrape_first``).
 
-        Every tracker is scraped at once; one whose scrape does not settle
-        the visit (the swarm has peers, or it cannot scrape) is left out: it
-        is announced to. Raises only ``StoreError``.
+        Every tracker is scraped at once: the torrent takes a seat in each
+        tracker's next scrape (whose request takes its place in the announce
+        cap), and the scrape stage's deadline starts after the longest of
+        those waits. A tracker whose scrape does not settle the visit (the
+        swarm has peers, or it cannot scrape) is left out: it is announced
+        to. Raises only ``StoreError``.
         """
         if not urls or not self.settings.scrape_first:
             return {}
-        if len(urls) == 1:
-            u = urls[0]
-            answers = {u: self._alone(u, lambda: self.trackers.scrape_first(u, h, deadline), deadline, NO_SCRAPE)}
-        else:
-            jobs = {u: gevent.spawn(self.trackers.scrape_first, u, h, deadline) for u in urls}
-            answers = self._joined(jobs, deadline, NO_SCRAPE)
+        patience = self.settings.visit_deadline
+        answers: dict[str, SourceResult | None] = {}
+        seats = {}
+        for u in urls:
+            got = self.trackers.scrape_seat(u, h, patience, lambda u=u: self.cap.take([u], per=1)[u])
+            if isinstance(got, SourceResult):
+                answers[u] = got
+            elif got is not None:
+                seats[u] = got
+        deadline = time.monotonic() + max((seat.wait for seat in seats.values()), default=0.0) + patience
+        if len(seats) == 1:
+            [(u, seat)] = seats.items()
+            answers[u] = self._alone(u, lambda: self.trackers.scrape_answer(u, seat), deadline, NO_SCRAPE)
+        elif seats:
+            jobs = {u: gevent.spawn(self.trackers.scrape_answer, u, seat) for u, seat in seats.items()}
+            answers.update(self._joined(jobs, deadline, NO_SCRAPE))
         return {u: r for u, r in answers.items() if r is not None}
 
     def _joined(self, jobs: dict[str, gevent.Greenlet], deadline: float, late: str) -> dict[str, SourceResult | None]:
@@ -211,27 +234,28 @@ class Visitor:
         h = lease.info_hash
         s = self.settings
         start = time.time()
-        urls, not_before = self._plan(h)
+        urls, noted = self._plan(h)
+        not_before = noted.not_before
         eligible = [u for u in urls if not_before.get(u, 0.0) <= start]
-        if not eligible and self.dht is None:
-            due = min([not_before[u] for u in urls], default=start + s.retry_seconds)
+        dht = self.dht is not None and noted.dht_not_before <= start
+        if not eligible and not dht:
+            times = [not_before[u] for u in urls] + ([noted.dht_not_before] if self.dht is not None else [])
             # Nothing was asked: back to cooling, score kept, neither a visit nor a failure.
-            self.queue.defer(lease, max(due, start + 1))
+            self.queue.defer(lease, max(min(times, default=start + s.retry_seconds), start + 1))
             return Visit(h, "skipped", lease.score, 0, 0, 0, 0), self._claim(claim)
         # Scrape first: trackers that report the swarm empty (or fail) are settled without an announce.
-        scraped = self.scrape(h, eligible, time.monotonic() + s.visit_deadline)
+        scraped = self.scrape(h, eligible)
         asking = [u for u in eligible if u not in scraped]
-        # Waiting for the announce cap is not part of the visit's time: the deadline starts after it.
+        # Waiting for the announce cap and the DHT's budget is not part of the visit's time: the
+        # deadline starts after it.
         waits = self.cap.take(asking)
+        if dht:
+            waits.update(self.dht_budget.take(["dht"]))
         deadline = time.monotonic() + max(waits.values(), default=0.0) + s.visit_deadline
-        results = list(scraped.values()) + self.gather(h, asking, deadline, waits)
+        results = list(scraped.values()) + self.gather(h, asking, deadline, waits, dht)
         now = time.time()
         answered = [r for r in results if r.ok]
-        fresh = {r.source: self._not_before(r, now) for r in answered if r.source != "dht"}
-        fresh = {u: t for u, t in fresh.items() if t > now}
-        if fresh:
-            self.queue.hold_trackers(h, fresh, MIN_INTERVAL_CAP + s.revisit_seconds)
-            not_before.update(fresh)
+        dht_next = self._note(h, urls, noted, results, dht, now)
         if not answered:
             # Shown by `torrent` and kept in Redis: tracker URLs redacted (their passkeys).
             error = "; ".join(f"{redact.url(r.source)}: {redact.text(r.error or '', r.source)}"
@@ -244,9 +268,10 @@ class Visitor:
         counts = [SourceCount(max(r.returned or 0, len(r.peers)), r.max_peers) for r in answered]
         o = outcome(len(ips), new, counts, s.new_fraction)
         due = now + s.revisit_seconds
-        if self.dht is None and urls:
-            # Nothing to ask before the first tracker's min interval ends.
-            due = max(due, min(not_before.get(u, 0.0) for u in urls))
+        # Nothing to ask before the first tracker's min interval ends, or the DHT's next lookup.
+        times = [not_before.get(u, 0.0) for u in urls] + ([dht_next] if self.dht is not None else [])
+        if times:
+            due = max(due, min(times))
         # torrents.processed before the completion: a crash in between retries
         # a visit already noted this hour, which the recorder does not count twice.
         self._processed(h, now)
@@ -255,6 +280,35 @@ class Visitor:
         state, score = self.queue.complete(lease, o, peers=len(ips), seeders=seeders, leechers=leechers,
                                            due=due, now=now)
         return Visit(h, state, score, len(ips), new, len(answered), len(results)), self.claims.claim(n)
+
+    def _note(self, h: str, urls: list[str], noted: notes.SourceNotes, results: list[SourceResult], dht: bool,
+              now: float) -> float:
+        """Keep what this visit learned about ``h``'s sources (``crawler.queue.source_notes``), in one step;
+        returns when the DHT is next due (0: next visit).
+
+        ``noted.not_before`` is updated in place with the trackers' new times."""
+        s = self.settings
+        fresh = {r.source: self._not_before(r, now) for r in results if r.ok and r.source != "dht"}
+        fresh = {u: t for u, t in fresh.items() if t > now}
+        noted.not_before.update(fresh)
+        fields = {u: repr(t) for u, t in fresh.items()}
+        drop: tuple[str, ...] = ()
+        looked = next((r for r in results if r.source == "dht"), None)
+        dht_next = noted.dht_not_before
+        if looked is not None and looked.ok:
+            empty, dht_next = dht_schedule.after_lookup(bool(looked.peers), noted.dht_empty, now,
+                                                        s.revisit_seconds, s.dht_empty_visits)
+            if empty:
+                fields[notes.DHT_EMPTY] = str(empty)
+            if dht_next:
+                fields[notes.DHT] = repr(dht_next)
+            drop = tuple(f for f, keep in ((notes.DHT_EMPTY, empty), (notes.DHT, dht_next)) if not keep)
+        fields[notes.LAST] = notes.last(urls, {r.source: tracker_code(r) for r in results if r.source != "dht"},
+                                        dht_code(self.dht is not None, dht, looked))
+        # The notes live until the last time they hold has passed, and two revisit intervals at least.
+        held = [t - now for t in noted.not_before.values()] + [dht_next - now]
+        self.queue.plans.note(h, fields, drop, max(held + [0.0]) + 2 * s.revisit_seconds)
+        return dht_next
 
     def _claim(self, claim: Callable[[], int] | None) -> list[Lease]:
         """The next leases after a visit that did not complete (failed or skipped)."""
@@ -276,3 +330,21 @@ class Visitor:
         if len(self._noted) < NOTED_CAP:
             self._noted.add(h)
 
+
+
+def tracker_code(r: SourceResult) -> str:
+    """One tracker's code in the visit's notes (``source_notes.TRACKER_CODES``)."""
+    if r.asked == "backoff":
+        return "b"
+    if not r.ok:
+        return "r" if r.refused else "f"
+    return "s" if r.asked == "scrape" else "a"
+
+
+def dht_code(has_dht: bool, due: bool, looked: SourceResult | None) -> str:
+    """The DHT's code in the visit's notes (``source_notes.DHT_CODES``)."""
+    if not has_dht:
+        return "-"
+    if not due:
+        return "k"
+    return "a" if looked is not None and looked.ok else "f"

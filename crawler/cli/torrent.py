@@ -9,12 +9,11 @@ import time
 
 import click
 
-from crawler import redact
 from crawler.cli.context import open_context
 from crawler.errors import ItemError
 from crawler.queue.items import info_hash
 from crawler.queue.pins import Pins
-from crawler.queue.view import QueueView
+from crawler.queue.view import QueueView, shown
 from crawler.safe_text import terminal
 
 
@@ -64,15 +63,13 @@ def command(hash_: str, as_json: bool, pin: bool, until: str | None, unpin: bool
             why = "is evicted (add --readmit HASH tracks it again)" if done == "evicted" else "is not tracked"
             click.echo(f"peercrawl torrent: {h} {why}; nothing to {'pin' if pin else 'unpin'}", err=True)
             sys.exit(1)
-    info = QueueView(ctx.client, ctx.keys).torrent(h, time.time())
+    info = QueueView(ctx.client, ctx.keys).torrent(h, time.time(), tuple(t.url for t in ctx.settings.trackers))
     if info is None:
         if as_json:
             click.echo(json.dumps({"info_hash": h, "state": None}))
         click.echo(f"peercrawl torrent: {h} is not tracked", err=True)
         sys.exit(1)
-    # Tracker URLs may carry passkeys: shown redacted.
-    info["trackers"] = [redact.url(u) for u in info.get("trackers", [])]
-    info["tracker_not_before"] = {redact.url(u): t for u, t in (info.get("tracker_not_before") or {}).items()}
+    info = shown(info)
     if as_json:
         click.echo(json.dumps(info, indent=2, sort_keys=True))
         return

@@ -19,7 +19,6 @@ import time
 
 import redis
 
-from crawler import redact
 from crawler.counters import top
 from crawler.counters.csv_export import months_with_counters
 from crawler.counters.names import LIFETIME, unescape
@@ -28,7 +27,7 @@ from crawler.dashboard.countries import map_code
 from crawler.errors import StoreError
 from crawler.keys import Keys
 from crawler.queue.transitions import Queue
-from crawler.queue.view import STATES, QueueView
+from crawler.queue.view import STATES, QueueView, shown
 from crawler.report.queue_report import queue_report
 
 # The queue states of ``status --json``, as the states chart and the /metrics gauge show them.
@@ -118,10 +117,9 @@ class Views:
     def torrent(self, info_hash: str, month: str | None = None, limit: int = 20) -> dict | None:
         """One torrent: its queue record (``torrent --json``), users by country, cities, months."""
         self._settle()
-        info = self.view.torrent(info_hash, time.time())
+        info = self.view.torrent(info_hash, time.time(), tuple(t.url for t in self.settings.trackers))
         if info is not None:  # tracker URLs may carry passkeys: redacted as ``torrent --json`` shows them
-            info["trackers"] = [redact.url(u) for u in info["trackers"]]
-            info["tracker_not_before"] = {redact.url(u): n for u, n in info["tracker_not_before"].items()}
+            info = shown(info)
         users = self._top("torrents", torrent=info_hash, month=month, limit=1)
         if info is None and not users:
             return None

@@ -86,6 +86,7 @@ from crawler.queue.rates import asked_field
 from crawler.queue.scoring import Outcome
 from crawler.queue.script_calls import ADD_STATUS, Lease, lane_keys, member_keys, minute
 from crawler.queue.shard_tops import ShardTops
+from crawler.queue.source_notes import SourceNotes
 from crawler.queue.visit_buckets import trim_visit_buckets
 from crawler.queue.visit_plan import VisitPlan
 from crawler.settings import Settings
@@ -379,8 +380,8 @@ class Queue:
         return done
 
     # --- trackers and visit counts ------------------------------------------
-    def plan(self, info_hash: str) -> tuple[list[str], dict[str, float]]:
-        """The trackers a visit of ``info_hash`` may ask and when each may be asked (``VisitPlan.plan``)."""
+    def plan(self, info_hash: str) -> tuple[list[str], SourceNotes]:
+        """The trackers a visit of ``info_hash`` may ask and its source notes (``VisitPlan.plan``)."""
         return self.plans.plan(info_hash)
 
     def hold_trackers(self, info_hash: str, not_before: dict[str, float], ttl: float) -> None:

@@ -27,10 +27,12 @@ import time
 
 import redis
 
+from crawler import redact
 from crawler.errors import StoreError
 from crawler.keys import Keys
 from crawler.queue.lanes import DEFAULT, LANES, MARKED
 from crawler.queue.rates import rates_report
+from crawler.queue.source_notes import decode, read_last, tracker_list
 
 # One visit in a torrent's history, as complete.lua packs it: time, new score,
 # peers found, seeders, leechers (little-endian; NOT_REPORTED: the sources gave none).
@@ -311,8 +313,11 @@ class QueueView:
             return "quarantined", float(held or 1)
         return None, None
 
-    def torrent(self, info_hash: str, now: float | None = None) -> dict | None:
-        """Everything known about one torrent (contract §7 ``torrent``), or None."""
+    def torrent(self, info_hash: str, now: float | None = None, defaults: tuple[str, ...] = ()) -> dict | None:
+        """Everything known about one torrent (contract §7 ``torrent``), or None.
+
+        ``defaults``: the default trackers, which every visit asks besides the torrent's own (they name
+        the last visit's sources, ``source_notes.read_last``)."""
         now = time.time() if now is None else now
         state, score = self.state(info_hash, now)
         if state is None:
@@ -335,6 +340,8 @@ class QueueView:
             self._run(p, "a torrent"))
         hist = history(hist or b"")
         h = {a.decode(): b.decode() for a, b in h.items()}
+        noted = decode({a.decode(): b.decode() for a, b in min_intervals.items()})
+        own = sorted(t.decode() for t in trackers)
 
         def num(name: str, cast=int):
             return cast(h[name]) if name in h else None
@@ -353,10 +360,13 @@ class QueueView:
             "seeders": num("seeders"),
             "leechers": num("leechers"),
             "peers_last_visit": num("peers_last_visit"),
-            "trackers": sorted(t.decode() for t in trackers),
+            "trackers": own,
             "due": due if state == "cooling" else None,
             "lease_deadline": deadline if state == "in_flight" else None,
-            "tracker_not_before": {a.decode(): float(b) for a, b in min_intervals.items()},
+            "tracker_not_before": noted.not_before,
+            "last_visit_sources": read_last(noted.last, tracker_list(defaults, own)),
+            "dht_schedule": {"empty_lookups_in_a_row": noted.dht_empty,
+                             "next_lookup": noted.dht_not_before or None},
             "expired_leases_in_a_row": int(expiries) if expiries else 0,
             "first_visit": num("first_visit", float),
             "last_peers": num("last_peers", float),
@@ -375,3 +385,12 @@ class QueueView:
             out["quarantine"] = q
         return out
 
+
+def shown(info: dict) -> dict:
+    """``QueueView.torrent``'s answer as shown to anyone: tracker URLs redacted (they may carry passkeys)."""
+    info["trackers"] = [redact.url(u) for u in info["trackers"]]
+    info["tracker_not_before"] = {redact.url(u): t for u, t in info["tracker_not_before"].items()}
+    last = info.get("last_visit_sources") or {}
+    if "trackers" in last:
+        last["trackers"] = {redact.url(u): what for u, what in last["trackers"].items()}
+    return info

@@ -1,12 +1,13 @@
-"""The trackers a visit may ask: the torrent's own set, bounded, and when each may be asked again.
+"""The sources a visit may ask: the torrent's own trackers, bounded, and what its last visits noted.
 
 ``plan.lua`` hands a visit at most ``PEERCRAWL_MAX_TRACKERS_PER_TORRENT`` of
 the torrent's trackers (a random draw of a larger set, so a set stored before
-the bound is never announced whole) with each tracker's not-before time, in
-one round trip. The visit writes those times back (``hold_trackers``) when a
-tracker asks for a minimum interval. Apart from the transitions because a
-plan changes no torrent's state: it is the one read a visit needs, and its
-one write is a per-torrent hash that expires on its own.
+the bound is never announced whole) with the torrent's source notes (each
+tracker's not-before time, the DHT's schedule: ``source_notes``), in one
+round trip. The visit writes its notes back (``note``, one script call that
+shares its round trip with other visits' steps). Apart from the transitions
+because a plan changes no torrent's state: it is the one read a visit needs,
+and its one write is a per-torrent hash that expires on its own.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import redis
 
 from crawler.errors import StoreError
 from crawler.keys import Keys
+from crawler.queue.source_notes import SourceNotes, decode
 from crawler.settings import Settings
 from crawler.store import scripts
 from crawler.store.handle import Store
@@ -29,10 +31,11 @@ class VisitPlan:
         self.keys = keys
         self.settings = settings
         self.script = scripts.register(client, "plan", __package__)
+        self._note = scripts.register(client, "note", __package__)
 
-    def plan(self, info_hash: str) -> tuple[list[str], dict[str, float]]:
+    def plan(self, info_hash: str) -> tuple[list[str], SourceNotes]:
         """The torrent's own trackers (at most the per-torrent bound, a random draw of a larger
-        set) and tracker -> not-before time, in one round trip."""
+        set) and its source notes, in one round trip."""
         k = self.keys.for_torrent(info_hash)
         cap = self.settings.max_trackers_per_torrent
         try:
@@ -40,20 +43,22 @@ class VisitPlan:
         except redis.RedisError as e:
             raise StoreError(f"reading the torrent's trackers failed: {e}") from e
         return ([u.decode() for u in own[:cap]],
-                {flat[i].decode(): float(flat[i + 1]) for i in range(0, len(flat), 2)})
+                decode({flat[i].decode(): flat[i + 1].decode() for i in range(0, len(flat), 2)}))
+
+    def note(self, info_hash: str, fields: dict[str, str], drop: tuple[str, ...], ttl: float) -> None:
+        """Set ``fields`` and drop ``drop`` of the torrent's source notes in one step; they expire
+        ``ttl`` seconds after this write."""
+        if not fields and not drop:
+            return
+        args: list = [max(1, int(ttl)), len(fields)]
+        for f, v in fields.items():
+            args += [f, v]
+        args += drop
+        try:
+            self.store.run([(self._note, [self.keys.for_torrent(info_hash).tracker_min_interval(info_hash)], args)])
+        except redis.RedisError as e:
+            raise StoreError(f"writing the torrent's source notes failed: {e}") from e
 
     def hold_trackers(self, info_hash: str, not_before: dict[str, float], ttl: float) -> None:
-        """Ask no tracker of ``not_before`` for ``info_hash`` before its time (what ``plan`` reads back).
-
-        One MULTI; the hash expires ``ttl`` seconds after its last write.
-        """
-        if not not_before:
-            return
-        key = self.keys.for_torrent(info_hash).tracker_min_interval(info_hash)
-        p = self.client.pipeline(transaction=True)
-        p.hset(key, mapping={u: repr(t) for u, t in not_before.items()})
-        p.expire(key, int(ttl))
-        try:
-            p.execute()
-        except redis.RedisError as e:
-            raise StoreError(f"writing the trackers' min interval failed: {e}") from e
+        """Ask no tracker of ``not_before`` for ``info_hash`` before its time (what ``plan`` reads back)."""
+        self.note(info_hash, {u: repr(t) for u, t in not_before.items()}, (), ttl)

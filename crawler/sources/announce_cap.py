@@ -2,9 +2,11 @@
 
 ``PEERCRAWL_MAX_ANNOUNCES_PER_SECOND`` caps the namespace's tracker requests;
 ``URL|MAXPEERS|RATE`` in ``PEERCRAWL_TRACKERS`` caps one tracker's. A request
-is an announce or its withdrawal (``stopped``), what a tracker receives, so
-a visit's exchange with one tracker takes two. UDP connects (one a minute per
-tracker, BEP 15) and retries of lost datagrams are not counted.
+is what a tracker receives: an announce or its withdrawal (``stopped``), so a
+visit's announce to one tracker takes two, or a scrape (one per packet or
+HTTP request, however many torrents it carries: ``scrape_groups``). UDP
+connects (one a minute per tracker, BEP 15) and retries of lost datagrams
+are not counted.
 
 Strategy. One schedule per cap in Redis (``announce_cap.lua``): a request
 goes at the latest of now and its caps' next free times, each cap then moves
@@ -21,6 +23,10 @@ A worker that dies strands the places of its waiting visits; they pass
 unused, which slows the crawl for at most that queue's length.
 
 With no cap set, ``take`` answers at once without Redis.
+
+The DHT's budget (``PEERCRAWL_MAX_DHT_LOOKUPS_PER_SECOND``, ``dht_budget``)
+is the same schedule over its own keys: one request per lookup, the
+source name ``dht``, no per-source caps.
 """
 
 from __future__ import annotations
@@ -49,49 +55,64 @@ def interval_us(rate: float) -> int:
 
 
 class AnnounceCap:
-    """Waits each visit's tracker requests into the namespace's and its trackers' caps (module note)."""
+    """Waits each visit's tracker requests into the namespace's and its trackers' caps (module note).
 
-    def __init__(self, client: redis.Redis, keys: Keys, settings: Settings):
-        self.keys = keys
-        self.every = interval_us(settings.max_announces_per_second) if settings.max_announces_per_second else 0
-        self.gaps = {url: interval_us(rate) for url, rate in settings.tracker_rates().items()}
+    ``rate``, ``rates``, ``per``, ``schedule`` and ``minute`` default to the announce cap's
+    (``dht_budget`` gives the DHT's)."""
+
+    def __init__(self, client: redis.Redis, keys: Keys, settings: Settings, *, rate: float | None = None,
+                 rates: dict[str, float] | None = None, per: int = PER_TRACKER, schedule: str | None = None,
+                 minute=None, what: str = "announce cap"):
+        if schedule is None:
+            rate, rates = settings.max_announces_per_second, settings.tracker_rates()
+        self.schedule, self.minute = schedule or keys.announce_cap, minute or keys.announce_cap_minute
+        self.per, self.what = per, what
+        self.every = interval_us(rate) if rate else 0
+        self.gaps = {url: interval_us(r) for url, r in (rates or {}).items()}
         self.enabled = bool(self.every or self.gaps)
         self._script = scripts.register(client, "announce_cap", package="crawler.sources")
-        self._commit = GroupCommit(self._serve, cap=CALL_CAP, size=lambda urls: PER_TRACKER * len(urls),
-                                   stopped=lambda: StoreError("announce cap: its sender stopped"))
+        self._commit = GroupCommit(self._serve, cap=CALL_CAP, size=lambda ask: ask[1] * len(ask[0]),
+                                   stopped=lambda: StoreError(f"{what}: its sender stopped"))
 
-    def take(self, urls: list[str]) -> dict[str, float]:
-        """Seconds from now before announcing to each of ``urls``; blocks while the caps are full.
+    @classmethod
+    def dht_budget(cls, client: redis.Redis, keys: Keys, settings: Settings) -> AnnounceCap:
+        """The DHT's budget: ``PEERCRAWL_MAX_DHT_LOOKUPS_PER_SECOND`` lookups, one request each, as a cap."""
+        return cls(client, keys, settings, rate=settings.max_dht_lookups_per_second, per=1,
+                   schedule=keys.dht_budget, minute=keys.dht_budget_minute, what="DHT budget")
+
+    def take(self, urls: list[str], per: int | None = None) -> dict[str, float]:
+        """Seconds from now before sending to each of ``urls`` its ``per`` requests (default: an
+        announce and its withdrawal; a scrape is one); blocks while the caps are full.
 
         Raises ``StoreError`` when Redis fails.
         """
         if not self.enabled or not urls:
             return dict.fromkeys(urls, 0.0)
-        return self._commit.ask(tuple(urls))
+        return self._commit.ask((tuple(urls), per or self.per))
 
-    def _serve(self, visits: list[tuple[str, ...]]) -> list[dict[str, float]]:
+    def _serve(self, visits: list[tuple[tuple[str, ...], int]]) -> list[dict[str, float]]:
         capped: dict[str, int] = {}
         asks: list = []
-        for urls in visits:
-            asks.append(len(urls) * PER_TRACKER)
+        for urls, per in visits:
+            asks.append(len(urls) * per)
             for u in urls:
                 n = 0
                 if u in self.gaps:
                     n = capped.setdefault(u, len(capped) + 1)
-                asks.extend([n] * PER_TRACKER)
+                asks.extend([n] * per)
         args: list = [self.every, len(capped)]
         for u in capped:
             args += [u, self.gaps[u]]
         args.append(len(visits))
         args += asks
-        keys = [self.keys.announce_cap, self.keys.announce_cap_minute(int(time.time()) // 60)]
+        keys = [self.schedule, self.minute(int(time.time()) // 60)]
         try:
             replies = self._script(keys=keys, args=args)
         except redis.RedisError as e:
-            raise StoreError(f"announce cap: {e}") from e
-        # each URL's first request is its announce, the second its withdrawal
-        return [{u: int(reply[PER_TRACKER * i]) / 1e6 for i, u in enumerate(urls)}
-                for urls, reply in zip(visits, replies)]
+            raise StoreError(f"{self.what}: {e}") from e
+        # each URL's first request is the one to wait for (an announce's withdrawal follows it)
+        return [{u: int(reply[per * i]) / 1e6 for i, u in enumerate(urls)}
+                for (urls, per), reply in zip(visits, replies)]
 
 
 # A cap is "the limit" when at least this share of its requests was held

@@ -33,8 +33,9 @@ class SourceResult:
     returned: int | None = None
     # The failure was the tracker's error reply (a refusal: alive, never backs off).
     refused: bool = False
-    # How the source was asked: "announce", or "scrape" (it reported the swarm
-    # empty, so it was not announced to: no peers from it).
+    # How the source was asked: "announce", "scrape" (it reported the swarm
+    # empty, so it was not announced to: no peers from it), or "backoff" (not
+    # asked: the tracker backs off, a failure of this visit).
     asked: str = "announce"
 
     @property

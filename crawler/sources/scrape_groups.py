@@ -1,24 +1,32 @@
 """Scrapes of one tracker, grouped so a packet (or an HTTP request) asks for many torrents.
 
 Every scrape of one tracker URL that greenlets ask for while a group for that
-URL is forming (one turn of the event loop) goes out together: a UDP
-tracker's in packets of up to 74 info-hashes (BEP 15), an HTTP tracker's in
-requests of up to 64 (``http_scrape.MAX_HASHES``), from one greenlet. Each
-caller gets its torrent's counts, None when the tracker left it out, or the
-exception of the exchange that should have answered it. A group is asked
-until the earliest of its callers' deadlines.
+URL is forming goes out together: a UDP tracker's in packets of up to 74
+info-hashes (BEP 15), an HTTP tracker's in requests of up to 64
+(``http_scrape.MAX_HASHES``), from one greenlet. Each caller gets its
+torrent's counts, None when the tracker left it out, or the exception of the
+exchange that should have answered it.
 
-A group forms while scrapes keep joining it: it is sent once ``QUIET``
-seconds pass with no new one, once it holds ``full`` torrents, or after
-``WINDOW`` seconds at most. Visits reach their trackers a few milliseconds
-apart (each reads tracker health first), so a group sent after one turn of
-the event loop would be a packet per handful of them; a fixed wait would
-add its whole length to every visit of an idle worker.
+A torrent takes a ``Seat`` in the forming group (``seat``), which opens one
+when none is forming or the forming one is full. Opening a group takes its
+request's place in the announce cap (``place()``: seconds to wait; 0 with
+no cap), so a scrape counts against the cap like an announce, once per
+request however many torrents it carries. The seat tells its visit how long
+that wait is, so the visit's deadline starts after it, as it does for its
+announces. The group forms meanwhile, and after its wait while scrapes keep
+joining: it is sent once ``QUIET`` seconds pass with no new one, once it holds
+``full`` torrents, or ``WINDOW`` seconds after its wait at most. Visits reach
+their trackers a few milliseconds apart (each reads tracker health first), so
+a group sent after one turn of the event loop would be a packet per handful
+of them; a fixed wait would add its whole length to every visit of an idle
+worker. A group's exchange is bounded by the least ``patience`` of its seats,
+counted from when it is sent.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import gevent
 from gevent.event import AsyncResult, Event
@@ -29,6 +37,30 @@ WINDOW = 0.02
 QUIET = 0.002
 
 
+class Seat:
+    """One torrent's place in a group: ``wait``, seconds (from when the seat was taken) before the
+    group's request may go; ``get()``: its counts, None (left out), or raises what failed it."""
+
+    __slots__ = ("wait", "_done")
+
+    def __init__(self, wait: float, done: AsyncResult):
+        self.wait, self._done = wait, done
+
+    def get(self):
+        """The seat's answer, once its group's exchange is over (see the class note)."""
+        return self._done.get()
+
+
+class _Group:
+    __slots__ = ("members", "full", "placed", "send_at", "error")
+
+    def __init__(self):
+        self.members: list[tuple[bytes, float, AsyncResult]] = []
+        self.full, self.placed = Event(), Event()
+        self.send_at = 0.0
+        self.error: BaseException | None = None
+
+
 class ScrapeGroups:
     """The groups of scrapes forming, one per tracker URL, of one ``Trackers``.
 
@@ -36,48 +68,71 @@ class ScrapeGroups:
     per hash in order, its ``ScrapeCounts``, None (left out of the reply), or
     the exception that failed it; it raises only ``StoreError``. ``full(url)``:
     the torrents that fill one request to ``url``; ``window``: how long a
-    group forms at most, ``quiet``: the pause in joins that ends it. ``groups``: groups scraped (figures for tests and
-    the benchmark).
+    group forms at most, ``quiet``: the pause in joins that ends it.
+    ``groups``: groups scraped (figures for tests and the benchmark).
     """
 
     def __init__(self, scrape_many, full=lambda url: 74, window: float = WINDOW, quiet: float = QUIET):
-        self._scrape_many, self._full, self.window, self.quiet = scrape_many, full, window, quiet
-        self._forming: dict[str, tuple[list, Event]] = {}
+        self._scrape_many, self.full, self.window, self.quiet = scrape_many, full, window, quiet
+        self._forming: dict[str, _Group] = {}
         self.groups = 0
+
+    def seat(self, url: str, info_hash: bytes, patience: float, place: Callable[[], float] = lambda: 0.0) -> Seat:
+        """A seat for ``info_hash`` in ``url``'s forming group, opening one (and taking its ``place()``)
+        when none has room. Raises ``StoreError`` when the place could not be taken."""
+        g = self._forming.get(url)
+        opener = g is None
+        if opener:
+            g = self._forming[url] = _Group()
+        done = AsyncResult()
+        g.members.append((info_hash, patience, done))
+        if len(g.members) >= self.full(url):
+            g.full.set()
+            if self._forming.get(url) is g:
+                del self._forming[url]  # the next scrape opens a group of its own
+        if opener:
+            try:
+                g.send_at = time.monotonic() + place()
+            except BaseException as e:
+                g.error = e
+                if self._forming.get(url) is g:
+                    del self._forming[url]
+                raise
+            finally:
+                g.placed.set()
+            gevent.spawn(self._scrape_forming, url, g)
+        else:
+            g.placed.wait()
+            if g.error is not None:
+                raise g.error if isinstance(g.error, StoreError) else StoreError(f"scrape place: {g.error!r}")
+        return Seat(max(g.send_at - time.monotonic(), 0.0), done)
 
     def join(self, url: str, info_hash: bytes, deadline: float):
         """The counts of one torrent at ``url`` (None: left out), scraped with every scrape of ``url``
-        asked meanwhile; raises the exception of the exchange that failed it."""
-        forming = self._forming.get(url)
-        if forming is None:
-            forming = self._forming[url] = ([], Event())
-            gevent.spawn(self._scrape_forming, url, forming)
-        group, full = forming
-        done = AsyncResult()
-        group.append((info_hash, deadline, done))
-        if len(group) >= self._full(url):
-            full.set()
-        return done.get()
+        asked meanwhile, by ``deadline`` (monotonic); raises the exception of the exchange that failed it."""
+        return self.seat(url, info_hash, max(deadline - time.monotonic(), 0.0)).get()
 
-    def _scrape_forming(self, url: str, forming: tuple[list, Event]) -> None:
-        group, full = forming
+    def _scrape_forming(self, url: str, g: _Group) -> None:
+        gevent.sleep(max(g.send_at - time.monotonic(), 0.0))  # its place in the cap; scrapes keep joining
         end, seen = time.monotonic() + self.window, 0
-        while len(group) > seen and not full.is_set() and time.monotonic() < end:
-            seen = len(group)
-            full.wait(min(self.quiet, max(end - time.monotonic(), 0.0)))
-        if self._forming.get(url) is forming:
+        while len(g.members) > seen and not g.full.is_set() and time.monotonic() < end:
+            seen = len(g.members)
+            g.full.wait(min(self.quiet, max(end - time.monotonic(), 0.0)))
+        if self._forming.get(url) is g:
             del self._forming[url]
         self.groups += 1
-        hashes = list(dict.fromkeys(h for h, _, _ in group))
+        members = list(g.members)
+        hashes = list(dict.fromkeys(h for h, _, _ in members))
+        deadline = time.monotonic() + min(p for _, p, _ in members)
         try:
-            answers = dict(zip(hashes, self._scrape_many(url, hashes, min(d for _, d, _ in group))))
+            answers = dict(zip(hashes, self._scrape_many(url, hashes, deadline)))
         except BaseException as e:
-            for *_, done in group:
+            for *_, done in members:
                 done.set_exception(e if isinstance(e, StoreError) else StoreError(f"scraping stopped: {e!r}"))
             if not isinstance(e, Exception):
                 raise
             return
-        for h, _, done in group:
+        for h, _, done in members:
             answer = answers.get(h)
             if isinstance(answer, BaseException):
                 done.set_exception(answer)

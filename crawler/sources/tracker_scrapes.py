@@ -42,7 +42,7 @@ from crawler.sources.http_client import HttpStatusError
 from crawler.sources.http_scrape import MAX_HASHES as HTTP_HASHES
 from crawler.sources.http_scrape import ScrapeCounts, parse_scrape_reply, scrape_request, scrape_url
 from crawler.sources.lru import Lru
-from crawler.sources.scrape_groups import ScrapeGroups
+from crawler.sources.scrape_groups import ScrapeGroups, Seat
 from crawler.sources.tracker_errors import ScrapeUnsupported, TrackerRefused, TrackerTimeout
 from crawler.sources.udp_client import UdpTrackerClient
 
@@ -85,10 +85,21 @@ class TrackerScrapes:
 
         Raises what failed the scrape (``TrackerTimeout``, a protocol error, ...).
         """
+        seat = self.seat(url, info_hash, max(deadline - time.monotonic(), 0.0))
+        return None if seat is None else self.answer(url, seat)
+
+    def seat(self, url: str, info_hash: bytes, patience: float, place=lambda: 0.0) -> Seat | None:
+        """``info_hash``'s seat in ``url``'s next scrape (``ScrapeGroups.seat``), or None: not scraped
+        (scrape off, or the tracker learned as one that cannot scrape). Raises ``StoreError``."""
         if not self.enabled or self.health.no_scrape_until(url) is not None:
             return None
+        return self.groups.seat(url, info_hash, patience, place)
+
+    def answer(self, url: str, seat: Seat) -> ScrapeCounts | None:
+        """The counts ``seat`` got, or None: announce (left out of the reply, or the tracker cannot
+        scrape, now learned). Raises what failed the scrape."""
         try:
-            return self.groups.join(url, info_hash, deadline)
+            return seat.get()
         except ScrapeUnsupported:
             self.health.learn_no_scrape(url, time.time() + RELEARN_SECONDS)
             return None

@@ -23,11 +23,9 @@ next time, so a dead address costs one announce its share, not every
 announce (``tracker_addresses``).
 
 Bounds: at most ``Settings.source_peers_bound(max)`` peers are kept of one
-reply, the rest counted per tracker in tracker health. They are cut before
-their entries are decoded (decoding 349,504 entries of a 2 MiB reply blocks
-the event loop for about a second): UDP datagrams by the client, HTTP
-replies by the codec (``parse_announce_reply``'s ``limit``).
-Every cache keyed by host or address is an ``Lru`` of
+reply, the rest counted per tracker in tracker health, cut before their
+entries are decoded (349,504 entries of a 2 MiB reply block the event loop
+for a second). Every cache keyed by host or address is an ``Lru`` of
 ``Settings.tracker_cache_size`` entries.
 
 numwant and caps: trackers list the requester in their own replies
@@ -41,15 +39,13 @@ any later reply that returns more, and ``min(configured max, learned cap)``
 is that tracker's max for scoring. A cap is never learned below
 ``MIN_LEARNED_CAP`` entries.
 
-Announces together: the announces to one UDP tracker asked in one turn of
-the event loop go out in one batch (``AnnounceGroups``, announce_groups).
-Scrape first: each tracker is scraped before it is announced to, and one
-that reports the swarm empty is not announced to (``tracker_scrapes``).
+Announces to one UDP tracker asked in one turn of the event loop go out in
+one batch (``announce_groups``). Scrape first: a tracker that reports the
+swarm empty is not announced to (``tracker_scrapes``).
 
 Outcomes: an answer, a refusal (the tracker's error reply: alive, never
-backs off) or a failure; any exception of an exchange, expected or not, is
-that tracker's failure, recorded in its health, except ``StoreError`` (ours,
-propagated). Every error text is redacted (``crawler.redact``).
+backs off) or a failure (any exception of an exchange but ``StoreError``,
+ours), recorded in its health. Every error text is redacted.
 """
 
 from __future__ import annotations
@@ -79,6 +75,7 @@ from crawler.sources.http_client import http_get, tls_context
 from crawler.sources.http_codec import announce_url, parse_announce_reply
 from crawler.sources.http_exchange import http_exchange
 from crawler.sources.result import SourceResult
+from crawler.sources.scrape_groups import Seat
 from crawler.sources.self_filter import SelfFilter, shared_port
 from crawler.sources.tracker_addresses import TrackerAddresses
 from crawler.sources.tracker_errors import TrackerRefused, TrackerTimeout
@@ -180,14 +177,26 @@ class Trackers:
         ``asked="scrape"``), when the scrape failed (that failure), or when
         the tracker is backing off. Raises only ``StoreError``.
         """
+        seat = self.scrape_seat(url, info_hash_hex, max(deadline - time.monotonic(), 0.0))
+        return seat if not isinstance(seat, Seat) else self.scrape_answer(url, seat)
+
+    def scrape_seat(self, url: str, info_hash_hex: str, patience: float,
+                    place=lambda: 0.0) -> Seat | SourceResult | None:
+        """The torrent's seat in ``url``'s next scrape (``TrackerScrapes.seat``; ``place()``: the wait
+        the announce cap gives its request), the tracker's answer when it backs off, or None: announce
+        (no scrape). Raises only ``StoreError``."""
         if not self.scrapes.enabled:
             return None
-        configured = self.settings.tracker_max_peers(url)
-        backing_off = self._backing_off(url, configured)
+        backing_off = self._backing_off(url, self.settings.tracker_max_peers(url))
         if backing_off is not None:
             return backing_off
+        return self.scrapes.seat(url, bytes.fromhex(info_hash_hex), patience, place)
+
+    def scrape_answer(self, url: str, seat: Seat) -> SourceResult | None:
+        """What ``seat``'s scrape settles (as ``scrape_first``), or None: announce. Raises only ``StoreError``."""
+        configured = self.settings.tracker_max_peers(url)
         try:
-            counts = self.scrapes.counts(url, bytes.fromhex(info_hash_hex), deadline)
+            counts = self.scrapes.answer(url, seat)
         except StoreError:
             raise
         except Exception as e:  # noqa: BLE001 - as in announce: the tracker's failure for this visit
@@ -206,7 +215,8 @@ class Trackers:
         until = self.health.backing_off_until(url)
         if until is None:
             return None
-        return self._failed(url, f"tracker backing off for {until - time.time():.0f} s more", configured)
+        return replace(self._failed(url, f"tracker backing off for {until - time.time():.0f} s more", configured),
+                       asked="backoff")
 
     def _failed(self, url: str, error: str, max_peers: int) -> SourceResult:
         return SourceResult.failed(url, redact.text(error, url), max_peers)
