@@ -20,6 +20,16 @@ pass:
   the truth for every swarm at or below the tracker's max (a larger swarm is
   a sample of the max, different at each visit).
 
+The DHT part (``--dht-torrents``, 0 to leave it out): a 10-node libtorrent
+swarm on loopback where ``--dht-live`` of the torrents have peers (on the DHT
+only: the tracker knows none of them) and the rest have nobody anywhere.
+One worker visits them for ``--dht-passes`` passes, each torrent due at once
+for the next, with a DHT lookup on every visit (``dht_every_visit``,
+``PEERCRAWL_DHT_EMPTY_VISITS=0``: the crawler before the widening schedule)
+or on the schedule (``dht_schedule``, the default 3). Printed per pass: DHT
+lookups per visit, ``get_peers`` queries the swarm's nodes received per
+visit, and whether every swarm with peers was looked up and counted.
+
 Each mode runs in the same process on the same tracker and Redis, one after
 the other (``--runs`` times, alternating), so the two share the machine's
 moments.
@@ -119,6 +129,68 @@ def one_mode(client, redis_url, tmp, ot, db, sizes, scrape: bool, ns: str) -> di
     return out
 
 
+def dht_mode(client, redis_url, tmp, ot, db, swarm, hashes: list[str], truth: dict, empty_visits: int, passes: int,
+             ns: str) -> dict:
+    """``passes`` passes over the DHT world, looking up on every visit or on the schedule."""
+    from bench_dht import _counters
+
+    from crawler.queue.view import QueueView
+
+    s = Settings(redis_url=redis_url, namespace=ns, data_dir=Path(tmp) / ns, trackers=(TrackerSpec(ot.udp_url, MAX),),
+                 dht=True, dht_bootstrap=tuple(swarm.endpoints[:4]), dht_listen=("127.0.0.245", 0), dht_timeout=8.0,
+                 dht_empty_visits=empty_visits, allow_private=True, secret="bench-secret-0123456789", geoip_db=db,
+                 evict_never_seen_seconds=86400.0, evict_lost_seconds=604800.0)
+    view = QueueView(client, Keys(ns))
+
+    def get_peers_in() -> int:
+        return sum(_counters(n).get("dht.dht_get_peers_in", 0) for n in swarm.nodes)
+
+    out = []
+    try:
+        for i in range(passes):
+            before = get_peers_in()
+            r = run_worker(s, client, hashes, 64, due_now=i > 0, until_idle=True)
+            r.pop("_process")
+            ph = r["phases"][0]
+            visits = max(ph["visits"], 1)
+            codes = {h: ((view.torrent(h) or {}).get("last_visit_sources") or {}).get("dht") for h in hashes}
+            looked = sum(c == "looked up" for c in codes.values())
+            out.append({"pass": i + 1, "visits": ph["visits"], "dht_lookups_per_visit": round(looked / visits, 3),
+                        "get_peers_received_per_visit": round((get_peers_in() - before) / visits, 2),
+                        "every_live_swarm_looked_up": all(codes[h] == "looked up" for h in truth)})
+        counted = {m["metric"].split(".")[1]: m["count"] for m in top(client, Keys(ns), "torrents", limit=len(hashes) + 10)}
+        return {"passes": out, "live_swarms_counted_exactly": all(counted.get(h) == len(ips) for h, ips in truth.items())}
+    finally:
+        delete_namespace(client, ns)
+
+
+def dht_part(a, client, tmp, ot, db, hashes: list[str]) -> dict:
+    """Both DHT modes over one swarm (``--runs`` times, alternating)."""
+    from tests.dht_swarm import announced_swarm
+
+    live = hashes[:a.dht_live]
+    plan = {h: ([i % 10, (i + 3) % 10, (i + 6) % 10], 9000 + 10 * i) for i, h in enumerate(live)}
+    runs: dict[str, list] = {"dht_every_visit": [], "dht_schedule": []}
+    with announced_swarm(size=10, first_ip=60, announcements=plan) as swarm:
+        truth = {h: {ip for ip, _ in peers} for h, peers in swarm.expected.items()}
+        for r in range(a.runs):
+            for mode, k in (("dht_every_visit", 0), ("dht_schedule", 3)):
+                runs[mode].append(dht_mode(client, a.redis_url, tmp, ot, db, swarm, hashes, truth, k, a.dht_passes,
+                                           f"benchcatdht{r}{k}"))
+    out: dict = {"torrents": len(hashes), "live_on_the_dht_only": len(live), "passes": a.dht_passes, **runs}
+
+    def per_visit(mode: str, field: str, first: int) -> float:
+        """The median over runs of ``field`` per visit over the passes from ``first`` (1-based) on."""
+        return median([sum(p[field] * p["visits"] for p in r["passes"][first - 1:])
+                       / max(sum(p["visits"] for p in r["passes"][first - 1:]), 1) for r in runs[mode]])
+
+    for name, first in (("all_passes", 1), ("from_pass_4", 4)):
+        every, sched = per_visit("dht_every_visit", "dht_lookups_per_visit", first), \
+            per_visit("dht_schedule", "dht_lookups_per_visit", first)
+        out[f"lookups_per_visit_every_over_schedule_{name}"] = round(every / sched, 2) if sched else None
+    return out
+
+
 def main() -> None:
     """Both modes, ``--runs`` times alternating; the JSON on stdout."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -127,18 +199,22 @@ def main() -> None:
     ap.add_argument("--empty", type=float, default=0.7)
     ap.add_argument("--empty-sample", type=int, default=2_000)
     ap.add_argument("--runs", type=int, default=1)
-    ap.add_argument("--quick", action="store_true", help="3,000 torrents, 300 empty alone")
+    ap.add_argument("--dht-torrents", type=int, default=200)
+    ap.add_argument("--dht-live", type=int, default=20)
+    ap.add_argument("--dht-passes", type=int, default=6)
+    ap.add_argument("--quick", action="store_true", help="3,000 torrents, 300 empty alone, 80 on the DHT")
     a = ap.parse_args()
     if a.quick:
-        a.torrents, a.empty_sample = 3_000, 300
+        a.torrents, a.empty_sample, a.dht_torrents, a.dht_live = 3_000, 300, 80, 10
     logs.configure("warning", "json")
     rng = random.Random(7)
     sizes = catalogue(a.torrents, a.empty, rng)
     empties = {f"{i:040x}": 0 for i in range(1, a.empty_sample + 1)}
+    dht_hashes = [hashlib.sha1(f"catalogue-dht-{i}".encode()).hexdigest() for i in range(a.dht_torrents)]
     client = redis.Redis.from_url(a.redis_url)
     with tempfile.TemporaryDirectory() as tmp:
         db = write_city_db(Path(tmp) / "city.mmdb", PLACES)
-        ot = OpenTracker(Path(tmp) / "ot", list(sizes) + list(empties)).start()
+        ot = OpenTracker(Path(tmp) / "ot", list(sizes) + list(empties) + dht_hashes).start()
         try:
             truth = populate(ot, sizes)
             runs: dict[str, list] = {"scrape_off": [], "scrape_on": []}
@@ -149,6 +225,7 @@ def main() -> None:
                     runs[mode].append(one_mode(client, a.redis_url, tmp, ot, db, sizes, mode == "scrape_on", ns))
                     empty_runs[mode].append(one_mode(client, a.redis_url, tmp, ot, db, empties,
                                                      mode == "scrape_on", ns + "e"))
+            dht = dht_part(a, client, tmp, ot, db, dht_hashes) if dht_hashes else None
         finally:
             ot.stop()
     exact = {h: len(ips) for h, ips in truth.items() if len(ips) <= MAX}
@@ -181,6 +258,7 @@ def main() -> None:
             round(median([r["revisit_pass"]["visits_per_s"] for r in out["scrape_on"]["catalogue"]])
                   / median([r["revisit_pass"]["visits_per_s"] for r in out["scrape_off"]["catalogue"]]), 2),
     }
+    out["dht"] = dht
     print(json.dumps(out, indent=2))
 
 

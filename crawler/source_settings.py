@@ -33,6 +33,12 @@ DEFAULT_DHT_BOOTSTRAP = (
 
 # Most trackers cap numwant at 200 (opentracker's default too).
 TRACKER_MAX_PEERS = 200
+# Requests per second every worker of a namespace together sends each default
+# tracker (its RATE): what one busy seedbox sends, a client announcing ~18,000
+# torrents at the usual 30-minute interval. These are volunteer-run public
+# services that every crawl on the defaults shares; docs/sources.md, "Default
+# rates", says why this figure and how a plan meets it.
+DEFAULT_TRACKER_RATE = 10.0
 
 
 @dataclass(frozen=True)
@@ -50,7 +56,7 @@ class TrackerSpec:
 
 
 def _default_trackers(max_peers: int) -> tuple[TrackerSpec, ...]:
-    return tuple(TrackerSpec(u, max_peers) for u in DEFAULT_TRACKERS)
+    return tuple(TrackerSpec(u, max_peers, DEFAULT_TRACKER_RATE) for u in DEFAULT_TRACKERS)
 
 
 def _trackers(v: str, default_max: int) -> tuple[TrackerSpec, ...]:
@@ -68,7 +74,7 @@ class SourceSettings:
         "PEERCRAWL_TRACKERS", _default_trackers(TRACKER_MAX_PEERS), _trackers,
         "default trackers, `URL`, `URL|MAXPEERS` or `URL|MAXPEERS|RATE` (RATE: most requests per second to it "
         "from every worker together; MAXPEERS may be empty), comma-separated; set but empty: none",
-        shown="four public trackers", empty_is_value=True, uses="default_tracker_max_peers",
+        shown="four public trackers, each at RATE 10", empty_is_value=True, uses="default_tracker_max_peers",
         derive=_default_trackers)
     # None: no cap. Politeness to trackers already comes from each tracker's
     # min interval and the revisit interval; a cap is for operators who must

@@ -247,3 +247,26 @@ def test_a_trackers_own_cap_holds_at_that_tracker(opentracker, test_env):  # noq
     cap = status["announce_cap"]
     assert cap["per_second"] is None and cap["limiting"]
     assert list(cap["trackers"]) == [capped.udp_url] and cap["trackers"][capped.udp_url]["limiting"]
+
+
+def test_the_plan_says_what_revisit_interval_the_caps_allow():
+    from crawler.sources.announce_cap import plan_report
+
+    cap = {"per_second": None, "sent_per_second": 63.0, "window_s": 100.0,
+           "trackers": {"udp://a.example:1/announce": {"per_second": 10.0, "sent_per_second": 6.3},
+                        "udp://b.example:1/announce": {"per_second": None, "sent_per_second": 6.3}}}
+    # 1,000 visits in the window: 10 a second, 0.63 requests per visit at the capped tracker
+    plan = plan_report(cap, 1000, 1_000_000, 1800.0)
+    a = plan["caps"]["udp://a.example:1/announce"]
+    assert list(plan["caps"]) == ["udp://a.example:1/announce"]  # an uncapped tracker needs no plan
+    assert a["requests_per_visit"] == 0.63 and a["needed_per_second"] == pytest.approx(350.0)
+    assert not a["enough"] and not plan["enough"]
+    assert a["revisit_seconds"] == plan["revisit_seconds_really"] == 63_000  # 1,000,000 x 0.63 / 10
+    small = plan_report(cap, 1000, 20_000, 1800.0)
+    assert small["enough"] and small["revisit_seconds_really"] == 1800
+    # the namespace's cap is a cap like a tracker's
+    both = plan_report({**cap, "per_second": 20.0}, 1000, 1_000_000, 1800.0)
+    assert both["caps"]["*"]["requests_per_visit"] == 6.3 and both["revisit_seconds_really"] == 315_000
+    # nothing to say without a cap, a visit in the window, or a finite plan
+    assert plan_report(None, 1000, 10, 1800.0) is None
+    assert plan_report(cap, 0, 10, 1800.0) is None and plan_report(cap, 1000, 10, 0.0) is None

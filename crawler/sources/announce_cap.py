@@ -144,3 +144,36 @@ def cap_report(client: redis.Redis, keys: Keys, settings: Settings, now: float) 
     out["trackers"] = {redact.url(u): use(r, ":" + u) for u, r in sorted(rates.items())}
     out["limiting"] = out["limiting"] or any(t["limiting"] for t in out["trackers"].values())
     return out
+
+
+def plan_report(cap: dict | None, visits: int, tracked: int, revisit_seconds: float) -> dict | None:
+    """Whether the caps let the plan through: every tracked torrent visited once per revisit interval.
+
+    ``cap``: ``cap_report``'s answer; ``visits``: the visits completed in its
+    window. Each cap's requests per visit is what it granted over that window
+    divided by those visits (the catalogue's own mix: scrapes shared by many
+    visits, announces where swarms have peers); the plan needs that many
+    times the plan's visits per second. A cap that allows fewer makes the
+    catalogue's revisit interval really ``tracked × requests per visit /
+    rate``. None with no cap, no visit in the window, or no finite plan
+    (revisit interval 0).
+    """
+    if not cap or not visits or not revisit_seconds or not cap.get("window_s"):
+        return None
+    visits_per_second = visits / cap["window_s"]
+    needed = tracked / revisit_seconds
+    caps = ([("*", cap)] if cap.get("per_second") else []) + [
+        (u, c) for u, c in cap["trackers"].items() if c.get("per_second")]
+    out: dict = {"visits_needed_per_second": round(needed, 3), "caps": {}}
+    really = revisit_seconds
+    for name, c in caps:
+        per_visit = c["sent_per_second"] / visits_per_second
+        entry = {"requests_per_visit": round(per_visit, 3), "needed_per_second": round(needed * per_visit, 2),
+                 "per_second": c["per_second"], "enough": needed * per_visit <= c["per_second"]}
+        if not entry["enough"]:
+            entry["revisit_seconds"] = round(tracked * per_visit / c["per_second"])
+            really = max(really, tracked * per_visit / c["per_second"])
+        out["caps"][name] = entry
+    out["enough"] = all(e["enough"] for e in out["caps"].values())
+    out["revisit_seconds_really"] = round(really)
+    return out
