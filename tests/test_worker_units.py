@@ -223,3 +223,44 @@ def test_a_worker_process_collects_garbage_less_often_and_leaves_its_start_up_he
     finally:
         gc.unfreeze()
         gc.set_threshold(*before)
+
+
+def test_torrent_shows_which_sources_the_last_visit_asked_and_why_it_skipped_the_others(  # noqa: F811 (fixtures)
+        settings, client, keys, opentracker, tmp_path):
+    from crawler.counters.recorder import Recorder
+    from crawler.queue.view import shown
+    from tests.opentracker import free_port
+
+    ih = hashlib.sha1(b"which-sources").hexdigest()
+    ot = opentracker([ih])
+    ot.announce_from(peer_address(1), ih, 6881)
+    dead = f"udp://127.0.0.1:{free_port()}/announce"  # nobody listens: fails, then backs off
+    s = settings.replace(revisit_seconds=1.0, udp_timeout=0.3, udp_retries=1, tracker_backoff_after=1,
+                         geoip_db=write_city_db(tmp_path / "c.mmdb"))
+    q = Queue(client, keys, s)
+    view = QueueView(q.client, q.keys)
+    q.add([NewItem(ih, (ot.http_url, ot.udp_url, dead))])
+    trackers = Trackers(s, client, keys)
+    v = Visitor(q, keys, s, trackers, Recorder(client, keys, s))
+    try:
+        (lease,) = q.claim(1)
+        assert v.visit(lease).peers == 1
+        last = view.torrent(ih)["last_visit_sources"]
+        assert last == {"dht": "not asked: the DHT is off",
+                        "trackers": {ot.http_url: "announced", ot.udp_url: "announced", dead: "failed"}}
+        client.zadd(keys.cooling, {ih: time.time() - 1})
+        (lease,) = q.claim(1)
+        v.visit(lease)
+        info = view.torrent(ih)
+        assert info["last_visit_sources"]["trackers"] == {
+            ot.http_url: "skipped: inside its min interval",  # opentracker's HTTP min interval
+            ot.udp_url: "announced",
+            dead: "skipped: backing off"}
+        # as torrent --json and the dashboard show it: a passkey in a URL stays out
+        secret = "http://127.0.0.1:1/announce/passkey0123456789abcdef"
+        info["last_visit_sources"]["trackers"][secret] = "announced"
+        info["tracker_not_before"][secret] = 1.0
+        info["trackers"].append(secret)
+        assert "passkey0123456789abcdef" not in str(shown(info))
+    finally:
+        trackers.close()
