@@ -328,3 +328,17 @@ def test_an_evicted_torrents_history_expires_with_its_tombstone_unless_readmitte
     assert [v["score"] for v in view.torrent(H[2])["history"]] == [0.5]
     assert q.add([NewItem(H[2])], readmit=True, now=300) == ["added"]
     assert client.ttl(keys.for_torrent(H[2]).history(H[2])) == -1 and len(view.torrent(H[2])["history"]) == 1
+
+
+def test_a_visit_notes_every_tracker_of_a_torrent_with_the_most_trackers_allowed(client, keys, settings):
+    n = 10_000  # PEERCRAWL_MAX_TRACKERS_PER_TORRENT's largest value
+    q = Queue(client, keys, settings.replace(max_trackers_per_torrent=n))
+    urls = [f"udp://t{i}.example:1/announce" for i in range(n)]
+    q.add([NewItem(H[0], tuple(urls))], now=100)
+    q.plans.note(H[0], {u: repr(5000.0 + i) for i, u in enumerate(urls)} | {"dht:empty": "3", "dht": "7000.5"},
+                 ("last",), 60)
+    own, noted = q.plan(H[0])
+    assert len(own) == n and noted.not_before == {u: 5000.0 + i for i, u in enumerate(urls)}
+    assert (noted.dht_empty, noted.dht_not_before, noted.last) == (3, 7000.5, None)
+    q.plans.note(H[0], {}, ("dht", "dht:empty"), 60)
+    assert q.plan(H[0])[1].dht_empty == 0 and q.plan(H[0])[1].dht_not_before == 0.0

@@ -10,6 +10,8 @@
 --
 -- Returns the hash's field count.
 
+--! include slices  (STEP, each, read)
+
 local ttl, n = tonumber(ARGV[1]), tonumber(ARGV[2])
 if not ttl or ttl < 1 or ttl ~= math.floor(ttl) or not n or n < 0 or n ~= math.floor(n) or #ARGV < 2 + 2 * n then
   return redis.error_reply('note.lua: bad arguments')
@@ -17,12 +19,12 @@ end
 if n > 0 then
   local set = {}
   for i = 3, 2 + 2 * n do set[#set + 1] = ARGV[i] end
-  redis.call('HSET', KEYS[1], unpack(set))
+  each('HSET', KEYS[1], set)  -- a torrent may have 10,000 trackers: in slices
 end
 if #ARGV > 2 + 2 * n then
   local drop = {}
   for i = 3 + 2 * n, #ARGV do drop[#drop + 1] = ARGV[i] end
-  redis.call('HDEL', KEYS[1], unpack(drop))
+  each('HDEL', KEYS[1], drop)
 end
 if redis.call('EXISTS', KEYS[1]) == 1 then
   redis.call('EXPIRE', KEYS[1], ttl)
