@@ -252,6 +252,11 @@ class Keys(ShardLayout):
         """HASH of one minute of the DHT's budget, as ``announce_cap_minute``."""
         return self._home("dhtcapm", str(minute))
 
+    def request_minute(self, minute: int) -> str:
+        """HASH of one UTC minute (unix time // 60) of requests sent to the sources, expiring after two hours
+        (crawler/sources/request_counts.py): per kind, per busy tracker and kind, the others' summed."""
+        return self._home("reqm", str(minute))
+
     # --- discovery (contract §3) ------------------------------------------
     def discovery_minute(self, minute: int) -> str:
         """HASH of one UTC minute (unix time // 60) of discovery, expiring after ten minutes:
@@ -386,5 +391,5 @@ RESERVED = frozenset({
     "ready", "since", "cooling", "leases", "evicted", "tombstones", "held", "claims", "expiries",
     "quarantined", "quarantine", "t", "tr", "vh", "visits", "failedvisits", "workers", "w", "trackerhealth",
     "trackerused", "trackerrank", "trackertotals", "mi", "mk", "ix", "tx", "rx", "sh", "geoerrors", "announceport", "secret", "layout",
-    "cap", "capm", "rates", "atrisk", "lane", "lanecredit", "disc", "dhtcap", "dhtcapm",
+    "cap", "capm", "rates", "atrisk", "lane", "lanecredit", "disc", "reqm", "dhtcap", "dhtcapm",
 })

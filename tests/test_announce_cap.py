@@ -270,3 +270,28 @@ def test_the_plan_says_what_revisit_interval_the_caps_allow():
     # nothing to say without a cap, a visit in the window, or a finite plan
     assert plan_report(None, 1000, 10, 1800.0) is None
     assert plan_report(cap, 0, 10, 1800.0) is None and plan_report(cap, 1000, 10, 0.0) is None
+
+
+@pytest.mark.slow
+def test_status_says_when_a_trackers_cap_is_short_of_the_plan(opentracker, test_env):  # noqa: F811
+    hashes = ["%040x" % (9 * 10**11 + i) for i in range(60)]
+    ot = opentracker(hashes)
+    ot.announce_many("127.1.0.1", hashes, 7000)  # one peer each: every visit announces and withdraws
+    rate = 5.0
+    # 60 torrents every 10 s at ~2 requests each: ~12 requests/s wanted of a tracker capped at 5
+    env = {**test_env, "PEERCRAWL_TRACKERS": f"{ot.udp_url}||{rate:g}", "PEERCRAWL_REVISIT_SECONDS": "10"}
+    assert run_json(env, "add", *hashes)[1]["added"] == 60
+    worker = subprocess.Popen([sys.executable, "-m", "crawler", "worker", "--concurrency", "16", "--duration", "8"],
+                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    worker.wait(60)
+    assert worker.returncode == 0, worker.stderr.read()[-2000:]
+    p, status = run_json(env, "status")
+    plan = status["plan"]
+    c = plan["caps"][ot.udp_url]
+    assert not plan["enough"] and not c["enough"] and c["per_second"] == rate
+    assert 1.9 <= c["requests_per_visit"] <= 2.2  # an announce and its withdrawal, and a share of a scrape
+    # what the cap allows: 60 torrents x ~2 requests / 5 per second, against the 10 s asked for
+    assert c["revisit_seconds"] == plan["revisit_seconds_really"]
+    assert 22 <= plan["revisit_seconds_really"] <= 27
+    text = subprocess.run([sys.executable, "-m", "crawler", "status"], env=env, capture_output=True, text=True).stdout
+    assert f"{ot.udp_url} is short" in text and "really revisited every" in text

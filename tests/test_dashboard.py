@@ -187,7 +187,7 @@ def test_metrics_parse_and_equal_status(web, test_env):
         # bounded labels only: nothing per torrent or per IP
         for f in families.values():
             for s in f.samples:
-                assert set(s.labels) <= {"state", "url", "worker", "node", "message", "quantile"}, s
+                assert set(s.labels) <= {"state", "url", "worker", "node", "message", "quantile", "kind"}, s
 
 
 def test_metrics_trackers_and_workers(client, keys, settings, world, test_env):

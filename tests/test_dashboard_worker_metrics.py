@@ -59,6 +59,11 @@ def test_worker_metrics_count_a_real_crawl(test_env, opentracker):  # noqa: F811
         assert m[("peercrawl_worker_tracker_scrapes_total", (("outcome", "announce"), ("url", redact.url(url))))] == 1
         assert PASSKEY not in str(m) and "<redacted:" in redact.url(url)
         assert m[("peercrawl_worker_recording_seconds_count", ())] == 1
+        # what the visit cost the tracker: one connect, the scrape, the announce and its withdrawal
+        assert {k: m[("peercrawl_worker_tracker_requests_total", (("kind", k), ("url", redact.url(url))))]
+                for k in ("connect", "scrape", "announce", "withdrawal")} == dict.fromkeys(
+            ("connect", "scrape", "announce", "withdrawal"), 1)
+        assert m[("peercrawl_worker_dht_traversals_total", ())] == 0
         assert m[("peercrawl_worker_claim_seconds_count", (("call", "claim"),))] >= 1
         assert m[("peercrawl_worker_pool_size", ())] == 4
         # labels stay bounded: no info-hash, no peer address
@@ -67,3 +72,7 @@ def test_worker_metrics_count_a_real_crawl(test_env, opentracker):  # noqa: F811
         p.terminate()
         _, err = p.communicate(timeout=30)
     assert p.returncode == 0, err[-2000:]
+    # written by the worker's clean stop (SIGTERM) at the latest, for status to show
+    costs = json.loads(run(test_env, "status", "--json").stdout)["costs"]
+    assert costs["requests"] == {"connect": 1, "scrape": 1, "announce": 1, "withdrawal": 1, "total": 4}
+    assert costs["counted"] == (users[0]["count"] if users else 0) == 5

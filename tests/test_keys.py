@@ -55,6 +55,7 @@ LAYOUT = {
     "tracker_totals": (K.tracker_totals, "{ns}:trackertotals", "`{ns}:trackertotals`"),
     "announce_cap": (K.announce_cap, "{ns}:cap", "`{ns}:cap`"),
     "announce_cap_minute": (K.announce_cap_minute(29_483_000), "{ns}:capm:29483000", "`{ns}:capm:<minute>`"),
+    "request_minute": (K.request_minute(29_483_000), "{ns}:reqm:29483000", "`{ns}:reqm:<minute>`"),
     "dht_budget": (K.dht_budget, "{ns}:dhtcap", "`{ns}:dhtcap`"),
     "dht_budget_minute": (K.dht_budget_minute(29_483_000), "{ns}:dhtcapm:29483000", "`{ns}:dhtcapm:<minute>`"),
     "tracker_min_interval": (K.tracker_min_interval(H), "{ns}:mi:" + H, "`{ns}:mi:<h>`"),

@@ -276,3 +276,45 @@ def test_a_group_waits_while_scrapes_keep_joining_and_no_longer():
     assert groups.join("udp://t:1/announce", b"\x01" * 20, time.monotonic() + 5) is None
     assert sent == [1] and time.monotonic() - start < 0.1
     assert WINDOW < 0.1  # the default window: what a lone visit may wait at most
+
+
+def test_an_http_tracker_answering_404_on_its_scrape_url_is_learned_and_announced_to(trackers, client, keys):
+    import socket as _socket
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from crawler.bencode import codec as bencode
+
+    asked = {"scrape": 0, "announce": 0}
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def do_GET(self):
+            if self.path.startswith("/scrape"):
+                asked["scrape"] += 1
+                self.send_response(404)
+                self.end_headers()
+                return
+            asked["announce"] += 1
+            body = bencode.encode({b"interval": 1800, b"complete": 1, b"incomplete": 0,
+                                   b"peers": _socket.inet_aton("127.9.9.8") + (6882).to_bytes(2, "big")})
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/announce"
+    try:
+        a, b = _hashes(2)
+        first = trackers.announce(url, a)
+        assert first.ok and first.asked == "announce" and set(first.peers) == {("127.9.9.8", 6882)}
+        assert tracker_report(client, keys, 10)[url]["no_scrape_until"] is not None
+        again = trackers.announce(url, b)
+        assert again.ok and again.asked == "announce"
+        assert asked["scrape"] == 1  # learned: not scraped again
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -77,11 +77,15 @@ class Process:
         self.queue = Queue(self.store, keys, settings)
         self.recorder = Recorder(self.store, keys, settings)
         self.trackers = Trackers(settings, client, keys)
+        # What the crawl costs the sources, per minute in Redis: the trackers' requests (counted by
+        # Trackers, which writes them at close), the DHT's lookups and the pairs each visit counted.
+        self.requests = self.trackers.requests
+        on_visit = _both(on_visit, self.requests.visited)
         self.dht = None
         if settings.dht:
             from crawler.sources.dht import DhtSource
 
-            self.dht = DhtSource(settings)
+            self.dht = DhtSource(settings, requests=self.requests)
         self.discovery = None
         if settings.discovery and self.dht is not None:
             from crawler.sources.discovery import Discovery
@@ -132,13 +136,13 @@ class Process:
 
     def close(self) -> None:
         """Close the sources and the metrics server (a Redis error at exit is logged, not raised)."""
+        if self.dht is not None:  # first: its last lookups are counted in what the trackers' close writes
+            self.dht.close()
         try:
             with Once():  # at exit a Redis that is away is not waited for (SIGTERM's 25 s)
                 self.trackers.close()
         except (StoreError, OSError) as e:  # Redis gone at exit: health counts are best effort
             log.warning("trackers_close_failed", error=str(e))
-        if self.dht is not None:
-            self.dht.close()
         if self._metrics_server is not None:
             self._metrics_server.stop(timeout=1)
 

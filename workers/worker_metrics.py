@@ -4,7 +4,10 @@ What this process did since it started, as Prometheus counters and
 histograms: visits by state, peers found and new, tracker announces by
 outcome (answered, refused, failed, backing off), tracker scrapes by outcome
 (empty, so not announced to; announce; refused, failed, backing off), DHT lookups, how long
-recording a visit's peers and claiming torrents take, and the pool's size.
+recording a visit's peers and claiming torrents take, and the pool's size;
+and what it cost the sources: the requests it sent each tracker by ``kind``
+(connect, scrape, announce, withdrawal) and the DHT lookups that traversed
+(``crawler.sources.request_counts``, which tells each as it is counted).
 The queue's own gauges (states, latency, workers needed) are the
 dashboard's ``/metrics``: every worker serving them would count them once
 per worker.
@@ -31,6 +34,7 @@ from functools import wraps
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from crawler import logs, redact
+from crawler.sources.scrape_groups import Seat
 
 log = logs.get("worker.metrics")
 
@@ -90,6 +94,13 @@ class WorkerMetrics:
                                ["url", "outcome"], registry=r)
         self.dht = Counter("peercrawl_worker_dht_lookups", "DHT get_peers lookups by outcome.", ["outcome"],
                            registry=r)
+        self.requests = Counter("peercrawl_worker_tracker_requests",
+                                "Requests sent to trackers by kind: connect (UDP), scrape (a UDP datagram or an "
+                                "HTTP request), announce, withdrawal (the stopped announce after an announce).",
+                                ["url", "kind"], registry=r)
+        self.traversals = Counter("peercrawl_worker_dht_traversals",
+                                  "DHT lookups that started a get_peers traversal (not those refused before one).",
+                                  registry=r)
         self.recording = Histogram("peercrawl_worker_recording_seconds",
                                    "Time to record one visit's peers into the counters.",
                                    buckets=LATENCY_BUCKETS, registry=r)
@@ -131,7 +142,9 @@ def instrument(process, metrics: WorkerMetrics) -> None:
     metrics.labels.always(t.url for t in process.settings.trackers)
     announce = tr.announce
 
-    scrape_first = tr.scrape_first
+    # A scrape is a seat in the tracker's next scrape, then its answer (Trackers.scrape_first is the two):
+    # counted once, where its outcome is known.
+    seat, answer = tr.scrape_seat, tr.scrape_answer
 
     @wraps(announce)
     def counted_announce(url, *args, **kwargs):
@@ -139,13 +152,31 @@ def instrument(process, metrics: WorkerMetrics) -> None:
         metrics.announces.labels(metrics.labels(url), _outcome(result, "answered")).inc()
         return result
 
-    @wraps(scrape_first)
-    def counted_scrape(url, *args, **kwargs):
-        result = scrape_first(url, *args, **kwargs)
+    def scraped(url, result) -> None:
         metrics.scrapes.labels(metrics.labels(url), "announce" if result is None else _outcome(result, "empty")).inc()
+
+    @wraps(seat)
+    def counted_seat(url, *args, **kwargs):
+        got = seat(url, *args, **kwargs)
+        if not isinstance(got, Seat):  # settled without a scrape: backing off, or no scrape (announce)
+            scraped(url, got)
+        return got
+
+    @wraps(answer)
+    def counted_answer(url, *args, **kwargs):
+        result = answer(url, *args, **kwargs)
+        scraped(url, result)
         return result
 
-    tr.announce, tr.scrape_first = counted_announce, counted_scrape
+    tr.announce, tr.scrape_seat, tr.scrape_answer = counted_announce, counted_seat, counted_answer
+
+    def sent(url, kind, n):
+        if url is None:
+            metrics.traversals.inc(n)
+        else:
+            metrics.requests.labels(metrics.labels(url), kind).inc(n)
+
+    process.requests.listener = sent
     if process.dht is not None:
         lookup = process.dht.lookup
 

@@ -32,6 +32,8 @@ def _print(r: dict) -> None:
     _queue_table(con, r)
     _warnings(con, r)
     _cap(con, r.get("announce_cap"))
+    _plan(con, r.get("plan"))
+    _costs(con, r.get("costs"))
     d = r.get("discovery")
     if d:
         con.print(f"[bold]discovery:[/] per minute over the last {d['window_s']} s: {d['queries_per_minute']} "
@@ -129,6 +131,45 @@ def _cap(con, cap: dict | None) -> None:
     if cap["limiting"]:
         con.print("[bold yellow]the announce cap is the limit:[/] visits wait for it; more workers would not "
                   "visit faster")
+
+
+def _plan(con, plan: dict | None) -> None:
+    """The caps a plan (every torrent once per revisit interval) needs more of, and the real revisit interval."""
+    from rich.markup import escape
+
+    if not plan or plan["enough"]:
+        return
+    for name, c in plan["caps"].items():
+        if not c["enough"]:
+            which = "the namespace's cap" if name == "*" else escape(name)
+            con.print(f"[bold yellow]{which} is short:[/] the plan needs {c['needed_per_second']:g} requests/s "
+                      f"({c['requests_per_visit']:g} per visit), it allows {c['per_second']:g}/s", soft_wrap=True)
+    con.print(f"  so the catalogue is really revisited every {_duration(plan['revisit_seconds_really'])}, "
+              "not every revisit interval", soft_wrap=True)
+
+
+def _duration(seconds: float) -> str:
+    """``seconds`` as an operator reads it: 45 s, 12 min, 7.5 h, 3.2 days."""
+    for unit, size in (("days", 86_400), ("h", 3600), ("min", 60)):
+        if seconds >= 2 * size:
+            return f"{seconds / size:.3g} {unit}"
+    return f"{seconds:.0f} s"
+
+
+def _costs(con, c: dict | None) -> None:
+    """What the visits cost the sources over the last hour: tracker requests per second by kind, DHT
+    lookups, requests per visit and pairs counted per 1,000 requests (per tracker: ``--json``, the page)."""
+    if not c:
+        return
+    p, last = c["per_second"], c["last_minute"]
+    by_kind = ", ".join(f"{k} {p[k]:.3g}" for k in p if k != "total")
+    per_visit = "-" if c["requests_per_visit"] is None else f"{c['requests_per_visit']:g}"
+    per_pair = "-" if c["counted_per_1000_requests"] is None else f"{c['counted_per_1000_requests']:g}"
+    con.print(f"[bold]costs[/] over the last {c['window_s'] / 60:.0f} min: {p['total']:.3g} tracker requests/s "
+              f"({by_kind}), {c['dht_lookups_per_second']:.3g} DHT lookups/s; last minute "
+              f"{last['per_second']['total']:.3g}/s and {last['dht_lookups_per_second']:.3g} lookups/s", soft_wrap=True)
+    con.print(f"  {per_visit} tracker requests per visit ({c['visits']} visits), {per_pair} (IP, torrent) pairs "
+              "counted per 1,000 requests; per tracker: status --json costs, the operators page", soft_wrap=True)
 
 
 def _workers_table(con, workers: list[dict]) -> None:

@@ -12,6 +12,13 @@ per IP. Every ``url`` is the redacted one ``status --json`` keys trackers by
 label. The quarantined torrents' list is per torrent, so only its count is
 here (the operators page lists them).
 
+What the visits cost the sources (``status --json``'s ``costs``) are the
+namespace's gauges over the last hour: tracker requests per second by
+``kind`` (four values), DHT lookups per second, requests per visit and pairs
+counted per 1,000 requests. Per tracker they are the operators page's and
+``status``'s (and each worker's own counters): ``kind`` times ``url`` would
+be four more series per tracker family.
+
 Texts (a tracker's last refusal, the last GeoIP error) are ``_info`` metrics:
 one series per tracker (or one), the redacted message a label, capped by
 ``tracker_health`` at 300 characters.
@@ -68,6 +75,7 @@ class CrawlCollector:
                                     value=needed)
         yield from _trackers(r["trackers"], r.get("trackers_other"))
         yield from _announce_cap(r.get("announce_cap"))
+        yield from _costs(r["costs"])
         yield from _rates(r["rates"])
         geo = r.get("geo_errors") or {}
         kinds = geo.get("kinds") or {"read_error": geo.get("errors", 0)}
@@ -132,6 +140,25 @@ def _announce_cap(cap: dict | None):
     yield allowed
     yield sent
     yield limiting
+
+
+def _costs(c: dict):
+    """What the visits cost the sources over the last hour (status --json costs), the namespace's figures."""
+    kinds = [k for k in c["per_second"] if k != "total"]
+    total = GaugeMetricFamily("peercrawl_tracker_requests_per_second",
+                              "Requests sent to every tracker per second over the last hour, by kind.", labels=["kind"])
+    for k in kinds:
+        total.add_metric([k], c["per_second"][k])
+    yield total
+    yield GaugeMetricFamily("peercrawl_dht_lookups_per_second", "DHT lookups that traversed, per second, last hour.",
+                            value=c["dht_lookups_per_second"])
+    if c["requests_per_visit"] is not None:
+        yield GaugeMetricFamily("peercrawl_tracker_requests_per_visit",
+                                "Tracker requests per visit completed, last hour.", value=c["requests_per_visit"])
+    if c["counted_per_1000_requests"] is not None:
+        yield GaugeMetricFamily("peercrawl_pairs_counted_per_1000_tracker_requests",
+                                "(IP, torrent) pairs counted new per 1,000 tracker requests, last hour.",
+                                value=c["counted_per_1000_requests"])
 
 
 # The url label of every tracker past the busiest (no tracker URL is a bare word).

@@ -161,12 +161,16 @@ class Views:
         lanes = [{"lane": lane, **row} for lane, row in report["lanes"].items()]
         at_risk = [{"info_hash": x["info_hash"], "stage": x["stage"], "since": _iso(x["since"])}
                    for x in report["at_risk_torrents"]]
+        costs = report["costs"]  # the busiest trackers' requests per second, then every other's summed
+        cost_rows = [_cost_row(url, t) for url, t in costs["trackers"].items()]
+        if costs["trackers_other"]["requests"]["total"]:
+            cost_rows.append(_cost_row("every other tracker", costs["trackers_other"]))
         return {
             "status": report,
             "outbox": self.outbox(),
             "redis": report["redis"]["nodes"],
             "tables": {"states": states, "minutes": minutes, "workers": workers, "trackers": trackers,
-                       "quarantined": quarantined, "lanes": lanes, "at_risk": at_risk},
+                       "quarantined": quarantined, "lanes": lanes, "at_risk": at_risk, "costs": cost_rows},
         }
 
     def visits_per_minute(self, hours: int, now: float) -> list[dict]:
@@ -236,6 +240,12 @@ def _place_row(r: dict, torrent: bool = False) -> dict:
 
 def _torrent_row(r: dict) -> dict:
     return {"metric": r["metric"], "count": r["count"], "info_hash": _parts(r["metric"])[1]}
+
+
+def _cost_row(tracker: str, t: dict) -> dict:
+    """One tracker's row of the costs table: requests per second by kind over the last hour, and their count."""
+    return {"tracker": tracker, **{f"{k}_per_s": v for k, v in t["per_second"].items()},
+            "requests": t["requests"]["total"]}
 
 
 def _worker_row(w: dict) -> dict:

@@ -3,7 +3,8 @@
 ``queue_report`` gathers what ``peercrawl status`` shows (contract §7) from the
 owners of each part: the queue's read model (``QueueView``), the worker
 registry, tracker health (the busiest trackers and the others' sums), GeoIP
-errors and the server's eviction policy.
+errors, the server's eviction policy and what the visits cost the sources
+(``costs``).
 On the way it drops per-minute visit counts older than two days
 (``Queue.trim_visit_buckets``) and the entries of workers whose heartbeat
 expired, so neither grows while no worker runs long enough to trim.
@@ -17,8 +18,9 @@ from crawler.counters.geo_errors import geo_error_report
 from crawler.queue.registry import WorkerRegistry
 from crawler.queue.transitions import Queue
 from crawler.queue.view import QueueView
+from crawler.report.costs import costs_report
 from crawler.report.nodes import eviction_warning, node_report
-from crawler.sources.announce_cap import cap_report
+from crawler.sources.announce_cap import cap_report, plan_report
 from crawler.sources.discovery import discovery_report
 from crawler.sources.health import tracker_others, tracker_report
 
@@ -45,7 +47,12 @@ def queue_report(queue: Queue, now: float) -> dict:
     report["redis"] = node_report(c)  # one INFO per node serves both
     report["eviction_warning"] = eviction_warning(report["redis"])
     report["announce_cap"] = cap_report(c, k, queue.settings, now)
+    cap = report["announce_cap"]
+    # the caps' requests per visit are over their own window: the visits of the same minutes
+    report["plan"] = plan_report(cap, view.visits_since(cap["window_s"] + 1, now) if cap else 0,
+                                 report["tracked"] - report.get("quarantined", 0), queue.settings.revisit_seconds)
     report["discovery"] = discovery_report(c, k, queue.settings, now)
+    report["costs"] = costs_report(c, k, queue.settings.top_trackers, now, report["visits_last_hour"])
     report.update(capacity_report(report, workers, queue.settings.revisit_seconds))
     return report
 

@@ -6,7 +6,8 @@ frozen values out); the clients only move bytes over gevent sockets
 a visit calls, grouping one UDP tracker's announces (``announce_groups``);
 ``health`` is tracker health shared through Redis, ``announce_cap`` the
 namespace-wide request schedule, ``addresses`` the address policy,
-``self_filter`` the crawler's own entry taken out. ``dht`` asks the DHT
+``self_filter`` the crawler's own entry taken out, ``request_counts`` every
+request sent, per minute in Redis (what the crawl costs). ``dht`` asks the DHT
 through one libtorrent session (``dht_session``, ``dht_alerts``,
 ``dht_lookups``, paced per node by ``dht_pacing`` and ``dht_pace_gate``);
 ``discovery`` samples it for new hashes. See the contract, §3.

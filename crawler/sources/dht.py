@@ -100,14 +100,15 @@ class DhtSource:
     a new reply after which a lookup is over.
     ``read_only``: run as a BEP 43 read-only node (see dht_session).
     ``extra``: libtorrent settings overriding ours (tests and benchmarks).
+    ``requests``: the process's ``RequestCounts``, told of each lookup that starts a traversal.
 
     Raises ``AddressRefused`` if a bootstrap node is not public and private
     addresses are not allowed. Call from a greenlet of the hub that will run
     the lookups.
     """
 
-    def __init__(self, settings: Settings, read_only: bool = True, extra: dict | None = None):
-        self.settings = settings
+    def __init__(self, settings: Settings, read_only: bool = True, extra: dict | None = None, requests=None):
+        self.settings, self.requests = settings, requests
         self.max_peers = settings.dht_max_peers
         self.timeout = settings.dht_timeout
         self.settle = settings.dht_settle
@@ -288,6 +289,8 @@ class DhtSource:
             self._ticker.start(self._on_tick)
         try:
             self._session.dht_get_peers(lt.sha1_hash(target))
+            if self.requests is not None:  # what the crawl costs the DHT: one traversal
+                self.requests.lookup()
             self._wait(lk, deadline)
         finally:
             live.discard(lk)

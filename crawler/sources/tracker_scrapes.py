@@ -42,6 +42,7 @@ from crawler.sources.http_client import HttpStatusError
 from crawler.sources.http_scrape import MAX_HASHES as HTTP_HASHES
 from crawler.sources.http_scrape import ScrapeCounts, parse_scrape_reply, scrape_request, scrape_url
 from crawler.sources.lru import Lru
+from crawler.sources.request_counts import RequestCounts
 from crawler.sources.scrape_groups import ScrapeGroups, Seat
 from crawler.sources.tracker_errors import ScrapeUnsupported, TrackerRefused, TrackerTimeout
 from crawler.sources.udp_client import UdpTrackerClient
@@ -65,13 +66,15 @@ class TrackerScrapes:
     one that answered last first;
     ``http_body(url, until)``: the body of a 200 GET, bounded (raising what
     ``http_get`` raises); ``on_failure(url, exception)``: told once per
-    failed request (the tracker's health). Figures: ``udp_packets``,
-    ``http_requests``.
+    failed request (the tracker's health); ``requests``: the process's
+    ``RequestCounts``, told of each HTTP scrape (the UDP client tells it of
+    its datagrams). Figures: ``udp_packets``, ``http_requests``.
     """
 
     def __init__(self, enabled: bool, udp: UdpTrackerClient, udp_targets: Callable, http_body: Callable,
-                 health: TrackerHealth, cache_size: int, on_failure: Callable[[str, Exception], None]):
-        self.enabled, self.health, self.on_failure = enabled, health, on_failure
+                 health: TrackerHealth, cache_size: int, on_failure: Callable[[str, Exception], None],
+                 requests: RequestCounts):
+        self.enabled, self.health, self.on_failure, self.requests = enabled, health, on_failure, requests
         self.udp, self.udp_targets, self.http_body = udp, udp_targets, http_body
         self.groups = ScrapeGroups(self._scrape_many, full=self._per_request)
         # tracker URL -> its failed scrape requests in a row
@@ -162,6 +165,7 @@ class TrackerScrapes:
         if base is None:
             raise ScrapeUnsupported("the announce URL has no scrape form (BEP 48)")
         self.http_requests += 1
+        self.requests.sent(url, "scrape")
         try:
             body = self.http_body(scrape_request(base, chunk), deadline)
         except HttpStatusError as e:

@@ -63,17 +63,13 @@ from crawler.errors import StoreError
 from crawler.keys import Keys
 from crawler.settings import Settings
 from crawler.sources import addresses, udp_codec
-from crawler.sources.addresses import (
-    AddressCheck,
-    Resolver,
-    policy,
-    share_of_time,
-)
+from crawler.sources.addresses import AddressCheck, Resolver, policy, share_of_time
 from crawler.sources.announce_groups import AnnounceGroups
 from crawler.sources.health import ANSWER, FAILURE, REFUSAL, TrackerHealth
 from crawler.sources.http_client import http_get, tls_context
 from crawler.sources.http_codec import announce_url, parse_announce_reply
 from crawler.sources.http_exchange import http_exchange
+from crawler.sources.request_counts import RequestCounts
 from crawler.sources.result import SourceResult
 from crawler.sources.scrape_groups import Seat
 from crawler.sources.self_filter import SelfFilter, shared_port
@@ -97,15 +93,8 @@ class Trackers:
     with several addresses); None: the real ones.
     """
 
-    def __init__(
-        self,
-        settings: Settings,
-        client: redis.Redis,
-        keys: Keys,
-        udp: UdpTrackerClient | None = None,
-        address_check: AddressCheck | None = None,
-        resolver: Resolver | None = None,
-    ):
+    def __init__(self, settings: Settings, client: redis.Redis, keys: Keys, udp: UdpTrackerClient | None = None,
+                 address_check: AddressCheck | None = None, resolver: Resolver | None = None):
         self.settings = settings
         # The address policy (contract §3); injectable so tests can treat one
         # loopback address as public and see the real refusal of the others.
@@ -130,10 +119,13 @@ class Trackers:
         # (Settings.udp_timeout), whether the tracker speaks UDP or HTTP.
         self.stop_timeout = settings.udp_timeout
         self.addresses = TrackerAddresses(self.check, resolver, settings.tracker_cache_size)
+        # Every request sent, counted where it is sent (a datagram by its address: udp_targets names them).
+        self.requests = RequestCounts(client, keys, settings.top_trackers, settings.tracker_cache_size)
+        self.udp.on_sent, self.udp_targets = self.requests.sent_to, self.requests.naming(self.addresses.udp_targets)
         self.groups = AnnounceGroups(self._udp_many)
         self.http_announces_sent = 0  # HTTP announces and withdrawals (figures, beside the UDP client's)
-        self.scrapes = TrackerScrapes(settings.scrape_first, self.udp, self.addresses.udp_targets, self._http_body,
-                                      self.health, settings.tracker_cache_size, on_failure=self._note)
+        self.scrapes = TrackerScrapes(settings.scrape_first, self.udp, self.udp_targets, self._http_body,
+                                      self.health, settings.tracker_cache_size, self._note, self.requests)
 
     def announce(self, url: str, info_hash_hex: str, deadline: float | None = None,
                  scrape: bool = True) -> SourceResult:
@@ -313,7 +305,7 @@ class Trackers:
         """Announce ``hashes`` to each address of the tracker in turn (only silence moves a
         torrent on to the next address), each answer followed by its withdrawal within
         the stop timeout; ``final(i, result)`` as each hash's result is known."""
-        targets = self.addresses.targets(host, port, f"tracker {redact.url(f'udp://{netloc}')}")
+        targets = self.udp_targets(url)
         asked = configured + 1  # the tracker may list us in its reply
         common = {"peer_id": self.peer_id, "port": self.port, "num_want": asked, "key": self.key}
         silent: dict[int, list[str]] = {i: [] for i in range(len(hashes))}
@@ -384,6 +376,7 @@ class Trackers:
 
         def get(event: str, until: float, keep: int):
             self.http_announces_sent += 1
+            self.requests.sent(url, "withdrawal" if event == "stopped" else "announce")
             u = announce_url(url, info_hash, self.peer_id, self.port, asked, event=event, key=self.key)
             return parse_announce_reply(self._http_body(u, until), keep)
 
@@ -395,6 +388,7 @@ class Trackers:
                             stopped, interval, least, reply.warning)
 
     def close(self) -> None:
-        """Write batched health and close the UDP sockets (the ``Trackers`` is done)."""
+        """Write the request counts and batched health, close the UDP sockets (the ``Trackers`` is done)."""
+        self.requests.close()
         self.health.flush()
         self.udp.close()

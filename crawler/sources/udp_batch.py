@@ -135,6 +135,8 @@ class AnnounceBatch:
                 out[i] = TrackerTimeout(f"cannot send to {self.addr[0]}:{self.addr[1]}: {e}")
             self.stopping.discard(i)
             self._done(i)
+        else:
+            c.note_sent(self.addr, "withdrawal" if stop else "announce")
 
     def _collect(self, out: list) -> None:
         """Parse the datagrams the reader handed over into their requests' answers."""

@@ -33,6 +33,7 @@ import functools
 import random
 import socket as _stdsocket
 import time
+from collections.abc import Callable
 
 import gevent
 from gevent import socket
@@ -46,6 +47,8 @@ from crawler.sources.udp_batch import AnnounceBatch
 # BEP 15: "A client can use a connection ID until one minute after it has
 # received it." A little under, so a slow announce still arrives in time.
 CONNECTION_TTL = 55.0
+# The request kind (crawler.sources.request_counts) of a request's action.
+KIND_OF = {codec.CONNECT: "connect", codec.SCRAPE: "scrape", codec.ANNOUNCE: "announce"}
 
 
 class UdpTrackerClient:
@@ -53,7 +56,9 @@ class UdpTrackerClient:
 
     ``announce_many``, ``scrape`` and ``connection_id`` block the calling greenlet
     only. Counters (``connects_sent``, ``announces_sent``, ``scrapes_sent``,
-    ``dropped``) feed the benchmark and logs.
+    ``dropped``) feed the benchmark and logs. ``on_sent``, when set, is told
+    ``(address, kind)`` of every datagram the socket took (``note_sent``):
+    what a visit costs the trackers (``crawler.sources.request_counts``).
     """
 
     def __init__(self, timeout: float = 4.0, retries: int = 2, bind4: str = "0.0.0.0", bind6: str = "::",
@@ -72,6 +77,7 @@ class UdpTrackerClient:
         self.announces_sent = 0
         self.scrapes_sent = 0
         self.dropped = 0
+        self.on_sent: Callable[[tuple, str], None] | None = None
 
     # --- sockets and routing ------------------------------------------------
 
@@ -133,6 +139,11 @@ class UdpTrackerClient:
         (or the error action); until ``forget(tid)`` or the reply."""
         self._pending[tid] = (addr[:2], action, waiter)
 
+    def note_sent(self, addr: tuple, kind: str) -> None:
+        """A datagram of ``kind`` (connect, scrape, announce, withdrawal) went to ``addr``: tell ``on_sent``."""
+        if self.on_sent is not None:
+            self.on_sent(addr, kind)
+
     def forget(self, tid: int) -> None:
         """Stop waiting on ``tid`` (a reply that comes later is a stray)."""
         self._pending.pop(tid, None)
@@ -156,6 +167,7 @@ class UdpTrackerClient:
             self.expect(tid, addr, action, waiter)
             try:
                 s.sendto(build(tid), addr)
+                self.note_sent(addr, KIND_OF[action])
                 data = waiter.get(timeout=min(self.timeout, left))
             except gevent.Timeout:
                 continue

@@ -222,7 +222,13 @@ function renderOperators(d) {
     ['claim_serve_rate', 'claim serve rate (1 h)', pct(s.rates.claim_serve_rate)],
     ['reclaim_rate', 'reclaim rate (1 h)', pct(s.rates.reclaim_rate)],
     ['round_trip', 'visit round trip p50 / p95 (s)', s.rates.visit_round_trip_s.visits
-      ? `${s.rates.visit_round_trip_s.p50} / ${s.rates.visit_round_trip_s.p95}` : '-']].concat(s.announce_cap
+      ? `${s.rates.visit_round_trip_s.p50} / ${s.rates.visit_round_trip_s.p95}` : '-'],
+    // what the visits cost the sources (status --json costs): the last hour, and the last minute's rate
+    ['tracker_requests_per_second', 'tracker requests / s (1 h)', s.costs.per_second.total],
+    ['tracker_requests_last_minute', 'tracker requests / s (last minute)', s.costs.last_minute.per_second.total],
+    ['dht_lookups_per_second', 'DHT lookups / s (1 h)', s.costs.dht_lookups_per_second],
+    ['requests_per_visit', 'tracker requests / visit (1 h)', s.costs.requests_per_visit],
+    ['counted_per_1000_requests', 'pairs counted / 1,000 requests (1 h)', s.costs.counted_per_1000_requests]].concat(s.announce_cap
     ? [['announce_cap', 'tracker requests / s (cap)',
       `${s.announce_cap.sent_per_second}${s.announce_cap.per_second ? ' of ' + s.announce_cap.per_second : ''}`]] : []));
   const alert = (id, text) => { const n = document.getElementById(id); n.hidden = !text; n.textContent = text || ''; };
@@ -249,6 +255,8 @@ function renderOperators(d) {
   rowsTable('workers', d.tables.workers, ['id', 'concurrency', 'auto', 'in_flight', 'visits', 'visits_per_hour', 'failing', 'autoscale']);
   rowsTable('trackers', d.tables.trackers, ['tracker', 'answers', 'failures', 'refusals', 'last_refusal',
     'backing_off', 'until', 'peers_cut', 'learned_cap', 'last_used']);
+  rowsTable('costs', d.tables.costs, ['tracker', 'connect_per_s', 'scrape_per_s', 'announce_per_s',
+    'withdrawal_per_s', 'total_per_s', 'requests']);
   rowsTable('lanes', d.tables.lanes, ['lane', 'ready', 'cooling', 'in_flight', 'quarantined', 'evicted']);
   document.getElementById('at-risk-panel').hidden = !s.at_risk;
   rowsTable('at_risk', d.tables.at_risk, [r => el('a', { href: '/torrent/' + r.info_hash, text: r.info_hash }), 'stage', 'since']);
