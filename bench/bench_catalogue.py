@@ -1,13 +1,16 @@
-"""A catalogue like a real one, mostly dead: what each visit costs the trackers, scrape first or not.
+"""A catalogue like a real one, mostly dead: what each visit costs the trackers and the DHT, before and after.
 
 Usage: python bench/bench_catalogue.py [--torrents 20000] [--empty 0.7] [--quick] [--runs 1]
 
 One opentracker on loopback serves the catalogue over UDP and HTTP, and every
-torrent names both. ``--empty`` of the torrents have no peer at all; the
+torrent names both URLs. ``--empty`` of the torrents have no peer at all; the
 rest have a long-tailed number of peers, from 1 to three times the tracker's
-max (most small, a few above the max). For each mode (``scrape_off``: every
-visit announces and withdraws at every tracker; ``scrape_on``: scrape first)
-a fresh namespace gets the catalogue, one worker process visits every
+max (most small, a few above the max). For each mode (``before``: every
+visit announces and withdraws at every URL, as the crawler did before scrape
+first and one ask per tracker, ``PEERCRAWL_SCRAPE=off`` and
+``PEERCRAWL_ONE_ASK_PER_TRACKER=off``; ``after``: the defaults, which ask
+the tracker behind both URLs once and scrape it first) a fresh namespace
+gets the catalogue, one worker process visits every
 torrent once (the first pass), then once more (a revisit pass, as a
 revisit interval later: every tracker's min interval has passed), with the
 DHT off (the DHT part below measures it). Printed as JSON, per mode and
@@ -27,7 +30,7 @@ only: the tracker knows none of them) and the rest have nobody anywhere.
 One worker visits them for ``--dht-passes`` passes, each torrent due at once
 for the next, with a DHT lookup on every visit (``dht_every_visit``,
 ``PEERCRAWL_DHT_EMPTY_VISITS=0``: the crawler before the widening schedule)
-or on the schedule (``dht_schedule``, the default 3). Printed per pass: DHT
+or on the schedule (``dht_schedule``, the default 3), the rest as ``after``. Printed per pass: DHT
 lookups per visit, ``get_peers`` queries the swarm's nodes received per
 visit, and whether every swarm with peers was looked up and counted.
 
@@ -102,11 +105,12 @@ def requests(p) -> dict:
             "http_announce_and_withdrawal": t.http_announces_sent}
 
 
-def one_mode(client, redis_url, tmp, ot, db, sizes, scrape: bool, ns: str) -> dict:
-    """A first pass and a revisit pass over ``sizes``'s torrents in namespace ``ns``, scrape first or not."""
+def one_mode(client, redis_url, tmp, ot, db, sizes, after: bool, ns: str) -> dict:
+    """A first pass and a revisit pass over ``sizes``'s torrents in namespace ``ns``, as before or after."""
     s = Settings(redis_url=redis_url, namespace=ns, data_dir=Path(tmp) / ns,
                  trackers=(TrackerSpec(ot.udp_url, MAX), TrackerSpec(ot.http_url, MAX)), dht=False,
-                 allow_private=True, secret="bench-secret-0123456789", geoip_db=db, scrape_first=scrape,
+                 allow_private=True, secret="bench-secret-0123456789", geoip_db=db, scrape_first=after,
+                 one_ask_per_tracker=after,
                  evict_never_seen_seconds=86400.0, evict_lost_seconds=604800.0)
     hashes = list(sizes)
     out = {}
@@ -223,14 +227,14 @@ def main() -> None:
         ot = OpenTracker(Path(tmp) / "ot", list(sizes) + list(empties) + dht_hashes).start()
         try:
             truth = populate(ot, sizes)
-            runs: dict[str, list] = {"scrape_off": [], "scrape_on": []}
-            empty_runs: dict[str, list] = {"scrape_off": [], "scrape_on": []}
+            runs: dict[str, list] = {"before": [], "after": []}
+            empty_runs: dict[str, list] = {"before": [], "after": []}
             for r in range(a.runs):
-                for mode in ("scrape_off", "scrape_on"):
-                    ns = f"benchcat{r}{mode.replace('_', '')}"
-                    runs[mode].append(one_mode(client, a.redis_url, tmp, ot, db, sizes, mode == "scrape_on", ns))
+                for mode in ("before", "after"):
+                    ns = f"benchcat{r}{mode}"
+                    runs[mode].append(one_mode(client, a.redis_url, tmp, ot, db, sizes, mode == "after", ns))
                     empty_runs[mode].append(one_mode(client, a.redis_url, tmp, ot, db, empties,
-                                                     mode == "scrape_on", ns + "e"))
+                                                     mode == "after", ns + "e"))
             dht = dht_part(a, client, tmp, ot, db, dht_hashes) if dht_hashes else None
         finally:
             ot.stop()
@@ -244,25 +248,28 @@ def main() -> None:
         out[mode] = {"catalogue": runs[mode], "empty_swarms_alone": empty_runs[mode],
                      "exact_at_or_below_max": all(counted.get(h) == n for h, n in exact.items())}
         out[mode]["_counted"] = counted
-    off, on = out["scrape_off"].pop("_counted"), out["scrape_on"].pop("_counted")
+    off, on = out["before"].pop("_counted"), out["after"].pop("_counted")
     # swarms above the max are sampled (a different max peers each time): equal only at or below it
     out["counted_pairs_equal_at_or_below_max"] = all(off.get(h) == on.get(h) for h in exact)
-    out["counted_pairs_at_or_below_max"] = {"scrape_off": sum(off.get(h, 0) for h in exact),
-                                            "scrape_on": sum(on.get(h, 0) for h in exact),
+    out["counted_pairs_at_or_below_max"] = {"before": sum(off.get(h, 0) for h in exact),
+                                            "after": sum(on.get(h, 0) for h in exact),
                                             "truth": sum(exact.values())}
 
     def per_visit(mode, which, p):
         return median([r[p]["tracker_requests_per_visit"] for r in out[mode][which]])
 
+    def speed(mode, p):
+        return median([r[p]["visits_per_s"] for r in out[mode]["catalogue"]])
+
     out["ratios"] = {
-        "tracker_requests_per_visit_off_over_on_first_pass":
-            round(per_visit("scrape_off", "catalogue", "first_pass") / per_visit("scrape_on", "catalogue", "first_pass"), 2),
-        "tracker_requests_per_visit_off_over_on_revisit_pass":
-            round(per_visit("scrape_off", "catalogue", "revisit_pass") / per_visit("scrape_on", "catalogue", "revisit_pass"), 2),
-        "empty_swarm_requests_per_visit_on": per_visit("scrape_on", "empty_swarms_alone", "revisit_pass"),
-        "visits_per_s_on_over_off_revisit_pass":
-            round(median([r["revisit_pass"]["visits_per_s"] for r in out["scrape_on"]["catalogue"]])
-                  / median([r["revisit_pass"]["visits_per_s"] for r in out["scrape_off"]["catalogue"]]), 2),
+        "tracker_requests_per_visit_before_over_after_first_pass":
+            round(per_visit("before", "catalogue", "first_pass") / per_visit("after", "catalogue", "first_pass"), 2),
+        "tracker_requests_per_visit_before_over_after_revisit_pass":
+            round(per_visit("before", "catalogue", "revisit_pass") / per_visit("after", "catalogue", "revisit_pass"), 2),
+        "empty_swarm_requests_per_visit_after": per_visit("after", "empty_swarms_alone", "revisit_pass"),
+        "visits_per_s_after_over_before_first_pass": round(speed("after", "first_pass") / speed("before", "first_pass"), 2),
+        "visits_per_s_after_over_before_revisit_pass":
+            round(speed("after", "revisit_pass") / speed("before", "revisit_pass"), 2),
     }
     out["dht"] = dht
     print(json.dumps(out, indent=2))

@@ -83,23 +83,27 @@ def minute_hash(client, keys) -> dict[str, int]:
 
 def test_a_crawl_costs_what_opentracker_received(settings, client, keys, opentracker, tmp_path, test_env):  # noqa: F811
     full, empty = hashes("full", 6), hashes("empty", 6)
-    ot = opentracker(full + empty)
+    # two trackers, one asked over UDP and one over HTTP (one host and port would be one tracker, asked once)
+    ou, oh = opentracker(full + empty), opentracker(full + empty)
     for i, h in enumerate(full):
         for j in range(3):
-            ot.announce_from(peer_address(3 * i + j), h, 6881)
-    s = settings.replace(trackers=(TrackerSpec(ot.udp_url, 200), TrackerSpec(ot.http_url, 200)),
+            for ot in (ou, oh):
+                ot.announce_from(peer_address(3 * i + j), h, 6881)
+    s = settings.replace(trackers=(TrackerSpec(ou.udp_url, 200), TrackerSpec(oh.http_url, 200)),
                          geoip_db=write_city_db(tmp_path / "c.mmdb"), udp_timeout=2.0)
     Queue(client, keys, s).add([NewItem(h) for h in full + empty])
-    before = received(ot)
+    before = {**{k: v for k, v in received(ou).items() if k[0] == "udp"},
+              **{k: v for k, v in received(oh).items() if k[0] == "tcp"}}
     news: list[int] = []
     p = Process(s, client, keys, concurrency=4, until_idle=True, flush=False, on_visit=lambda v: news.append(v.new))
     assert p.run(signals=False) == 0
-    after = received(ot)
+    after = {**{k: v for k, v in received(ou).items() if k[0] == "udp"},
+             **{k: v for k, v in received(oh).items() if k[0] == "tcp"}}
     sent = {k: after[k] - before.get(k, 0) for k in after}
 
     _, status = run_json(test_env, "status")
     c = status["costs"]
-    udp, http = c["trackers"][ot.udp_url]["requests"], c["trackers"][ot.http_url]["requests"]
+    udp, http = c["trackers"][ou.udp_url]["requests"], c["trackers"][oh.http_url]["requests"]
     # every request of each kind the worker counted is one opentracker received, and no more
     assert udp["connect"] == sent[("udp", "connect")] >= 1
     assert udp["scrape"] == sent[("udp", "scrape")] >= 1

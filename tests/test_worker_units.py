@@ -232,29 +232,32 @@ def test_torrent_shows_which_sources_the_last_visit_asked_and_why_it_skipped_the
     from tests.opentracker import free_port
 
     ih = hashlib.sha1(b"which-sources").hexdigest()
-    ot = opentracker([ih])
-    ot.announce_from(peer_address(1), ih, 6881)
+    ot, oh = opentracker([ih]), opentracker([ih])  # ot asked over UDP (and named over HTTP too); oh over HTTP
+    for t in (ot, oh):
+        t.announce_from(peer_address(1), ih, 6881)
     dead = f"udp://127.0.0.1:{free_port()}/announce"  # nobody listens: fails, then backs off
     s = settings.replace(revisit_seconds=1.0, udp_timeout=0.3, udp_retries=1, tracker_backoff_after=1,
                          geoip_db=write_city_db(tmp_path / "c.mmdb"))
     q = Queue(client, keys, s)
     view = QueueView(q.client, q.keys)
-    q.add([NewItem(ih, (ot.http_url, ot.udp_url, dead))])
+    q.add([NewItem(ih, (oh.http_url, ot.udp_url, ot.http_url, dead))])
     trackers = Trackers(s, client, keys)
     v = Visitor(q, keys, s, trackers, Recorder(client, keys, s))
     try:
         (lease,) = q.claim(1)
         assert v.visit(lease).peers == 1
         last = view.torrent(ih)["last_visit_sources"]
+        same = "skipped: another URL of the same tracker (one host and port) was asked"
         assert last == {"dht": "not asked: the DHT is off",
-                        "trackers": {ot.http_url: "announced", ot.udp_url: "announced", dead: "failed"}}
+                        "trackers": {oh.http_url: "announced", ot.udp_url: "announced", ot.http_url: same,
+                                     dead: "failed"}}
         client.zadd(keys.cooling, {ih: time.time() - 1})
         (lease,) = q.claim(1)
         v.visit(lease)
         info = view.torrent(ih)
         assert info["last_visit_sources"]["trackers"] == {
-            ot.http_url: "skipped: inside its min interval",  # opentracker's HTTP min interval
-            ot.udp_url: "announced",
+            oh.http_url: "skipped: inside its min interval",  # opentracker's HTTP min interval
+            ot.udp_url: "announced", ot.http_url: same,
             dead: "skipped: backing off"}
         # as torrent --json and the dashboard show it: a passkey in a URL stays out
         secret = "http://127.0.0.1:1/announce/passkey0123456789abcdef"
@@ -263,4 +266,67 @@ def test_torrent_shows_which_sources_the_last_visit_asked_and_why_it_skipped_the
         info["trackers"].append(secret)
         assert "passkey0123456789abcdef" not in str(shown(info))
     finally:
+        trackers.close()
+
+
+def test_a_tracker_named_by_its_udp_and_http_urls_is_asked_once_per_visit(  # noqa: F811 (fixtures)
+        settings, client, keys, opentracker, tmp_path):
+    import socket
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from crawler.bencode import codec as bencode
+    from crawler.counters.recorder import Recorder
+    from tests.test_request_costs import received
+
+    s = settings.replace(revisit_seconds=1.0, udp_timeout=0.3, udp_retries=1, tracker_backoff_after=1,
+                         geoip_db=write_city_db(tmp_path / "c.mmdb"))
+    q = Queue(client, keys, s)
+    view = QueueView(q.client, q.keys)
+    trackers = Trackers(s, client, keys)
+    v = Visitor(q, keys, s, trackers, Recorder(client, keys, s))
+    ih, other = hashlib.sha1(b"named-twice").hexdigest(), hashlib.sha1(b"udp-down").hexdigest()
+    ot = opentracker([ih])
+    ot.announce_from(peer_address(2), ih, 6881)
+
+    class Handler(BaseHTTPRequestHandler):  # an HTTP tracker whose UDP side is down
+        def log_message(self, *a):
+            pass
+
+        def do_GET(self):
+            code, body = (404, b"") if self.path.startswith("/scrape") else (200, bencode.encode(
+                {b"interval": 1800, b"complete": 1, b"incomplete": 0,
+                 b"peers": socket.inet_aton("127.9.9.7") + (6883).to_bytes(2, "big")}))
+            self.send_response(code)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    try:
+        # opentracker's UDP and HTTP URLs: one tracker, asked over UDP alone
+        q.add([NewItem(ih, (ot.http_url, ot.udp_url))])
+        before = received(ot)
+        (lease,) = q.claim(1)
+        assert v.visit(lease).peers == 1
+        after = received(ot)
+        assert after[("udp", "announce")] - before[("udp", "announce")] == 2  # the announce and its withdrawal
+        assert after[("tcp", "announce")] == before[("tcp", "announce")]
+        assert after[("tcp", "scrape")] == before[("tcp", "scrape")]
+        assert view.torrent(ih)["last_visit_sources"]["trackers"][ot.http_url].startswith("skipped: another URL")
+        # a tracker whose UDP URL fails and backs off is asked at its HTTP URL on the next visit
+        udp, http = f"udp://127.0.0.1:{port}/announce", f"http://127.0.0.1:{port}/announce"
+        q.add([NewItem(other, (udp, http))])
+        (lease,) = [x for x in q.claim(2) if x.info_hash == other]
+        assert v.visit(lease).state == "failed"
+        client.zadd(keys.cooling, {other: time.time() - 1})
+        (lease,) = [x for x in q.claim(2) if x.info_hash == other]
+        assert v.visit(lease).peers == 1
+        assert view.torrent(other)["last_visit_sources"]["trackers"] == {
+            udp: "skipped: another URL of the same tracker (one host and port) was asked", http: "announced"}
+    finally:
+        server.shutdown()
+        server.server_close()
         trackers.close()

@@ -2,7 +2,9 @@
 
 Strategy: one round trip reads the torrent's own trackers and its source
 notes (``crawler.queue.source_notes``: when each tracker may be announced
-to again, when the DHT is next due). Trackers are scraped first (the ones
+to again, when the DHT is next due). URLs of one tracker (one host and
+port: ``tracker_urls.by_tracker``) are asked once, at the preferred URL,
+and held together. Trackers are scraped first (the ones
 that report the swarm empty, or fail, settle the visit without an
 announce); with an announce cap or a DHT budget set, the visit then waits
 for its places in their schedules (``crawler.sources.announce_cap``); its
@@ -53,6 +55,7 @@ from crawler.settings import Settings
 from crawler.sources import dht_schedule
 from crawler.sources.announce_cap import AnnounceCap
 from crawler.sources.result import SourceResult, VisitResult
+from crawler.sources.tracker_urls import by_tracker, preferred
 from crawler.store import patience
 from crawler.store.outage import Outage
 from workers.claims import Claims
@@ -236,10 +239,18 @@ class Visitor:
         start = time.time()
         urls, noted = self._plan(h)
         not_before = noted.not_before
-        eligible = [u for u in urls if not_before.get(u, 0.0) <= start]
+        # One URL per tracker (its UDP and HTTP URLs are one swarm store): a tracker is held while any
+        # of its URLs is inside its min interval, else asked at its preferred URL (same: the others).
+        groups = by_tracker(urls) if s.one_ask_per_tracker else [[u] for u in urls]
+        held_until = [max(not_before.get(u, 0.0) for u in g) for g in groups]
+        eligible, same = [], {}
+        for g, until in zip(groups, held_until):
+            if until <= start:
+                eligible.append(preferred(g, self.trackers.health.backing_off_until))
+                same.update((u, eligible[-1]) for u in g if u != eligible[-1])
         dht = self.dht is not None and noted.dht_not_before <= start
         if not eligible and not dht:
-            times = [not_before[u] for u in urls] + ([noted.dht_not_before] if self.dht is not None else [])
+            times = held_until + ([noted.dht_not_before] if self.dht is not None else [])
             # Nothing was asked: back to cooling, score kept, neither a visit nor a failure.
             self.queue.defer(lease, max(min(times, default=start + s.retry_seconds), start + 1))
             return Visit(h, "skipped", lease.score, 0, 0, 0, 0), self._claim(claim)
@@ -255,7 +266,7 @@ class Visitor:
         results = list(scraped.values()) + self.gather(h, asking, deadline, waits, dht)
         now = time.time()
         answered = [r for r in results if r.ok]
-        dht_next = self._note(h, urls, noted, results, dht, now)
+        dht_next = self._note(h, urls, noted, results, dht, now, same)
         if not answered:
             # Shown by `torrent` and kept in Redis: tracker URLs redacted (their passkeys).
             error = "; ".join(f"{redact.url(r.source)}: {redact.text(r.error or '', r.source)}"
@@ -269,7 +280,7 @@ class Visitor:
         o = outcome(len(ips), new, counts, s.new_fraction)
         due = now + s.revisit_seconds
         # Nothing to ask before the first tracker's min interval ends, or the DHT's next lookup.
-        times = [not_before.get(u, 0.0) for u in urls] + ([dht_next] if self.dht is not None else [])
+        times = [max(not_before.get(u, 0.0) for u in g) for g in groups] + ([dht_next] if self.dht is not None else [])
         if times:
             due = max(due, min(times))
         # torrents.processed before the completion: a crash in between retries
@@ -282,7 +293,7 @@ class Visitor:
         return Visit(h, state, score, len(ips), new, len(answered), len(results)), self.claims.claim(n)
 
     def _note(self, h: str, urls: list[str], noted: notes.SourceNotes, results: list[SourceResult], dht: bool,
-              now: float) -> float:
+              now: float, same: dict[str, str]) -> float:
         """Keep what this visit learned about ``h``'s sources (``crawler.queue.source_notes``), in one step;
         returns when the DHT is next due (0: next visit).
 
@@ -303,8 +314,8 @@ class Visitor:
             if dht_next:
                 fields[notes.DHT] = repr(dht_next)
             drop = tuple(f for f, keep in ((notes.DHT_EMPTY, empty), (notes.DHT, dht_next)) if not keep)
-        fields[notes.LAST] = notes.last(urls, {r.source: tracker_code(r) for r in results if r.source != "dht"},
-                                        dht_code(self.dht is not None, dht, looked))
+        codes = dict.fromkeys(same, "d") | {r.source: tracker_code(r) for r in results if r.source != "dht"}
+        fields[notes.LAST] = notes.last(urls, codes, dht_code(self.dht is not None, dht, looked))
         # The notes live until the last time they hold has passed, and two revisit intervals at least.
         held = [t - now for t in noted.not_before.values()] + [dht_next - now]
         self.queue.plans.note(h, fields, drop, max(held + [0.0]) + 2 * s.revisit_seconds)

@@ -33,6 +33,7 @@ TRACKER_CODES = {
     "f": "failed",
     "b": "skipped: backing off",
     "h": "skipped: inside its min interval",
+    "d": "skipped: another URL of the same tracker (one host and port) was asked",
 }
 DHT_CODES = {
     "a": "looked up",

@@ -1,4 +1,4 @@
-"""The parts of a tracker URL the exchanges need, parsed once per URL."""
+"""The parts of a tracker URL the exchanges need, parsed once per URL, and which URLs name one tracker."""
 
 from __future__ import annotations
 
@@ -21,3 +21,36 @@ def url_parts(url: str) -> tuple[str, str | None, int | None, str]:
     except ValueError:
         host, port = None, None
     return parts.scheme.lower(), host, port, parts.netloc
+
+
+# The port a tracker URL without one is served on.
+DEFAULT_PORTS = {"http": 80, "https": 443}
+# Which URL of one tracker a visit asks: UDP (two datagrams), then HTTPS, then HTTP.
+PREFERENCE = {"udp": 0, "https": 1, "http": 2}
+
+
+def tracker_of(url: str) -> tuple[str, int] | str:
+    """The tracker service behind ``url``: (host, port), or the URL itself when it names neither.
+
+    One host and port is one tracker whatever the scheme: the trackers that
+    publish both a UDP and an HTTP URL (``udp://t:1337/announce`` and
+    ``http://t:1337/announce``) serve both from one swarm store (opentracker,
+    chihaya, aquatic), so asking both asks one swarm twice."""
+    scheme, host, port, _ = url_parts(url)
+    port = port if port is not None else DEFAULT_PORTS.get(scheme)
+    if host is None or port is None:
+        return url
+    return host.lower().rstrip("."), port
+
+
+def by_tracker(urls: list[str]) -> list[list[str]]:
+    """``urls`` grouped by ``tracker_of``, groups and URLs in the order given."""
+    groups: dict = {}
+    for u in urls:
+        groups.setdefault(tracker_of(u), []).append(u)
+    return list(groups.values())
+
+
+def preferred(group: list[str], avoid=lambda url: False) -> str:
+    """The URL of one tracker's ``group`` to ask: not ``avoid``-ed (backing off) first, then by scheme."""
+    return min(group, key=lambda u: (bool(avoid(u)), PREFERENCE.get(url_parts(u)[0], len(PREFERENCE)), group.index(u)))
