@@ -148,6 +148,7 @@ def dht_mode(client, redis_url, tmp, ot, db, swarm, hashes: list[str], truth: di
 
     s = Settings(redis_url=redis_url, namespace=ns, data_dir=Path(tmp) / ns, trackers=(TrackerSpec(ot.udp_url, MAX),),
                  dht=True, dht_bootstrap=tuple(swarm.endpoints[:4]), dht_listen=("127.0.0.245", 0), dht_timeout=8.0,
+                 dht_settle=0.5,
                  dht_empty_visits=empty_visits, allow_private=True, secret="bench-secret-0123456789", geoip_db=db,
                  evict_never_seen_seconds=86400.0, evict_lost_seconds=604800.0)
     view = QueueView(client, Keys(ns))
@@ -159,7 +160,9 @@ def dht_mode(client, redis_url, tmp, ot, db, swarm, hashes: list[str], truth: di
     try:
         for i in range(passes):
             before = get_peers_in()
-            r = run_worker(s, client, hashes, 64, due_now=i > 0, until_idle=True)
+            # as many visits at a time as lookups in flight: a visit queued longer for a lookup slot than
+            # the lookup's deadline would fail it, and a failed lookup says nothing of the swarm
+            r = run_worker(s, client, hashes, s.dht_lookups_in_flight, due_now=i > 0, until_idle=True)
             r.pop("_process")
             ph = r["phases"][0]
             visits = max(ph["visits"], 1)
@@ -212,6 +215,7 @@ def main() -> None:
     ap.add_argument("--dht-torrents", type=int, default=200)
     ap.add_argument("--dht-live", type=int, default=20)
     ap.add_argument("--dht-passes", type=int, default=6)
+    ap.add_argument("--dht-only", action="store_true", help="the DHT part alone")
     ap.add_argument("--quick", action="store_true", help="3,000 torrents, 300 empty alone, 80 on the DHT")
     a = ap.parse_args()
     if a.quick:
@@ -224,12 +228,14 @@ def main() -> None:
     client = redis.Redis.from_url(a.redis_url)
     with tempfile.TemporaryDirectory() as tmp:
         db = write_city_db(Path(tmp) / "city.mmdb", PLACES)
+        if a.dht_only:
+            sizes, empties = {}, {}
         ot = OpenTracker(Path(tmp) / "ot", list(sizes) + list(empties) + dht_hashes).start()
         try:
             truth = populate(ot, sizes)
             runs: dict[str, list] = {"before": [], "after": []}
             empty_runs: dict[str, list] = {"before": [], "after": []}
-            for r in range(a.runs):
+            for r in range(0 if a.dht_only else a.runs):
                 for mode in ("before", "after"):
                     ns = f"benchcat{r}{mode}"
                     runs[mode].append(one_mode(client, a.redis_url, tmp, ot, db, sizes, mode == "after", ns))
@@ -238,6 +244,9 @@ def main() -> None:
             dht = dht_part(a, client, tmp, ot, db, dht_hashes) if dht_hashes else None
         finally:
             ot.stop()
+    if a.dht_only:
+        print(json.dumps({"dht": dht}, indent=2))
+        return
     exact = {h: len(ips) for h, ips in truth.items() if len(ips) <= MAX}
     out = {"torrents": a.torrents, "empty_share": a.empty, "live": len(truth),
            "above_max": sum(len(ips) > MAX for ips in truth.values()), "tracker_max": MAX, "runs": a.runs}
