@@ -185,6 +185,13 @@ def fraction(v: str) -> float:
     return x
 
 
+def processes(v: str) -> int | str:
+    """``auto`` or a whole number of worker processes from 1 to 256."""
+    if v.strip().lower() == "auto":
+        return "auto"
+    return bounded_int(1, 256)(v)
+
+
 def on_off(v: str) -> bool:
     """``on``/``off`` (also 1/0, true/false, yes/no), any case."""
     low = v.lower()

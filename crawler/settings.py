@@ -211,6 +211,10 @@ class Settings(SourceSettings, RedisSettings):
         "PEERCRAWL_CONCURRENCY_MIN", 4, p.bounded_int(1, 10_000), "least pool size of `--concurrency auto`")
     concurrency_max: int = p.setting(
         "PEERCRAWL_CONCURRENCY_MAX", 500, p.bounded_int(1, 10_000), "largest pool size of `--concurrency auto`")
+    # Worker processes of one `peercrawl worker` (workers.supervisor); auto: one per usable core.
+    processes: int | str = p.setting(
+        "PEERCRAWL_PROCESSES", 1, p.processes, "worker processes `peercrawl worker` starts, or `auto`: one per "
+        "core the process may use (its CPU affinity and cgroup quota)")
     # contract §7: finish or hand back every claimed torrent within 25 s.
     shutdown_seconds: float = p.setting(
         "PEERCRAWL_SHUTDOWN_SECONDS", 25.0, p.positive_float, "SIGTERM to exit", shown="25 s")

@@ -55,19 +55,63 @@ def _options(f):
     return f
 
 
+def _processes(value: str | None) -> int | str | None:
+    """None: the settings' value; "auto"; or 1 to 256. Raises BadParameter."""
+    from crawler.envparse import processes
+
+    if value is None:
+        return None
+    try:
+        return processes(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--processes") from None
+
+
+def _supervise(ctx, n: int, concurrency, max_visits, until_idle, duration) -> int:
+    """``n`` worker processes under a ``workers.supervisor.Supervisor``; its exit status."""
+    import sys
+
+    from workers.supervisor import Supervisor, child_env, shares
+
+    argvs = []
+    for share in shares(max_visits, n):
+        if share == 0:
+            continue
+        argv = [sys.executable, "-m", "crawler", "worker", "--processes", "1"]
+        argv += ["--concurrency", concurrency] if concurrency else []
+        argv += ["--max-visits", str(share)] if share else []
+        argv += ["--until-idle"] if until_idle else []
+        argv += ["--duration", repr(duration)] if duration else []
+        argvs.append(argv)
+    envs = [child_env(ctx.settings, i, len(argvs)) for i in range(len(argvs))]
+    return Supervisor(argvs, ctx.settings.shutdown_seconds, envs).run()
+
+
 @click.command("worker")
 @_options
-def worker(concurrency, max_visits, until_idle, duration) -> None:
+@click.option("--processes", metavar="N|auto",
+              help="Worker processes, each with its own pool (default PEERCRAWL_PROCESSES, 1); auto: one per "
+                   "core this process may use.")
+def worker(concurrency, max_visits, until_idle, duration, processes) -> None:
     """Claim torrents, ask their trackers and the DHT for peers, record and score them.
 
     SIGTERM or SIGINT: stop claiming, finish or hand back every claimed
-    torrent within 25 s, flush StatHat, exit 0.
+    torrent within 25 s, flush StatHat, exit 0. With several processes, each
+    drains the same way, and a process that dies is started again.
     """
     c = _concurrency(concurrency)
+    n = _processes(processes)
     _patch()
     from crawler.cli.context import open_context
 
     ctx = open_context(records=True)
+    n = ctx.settings.processes if n is None else n
+    if n == "auto":
+        from workers.cpus import usable_cpus
+
+        n = usable_cpus()
+    if n > 1:
+        raise SystemExit(_supervise(ctx, n, concurrency, max_visits, until_idle, duration))
     # Imported after logging is configured: logs.get binds at import time.
     from workers.process import Process, tune_gc
 
