@@ -180,11 +180,11 @@ class SourceSettings:
     scrape_first: bool = p.setting(
         "PEERCRAWL_SCRAPE", True, p.on_off, "`on` / `off`: scrape each tracker first and announce only where "
         "its swarm is not empty")
-    # A tracker's UDP and HTTP URLs (one host and port) share one swarm store
+    # A tracker's UDP and HTTP URLs (one host, port and path) share one swarm store
     # (docs/sources.md, "One tracker, one ask"); off for a host that runs two.
     one_ask_per_tracker: bool = p.setting(
-        "PEERCRAWL_ONE_ASK_PER_TRACKER", True, p.on_off, "`on` / `off`: ask the URLs of one tracker (one host "
-        "and port) once per visit")
+        "PEERCRAWL_ONE_ASK_PER_TRACKER", True, p.on_off, "`on` / `off`: ask the URLs of one tracker (one host, port "
+        "and path) once per visit")
     allow_private: bool = p.setting(
         "PEERCRAWL_ALLOW_PRIVATE", False, p.on_off, "allow loopback/private trackers and DHT nodes")
     # Tracker backoff after consecutive failures: base doubles up to max.

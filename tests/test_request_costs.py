@@ -83,7 +83,7 @@ def minute_hash(client, keys) -> dict[str, int]:
 
 def test_a_crawl_costs_what_opentracker_received(settings, client, keys, opentracker, tmp_path, test_env):  # noqa: F811
     full, empty = hashes("full", 6), hashes("empty", 6)
-    # two trackers, one asked over UDP and one over HTTP (one host and port would be one tracker, asked once)
+    # two trackers, one asked over UDP and one over HTTP (one host, port and path would be one tracker, asked once)
     ou, oh = opentracker(full + empty), opentracker(full + empty)
     for i, h in enumerate(full):
         for j in range(3):

@@ -247,7 +247,7 @@ def test_torrent_shows_which_sources_the_last_visit_asked_and_why_it_skipped_the
         (lease,) = q.claim(1)
         assert v.visit(lease).peers == 1
         last = view.torrent(ih)["last_visit_sources"]
-        same = "skipped: another URL of the same tracker (one host and port) was asked"
+        same = "skipped: another URL of the same tracker (one host, port and path) was asked"
         assert last == {"dht": "not asked: the DHT is off",
                         "trackers": {oh.http_url: "announced", ot.udp_url: "announced", ot.http_url: same,
                                      dead: "failed"}}
@@ -325,7 +325,7 @@ def test_a_tracker_named_by_its_udp_and_http_urls_is_asked_once_per_visit(  # no
         (lease,) = [x for x in q.claim(2) if x.info_hash == other]
         assert v.visit(lease).peers == 1
         assert view.torrent(other)["last_visit_sources"]["trackers"] == {
-            udp: "skipped: another URL of the same tracker (one host and port) was asked", http: "announced"}
+            udp: "skipped: another URL of the same tracker (one host, port and path) was asked", http: "announced"}
     finally:
         server.shutdown()
         server.server_close()

@@ -2,8 +2,8 @@
 
 Strategy: one round trip reads the torrent's own trackers and its source
 notes (``crawler.queue.source_notes``: when each tracker may be announced
-to again, when the DHT is next due). URLs of one tracker (one host and
-port: ``tracker_urls.by_tracker``) are asked once, at the preferred URL,
+to again, when the DHT is next due). URLs of one tracker (one host, port
+and path: ``tracker_urls.by_tracker``) are asked once, at the preferred URL,
 and held together. Trackers are scraped first (the ones
 that report the swarm empty, or fail, settle the visit without an
 announce); with an announce cap or a DHT budget set, the visit then waits

@@ -33,7 +33,7 @@ TRACKER_CODES = {
     "f": "failed",
     "b": "skipped: backing off",
     "h": "skipped: inside its min interval",
-    "d": "skipped: another URL of the same tracker (one host and port) was asked",
+    "d": "skipped: another URL of the same tracker (one host, port and path) was asked",
 }
 DHT_CODES = {
     "a": "looked up",

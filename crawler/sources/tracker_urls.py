@@ -29,18 +29,28 @@ DEFAULT_PORTS = {"http": 80, "https": 443}
 PREFERENCE = {"udp": 0, "https": 1, "http": 2}
 
 
-def tracker_of(url: str) -> tuple[str, int] | str:
-    """The tracker service behind ``url``: (host, port), or the URL itself when it names neither.
+@lru_cache(maxsize=4096)
+def tracker_of(url: str) -> tuple[str, int, str] | str:
+    """The tracker service behind ``url``: (host, port, path and query), or the URL itself when it names
+    no host or port.
 
-    One host and port is one tracker whatever the scheme: the trackers that
-    publish both a UDP and an HTTP URL (``udp://t:1337/announce`` and
+    One host, port and path is one tracker whatever the scheme: the trackers
+    that publish both a UDP and an HTTP URL (``udp://t:1337/announce`` and
     ``http://t:1337/announce``) serve both from one swarm store (opentracker,
-    chihaya, aquatic), so asking both asks one swarm twice."""
+    chihaya, aquatic), so asking both asks one swarm twice. A URL without a
+    path is taken as ``/announce`` (UDP URLs often have none). Paths and
+    queries that differ (a passkey, a host that serves several trackers by
+    path) are different trackers."""
     scheme, host, port, _ = url_parts(url)
     port = port if port is not None else DEFAULT_PORTS.get(scheme)
     if host is None or port is None:
         return url
-    return host.lower().rstrip("."), port
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:
+        return url
+    path = parts.path.rstrip("/") or "/announce"
+    return host.lower().rstrip("."), port, path + ("?" + parts.query if parts.query else "")
 
 
 def by_tracker(urls: list[str]) -> list[list[str]]:
