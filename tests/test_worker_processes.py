@@ -76,7 +76,9 @@ def test_sigterm_drains_every_process_within_25s_and_hands_back(env):
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         try:
             wait_for(lambda: pcj(env, "status")["in_flight"] == 8, 30, "every visit under way")
-            assert len(pcj(env, "status")["workers"]) == 2
+            s = pcj(env, "status")
+            assert len(s["workers"]) == 2 and [m["processes"] for m in s["machines"]] == [2]  # one machine
+            assert "workers, by machine" in pc(env, "status").stdout
             t0 = time.monotonic()
             w.send_signal(signal.SIGTERM)
             _, err = w.communicate(timeout=40)

@@ -330,3 +330,25 @@ def test_a_tracker_named_by_its_udp_and_http_urls_is_asked_once_per_visit(  # no
         server.shutdown()
         server.server_close()
         trackers.close()
+
+
+def test_status_groups_the_workers_by_machine(settings, client, keys):
+    from crawler.report.queue_report import machines
+
+    q = Queue(client, keys, settings)
+    beats = []
+    for host, pid, conc in (("m2", 7, 3), ("m1", 9, 5), ("m1", 8, 4)):
+        hb = Heartbeat(client, keys, interval=30, worker_id=f"{host}:{pid}")
+        hb.host, hb.pid = host, pid
+        hb.beat({"concurrency": conc, "in_flight": 1, "visits_per_hour": 10.5, "failing": False})
+        beats.append(hb)
+    try:
+        r = queue_report(q, time.time())
+        assert [(w["host"], w["pid"]) for w in r["workers"]] == [("m1", 8), ("m1", 9), ("m2", 7)]
+        assert r["machines"] == [
+            {"host": "m1", "processes": 2, "concurrency": 9, "in_flight": 2, "visits_per_hour": 21.0},
+            {"host": "m2", "processes": 1, "concurrency": 3, "in_flight": 1, "visits_per_hour": 10.5}]
+        assert machines([]) == []
+    finally:
+        for hb in beats:
+            hb.leave()

@@ -173,17 +173,21 @@ def _costs(con, c: dict | None) -> None:
 
 
 def _workers_table(con, workers: list[dict]) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     if not workers:
         con.print("no live workers")
         return
-    w = Table(title="workers")
+    w = Table(title="workers, by machine")
     cols = ("id", "host", "pid", "concurrency", "auto", "in_flight", "visits", "visits_per_hour", "failing")
     for col in cols:
         w.add_column(col.replace("_", " "))
-    for x in workers:
-        w.add_row(*(str(x.get(c, "")) for c in cols))
+    # status sorts them by host: a machine's processes together, a line under each machine
+    hosts = [str(x.get("host", "")) for x in workers]
+    for i, x in enumerate(workers):
+        w.add_row(*(escape(terminal(str(x.get(c, "")))) for c in cols),
+                  end_section=i + 1 < len(workers) and hosts[i + 1] != hosts[i])
     con.print(w)
 
 

@@ -39,7 +39,8 @@ def queue_report(queue: Queue, now: float) -> dict:
     report.update(view.at_risk(now))
     report["lanes"] = view.lanes(now, totals=report)
     workers = WorkerRegistry(c, k).live(now)
-    report["workers"] = workers
+    report["workers"] = workers = sorted(workers, key=lambda w: (str(w.get("host", "")), w.get("pid", 0)))
+    report["machines"] = machines(workers)
     # The busiest trackers one by one, the rest summed: bounded whatever the catalogue names.
     report["trackers"] = tracker_report(c, k, queue.settings.top_trackers)
     report["trackers_other"] = tracker_others(c, k, report["trackers"])
@@ -91,3 +92,20 @@ def capacity_report(report: dict, workers: list[dict], revisit_seconds: float) -
     if failing:
         out["outage"] = f"every visit failing on {len(failing)} of {n} workers: " + ", ".join(failing)
     return out
+
+
+def machines(workers: list[dict]) -> list[dict]:
+    """The live workers by machine (``peercrawl worker --processes N`` runs N on one), each machine's
+    processes and their pools, visits in flight and visits per hour summed; by host name."""
+    out: dict[str, dict] = {}
+    for w in workers:
+        m = out.setdefault(str(w.get("host", "")), {"host": str(w.get("host", "")), "processes": 0, "concurrency": 0,
+                                                     "in_flight": 0, "visits_per_hour": 0.0})
+        m["processes"] += 1
+        for k in ("concurrency", "in_flight", "visits_per_hour"):
+            v = w.get(k)
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                m[k] += v
+    for m in out.values():
+        m["visits_per_hour"] = round(m["visits_per_hour"], 1)
+    return [out[h] for h in sorted(out)]
