@@ -25,30 +25,25 @@
 
 --! include slices  (STEP, each, read)
 
-local function count(v, lo, what)
-  local x = tonumber(v)
-  if not x or x ~= x or x < lo or x > 9007199254740991 or x ~= math.floor(x) then
-    error('announce_cap.lua: ' .. what .. ' is not a whole number from ' .. lo .. ': ' .. tostring(v))
-  end
-  return x
-end
+local SCRIPT = 'announce_cap.lua'
+--! include whole  (whole)
 
-local every = count(ARGV[1], 0, 'interval')
-local T = count(ARGV[2], 0, 'tracker count')
+local every = whole(ARGV[1], 0, 'interval')
+local T = whole(ARGV[2], 0, 'tracker count')
 local urls, gaps = {}, {}
 for i = 1, T do
   urls[i] = ARGV[1 + 2 * i]
-  gaps[i] = count(ARGV[2 + 2 * i], 1, 'interval of ' .. tostring(urls[i]))
+  gaps[i] = whole(ARGV[2 + 2 * i], 1, 'interval of ' .. tostring(urls[i]))
 end
 local a = 3 + 2 * T
-local V = count(ARGV[a], 0, 'visit count')
+local V = whole(ARGV[a], 0, 'visit count')
 local visits = {}
 a = a + 1
 for v = 1, V do
-  local m = count(ARGV[a], 1, 'request count')
+  local m = whole(ARGV[a], 1, 'request count')
   local refs = {}
   for j = 1, m do
-    local t = count(ARGV[a + j], 0, 'tracker number')
+    local t = whole(ARGV[a + j], 0, 'tracker number')
     if t > T then error('announce_cap.lua: tracker number ' .. t .. ' of ' .. T) end
     refs[j] = t
   end

@@ -17,13 +17,8 @@
 -- then, per key in order: m, then m triples (field, increment >= 1, fallback field or '')
 -- Returns how many hashes it wrote (the others held the batch already).
 
-local function whole(v, lo, what)
-  local x = tonumber(v)
-  if not x or x ~= x or x < lo or x > 9007199254740991 or x ~= math.floor(x) then
-    error('request_counts.lua: ' .. what .. ' is not a whole number from ' .. lo .. ': ' .. tostring(v))
-  end
-  return x
-end
+local SCRIPT = 'request_counts.lua'
+--! include whole  (whole)
 
 local mark = ARGV[1]
 local number = whole(ARGV[2], 1, 'batch number')
