@@ -221,32 +221,44 @@ def test_outage_keeps_scores_and_shows_in_status(env, opentracker):  # noqa: F81
     assert pcj(env, "status")["evicted"] == 0
 
 
-def test_sigterm_exits_0_within_25s_and_hands_back(env):
-    # A tracker that never answers: every visit is still waiting when SIGTERM comes
-    # (timeouts far past the test's length: on a loaded machine the last claim can
-    # come many seconds after the first, and no visit may fail before the signal).
+def sigterm_while_visits_wait(env, tag: str, n: int, worker_args: list[str], under_way=lambda: None,
+                              start_within: float = 15, exit_within: float = 30, **extra):
+    """``n`` torrents at a tracker that never answers and a worker started with ``worker_args``; once every
+    visit is under way (and ``under_way()`` checked what it checks), SIGTERM. Returns (exit status,
+    seconds from the signal to the exit, stderr). The visits must start within ``start_within`` s and the
+    worker exit within ``exit_within`` s of the signal.
+
+    The tracker's timeouts are far past the test's length: on a loaded machine the last claim can come
+    many seconds after the first, and no visit may fail before the signal. ``extra``: more settings."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as hole:
         hole.bind(("127.0.0.1", 0))
-        hashes = [h(f"term{i}") for i in range(5)]
+        hashes = [h(f"{tag}{i}") for i in range(n)]
         env.update(PEERCRAWL_TRACKERS=f"udp://127.0.0.1:{hole.getsockname()[1]}/announce",
                    PEERCRAWL_UDP_TIMEOUT="300", PEERCRAWL_UDP_RETRIES="1", PEERCRAWL_VISIT_DEADLINE="600",
-                   PEERCRAWL_LEASE_SECONDS="600")
+                   PEERCRAWL_LEASE_SECONDS="600", **extra)
         pcj(env, "add", *hashes)
-        w = subprocess.Popen(PEERCRAWL + ["worker", "--concurrency", "5"], env=env,
+        w = subprocess.Popen(PEERCRAWL + ["worker", *worker_args], env=env,
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         try:
-            end = time.monotonic() + 15
-            while pcj(env, "status")["in_flight"] < 5:
+            end = time.monotonic() + start_within
+            while pcj(env, "status")["in_flight"] < n:
                 assert time.monotonic() < end, "visits never started"
                 time.sleep(0.2)
+            under_way()
             t0 = time.monotonic()
             w.send_signal(signal.SIGTERM)
-            _, err = w.communicate(timeout=30)
+            _, err = w.communicate(timeout=exit_within)
             took = time.monotonic() - t0
         finally:
             if w.poll() is None:
                 w.kill()
-    assert w.returncode == 0 and took < 25, (w.returncode, took, err[-2000:])
+    return w.returncode, took, err
+
+
+def test_sigterm_exits_0_within_25s_and_hands_back(env):
+    hashes = [h(f"term{i}") for i in range(5)]
+    code, took, err = sigterm_while_visits_wait(env, "term", 5, ["--concurrency", "5"])
+    assert code == 0 and took < 25, (code, took, err[-2000:])
     s = pcj(env, "status")
     assert (s["in_flight"], s["ready"], s["workers"]) == (0, 5, [])
     for ih in hashes:

@@ -3,15 +3,13 @@ opentracker and a real Redis (workers/supervisor.py)."""
 
 from __future__ import annotations
 
-import signal
-import socket
 import subprocess
 import time
 
 import pytest
 
 from tests.opentracker import opentracker  # noqa: F401 (fixture)
-from tests.test_worker_e2e import PEERCRAWL, announce, counter, env, h, pc, pcj  # noqa: F401 (fixture)
+from tests.test_worker_e2e import PEERCRAWL, announce, counter, env, h, pc, pcj, sigterm_while_visits_wait  # noqa: F401 (fixture)
 from workers.supervisor import shares
 
 pytestmark = pytest.mark.slow
@@ -65,28 +63,15 @@ def test_two_processes_crawl_exactly_and_max_visits_means_the_whole(env, opentra
 
 
 def test_sigterm_drains_every_process_within_25s_and_hands_back(env):
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as hole:  # a tracker that never answers
-        hole.bind(("127.0.0.1", 0))
-        hashes = [h(f"procterm{i}") for i in range(8)]
-        env.update(PEERCRAWL_TRACKERS=f"udp://127.0.0.1:{hole.getsockname()[1]}/announce",
-                   PEERCRAWL_UDP_TIMEOUT="300", PEERCRAWL_UDP_RETRIES="1", PEERCRAWL_VISIT_DEADLINE="600",
-                   PEERCRAWL_LEASE_SECONDS="600", PEERCRAWL_SCRAPE="off")
-        pcj(env, "add", *hashes)
-        w = subprocess.Popen(PEERCRAWL + ["worker", "--processes", "2", "--concurrency", "4"], env=env,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        try:
-            wait_for(lambda: pcj(env, "status")["in_flight"] == 8, 30, "every visit under way")
-            s = pcj(env, "status")
-            assert len(s["workers"]) == 2 and [m["processes"] for m in s["machines"]] == [2]  # one machine
-            assert "workers, by machine" in pc(env, "status").stdout
-            t0 = time.monotonic()
-            w.send_signal(signal.SIGTERM)
-            _, err = w.communicate(timeout=40)
-            took = time.monotonic() - t0
-        finally:
-            if w.poll() is None:
-                w.kill()
-    assert w.returncode == 0 and took < 25, (w.returncode, took, err[-2000:])
+    def two_on_one_machine() -> None:
+        s = pcj(env, "status")
+        assert len(s["workers"]) == 2 and [m["processes"] for m in s["machines"]] == [2]
+        assert "workers, by machine" in pc(env, "status").stdout
+
+    code, took, err = sigterm_while_visits_wait(env, "procterm", 8, ["--processes", "2", "--concurrency", "4"],
+                                                two_on_one_machine, start_within=30, exit_within=40,
+                                                PEERCRAWL_SCRAPE="off")
+    assert code == 0 and took < 25, (code, took, err[-2000:])
     s = pcj(env, "status")
     assert (s["in_flight"], s["ready"], s["workers"]) == (0, 8, []), s
 
