@@ -259,21 +259,25 @@ def test_a_group_waits_while_scrapes_keep_joining_and_no_longer():
 
     quiet = 0.01  # the pause in joins that closes a group (wider than the default: a loaded machine is late)
     groups = ScrapeGroups(scrape_many, full=lambda url: 74, window=0.2, quiet=quiet)
+
+    def join(url, info_hash, deadline):  # a visit's scrape: its seat, then its answer
+        return groups.seat(url, info_hash, deadline - time.monotonic()).get()
+
     # 40 visits arriving 1 ms apart (each read tracker health first): one packet
-    jobs = [gevent.spawn_later(i * 0.001, groups.join, "udp://t:1/announce", bytes([i]) * 20, time.monotonic() + 5)
+    jobs = [gevent.spawn_later(i * 0.001, join, "udp://t:1/announce", bytes([i]) * 20, time.monotonic() + 5)
             for i in range(40)]
     gevent.joinall(jobs, raise_error=True)
     assert sent == [40]
     # 100 joining in one turn: a full group at once, and the rest in the next
     sent.clear()
-    jobs = [gevent.spawn(groups.join, "udp://t:1/announce", bytes([i]) * 20, time.monotonic() + 5)
+    jobs = [gevent.spawn(join, "udp://t:1/announce", bytes([i]) * 20, time.monotonic() + 5)
             for i in range(100)]
     gevent.joinall(jobs, raise_error=True)
     assert sorted(sent) == [26, 74]
     # a lone visit waits one quiet pause, not the whole window
     sent.clear()
     start = time.monotonic()
-    assert groups.join("udp://t:1/announce", b"\x01" * 20, time.monotonic() + 5) is None
+    assert join("udp://t:1/announce", b"\x01" * 20, time.monotonic() + 5) is None
     assert sent == [1] and time.monotonic() - start < 0.1
     assert WINDOW < 0.1  # the default window: what a lone visit may wait at most
 

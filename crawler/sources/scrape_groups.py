@@ -107,11 +107,6 @@ class ScrapeGroups:
                 raise g.error if isinstance(g.error, StoreError) else StoreError(f"scrape place: {g.error!r}")
         return Seat(max(g.send_at - time.monotonic(), 0.0), done)
 
-    def join(self, url: str, info_hash: bytes, deadline: float):
-        """The counts of one torrent at ``url`` (None: left out), scraped with every scrape of ``url``
-        asked meanwhile, by ``deadline`` (monotonic); raises the exception of the exchange that failed it."""
-        return self.seat(url, info_hash, max(deadline - time.monotonic(), 0.0)).get()
-
     def _scrape_forming(self, url: str, g: _Group) -> None:
         gevent.sleep(max(g.send_at - time.monotonic(), 0.0))  # its place in the cap; scrapes keep joining
         end, seen = time.monotonic() + self.window, 0

@@ -1,7 +1,7 @@
 """Scrape first: a tracker's counts for a torrent before anyone announces to it.
 
-``TrackerScrapes.counts(url, info_hash, deadline)`` is what ``Trackers``
-asks before an announce. A tracker that reports the swarm empty (0 seeders,
+``TrackerScrapes.seat(url, info_hash, patience, place)`` and ``answer(url,
+seat)`` are what ``Trackers`` asks before an announce. A tracker that reports the swarm empty (0 seeders,
 0 leechers) is not announced to on that visit: its answer is "no peers from
 this tracker" (contract §2), as an announce to an empty swarm would have
 said, at a fraction of the requests (one scrape packet serves up to 74
@@ -82,14 +82,6 @@ class TrackerScrapes:
         # HTTP tracker URLs known to read every info_hash of a scrape request
         self.multi: Lru[str, bool] = Lru(cache_size)
         self.udp_packets = self.http_requests = 0
-
-    def counts(self, url: str, info_hash: bytes, deadline: float) -> ScrapeCounts | None:
-        """``url``'s counts for ``info_hash``, or None: announce (no scrape, or left out of the reply).
-
-        Raises what failed the scrape (``TrackerTimeout``, a protocol error, ...).
-        """
-        seat = self.seat(url, info_hash, max(deadline - time.monotonic(), 0.0))
-        return None if seat is None else self.answer(url, seat)
 
     def seat(self, url: str, info_hash: bytes, patience: float, place=lambda: 0.0) -> Seat | None:
         """``info_hash``'s seat in ``url``'s next scrape (``ScrapeGroups.seat``), or None: not scraped
