@@ -94,6 +94,7 @@ from crawler.store import connect as store
 from crawler.store import layout
 from tests.mmdb import write_city_db
 from tests.opentracker import OpenTracker
+from tests.stathat_sink import StatHatSinkProcess
 
 NAMESPACE = "bench-cluster"
 # One hour: a phase visits each torrent once, and a visited torrent's due
@@ -206,7 +207,7 @@ def memory_by_kind(tp: Topology, keys: Keys) -> dict:
 
 
 # --- the workers ---------------------------------------------------------------------
-def worker_env(url: str, shards: int, ot: OpenTracker, sink: bw.Sink, db: Path, tmp: Path, concurrency: int) -> dict:
+def worker_env(url: str, shards: int, ot: OpenTracker, sink: StatHatSinkProcess, db: Path, tmp: Path, concurrency: int) -> dict:
     """The environment of ``peercrawl worker`` for one topology."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("PEERCRAWL_", "STATHAT_", "GEOIP_")) and k != "REDIS_URL"}
@@ -481,7 +482,7 @@ def main() -> None:
                         "equal contiguous slot ranges (CLUSTER ADDSLOTSRANGE), no replicas",
     }
     ot = OpenTracker(tmp / "ot", hashes).start()
-    sink = bw.Sink()
+    sink = StatHatSinkProcess()
     runs: dict[str, list[dict]] = {name: [] for name, _, _ in topologies}
     try:
         out["peer_addresses"] = bw.populate(ot, hashes, a.overlap)
