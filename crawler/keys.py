@@ -170,7 +170,7 @@ class Keys(ShardLayout):
         return self._k("tr", info_hash)
 
     def history(self, info_hash: str) -> str:
-        """STRING of the torrent's last visits, 20 bytes each (``complete.lua``, ``queue_view.history``)."""
+        """STRING of the torrent's last visits, 20 bytes each (``complete.lua``, ``torrent_fields.history``)."""
         return self._k("vh", info_hash)
 
     @property

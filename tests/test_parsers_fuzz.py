@@ -26,7 +26,7 @@ from crawler.bencode import codec as bencode
 from crawler.errors import ItemError, RemoteProtocolError
 from crawler.queue.intake import item_sources
 from crawler.queue.items import MAX_TORRENT_FILE, parse_items, parse_torrent
-from crawler.queue.view import HISTORY_ENTRY, NOT_REPORTED, history
+from crawler.queue.torrent_fields import HISTORY_ENTRY, NOT_REPORTED, history
 from crawler.sources import http_codec as h
 from crawler.sources import http_scrape as hs
 from crawler.sources import udp_codec as u

@@ -289,7 +289,7 @@ class Visitor:
         seeders, leechers = vr.seeders, vr.leechers
         n = claim() if claim is not None else 0
         state, score = self.queue.complete(lease, o, peers=len(ips), seeders=seeders, leechers=leechers,
-                                           due=due, now=now)
+                                           due=due, now=now, reported=vr.reported, new=new)
         return Visit(h, state, score, len(ips), new, len(answered), len(results)), self.claims.claim(n)
 
     def _note(self, h: str, urls: list[str], noted: notes.SourceNotes, results: list[SourceResult], dht: bool,

@@ -64,6 +64,10 @@ def _queue_table(con, r: dict) -> None:
         t.add_row("reclaim rate (1 h)", f"{pct(rates['reclaim_rate'])}: {rates['leases_reclaimed']} leases expired")
         t.add_row("visit round trip (1 h)", "-" if not rt["visits"] else
                   f"p50 {rt['p50']} s, p95 {rt['p95']} s over {rt['visits']} visits")
+        cov = r.get("coverage") or {}
+        if cov:
+            t.add_row("coverage (1 h)", "-" if cov["coverage"] is None else
+                      f"{pct(cov['coverage'])}: {cov['counted']:,} IPs counted of {cov['reported']:,} reported")
     shards = r.get("shards") or {}
     t.add_row("shards", f"{shards.get('queue')} queue, {shards.get('counters')} counters")
     con.print(t)

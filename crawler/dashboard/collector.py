@@ -77,6 +77,7 @@ class CrawlCollector:
         yield from _announce_cap(r.get("announce_cap"))
         yield from _costs(r["costs"])
         yield from _rates(r["rates"])
+        yield from _coverage(r["coverage"])
         geo = r.get("geo_errors") or {}
         kinds = geo.get("kinds") or {"read_error": geo.get("errors", 0)}
         yield CounterMetricFamily("peercrawl_geoip_read_errors", "GeoIP database read errors (status geo_errors).",
@@ -119,6 +120,19 @@ def _rates(rates: dict):
         g.add_metric(["0.5"], rt["p50"])
         g.add_metric(["0.95"], rt["p95"])
         yield g
+
+
+def _coverage(cov: dict):
+    """The catalogue's coverage over the last hour (status --json coverage; docs/metrics.md, "Coverage")."""
+    yield GaugeMetricFamily("peercrawl_coverage_counted_ips",
+                            "Distinct IPs counted by the last hour's visits that had a reported swarm size.",
+                            value=cov["counted"])
+    yield GaugeMetricFamily("peercrawl_coverage_reported_peers",
+                            "Swarm sizes (seeders + leechers) the sources reported on those visits.",
+                            value=cov["reported"])
+    if cov["coverage"] is not None:
+        yield GaugeMetricFamily("peercrawl_coverage_ratio", "Counted / reported over the last hour's visits.",
+                                value=cov["coverage"])
 
 
 def _announce_cap(cap: dict | None):

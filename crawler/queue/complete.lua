@@ -44,7 +44,19 @@
 -- ARGV[13] visits kept in the history (0-10000), ARGV[14] the rates field of
 -- this visit's round trip ('' when its claim time is unknown), ARGV[15] and
 -- ARGV[16] the graces (seconds) of a torrent never seen with a peer and of
--- one that lost its peers, ARGV[17] the multiplier of a visit without peers
+-- one that lost its peers, ARGV[17] the multiplier of a visit without peers,
+-- ARGV[18] the swarm size the visit's sources reported ('' unknown),
+-- ARGV[19] the IPs this visit counted for the first time in the dedupe
+-- window (the recorder's answer), ARGV[20] the visit's unix day
+--
+-- Coverage (crawler/queue/coverage.py): the torrent hash keeps `reported`
+-- (the last visit's, deleted when it had none) and `n:<day>`, the IPs first
+-- counted that day, for the last 30 days (the visit's day and the 29
+-- before): the fields of days the window has left since the previous visit
+-- are deleted here (at most 30 a call: the previous visit left only its own
+-- day and the 29 before it). A visit with a
+-- reported size adds its peers and that size to the rates HASH's
+-- `cc:<minute>` and `cr:<minute>`, the catalogue's coverage.
 --
 -- Returns {'cooling'|'evicted', new score as string} or {'stale'} when the
 -- lease is not this holder's any more (nothing changed). Every argument is
@@ -60,7 +72,9 @@ if not (mult and threshold and number(ARGV[5]) and number(ARGV[6]) and tonumber(
     and tonumber(ARGV[10]) and tonumber(ARGV[11]) and tonumber(ARGV[13]))
     or (ARGV[8] ~= '' and not tonumber(ARGV[8])) or (ARGV[9] ~= '' and not tonumber(ARGV[9]))
     or not ARGV[14] or (ARGV[14] ~= '' and not string.match(ARGV[14], '^rt:%d+:%d+$'))
-    or not number(ARGV[15]) or not number(ARGV[16]) or not number(ARGV[17]) then
+    or not number(ARGV[15]) or not number(ARGV[16]) or not number(ARGV[17])
+    or (ARGV[18] ~= '' and not (number(ARGV[18]) and tonumber(ARGV[18]) >= 0))
+    or not (number(ARGV[19]) and tonumber(ARGV[19]) >= 0) or not number(ARGV[20]) then
   return redis.error_reply('complete.lua: bad arguments')
 end
 if redis.call('HGET', KEYS[3], h) ~= ARGV[2] or not redis.call('ZSCORE', KEYS[1], h) then
@@ -69,7 +83,8 @@ end
 local score = tonumber(redis.call('HGET', KEYS[2], h) or '1')
 -- the torrent's record: visits, and the stages of staged eviction (`at_risk`:
 -- the time it is in KEYS[13] with, so the set is written only when that changes)
-local record = redis.call('HMGET', KEYS[7], 'visits', 'first_visit', 'last_peers', 'pinned', 'at_risk')
+local record = redis.call('HMGET', KEYS[7], 'visits', 'first_visit', 'last_peers', 'pinned', 'at_risk',
+  'reported', 'last_visit')
 local visits = tonumber(record[1] or '0')
 if not score or not visits
     or not tonumber(redis.call('HGET', KEYS[9], ARGV[11]) or '0') then
@@ -119,9 +134,24 @@ if found then fields[#fields + 1] = 'last_peers'; fields[#fields + 1] = ARGV[5] 
 if risk ~= (record[5] or '') then fields[#fields + 1] = 'at_risk'; fields[#fields + 1] = risk end
 if ARGV[8] ~= '' then fields[#fields + 1] = 'seeders'; fields[#fields + 1] = ARGV[8] end
 if ARGV[9] ~= '' then fields[#fields + 1] = 'leechers'; fields[#fields + 1] = ARGV[9] end
+if ARGV[18] ~= '' then fields[#fields + 1] = 'reported'; fields[#fields + 1] = ARGV[18] end
 redis.call('HSET', KEYS[7], unpack(fields))
+if ARGV[18] == '' and record[6] then redis.call('HDEL', KEYS[7], 'reported') end
+local day = math.floor(tonumber(ARGV[20]))
+local previous = tonumber(record[7])
+if previous then  -- the days that left the 30-day window since the previous visit
+  local gone = {}
+  local last = math.floor(previous / 86400)  -- fields exist for last - 29 .. last only
+  for d = last - 29, math.min(last, day - 30) do gone[#gone + 1] = 'n:' .. d end
+  if #gone > 0 then redis.call('HDEL', KEYS[7], unpack(gone)) end
+end
+if tonumber(ARGV[19]) > 0 then redis.call('HINCRBY', KEYS[7], 'n:' .. day, math.floor(tonumber(ARGV[19]))) end
 redis.call('HINCRBY', KEYS[9], ARGV[11], 1)
 if ARGV[14] and ARGV[14] ~= '' then redis.call('HINCRBY', KEYS[12], ARGV[14], 1) end
+if ARGV[18] ~= '' and tonumber(ARGV[18]) > 0 then
+  redis.call('HINCRBY', KEYS[12], 'cc:' .. ARGV[11], ARGV[10])
+  redis.call('HINCRBY', KEYS[12], 'cr:' .. ARGV[11], math.floor(tonumber(ARGV[18])))
+end
 if kept > 0 then
   local function u32(v)  -- a count as stored; '' (not reported) and anything past u32 as 0xFFFFFFFF
     local x = tonumber(v)

@@ -17,7 +17,8 @@ the last hour is the minutes that began within it), written by the scripts that 
 asks, so a claim spread over shards is one request; a claim not sent because
 every shard is known empty adds it to shard 0 alone), ``s:<minute>`` (handed
 out) and ``r:<minute>`` (leases it found expired); ``complete.lua`` adds one
-to ``rt:<minute>:<k>``, the round trip's bucket ``k``. Buckets grow by
+to ``rt:<minute>:<k>``, the round trip's bucket ``k`` (and the coverage sums
+``cc:<minute>``, ``cr:<minute>``: ``crawler.queue.coverage``). Buckets grow by
 2^(1/8) (9 %), so a percentile is known to ±4.5 %: ``k`` is
 ``floor(8 log2(milliseconds))`` (at least 0), and a percentile is reported
 as its bucket's geometric middle. A round trip is what the worker measured
@@ -61,7 +62,7 @@ def field_time(field: bytes | str) -> int | None:
     """The unix minute a field counts in, or None for a field this module does not write."""
     parts = (field.decode() if isinstance(field, bytes) else field).split(":")
     try:
-        return int(parts[1]) if len(parts) >= 2 and parts[0] in ("a", "s", "r", "rt") else None
+        return int(parts[1]) if len(parts) >= 2 and parts[0] in ("a", "s", "r", "rt", "cc", "cr") else None
     except ValueError:
         return None
 
@@ -93,7 +94,7 @@ def rates_report(hashes: list[dict], now: float) -> dict:
             if parts[0] == "rt":
                 k = int(parts[2])
                 histogram[k] = histogram.get(k, 0) + int(n)
-            else:
+            elif parts[0] in sums:
                 sums[parts[0]] += int(n)
     asked, served, reclaimed = sums["a"], sums["s"], sums["r"]
 

@@ -286,11 +286,11 @@ class Queue:
         except redis.RedisError as e:
             raise StoreError(f"extending a lease failed: {e}") from e
 
-    def _complete_args(self, lease: Lease, result: Outcome, peers: int, seeders: int | None,
-                       leechers: int | None, due: float | None, now: float) -> dict:
+    def _complete_args(self, lease: Lease, result: Outcome, peers: int, seeders: int | None, leechers: int | None,
+                       due: float | None, now: float, reported: int | None = None, new: int = 0) -> dict:
         """``script_calls.complete_args`` in ``lease``'s shard."""
         return script_calls.complete_args(self.keys.for_torrent(lease.info_hash), self.settings, lease, result,
-                                          peers, seeders, leechers, due, now)
+                                          peers, seeders, leechers, due, now, reported, new)
 
     def _completed(self, lease: Lease, reply: list, due: float | None, now: float) -> tuple[str, float | None]:
         """A complete.lua reply as ``complete`` returns it; a torrent back to cooling is noted in its shard."""
@@ -300,14 +300,15 @@ class Queue:
         return state, (float(reply[1]) if len(reply) > 1 else None)
 
     def complete(self, lease: Lease, result: Outcome, *, peers: int = 0, seeders: int | None = None,
-                 leechers: int | None = None, due: float | None = None,
-                 now: float | None = None) -> tuple[str, float | None]:
+                 leechers: int | None = None, due: float | None = None, now: float | None = None,
+                 reported: int | None = None, new: int = 0) -> tuple[str, float | None]:
         """Apply a scored visit: ("cooling"|"evicted", new score) or ("stale", None).
 
-        ``due``: when the torrent may be visited again (default now + revisit).
+        ``due``: when the torrent may be visited again (default now + revisit); ``reported`` and
+        ``new``: the coverage figures (``crawler.queue.coverage``).
         """
         now = time.time() if now is None else now
-        a = self._complete_args(lease, result, peers, seeders, leechers, due, now)
+        a = self._complete_args(lease, result, peers, seeders, leechers, due, now, reported, new)
         try:
             reply = self.store.run([(self._complete, a["keys"], a["args"])])[0]
         except redis.RedisError as e:

@@ -22,7 +22,6 @@ errors are raised as ``StoreError``.
 from __future__ import annotations
 
 import json
-import struct
 import time
 
 import redis
@@ -30,14 +29,12 @@ import redis
 from crawler import redact
 from crawler.errors import StoreError
 from crawler.keys import Keys
+from crawler.queue import coverage
 from crawler.queue.lanes import DEFAULT, LANES, MARKED
 from crawler.queue.rates import rates_report
 from crawler.queue.source_notes import decode, read_last, tracker_list
+from crawler.queue.torrent_fields import history, pin_shown
 
-# One visit in a torrent's history, as complete.lua packs it: time, new score,
-# peers found, seeders, leechers (little-endian; NOT_REPORTED: the sources gave none).
-HISTORY_ENTRY = struct.Struct("<IfIII")
-NOT_REPORTED = 0xFFFFFFFF
 # The states status counts, in the order it shows them (the crawl's and each lane's).
 STATES = ("ready", "cooling", "in_flight", "quarantined", "evicted")
 
@@ -63,24 +60,6 @@ def _ask_lane(p, k: Keys, info_hash: str) -> None:
 def _lane_of(scores: list) -> str:
     """The lane of ``_ask_lane``'s replies (``normal`` when in no member set)."""
     return next((lane for lane, x in zip(MARKED, scores) if x is not None), DEFAULT)
-
-
-def _pin(raw: str | None, now: float) -> str | float | None:
-    """A torrent's pin as shown: "forever", the unix time it holds until, or None (none, or run out)."""
-    if raw is None:
-        return None
-    if raw == "forever":
-        return raw
-    return float(raw) if float(raw) > now else None
-
-
-def history(raw: bytes) -> list[dict]:
-    """The visits packed in a torrent's history string, oldest first (a partial entry ignored)."""
-    whole = raw[: len(raw) - len(raw) % HISTORY_ENTRY.size]
-    return [{"at": float(t), "score": float(f"{score:.7g}"), "peers": peers,
-             "seeders": None if seeders == NOT_REPORTED else seeders,
-             "leechers": None if leechers == NOT_REPORTED else leechers}
-            for t, score, peers, seeders, leechers in HISTORY_ENTRY.iter_unpack(whole)]
 
 
 class QueueView:
@@ -271,8 +250,14 @@ class QueueView:
     def rates(self, now: float | None = None) -> dict:
         """The operator rates of the last hour (``crawler.queue.rates``), over every shard."""
         now = time.time() if now is None else now
-        per_shard = self._each_shard(lambda p, k: p.hgetall(k.rates), "the queue's rates")
-        return rates_report([h for (h,) in per_shard], now)
+        return rates_report(self._rates(), now)
+
+    def coverage(self, now: float | None = None) -> dict:
+        """The catalogue's coverage over the last hour (``crawler.queue.coverage``), over every shard."""
+        return coverage.catalogue(self._rates(), time.time() if now is None else now)
+
+    def _rates(self) -> list[dict]:
+        return [h for (h,) in self._each_shard(lambda p, k: p.hgetall(k.rates), "the queue's rates")]
 
     def visits_since(self, seconds: float = 3600, now: float | None = None, failed: bool = False) -> int:
         """Visits completed (or failed, with ``failed``) in the last ``seconds``.
@@ -360,6 +345,7 @@ class QueueView:
             "seeders": num("seeders"),
             "leechers": num("leechers"),
             "peers_last_visit": num("peers_last_visit"),
+            **coverage.of_torrent(h, now),
             "trackers": own,
             "due": due if state == "cooling" else None,
             "lease_deadline": deadline if state == "in_flight" else None,
@@ -371,7 +357,7 @@ class QueueView:
             "first_visit": num("first_visit", float),
             "last_peers": num("last_peers", float),
             "lane": _lane_of(lanes),
-            "pinned": _pin(h.get("pinned"), now),
+            "pinned": pin_shown(h.get("pinned"), now),
             "at_risk_from": at_risk,
             "history": hist,
         }

@@ -36,6 +36,7 @@ def queue_report(queue: Queue, now: float) -> dict:
     report["visits_last_hour"] = view.visits_since(3600, now)
     report["failed_visits_last_hour"] = view.visits_since(3600, now, failed=True)
     report["rates"] = view.rates(now)
+    report["coverage"] = view.coverage(now)
     report.update(view.at_risk(now))
     report["lanes"] = view.lanes(now, totals=report)
     workers = WorkerRegistry(c, k).live(now)

@@ -84,3 +84,11 @@ class VisitResult:
         """The largest leecher count any answering source gave, or None."""
         vals = [s.leechers for s in self.sources if s.ok and s.leechers is not None]
         return max(vals) if vals else None
+
+    @property
+    def reported(self) -> int | None:
+        """The swarm size the sources report: the largest seeders + leechers one answering source
+        gave (a source giving one of them counts it alone), or None when none gave either."""
+        vals = [(s.seeders or 0) + (s.leechers or 0) for s in self.sources
+                if s.ok and (s.seeders is not None or s.leechers is not None)]
+        return max(vals) if vals else None

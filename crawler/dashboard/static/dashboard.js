@@ -180,6 +180,10 @@ function renderTorrent(d) {
   figures('torrent', [['users', 'users', d.users], ['state', 'state', t.state], ['score', 'score', t.score],
     ['seeders', 'seeders', t.seeders], ['leechers', 'leechers', t.leechers], ['visits', 'visits', t.visits],
     ['failed_visits', 'failed visits', t.failed_visits], ['peers_last_visit', 'peers last visit', t.peers_last_visit],
+    // coverage (docs/metrics.md): the last visit's count against the swarm size its sources reported
+    ['reported_last_visit', 'swarm size reported', t.reported_last_visit],
+    ['coverage', 'coverage', t.coverage === null || t.coverage === undefined ? null : (100 * t.coverage).toFixed(1) + ' %'],
+    ['counted_30_days', 'IPs counted, 30 days', t.counted_30_days],
     ['last_visit', 'last visit (UTC)', when(t.last_visit)], ['trackers', 'trackers', (t.trackers || []).length],
     ...(t.quarantine ? [['quarantine', 'quarantined (add --readmit)', t.quarantine.message]] : [])]);
   countTable('countries', d.tables.countries, r => r.name, r => '/country/' + encodeURIComponent(r.country));
@@ -223,6 +227,9 @@ function renderOperators(d) {
     ['reclaim_rate', 'reclaim rate (1 h)', pct(s.rates.reclaim_rate)],
     ['round_trip', 'visit round trip p50 / p95 (s)', s.rates.visit_round_trip_s.visits
       ? `${s.rates.visit_round_trip_s.p50} / ${s.rates.visit_round_trip_s.p95}` : '-'],
+    // how much of the swarms the last hour's visits counted (status --json coverage; docs/metrics.md)
+    ['coverage', 'coverage (1 h): counted / reported', s.coverage.coverage === null ? '-'
+      : `${pct(s.coverage.coverage)} (${s.coverage.counted} of ${s.coverage.reported})`],
     // what the visits cost the sources (status --json costs): the last hour, and the last minute's rate
     ['tracker_requests_per_second', 'tracker requests / s (1 h)', s.costs.per_second.total],
     ['tracker_requests_last_minute', 'tracker requests / s (last minute)', s.costs.last_minute.per_second.total],
