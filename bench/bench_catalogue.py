@@ -147,7 +147,7 @@ def dht_mode(client, redis_url, tmp, ot, db, swarm, hashes: list[str], truth: di
     from crawler.queue.view import QueueView
 
     s = Settings(redis_url=redis_url, namespace=ns, data_dir=Path(tmp) / ns, trackers=(TrackerSpec(ot.udp_url, MAX),),
-                 dht=True, dht_bootstrap=tuple(swarm.endpoints[:4]), dht_listen=("127.0.0.245", 0), dht_timeout=8.0,
+                 dht=True, dht_bootstrap=tuple(swarm.endpoints[:4]), dht_listen=(("127.0.0.245", 0),), dht_timeout=8.0,
                  dht_settle=0.5,
                  dht_empty_visits=empty_visits, allow_private=True, secret="bench-secret-0123456789", geoip_db=db,
                  evict_never_seen_seconds=86400.0, evict_lost_seconds=604800.0)

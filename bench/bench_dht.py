@@ -298,9 +298,9 @@ def main(argv=None) -> int:
         # the bootstrap and fills up with the warm-up lookups.
         table = (args.swarm - ROUTERS) // 2
         sides = {
-            "plain": PlainSide(Settings(dht_listen=("127.0.0.30", 0), **common), hashes, swarm.expected,
+            "plain": PlainSide(Settings(dht_listen=(("127.0.0.30", 0),), **common), hashes, swarm.expected,
                                args.concurrency, table),
-            "source": SourceSide(Settings(dht_listen=("127.0.0.31", 0), **common), hashes, swarm.expected,
+            "source": SourceSide(Settings(dht_listen=(("127.0.0.31", 0),), **common), hashes, swarm.expected,
                                  args.concurrency, table),
         }
         setup = time.monotonic() - t_setup

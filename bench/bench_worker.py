@@ -364,7 +364,7 @@ def rest(a, out: dict, client, tmp, ot, sink, db, hashes: list[str], dht_hashes:
         # Separate runs: a visit waits ~2 s for its lookup, so with fewer torrents
         # than greenlets a torrent's revisit would overlap the others' first visits.
         s = settings_for(a.redis_url, ns(), tmp, ot, sink, db, dht=True,
-                         dht_bootstrap=tuple(swarm.endpoints[:4]), dht_listen=("127.0.0.245", 0),
+                         dht_bootstrap=tuple(swarm.endpoints[:4]), dht_listen=(("127.0.0.245", 0),),
                          dht_timeout=8.0)
         r = run_worker(s, client, dht_hashes, a.concurrency)
         out["worker_trackers_and_dht_first_visits"] = r["phases"][0]

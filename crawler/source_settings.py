@@ -7,6 +7,7 @@ or there, and ``Settings.from_env`` reads them all.
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,6 +64,29 @@ def _trackers(v: str, default_max: int) -> tuple[TrackerSpec, ...]:
     return tuple(TrackerSpec(url, n, r) for url, n, r in p.trackers(v, default_max))
 
 
+def listen_text(addresses) -> str:
+    """``(ip, port)`` pairs as ``PEERCRAWL_DHT_LISTEN`` and libtorrent's ``listen_interfaces`` write them:
+    ``ip:port,...``, IPv6 in brackets."""
+    return ",".join(f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}" for ip, port in addresses)
+
+
+def _listen_addresses(v: str) -> tuple[tuple[str, int], ...]:
+    """Comma-separated ``ip:port`` entries, each IP once; an error names the entry."""
+    out: list[tuple[str, int]] = []
+    for part in (x.strip() for x in v.split(",") if x.strip()):
+        try:
+            ip, port = p.listen(part)
+        except ValueError as e:
+            raise ValueError(f"entry {part!r}: {e}") from None
+        ip = str(ipaddress.ip_address(ip))
+        if any(ip == seen for seen, _ in out):
+            raise ValueError(f"entry {part!r}: {ip} is listed twice")
+        out.append((ip, port))
+    if not out:
+        raise ValueError("expected ip:port,...")
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class SourceSettings:
     """The settings of how a visit asks trackers and the DHT for peers; part of ``Settings``."""
@@ -85,11 +109,17 @@ class SourceSettings:
         "together, spaced evenly (0.001–100000); visits wait for it", shown="unset: no cap")
     dht: bool = p.setting("PEERCRAWL_DHT", True, p.on_off, "`on` / `off`")
     dht_bootstrap: tuple[tuple[str, int], ...] = p.setting(
-        "PEERCRAWL_DHT_BOOTSTRAP", DEFAULT_DHT_BOOTSTRAP, p.host_ports, "`host:port,...`",
+        "PEERCRAWL_DHT_BOOTSTRAP", DEFAULT_DHT_BOOTSTRAP, p.host_ports,
+        "`host:port,...`; every IPv4 and IPv6 address of a name is used, by the node of its family",
         shown="the public routers", empty_is_value=True)
-    # Any address, a port the system picks: several workers share a machine.
-    dht_listen: tuple[str, int] = p.setting(
-        "PEERCRAWL_DHT_LISTEN", ("0.0.0.0", 0), p.listen, "`ip:port` of the worker's DHT node", shown="`0.0.0.0:0`")
+    # Every address of both families (BEP 32: the IPv6 DHT is a network of
+    # its own), ports the system picks: several workers share a machine. An
+    # IPv6 address the machine cannot use is left out at start with a warning
+    # (crawler/sources/dht_listen.py).
+    dht_listen: tuple[tuple[str, int], ...] = p.setting(
+        "PEERCRAWL_DHT_LISTEN", (("0.0.0.0", 0), ("::", 0)), _listen_addresses,
+        "`ip:port,...` the worker's DHT node listens on (IPv6 in brackets); without IPv6 on the machine the "
+        "node runs on IPv4 alone, with one warning", shown="`0.0.0.0:0,[::]:0`")
     # Off: a crawl tracks what it was given. On, each worker's DHT node asks
     # other nodes for samples of the info-hashes they store (BEP 51) and adds
     # the new ones to the discovered lane (crawler/sources/discovery.py).

@@ -45,9 +45,9 @@ DEFAULT_ANNOUNCEMENTS = {HASH_A: ([0, 3, 5], 7000), HASH_B: ([1, 2, 4, 6, 8, 10]
 
 
 def node_params(ip: str, **extra) -> dict:
-    """Settings pack of one swarm node listening on ``ip`` (any free port)."""
+    """Settings pack of one swarm node listening on ``ip`` (IPv4 or IPv6; any free port)."""
     params = {
-        "listen_interfaces": f"{ip}:0",
+        "listen_interfaces": f"[{ip}]:0" if ":" in ip else f"{ip}:0",
         "enable_dht": True,
         "enable_lsd": False,
         "enable_upnp": False,
@@ -77,7 +77,7 @@ def routing_nodes(session) -> int:
 
 
 class Swarm:
-    """``size`` DHT nodes on 127.0.0.``first_ip`` .. 127.0.0.``first_ip+size-1``.
+    """``size`` DHT nodes on 127.0.0.``first_ip`` .. 127.0.0.``first_ip+size-1``, or on ``ips`` when given.
 
     ``node_extra``: settings overriding ``node_params`` on every node (e.g.
     libtorrent's own ``dht_block_ratelimit`` of 5, to test pacing).
@@ -85,11 +85,12 @@ class Swarm:
     the nodes do not all know each other in time.
     """
 
-    def __init__(self, size: int = 12, first_ip: int = 20, prefix: str = "127.0.0.", node_extra: dict | None = None):
+    def __init__(self, size: int = 12, first_ip: int = 20, prefix: str = "127.0.0.", node_extra: dict | None = None,
+                 ips: list[str] | None = None):
         if not (0 < first_ip and first_ip + size <= 255):
             raise ValueError("swarm addresses must fit in one /24")
-        self.size = size
-        self.ips = [f"{prefix}{first_ip + i}" for i in range(size)]
+        self.ips = list(ips) if ips else [f"{prefix}{first_ip + i}" for i in range(size)]
+        self.size = len(self.ips)
         self.node_extra = dict(node_extra or {})
         self.nodes: list = []
         self.endpoints: list[tuple[str, int]] = []

@@ -113,7 +113,7 @@ _FILTER = dht_session.ip_filter(False)
 
 def test_a_real_dht_session_applies_the_filter():
     session = dht_session.new_session(
-        Settings(dht_listen=("127.0.0.11", 0), allow_private=False, dht_bootstrap=()), [])
+        Settings(dht_listen=(("127.0.0.11", 0),), allow_private=False, dht_bootstrap=()), [])
     try:
         f = session.get_ip_filter()
         assert f.access(sixtofour("10.0.0.1")) == 1 and f.access(teredo("8.8.8.8", "8.8.4.4")) == 1

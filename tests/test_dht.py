@@ -34,7 +34,7 @@ def swarm(dht_swarm):  # noqa: F811
 def dht_settings(swarm, ip: str, **changes) -> Settings:
     base = {
         "dht_bootstrap": tuple(swarm.endpoints[:3]),
-        "dht_listen": (ip, 0),
+        "dht_listen": ((ip, 0),),
         "allow_private": True,
         "dht_timeout": 8.0,
         "trackers": (),
@@ -107,7 +107,7 @@ def test_dead_routing_table_fails_instead_of_zero_peers():
     # one node so the other three do.
     with Swarm(size=4, first_ip=60) as small:
         settings = Settings(
-            dht_bootstrap=tuple(small.endpoints[:1]), dht_listen=("127.0.0.6", 0), allow_private=True, dht_timeout=4.0
+            dht_bootstrap=tuple(small.endpoints[:1]), dht_listen=(("127.0.0.6", 0),), allow_private=True, dht_timeout=4.0
         )
         source = DhtSource(settings.replace(dht_settle=0.5))
         alive = source.lookup(C)
@@ -193,7 +193,7 @@ def test_bad_info_hash_is_refused(dht):
 
 
 def test_private_bootstrap_refused_unless_allowed():
-    settings = Settings(dht_bootstrap=(("127.0.0.1", 6881),), dht_listen=("127.0.0.9", 0), allow_private=False)
+    settings = Settings(dht_bootstrap=(("127.0.0.1", 6881),), dht_listen=(("127.0.0.9", 0),), allow_private=False)
     with pytest.raises(AddressRefused, match="PEERCRAWL_ALLOW_PRIVATE"):
         DhtSource(settings)
 

@@ -8,7 +8,7 @@ from crawler.sources.dht import DhtSource
 
 
 def test_an_unexpected_exception_in_a_lookup_is_a_failed_result(monkeypatch):
-    settings = Settings(dht_bootstrap=(("127.0.0.97", 9),), dht_listen=("127.0.0.11", 0), allow_private=True,
+    settings = Settings(dht_bootstrap=(("127.0.0.97", 9),), dht_listen=(("127.0.0.11", 0),), allow_private=True,
                         dht_timeout=2.0)
     with DhtSource(settings.replace(dht_settle=0.5)) as source:
         source._bootstrapped.set()  # as if bootstrapped, so the lookup reaches the traversal

@@ -243,7 +243,7 @@ def _drain(swarm, lookups: frozenset[str] = frozenset()) -> tuple[list[dict], li
 def _burst(swarm, crawler_ip: str, **changes):
     """LOOKUPS lookups at once (16 in flight): A, B, C, then unannounced hashes."""
     settings = Settings(
-        dht_bootstrap=tuple(swarm.endpoints[:3]), dht_listen=(crawler_ip, 0), allow_private=True,
+        dht_bootstrap=tuple(swarm.endpoints[:3]), dht_listen=((crawler_ip, 0),), allow_private=True,
         dht_timeout=30.0, trackers=(), **changes,
     )
     hashes = [HASH_A, HASH_B, HASH_C] + [hashlib.sha1(f"pacing-{i}".encode()).hexdigest() for i in range(LOOKUPS - 3)]

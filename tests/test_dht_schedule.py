@@ -55,7 +55,7 @@ def test_the_schedule_widens_after_k_empty_lookups_and_resets_on_peers():
 def world(dht_swarm, opentracker, settings, client, keys, tmp_path):  # noqa: F811
     ot = opentracker([A, C])
     s = settings.replace(trackers=(), revisit_seconds=1.0, dht_empty_visits=2, dht_timeout=8.0, dht_settle=0.5,
-                         dht_bootstrap=tuple(dht_swarm.endpoints[:3]), dht_listen=("127.0.0.3", 0),
+                         dht_bootstrap=tuple(dht_swarm.endpoints[:3]), dht_listen=(("127.0.0.3", 0),),
                          geoip_db=write_city_db(tmp_path / "c.mmdb"))
     q = Queue(client, keys, s)
     q.add([NewItem(A, (ot.udp_url,)), NewItem(C, (ot.udp_url,))])

@@ -62,7 +62,7 @@ def test_the_frontier_honours_each_nodes_interval():
 
 
 def test_sampled_hashes_enter_the_discovered_lane_once(storing_swarm, client, keys, settings):
-    s = settings.replace(dht=True, discovery=True, discovery_rate=50.0, dht_listen=("127.0.0.230", 0),
+    s = settings.replace(dht=True, discovery=True, discovery_rate=50.0, dht_listen=(("127.0.0.230", 0),),
                          dht_bootstrap=tuple(storing_swarm.endpoints[:2]))
     q = Queue(client, keys, s)
     tracked, evicted = HASHES[0], HASHES[1]

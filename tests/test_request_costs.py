@@ -145,14 +145,14 @@ def test_a_dht_lookup_counts_once_when_it_traverses(client, keys, settings):
     counts = RequestCounts(client, keys, top=20, every=3600)
     with Swarm(size=6, first_ip=200) as swarm:
         swarm.wait_announced({HASH_A: swarm.announce(HASH_A, nodes=[0, 1], port_base=7100)})
-        base = Settings(dht_bootstrap=tuple(swarm.endpoints[:2]), dht_listen=("127.0.0.214", 0), allow_private=True,
+        base = Settings(dht_bootstrap=tuple(swarm.endpoints[:2]), dht_listen=(("127.0.0.214", 0),), allow_private=True,
                         dht_timeout=6.0, dht_settle=0.5, trackers=())
         with DhtSource(base, requests=counts) as dht:
             results = [dht.lookup(h) for h in (HASH_A, HASH_B, HASH_C)]
         assert all(r.ok for r in results), [r.error for r in results]
         closed = dht.lookup(HASH_A)  # refused before any traversal
         assert not closed.ok and "closed" in closed.error
-        nowhere = base.replace(dht_bootstrap=(("127.0.0.99", 9),), dht_listen=("127.0.0.215", 0), dht_timeout=1.5)
+        nowhere = base.replace(dht_bootstrap=(("127.0.0.99", 9),), dht_listen=(("127.0.0.215", 0),), dht_timeout=1.5)
         with DhtSource(nowhere, requests=counts) as lonely:
             unbooted = lonely.lookup(HASH_A)  # never bootstrapped: no traversal started
         assert not unbooted.ok and "not bootstrapped" in unbooted.error

@@ -8,9 +8,10 @@ import time
 
 import pytest
 
+from crawler.settings import Settings
 from tests.opentracker import opentracker  # noqa: F401 (fixture)
 from tests.test_worker_e2e import PEERCRAWL, announce, counter, env, h, pc, pcj, sigterm_while_visits_wait  # noqa: F401 (fixture)
-from workers.supervisor import shares
+from workers.supervisor import child_env, shares
 
 pytestmark = pytest.mark.slow
 
@@ -33,6 +34,18 @@ def wait_for(cond, timeout: float, what: str):
 def test_max_visits_is_shared_out_and_the_remainder_goes_first():
     assert shares(30, 2) == [15, 15] and shares(7, 3) == [3, 2, 2] and shares(1, 3) == [1, 0, 0]
     assert shares(None, 4) == [None] * 4
+
+
+def test_each_child_gets_its_own_port_of_every_fixed_dht_listen_address():
+    s = Settings.from_env({"PEERCRAWL_DHT_LISTEN": "0.0.0.0:6881,[::]:6881,[::1]:0", "PEERCRAWL_METRICS_PORT": "9100"})
+    envs = [child_env(s, i, 3, {"KEPT": "1"}) for i in range(3)]
+    assert [e["PEERCRAWL_DHT_LISTEN"] for e in envs] == [
+        "0.0.0.0:6881,[::]:6881,[::1]:0", "0.0.0.0:6882,[::]:6882,[::1]:0", "0.0.0.0:6883,[::]:6883,[::1]:0"]
+    assert [e["PEERCRAWL_METRICS_PORT"] for e in envs] == ["9100", "9101", "9102"]
+    assert all(e["KEPT"] == "1" and e["PEERCRAWL_PROCESSES"] == "1" for e in envs)
+    assert Settings.from_env(envs[2]).dht_listen == (("0.0.0.0", 6883), ("::", 6883), ("::1", 0))
+    # ports the system picks are left to it: nothing to split
+    assert "PEERCRAWL_DHT_LISTEN" not in child_env(Settings.from_env({}), 1, 2, {})
 
 
 def test_two_processes_crawl_exactly_and_max_visits_means_the_whole(env, opentracker):  # noqa: F811

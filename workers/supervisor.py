@@ -27,8 +27,9 @@ Redis connections, heartbeat and DHT node), and only watches them:
 
 ``children`` come from ``--processes``: a number, or ``auto`` (one per core
 the process may run on: ``workers.cpus``). What the children of one machine
-share is split among them (``child_env``): a fixed ``/metrics`` port or DHT
-port becomes one port per child (``port + i``), and the DHT's per-node rate
+share is split among them (``child_env``): a fixed ``/metrics`` port, or each
+fixed port of the DHT's listen addresses (IPv4 and IPv6 alike), becomes one
+port per child (``port + i``), and the DHT's per-node rate
 is divided by the children, since the nodes that rate protects see one
 address whichever child sends.
 """
@@ -42,6 +43,7 @@ import time
 
 from crawler import logs
 from crawler.settings import Settings
+from crawler.source_settings import listen_text
 
 log = logs.get("worker.supervisor")
 
@@ -69,9 +71,8 @@ def child_env(settings: Settings, i: int, n: int, env: dict[str, str] | None = N
     out["PEERCRAWL_DHT_NODE_RATE"] = repr(settings.dht_node_rate / n)
     if settings.metrics_port:
         out["PEERCRAWL_METRICS_PORT"] = str(settings.metrics_port + i)
-    host, port = settings.dht_listen
-    if port:
-        out["PEERCRAWL_DHT_LISTEN"] = f"[{host}]:{port + i}" if ":" in host else f"{host}:{port + i}"
+    if any(port for _, port in settings.dht_listen):
+        out["PEERCRAWL_DHT_LISTEN"] = listen_text((ip, port + i if port else 0) for ip, port in settings.dht_listen)
     return out
 
 

@@ -9,6 +9,7 @@ namespace-wide request schedule, ``addresses`` the address policy,
 ``self_filter`` the crawler's own entry taken out, ``request_counts`` every
 request sent, per minute in Redis (what the crawl costs). ``dht`` asks the DHT
 through one libtorrent session (``dht_session``, ``dht_alerts``,
-``dht_lookups``, paced per node by ``dht_pacing`` and ``dht_pace_gate``);
+``dht_lookups``, paced per node by ``dht_pacing`` and ``dht_pace_gate``), on
+IPv4 and, where the machine has it, IPv6 (``dht_listen``);
 ``discovery`` samples it for new hashes. See the contract, §3.
 """

@@ -60,11 +60,13 @@ from gevent.lock import BoundedSemaphore
 from crawler import logs
 from crawler.errors import PeercrawlError, StoreError
 from crawler.settings import Settings
+from crawler.source_settings import listen_text
 from crawler.sources.dht_alerts import AlertPump, StatsRequests, responses
+from crawler.sources.dht_listen import listening
 from crawler.sources.dht_lookups import Lookup, Target
 from crawler.sources.dht_pace_gate import PaceGate
 from crawler.sources.dht_pacing import Group, NodePacer
-from crawler.sources.dht_session import listen_interface, new_session, resolve_bootstrap
+from crawler.sources.dht_session import new_session, resolve_bootstrap
 from crawler.sources.result import SourceResult
 
 log = logs.get(__name__)
@@ -103,8 +105,8 @@ class DhtSource:
     ``requests``: the process's ``RequestCounts``, told of each lookup that starts a traversal.
 
     Raises ``AddressRefused`` if a bootstrap node is not public and private
-    addresses are not allowed. Call from a greenlet of the hub that will run
-    the lookups.
+    addresses are not allowed, ``SettingsError`` if no listen address is
+    usable. Call from a greenlet of the hub that will run the lookups.
     """
 
     def __init__(self, settings: Settings, read_only: bool = True, extra: dict | None = None, requests=None):
@@ -112,8 +114,10 @@ class DhtSource:
         self.max_peers = settings.dht_max_peers
         self.timeout = settings.dht_timeout
         self.settle = settings.dht_settle
-        self.bootstrap = resolve_bootstrap(settings.dht_bootstrap, settings.allow_private)
-        self._session = new_session(settings, self.bootstrap, read_only, extra)
+        # IPv4 and IPv6 where the machine has it, each with its own routers (dht_listen).
+        self.listen, self.bootstrap = listening(
+            settings.dht_listen, resolve_bootstrap(settings.dht_bootstrap, settings.allow_private))
+        self._session = new_session(settings, self.bootstrap, read_only, extra, self.listen)
         # Every info-hash with a traversal not yet retired by the pacer.
         self._targets: dict[bytes, Target] = {}
         # Lookups whose greenlet still waits; a hub timer wakes those that
@@ -132,7 +136,7 @@ class DhtSource:
         self.samples: list[tuple] = []
         self.sampled = Event()
         self._pump = AlertPump(self._session, self._dispatch)
-        log.info("dht_started", listen=listen_interface(*settings.dht_listen), bootstrap=len(self.bootstrap))
+        log.info("dht_started", listen=listen_text(self.listen), bootstrap=len(self.bootstrap))
 
     # --- hub side: never switches -----------------------------------------
 
@@ -181,8 +185,9 @@ class DhtSource:
                 continue
             if peers is None:
                 peers = alert.peers()
-                if any(":" in ip for ip, _ in peers):
-                    peers = [(_canonical(ip), port) for ip, port in peers]
+                # Port 0 is nobody, as in trackers' lists (peers.parse_compact).
+                if any(":" in ip or not port for ip, port in peers):
+                    peers = [(_canonical(ip), port) for ip, port in peers if port]
             found.update(peers)
             if len(found) >= lk.max_peers:
                 lk.event.set()

@@ -15,6 +15,7 @@ import libtorrent as lt
 
 from crawler import logs
 from crawler.settings import Settings
+from crawler.source_settings import listen_text
 from crawler.sources.addresses import check
 
 log = logs.get(__name__)
@@ -60,14 +61,12 @@ _BLOCKED = _BLOCKED_V4 + _BLOCKED_V6 + tuple(
 )
 
 
-def listen_interface(ip: str, port: int) -> str:
-    """``ip:port`` as libtorrent's ``listen_interfaces`` wants it (IPv6 in brackets)."""
-    return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
-
-
 def resolve_bootstrap(nodes: tuple[tuple[str, int], ...], allow_private: bool) -> list[tuple[str, int]]:
     """Resolve bootstrap ``(host, port)`` pairs to checked ``(ip, port)`` pairs.
 
+    Every address of a name, IPv4 (A) and IPv6 (AAAA) alike, each checked
+    by the address policy: the node of each family bootstraps from the
+    routers of its own (``dht_listen.listening`` keeps those listened on).
     A name that does not resolve is logged and skipped (a worker without DNS
     still starts; its lookups then fail as "not bootstrapped"). Raises
     ``AddressRefused`` for an address the policy refuses.
@@ -98,33 +97,38 @@ def ip_filter(allow_private: bool):
     return f
 
 
-def new_session(settings: Settings, bootstrap: list[tuple[str, int]], read_only: bool = True, extra: dict | None = None):
+def new_session(settings: Settings, bootstrap: list[tuple[str, int]], read_only: bool = True, extra: dict | None = None,
+                listen: tuple[tuple[str, int], ...] | None = None):
     """The crawler's DHT-only ``libtorrent.session``, address filter applied.
 
     ``bootstrap``: checked ``(ip, port)`` pairs (``resolve_bootstrap``);
-    ``extra``: libtorrent settings overriding ours (tests, benchmarks). The
-    benchmark's plain libtorrent loop builds its session here too, so both
-    sides run the same node.
+    ``listen``: the addresses to listen on (``dht_listen.listening``;
+    default ``settings.dht_listen``); ``extra``: libtorrent settings
+    overriding ours (tests, benchmarks). The benchmark's plain libtorrent
+    loop builds its session here too, so both sides run the same node.
     """
-    params = session_params(settings, bootstrap, read_only)
+    params = session_params(settings, bootstrap, read_only, listen)
     params.update(extra or {})
     session = lt.session(params)
     session.set_ip_filter(ip_filter(settings.allow_private))
     return session
 
 
-def session_params(settings: Settings, bootstrap: list[tuple[str, int]], read_only: bool) -> dict:
-    """The settings pack of the crawler's DHT-only session."""
+def session_params(settings: Settings, bootstrap: list[tuple[str, int]], read_only: bool,
+                   listen: tuple[tuple[str, int], ...] | None = None) -> dict:
+    """The settings pack of the crawler's DHT-only session (``listen``: see ``new_session``)."""
     cat = lt.alert.category_t
     private = settings.allow_private
     return {
-        "listen_interfaces": listen_interface(*settings.dht_listen),
+        # One DHT node per listen socket: the IPv4 and the IPv6 DHT (BEP 32).
+        "listen_interfaces": listen_text(settings.dht_listen if listen is None else listen),
         "enable_dht": True,
         # DHT only: no local discovery, no port mapping on the crawler's LAN.
         "enable_lsd": False,
         "enable_upnp": False,
         "enable_natpmp": False,
-        "dht_bootstrap_nodes": ",".join(listen_interface(ip, p) for ip, p in bootstrap),
+        # IPv6 routers in brackets, as libtorrent reads them.
+        "dht_bootstrap_nodes": listen_text(bootstrap),
         "dht_upload_rate_limit": max(1024, min(settings.dht_upload_rate_limit, MAX_UPLOAD_RATE)),
         "recv_socket_buffer_size": SOCKET_BUFFER,
         "send_socket_buffer_size": SOCKET_BUFFER,
