@@ -11,5 +11,7 @@ request sent, per minute in Redis (what the crawl costs). ``dht`` asks the DHT
 through one libtorrent session (``dht_session``, ``dht_alerts``,
 ``dht_lookups``, paced per node by ``dht_pacing`` and ``dht_pace_gate``), on
 IPv4 and, where the machine has it, IPv6 (``dht_listen``);
-``discovery`` samples it for new hashes. See the contract, §3.
+``discovery`` samples it for new hashes. ``dht_scrape`` estimates a
+torrent's DHT swarm from BEP 33's bloom filters (``dht_bloom``), asking the
+nodes itself (``krpc_codec``, ``krpc_socket``). See the contract, §3.
 """
