@@ -156,6 +156,14 @@ class SourceSettings:
         "PEERCRAWL_DHT_LOOKUPS_IN_FLIGHT", 16, p.bounded_int(1, 256), "DHT lookups at a time")
     # A lookup gathers replies until enough peers or this deadline.
     dht_timeout: float = p.setting("PEERCRAWL_DHT_TIMEOUT", 20.0, p.positive_float, "deadline of one DHT lookup (s)")
+    # BEP 33: a torrent no tracker gives counts for, whose DHT lookup found
+    # peers, has its DHT swarm's size estimated from the nearest nodes' bloom
+    # filters (crawler/sources/dht_sizes.py).
+    dht_scrape: bool = p.setting(
+        "PEERCRAWL_DHT_SCRAPE", True, p.on_off, "`on` / `off`: estimate the size of swarms only the DHT reports "
+        "(BEP 33 scrapes of the nodes nearest the torrent)")
+    dht_scrape_timeout: float = p.setting(
+        "PEERCRAWL_DHT_SCRAPE_TIMEOUT", 5.0, p.positive_float, "deadline of one DHT scrape (s)")
     # ...or until this long passes with no new reply (libtorrent sends no
     # "lookup finished" alert for get_peers; a dead node would otherwise cost
     # every lookup the full deadline).

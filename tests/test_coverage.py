@@ -61,7 +61,7 @@ def test_the_30_day_count_forgets_days_the_window_left():
     fields = {"reported": "50", "peers_last_visit": "10", f"n:{day}": "4", f"n:{day - 29}": "3",
               f"n:{day - 30}": "100", "n:junk": "7"}
     got = of_torrent(fields, now=day * 86400 + 5)
-    assert got == {"reported_last_visit": 50, "counted_last_visit": 10, "counted_30_days": 7, "coverage": 0.2}
+    assert got == {"counts_estimated": False, "reported_last_visit": 50, "counted_last_visit": 10, "counted_30_days": 7, "coverage": 0.2}
     assert of_torrent({"peers_last_visit": "3"}, now=0)["coverage"] is None  # nothing reported: no coverage
 
 

@@ -226,7 +226,7 @@ def test_scripts_refuse_bad_arguments_before_writing(client, namespace, settings
     args = q._complete_args(lease, Outcome.SOME, 1, None, None, float("nan"), 100.0)
     with pytest.raises(Exception, match="complete.lua: bad arguments"):
         complete_lua(**args)
-    for i, bad in ((17, "-1"), (17, "nan"), (18, "-3"), (18, ""), (19, "x")):  # reported, new, day (coverage)
+    for i, bad in ((17, "-1"), (17, "nan"), (18, "-3"), (18, ""), (19, "x"), (20, "2")):  # coverage; estimated
         args = q._complete_args(lease, Outcome.SOME, 1, None, None, None, 100.0, reported=5, new=2)
         args["args"][i] = bad
         with pytest.raises(Exception, match="complete.lua: bad arguments"):

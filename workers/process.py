@@ -86,6 +86,11 @@ class Process:
             from crawler.sources.dht import DhtSource
 
             self.dht = DhtSource(settings, requests=self.requests)
+        self.sizes = None
+        if self.dht is not None and settings.dht_scrape:
+            from crawler.sources.dht_sizes import DhtSizes
+
+            self.sizes = DhtSizes(settings, self.dht, self.requests)
         self.discovery = None
         if settings.discovery and self.dht is not None:
             from crawler.sources.discovery import Discovery
@@ -93,7 +98,8 @@ class Process:
             self.discovery = Discovery(self.dht, self.queue, client, keys, settings)
         # The visits' recordings are made together (crawler.counters.batcher).
         self.batcher = Batcher(self.recorder)
-        self.visitor = Visitor(self.queue, keys, settings, self.trackers, self.batcher, self.dht, outage=self.outage)
+        self.visitor = Visitor(self.queue, keys, settings, self.trackers, self.batcher, self.dht, outage=self.outage,
+                               sizes=self.sizes)
         autoscaler = None
         if concurrency is None:
             autoscaler = Autoscaler(client, settings.concurrency_min, settings.concurrency_max,
@@ -136,6 +142,8 @@ class Process:
 
     def close(self) -> None:
         """Close the sources and the metrics server (a Redis error at exit is logged, not raised)."""
+        if self.sizes is not None:
+            self.sizes.close()
         if self.dht is not None:  # first: its last lookups are counted in what the trackers' close writes
             self.dht.close()
         try:

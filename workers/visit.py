@@ -113,13 +113,13 @@ class Visitor:
 
     def __init__(self, queue: Queue, keys: Keys, settings: Settings, trackers, recorder, dht=None,
                  outage: Outage | None = None, claims: Claims | None = None, cap: AnnounceCap | None = None,
-                 dht_budget: AnnounceCap | None = None):
+                 dht_budget: AnnounceCap | None = None, sizes=None):
         self.queue, self.keys, self.settings = queue, keys, settings
         self.cap = cap or AnnounceCap(queue.client, keys, settings)
         self.dht_budget = dht_budget or AnnounceCap.dht_budget(queue.client, keys, settings)
         self.outage = outage or patience.outage(queue.client) or Outage(patience=settings.redis_wait_seconds)
         self.claims = claims or Claims(queue, self.outage)
-        self.trackers, self.recorder, self.dht = trackers, recorder, dht
+        self.trackers, self.recorder, self.dht, self.sizes = trackers, recorder, dht, sizes
         self._defaults = tuple(t.url for t in settings.trackers)
         self._hour, self._noted = -1, set()
 
@@ -286,10 +286,18 @@ class Visitor:
         # torrents.processed before the completion: a crash in between retries
         # a visit already noted this hour, which the recorder does not count twice.
         self._processed(h, now)
-        seeders, leechers = vr.seeders, vr.leechers
+        seeders, leechers, reported, estimated = vr.seeders, vr.leechers, vr.reported, False
+        looked = next((r for r in answered if r.source == "dht"), None)
+        if reported is None and looked is not None and looked.peers and self.sizes is not None:
+            # Only the DHT knows this swarm: its size from the nodes' bloom filters (BEP 33).
+            gevent.sleep(self.dht_budget.take(["dht"])["dht"])  # a scrape takes a place as a lookup does
+            size = self.sizes.size(h)
+            if size is not None:
+                seeders, leechers, estimated = size.seeders, size.leechers, True
+                reported = seeders + leechers
         n = claim() if claim is not None else 0
         state, score = self.queue.complete(lease, o, peers=len(ips), seeders=seeders, leechers=leechers,
-                                           due=due, now=now, reported=vr.reported, new=new)
+                                           due=due, now=now, reported=reported, new=new, estimated=estimated)
         return Visit(h, state, score, len(ips), new, len(answered), len(results)), self.claims.claim(n)
 
     def _note(self, h: str, urls: list[str], noted: notes.SourceNotes, results: list[SourceResult], dht: bool,

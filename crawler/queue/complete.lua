@@ -47,7 +47,9 @@
 -- one that lost its peers, ARGV[17] the multiplier of a visit without peers,
 -- ARGV[18] the swarm size the visit's sources reported ('' unknown),
 -- ARGV[19] the IPs this visit counted for the first time in the dedupe
--- window (the recorder's answer), ARGV[20] the visit's unix day
+-- window (the recorder's answer), ARGV[20] the visit's unix day, ARGV[21]
+-- '1' when the seeders and leechers are the DHT's estimates (BEP 33), else '0'
+-- (the torrent hash's `counts_estimated` is kept only while they are)
 --
 -- Coverage (crawler/queue/coverage.py): the torrent hash keeps `reported`
 -- (the last visit's, deleted when it had none) and `n:<day>`, the IPs first
@@ -74,7 +76,8 @@ if not (mult and threshold and number(ARGV[5]) and number(ARGV[6]) and tonumber(
     or not ARGV[14] or (ARGV[14] ~= '' and not string.match(ARGV[14], '^rt:%d+:%d+$'))
     or not number(ARGV[15]) or not number(ARGV[16]) or not number(ARGV[17])
     or (ARGV[18] ~= '' and not (number(ARGV[18]) and tonumber(ARGV[18]) >= 0))
-    or not (number(ARGV[19]) and tonumber(ARGV[19]) >= 0) or not number(ARGV[20]) then
+    or not (number(ARGV[19]) and tonumber(ARGV[19]) >= 0) or not number(ARGV[20])
+    or (ARGV[21] ~= '0' and ARGV[21] ~= '1') then
   return redis.error_reply('complete.lua: bad arguments')
 end
 if redis.call('HGET', KEYS[3], h) ~= ARGV[2] or not redis.call('ZSCORE', KEYS[1], h) then
@@ -84,7 +87,7 @@ local score = tonumber(redis.call('HGET', KEYS[2], h) or '1')
 -- the torrent's record: visits, and the stages of staged eviction (`at_risk`:
 -- the time it is in KEYS[13] with, so the set is written only when that changes)
 local record = redis.call('HMGET', KEYS[7], 'visits', 'first_visit', 'last_peers', 'pinned', 'at_risk',
-  'reported', 'last_visit')
+  'reported', 'last_visit', 'counts_estimated')
 local visits = tonumber(record[1] or '0')
 if not score or not visits
     or not tonumber(redis.call('HGET', KEYS[9], ARGV[11]) or '0') then
@@ -137,6 +140,11 @@ if ARGV[9] ~= '' then fields[#fields + 1] = 'leechers'; fields[#fields + 1] = AR
 if ARGV[18] ~= '' then fields[#fields + 1] = 'reported'; fields[#fields + 1] = ARGV[18] end
 redis.call('HSET', KEYS[7], unpack(fields))
 if ARGV[18] == '' and record[6] then redis.call('HDEL', KEYS[7], 'reported') end
+if ARGV[21] == '1' then
+  redis.call('HSET', KEYS[7], 'counts_estimated', '1')
+elseif record[8] then
+  redis.call('HDEL', KEYS[7], 'counts_estimated')
+end
 local day = math.floor(tonumber(ARGV[20]))
 local previous = tonumber(record[7])
 if previous then  -- the days that left the 30-day window since the previous visit

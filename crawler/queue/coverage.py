@@ -11,6 +11,9 @@ own atomic step:
 - ``reported``: the swarm size the last visit's sources reported, the
   largest seeders + leechers one answering source gave
   (``VisitResult.reported``); absent when the last visit had none;
+- ``counts_estimated``: present while the seeders, leechers and
+  ``reported`` are the DHT's BEP 33 estimates (``crawler.sources.dht_sizes``),
+  not a tracker's counts;
 - ``peers_last_visit``: the distinct IPs that visit counted;
 - ``n:<unix day>``: the IPs first counted that day in the 30-day dedupe
   (the recorder's answer for the visit), for the last 30 days (the day of
@@ -55,6 +58,7 @@ def of_torrent(fields: dict[str, str], now: float) -> dict:
             if today - DAYS < day <= today:
                 days += int(value)
     return {
+        "counts_estimated": fields.get("counts_estimated") == "1",
         "reported_last_visit": reported,
         "counted_last_visit": counted,
         "counted_30_days": days,

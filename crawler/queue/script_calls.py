@@ -127,10 +127,11 @@ def leases(flat: list, now: float) -> list[Lease]:
 
 def complete_args(k: Keys, settings: Settings, lease: Lease, result: Outcome, peers: int, seeders: int | None,
                   leechers: int | None, due: float | None, now: float, reported: int | None = None,
-                  new: int = 0) -> dict:
+                  new: int = 0, estimated: bool = False) -> dict:
     """KEYS and ARGV of the complete.lua call of ``lease`` in its shard ``k``; ``due``: when it
     may be visited again (None: now + revisit); ``reported``: the swarm size the sources reported
-    (None: none did), ``new``: the IPs the visit counted for the first time (coverage)."""
+    (None: none did), ``new``: the IPs the visit counted for the first time (coverage); ``estimated``:
+    the seeders and leechers are the DHT's estimates (BEP 33), not a tracker's counts."""
     due = now + settings.revisit_seconds if due is None else due
     h = lease.info_hash
     return dict(
@@ -142,5 +143,6 @@ def complete_args(k: Keys, settings: Settings, lease: Lease, result: Outcome, pe
               result.value, settings.torrent_history,
               rt_field(minute(now), now - lease.claimed) if 0 < lease.claimed <= now else "",
               repr(settings.evict_never_seen_seconds), repr(settings.evict_lost_seconds),
-              repr(settings.multiplier_none), "" if reported is None else reported, new, int(now // 86400)],
+              repr(settings.multiplier_none), "" if reported is None else reported, new, int(now // 86400),
+              "1" if estimated else "0"],
     )

@@ -287,10 +287,11 @@ class Queue:
             raise StoreError(f"extending a lease failed: {e}") from e
 
     def _complete_args(self, lease: Lease, result: Outcome, peers: int, seeders: int | None, leechers: int | None,
-                       due: float | None, now: float, reported: int | None = None, new: int = 0) -> dict:
+                       due: float | None, now: float, reported: int | None = None, new: int = 0,
+                       estimated: bool = False) -> dict:
         """``script_calls.complete_args`` in ``lease``'s shard."""
         return script_calls.complete_args(self.keys.for_torrent(lease.info_hash), self.settings, lease, result,
-                                          peers, seeders, leechers, due, now, reported, new)
+                                          peers, seeders, leechers, due, now, reported, new, estimated)
 
     def _completed(self, lease: Lease, reply: list, due: float | None, now: float) -> tuple[str, float | None]:
         """A complete.lua reply as ``complete`` returns it; a torrent back to cooling is noted in its shard."""
@@ -301,14 +302,14 @@ class Queue:
 
     def complete(self, lease: Lease, result: Outcome, *, peers: int = 0, seeders: int | None = None,
                  leechers: int | None = None, due: float | None = None, now: float | None = None,
-                 reported: int | None = None, new: int = 0) -> tuple[str, float | None]:
+                 reported: int | None = None, new: int = 0, estimated: bool = False) -> tuple[str, float | None]:
         """Apply a scored visit: ("cooling"|"evicted", new score) or ("stale", None).
 
-        ``due``: when the torrent may be visited again (default now + revisit); ``reported`` and
-        ``new``: the coverage figures (``crawler.queue.coverage``).
+        ``due``: when the torrent may be visited again (default now + revisit); ``reported``, ``new``
+        and ``estimated``: the coverage figures (``crawler.queue.coverage``).
         """
         now = time.time() if now is None else now
-        a = self._complete_args(lease, result, peers, seeders, leechers, due, now, reported, new)
+        a = self._complete_args(lease, result, peers, seeders, leechers, due, now, reported, new, estimated)
         try:
             reply = self.store.run([(self._complete, a["keys"], a["args"])])[0]
         except redis.RedisError as e:

@@ -19,7 +19,7 @@ import redis
 
 from crawler import redact
 from crawler.keys import Keys
-from crawler.sources.request_counts import COUNTED, DHT, KINDS, Tally
+from crawler.sources.request_counts import COUNTED, DHT, DHT_SCRAPE_QUERIES, DHT_SCRAPES, KINDS, Tally
 from crawler.store.minute_figures import each_minute
 
 # The minutes read: this one and the 59 before it (those that began in the last hour).
@@ -52,6 +52,8 @@ def costs_report(client: redis.Redis, keys: Keys, top: int, now: float, visits: 
         **_rates(hour.totals, seconds),
         "dht_lookups": hour.totals.get(DHT, 0),
         "dht_lookups_per_second": _rate(hour.totals.get(DHT, 0), seconds),
+        "dht_scrapes": hour.totals.get(DHT_SCRAPES, 0),
+        "dht_scrape_queries": hour.totals.get(DHT_SCRAPE_QUERIES, 0),
         "visits": visits,
         "requests_per_visit": round(requests / visits, 2) if visits else None,
         "counted": counted,

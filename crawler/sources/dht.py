@@ -47,7 +47,6 @@ benchmark (bench/bench_dht.py) holds this against a bare libtorrent loop.
 
 from __future__ import annotations
 
-import ipaddress
 import sys
 import time
 from typing import Self
@@ -63,7 +62,7 @@ from crawler.settings import Settings
 from crawler.source_settings import listen_text
 from crawler.sources.dht_alerts import AlertPump, StatsRequests, responses
 from crawler.sources.dht_listen import listening
-from crawler.sources.dht_lookups import Lookup, Target
+from crawler.sources.dht_lookups import Lookup, Target, gather_peers
 from crawler.sources.dht_pace_gate import PaceGate
 from crawler.sources.dht_pacing import Group, NodePacer
 from crawler.sources.dht_session import new_session, resolve_bootstrap
@@ -87,10 +86,6 @@ _PEERS_ALERT = lt.dht_get_peers_reply_alert
 _STATS_ALERT = lt.session_stats_alert
 _BOOTSTRAP_ALERT = lt.dht_bootstrap_alert
 _SAMPLE_ALERT = lt.dht_sample_infohashes_alert
-
-
-def _canonical(ip: str) -> str:
-    return str(ipaddress.ip_address(ip)) if ":" in ip else ip
 
 
 class DhtSource:
@@ -155,13 +150,14 @@ class DhtSource:
                     if target is not None:
                         target.last_activity = now
                         target.queries += 1
+                        target.queried.append(alert.endpoint)
                     sent(ip, now, target)
                 elif kind is _PEERS_ALERT:
                     target = target_of(alert.info_hash.to_bytes())
                     if target is not None:
                         target.last_activity = now
                         if target.lookups:
-                            self._on_peers(alert, target.lookups)
+                            gather_peers(alert, target.lookups)
                 elif kind is _STATS_ALERT:
                     self._on_stats(alert)
                 elif kind is _BOOTSTRAP_ALERT:
@@ -173,24 +169,6 @@ class DhtSource:
                     self.sampled.set()
             except Exception:  # noqa: BLE001 (one bad alert must not stop the others)
                 gevent.get_hub().handle_error(None, *sys.exc_info())
-
-    @staticmethod
-    def _on_peers(alert, live: list[Lookup]) -> None:
-        # Wakes a lookup only once it has enough peers; settle and deadline
-        # are the ticker's.
-        peers = None
-        for lk in live:
-            found = lk.peers
-            if len(found) >= lk.max_peers:
-                continue
-            if peers is None:
-                peers = alert.peers()
-                # Port 0 is nobody, as in trackers' lists (peers.parse_compact).
-                if any(":" in ip or not port for ip, port in peers):
-                    peers = [(_canonical(ip), port) for ip, port in peers if port]
-            found.update(peers)
-            if len(found) >= lk.max_peers:
-                lk.event.set()
 
     def _on_stats(self, alert) -> None:
         values = alert.values
@@ -342,6 +320,17 @@ class DhtSource:
     def paced_lookups(self) -> int:
         """Lookups that had to wait for the pacer."""
         return self._gate.paced
+
+    def contacts(self, info_hash_hex: str) -> list[tuple[str, int]]:
+        """The nodes the latest traversals of the hash queried last, the nearest to it known here
+        (``dht_lookups.CONTACTS`` at most; none once the pacer retired them): a DHT scrape starts there."""
+        target = self._targets.get(bytes.fromhex(info_hash_hex))
+        return [] if target is None else [(str(ip), int(port)) for ip, port in target.queried]
+
+    def note_sent(self, ip: str) -> None:
+        """A query of ours to ``ip`` outside libtorrent (a DHT scrape): counted by the pacer, so the
+        node's budget covers both."""
+        self._pacer.sent(ip, time.monotonic(), None)
 
     def sample(self, endpoint: tuple[str, int], target: bytes) -> None:
         """Ask the node at ``endpoint`` for a sample of the info-hashes it stores (BEP 51), near

@@ -8,9 +8,15 @@ and by lookups starting and ending.
 
 from __future__ import annotations
 
+import ipaddress
+from collections import deque
+
 from gevent.event import Event
 
 from crawler.sources.dht_pacing import Group
+
+# Endpoints each info-hash's traversals keep (``Target.queried``): a DHT scrape's contacts.
+CONTACTS = 16
 
 
 class Target(Group):
@@ -21,13 +27,15 @@ class Target(Group):
     part (``Group``) counts the traversals and the addresses they queried.
     """
 
-    __slots__ = ("key", "lookups", "queries")
+    __slots__ = ("key", "lookups", "queried", "queries")
 
     def __init__(self, key: bytes, now: float):
         super().__init__(now)
         self.key = key
         self.lookups: list[Lookup] = []
         self.queries = 0
+        # The endpoints queried last: a traversal asks nearer nodes as it goes.
+        self.queried: deque[tuple[str, int]] = deque(maxlen=CONTACTS)
 
 
 class Lookup:
@@ -42,3 +50,22 @@ class Lookup:
         self.max_peers = max_peers
         self.deadline = deadline
         self.queries_before = target.queries
+
+
+def gather_peers(alert, live: list[Lookup]) -> None:
+    """A ``dht_get_peers_reply_alert``'s peers into each waiting lookup of its hash; runs in the hub.
+
+    Wakes a lookup only once it has enough peers; settle and deadline are the ticker's."""
+    peers = None
+    for lk in live:
+        found = lk.peers
+        if len(found) >= lk.max_peers:
+            continue
+        if peers is None:
+            peers = alert.peers()
+            # Port 0 is nobody, as in trackers' lists (peers.parse_compact).
+            if any(":" in ip or not port for ip, port in peers):
+                peers = [(str(ipaddress.ip_address(ip)) if ":" in ip else ip, port) for ip, port in peers if port]
+        found.update(peers)
+        if len(found) >= lk.max_peers:
+            lk.event.set()

@@ -63,8 +63,9 @@ log = logs.get(__name__)
 
 # What a tracker is sent, in the order status shows it.
 KINDS = ("connect", "scrape", "announce", "withdrawal")
-# The DHT's lookups and the pairs counted new: the process's, never per tracker.
-DHT, COUNTED = "dht", "counted"
+# The DHT's lookups, its scrapes (BEP 33) and their queries, and the pairs counted new: the
+# process's, never per tracker.
+DHT, DHT_SCRAPES, DHT_SCRAPE_QUERIES, COUNTED = "dht", "dht_scrapes", "dht_scrape_queries", "counted"
 # The prefix of the sum over every tracker without a field of its own, and of a writer's mark.
 OTHERS, WRITER = "others:", "mark:"
 # Seconds between a first count and the write that takes it (and at most what a killed process loses).
@@ -136,6 +137,12 @@ class RequestCounts:
         self._add(None, DHT, 1)
         if self.listener is not None:
             self.listener(None, DHT, 1)
+
+    def dht_scrape(self, queries: int) -> None:
+        """A DHT scrape (BEP 33) that sent ``queries`` queries."""
+        self._add(None, DHT_SCRAPES, 1)
+        if queries:
+            self._add(None, DHT_SCRAPE_QUERIES, queries)
 
     def visited(self, visit) -> None:
         """A finished visit (``Worker.on_visit``): its pairs counted new."""
