@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import time
+from contextlib import contextmanager
 
 import gevent
 import pytest
@@ -105,6 +106,13 @@ def announce(filled: Filled, ih: bytes, ip: str, seed: bool, endpoints) -> None:
 
 @pytest.fixture(scope="module")
 def filled():
+    with filled_swarm() as f:
+        yield f
+
+
+@contextmanager
+def filled_swarm():
+    """The swarm with the SIZES swarms announced (also bench/bench_dht_scrape.py's)."""
     extra = {"dht_max_peers": 10_000, "dht_max_peers_reply": 1}
     with Swarm(ips=NODE_IPS, node_extra=extra) as swarm:
         f = Filled(swarm)
