@@ -41,7 +41,8 @@ def crawl_in_every_state(client, keys: Keys, settings, hs: list[str]) -> None:
     for i, lease in enumerate(leases):
         kind = i % 5
         if kind == 0:
-            q.complete(lease, Outcome.FULL, peers=3, seeders=2, leechers=1, now=T, due=T + 86400)  # cooling
+            q.complete(lease, Outcome.FULL, peers=3, seeders=2, leechers=1, now=T, due=T + 86400,  # cooling
+                       reported=5, new=3)  # with its coverage figures
             q.hold_trackers(lease.info_hash, {"udp://127.0.0.1:1000/announce": T + 50}, 3600)
         elif kind == 1:
             q.release(lease, now=T)  # ready
@@ -75,6 +76,7 @@ def test_a_single_redis_crawl_moves_into_shards_whole(client, namespace, setting
     now = T + settings.lease_seconds + 30
     before = snapshot(client, Keys(namespace), hs, now)
     assert {v["state"] for v in before[1].values()} == {"ready", "cooling", "evicted", "quarantined"}
+    assert {v["coverage"] for v in before[1].values()} == {None, 0.6}  # 3 of 5 moves with its torrent
     result = Reshard(client, namespace, to).run(now)
     assert result == {"from": 1, "to": to, "moved": 400}
     keys = layout.resolve(client, namespace, None)
