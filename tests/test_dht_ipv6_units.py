@@ -21,9 +21,8 @@ from crawler.settings import Settings
 from crawler.source_settings import listen_text
 from crawler.sources import dht_session
 from crawler.sources.addresses import kind_of
-from crawler.sources.dht import DhtSource
 from crawler.sources.dht_listen import listening
-from crawler.sources.dht_lookups import Lookup, Target
+from crawler.sources.dht_lookups import Lookup, Target, gather_peers
 
 LISTEN = "PEERCRAWL_DHT_LISTEN"
 
@@ -89,7 +88,7 @@ def test_dht_peers_on_port_0_are_nobody_and_ipv6_text_is_canonical():
             return [("2001:DB8:0::1", 7000), ("2001:db8::2", 0), ("10.0.0.1", 0), ("10.0.0.2", 6881)]
 
     lk = Lookup(Target(b"x" * 20, 0.0), 100, 0.0)
-    DhtSource._on_peers(Reply(), [lk])
+    gather_peers(Reply(), [lk])
     assert lk.peers == {("2001:db8::1", 7000), ("10.0.0.2", 6881)}
 
 

@@ -57,9 +57,10 @@ class SendPacer:
         self._next_any = -math.inf
         # IP -> earliest time of its next message, with the order they were
         # set in. Places are taken at increasing times (each at least
-        # overall_gap after the last), so the entries still in the future are
-        # the newest ones, at most node_gap / overall_gap + 1 of them; older
-        # ones are dropped as time passes them.
+        # overall_gap after the last) and at most a caller's patience ahead
+        # (a scrape's deadline), so the entries still in the future are the
+        # newest ones, at most (node_gap + patience) / overall_gap + 1 of
+        # them; older ones are dropped as time passes them.
         self._next: dict[str, float] = {}
         self._order: deque[tuple[float, str]] = deque()
 
