@@ -75,7 +75,9 @@ def test_two_processes_crawl_exactly_and_max_visits_means_the_whole(env, opentra
     assert counter(env, "countries") == {"countries.Germany.users": len(set().union(*announced.values()))}
 
 
-def test_sigterm_drains_every_process_within_25s_and_hands_back(env):
+def test_sigterm_drains_every_process_within_its_shutdown_time_and_hands_back(env):
+    # The children drain within PEERCRAWL_SHUTDOWN_SECONDS as a lone worker does (test_worker_e2e shows
+    # the default 25 s); 5 s here keeps the test short, and the supervisor's own kill comes 5 s later.
     def two_on_one_machine() -> None:
         s = pcj(env, "status")
         assert len(s["workers"]) == 2 and [m["processes"] for m in s["machines"]] == [2]
@@ -83,8 +85,8 @@ def test_sigterm_drains_every_process_within_25s_and_hands_back(env):
 
     code, took, err = sigterm_while_visits_wait(env, "procterm", 8, ["--processes", "2", "--concurrency", "4"],
                                                 two_on_one_machine, start_within=30, exit_within=40,
-                                                PEERCRAWL_SCRAPE="off")
-    assert code == 0 and took < 25, (code, took, err[-2000:])
+                                                PEERCRAWL_SCRAPE="off", PEERCRAWL_SHUTDOWN_SECONDS="5")
+    assert code == 0 and took < 5 + 3, (code, took, err[-2000:])  # drained, not killed at 10 s
     s = pcj(env, "status")
     assert (s["in_flight"], s["ready"], s["workers"]) == (0, 8, []), s
 
