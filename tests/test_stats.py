@@ -42,9 +42,9 @@ def test_stats_json_largest_first(recorded, test_env):
     r = peercrawl(test_env, "stats", "cities", "--country", "United States", "--json")
     assert json.loads(r.stdout) == [{"metric": "countries.United States.cities.St%2E Louis.users", "count": 1}]
     r = peercrawl(test_env, "stats", "torrents", "--limit", "1", "--json")
-    assert json.loads(r.stdout) == [{"metric": f"torrents.{H}.users", "count": 6}]
+    assert json.loads(r.stdout) == [{"metric": f"torrents.{H}.users", "count": 6, "name": None}]
     r = peercrawl(test_env, "stats", "torrents", "--month", "2024-06", "--json")
-    assert json.loads(r.stdout) == [{"metric": f"torrents.{'cd' * 20}.users.2024-06", "count": 1}]
+    assert json.loads(r.stdout) == [{"metric": f"torrents.{'cd' * 20}.users.2024-06", "count": 1, "name": None}]
     r = peercrawl(test_env, "stats", "postcodes", "--torrent", H.upper(), "--country", "Germany", "--json")
     assert json.loads(r.stdout) == [
         {"metric": f"torrents.{H}.countries.Germany.postcodes.80331.users", "count": 2},

@@ -20,14 +20,16 @@ def command(out: Path, as_json: bool) -> None:
 
     One file per family (countries, cities, postcodes, torrents and each
     torrent's countries, cities, postcodes); columns: metric (as stats
-    prints it), period (all or YYYY-MM), the name's parts, count. A cell a
-    spreadsheet would take for a formula starts with '.
+    prints it), period (all or YYYY-MM), the name's parts (torrents: the
+    info-hash and the torrent's name), count. A cell a spreadsheet would take
+    for a formula starts with '.
     """
     from crawler.counters.csv_export import export
+    from crawler.queue import torrent_names
 
     ctx = open_context()
     try:
-        counts = export(ctx.client, ctx.keys, out)
+        counts = export(ctx.client, ctx.keys, out, names=lambda hs: torrent_names.read(ctx.client, ctx.keys, hs))
     except OSError as e:
         raise click.ClickException(f"cannot write {out}: {e.strerror or e}") from None
     if as_json:

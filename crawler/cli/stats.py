@@ -11,6 +11,11 @@ spreadsheet would take for a formula get a leading ``'`` (``safe_text.csv_row``)
 and on a terminal the cells are also cleaned as the table is. JSON keeps the
 names exact: it escapes C0 controls itself, and the C1 controls, bidirectional
 overrides and line separators it would pass raw are written as ``\\uXXXX``.
+
+``stats torrents`` also shows each torrent's name (``crawler.queue.torrent_names``:
+cleaned when added, one pipelined read for the rows shown): a ``name`` in
+each JSON row (null when none), a last column in the table and the CSV,
+shown as the metric names are.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import click
 from crawler.cli.context import open_context
 from crawler.counters import top
 from crawler.counters.names import FAMILIES
+from crawler.queue import torrent_names
 from crawler.safe_text import csv_row, terminal
 
 # What json.dumps(ensure_ascii=False) leaves raw that a terminal acts on (C1
@@ -45,16 +51,17 @@ def json_text(rows) -> str:
 @click.option("--country", metavar="NAME", help="Only this country (its English name, e.g. 'Germany').")
 @click.option("--month", metavar="YYYY-MM", help="The month counters (UTC) instead of the lifetime ones.")
 @click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True, help="How many rows.")
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON list of {metric, count} (--format json).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print a JSON list of {metric, count} (torrents: and name) (--format json).")
 @click.option("--format", "fmt", type=click.Choice(("table", "json", "csv")), default=None,
               help="table (default), json, or csv (header metric,count) for spreadsheets.")
 def command(family: str, torrent: str | None, country: str | None, month: str | None, limit: int,
             as_json: bool, fmt: str | None) -> None:
     """Show the largest unique-IP counters of FAMILY, largest first.
 
-    FAMILY is countries, cities, postcodes or torrents. Without --month the
-    lifetime counters; names follow docs/metrics.md ('.' inside a name is
-    written %2E).
+    FAMILY is countries, cities, postcodes or torrents (torrents with the
+    name add stored, '-' when none). Without --month the lifetime counters;
+    names follow docs/metrics.md ('.' inside a name is written %2E).
     """
     if as_json and fmt not in (None, "json"):
         raise click.BadParameter(f"--json contradicts --format {fmt}", param_hint="--format")
@@ -64,6 +71,10 @@ def command(family: str, torrent: str | None, country: str | None, month: str | 
         rows = top(ctx.client, ctx.keys, family, torrent=torrent, country=country, month=month, limit=limit)
     except ValueError as e:
         raise click.BadParameter(str(e)) from None
+    named = family == "torrents"
+    if named:  # torrents.<info-hash>.users[.<month>]
+        for r, name in zip(rows, torrent_names.read(ctx.client, ctx.keys, [r["metric"].split(".")[1] for r in rows])):
+            r["name"] = name
     if fmt == "json":
         click.echo(json_text(rows))
         return
@@ -71,10 +82,10 @@ def command(family: str, torrent: str | None, country: str | None, month: str | 
         shown = terminal if click.get_text_stream("stdout").isatty() else None
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
-        w.writerow(("metric", "count"))
+        w.writerow(("metric", "count", "name") if named else ("metric", "count"))
         for r in rows:
-            metric = r["metric"] if shown is None else shown(r["metric"])
-            w.writerow(csv_row((metric, r["count"])))
+            cells = [r["metric"], r["count"], *([r["name"] or ""] if named else [])]
+            w.writerow(csv_row(c if shown is None or not isinstance(c, str) else shown(c) for c in cells))
         click.echo(buf.getvalue(), nl=False)
         return
     if not rows:
@@ -82,4 +93,5 @@ def command(family: str, torrent: str | None, country: str | None, month: str | 
         return
     width = max(len(str(r["count"])) for r in rows)
     for r in rows:
-        click.echo(f"{r['count']:>{width}}  {terminal(r['metric'])}")
+        name = f"  {r['name'] or '-'}" if named else ""
+        click.echo(terminal(f"{r['count']:>{width}}  {r['metric']}{name}"))

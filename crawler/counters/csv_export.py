@@ -3,10 +3,12 @@
 One file per family (contract §4), each row one counter: its metric name exactly
 as ``stats`` prints it (month counters end in ``.<YYYY-MM>``), its period
 (``all`` or ``YYYY-MM``), the parts of the name unescaped for spreadsheets
-(``St. Louis``), and the count. Names are GeoIP's, a third party's: a cell a
-spreadsheet would read as a formula (``=HYPERLINK(...)``) is written with a
-leading ``'`` (``crawler.safe_text.csv_row``), every other character as
-stored. Strategy: every counter lives in an index
+(``St. Louis``), and the count; ``torrents.csv`` also each torrent's name, when
+the caller hands a way to read them (the queue keeps them: ``names``, one
+round trip per slice of rows). Names are GeoIP's and torrents' authors', third
+parties': a cell a spreadsheet would read as a formula (``=HYPERLINK(...)``)
+is written with a leading ``'`` (``crawler.safe_text.csv_row``), every other
+character as stored. Strategy: every counter lives in an index
 (``crawler.counters.names``), so walking the indexes finds them all without
 scanning the keyspace: the countries index gives the per-country city and
 postcode indexes, the torrents index the per-torrent ones. Large indexes are
@@ -23,6 +25,8 @@ import csv
 import datetime as _dt
 import heapq
 import time
+from collections.abc import Callable, Sequence
+from itertools import islice
 from pathlib import Path
 
 import redis
@@ -43,7 +47,7 @@ FILES = {
     "countries": ("country",),
     "cities": ("country", "city"),
     "postcodes": ("country", "postcode"),
-    "torrents": ("info_hash",),
+    "torrents": ("info_hash", "name"),
     "torrent_countries": ("info_hash", "country"),
     "torrent_cities": ("info_hash", "country", "city"),
     "torrent_postcodes": ("info_hash", "country", "postcode"),
@@ -77,9 +81,12 @@ def months_with_counters(client: redis.Redis, keys: Keys, now: float | None = No
     return [month for i, month in enumerate(cands) if any(got[i * n : (i + 1) * n])]
 
 
-def export(client: redis.Redis, keys: Keys, out: Path, now: float | None = None) -> dict[str, int]:
+def export(client: redis.Redis, keys: Keys, out: Path, now: float | None = None,
+           names: Callable[[Sequence[str]], list[str | None]] | None = None) -> dict[str, int]:
     """Write ``<out>/<family>.csv`` for every family; returns rows written per file.
 
+    ``names``: the names of a slice of torrents (info-hashes in, one name or
+    None each out) for ``torrents.csv``'s ``name`` column; None leaves it empty.
     Raises ``StoreError`` if Redis fails, ``OSError`` if a file cannot be written.
     """
     out.mkdir(parents=True, exist_ok=True)
@@ -103,7 +110,8 @@ def export(client: redis.Redis, keys: Keys, out: Path, now: float | None = None)
                     raw = unescape(c)
                     for fam in ("cities", "postcodes"):
                         w.index(fam, query_for(fam, country=raw), lambda m, raw=raw: (raw, unescape(m)))
-                w.index("torrents", query_for("torrents"), lambda m: (m,), keep=True)
+                w.index("torrents", query_for("torrents"), lambda m: (m,), keep=True,
+                        names=names or _no_names)
                 w.torrents()
         except redis.RedisError as e:
             raise StoreError(f"reading counters failed: {e}") from e
@@ -122,20 +130,25 @@ class _Writer:
         self.suffix = "" if period == LIFETIME else "." + period
         self.hashes: list[str] = []
 
-    def index(self, name: str, q, parts, keep: bool = False) -> None:
+    def index(self, name: str, q, parts, keep: bool = False,
+              names: Callable[[Sequence[str]], list[str | None]] | None = None) -> None:
         """Every member of one sorted-set index, largest first (ZREVRANGE's order), in slices;
-        ``keep``: remember them. An index spread over several shards' totals is
+        ``keep``: remember them; ``names``: each member's name, as a last part (read per
+        ``TORRENTS_PER_ROUND`` rows). An index spread over several shards' totals is
         merged as it is read (each shard read in slices, ``SLICE`` in all)."""
         keys = index_keys(self.keys, self.period, q.scope)
         w = self.writers[name]
         streams = [_slices(self.client, k, max(100, SLICE // len(keys))) for k in keys]
         rows = streams[0] if len(streams) == 1 else heapq.merge(*streams, key=lambda r: (-r[1], _Desc(r[0])))
-        for m, n in rows:
-            member = m.decode()
-            w.writerow(csv_row((metric_of(q, member) + self.suffix, self.period, *parts(member), int(n))))
-            if keep:
-                self.hashes.append(member)
-            self.counts[name] += 1
+        while chunk := [(m.decode(), n) for m, n in islice(rows, TORRENTS_PER_ROUND)]:
+            shown = names([m for m, _ in chunk]) if names is not None else None
+            for i, (member, n) in enumerate(chunk):
+                extra = () if shown is None else (shown[i] or "",)
+                w.writerow(csv_row((metric_of(q, member) + self.suffix, self.period, *parts(member), *extra,
+                                    int(n))))
+                if keep:
+                    self.hashes.append(member)
+            self.counts[name] += len(chunk)
 
     def torrents(self) -> None:
         """Each torrent's own indexes (hashes): its countries, cities and postcodes."""
@@ -157,6 +170,11 @@ class _Writer:
                     parts = tuple(unescape(x) for x in member.split(".", 1))
                     w.writerow(csv_row((metric_of(q, member) + self.suffix, self.period, h, *parts, int(n))))
                 self.counts[name] += len(rows)
+
+
+def _no_names(hashes: Sequence[str]) -> list[None]:
+    """No torrent's name: ``torrents.csv``'s ``name`` column left empty."""
+    return [None] * len(hashes)
 
 
 def _slices(client: redis.Redis, key: str, size: int):

@@ -9,7 +9,9 @@ what its CSV link downloads.
 
 Cost: each view is a handful of index reads (ZREVRANGE, HGETALL of one
 torrent's index, one pipelined EXISTS per month probe); nothing grows with
-the number of tracked torrents or places except the rows asked for.
+the number of tracked torrents or places except the rows asked for. A
+table of torrents reads their names in one pipelined round trip
+(``crawler.queue.torrent_names.read``); the page shows them as text.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from crawler.counters.rollup import Rollup
 from crawler.dashboard.countries import map_code
 from crawler.errors import StoreError
 from crawler.keys import Keys
+from crawler.queue.torrent_names import read as read_names
 from crawler.queue.transitions import Queue
 from crawler.queue.view import STATES, QueueView, shown
 from crawler.report.queue_report import queue_report
@@ -61,13 +64,21 @@ class Views:
         """The landing page: users per country (all of them) and the top torrents."""
         self._settle()
         countries = [_country_row(r) for r in self._top("countries", month=month, limit=ALL_COUNTRIES)]
-        torrents = [_torrent_row(r) for r in self._top("torrents", month=month, limit=limit)]
+        torrents = self._named([_torrent_row(r) for r in self._top("torrents", month=month, limit=limit)])
         return {
             "month": month,
             "months": self.months(),
             "total_users_in_countries": sum(r["count"] for r in countries),
             "tables": {"countries": countries, "torrents": torrents},
         }
+
+    def _named(self, *tables: list[dict]) -> list[dict]:
+        """Each row of ``tables`` (rows with an ``info_hash``) given its torrent's ``name`` (None: none),
+        every table's in one round trip; returns the first table."""
+        rows = [r for t in tables for r in t]
+        for r, name in zip(rows, read_names(self.client, self.keys, [r["info_hash"] for r in rows])):
+            r["name"] = name
+        return tables[0] if tables else []
 
     def country(self, name: str, month: str | None = None, limit: int = 20) -> dict:
         """One country: its users, top cities and postcodes, users per month.
@@ -161,6 +172,7 @@ class Views:
         lanes = [{"lane": lane, **row} for lane, row in report["lanes"].items()]
         at_risk = [{"info_hash": x["info_hash"], "stage": x["stage"], "since": _iso(x["since"])}
                    for x in report["at_risk_torrents"]]
+        self._named(quarantined, at_risk)
         costs = report["costs"]  # the busiest trackers' requests per second, then every other's summed
         cost_rows = [_cost_row(url, t) for url, t in costs["trackers"].items()]
         if costs["trackers_other"]["requests"]["total"]:

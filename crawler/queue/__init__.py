@@ -8,8 +8,9 @@ trim of the per-minute counts. ``view`` (``QueueView``) reads without
 writing; ``rates`` are the operator rates the scripts count; ``lanes``,
 ``pins`` and ``shard_tops`` decide what is claimed next; ``scoring`` is the
 visit's multiplier (pure); ``items`` parses what ``add`` is handed
-(magnets, hashes, ``.torrent`` files) and ``intake`` reads it from
-arguments and files; ``resharding`` moves a stopped crawl to another shard
+(magnets, hashes, ``.torrent`` files), ``torrent_names`` cleans the names
+they carry and reads them back, and ``intake`` reads it from arguments and
+files; ``resharding`` moves a stopped crawl to another shard
 count; ``registry`` lists the worker processes working the queue (their
 heartbeats). See the contract, §1 and §2.
 """

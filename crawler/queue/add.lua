@@ -14,7 +14,7 @@
 --              its due time while it cools, else 0: claim.lua's due index)
 -- KEYS[15] since       ZSET info-hash -> time it became ready
 -- KEYS[16..]        the torrent HASH, trackers SET and history STRING of each
---                   item that has trackers, or of every item when
+--                   item that has trackers or a name, or of every item when
 --                   re-admitting (only those items' keys are touched, so the
 --                   others need none)
 --
@@ -22,7 +22,9 @@
 -- ARGV[4] the lane (high, normal, low, discovered; '' keeps every tracked
 -- torrent's lane and puts new ones in normal), ARGV[5] 1: move tracked
 -- torrents into that lane too (add --lane), 0: only new and re-admitted ones
--- (discovery); then per item: info-hash, number of trackers k, k tracker URLs
+-- (discovery); then per item: info-hash, its name ('' none; at most
+-- MAX_NAME bytes, crawler/queue/torrent_names.py), number of trackers k, k
+-- tracker URLs
 --
 -- Returns {letters, dropped}: one letter per item: a = added, t = already
 -- tracked (trackers merged), e = evicted and skipped, r = evicted and
@@ -41,12 +43,20 @@
 -- normal lane has none). A tracked torrent keeps its score and state; a
 -- re-admitted quarantined one keeps its held score.
 --
+-- Names: an item's name becomes the `name` field of its torrent HASH when
+-- the hash has none (the batch's first name of a torrent wins); a name never
+-- replaces one. An item skipped as evicted stores none, as it merges no
+-- trackers. A new torrent's hash loses any expiry left from an earlier
+-- eviction (its tombstone forgotten a moment before the key), so the name
+-- lives as long as the torrent.
+--
 -- The whole batch is parsed and checked, and every state and tracker set
 -- read, before the first write; every multi-value command is sliced (Lua's
 -- stack holds ~8,000 unpacked values), so no batch fails halfway.
 
 --! include slices  (STEP, each, read)
 
+local MAX_NAME = 800  -- torrent_names.MAX_BYTES: 200 characters of UTF-8
 local now = ARGV[1]
 local readmit = ARGV[2] == '1'
 local cap = tonumber(ARGV[3])
@@ -65,18 +75,19 @@ local items, hashes = {}, {}
 local nkeys = 15
 local a = 6
 while a <= #ARGV do
-  local h, k = ARGV[a], tonumber(ARGV[a + 1])
-  if #h ~= 40 or not k or k < 0 or k ~= math.floor(k) or a + 1 + k > #ARGV then
+  local h, name, k = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2])
+  if #h ~= 40 or not name or #name > MAX_NAME or not k or k < 0 or k ~= math.floor(k)
+      or a + 2 + k > #ARGV then
     return redis.error_reply('add.lua: malformed item at argument ' .. a)
   end
-  local item = {h = h, first = a + 2, k = k}
-  if k > 0 or readmit then
+  local item = {h = h, name = name, first = a + 3, k = k}
+  if k > 0 or readmit or name ~= '' then
     item.tkey, item.trkey, item.hkey = KEYS[nkeys + 1], KEYS[nkeys + 2], KEYS[nkeys + 3]
     nkeys = nkeys + 3
   end
   items[#items + 1] = item
   hashes[#hashes + 1] = h
-  a = a + 2 + k
+  a = a + 3 + k
 end
 if nkeys ~= #KEYS then
   return redis.error_reply('add.lua: ' .. #KEYS .. ' keys for a batch that needs ' .. nkeys)
@@ -106,6 +117,8 @@ local unevict, unquarantine = {}, {}
 local persist = {}                -- keys whose eviction expiry is lifted
 local seen = {}
 local sets = {}                   -- trackers key -> {count, planned = {url = true}, adds = {}}
+local named, names = {}, {}       -- torrent keys whose name is decided; HSET arguments: key, name, ...
+local fresh_named = {}            -- the hash keys of new torrents given a name: their expiry lifted
 local to = LANES[lane]            -- the lane number items go to (nil: none given)
 local unmark, mark = {{}, {}, {}, {}}, {{}, {}, {}, {}}   -- member sets: ZREM / ZADD (score, h) per lane
 local unready, reready = {{}, {}, {}, {}}, {{}, {}, {}, {}} -- ready sets: ZREM / ZADD (score, h) per lane
@@ -191,6 +204,14 @@ for i, item in ipairs(items) do
       dropped[#dropped + 1] = lost
     end
   end
+  if item.name ~= '' and status ~= 'e' and not named[item.tkey] then
+    named[item.tkey] = true
+    if redis.call('HEXISTS', item.tkey, 'name') == 0 then
+      names[#names + 1] = item.tkey
+      names[#names + 1] = item.name
+    end
+    if (seen[h] or status) == 'a' then fresh_named[#fresh_named + 1] = item.tkey end
+  end
   seen[h] = seen[h] or status
   out[i] = status
 end
@@ -203,6 +224,8 @@ each('ZREM', KEYS[6], unquarantine)
 each('HDEL', KEYS[7], unquarantine)
 each('HDEL', KEYS[8], unquarantine)
 for key, set in pairs(sets) do each('SADD', key, set.adds) end
+for j = 1, #names, 2 do redis.call('HSET', names[j], 'name', names[j + 1]) end
+for j = 1, #fresh_named do redis.call('PERSIST', fresh_named[j]) end
 each('ZADD', KEYS[2], due)
 each('ZADD', KEYS[15], since)
 for l = 1, 4 do

@@ -4,7 +4,9 @@ ITEMs come as arguments or as the lines of a ``--from`` file (``item_sources``,
 ``lines_of``: any encoding an editor writes, lines bounded so a file that is
 not a list is never held whole), and become ``NewItem``s (``good_items``:
 ``items.parse_items`` on each, every bad one reported in one line and the
-rest kept). ``Queue.add_stream`` then admits them in batches. No terminal
+rest kept), each with its trackers and its name (a magnet's ``dn=``, a
+``.torrent``'s ``info.name``, cleaned by ``crawler.queue.torrent_names``).
+``Queue.add_stream`` then admits them in batches. No terminal
 here: the caller says how a bad item is shown.
 """
 
@@ -94,7 +96,7 @@ def lines_of(f: BinaryIO) -> Iterator[tuple[int, str | ItemError]]:
 
 def good_items(sources: Iterator[tuple[str, str | ItemError, Path | None]], cap: int, extra: tuple[str, ...],
                bad: Callable[[str, str], None], dropped: Callable[[NewItem, int], None]) -> Iterator[NewItem]:
-    """The torrents of the good ITEMs of ``sources``, each with ``extra`` trackers added.
+    """The torrents of the good ITEMs of ``sources``, each with ``extra`` trackers added and its name kept.
 
     A bad item, whatever went wrong while parsing it, is handed to ``bad``
     as ``(where, reason)`` in one line and costs that item alone; trackers
@@ -116,5 +118,5 @@ def good_items(sources: Iterator[tuple[str, str | ItemError, Path | None]], cap:
             if parsed.trackers_dropped:
                 dropped(item, parsed.trackers_dropped)
             if extra:
-                item = NewItem(item.info_hash, tuple(dict.fromkeys(item.trackers + extra)))
+                item = item._replace(trackers=tuple(dict.fromkeys(item.trackers + extra)))
             yield item

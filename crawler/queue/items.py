@@ -9,11 +9,15 @@ arrived as a surrogate escape).
 A magnet gives one torrent per distinct v1 topic (``xt=urn:btih:``, also
 spelled ``xt.1=``, ``xt.2=``), each with the magnet's ``tr=`` trackers; v2
 topics (``urn:btmh:``) beside a v1 one are the same torrent's v2 name and
-are passed over, a magnet with only v2 topics is refused. A ``.torrent``
-gives one: its info-hash is the SHA-1 of the bencoded ``info`` dictionary as
-it stands in the file, its trackers ``announce`` and ``announce-list``; a
-v2-only torrent (BEP 52: ``meta version`` 2 and no v1 ``pieces``) is
-refused, a hybrid one is crawled by its v1 hash.
+are passed over, a magnet with only v2 topics is refused. A topic's name is
+the display name of its number (``xt.1`` takes ``dn.1``, ``xt`` takes
+``dn``); a magnet of one torrent takes its first display name of any
+number. A ``.torrent`` gives one torrent: its info-hash is the SHA-1 of the
+bencoded ``info`` dictionary as it stands in the file, its trackers
+``announce`` and ``announce-list``, its name ``info``'s ``name.utf-8`` or
+``name``; a v2-only torrent (BEP 52: ``meta version`` 2 and no v1
+``pieces``) is refused, a hybrid one is crawled by its v1 hash. Names are
+cleaned and bounded as ``crawler.queue.torrent_names`` says.
 
 Bounds, so that no item costs more than its size warrants: trackers are
 read in one pass, de-duplicated as they come, and only until the per-torrent
@@ -38,10 +42,12 @@ from urllib.parse import unquote_plus, urlsplit
 from crawler.bencode import codec as bencode
 from crawler.envparse import tracker_url
 from crawler.errors import ItemError, one_line
+from crawler.queue.torrent_names import clean, of_torrent
 
 _HEX = re.compile(r"^[0-9a-fA-F]{40}$")
 _B32 = re.compile(r"^[A-Za-z2-7]{32}$")
 _XT = re.compile(r"xt(?:\.[0-9]+)?")
+_DN = re.compile(r"dn(?:\.[0-9]+)?")
 
 # A .torrent larger than this is not a torrent file (big ones are a few MiB).
 MAX_TORRENT_FILE = 64 * 1024 * 1024
@@ -58,13 +64,16 @@ MAX_TRACKERS = 10_000
 
 
 class NewItem(NamedTuple):
-    """One torrent to add: a 40-hex info-hash and its own trackers.
+    """One torrent to add: a 40-hex info-hash, its own trackers and its name (None: none given).
 
-    A named tuple rather than a dataclass: bulk intake makes millions.
+    The name is stored cleaned (``torrent_names.clean``; ``add`` cleans it
+    again, which costs a clean name one check). A named tuple rather than a
+    dataclass: bulk intake makes millions.
     """
 
     info_hash: str
     trackers: tuple[str, ...] = ()
+    name: str | None = None
 
 
 class Parsed(NamedTuple):
@@ -135,7 +144,8 @@ def parse_magnet(uri: str, max_trackers: int = MAX_TRACKERS) -> Parsed:
 
     One pass over the query (``&``-separated, ``+`` and percent escapes as
     in ``parse_qs``), in time linear in its length: ``tr=`` past
-    ``max_trackers`` distinct ones are only counted. Raises ``ItemError``
+    ``max_trackers`` distinct ones are only counted; of the display names
+    (``dn=``) only those a topic takes are decoded. Raises ``ItemError``
     for a query that cannot be split, a v1 topic that is not an info-hash,
     an unusable ``tr=`` within the cap, or no v1 topic.
     """
@@ -143,7 +153,8 @@ def parse_magnet(uri: str, max_trackers: int = MAX_TRACKERS) -> Parsed:
         query = urlsplit(uri).query
     except ValueError as e:
         raise ItemError(f"bad magnet query: {e}") from None
-    hashes: dict[str, None] = {}
+    hashes: dict[str, str] = {}  # info-hash -> the number of its first topic ("" for plain xt)
+    shown: dict[str, str] = {}  # number -> its first display name, as written
     v2 = False
     trackers = Trackers(max_trackers, "magnet tr=", strict=True)
     for part in query.split("&"):
@@ -156,25 +167,36 @@ def parse_magnet(uri: str, max_trackers: int = MAX_TRACKERS) -> Parsed:
             topic = unquote_plus(value)
             scheme = topic[:9].lower()
             if scheme == "urn:btih:":
-                hashes[info_hash(topic[9:])] = None
+                hashes.setdefault(info_hash(topic[9:]), name[3:])
             elif scheme == "urn:btmh:":
                 v2 = True
+        elif _DN.fullmatch(name):
+            shown.setdefault(name[3:], value)
     if not hashes:
         if v2:
             raise ItemError("magnet has only a v2 (urn:btmh) info-hash; peercrawl needs a v1 urn:btih")
         raise ItemError("magnet has no xt=urn:btih: info-hash")
     urls = trackers.urls()
-    return Parsed(tuple(NewItem(h, urls) for h in hashes), trackers.dropped)
+    if len(hashes) == 1:  # one torrent: its own number's display name, else the first of any number
+        ((h, n),) = hashes.items()
+        return Parsed((NewItem(h, urls, _shown(shown.get(n, next(iter(shown.values()), None)))),), trackers.dropped)
+    return Parsed(tuple(NewItem(h, urls, _shown(shown.get(n))) for h, n in hashes.items()), trackers.dropped)
+
+
+def _shown(dn: str | None) -> str | None:
+    """A magnet's ``dn=`` value (percent and ``+`` escapes as in a query) as a clean name, or None."""
+    return None if dn is None else clean(unquote_plus(dn))
 
 
 def _torrent_schema(urls: Trackers) -> bencode.Keys:
     """What a .torrent's decode keeps: ``announce``, ``announce-list``'s URLs (into ``urls``),
-    and of ``info`` its span, ``meta version`` and whether ``pieces`` is there."""
+    and of ``info`` its span, ``meta version``, ``name``, ``name.utf-8`` and whether ``pieces`` is there."""
     return bencode.Keys({
         b"announce": bencode.LEAF,
         b"announce-list": bencode.Each(bencode.Each(lambda v: urls.add(v.decode("utf-8", "replace"))
                                                     if isinstance(v, bytes) else None)),
-        b"info": bencode.Keys({b"meta version": bencode.LEAF, b"pieces": bencode.SKIP}),
+        b"info": bencode.Keys({b"meta version": bencode.LEAF, b"pieces": bencode.SKIP, b"name": bencode.LEAF,
+                               b"name.utf-8": bencode.LEAF}),
     }, spans=frozenset({b"info"}))
 
 
@@ -182,10 +204,10 @@ def parse_torrent(data: bytes, name: str = ".torrent", max_trackers: int = MAX_T
     """The bytes of a .torrent file -> its one ``NewItem``.
 
     Decoded in one pass within ``TORRENT_MAX_VALUES`` values, keeping only
-    the trackers (at most ``max_trackers``; unusable URLs left out) and the
-    span of ``info``. Raises ``ItemError`` for bytes that are not one
-    bencoded dictionary with an ``info`` dictionary, past the budget, or a
-    v2-only torrent.
+    the trackers (at most ``max_trackers``; unusable URLs left out), the
+    span of ``info`` and its name (``torrent_names.of_torrent``). Raises
+    ``ItemError`` for bytes that are not one bencoded dictionary with an
+    ``info`` dictionary, past the budget, or a v2-only torrent.
     """
     name = _file(name)
     if not data.startswith(b"d"):
@@ -213,7 +235,8 @@ def parse_torrent(data: bytes, name: str = ".torrent", max_trackers: int = MAX_T
         urls.add(announce.decode("utf-8", "replace"))
     for u in listed.urls():
         urls.add(u)
-    return Parsed((NewItem(digest, urls.urls()),), listed.dropped + urls.dropped)
+    named = of_torrent(info.get(b"name"), info.get(b"name.utf-8"))
+    return Parsed((NewItem(digest, urls.urls(), named),), listed.dropped + urls.dropped)
 
 
 def parse_items(text: str, base: Path | None = None, max_trackers: int = MAX_TRACKERS) -> Parsed:

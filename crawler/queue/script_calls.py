@@ -19,6 +19,7 @@ from crawler.queue.items import NewItem
 from crawler.queue.lanes import MARKED
 from crawler.queue.rates import rt_field
 from crawler.queue.scoring import Outcome, multiplier
+from crawler.queue.torrent_names import clean
 from crawler.settings import Settings
 
 # Housekeeping moves at most this many expired leases, due torrents and old
@@ -75,21 +76,22 @@ def add_args(k: Keys, items: Sequence[NewItem], readmit: bool, now: float, cap: 
 
     An item's trackers beyond the per-torrent bound ``cap`` are not sent (the
     script could not store them anyway), so one hostile magnet cannot
-    make a call huge.
+    make a call huge; its name is sent clean and bounded (``torrent_names.clean``).
     """
     keys = [k.ready, k.cooling, k.leases, k.evicted, k.tombstones, k.quarantined, k.quarantine, k.expiries,
             *lane_keys(k), k.since]
     args: list = [repr(now), "1" if readmit else "0", cap, lane or "", "1" if move else "0"]
     cut: list[int] = []
     for item in items:
-        if item.trackers or readmit:  # only these items' own keys are touched
+        name = clean(item.name) or ""
+        if item.trackers or readmit or name:  # only these items' own keys are touched
             keys += (k.torrent(item.info_hash), k.trackers(item.info_hash), k.history(item.info_hash))
         trackers, n = item.trackers, 0
         if len(trackers) > cap:
             unique = tuple(dict.fromkeys(trackers))
             trackers, n = unique[:cap], max(0, len(unique) - cap)
         cut.append(n)
-        args += (item.info_hash, str(len(trackers)), *trackers)
+        args += (item.info_hash, name, str(len(trackers)), *trackers)
     return keys, args, cut
 
 

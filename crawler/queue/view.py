@@ -34,6 +34,7 @@ from crawler.queue.lanes import DEFAULT, LANES, MARKED
 from crawler.queue.rates import rates_report
 from crawler.queue.source_notes import decode, read_last, tracker_list
 from crawler.queue.torrent_fields import history, pin_shown
+from crawler.queue.torrent_names import FIELD
 
 # The states status counts, in the order it shows them (the crawl's and each lane's).
 STATES = ("ready", "cooling", "in_flight", "quarantined", "evicted")
@@ -333,6 +334,7 @@ class QueueView:
 
         out = {
             "info_hash": info_hash,
+            "name": h.get(FIELD),  # cleaned when added (crawler.queue.torrent_names)
             "state": state,
             "score": score,
             "visits": num("visits") or 0,

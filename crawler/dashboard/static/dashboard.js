@@ -61,14 +61,16 @@ function fillMonths(months) {
 }
 
 // A table of counters: one row per {metric, count}; data-metric/data-count carry the raw values.
-function countTable(name, rows, label, link) {
+// `named`: a torrents table, whose rows carry the torrent's name (a third party's: set as text).
+function countTable(name, rows, label, link, named) {
   const tb = document.querySelector(`table[data-table="${name}"] tbody`);
   if (!tb) return;
   tb.replaceChildren(...rows.map(r => {
     const text = label(r);
     const href = link ? link(r) : null;
     const cell = el('td', { class: 'name' }, href ? el('a', { href, text }) : text);
-    return el('tr', { 'data-metric': r.metric, 'data-count': r.count }, cell,
+    const title = named ? [el('td', { class: 'torrent-name', text: r.name || '–' })] : [];
+    return el('tr', { 'data-metric': r.metric, 'data-count': r.count }, cell, ...title,
       el('td', { class: 'count', text: String(r.count) }));
   }));
 }
@@ -121,7 +123,7 @@ function loadWorld() {
 async function renderOverview(d) {
   const countries = d.tables.countries;
   countTable('countries', countries, r => r.name, r => '/country/' + encodeURIComponent(r.country));
-  countTable('torrents', d.tables.torrents, r => r.info_hash, r => '/torrent/' + r.info_hash);
+  countTable('torrents', d.tables.torrents, r => r.info_hash, r => '/torrent/' + r.info_hash, true);
   const unmapped = countries.filter(r => !r.map_code).map(r => `${r.name} (${r.count})`);
   document.getElementById('unmapped').textContent = unmapped.length ? 'Not on the map: ' + unmapped.join(', ') : '';
   await loadWorld();
@@ -176,6 +178,11 @@ function renderCountry(d) {
 
 function renderTorrent(d) {
   const t = d.torrent || {};
+  // the name its add was handed (magnet dn=, .torrent info.name): text, never markup
+  const named = document.getElementById('torrent-name');
+  named.textContent = t.name || 'no name known';
+  named.className = t.name ? 'torrent-name' : 'torrent-name muted';
+  document.title = 'peercrawl · ' + (t.name || arg);
   const when = x => x ? new Date(x * 1000).toISOString().replace('.000', '') : null;
   figures('torrent', [['users', 'users', d.users], ['state', 'state', t.state], ['score', 'score', t.score],
     ['seeders', 'seeders', t.seeders], ['leechers', 'leechers', t.leechers], ['visits', 'visits', t.visits],
@@ -266,9 +273,9 @@ function renderOperators(d) {
     'withdrawal_per_s', 'total_per_s', 'requests']);
   rowsTable('lanes', d.tables.lanes, ['lane', 'ready', 'cooling', 'in_flight', 'quarantined', 'evicted']);
   document.getElementById('at-risk-panel').hidden = !s.at_risk;
-  rowsTable('at_risk', d.tables.at_risk, [r => el('a', { href: '/torrent/' + r.info_hash, text: r.info_hash }), 'stage', 'since']);
+  rowsTable('at_risk', d.tables.at_risk, [r => el('a', { href: '/torrent/' + r.info_hash, text: r.info_hash }), 'stage', 'since', 'name']);
   document.getElementById('quarantined-panel').hidden = !s.quarantined;
-  rowsTable('quarantined', d.tables.quarantined, [r => el('a', { href: '/torrent/' + r.info_hash, text: r.info_hash }), 'at', 'reason']);
+  rowsTable('quarantined', d.tables.quarantined, [r => el('a', { href: '/torrent/' + r.info_hash, text: r.info_hash }), 'at', 'reason', 'name']);
   const rc = s.redis || {};
   document.getElementById('redis-title').textContent = rc.cluster
     ? `Redis cluster: ${rc.healthy ? 'healthy' : 'NOT healthy'} (${rc.state}, ${rc.slots_ok} of 16384 slots served)` : 'Redis';
