@@ -48,6 +48,9 @@ def test_a_swarm_of_500_behind_a_tracker_giving_200_is_covered_at_40_percent(env
     assert cov["reported"] in (3 * SWARM, 3 * SWARM + 3)
     assert cov["coverage"] == round(counted / cov["reported"], 4)
     assert "coverage (1 h)" in pc(env, "status").stdout
+    (row,) = pcj(env, "stats", "torrents")
+    assert {k: row[k] for k in ("reported_last_visit", "counted_last_visit", "counted_30_days", "coverage")} == {
+        k: t[k] for k in ("reported_last_visit", "counted_last_visit", "counted_30_days", "coverage")}
     # the dashboard's /metrics, as status --json has them
     text = create_app(Views(client, keys, settings)).test_client().get("/metrics").get_data(as_text=True)
     got = {m.name: m.value for f in text_string_to_metric_families(text) for m in f.samples

@@ -15,6 +15,9 @@ from tests.mmdb import write_city_db
 from tests.stathat_sink import StatHatSink
 
 H = "ab" * 20
+# A torrent the counters know and the queue never visited: no coverage figures.
+NO_VISIT = {"counts_estimated": False, "reported_last_visit": None, "counted_last_visit": None, "counted_30_days": 0,
+            "coverage": None}
 T0 = calendar.timegm((2024, 5, 10, 12, 0, 0))
 
 
@@ -42,9 +45,10 @@ def test_stats_json_largest_first(recorded, test_env):
     r = peercrawl(test_env, "stats", "cities", "--country", "United States", "--json")
     assert json.loads(r.stdout) == [{"metric": "countries.United States.cities.St%2E Louis.users", "count": 1}]
     r = peercrawl(test_env, "stats", "torrents", "--limit", "1", "--json")
-    assert json.loads(r.stdout) == [{"metric": f"torrents.{H}.users", "count": 6, "name": None}]
+    assert json.loads(r.stdout) == [{"metric": f"torrents.{H}.users", "count": 6, "name": None, **NO_VISIT}]
     r = peercrawl(test_env, "stats", "torrents", "--month", "2024-06", "--json")
-    assert json.loads(r.stdout) == [{"metric": f"torrents.{'cd' * 20}.users.2024-06", "count": 1, "name": None}]
+    assert json.loads(r.stdout) == [{"metric": f"torrents.{'cd' * 20}.users.2024-06", "count": 1, "name": None,
+                                     **NO_VISIT}]
     r = peercrawl(test_env, "stats", "postcodes", "--torrent", H.upper(), "--country", "Germany", "--json")
     assert json.loads(r.stdout) == [
         {"metric": f"torrents.{H}.countries.Germany.postcodes.80331.users", "count": 2},

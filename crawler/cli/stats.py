@@ -15,7 +15,10 @@ overrides and line separators it would pass raw are written as ``\\uXXXX``.
 ``stats torrents`` also shows each torrent's name (``crawler.queue.torrent_names``:
 cleaned when added, one pipelined read for the rows shown): a ``name`` in
 each JSON row (null when none), a last column in the table and the CSV,
-shown as the metric names are.
+shown as the metric names are. Its JSON rows also carry the torrent's
+coverage (``crawler.queue.coverage``: ``reported_last_visit``,
+``counted_last_visit``, ``counted_30_days``, ``coverage``,
+``counts_estimated``), a second pipelined read.
 """
 
 from __future__ import annotations
@@ -24,13 +27,14 @@ import csv
 import io
 import json
 import re
+import time
 
 import click
 
 from crawler.cli.context import open_context
 from crawler.counters import top
 from crawler.counters.names import FAMILIES
-from crawler.queue import torrent_names
+from crawler.queue import coverage, torrent_names
 from crawler.safe_text import csv_row, terminal
 
 # What json.dumps(ensure_ascii=False) leaves raw that a terminal acts on (C1
@@ -73,9 +77,13 @@ def command(family: str, torrent: str | None, country: str | None, month: str | 
         raise click.BadParameter(str(e)) from None
     named = family == "torrents"
     if named:  # torrents.<info-hash>.users[.<month>]
-        for r, name in zip(rows, torrent_names.read(ctx.client, ctx.keys, [r["metric"].split(".")[1] for r in rows])):
+        hashes = [r["metric"].split(".")[1] for r in rows]
+        for r, name in zip(rows, torrent_names.read(ctx.client, ctx.keys, hashes)):
             r["name"] = name
     if fmt == "json":
+        if named:  # and how much of its swarm the torrent's last visit counted (docs/metrics.md, "Coverage")
+            for r, cov in zip(rows, coverage.read(ctx.client, ctx.keys, hashes, time.time())):
+                r.update(cov)
         click.echo(json_text(rows))
         return
     if fmt == "csv":

@@ -37,6 +37,12 @@ counters but not in this figure (the retry finds them already counted).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+import redis
+
+from crawler.errors import StoreError
+from crawler.keys import Keys
 from crawler.queue.rates import WINDOW_SECONDS, field_time
 
 DAYS = 30
@@ -84,3 +90,19 @@ def catalogue(hashes: list[dict], now: float) -> dict:
                 reported += int(n)
     return {"window_s": WINDOW_SECONDS, "counted": counted, "reported": reported,
             "coverage": round(counted / reported, 4) if reported else None}
+
+
+def read(client: redis.Redis, keys: Keys, hashes: Sequence[str], now: float) -> list[dict]:
+    """``of_torrent`` of each of ``hashes`` in one pipelined round trip (``stats torrents``' rows).
+
+    Each torrent's HASH is read in its own shard. Raises ``StoreError``."""
+    if not hashes:
+        return []
+    p = client.pipeline(transaction=False)
+    for h in hashes:
+        p.hgetall(keys.for_torrent(h).torrent(h))
+    try:
+        got = p.execute()
+    except redis.RedisError as e:
+        raise StoreError(f"reading torrents' coverage failed: {e}") from e
+    return [of_torrent({k.decode(): v.decode() for k, v in fields.items()}, now) for fields in got]
