@@ -40,6 +40,8 @@ WORLD: dict[str, tuple] = {
 T_MAY = calendar.timegm((2026, 5, 10, 12, 0, 0))
 T_JUNE = calendar.timegm((2026, 6, 3, 8, 0, 0))
 HASHES = ["ab" * 20, "cd" * 20, "ef" * 20, "0123456789" * 4]
+# The names add kept for them (a magnet's dn=, a .torrent's info.name).
+NAMES = ["Big Buck Bunny (2008) 1080p", "Sintel 4K", "debian-12.5.0-amd64-netinst.iso", None]
 
 
 def ips(prefix: str, n: int) -> list[str]:
@@ -68,11 +70,12 @@ def record_world(client, keys, settings, tmp: Path) -> dict:
         for h, addrs in visits.items():
             rec.record_visit(h, addrs, when)
     q = Queue(client, keys, settings)
-    q.add([NewItem(h) for h in HASHES], now=time.time() - 10)
+    q.add([NewItem(h, name=name) for h, name in zip(HASHES, NAMES, strict=True)], now=time.time() - 10)
     leases = q.claim(len(HASHES), now=time.time())
     for n, lease in enumerate(leases):
-        q.complete(lease, Outcome.SOME, peers=10 + n,
-                   seeders=5 + n, leechers=20 + n, now=time.time())
+        # each visit counted 10 + n of the 25 + 2n peers its tracker reported: its coverage
+        q.complete(lease, Outcome.SOME, peers=10 + n, seeders=5 + n, leechers=20 + n, now=time.time(),
+                   reported=25 + 2 * n, new=10 + n)
     return {"hashes": HASHES, "months": ["2026-06", "2026-05"]}
 
 

@@ -207,8 +207,10 @@ def test_pages_render_and_show_the_numbers_of_stats(dashboard, browser, test_env
     wait_rendered(d)
     time.sleep(0.5)
     info = json.loads(run(test_env, "torrent", h, "--json").stdout)
-    for k in ("state", "seeders", "leechers", "visits", "score"):
+    for k in ("state", "seeders", "leechers", "visits", "score", "reported_last_visit", "counted_30_days"):
         assert figure(d, k) == str(info[k]), k
+    # its last visit counted 10 + n of the 25 + 2n reported (n: its place in the claim)
+    assert figure(d, "coverage") == f"{100 * info['coverage']:.1f} %" and 0.4 <= info["coverage"] < 0.5
     assert figure(d, "users") == str(stats(test_env, "torrents", "--torrent", h)[0][1])
     assert dom_counts(d, "countries") == stats(test_env, "countries", "--torrent", h, "--limit", "1000")
     assert dom_counts(d, "cities") == stats(test_env, "cities", "--torrent", h)
