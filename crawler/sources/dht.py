@@ -145,13 +145,13 @@ class DhtSource:
                 if kind is _QUERY_ALERT:
                     # A traversal sent a get_peers query: progress for the
                     # hash, and a query to that address for the pacer.
-                    ip = alert.endpoint[0]
+                    endpoint = alert.endpoint  # one conversion from libtorrent's, used twice
                     target = target_of(alert.info_hash.to_bytes())
                     if target is not None:
                         target.last_activity = now
                         target.queries += 1
-                        target.queried.append(alert.endpoint)
-                    sent(ip, now, target)
+                        target.queried.append(endpoint)
+                    sent(endpoint[0], now, target)
                 elif kind is _PEERS_ALERT:
                     target = target_of(alert.info_hash.to_bytes())
                     if target is not None:
