@@ -1,4 +1,4 @@
-"""The sources' settings (contract §3): trackers, the DHT, discovery, and the tracker defaults.
+"""The sources' settings (contract §3): trackers, the DHT, discovery, metadata fetches, and the tracker defaults.
 
 ``SourceSettings`` holds their declarations (``envparse.setting``) and is one
 of ``crawler.settings.Settings``'s bases; each setting is declared once, here
@@ -224,7 +224,7 @@ class SourceSettings:
         "PEERCRAWL_ONE_ASK_PER_TRACKER", True, p.on_off, "`on` / `off`: ask the URLs of one tracker (one host, port "
         "and path) once per visit")
     allow_private: bool = p.setting(
-        "PEERCRAWL_ALLOW_PRIVATE", False, p.on_off, "allow loopback/private trackers and DHT nodes")
+        "PEERCRAWL_ALLOW_PRIVATE", False, p.on_off, "allow loopback/private trackers, DHT nodes and metadata peers")
     # Tracker backoff after consecutive failures: base doubles up to max.
     tracker_backoff_base: float = p.setting(
         "PEERCRAWL_TRACKER_BACKOFF_SECONDS", 60.0, p.positive_float, "first backoff of a failing tracker (s); "
@@ -273,6 +273,28 @@ class SourceSettings:
         "PEERCRAWL_TOP_TRACKERS", 20, p.bounded_int(1, 1000),
         "trackers shown one by one (busiest first) in `status`, the operators page and `/metrics`, the rest "
         "summed as `other`; also how many trackers besides the defaults a worker's `/metrics` labels by URL")
+    # Off: the rest of the crawler never connects to a peer; fetching a
+    # torrent's info dictionary does (docs/metadata.md says what a peer
+    # then learns of the crawler).
+    metadata: bool = p.setting(
+        "PEERCRAWL_METADATA", False, p.on_off, "`on` / `off`: fetch the info dictionary (name, size, files) of "
+        "torrents added without a name from the peers found for them (BEP 9; connects to peers, docs/metadata.md)")
+    # Each fetch holds one torrent in the fetcher's session and connects up
+    # to 30 of its peers: 8 keep a worker's session at 256 connections at most.
+    metadata_in_flight: int = p.setting(
+        "PEERCRAWL_METADATA_IN_FLIGHT", 8, p.bounded_int(1, 256), "metadata fetches at a time, per worker process")
+    # A peer that has the metadata sends it within seconds of connecting;
+    # the rest is connection set-up to peers that may be gone (libtorrent
+    # gives a connection 15 s).
+    metadata_timeout: float = p.setting(
+        "PEERCRAWL_METADATA_TIMEOUT", 20.0, p.bounded_float(0.5, 600.0),
+        "deadline of one metadata fetch (s, 0.5–600), a wait for a free slot included")
+    # Connections only go out, but outgoing uTP leaves from the listen
+    # socket's UDP port; ports the system picks, so workers share a machine.
+    metadata_listen: tuple[tuple[str, int], ...] = p.setting(
+        "PEERCRAWL_METADATA_LISTEN", (("0.0.0.0", 0), ("::", 0)), _listen_addresses,
+        "`ip:port,...` the metadata fetcher's sockets bind to (IPv6 in brackets); incoming connections are "
+        "refused", shown="`0.0.0.0:0,[::]:0`")
 
     def source_peers_bound(self, max_peers: int) -> int:
         """The most peers kept from one reply of a source whose max is ``max_peers``."""

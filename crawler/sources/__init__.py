@@ -13,5 +13,8 @@ through one libtorrent session (``dht_session``, ``dht_alerts``,
 IPv4 and, where the machine has it, IPv6 (``dht_listen``);
 ``discovery`` samples it for new hashes. ``dht_scrape`` estimates a
 torrent's DHT swarm from BEP 33's bloom filters (``dht_bloom``), asking the
-nodes itself (``krpc_codec``, ``krpc_socket``). See the contract, §3.
+nodes itself (``krpc_codec``, ``krpc_socket``). ``metadata_fetch``
+(opt-in) asks a torrent's peers for its info dictionary through a
+libtorrent session of its own (``metadata_session``) and reads it
+(``metadata_info``). See the contract, §3.
 """

@@ -1,0 +1,149 @@
+"""The metadata fetcher's libtorrent session and the magnets it adds: what keeps payload off, and what peers see.
+
+Nothing here waits on libtorrent; ``crawler.sources.metadata_fetch`` uses it.
+
+The session (``session_params``) is the fetcher's own, apart from the DHT's:
+
+- It connects out, to the peers it is handed, and to no one else: DHT, local
+  service discovery, UPnP and NAT-PMP are off, no tracker is ever added,
+  peer exchange is off per torrent, and incoming TCP and uTP connections
+  are refused. It still listens (``PEERCRAWL_METADATA_LISTEN``) because
+  outgoing uTP goes out of the listen socket's UDP port.
+- Its identity is neutral: ``peer_fingerprint`` empty, so the 20-byte peer id
+  is 20 random characters of libtorrent's URL-safe alphabet, new for every
+  session (no ``-LT2110-`` prefix naming a client); ``anonymous_mode`` on,
+  so the extension handshake carries no client version (``v``);
+  ``user_agent`` empty, though with no tracker and no web seed nothing would
+  send it.
+- The address policy (contract §3) is libtorrent's IP filter, the DHT's
+  (``dht_session.ip_filter``): non-public peers are never connected unless
+  private addresses are allowed.
+- ``max_metadata_size``: libtorrent drops a peer that announces metadata
+  larger than ``metadata_info.MAX_METADATA_BYTES``.
+
+The torrents (``magnet_params``): a v1 info-hash with its peers, added with
+flags such that no payload is requested, and none could be uploaded. Read
+in libtorrent 2.1's source (src/torrent.cpp, src/peer_connection.cpp,
+src/request_blocks.cpp):
+
+- ``upload_mode``: every path that asks a peer for a block returns first
+  when the torrent is in upload mode (``request_a_block``,
+  ``peer_connection::add_request``, ``send_block_requests``), so no piece
+  request is ever sent. This is the flag that guarantees no download.
+- ``auto_managed`` off: an auto-managed torrent is taken out of upload mode
+  every ``optimistic_disk_retry`` seconds; a torrent that is not auto-managed
+  leaves it only if told to, which nothing here does.
+- ``default_dont_download``: once the metadata is in, every file's priority
+  is 0 (set in ``torrent::init``, on libtorrent's thread, before any piece
+  could be picked), so even outside upload mode the picker has nothing.
+- No payload can go up: the torrent has no piece (nothing is downloaded and
+  the save path is an empty directory, so the check that follows the
+  metadata finds nothing), and a peer can only be sent pieces we have.
+- ``stop_when_ready`` is not used: libtorrent counts fetching metadata as a
+  downloading state, so the flag pauses a magnet the moment it starts
+  connecting, before any metadata (libtorrent's own doc says so, and a
+  test run showed it: paused at "dl metadata", nothing fetched).
+- ``disable_dht``, ``disable_lsd``, ``disable_pex``: the torrent asks no one
+  for more peers. ``apply_ip_filter`` is kept (the flags replace
+  libtorrent's defaults, which hold it): the address policy holds for
+  these torrents. Not ``paused``, not ``seed_mode``, not ``share_mode``
+  (share mode downloads to upload).
+
+The fetcher removes each torrent as soon as its metadata is read or its
+deadline passes (files never deleted: nothing was written).
+"""
+
+from __future__ import annotations
+
+import libtorrent as lt
+
+from crawler import logs
+from crawler.errors import SettingsError
+from crawler.settings import Settings
+from crawler.source_settings import listen_text
+from crawler.sources.dht_listen import is_v6, usable
+from crawler.sources.dht_session import ip_filter
+from crawler.sources.metadata_info import MAX_METADATA_BYTES
+
+log = logs.get(__name__)
+
+# Peers of one fetch handed to libtorrent: a few answer within seconds if
+# any do; more would only spend the session's connection budget.
+PEERS_PER_FETCH = 30
+# Connections the session may hold beyond the fetches' peers (half-open
+# ones being torn down).
+SPARE_CONNECTIONS = 16
+# Peer and connection alerts of every fetch (a few per peer) fit many times over.
+ALERT_QUEUE_SIZE = 10_000
+
+FLAGS = (
+    lt.torrent_flags.apply_ip_filter
+    | lt.torrent_flags.upload_mode
+    | lt.torrent_flags.default_dont_download
+    | lt.torrent_flags.disable_dht
+    | lt.torrent_flags.disable_lsd
+    | lt.torrent_flags.disable_pex
+)
+
+
+def listening(listen: tuple[tuple[str, int], ...]) -> tuple[tuple[str, int], ...]:
+    """The addresses of ``listen`` this machine can use: an IPv6 one it cannot (``dht_listen.usable``) is
+    left out, with one warning; IPv6 peers are then out of reach. Raises ``SettingsError`` if none is left."""
+    kept, why = [], None
+    for ip, port in listen:
+        reason = usable(ip, []) if is_v6(ip) else None
+        if reason is None:
+            kept.append((ip, port))
+        else:
+            why = why or reason
+    if not kept:
+        raise SettingsError(f"PEERCRAWL_METADATA_LISTEN: no address this machine can use ({why or 'none given'})")
+    if why is not None:
+        log.warning("metadata_ipv6_unusable", reason=why, listen=listen_text(kept))
+    return tuple(kept)
+
+
+def session_params(settings: Settings) -> dict:
+    """The settings pack of the fetcher's session (see the module's docstring)."""
+    cat = lt.alert.category_t
+    return {
+        "listen_interfaces": listen_text(listening(settings.metadata_listen)),
+        "enable_dht": False,
+        "enable_lsd": False,
+        "enable_upnp": False,
+        "enable_natpmp": False,
+        "enable_incoming_tcp": False,
+        "enable_incoming_utp": False,
+        "peer_fingerprint": "",
+        "user_agent": "",
+        "handshake_client_version": "",
+        "anonymous_mode": True,
+        "max_metadata_size": MAX_METADATA_BYTES,
+        "connections_limit": settings.metadata_in_flight * PEERS_PER_FETCH + SPARE_CONNECTIONS,
+        "alert_queue_size": ALERT_QUEUE_SIZE,
+        # status: added, metadata received, removed; error: metadata failed,
+        # listen failed; connect: each peer tried and dropped; ip_block: a
+        # peer the IP filter refused. Replies to requests (resume data,
+        # session stats) come whatever the mask.
+        "alert_mask": cat.status_notification | cat.error_notification | cat.connect_notification
+        | cat.ip_block_notification,
+    }
+
+
+def new_session(settings: Settings, extra: dict | None = None):
+    """The fetcher's ``libtorrent.session``, address filter applied; ``extra`` overrides settings (tests)."""
+    params = session_params(settings)
+    params.update(extra or {})
+    session = lt.session(params)
+    session.set_ip_filter(ip_filter(settings.allow_private))
+    return session
+
+
+def magnet_params(info_hash: bytes, peers: list[tuple[str, int]], save_path: str):
+    """``add_torrent_params`` of a magnet for the v1 ``info_hash`` with ``peers``, payload off (``FLAGS``)."""
+    atp = lt.add_torrent_params()
+    atp.info_hashes = lt.info_hash_t(lt.sha1_hash(info_hash))
+    atp.save_path = save_path
+    atp.flags = FLAGS
+    atp.peers = peers
+    return atp
