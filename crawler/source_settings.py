@@ -278,7 +278,8 @@ class SourceSettings:
     # then learns of the crawler).
     metadata: bool = p.setting(
         "PEERCRAWL_METADATA", False, p.on_off, "`on` / `off`: fetch the info dictionary (name, size, files) of "
-        "torrents added without a name from the peers found for them (BEP 9; connects to peers, docs/metadata.md)")
+        "torrents added without a name from the peers found for them (BEP 9; connects to peers, docs/metadata.md). "
+        "The fetcher is built and tested; visits do not ask it yet, so `on` changes nothing for now")
     # Each fetch holds one torrent in the fetcher's session and connects up
     # to 30 of its peers: 8 keep a worker's session at 256 connections at most.
     metadata_in_flight: int = p.setting(
