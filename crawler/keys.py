@@ -53,6 +53,10 @@ def index_tail(period: str, scope: tuple[str, ...]) -> str:
     return ":".join((period, *scope))
 
 
+# The namespace-wide budgets kept as the announce cap is: their keys' first part.
+BUDGETS = {"dht": "dhtcap", "metadata": "mdcap"}
+
+
 @dataclass(frozen=True)
 class Keys(ShardLayout):
     """The key names of one namespace (``PEERCRAWL_NAMESPACE``) and its layout.
@@ -243,14 +247,14 @@ class Keys(ShardLayout):
         ``sent:<url>``, ``held:<url>`` per capped tracker."""
         return self._home("capm", str(minute))
 
-    @property
-    def dht_budget(self) -> str:
-        """HASH ``*`` -> the next free DHT lookup time, as ``announce_cap`` (the DHT's budget)."""
-        return self._home("dhtcap")
+    def budget(self, name: str) -> str:
+        """HASH ``*`` -> the next free time, as ``announce_cap``, of the DHT's lookups (``dht``) or the
+        metadata fetches (``metadata``): their namespace-wide budgets."""
+        return self._home(BUDGETS[name])
 
-    def dht_budget_minute(self, minute: int) -> str:
-        """HASH of one minute of the DHT's budget, as ``announce_cap_minute``."""
-        return self._home("dhtcapm", str(minute))
+    def budget_minute(self, name: str, minute: int) -> str:
+        """HASH of one minute of ``budget(name)``, as ``announce_cap_minute``."""
+        return self._home(BUDGETS[name] + "m", str(minute))
 
     def request_minute(self, minute: int) -> str:
         """HASH of one UTC minute (unix time // 60) of requests sent to the sources, expiring after two hours
@@ -391,5 +395,5 @@ RESERVED = frozenset({
     "ready", "since", "cooling", "leases", "evicted", "tombstones", "held", "claims", "expiries",
     "quarantined", "quarantine", "t", "tr", "vh", "visits", "failedvisits", "workers", "w", "trackerhealth",
     "trackerused", "trackerrank", "trackertotals", "mi", "mk", "ix", "tx", "rx", "sh", "geoerrors", "announceport", "secret", "layout",
-    "cap", "capm", "rates", "atrisk", "lane", "lanecredit", "disc", "reqm", "dhtcap", "dhtcapm",
+    "cap", "capm", "rates", "atrisk", "lane", "lanecredit", "disc", "reqm", "dhtcap", "dhtcapm", "mdcap", "mdcapm",
 })

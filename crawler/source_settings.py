@@ -278,8 +278,7 @@ class SourceSettings:
     # then learns of the crawler).
     metadata: bool = p.setting(
         "PEERCRAWL_METADATA", False, p.on_off, "`on` / `off`: fetch the info dictionary (name, size, files) of "
-        "torrents added without a name from the peers found for them (BEP 9; connects to peers, docs/metadata.md). "
-        "The fetcher is built and tested; visits do not ask it yet, so `on` changes nothing for now")
+        "torrents with peers and no name from those peers (BEP 9; connects to peers, docs/metadata.md)")
     # Each fetch holds one torrent in the fetcher's session and connects up
     # to 30 of its peers: 8 keep a worker's session at 256 connections at most.
     metadata_in_flight: int = p.setting(
@@ -296,6 +295,12 @@ class SourceSettings:
         "PEERCRAWL_METADATA_LISTEN", (("0.0.0.0", 0), ("::", 0)), _listen_addresses,
         "`ip:port,...` the metadata fetcher's sockets bind to (IPv6 in brackets); incoming connections are "
         "refused", shown="`0.0.0.0:0,[::]:0`")
+    # Every fetch connects to up to 30 of a swarm's peers: the namespace's
+    # workers together start at most this many a second.
+    max_metadata_fetches_per_second: float = p.setting(
+        "PEERCRAWL_MAX_METADATA_FETCHES_PER_SECOND", 2.0, p.announce_rate,
+        "most metadata fetches started per second by every worker of the namespace together, spaced evenly "
+        "(0.001–100000)")
 
     def source_peers_bound(self, max_peers: int) -> int:
         """The most peers kept from one reply of a source whose max is ``max_peers``."""

@@ -139,4 +139,4 @@ def test_the_dht_budget_spaces_lookups_across_the_namespace(world, client, keys)
     assert len(started) == n and min(gaps) >= 1 / rate - 0.02, gaps
     # the budget's figures count every lookup it granted (this minute and the one before)
     minute = int(time.time()) // 60
-    assert sum(int(client.hget(keys.dht_budget_minute(m), "sent") or 0) for m in (minute - 1, minute)) == n
+    assert sum(int(client.hget(keys.budget_minute("dht", m), "sent") or 0) for m in (minute - 1, minute)) == n

@@ -91,6 +91,15 @@ class Process:
             from crawler.sources.dht_sizes import DhtSizes
 
             self.sizes = DhtSizes(settings, self.dht, self.requests)
+        self.names = None
+        if settings.metadata:  # the one part that connects to peers (docs/metadata.md)
+            from crawler.queue.torrent_metadata import TorrentMetadata
+            from crawler.sources.announce_cap import AnnounceCap
+            from crawler.sources.metadata_fetch import MetadataFetcher
+            from workers.metadata_names import MetadataNames
+
+            self.names = MetadataNames(settings, MetadataFetcher(settings), TorrentMetadata(client, keys),
+                                       AnnounceCap.metadata_budget(client, keys, settings))
         self.discovery = None
         if settings.discovery and self.dht is not None:
             from crawler.sources.discovery import Discovery
@@ -99,7 +108,7 @@ class Process:
         # The visits' recordings are made together (crawler.counters.batcher).
         self.batcher = Batcher(self.recorder)
         self.visitor = Visitor(self.queue, keys, settings, self.trackers, self.batcher, self.dht, outage=self.outage,
-                               sizes=self.sizes)
+                               sizes=self.sizes, names=self.names)
         autoscaler = None
         if concurrency is None:
             autoscaler = Autoscaler(client, settings.concurrency_min, settings.concurrency_max,
@@ -142,6 +151,8 @@ class Process:
 
     def close(self) -> None:
         """Close the sources and the metrics server (a Redis error at exit is logged, not raised)."""
+        if self.names is not None:
+            self.names.close()
         if self.sizes is not None:
             self.sizes.close()
         if self.dht is not None:  # first: its last lookups are counted in what the trackers' close writes

@@ -113,13 +113,13 @@ class Visitor:
 
     def __init__(self, queue: Queue, keys: Keys, settings: Settings, trackers, recorder, dht=None,
                  outage: Outage | None = None, claims: Claims | None = None, cap: AnnounceCap | None = None,
-                 dht_budget: AnnounceCap | None = None, sizes=None):
+                 dht_budget: AnnounceCap | None = None, sizes=None, names=None):
         self.queue, self.keys, self.settings = queue, keys, settings
         self.cap = cap or AnnounceCap(queue.client, keys, settings)
         self.dht_budget = dht_budget or AnnounceCap.dht_budget(queue.client, keys, settings)
         self.outage = outage or patience.outage(queue.client) or Outage(patience=settings.redis_wait_seconds)
         self.claims = claims or Claims(queue, self.outage)
-        self.trackers, self.recorder, self.dht, self.sizes = trackers, recorder, dht, sizes
+        self.trackers, self.recorder, self.dht, self.sizes, self.names = trackers, recorder, dht, sizes, names
         self._defaults = tuple(t.url for t in settings.trackers)
         self._hour, self._noted = -1, set()
 
@@ -298,6 +298,8 @@ class Visitor:
         n = claim() if claim is not None else 0
         state, score = self.queue.complete(lease, o, peers=len(ips), seeders=seeders, leechers=leechers,
                                            due=due, now=now, reported=reported, new=new, estimated=estimated)
+        if self.names is not None and ips:  # a name from its peers, if it has none (workers.metadata_names)
+            self.names.offer(h, {p for r in answered for p in r.peers})
         return Visit(h, state, score, len(ips), new, len(answered), len(results)), self.claims.claim(n)
 
     def _note(self, h: str, urls: list[str], noted: notes.SourceNotes, results: list[SourceResult], dht: bool,

@@ -98,6 +98,12 @@ def worker(concurrency, max_visits, until_idle, duration, processes) -> None:
     SIGTERM or SIGINT: stop claiming, finish or hand back every claimed
     torrent within 25 s, flush StatHat, exit 0. With several processes, each
     drains the same way, and a process that dies is started again.
+
+    The worker never connects to peers, except with PEERCRAWL_METADATA=on:
+    it then asks the peers of torrents without a name for their metadata
+    (BEP 9), and each peer asked learns the worker's IP address, that it
+    wants this torrent's metadata, and that it runs libtorrent
+    (docs/metadata.md).
     """
     c = _concurrency(concurrency)
     n = _processes(processes)

@@ -347,6 +347,8 @@ class QueueView:
             "seeders": num("seeders"),
             "leechers": num("leechers"),
             "peers_last_visit": num("peers_last_visit"),
+            # what its peers' metadata gave (crawler.queue.torrent_metadata)
+            "total_size": num("size"), "file_count": num("files"), "metadata_next_try": num("md_next", float),
             **coverage.of_torrent(h, now),
             "trackers": own,
             "due": due if state == "cooling" else None,

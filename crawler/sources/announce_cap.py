@@ -78,7 +78,14 @@ class AnnounceCap:
     def dht_budget(cls, client: redis.Redis, keys: Keys, settings: Settings) -> AnnounceCap:
         """The DHT's budget: ``PEERCRAWL_MAX_DHT_LOOKUPS_PER_SECOND`` lookups, one request each, as a cap."""
         return cls(client, keys, settings, rate=settings.max_dht_lookups_per_second, per=1,
-                   schedule=keys.dht_budget, minute=keys.dht_budget_minute, what="DHT budget")
+                   schedule=keys.budget("dht"), minute=lambda m: keys.budget_minute("dht", m), what="DHT budget")
+
+    @classmethod
+    def metadata_budget(cls, client: redis.Redis, keys: Keys, settings: Settings) -> AnnounceCap:
+        """The metadata fetches' budget: ``PEERCRAWL_MAX_METADATA_FETCHES_PER_SECOND``, as a cap."""
+        return cls(client, keys, settings, rate=settings.max_metadata_fetches_per_second, per=1,
+                   schedule=keys.budget("metadata"), minute=lambda m: keys.budget_minute("metadata", m),
+                   what="metadata budget")
 
     def take(self, urls: list[str], per: int | None = None) -> dict[str, float]:
         """Seconds from now before sending to each of ``urls`` its ``per`` requests (default: an
