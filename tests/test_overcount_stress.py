@@ -47,7 +47,7 @@ PLACES = {
     "127.1.3.0/24": ("Brasil", "São Paulo", None),
     # 127.1.4.0/24 is left unmapped: those peers count only for their torrent
 }
-BUDGET = float(os.environ.get("PEERCRAWL_STRESS_SECONDS", "75"))  # seconds of rounds; a round takes ~20 s
+BUDGET = float(os.environ.get("PEERCRAWL_STRESS_SECONDS", "50"))  # seconds of rounds; a round takes ~20 s
 ROUND = 16.0  # seconds of kills per round
 NEAR_1 = repr(1 - 2**-53)  # the largest double below 1 (0.9999999999999999)
 
