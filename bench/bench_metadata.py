@@ -30,6 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from crawler import logs
 from crawler.settings import Settings
 from crawler.sources.metadata_fetch import MetadataFetcher
 from crawler.sources.metadata_info import TorrentInfo
@@ -41,6 +42,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--fetches", type=int, default=20, help="fetches per torrent (default 20)")
     a = ap.parse_args()
+    logs.configure("warning", "json")
     root = Path(tempfile.mkdtemp(prefix="bench-metadata-"))
     multi, multi_hash = make_torrent(root, "three files", [40_000, 1, 70_000])
     single, single_hash = make_torrent(root, "single.iso", [50_000])
