@@ -166,3 +166,41 @@ def start(d: Path, form: str, password: str | None = None) -> PrivateRedis:
                     from None
             time.sleep(0.05)
     return PrivateRedis(url, proc, client, tls)
+
+
+class AofRedis:
+    """A private redis-server under ``d`` that writes every command to its AOF before answering, for tests
+    that kill it with SIGKILL and start it again on the same data (``restart``); ``client`` reaches it."""
+
+    def __init__(self, d: Path):
+        port = free_port()
+        self.args = [server_binary(), "--port", str(port), "--bind", "127.0.0.1", "--dir", str(d), "--save", "",
+                     "--appendonly", "yes", "--appendfsync", "always"]
+        self.port = port
+        self._start()
+
+    def _start(self) -> None:
+        self.proc = subprocess.Popen(self.args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.client = redis.Redis(port=self.port, socket_timeout=5)
+        end = time.monotonic() + 15
+        while True:
+            try:
+                self.client.ping()
+                return
+            except redis.RedisError:
+                if time.monotonic() > end:
+                    self.proc.kill()
+                    raise
+                time.sleep(0.05)
+
+    def restart(self) -> None:
+        """SIGKILL the server, then start it again on its AOF; ``client`` is a new one."""
+        self.proc.kill()
+        self.proc.wait(10)
+        self.client.close()
+        self._start()
+
+    def stop(self) -> None:
+        self.client.close()
+        self.proc.kill()
+        self.proc.wait(10)

@@ -107,53 +107,26 @@ def test_complete_keeps_only_the_days_in_the_window(client, namespace, gap_days)
 def test_coverage_survives_a_redis_killed_and_restarted(tmp_path, settings):
     """The figures are the torrent's own fields and the shard's rates: an AOF Redis killed with
     SIGKILL and started again gives back the same torrent and catalogue coverage."""
-    import signal
-    import subprocess
     import time
-
-    import redis
 
     from crawler.keys import Keys
     from crawler.queue.items import NewItem
     from crawler.queue.scoring import Outcome
     from crawler.queue.transitions import Queue
     from crawler.queue.view import QueueView
-    from tests.redis_servers import free_port, server_binary
+    from tests.redis_servers import AofRedis
 
-    port = free_port()
-    args = [server_binary(), "--port", str(port), "--bind", "127.0.0.1", "--dir", str(tmp_path), "--save", "",
-            "--appendonly", "yes", "--appendfsync", "always"]
-
-    def start():
-        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        c = redis.Redis(port=port, socket_timeout=5)
-        end = time.monotonic() + 15
-        while True:
-            try:
-                c.ping()
-                return proc, c
-            except redis.RedisError:
-                if time.monotonic() > end:
-                    proc.kill()
-                    raise
-                time.sleep(0.05)
-
-    proc, c = start()
+    server = AofRedis(tmp_path)
     try:
         keys, ih, now = Keys("cov"), h("restart"), time.time()
-        q = Queue(c, keys, settings.replace(revisit_seconds=0))
+        q = Queue(server.client, keys, settings.replace(revisit_seconds=0))
         q.add([NewItem(ih)], now=now - 1)
         q.complete(q.claim(1, now=now)[0], Outcome.SOME, peers=40, reported=160, new=40, now=now)
-        view = QueueView(c, keys)
+        view = QueueView(server.client, keys)
         before = view.torrent(ih, now), view.coverage(now)
         assert (before[0]["coverage"], before[0]["counted_30_days"], before[1]["coverage"]) == (0.25, 40, 0.25)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(10)
-        c.close()
-        proc, c = start()
-        view = QueueView(c, keys)
+        server.restart()
+        view = QueueView(server.client, keys)
         assert (view.torrent(ih, now), view.coverage(now)) == before
     finally:
-        c.close()
-        proc.kill()
-        proc.wait(10)
+        server.stop()

@@ -5,9 +5,6 @@ replaced), and kept through eviction, re-admission, a reshard and a Redis killed
 from __future__ import annotations
 
 import hashlib
-import signal
-import subprocess
-import time
 import unicodedata
 from datetime import timedelta
 
@@ -27,7 +24,7 @@ from crawler.queue.torrent_names import MAX_BYTES, MAX_CHARS, clean, of_torrent
 from crawler.queue.transitions import Queue
 from crawler.queue.view import QueueView
 from crawler.store import scripts
-from tests.redis_servers import free_port, server_binary
+from tests.redis_servers import AofRedis
 from tests.test_cluster import SECRET, cluster_ns  # noqa: F401 (fixture)
 
 T = 1_000_000.0
@@ -201,37 +198,14 @@ def test_names_move_with_their_torrents_through_a_reshard(client, namespace, set
 
 
 def test_names_survive_a_redis_killed_and_restarted(tmp_path, settings):
-    port = free_port()
-    args = [server_binary(), "--port", str(port), "--bind", "127.0.0.1", "--dir", str(tmp_path), "--save", "",
-            "--appendonly", "yes", "--appendfsync", "always"]
-
-    def start():
-        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        c = redis.Redis(port=port, socket_timeout=5)
-        end = time.monotonic() + 15
-        while True:
-            try:
-                c.ping()
-                return proc, c
-            except redis.RedisError:
-                if time.monotonic() > end:
-                    proc.kill()
-                    raise
-                time.sleep(0.05)
-
-    proc, c = start()
+    server = AofRedis(tmp_path)
     try:
         keys, ih = Keys("names"), h("restart")
-        Queue(c, keys, settings).add([NewItem(ih, (), "Survivor ✓")], now=T)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(10)
-        c.close()
-        proc, c = start()
-        assert name_of(c, keys, ih) == "Survivor ✓"
+        Queue(server.client, keys, settings).add([NewItem(ih, (), "Survivor ✓")], now=T)
+        server.restart()
+        assert name_of(server.client, keys, ih) == "Survivor ✓"
     finally:
-        c.close()
-        proc.kill()
-        proc.wait(10)
+        server.stop()
 
 
 def test_names_are_read_from_every_slot_of_a_cluster(cluster_ns, redis_cluster, settings):  # noqa: F811
