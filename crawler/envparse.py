@@ -267,15 +267,25 @@ def http_url(v: str) -> str:
 _TRACKER_RE = re.compile(r"^(udp|http|https)://(\[[0-9A-Fa-f:.]+\]|[^/\s:\[\]]+)(:[0-9]{1,5})?(/\S*)?$", re.IGNORECASE)
 
 
+# The longest tracker URL taken, in UTF-8 bytes. Real announce URLs, a
+# private tracker's passkey included, stay under 300 bytes; a URL is stored
+# once per torrent naming it and written again with every health write,
+# request count and min-interval note, so a longer one only costs Redis.
+MAX_TRACKER_URL = 4096
+
+
 def tracker_url(v: str) -> str:
     """Validate one tracker URL (udp, http or https); raises ValueError with a one-line reason.
 
     Besides the URL's shape, refuses what no client can use: unprintable
     characters (a NUL, a control character, a surrogate that Redis could not
     store as UTF-8), a port above 65535, brackets around something that is not
-    an IPv6 address. The scheme is lower-cased.
+    an IPv6 address, more than ``MAX_TRACKER_URL`` bytes. The scheme is lower-cased.
     """
     shown = one_line(v, 60)
+    size = len(v.encode("utf-8", "surrogatepass"))
+    if size > MAX_TRACKER_URL:
+        raise ValueError(f"tracker URL longer than {MAX_TRACKER_URL} bytes ({size}; real ones are under 300): {shown}")
     if not _TRACKER_RE.match(v):
         raise ValueError(f"not a udp://, http:// or https:// tracker URL: {shown}")
     if not v.isprintable():
