@@ -74,8 +74,9 @@ from crawler.store import scripts
 ANSWER, REFUSAL, FAILURE = "answer", "refusal", "failure"
 # How often one process prunes unused entries; pruning is idempotent.
 PRUNE_EVERY = 600.0
-# Candidates of one prune: each is sent with every page of a walk of the torrents' tracker sets
-# (tracker_names.py), so a few hundred; the rest wait for the next prune.
+# Candidates of one prune: each goes with every page of a walk of the torrents' tracker sets as a
+# 16-byte digest (tracker_names.py), and once as its URL in the prune's step (at most 2 MiB of URLs
+# of 4 KiB), so a few hundred; the rest wait for the next prune.
 PRUNE_BATCH = 500
 # The sums tracker_health.lua keeps, as status names them.
 SUMS = (("answers", "answers"), ("failures", "failures"), ("refusals", "refusals"), ("cut", "peers_cut"))
