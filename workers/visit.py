@@ -86,6 +86,9 @@ class Visit:
     answered: int
     asked: int
     error: str | None = None
+    # A failed visit whose sources all went unanswered: what an outage looks like. One that a
+    # tracker refused, or the address policy, says nothing about the network.
+    network: bool = True
 
 
 class Visitor:
@@ -122,6 +125,7 @@ class Visitor:
         self.trackers, self.recorder, self.dht, self.sizes, self.names = trackers, recorder, dht, sizes, names
         self._defaults = tuple(t.url for t in settings.trackers)
         self._hour, self._noted = -1, set()
+        self._blocked: set[str] = set()  # trackers the address policy refused, each logged once
 
     def _plan(self, h: str) -> tuple[list[str], notes.SourceNotes]:
         """(every tracker of ``h``, its source notes) in one round trip."""
@@ -268,11 +272,14 @@ class Visitor:
         answered = [r for r in results if r.ok]
         dht_next = self._note(h, urls, noted, results, dht, now, same)
         if not answered:
-            # Shown by `torrent` and kept in Redis: tracker URLs redacted (their passkeys).
-            error = "; ".join(f"{redact.url(r.source)}: {redact.text(r.error or '', r.source)}"
-                              for r in results)[:200] or "no source to ask"
+            error = failure_text(results)
             self.queue.fail(lease, error, now=now)
-            return Visit(h, "failed", lease.score, 0, 0, 0, len(results), error), self._claim(claim)
+            network = not any(r.blocked or r.refused for r in results)
+            for r in results:
+                if r.blocked and r.source not in self._blocked and len(self._blocked) < NOTED_CAP:
+                    self._blocked.add(r.source)
+                    log.warning("tracker_refused_by_policy", tracker=redact.url(r.source), message=r.error)
+            return Visit(h, "failed", lease.score, 0, 0, 0, len(results), error, network), self._claim(claim)
         vr = VisitResult(h, tuple(results))
         ips = vr.peer_ips
         new = self.recorder.record_visit(h, ips, now) if ips else 0
@@ -353,12 +360,23 @@ class Visitor:
 
 
 
+def failure_text(results: list[SourceResult], limit: int = 200) -> str:
+    """Why a visit failed, in at most ``limit`` characters, as ``torrent`` shows it and Redis keeps it:
+    the sources the address policy refused first (their message names the setting that allows them),
+    then refusals, then the rest; tracker URLs redacted (their passkeys)."""
+    ordered = sorted(results, key=lambda r: (not r.blocked, not r.refused))
+    text = "; ".join(f"{redact.url(r.source)}: {redact.text(r.error or '', r.source)}" for r in ordered)
+    if not text:
+        return "no source to ask"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def tracker_code(r: SourceResult) -> str:
     """One tracker's code in the visit's notes (``source_notes.TRACKER_CODES``)."""
     if r.asked == "backoff":
         return "b"
     if not r.ok:
-        return "r" if r.refused else "f"
+        return "p" if r.blocked else "r" if r.refused else "f"
     return "s" if r.asked == "scrape" else "a"
 
 

@@ -245,7 +245,8 @@ class Worker:
 
     def _noted(self, v: Visit) -> None:
         """Count a finished visit in the health figures and tell ``on_visit``."""
-        if v.state != "skipped" and self.health.note(v.state != "failed", v.peers):
+        # A visit refused by policy or by its trackers is no sign of an outage, nor of its end.
+        if v.state != "skipped" and (v.state != "failed" or v.network) and self.health.note(v.state != "failed", v.peers):
             self._outage_changed()
         if self.on_visit is not None:
             self.on_visit(v)
@@ -277,6 +278,8 @@ class Worker:
             "failed_visits": self.health.failed,
             "peers": self.health.peers,
             "visits_per_hour": round(self.health.per_hour(), 1),
+            # the process's CPU time: what a visit costs it, so `status` knows what one core allows
+            "cpu_s": round(time.process_time(), 3),
             "failing": self.health.failing,
             # With --concurrency auto: the last decision and what it saw, for `status`.
             **({"autoscale": self.autoscaler.history[-1]} if self.autoscaler and self.autoscaler.history else {}),

@@ -7,6 +7,7 @@ import time
 
 import click
 
+from crawler.cli import human
 from crawler.cli.context import open_context
 from crawler.queue.transitions import Queue
 from crawler.report.queue_report import queue_report
@@ -50,27 +51,48 @@ def _queue_table(con, r: dict) -> None:
 
     t = Table(title="peercrawl queue", show_header=False)
     for name in ("tracked", "ready", "cooling", "in_flight", "quarantined", "evicted", "at_risk", "visits_last_hour",
-                 "failed_visits_last_hour", "queue_latency_s"):
-        t.add_row(name.replace("_", " "), str(r.get(name)))
-    for name, value in (r.get("capacity") or {}).items():
-        t.add_row(name.replace("_", " "), str(value))
+                 "failed_visits_last_hour"):
+        t.add_row(name.replace("_", " "), human.value(r.get(name)))
+    latency = r.get("queue_latency_s")
+    t.add_row("queue latency", human.NONE if latency is None else human.duration(latency))
+    _capacity_rows(t, r.get("capacity") or {})
     rates = r.get("rates") or {}
     if rates:
-        def pct(x):
-            return "-" if x is None else f"{100 * x:.1f} %"
-
+        pct = human.percent
         rt = rates["visit_round_trip_s"]
-        t.add_row("claim serve rate (1 h)", f"{pct(rates['claim_serve_rate'])} of {rates['claims_asked']} asked")
-        t.add_row("reclaim rate (1 h)", f"{pct(rates['reclaim_rate'])}: {rates['leases_reclaimed']} leases expired")
-        t.add_row("visit round trip (1 h)", "-" if not rt["visits"] else
-                  f"p50 {rt['p50']} s, p95 {rt['p95']} s over {rt['visits']} visits")
+        t.add_row("claim serve rate (1 h)", human.NONE + " (no claim)" if not rates["claims_asked"] else
+                  f"{pct(rates['claim_serve_rate'])} of {rates['claims_asked']:,} asked")
+        t.add_row("reclaim rate (1 h)", human.NONE + " (no lease served)" if rates["reclaim_rate"] is None else
+                  f"{pct(rates['reclaim_rate'])}: {rates['leases_reclaimed']:,} leases expired")
+        t.add_row("visit round trip (1 h)", human.NONE if not rt["visits"] else
+                  f"median {_ms(rt['p50'])}, p95 {_ms(rt['p95'])} over {rt['visits']:,} visits")
         cov = r.get("coverage") or {}
         if cov:
-            t.add_row("coverage (1 h)", "-" if cov["coverage"] is None else
+            t.add_row("coverage (1 h)", human.NONE if cov["coverage"] is None else
                       f"{pct(cov['coverage'])}: {cov['counted']:,} IPs counted of {cov['reported']:,} reported")
     shards = r.get("shards") or {}
     t.add_row("shards", f"{shards.get('queue')} queue, {shards.get('counters')} counters")
     con.print(t)
+
+
+def _ms(seconds: float | None) -> str:
+    return human.NONE if seconds is None else f"{seconds * 1000:.0f} ms" if seconds < 2 else human.duration(seconds)
+
+
+def _capacity_rows(t, cap: dict) -> None:
+    """What the plan needs and how many workers that takes, each with its basis or why it is unknown."""
+    if not cap:
+        return
+    needed = cap.get("visits_needed_per_hour")
+    t.add_row("visits needed per hour", human.NONE + " (revisit interval 0)" if needed is None else f"{needed:,.0f}")
+    per = cap.get("visits_per_worker_hour")
+    basis = {"measured": "measured while busy", "pool": "its pool over the median visit time, one core at most"}.get(
+        cap.get("per_worker_basis"), "measured")
+    t.add_row("visits per worker hour", human.NONE if per is None else f"{per:,.0f} ({basis})")
+    n, why = cap.get("workers_needed"), cap.get("workers_needed_why")
+    t.add_row("workers needed", (human.NONE if n is None else f"{n:,}") + (f" ({why})" if why else ""))
+    if cap.get("limited_by"):
+        t.add_row("limited by", str(cap["limited_by"]))
 
 
 def _warnings(con, r: dict) -> None:
@@ -148,16 +170,8 @@ def _plan(con, plan: dict | None) -> None:
             which = "the namespace's cap" if name == "*" else escape(name)
             con.print(f"[bold yellow]{which} is short:[/] the plan needs {c['needed_per_second']:g} requests/s "
                       f"({c['requests_per_visit']:g} per visit), it allows {c['per_second']:g}/s", soft_wrap=True)
-    con.print(f"  so the catalogue is really revisited every {_duration(plan['revisit_seconds_really'])}, "
+    con.print(f"  so the catalogue is really revisited every {human.duration(plan['revisit_seconds_really'])}, "
               "not every revisit interval", soft_wrap=True)
-
-
-def _duration(seconds: float) -> str:
-    """``seconds`` as an operator reads it: 45 s, 12 min, 7.5 h, 3.2 days."""
-    for unit, size in (("days", 86_400), ("h", 3600), ("min", 60)):
-        if seconds >= 2 * size:
-            return f"{seconds / size:.3g} {unit}"
-    return f"{seconds:.0f} s"
 
 
 def _costs(con, c: dict | None) -> None:
@@ -167,8 +181,8 @@ def _costs(con, c: dict | None) -> None:
         return
     p, last = c["per_second"], c["last_minute"]
     by_kind = ", ".join(f"{k} {p[k]:.3g}" for k in p if k != "total")
-    per_visit = "-" if c["requests_per_visit"] is None else f"{c['requests_per_visit']:g}"
-    per_pair = "-" if c["counted_per_1000_requests"] is None else f"{c['counted_per_1000_requests']:g}"
+    per_visit = human.NONE if c["requests_per_visit"] is None else f"{c['requests_per_visit']:g}"
+    per_pair = human.NONE if c["counted_per_1000_requests"] is None else f"{c['counted_per_1000_requests']:g}"
     con.print(f"[bold]costs[/] over the last {c['window_s'] / 60:.0f} min: {p['total']:.3g} tracker requests/s "
               f"({by_kind}), {c['dht_lookups_per_second']:.3g} DHT lookups/s; last minute "
               f"{last['per_second']['total']:.3g}/s and {last['dht_lookups_per_second']:.3g} lookups/s", soft_wrap=True)
@@ -177,20 +191,25 @@ def _costs(con, c: dict | None) -> None:
 
 
 def _workers_table(con, workers: list[dict]) -> None:
+    from rich import box
     from rich.markup import escape
     from rich.table import Table
 
     if not workers:
         con.print("no live workers")
         return
-    w = Table(title="workers, by machine")
-    cols = ("id", "host", "pid", "concurrency", "auto", "in_flight", "visits", "visits_per_hour", "failing")
-    for col in cols:
-        w.add_column(col.replace("_", " "))
+    w = Table(title="workers, by machine", box=box.SIMPLE_HEAD)
+    w.add_column("worker", no_wrap=True)
+    for col in ("pool", "in flight", "visits", "per hour", "every visit failing"):
+        w.add_column(col, justify="right")
     # status sorts them by host: a machine's processes together, a line under each machine
     hosts = [str(x.get("host", "")) for x in workers]
     for i, x in enumerate(workers):
-        w.add_row(*(escape(terminal(str(x.get(c, "")))) for c in cols),
+        pool = human.value(x.get("concurrency")) + (" (auto)" if x.get("auto") else "")
+        rate = x.get("visits_per_hour")
+        w.add_row(escape(terminal(str(x.get("id", "")))), pool, human.value(x.get("in_flight")),
+                  human.value(x.get("visits")), human.NONE if rate is None else f"{rate:,.0f}",
+                  "yes" if x.get("failing") else "no",
                   end_section=i + 1 < len(workers) and hosts[i + 1] != hosts[i])
     con.print(w)
 
@@ -198,24 +217,40 @@ def _workers_table(con, workers: list[dict]) -> None:
 def _trackers_table(con, trackers: dict, other: dict | None = None) -> None:
     """The busiest trackers, busiest first (``trackers`` comes in that order), then one row
     summing every other tracker. URLs are third parties' text: shown through ``terminal``."""
+    from rich import box
     from rich.markup import escape
     from rich.table import Table
 
     if not trackers:
         return
-    tr = Table(title="trackers (busiest first)")
-    for col in ("tracker", "answers", "failures", "refusals", "backing off", "learned cap", "peers cut"):
-        tr.add_column(col)
+    tr = Table(title="trackers (busiest first)", box=box.SIMPLE_HEAD, padding=(0, 1))
+    tr.add_column("tracker", no_wrap=True)
+    for col in ("answers", "failed", "refused"):
+        tr.add_column(col, justify="right", no_wrap=True)
+    tr.add_column("now", no_wrap=True)
+    # what the other columns take (figures, a space either side, a separator)
+    width = max(24, con.width - 46)
     for url, x in trackers.items():
-        tr.add_row(escape(terminal(url)), str(x.get("answers")), str(x.get("failures")), str(x.get("refusals", 0)),
-                   str(x.get("backing_off")), str(x.get("learned_cap") or ""), str(x.get("peers_cut", 0)))
+        tr.add_row(escape(terminal(human.url(url, width))), human.value(x.get("answers")),
+                   human.value(x.get("failures")), human.value(x.get("refusals", 0)), _tracker_now(x))
     if other and other.get("trackers"):
-        tr.add_row(f"{other['trackers']} other trackers", str(other["answers"]), str(other["failures"]),
-                   str(other["refusals"]), "", "", str(other["peers_cut"]))
+        tr.add_row(f"{other['trackers']:,} other trackers", human.value(other["answers"]),
+                   human.value(other["failures"]), human.value(other["refusals"]),
+                   f"{other['peers_cut']:,} peers cut" if other["peers_cut"] else "")
     con.print(tr)
     refusing = [(u, x["last_refusal"]) for u, x in trackers.items() if x.get("last_refusal")]
     for url, message in refusing:
         con.print(f"{escape(terminal(url))} last refused: {escape(terminal(message))}")
+
+
+def _tracker_now(x: dict) -> str:
+    """A tracker's standing in a few words: backing off, the peers cap it showed, peers it cut."""
+    parts = ["backing off"] if x.get("backing_off") else []
+    if x.get("learned_cap"):
+        parts.append(f"gives {x['learned_cap']} at most")
+    if x.get("peers_cut"):
+        parts.append(f"{x['peers_cut']:,} peers cut")
+    return ", ".join(parts) or human.NONE
 
 
 def _nodes_table(con, redis_report: dict) -> None:
@@ -225,9 +260,11 @@ def _nodes_table(con, redis_report: dict) -> None:
     if redis_report["cluster"]:
         title = f"redis cluster: {redis_report['state']}, {redis_report['slots_ok']} of 16384 slots served"
     t = Table(title=title)
-    cols = ("node", "role", "keys", "used_memory_bytes", "ops_per_s", "cpu_s")
-    for col in cols:
-        t.add_column(col.replace("_", " "))
+    for col in ("node", "role", "keys", "memory", "ops/s", "CPU"):
+        t.add_column(col, justify="left" if col in ("node", "role") else "right")
     for row in redis_report["nodes"]:
-        t.add_row(*(str(row.get(c, "")) for c in cols))
+        cpu = row.get("cpu_s")
+        t.add_row(str(row.get("node", "")), str(row.get("role", "")), human.value(row.get("keys")),
+                  human.size(row.get("used_memory_bytes")), human.value(row.get("ops_per_s")),
+                  human.NONE if cpu is None else human.duration(cpu))
     con.print(t)

@@ -10,11 +10,11 @@ import time
 import click
 
 from crawler.cli.context import open_context
+from crawler.cli.torrent_view import render
 from crawler.errors import ItemError
 from crawler.queue.items import info_hash
 from crawler.queue.pins import Pins
 from crawler.queue.view import QueueView, shown
-from crawler.safe_text import terminal
 
 
 def _until(value: str | None) -> float | None:
@@ -73,10 +73,4 @@ def command(hash_: str, as_json: bool, pin: bool, until: str | None, unpin: bool
     if as_json:
         click.echo(json.dumps(info, indent=2, sort_keys=True))
         return
-    for name, value in info.items():
-        if isinstance(value, list):
-            value = ", ".join(value) or "-"
-        elif name == "quarantine":
-            value = value["message"] + " (add --readmit HASH returns it)"
-        # tracker URLs and visit errors are others' text: no control character reaches the terminal
-        click.echo(terminal(f"{name:>18}  {'-' if value is None else value}"))
+    render(info, time.time())

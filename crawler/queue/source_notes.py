@@ -30,6 +30,7 @@ TRACKER_CODES = {
     "a": "announced",
     "s": "scraped: empty swarm, not announced",
     "r": "refused",
+    "p": "refused by the address policy (a private or local address)",
     "f": "failed",
     "b": "skipped: backing off",
     "h": "skipped: inside its min interval",

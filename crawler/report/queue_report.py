@@ -55,44 +55,82 @@ def queue_report(queue: Queue, now: float) -> dict:
                                  report["tracked"] - report.get("quarantined", 0), queue.settings.revisit_seconds)
     report["discovery"] = discovery_report(c, k, queue.settings, now)
     report["costs"] = costs_report(c, k, queue.settings.top_trackers, now, report["visits_last_hour"])
-    report.update(capacity_report(report, workers, queue.settings.revisit_seconds))
+    report.update(capacity_report(report, workers, queue.settings.revisit_seconds, queue.settings.concurrency))
     return report
 
 
-def capacity_report(report: dict, workers: list[dict], revisit_seconds: float) -> dict:
-    """How many visits per hour the crawl needs, and how many workers that takes.
+def capacity_report(report: dict, workers: list[dict], revisit_seconds: float, concurrency: int = 50) -> dict:
+    """How many visits per hour the plan needs, and how many workers that takes.
 
-    Needed: every tracked torrent but the quarantined (never claimed) once
-    per revisit interval. Per worker: the
-    visits of the last hour divided by the live workers (or the workers' own
-    recent rate when they report one). A revisit interval of 0 asks for every
-    torrent as often as a worker is free: no finite need, so neither figure.
-    ``limited_by``: "announce cap" while the cap holds the visits back.
+    Needed (the plan): every tracked torrent but the quarantined (never
+    claimed) once per revisit interval. What one worker can do, by the first
+    basis that is known:
+
+    - ``measured``: the workers' own recent visits per hour, when their pools
+      are busy (in flight at least 80 % of their concurrency): then the
+      rate is what a worker does, not what the catalogue leaves it;
+    - ``pool``: its concurrency over the median visit's time in the last hour
+      (each slot of the pool does one visit per round trip), when the pools
+      have room (a crawl that leaves workers idle says nothing of their
+      speed), and at most what one core allows at the workers' CPU time per
+      visit (a process runs on one core);
+    - ``measured`` again, from the workers' rates, before any visit was timed.
+
+    ``workers_needed`` is None, with ``workers_needed_why`` saying why, when
+    none is known (no visit yet) or the revisit interval is 0 (every torrent as
+    often as a worker is free: no finite need). ``limited_by``: "announce cap"
+    while the cap holds the visits back.
     """
     tracked = report["tracked"] - report.get("quarantined", 0)
     needed = tracked * 3600.0 / revisit_seconds if revisit_seconds else None
-    done = report["visits_last_hour"]
-    n = len(workers)
-    per_worker = done / n if n else None
-    rates = [w.get("visits_per_hour") for w in workers if isinstance(w.get("visits_per_hour"), (int, float))]
-    if rates and sum(rates) > 0:
-        per_worker = sum(rates) / len(rates)
-    needed_workers = None
-    if per_worker and needed is not None:
+    per_worker, basis = _per_worker(report, workers, concurrency)
+    needed_workers, why = None, None
+    if needed is None:
+        why = "the revisit interval is 0: every torrent is visited as often as a worker is free"
+    elif per_worker is None:
+        why = "no visit timed in the last hour, and no worker reports a rate"
+    else:
         needed_workers = max(1, math.ceil(needed / per_worker))
+        why = (f"the plan ({tracked:,} torrents every {revisit_seconds:g} s) over "
+               + ("the workers' measured rate while busy" if basis == "measured" else
+                  "a worker's pool over the median visit time"))
     out = {
         "capacity": {
             "visits_needed_per_hour": None if needed is None else round(needed, 1),
             "visits_per_worker_hour": None if per_worker is None else round(per_worker, 1),
+            "per_worker_basis": basis,
             "workers_needed": needed_workers,
+            "workers_needed_why": why,
             # With the announce cap as the limit, more workers would only wait longer.
             "limited_by": "announce cap" if (report.get("announce_cap") or {}).get("limiting") else None,
         }
     }
     failing = [w["id"] for w in workers if w.get("failing")]
     if failing:
-        out["outage"] = f"every visit failing on {len(failing)} of {n} workers: " + ", ".join(failing)
+        out["outage"] = f"every visit failing on {len(failing)} of {len(workers)} workers: " + ", ".join(failing)
     return out
+
+
+def _number(v) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _per_worker(report: dict, workers: list[dict], concurrency: int) -> tuple[float | None, str | None]:
+    """Visits per hour one worker can do, and its basis (``capacity_report``)."""
+    n = len(workers)
+    rates = [r for r in (_number(w.get("visits_per_hour")) for w in workers) if r is not None]
+    measured = sum(rates) / len(rates) if rates and sum(rates) > 0 else (report["visits_last_hour"] / n if n else None)
+    sizes = [c for c in (_number(w.get("concurrency")) for w in workers) if c]
+    busy = sum(_number(w.get("in_flight")) or 0 for w in workers)
+    if measured and sizes and busy >= 0.8 * sum(sizes):
+        return measured, "measured"
+    p50 = ((report.get("rates") or {}).get("visit_round_trip_s") or {}).get("p50")
+    if p50:
+        pool = (sum(sizes) / len(sizes) if sizes else concurrency) * 3600.0 / p50
+        cpu = sum(_number(w.get("cpu_s")) or 0 for w in workers)
+        visits = sum(_number(w.get("visits")) or 0 for w in workers)
+        return (min(pool, 3600.0 * visits / cpu) if cpu > 0 and visits >= 10 else pool), "pool"
+    return (measured, "measured") if measured else (None, None)
 
 
 def machines(workers: list[dict]) -> list[dict]:

@@ -33,6 +33,8 @@ class SourceResult:
     returned: int | None = None
     # The failure was the tracker's error reply (a refusal: alive, never backs off).
     refused: bool = False
+    # Not asked: the address policy refuses where its host resolves (contract §3).
+    blocked: bool = False
     # How the source was asked: "announce", "scrape" (it reported the swarm
     # empty, so it was not announced to: no peers from it), or "backoff" (not
     # asked: the tracker backs off, a failure of this visit).

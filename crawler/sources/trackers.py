@@ -218,7 +218,7 @@ class Trackers:
         if note:
             self._note(url, e)
         if isinstance(e, addresses.AddressRefused):
-            return self._failed(url, str(e), configured)
+            return replace(self._failed(url, str(e), configured), blocked=True)
         if isinstance(e, TrackerRefused):
             return replace(self._failed(url, redact.text(str(e), url), configured), refused=True)
         return self._failed(url, f"{type(e).__name__}: {e}", configured)
