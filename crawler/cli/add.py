@@ -12,6 +12,7 @@ import click
 
 from crawler.cli.context import open_context
 from crawler.errors import ItemError
+from crawler.queue.due_now import DueNow
 from crawler.queue.intake import good_items, item_sources
 from crawler.queue.items import NewItem, trackers_of
 from crawler.queue.lanes import USER_LANES
@@ -20,7 +21,7 @@ from crawler.queue.transitions import Queue
 
 def admit(ctx, sources: Iterator[tuple[str, str | ItemError, Path | None]], *, readmit: bool = False,
           extra: tuple[str, ...] = (), who: str = "peercrawl add", show_progress: bool = False,
-          lane: str | None = None) -> dict[str, int]:
+          lane: str | None = None, due_now: bool = False) -> dict[str, int]:
     """Parse every ITEM of ``sources`` and add the good ones to ``ctx``'s queue; returns the counts.
 
     ``sources`` yields ``(where, text or ItemError, base directory)`` as
@@ -30,14 +31,21 @@ def admit(ctx, sources: Iterator[tuple[str, str | ItemError, Path | None]], *, r
     with several ``xt=urn:btih:``) adds each. ``extra`` trackers are added to
     every item.
     ``lane``: the lane of every item, tracked ones moved into it (None: new
-    ones normal, tracked ones keep theirs).
+    ones normal, tracked ones keep theirs). ``due_now``: tracked ones that
+    cool are made due at once (``crawler.queue.due_now``; new ones are).
     Trackers past PEERCRAWL_MAX_TRACKERS_PER_TORRENT (not read past it, or
     not stored) are reported in one line.
     """
     queue = Queue(ctx.client, ctx.keys, ctx.settings)
     counts = {"added": 0, "already_tracked": 0, "skipped_evicted": 0, "invalid": 0,
-              "skipped_quarantined": 0, "readmitted": 0, "trackers_dropped": 0}
+              "skipped_quarantined": 0, "readmitted": 0, "trackers_dropped": 0, "made_due": 0}
     capped: set[str] = set()
+    due = DueNow(ctx.client, ctx.keys) if due_now else None
+
+    def added(item: NewItem, status: str) -> None:
+        counts[status] += 1
+        if due is not None and status == "already_tracked" and due.make_due(item.info_hash) == "due":
+            counts["made_due"] += 1
 
     def dropped(item: NewItem, n: int) -> None:
         counts["trackers_dropped"] += n
@@ -52,12 +60,12 @@ def admit(ctx, sources: Iterator[tuple[str, str | ItemError, Path | None]], *, r
     if progress is not None:
         with progress:
             task = progress.add_task("adding", total=None)
-            for _, status in queue.add_stream(good, readmit=readmit, on_dropped=dropped, lane=lane):
-                counts[status] += 1
+            for item, status in queue.add_stream(good, readmit=readmit, on_dropped=dropped, lane=lane):
+                added(item, status)
                 progress.advance(task)
     else:
-        for _, status in queue.add_stream(good, readmit=readmit, on_dropped=dropped, lane=lane):
-            counts[status] += 1
+        for item, status in queue.add_stream(good, readmit=readmit, on_dropped=dropped, lane=lane):
+            added(item, status)
     if counts["trackers_dropped"]:
         n, t = counts["trackers_dropped"], len(capped)
         click.echo(f"{who}: {n} tracker{'s' * (n != 1)} not stored on {t} torrent{'s' * (t != 1)} "
@@ -78,9 +86,11 @@ def admit(ctx, sources: Iterator[tuple[str, str | ItemError, Path | None]], *, r
 @click.option("--lane", type=click.Choice(USER_LANES),
               help="The lane of these torrents, claimed in order high, normal, low (tracked ones move to it; "
                    "default: new ones normal, tracked ones keep theirs).")
+@click.option("--due-now", is_flag=True,
+              help="Make tracked torrents that wait for their next visit due at once (new ones are).")
 @click.option("--json", "as_json", is_flag=True, help="Print the counts as JSON.")
 def command(items: tuple[str, ...], from_file: BinaryIO | None, trackers: tuple[str, ...], readmit: bool,
-            lane: str | None, as_json: bool) -> None:
+            lane: str | None, due_now: bool, as_json: bool) -> None:
     """Add torrents: ITEM is a 40-hex or base32 info-hash, a magnet URI (each of its
     xt=urn:btih: hashes) or a .torrent file.
 
@@ -96,7 +106,7 @@ def command(items: tuple[str, ...], from_file: BinaryIO | None, trackers: tuple[
         raise click.BadParameter(str(e).split(": ", 1)[-1], param_hint="--tracker") from None
     ctx = open_context()
     counts = admit(ctx, item_sources(items, from_file), readmit=readmit, extra=extra, who="peercrawl add",
-                   show_progress=from_file is not None and sys.stderr.isatty(), lane=lane)
+                   show_progress=from_file is not None and sys.stderr.isatty(), lane=lane, due_now=due_now)
     if as_json:
         click.echo(json.dumps(counts))
     else:
@@ -104,6 +114,7 @@ def command(items: tuple[str, ...], from_file: BinaryIO | None, trackers: tuple[
             f"added {counts['added']}, already tracked {counts['already_tracked']}, "
             f"evicted and skipped {counts['skipped_evicted']}, invalid {counts['invalid']}"
             + (" (use --readmit to re-admit evicted torrents)" if counts["skipped_evicted"] else "")
+            + (f", made due now {counts['made_due']}" if due_now else "")
         )
         if counts["skipped_quarantined"] or counts["readmitted"]:
             click.echo(f"quarantined and skipped {counts['skipped_quarantined']}, "

@@ -12,6 +12,7 @@ import click
 from crawler.cli.context import open_context
 from crawler.cli.torrent_view import render
 from crawler.errors import ItemError
+from crawler.queue.due_now import DueNow
 from crawler.queue.items import info_hash
 from crawler.queue.pins import Pins
 from crawler.queue.view import QueueView, shown
@@ -39,12 +40,15 @@ def _until(value: str | None) -> float | None:
 @click.option("--pin", is_flag=True, help="Never evict this torrent (staged eviction), for ever or --until.")
 @click.option("--until", "until", metavar="DATE", help="With --pin: the pin ends at DATE (ISO, UTC).")
 @click.option("--unpin", is_flag=True, help="End this torrent's pin.")
-def command(hash_: str, as_json: bool, pin: bool, until: str | None, unpin: bool) -> None:
+@click.option("--due-now", is_flag=True, help="Visit it at the next claim instead of at its due time.")
+def command(hash_: str, as_json: bool, pin: bool, until: str | None, unpin: bool, due_now: bool) -> None:
     """Show one torrent: state, score, visits, seeders, leechers, trackers.
 
     A quarantined torrent also shows why: its leases that expired in a row and
     its last visit error. ``--pin`` exempts it from eviction (``--until``
-    DATE: until then) and ``--unpin`` ends that; either then shows it.
+    DATE: until then) and ``--unpin`` ends that; ``--due-now`` makes a cooling
+    torrent due at once (its score kept; trackers inside their min interval
+    still wait). Each then shows it.
     """
     try:
         h = info_hash(hash_)
@@ -62,6 +66,14 @@ def command(hash_: str, as_json: bool, pin: bool, until: str | None, unpin: bool
         if done in ("evicted", "untracked"):
             why = "is evicted (add --readmit HASH tracks it again)" if done == "evicted" else "is not tracked"
             click.echo(f"peercrawl torrent: {h} {why}; nothing to {'pin' if pin else 'unpin'}", err=True)
+            sys.exit(1)
+    if due_now:
+        done = DueNow(ctx.client, ctx.keys).make_due(h)
+        if done in ("quarantined", "evicted", "untracked"):
+            why = {"untracked": "is not tracked",
+                   "evicted": "is evicted (add --readmit HASH tracks it again)",
+                   "quarantined": "is quarantined (add --readmit HASH returns it)"}[done]
+            click.echo(f"peercrawl torrent: {h} {why}; nothing made due", err=True)
             sys.exit(1)
     info = QueueView(ctx.client, ctx.keys).torrent(h, time.time(), tuple(t.url for t in ctx.settings.trackers))
     if info is None:
