@@ -12,6 +12,9 @@ import hashlib
 import time
 
 import pytest
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from crawler.envparse import MAX_TRACKER_URL
 from crawler.keys import Keys
@@ -105,6 +108,22 @@ def test_a_named_candidate_is_found_whatever_its_bytes(server, settings):
         h.record(u, FAILURE)
     assert h.prune(now=time.time() + PERIOD + 1) == 2
     assert {u.decode() for u in client.hkeys(keys.tracker_health)} == {long_named, wide, short}
+
+
+@hsettings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=300))
+def test_python_and_lua_digest_a_url_alike_whatever_its_characters(server, settings, tail):
+    """A candidate is found named by its digest: the one Python computes must be the one Lua computes
+    from the bytes Redis stores, for any characters a URL may hold."""
+    client = server.client
+    keys = Keys("traffic-digest")
+    url = "udp://d.example:1/announce?" + tail
+    h = hashlib.sha1(url.encode()).hexdigest()
+    Queue(client, keys, settings.replace(redis_url=server.url, namespace=keys.namespace)).add([NewItem(h, (url,))])
+    try:
+        assert tracker_names.named(client, keys, [url, url + "-not-named"]) == {url}
+    finally:
+        client.delete(keys.trackers(h))
 
 
 def test_the_walks_script_refuses_digests_it_cannot_split(server):
