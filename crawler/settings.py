@@ -306,6 +306,21 @@ def declarations() -> list[tuple[str, p.Var]]:
     return [(f.name, f.metadata["var"]) for f in dataclasses.fields(Settings)]
 
 
+def strays(env: Mapping[str, str] | None = None) -> list[str]:
+    """Each ``PEERCRAWL_*`` variable of ``env`` (default ``os.environ``) that is no setting, as one phrase
+    naming the closest setting: a misspelled name would otherwise be ignored without a word."""
+    import difflib
+
+    env = os.environ if env is None else env
+    known = [var.env for _, var in declarations()]
+    cut = len("PEERCRAWL_")  # the part after the prefix every name shares is what is compared
+    out = []
+    for name in sorted(n for n in env if n.startswith("PEERCRAWL_") and n not in known):
+        close = difflib.get_close_matches(name[cut:], [k[cut:] for k in known], n=1, cutoff=0.75)
+        out.append(f"{name} (did you mean PEERCRAWL_{close[0]}?)" if close else name)
+    return out
+
+
 def markdown_table() -> str:
     """README.md's settings table, one row per variable, made from the declarations."""
     return p.markdown_table(var for _, var in declarations())

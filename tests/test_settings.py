@@ -1,6 +1,7 @@
 """Settings from the environment: defaults, parsing, one-line errors naming the variable."""
 
 import dataclasses
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -163,3 +164,15 @@ def test_the_table_command_prints_it():
                        timeout=30)
     assert p.returncode == 0 and p.stdout == markdown_table() and p.stderr == ""
     assert p.stdout.count("\n") == 2 + len(declarations())
+
+
+def test_a_stray_peercrawl_variable_is_named_in_one_warning_with_the_closest_setting(test_env):
+    env = dict(test_env, PEERCRAWL_CONCURENCY="5", PEERCRAWL_REVISIT_SECOND="3", PEERCRAWL_FROBNICATE="1")
+    p = run(env, "status", "--json")
+    assert p.returncode == 0, p.stderr
+    warnings = [json.loads(x) for x in p.stderr.splitlines() if '"unknown_settings"' in x]
+    assert len(warnings) == 1, p.stderr
+    assert warnings[0]["message"] == (
+        "not a setting, ignored: PEERCRAWL_CONCURENCY (did you mean PEERCRAWL_CONCURRENCY?); "
+        "PEERCRAWL_FROBNICATE; PEERCRAWL_REVISIT_SECOND (did you mean PEERCRAWL_REVISIT_SECONDS?)")
+    assert "unknown_settings" not in run(test_env, "status", "--json").stderr

@@ -9,7 +9,7 @@ import redis
 from crawler import logs, redis_url
 from crawler.errors import StoreError
 from crawler.keys import Keys
-from crawler.settings import Settings
+from crawler.settings import Settings, strays
 from crawler.store import connect as store
 from crawler.store import layout
 
@@ -37,6 +37,9 @@ def open_context(records: bool = False, resolve_layout: bool = True, **overrides
     if overrides:
         settings = settings.replace(**overrides)
     logs.configure(settings.log_level, settings.log_format, hidden=hidden_texts(settings))
+    unknown = strays()
+    if unknown:
+        logs.get("settings").warning("unknown_settings", message="not a setting, ignored: " + "; ".join(unknown))
     client = store.connect(settings)
     keys = (layout.resolve(client, settings.namespace, settings.queue_shards) if resolve_layout
             else Keys(settings.namespace))
