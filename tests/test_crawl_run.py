@@ -37,7 +37,8 @@ def test_run_crawls_a_magnet_link_and_reports(test_env, opentracker):  # noqa: F
     assert r.returncode == 1, r.stderr[-2000:]  # the bad item is reported; the good one was crawled
     assert "argument 2" in r.stderr
     assert re.search(r"peercrawl run: dashboard at http://127\.0\.0\.1:\d+/", r.stderr), r.stderr[-2000:]
-    assert "1 visits (0 failed), 4 peers found" in r.stdout
+    assert "1 visit (0 failed), 4 peers found" in r.stdout
+    assert "next: peercrawl stats countries" in r.stdout
     t = json.loads(subprocess.run([str(BIN / "peercrawl"), "torrent", ih, "--json"], env=env,
                                   capture_output=True, text=True, timeout=30, check=False).stdout)
     assert (t["visits"], t["peers_last_visit"], t["state"]) == (1, 4, "cooling")
@@ -81,3 +82,25 @@ def test_procfile_worker_runs_under_honcho(test_env):
         os.killpg(p.pid, signal.SIGTERM)
         out, _ = p.communicate(timeout=30)
     assert "worker_stopped" in out
+
+
+def test_run_offline_says_why_its_visits_failed_and_waits_the_dht_once(test_env):
+    """No tracker resolves and the DHT never bootstraps (its router is a closed loopback port): the
+    summary names both reasons and where to look, and only the first lookup waits its whole deadline."""
+    env = _env(test_env)
+    env.update(PEERCRAWL_DHT="on", PEERCRAWL_DHT_BOOTSTRAP="127.0.0.1:9", PEERCRAWL_DHT_LISTEN="127.0.0.1:0",
+               PEERCRAWL_DHT_TIMEOUT="10", PEERCRAWL_DHT_SCRAPE="off")
+    magnets = [f"magnet:?xt=urn:btih:{hashlib.sha1(str(i).encode()).hexdigest()}"
+               "&tr=udp%3A%2F%2Ftracker.invalid%3A1337%2Fannounce" for i in range(4)]
+    start = time.monotonic()
+    r = subprocess.run([str(BIN / "peercrawl"), "run", *magnets, "--until-idle", "--concurrency", "1",
+                        "--no-dashboard"], env=env, capture_output=True, text=True, timeout=120, check=False)
+    took = time.monotonic() - start
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = r.stdout.splitlines()
+    assert out[0].startswith("4 visits (4 failed), 0 peers found"), r.stdout
+    assert re.fullmatch(r"  [1-4] visits? failed: .*tracker\.invalid.*DHT not bootstrapped.*", out[1]), r.stdout
+    assert out[-1] == "no visit was answered: peercrawl torrent HASH says what each source said"
+    assert r.stdout.count("visits (4 failed)") == 1  # the summary once, on stdout
+    # four lookups one after another: 10 s for the first, about a second for each of the others (40 s before)
+    assert took < 30, took

@@ -108,6 +108,7 @@ class DhtSource:
         self.settings, self.requests = settings, requests
         self.max_peers = settings.dht_max_peers
         self.timeout = settings.dht_timeout
+        self._unbooted = False  # a lookup waited its whole deadline for the bootstrap (_refusal)
         self.settle = settings.dht_settle
         # IPv4 and IPv6 where the machine has it, each with its own routers (dht_listen).
         self.listen, self.bootstrap = listening(
@@ -243,8 +244,13 @@ class DhtSource:
             # Just started: the bootstrap alert, or counters showing routing
             # table nodes, set the event.
             self._stats.post(self._session)
-            if not self._bootstrapped.wait(timeout=max(deadline - time.monotonic(), 0)):
-                return self._failed(f"DHT not bootstrapped within {self.timeout:g}s: no nodes in its routing table")
+            # Once one lookup waited its whole deadline for a bootstrap (offline, or no router
+            # resolves), the next ones wait a second each rather than holding every visit that long.
+            wait = max(deadline - time.monotonic(), 0)
+            if not self._bootstrapped.wait(timeout=min(wait, 1.0) if self._unbooted else wait):
+                self._unbooted = True
+                return self._failed("DHT not bootstrapped: no nodes in its routing table (is this machine "
+                                    "offline, or do its bootstrap routers not resolve?)")
         # An empty table after the bootstrap still gets a lookup: libtorrent
         # then asks the bootstrap routers, which it never puts in the table.
         if not self._pacer.ready(time.monotonic()) and not self._gate.wait(deadline):
