@@ -14,6 +14,7 @@ log set-up) take out of any message.
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import urllib.parse
@@ -119,12 +120,14 @@ def check(v: str) -> str:
             raise bad("expected a port from 1 to 65535")
         if path not in ("", "/") and "db" not in parts:
             raise bad("expected a database number after the host")
+    # a bare ``?word`` (no ``=``) may be a password put in the wrong place: never echoed
+    bare = {urllib.parse.unquote_plus(x) for x in split.query.split("&") if x and "=" not in x}
     for name, value in urllib.parse.parse_qsl(split.query, keep_blank_values=True):
-        _check_param(name, value, unix, tls, bad)
+        _check_param(name, value, unix, tls, bad, name in bare)
     return v
 
 
-def _check_param(name: str, value: str, unix: bool, tls: bool, bad) -> None:
+def _check_param(name: str, value: str, unix: bool, tls: bool, bad, bare: bool = False) -> None:
     """One query parameter of a URL (see ``check``); raises ``bad(reason)``."""
     if name in TLS_PARAMS and not tls:
         raise bad(f"{name!r} needs a rediss:// URL")
@@ -132,9 +135,14 @@ def _check_param(name: str, value: str, unix: bool, tls: bool, bad) -> None:
         raise bad(f"{name!r} does not apply to a unix:// socket")
     if name not in COMMON_PARAMS | TCP_PARAMS | TLS_PARAMS:
         known = ", ".join(sorted(COMMON_PARAMS | (set() if unix else TCP_PARAMS) | (TLS_PARAMS if tls else set())))
-        # A name is echoed only when it reads as a parameter's: a bare ``?word`` may be a password.
-        what = f"{name!r}" if re.fullmatch(r"[a-z]+(_[a-z]+)+", name) else "(not shown)"
-        raise bad(f"unknown query parameter {what} (known: {known})")
+        # A name is echoed only when it reads as a parameter's, given a value: a bare ``?word`` may be
+        # a password, and so may anything but a short identifier.
+        if bare or not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]{0,39}", name):
+            raise bad(f"a query part without '=' or that is no parameter name (not shown: it may be a secret); "
+                      f"known parameters: {known}")
+        close = difflib.get_close_matches(name, sorted(COMMON_PARAMS | TCP_PARAMS | TLS_PARAMS), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise bad(f"unknown query parameter {name!r}{hint} (known: {known})")
     if name in TLS_FILES and not os.path.isfile(value):
         raise bad(f"{name}: no such file {value!r}")
     if name == "ssl_ca_path" and not os.path.isdir(value):

@@ -75,7 +75,10 @@ def test_rediss_without_the_client_certificate_or_with_a_wrong_password_is_one_l
     ("redis://:{pw}@127.0.0.1:6379/0?ssl_certfile=/etc/hostname", "'ssl_certfile' needs a rediss:// URL"),
     ("unix://:{pw}@/tmp/redis.sock?socket_keepalive=yes", "'socket_keepalive' does not apply to a unix:// socket"),
     ("redis://127.0.0.1:6379/0?password={pw}&no_such_option=1", "unknown query parameter 'no_such_option'"),
-    ("redis://127.0.0.1:6379/0?{pw}", "unknown query parameter (not shown)"),
+    ("redis://127.0.0.1:6379/0?{pw}", "a query part without '=' or that is no parameter name (not shown"),
+    ("redis://:{pw}@127.0.0.1:6379/0?socket_timeot=5", "unknown query parameter 'socket_timeot'; did you mean "
+                                                       "'socket_timeout'?"),
+    ("redis://:{pw}@127.0.0.1:6379/0?Health_Check=5", "unknown query parameter 'Health_Check'"),
     ("rediss://:{pw}@127.0.0.1:6379/0?ssl_certfile=/no/such/client.pem", "ssl_certfile: no such file '/no/such/client.pem'"),
     ("rediss://:{pw}@127.0.0.1:6379/0?ssl_ca_path=/no/such/dir", "ssl_ca_path: no such directory"),
     ("rediss://:{pw}@127.0.0.1:6379/0?ssl_cert_reqs=always", "ssl_cert_reqs: expected one of none, optional, required"),
