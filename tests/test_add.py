@@ -260,7 +260,7 @@ def test_a_4_mib_magnet_line_keeps_the_first_trackers_and_reports_the_rest(test_
     p, out = run_json(test_env, "add", "--from", str(f), timeout=30)  # de-duplicating by list search took hours
     assert p.returncode == 0 and "Traceback" not in p.stderr
     assert out == {"added": 2, "already_tracked": 0, "skipped_evicted": 0, "invalid": 0,
-                   "skipped_quarantined": 0, "readmitted": 0, "trackers_dropped": 2 * (n - 64)}
+                   "skipped_quarantined": 0, "readmitted": 0, "trackers_dropped": 2 * (n - 64), "made_due": 0}
     assert p.stderr.strip() == (f"peercrawl add: {2 * (n - 64)} trackers not stored on 2 torrents "
                                 "(at most 64 per torrent, PEERCRAWL_MAX_TRACKERS_PER_TORRENT)")
     view = QueueView(client, Keys(namespace))
