@@ -38,12 +38,13 @@ def test_stats_json_largest_first(recorded, test_env):
     r = peercrawl(test_env, "stats", "countries", "--json")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout) == [
-        {"metric": "countries.Germany.users", "count": 4},  # 1.1.1.1 again after 30 days
-        {"metric": "countries.Iceland.users", "count": 1},
-        {"metric": "countries.United States.users", "count": 1},
+        {"metric": "countries.Germany.users", "count": 4, "country": "Germany"},  # 1.1.1.1 again after 30 days
+        {"metric": "countries.Iceland.users", "count": 1, "country": "Iceland"},
+        {"metric": "countries.United States.users", "count": 1, "country": "United States"},
     ]
     r = peercrawl(test_env, "stats", "cities", "--country", "United States", "--json")
-    assert json.loads(r.stdout) == [{"metric": "countries.United States.cities.St%2E Louis.users", "count": 1}]
+    assert json.loads(r.stdout) == [{"metric": "countries.United States.cities.St%2E Louis.users", "count": 1,
+                                     "country": "United States", "city": "St. Louis"}]
     r = peercrawl(test_env, "stats", "torrents", "--limit", "1", "--json")
     assert json.loads(r.stdout) == [{"metric": f"torrents.{H}.users", "count": 6, "name": None, **NO_VISIT}]
     r = peercrawl(test_env, "stats", "torrents", "--month", "2024-06", "--json")
@@ -51,8 +52,10 @@ def test_stats_json_largest_first(recorded, test_env):
                                      **NO_VISIT}]
     r = peercrawl(test_env, "stats", "postcodes", "--torrent", H.upper(), "--country", "Germany", "--json")
     assert json.loads(r.stdout) == [
-        {"metric": f"torrents.{H}.countries.Germany.postcodes.80331.users", "count": 2},
-        {"metric": f"torrents.{H}.countries.Germany.postcodes.10115.users", "count": 1},
+        {"metric": f"torrents.{H}.countries.Germany.postcodes.80331.users", "count": 2, "country": "Germany",
+         "postcode": "80331"},
+        {"metric": f"torrents.{H}.countries.Germany.postcodes.10115.users", "count": 1, "country": "Germany",
+         "postcode": "10115"},
     ]
 
 

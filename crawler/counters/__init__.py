@@ -8,7 +8,9 @@ same step. ``calls``, ``packing`` and ``places`` build those scripts'
 arguments; ``batcher`` records a worker's concurrent visits together;
 ``split`` and ``rollup`` keep the counts exact across several counter
 shards; ``names`` are the metric names and their indexes; ``rankings``
-reads them for ``stats`` and the dashboard, ``csv_export`` for ``export``;
+reads them for ``stats`` and the dashboard (with the unplaced peers beside
+a list of places), ``csv_export`` for ``export``; ``country_names`` maps
+countries to ISO codes and takes what a person types for one;
 ``geo_errors`` tallies GeoIP errors. See the contract, §4.
 """
 

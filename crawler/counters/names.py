@@ -65,6 +65,44 @@ def unescape(part: str) -> str:
     return part.replace("%2E", ".").replace("%25", "%")
 
 
+def readable(metric: str) -> str:
+    """A metric name as a person reads it: every name in it unescaped (``St. Louis``, not ``St%2E Louis``).
+
+    For showing only: a name holding a dot no longer splits exactly, so
+    the exact name (what StatHat and ``--json`` carry) stays the key.
+    """
+    return ".".join(unescape(p) for p in metric.split("."))
+
+
+# The column of a place family's name, as ``export``'s files and ``stats --json``'s rows call it.
+PLACE_COLUMN = {"cities": "city", "postcodes": "postcode"}
+PLACE_KEYS = ("country", "city", "postcode")
+# The label of the row of peers no place of a list holds (``rankings.unplaced``).
+UNPLACED = "unplaced"
+
+
+def read_metric(metric: str) -> dict[str, str]:
+    """The parts of a metric name (``metrics_for``'s, or its month counter), the names unescaped.
+
+    Keys, those the name has: ``info_hash``, ``country``, ``city`` or
+    ``postcode``, ``month``. ``torrents.<h>.countries.United States.cities.St%2E Louis.users.2024-05``
+    gives ``{"info_hash": h, "country": "United States", "city": "St. Louis", "month": "2024-05"}``.
+    """
+    parts = metric.split(".")  # escaped names hold no dot: the split is exact
+    out: dict[str, str] = {}
+    if parts[-1] != "users":
+        out["month"] = parts.pop()
+    parts.pop()  # "users"
+    if parts[0] == "torrents":
+        out["info_hash"] = parts[1]
+        parts = parts[2:]
+    if len(parts) >= 2:  # "countries", <country>[, <family>, <name>]
+        out["country"] = unescape(parts[1])
+    if len(parts) == 4:
+        out[PLACE_COLUMN[parts[2]]] = unescape(parts[3])
+    return out
+
+
 def info_hash_hex(info_hash: str) -> str:
     """``info_hash`` as 40 lower-case hex characters; raises ``ValueError`` otherwise."""
     if not isinstance(info_hash, str) or not _HEX40.match(info_hash):

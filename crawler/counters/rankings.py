@@ -20,13 +20,35 @@ first). The cut at ``limit`` honours that order exactly: when the last
 count kept has more holders than fit, the first ones by name are taken
 (ZRANGE BYSCORE orders equal scores by member), not whichever ZREVRANGE
 happens to return.
+
+``unplaced`` is the row beside a ranking of places: the peers its scope's
+own count holds that none of its places does (GeoIP could not place them,
+or not in a city or postcode). Nothing counts them apart: an IP counts for
+``torrents.<h>.users`` and for each part of its place GeoIP knows, each
+part's mark written and renewed with the others in one atomic step, so the
+scope's count less the sum of its places' is exactly those peers while the
+database is the same (docs/metrics.md, "Unplaced peers").
+``resolve_country`` is what a person typed for a country (``germany``,
+``DE``) as the counters name it.
 """
 
 from __future__ import annotations
 
 import redis
 
-from crawler.counters.names import LIFETIME, Metric, Query, check_month, hashed, metric_of, query_for
+from crawler.counters import country_names
+from crawler.counters.names import (
+    FAMILIES,
+    LIFETIME,
+    Metric,
+    Query,
+    check_month,
+    hashed,
+    info_hash_hex,
+    metric_of,
+    query_for,
+    unescape,
+)
 from crawler.counters.rollup import Rollup, index_keys, member_key, of_torrents, sharded
 from crawler.errors import StoreError
 from crawler.keys import Keys
@@ -84,6 +106,80 @@ def top(
     except redis.RedisError as e:
         raise StoreError(f"reading counters failed: {e}") from e
     return [{"metric": metric_of(q, m) + suffix, "count": int(c)} for m, c in rows]
+
+
+def resolve_country(client: redis.Redis, keys: Keys, given: str) -> str:
+    """The country the counters name for ``given`` (``germany``, ``DE``: ``Germany``), else ``given`` as typed.
+
+    Matching is ``country_names.match`` against the countries of the
+    lifetime ``countries`` index (one ZRANGE of a few hundred members).
+    Raises ``ValueError`` if ``given`` is blank, ``StoreError`` if Redis fails.
+    """
+    name = given.strip()
+    if not name:
+        raise ValueError("--country must not be empty")
+    try:
+        (ckey,) = index_keys(keys, LIFETIME, ("countries",))
+        known = {unescape(m.decode()): s for m, s in client.zrange(ckey, 0, -1, withscores=True)}
+    except redis.RedisError as e:
+        raise StoreError(f"reading the countries failed: {e}") from e
+    return country_names.match(name, known) or name
+
+
+def unplaced(
+    client: redis.Redis,
+    keys: Keys,
+    family: str,
+    *,
+    torrent: str | None = None,
+    country: str | None = None,
+    month: str | None = None,
+    settled: bool = False,
+) -> int | None:
+    """The peers of ``top``'s scope that none of its places holds; None where no count says.
+
+    ``countries --torrent H``: H's peers without a country; ``cities`` (or
+    ``postcodes``) ``--torrent H``: H's peers without a city (no country, or
+    a country GeoIP knows no city in), with ``--country C`` H's peers in C
+    without one; ``cities --country C``: C's peers without a city. Every
+    other query is None: a ranking over every country has no count of all
+    peers to subtract from (an IP counts once per country, and no global
+    total of distinct IPs is kept), and a single counter or the torrents
+    are not places. Costs one more read of the torrent's index (bounded by
+    its peers), or for ``--country`` alone a sum over the country's index
+    inside Redis (``index_sum.lua``). Raises as ``top``.
+    """
+    if family not in FAMILIES or family == "torrents":
+        return None
+    h = info_hash_hex(torrent) if torrent is not None else None
+    q = query_for(family, h, country)
+    if q.member is not None or q.across_countries or q.scope == ("countries",):
+        return None
+    period = LIFETIME if month is None else check_month(month)
+    if sharded(keys) and not settled:
+        Rollup(client, keys).settle()
+    # the scope's own count: (scope, member) of the metric one level up
+    if h is None:
+        whole = (("countries",), q.scope[2])
+    elif family == "countries" or q.prefix is None:
+        whole = (("torrents",), h)
+    else:
+        whole = (("countries", "t", h), q.prefix[:-1])
+    try:
+        total = _count_in(client, member_key(keys, period, *whole), *whole) or 0
+        if hashed(q.scope):
+            key = member_key(keys, period, q.scope, "")
+            if q.prefix is not None:
+                placed = sum(int(n) for _, n in client.hscan_iter(key, match=_glob_literal(q.prefix) + "*", count=1000))
+            else:
+                placed = sum(int(n) for n in client.hvals(key))
+        else:
+            script = register(client, "index_sum", package=__package__)
+            placed = sum(int(script(keys=[k])) for k in index_keys(keys, period, q.scope))
+    except redis.RedisError as e:
+        raise StoreError(f"reading counters failed: {e}") from e
+    # below zero only when a peer's place changed within the window (a new database): none shown
+    return max(0, int(total) - placed)
 
 
 def count(client: redis.Redis, keys: Keys, metric: Metric, month: str | None = None) -> int:

@@ -12,6 +12,14 @@ torrent's index, one pipelined EXISTS per month probe); nothing grows with
 the number of tracked torrents or places except the rows asked for. A
 table of torrents reads their names in one pipelined round trip
 (``crawler.queue.torrent_names.read``); the page shows them as text.
+
+Place names are shown as GeoIP spells them (``St. Louis``): a row's
+``name`` and ``country`` are unescaped (``names.read_metric``, as
+``export``'s columns), its ``metric`` the exact stat name. A country is
+taken as a person types it (``germany``, ``DE``: ``rankings.resolve_country``).
+A table of a torrent's or a country's places ends with the peers none of
+its places holds (``rankings.unplaced``), when there are any: a row
+``{"metric": None, "count", "name": "unplaced", "unplaced": True}``.
 """
 
 from __future__ import annotations
@@ -23,7 +31,8 @@ import redis
 
 from crawler.counters import top
 from crawler.counters.csv_export import months_with_counters
-from crawler.counters.names import LIFETIME, unescape
+from crawler.counters.names import LIFETIME, PLACE_COLUMN, UNPLACED, read_metric
+from crawler.counters.rankings import resolve_country, unplaced
 from crawler.counters.rollup import Rollup
 from crawler.dashboard.countries import map_code
 from crawler.errors import StoreError
@@ -84,12 +93,13 @@ class Views:
         """One country: its users, top cities and postcodes, users per month.
 
         ``name`` is the English name as the user reads it (``St. Louis`` style,
-        unescaped), as ``stats --country`` takes it.
+        unescaped) in any case, or its ISO code, as ``stats --country`` takes it.
         """
         self._settle()
+        name = resolve_country(self.client, self.keys, name)
         users = self._top("countries", country=name, month=month, limit=1)
-        cities = [_place_row(r) for r in self._top("cities", country=name, month=month, limit=limit)]
-        postcodes = [_place_row(r) for r in self._top("postcodes", country=name, month=month, limit=limit)]
+        cities, postcodes = ([_place_row(r) for r in self._top(fam, country=name, month=month, limit=limit)]
+                             + self._unplaced(fam, country=name, month=month) for fam in ("cities", "postcodes"))
         months = self.months()
         return {
             "country": name,
@@ -101,6 +111,13 @@ class Views:
             "tables": {"cities": cities, "postcodes": postcodes,
                        "months": self._per_month(months, "countries", country=name)},
         }
+
+    def _unplaced(self, family: str, **scope) -> list[dict]:
+        """The row of the peers no place of ``family`` in ``scope`` holds: none when there are none."""
+        n = unplaced(self.client, self.keys, family, settled=True, **scope)
+        if not n:
+            return []
+        return [{"metric": None, "count": n, "name": UNPLACED, "country": scope.get("country"), "unplaced": True}]
 
     def _per_month(self, months: list[str], family: str, **scope) -> list[dict]:
         """``{"month", "metric", "count"}`` of ``family``'s count in ``scope`` for each of ``months``, oldest first."""
@@ -134,10 +151,11 @@ class Views:
         users = self._top("torrents", torrent=info_hash, month=month, limit=1)
         if info is None and not users:
             return None
-        countries = [_country_row(r, torrent=True) for r in self._top("countries", torrent=info_hash, month=month,
-                                                                       limit=ALL_COUNTRIES)]
-        cities = [_place_row(r, torrent=True) for r in self._top("cities", torrent=info_hash, month=month,
-                                                                 limit=limit)]
+        countries = [_country_row(r) for r in self._top("countries", torrent=info_hash, month=month,
+                                                        limit=ALL_COUNTRIES)]
+        countries += [dict(r, map_code=None) for r in self._unplaced("countries", torrent=info_hash, month=month)]
+        cities = [_place_row(r) for r in self._top("cities", torrent=info_hash, month=month, limit=limit)]
+        cities += self._unplaced("cities", torrent=info_hash, month=month)
         visits = [{"at": _iso(v["at"]), **{k: v[k] for k in ("score", "peers", "seeders", "leechers")}}
                   for v in (info or {}).get("history", [])]
         months = self.months()
@@ -234,20 +252,17 @@ def _parts(metric: str) -> list[str]:
     return metric.split(".")
 
 
-def _country_row(r: dict, torrent: bool = False) -> dict:
-    """``countries.<c>.users[.<month>]`` (or a torrent's) with its name and map shape."""
-    p = _parts(r["metric"])
-    escaped = p[3] if torrent else p[1]
-    name = unescape(escaped)
-    return {"metric": r["metric"], "count": r["count"], "name": escaped, "country": name,
-            "map_code": map_code(name)}
+def _country_row(r: dict) -> dict:
+    """``countries.<c>.users[.<month>]`` (or a torrent's) with its name, unescaped, and map shape."""
+    name = read_metric(r["metric"])["country"]
+    return {"metric": r["metric"], "count": r["count"], "name": name, "country": name, "map_code": map_code(name)}
 
 
-def _place_row(r: dict, torrent: bool = False) -> dict:
-    """A city or postcode counter with its country and place name as ``stats`` prints them."""
-    p = _parts(r["metric"])
-    country, place = (p[3], p[5]) if torrent else (p[1], p[3])
-    return {"metric": r["metric"], "count": r["count"], "name": place, "country": country}
+def _place_row(r: dict) -> dict:
+    """A city or postcode counter (or a torrent's) with its place's and its country's names, unescaped."""
+    parts = read_metric(r["metric"])
+    place = next(parts[k] for k in PLACE_COLUMN.values() if k in parts)
+    return {"metric": r["metric"], "count": r["count"], "name": place, "country": parts["country"]}
 
 
 def _torrent_row(r: dict) -> dict:

@@ -62,10 +62,16 @@ function fillMonths(months) {
 
 // A table of counters: one row per {metric, count}; data-metric/data-count carry the raw values.
 // `named`: a torrents table, whose rows carry the torrent's name (a third party's: set as text).
+// The row of peers no place holds (`unplaced`: true, metric null) has no link and no data-metric.
 function countTable(name, rows, label, link, named) {
   const tb = document.querySelector(`table[data-table="${name}"] tbody`);
   if (!tb) return;
   tb.replaceChildren(...rows.map(r => {
+    if (r.unplaced) {
+      return el('tr', { class: 'unplaced', 'data-unplaced': '', 'data-count': r.count },
+        el('td', { class: 'name', text: r.name, title: 'peers GeoIP could not place here' }),
+        el('td', { class: 'count', text: String(r.count) }));
+    }
     const text = label(r);
     const href = link ? link(r) : null;
     const cell = el('td', { class: 'name' }, href ? el('a', { href, text }) : text);
@@ -74,6 +80,9 @@ function countTable(name, rows, label, link, named) {
       el('td', { class: 'count', text: String(r.count) }));
   }));
 }
+
+// The rows a chart draws: the places, without the unplaced row the tables end with.
+function placed(rows) { return rows.filter(r => !r.unplaced); }
 
 function rowsTable(name, rows, cols) {
   const tb = document.querySelector(`table[data-table="${name}"] tbody`);
@@ -167,12 +176,15 @@ function renderMonths(d) {
 }
 
 function renderCountry(d) {
+  // the country as the counters name it (the address may say `germany` or `DE`)
+  document.getElementById('country-name').textContent = d.country;
+  document.title = 'peercrawl · ' + d.country;
   document.getElementById('users').textContent = String(d.users);
   document.getElementById('users').dataset.metric = d.metric || '';
   countTable('cities', d.tables.cities, r => r.name);
   countTable('postcodes', d.tables.postcodes, r => r.name);
-  bar('cities-chart', d.tables.cities, r => r.name);
-  bar('postcodes-chart', d.tables.postcodes, r => r.name, '#2a9d8f');
+  bar('cities-chart', placed(d.tables.cities), r => r.name);
+  bar('postcodes-chart', placed(d.tables.postcodes), r => r.name, '#2a9d8f');
   monthLine('months-chart', d.tables.months);
 }
 
@@ -195,7 +207,7 @@ function renderTorrent(d) {
     ...(t.quarantine ? [['quarantine', 'quarantined (add --readmit)', t.quarantine.message]] : [])]);
   countTable('countries', d.tables.countries, r => r.name, r => '/country/' + encodeURIComponent(r.country));
   countTable('cities', d.tables.cities, r => `${r.name}, ${r.country}`);
-  bar('countries-chart', d.tables.countries, r => r.name);
+  bar('countries-chart', placed(d.tables.countries), r => r.name);
   monthLine('months-chart', d.tables.months);
   visitLines('visits-chart', d.tables.visits);
   rowsTable('visits', d.tables.visits.slice().reverse(), ['at', 'score', 'peers', 'seeders', 'leechers']);
