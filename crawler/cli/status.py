@@ -238,9 +238,14 @@ def _trackers_table(con, trackers: dict, other: dict | None = None) -> None:
                    human.value(other["failures"]), human.value(other["refusals"]),
                    f"{other['peers_cut']:,} peers cut" if other["peers_cut"] else "")
     con.print(tr)
-    refusing = [(u, x["last_refusal"]) for u, x in trackers.items() if x.get("last_refusal")]
-    for url, message in refusing:
-        con.print(f"{escape(terminal(url))} last refused: {escape(terminal(message))}")
+    # why a tracker is not answering: the address policy, its own refusals, its failures
+    for url, x in trackers.items():
+        for what, field, shown in (("refused by the address policy", "last_blocked", x.get("blocked")),
+                                   ("refuses", "last_refusal", x.get("refusals")),
+                                   ("failing", "last_failure", x.get("failing") or x.get("backing_off"))):
+            if shown and x.get(field):
+                con.print(f"[bold yellow]{escape(terminal(url))} {what}:[/] {escape(terminal(x[field]))}",
+                          soft_wrap=True)
 
 
 def _tracker_now(x: dict) -> str:

@@ -1,7 +1,8 @@
 """Tracker health shared by every worker through Redis (contract §3).
 
 Strategy: ``keys.tracker_health`` maps a tracker URL to JSON ``{answers,
-failures, refusals, last_refusal, streak, until, cut, cap, used}``, updated
+failures, refusals, last_refusal, last_failure, blocked, last_blocked, streak,
+until, cut, cap, used}``, updated
 only by ``tracker_health.lua``. After ``threshold`` consecutive failures a
 tracker backs off for ``base`` seconds, doubling with each further failure up
 to ``max``; one answer resets it. A backing-off tracker is skipped by every
@@ -28,8 +29,9 @@ max, cap)`` is its max for §2's "full".
 A busy worker announces thousands of times a second, so Redis is not asked
 per announce: each process reads a tracker's state at most once per
 ``refresh`` seconds (one greenlet reads it while the others keep the state
-it replaces) and batches answers and refusals, writing them at most
-once per ``flush`` seconds. Failures, the first answer after failures (the
+it replaces) and batches answers and refusals, writing them
+``flush`` seconds after the first one batched (a timer, so they reach Redis
+while the crawl runs, however few visits follow). Failures, the first answer after failures (the
 recovery) and a newly learned cap are written at once so that other workers
 learn them quickly.
 
@@ -62,16 +64,19 @@ import json
 import time
 from dataclasses import dataclass
 
+import gevent
 import redis
 
-from crawler import redact
+from crawler import logs, redact
 from crawler.errors import StoreError
 from crawler.keys import Keys
 from crawler.sources import tracker_names
 from crawler.sources.lru import Lru
 from crawler.store import scripts
 
-ANSWER, REFUSAL, FAILURE = "answer", "refusal", "failure"
+log = logs.get(__name__)
+
+ANSWER, REFUSAL, FAILURE, BLOCKED = "answer", "refusal", "failure", "blocked"
 # How often one process prunes unused entries; pruning is idempotent.
 PRUNE_EVERY = 600.0
 # Candidates of one prune: each goes with every page of a walk of the torrents' tracker sets as a
@@ -95,6 +100,8 @@ class _UnwrittenHealth:
     answers: int = 0
     refusals: int = 0
     last_refusal: str = ""
+    blocked: int = 0  # asks the address policy refused
+    last_blocked: str = ""
     cut: int = 0
     cap: int = 0  # the largest capped reply seen (0: none)
     most: int = 0  # the most entries any reply returned
@@ -131,6 +138,8 @@ class TrackerHealth:
         self._state: Lru[str, tuple[dict, float]] = Lru(cache_size)  # url -> (state, read at monotonic)
         self._batch: dict[str, _UnwrittenHealth] = {}
         self._last_flush = time.monotonic()
+        self._timer: gevent.Greenlet | None = None  # the batch's write, armed by its first record
+        self._closed = False
         self._last_prune = float("-inf")
         self._indexed = False
 
@@ -181,7 +190,8 @@ class TrackerHealth:
 
     def record(self, url: str, outcome: str | bool, *, message: str = "", cut: int = 0,
                returned: int | None = None, capped: bool = False) -> None:
-        """Note one announce of ``url``: ``ANSWER``, ``REFUSAL`` (with its ``message``) or ``FAILURE``.
+        """Note one announce of ``url``: ``ANSWER``, ``REFUSAL`` or ``FAILURE`` (each with its ``message``),
+        or ``BLOCKED``: the address policy refused it (not the tracker's doing: no backoff).
 
         For an answer: ``cut`` peers dropped past the bound, ``returned``
         entries in the reply, ``capped`` whether the reply showed the tracker
@@ -191,12 +201,18 @@ class TrackerHealth:
         if outcome is True or outcome is False:
             outcome = ANSWER if outcome else FAILURE
         if outcome == FAILURE:
-            self._write(url, "fail", 1, self._batch.pop(url, None))
+            self._write(url, "fail", 1, self._batch.pop(url, None), failure=redact.text(message, url)[:300])
             return
+        # Read before the batch is taken: a read yields, and the batch's timer may write it meanwhile.
+        state = self._get(url) if outcome != BLOCKED else _EMPTY
         b = self._batch.get(url)
         if b is None:
             b = self._batch[url] = _UnwrittenHealth()
-        state = self._get(url)
+            self._arm()
+        if outcome == BLOCKED:
+            b.blocked += 1
+            b.last_blocked = redact.text(message, url)[:300]
+            return
         if outcome == REFUSAL:
             b.refusals += 1
             b.last_refusal = redact.text(message, url)[:300]
@@ -212,13 +228,39 @@ class TrackerHealth:
         elif len(self._batch) >= self.cache_size or time.monotonic() - self._last_flush >= self.flush_every:
             self.flush()
 
+    def _arm(self) -> None:
+        """A batch holds something: write it within ``flush_every`` seconds even if nothing else is
+        recorded meanwhile (a crawl of few torrents may record nothing again for a revisit interval)."""
+        if self._timer is None and not self._closed:
+            self._timer = gevent.spawn_later(self.flush_every, self._tick)
+
+    def _tick(self) -> None:
+        self._timer = None  # a record made from now on arms the next one
+        try:
+            self.flush()
+        except StoreError as e:
+            log.warning("tracker_health_not_written", error=str(e), note="kept and written again")
+            self._arm()
+
+    def close(self) -> None:
+        """Write what is batched (a clean stop); no timer is armed afterwards. Raises ``StoreError``."""
+        self._closed = True
+        timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.kill(block=False)
+        self.flush()
+
     def flush(self) -> None:
         """Write batched answers and refusals now (the worker calls this at shutdown); prune when due."""
         self._last_flush = time.monotonic()
         for url in list(self._batch):
             b = self._batch.pop(url, None)
             if b is not None:
-                self._write(url, "none", 0, b)
+                try:
+                    self._write(url, "none", 0, b)
+                except StoreError:
+                    self._batch.setdefault(url, b)  # kept, to be written with the next flush
+                    raise
         if self._last_flush - self._last_prune >= PRUNE_EVERY:
             self._last_prune = self._last_flush
             self.prune()
@@ -271,7 +313,7 @@ class TrackerHealth:
         self._indexed = True
 
     def _write(self, url: str, outcome: str, failures: int, b: _UnwrittenHealth | None,
-               no_scrape: str = "") -> None:
+               no_scrape: str = "", failure: str = "") -> None:
         b = b or _UnwrittenHealth()
         try:
             raw = self._script(
@@ -279,7 +321,7 @@ class TrackerHealth:
                       self.keys.tracker_totals],
                 args=[url, b.answers, failures, outcome, repr(time.time()), self.base, self.maximum,
                       self.threshold, b.refusals, b.last_refusal, b.cut, b.cap, b.most, self.cap_confirm,
-                      no_scrape],
+                      no_scrape, failure, b.blocked, b.last_blocked],
             )
         except redis.RedisError as e:
             raise StoreError(f"recording tracker health: {e}") from e
@@ -321,6 +363,10 @@ def tracker_report(client: redis.Redis, keys: Keys, limit: int) -> dict[str, dic
             "failures": int(h.get("failures", 0)),
             "refusals": int(h.get("refusals", 0)),
             "last_refusal": h.get("last_refusal") or None,
+            "last_failure": h.get("last_failure") or None,
+            "failing": int(h.get("streak", 0) or 0) > 0,
+            "blocked": int(h.get("blocked", 0) or 0),
+            "last_blocked": h.get("last_blocked") or None,
             "backing_off": until > now,
             "until": until if until > now else None,
             "peers_cut": int(h.get("cut", 0)),

@@ -1,10 +1,11 @@
 -- Record one tracker's answers, refusals and failures, its learned cap and
 -- the peers cut from its replies, and compute its backoff, atomically.
 --
--- KEYS[1]  HASH tracker URL -> JSON {answers, failures, refusals, last_refusal, no_scrape_until,
---          streak, until, cut, cap, used}                      (keys.tracker_health)
+-- KEYS[1]  HASH tracker URL -> JSON {answers, failures, refusals, last_refusal, last_failure,
+--          blocked, last_blocked, no_scrape_until, streak, until, cut, cap, used}
+--                                                              (keys.tracker_health)
 -- KEYS[2]  ZSET tracker URL -> unix time last used             (keys.tracker_used)
--- KEYS[3]  ZSET tracker URL -> answers + failures + refusals    (the traffic ranking)
+-- KEYS[3]  ZSET tracker URL -> answers + failures + refusals + blocked    (the traffic ranking)
 -- KEYS[4]  HASH answers, failures, refusals, cut -> their sums over the ranked
 --          entries (tracker_prune.lua takes a pruned entry's out)
 -- ARGV[1]  tracker URL
@@ -25,6 +26,10 @@
 -- ARGV[14] seconds a cap stands unconfirmed before a smaller capped reply may lower it
 -- ARGV[15] unix time until which the tracker is not scraped (it cannot scrape;
 --          0: scrape it again), or "" to leave it as it is
+-- ARGV[16] the latest failure's message, already redacted ("" or absent: none)
+-- ARGV[17] asks the address policy refused to add (its host resolves to a
+--          private or local address: not the tracker's doing, no backoff; absent: 0)
+-- ARGV[18] the latest such refusal's message ("" or absent: none)
 -- Returns the new JSON.
 --
 -- The ranking and the sums let status and /metrics read the busiest trackers
@@ -60,6 +65,10 @@ if ARGV[15] ~= nil and ARGV[15] ~= '' then
     return redis.error_reply('tracker_health: ARGV[15] is not a unix time: ' .. tostring(ARGV[15]))
   end
 end
+local blocked = tonumber(ARGV[17] or '0')
+if blocked == nil or blocked < 0 or blocked ~= math.floor(blocked) then
+  return redis.error_reply('tracker_health: ARGV[17] is not a whole count: ' .. tostring(ARGV[17]))
+end
 local outcome = ARGV[4]
 if outcome ~= 'ok' and outcome ~= 'fail' and outcome ~= 'none' then
   return redis.error_reply('tracker_health: unknown outcome ' .. tostring(outcome))
@@ -74,6 +83,9 @@ h.cut = (tonumber(h.cut) or 0) + n[11]
 h.streak = tonumber(h.streak) or 0
 h['until'] = tonumber(h['until']) or 0
 if ARGV[10] ~= '' then h.last_refusal = ARGV[10] end
+if ARGV[16] and ARGV[16] ~= '' then h.last_failure = ARGV[16] end
+if blocked > 0 then h.blocked = (tonumber(h.blocked) or 0) + blocked end
+if ARGV[18] and ARGV[18] ~= '' then h.last_blocked = ARGV[18] end
 h.cap = tonumber(h.cap)
 if n[12] > 0 and not h.cap then
   h.cap = n[12]
@@ -112,5 +124,5 @@ for _, s in ipairs(sums) do
 end
 redis.call('HSET', KEYS[1], ARGV[1], out)
 redis.call('ZADD', KEYS[2], n[5], ARGV[1])
-redis.call('ZADD', KEYS[3], h.answers + h.failures + h.refusals, ARGV[1])
+redis.call('ZADD', KEYS[3], h.answers + h.failures + h.refusals + (tonumber(h.blocked) or 0), ARGV[1])
 return out

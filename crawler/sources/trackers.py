@@ -65,7 +65,7 @@ from crawler.settings import Settings
 from crawler.sources import addresses, udp_codec
 from crawler.sources.addresses import AddressCheck, Resolver, policy, share_of_time
 from crawler.sources.announce_groups import AnnounceGroups
-from crawler.sources.health import ANSWER, FAILURE, REFUSAL, TrackerHealth
+from crawler.sources.health import ANSWER, BLOCKED, FAILURE, REFUSAL, TrackerHealth
 from crawler.sources.http_client import http_get, tls_context
 from crawler.sources.http_codec import announce_url, parse_announce_reply
 from crawler.sources.http_exchange import http_exchange
@@ -226,16 +226,16 @@ class Trackers:
     def _note(self, url: str, e: Exception) -> None:
         """``e``, what one exchange with ``url`` raised, in the tracker's health.
 
-        An address our policy refuses is not the tracker's fault; an error
-        reply is a refusal (its message kept); anything else (silence,
-        garbage, a protocol or TLS error, a name that does not resolve) a failure.
+        An address our policy refuses is not the tracker's fault (noted apart, never backs it off); an
+        error reply is a refusal; anything else (silence, garbage, a protocol or TLS error, a name that
+        does not resolve) a failure. Each with its message.
         """
         if isinstance(e, addresses.AddressRefused):
-            return
-        if isinstance(e, TrackerRefused):
+            self.health.record(url, BLOCKED, message=str(e))
+        elif isinstance(e, TrackerRefused):
             self.health.record(url, REFUSAL, message=redact.text(str(e), url))
         else:
-            self.health.record(url, FAILURE)
+            self.health.record(url, FAILURE, message=f"{type(e).__name__}: {e}")
 
     def announce_many(self, url: str, info_hash_hexes: list[str], deadline: float | None = None) -> list[SourceResult]:
         """``announce`` of each of ``info_hash_hexes`` to ``url``, together; the results in order.
@@ -390,5 +390,5 @@ class Trackers:
     def close(self) -> None:
         """Write the request counts and batched health, close the UDP sockets (the ``Trackers`` is done)."""
         self.requests.close()
-        self.health.flush()
+        self.health.close()
         self.udp.close()
