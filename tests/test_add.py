@@ -266,3 +266,24 @@ def test_a_4_mib_magnet_line_keeps_the_first_trackers_and_reports_the_rest(test_
     view = QueueView(client, Keys(namespace))
     for h in H[15:17]:
         assert set(view.torrent(h)["trackers"]) == {f"udp://t{i}.x:1/a" for i in range(64)}
+
+
+def test_a_torrent_files_size_and_file_count_are_kept_at_add(test_env, tmp_path):
+    one = torrent_file(tmp_path / "one.torrent", b"one")  # a single file of 5 bytes
+    info = {b"name": b"many", b"piece length": 16384, b"pieces": b"\1" * 20,
+            b"files": [{b"length": n, b"path": [b"f%d" % n]} for n in (3 * 2**30, 7, 0)]}
+    (tmp_path / "many.torrent").write_bytes(bencode.encode({b"info": info}))
+    many = hashlib.sha1(bencode.encode(info)).hexdigest()
+    bad = {b"name": b"bad", b"piece length": 16384, b"pieces": b"\1" * 20,
+           b"files": [{b"length": -1, b"path": [b"x"]}]}
+    (tmp_path / "bad.torrent").write_bytes(bencode.encode({b"info": bad}))
+    p = run(test_env, "add", str(tmp_path / "one.torrent"), str(tmp_path / "many.torrent"),
+            str(tmp_path / "bad.torrent"), "a" * 40)
+    assert p.returncode == 0, p.stderr
+    got = {h: run_json(test_env, "torrent", h)[1] for h in (one, many, hashlib.sha1(bencode.encode(bad)).hexdigest(),
+                                                             "a" * 40)}
+    assert [(t["total_size"], t["file_count"]) for t in got.values()] == [
+        (5, 1), (3 * 2**30 + 7, 3), (None, None), (None, None)]
+    shown = run(test_env, "torrent", many).stdout
+    assert any(x.split() == ["size", "3", "GiB"] for x in shown.splitlines()), shown
+    assert any(x.split() == ["files", "3"] for x in shown.splitlines()), shown

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -16,6 +17,7 @@ from crawler.queue.due_now import DueNow
 from crawler.queue.intake import good_items, item_sources
 from crawler.queue.items import NewItem, trackers_of
 from crawler.queue.lanes import USER_LANES
+from crawler.queue.torrent_metadata import TorrentMetadata
 from crawler.queue.transitions import Queue
 
 
@@ -41,9 +43,13 @@ def admit(ctx, sources: Iterator[tuple[str, str | ItemError, Path | None]], *, r
               "skipped_quarantined": 0, "readmitted": 0, "trackers_dropped": 0, "made_due": 0}
     capped: set[str] = set()
     due = DueNow(ctx.client, ctx.keys) if due_now else None
+    metadata = TorrentMetadata(ctx.client, ctx.keys)
 
     def added(item: NewItem, status: str) -> None:
         counts[status] += 1
+        if item.files is not None and status in ("added", "already_tracked", "readmitted"):
+            # a .torrent holds its metadata: its size and file count kept as a BEP 9 fetch's would be
+            metadata.found(item.info_hash, None, item.size, item.files, time.time())
         if due is not None and status == "already_tracked" and due.make_due(item.info_hash) == "due":
             counts["made_due"] += 1
 

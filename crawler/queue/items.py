@@ -74,6 +74,9 @@ class NewItem(NamedTuple):
     info_hash: str
     trackers: tuple[str, ...] = ()
     name: str | None = None
+    # a .torrent's own: its total size in bytes and its file count (None: not known, as for a magnet)
+    size: int | None = None
+    files: int | None = None
 
 
 class Parsed(NamedTuple):
@@ -190,14 +193,29 @@ def _shown(dn: str | None) -> str | None:
 
 def _torrent_schema(urls: Trackers) -> bencode.Keys:
     """What a .torrent's decode keeps: ``announce``, ``announce-list``'s URLs (into ``urls``),
-    and of ``info`` its span, ``meta version``, ``name``, ``name.utf-8`` and whether ``pieces`` is there."""
+    and of ``info`` its span, ``meta version``, ``name``, ``name.utf-8``, whether ``pieces`` is there,
+    ``length`` and each file's ``length``."""
     return bencode.Keys({
         b"announce": bencode.LEAF,
         b"announce-list": bencode.Each(bencode.Each(lambda v: urls.add(v.decode("utf-8", "replace"))
                                                     if isinstance(v, bytes) else None)),
         b"info": bencode.Keys({b"meta version": bencode.LEAF, b"pieces": bencode.SKIP, b"name": bencode.LEAF,
-                               b"name.utf-8": bencode.LEAF}),
+                               b"name.utf-8": bencode.LEAF, b"length": bencode.LEAF,
+                               b"files": bencode.Items(bencode.Keys({b"length": bencode.LEAF}))}),
     }, spans=frozenset({b"info"}))
+
+
+def _size_and_files(info: dict) -> tuple[int | None, int | None]:
+    """A v1 info dictionary's total size and file count (BEP 3: ``length``, or ``files`` each with its
+    ``length``); (None, None) when they do not read as whole, non-negative numbers."""
+    files = info.get(b"files")
+    if isinstance(files, list):
+        lengths = [f.get(b"length") if isinstance(f, dict) else None for f in files]
+        if files and all(isinstance(n, int) and n >= 0 for n in lengths):
+            return sum(lengths), len(lengths)
+        return None, None
+    length = info.get(b"length")
+    return (length, 1) if isinstance(length, int) and length >= 0 else (None, None)
 
 
 def parse_torrent(data: bytes, name: str = ".torrent", max_trackers: int = MAX_TRACKERS) -> Parsed:
@@ -236,7 +254,8 @@ def parse_torrent(data: bytes, name: str = ".torrent", max_trackers: int = MAX_T
     for u in listed.urls():
         urls.add(u)
     named = of_torrent(info.get(b"name"), info.get(b"name.utf-8"))
-    return Parsed((NewItem(digest, urls.urls(), named),), listed.dropped + urls.dropped)
+    size, files = _size_and_files(info)
+    return Parsed((NewItem(digest, urls.urls(), named, size, files),), listed.dropped + urls.dropped)
 
 
 def parse_items(text: str, base: Path | None = None, max_trackers: int = MAX_TRACKERS) -> Parsed:
