@@ -287,3 +287,11 @@ def test_a_torrent_files_size_and_file_count_are_kept_at_add(test_env, tmp_path)
     shown = run(test_env, "torrent", many).stdout
     assert any(x.split() == ["size", "3", "GiB"] for x in shown.splitlines()), shown
     assert any(x.split() == ["files", "3"] for x in shown.splitlines()), shown
+
+
+def test_a_url_item_says_it_is_a_url_not_a_missing_file(test_env):
+    p = run(test_env, "add", "https://example.org/dl/x.torrent?passkey=0123456789abcdef")
+    assert p.returncode == 1
+    (line,) = p.stderr.strip().splitlines()
+    assert line.startswith("peercrawl add: argument 1: a URL is not an item: download the .torrent and add the file")
+    assert "0123456789abcdef" not in line and "no such file" not in line

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import NamedTuple
 from urllib.parse import unquote_plus, urlsplit
 
+from crawler import redact
 from crawler.bencode import codec as bencode
 from crawler.envparse import tracker_url
 from crawler.errors import ItemError, one_line
@@ -276,6 +277,9 @@ def parse_items(text: str, base: Path | None = None, max_trackers: int = MAX_TRA
     if "\x00" in t:
         # No hash, magnet or file name holds one; the OS would refuse the name.
         raise ItemError(f"holds a NUL byte: {_file(t)}")
+    if re.match(r"(?i)(https?|ftp)://", t):
+        # peercrawl fetches nothing a catalogue names: no request on behalf of an item
+        raise ItemError(f"a URL is not an item: download the .torrent and add the file ({_short(redact.url(t))})")
     try:
         path = Path(t).expanduser()
     except RuntimeError:  # "~name/..." with no such user
