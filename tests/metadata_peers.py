@@ -12,8 +12,16 @@ info-hash it is asked for: metadata that does not hash to the info-hash
 is otherwise hard to serve. With ``metadata=None`` it answers the
 handshakes and then says nothing (a peer that never sends the metadata). It
 records the peer ids and extension handshakes it receives, which is what
-a peer learns of the crawler. The wire format is built and read by the
-pure functions below it (``handshake``, ``message``, ``split_messages``).
+a peer learns of the crawler. Given endpoints to name, it also asks the
+crawler to connect elsewhere, as a hostile peer would: BEP 55
+``ut_holepunch`` ``connect`` messages and a BEP 11 ``ut_pex`` ``added``
+list. The wire format is built and read by the pure functions below it
+(``handshake``, ``message``, ``split_messages``, ``holepunch_connect``,
+``pex_added``).
+
+``Listener`` is a TCP listener and a UDP socket on one loopback endpoint
+that record every connection and datagram: where a hostile peer points
+the crawler, to see whether it went.
 
 ``Delayed`` forwards connections to a real peer after a delay, so a test
 can say which of two peers libtorrent hears from first.
@@ -21,6 +29,7 @@ can say which of two peers libtorrent hears from first.
 
 from __future__ import annotations
 
+import socket
 import struct
 import time
 from pathlib import Path
@@ -29,7 +38,7 @@ from typing import Self
 import gevent
 import gevent.socket
 import libtorrent as lt
-from gevent.server import StreamServer
+from gevent.server import DatagramServer, StreamServer
 
 from crawler.bencode import codec as bencode
 
@@ -38,6 +47,9 @@ HANDSHAKE_BYTES = 68
 EXTENDED = 20  # BEP 10 message id
 METADATA_PIECE = 16 * 1024  # BEP 9
 OUR_UT_METADATA = 3  # the extended message id we ask to be sent ut_metadata under
+OUR_UT_PEX = 1  # and ut_pex, ut_holepunch (the peer must offer them for libtorrent to read them)
+OUR_UT_HOLEPUNCH = 4
+HOLEPUNCH_CONNECT = 1  # BEP 55 msg_type
 
 
 def make_torrent(root: Path, name: str, sizes: list[int]) -> tuple[bytes, str]:
@@ -123,6 +135,21 @@ def split_messages(buffer: bytes) -> tuple[list[tuple[int, bytes]], bytes]:
     return out, buffer
 
 
+def holepunch_connect(ut_holepunch: int, endpoint: tuple[str, int]) -> bytes:
+    """A BEP 55 ``connect`` message naming the IPv4 ``endpoint``, under the receiver's ``ut_holepunch`` id."""
+    ip, port = endpoint
+    body = bytes([HOLEPUNCH_CONNECT, 0]) + socket.inet_aton(ip) + struct.pack(">H", port)
+    return message(EXTENDED, bytes([ut_holepunch]) + body)
+
+
+def pex_added(ut_pex: int, endpoints: list[tuple[str, int]]) -> bytes:
+    """A BEP 11 ``ut_pex`` message adding the IPv4 ``endpoints`` (flags: reachable, uTP and not), under the
+    receiver's ``ut_pex`` id."""
+    compact = b"".join(socket.inet_aton(ip) + struct.pack(">H", port) for ip, port in endpoints)
+    flags = bytes(0x10 | (0x04 if i % 2 else 0) for i in range(len(endpoints)))
+    return extended(ut_pex, {"added": compact, "added.f": flags})
+
+
 def metadata_pieces(metadata: bytes, ut_metadata: int, piece: int) -> bytes:
     """The BEP 9 data message of ``piece`` of ``metadata``, sent under the asker's ``ut_metadata`` id."""
     chunk = metadata[piece * METADATA_PIECE : (piece + 1) * METADATA_PIECE]
@@ -137,6 +164,11 @@ class FakePeer:
 
     ``times``: how many data messages it sends in all (None: no end); past
     them it hangs up and, on later connections, says it has no metadata.
+    ``holepunch``, ``pex``: endpoints it names to the crawler, each in a
+    ``ut_holepunch`` ``connect`` message and all in one ``ut_pex`` ``added``
+    message, once the crawler's extension handshake is in (``pex`` only if
+    the crawler offers ``ut_pex``); ``named`` counts the messages sent.
+    ``gate``: an event the metadata waits for (None: none).
 
     ``peer_ids``: the peer ids of the handshakes it received;
     ``hello``: the extension handshakes it received, decoded;
@@ -144,8 +176,11 @@ class FakePeer:
     handshakes (a piece request would be id 6).
     """
 
-    def __init__(self, ip: str, metadata: bytes | None, times: int | None = None):
-        self.metadata, self.times = metadata, times
+    def __init__(self, ip: str, metadata: bytes | None, times: int | None = None,
+                 holepunch: list[tuple[str, int]] = (), pex: list[tuple[str, int]] = (), gate=None):
+        self.metadata, self.times, self.gate = metadata, times, gate
+        self.holepunch, self.pex = list(holepunch), list(pex)
+        self.named = 0
         self.peer_ids: list[bytes] = []
         self.hello: list[dict] = []
         self.requests: list[tuple[int, bytes]] = []
@@ -167,7 +202,7 @@ class FakePeer:
             info_hash, their_id = data[28:48], data[48:68]
             self.peer_ids.append(their_id)
             sock.sendall(handshake(info_hash, b"-XX0000-fakepeer0000"))
-            hello = {"m": {"ut_metadata": OUR_UT_METADATA}}
+            hello = {"m": {"ut_metadata": OUR_UT_METADATA, "ut_pex": OUR_UT_PEX, "ut_holepunch": OUR_UT_HOLEPUNCH}}
             if self.metadata is not None and self.times != 0:
                 hello["metadata_size"] = len(self.metadata)
             sock.sendall(extended(0, hello))
@@ -184,12 +219,16 @@ class FakePeer:
             for msg_id, payload in messages:
                 if msg_id == EXTENDED and payload[:1] == b"\0":
                     self.hello.append(bencode.decode(payload[1:]))
-                    theirs = self.hello[-1].get(b"m", {}).get(b"ut_metadata")
+                    offered = self.hello[-1].get(b"m", {})
+                    theirs = offered.get(b"ut_metadata")
+                    self._name(sock, offered)
                     continue
                 self.requests.append((msg_id, payload))
                 if msg_id == EXTENDED and payload[0] == OUR_UT_METADATA and self.metadata is not None and theirs:
                     ask, _ = bencode.decode_prefix(payload, 1)
                     if ask.get(b"msg_type") == 0 and self.times != 0:
+                        if self.gate is not None:
+                            self.gate.wait()
                         sock.sendall(metadata_pieces(self.metadata, theirs, ask[b"piece"]))
                         if self.times is not None:
                             self.times -= 1
@@ -199,6 +238,15 @@ class FakePeer:
             if not got:
                 return
             buffer += got
+
+    def _name(self, sock, offered: dict) -> None:
+        """Name the endpoints of ``holepunch`` and ``pex`` to the crawler, under the ids it ``offered``."""
+        if self.holepunch and offered.get(b"ut_holepunch"):
+            sock.sendall(b"".join(holepunch_connect(offered[b"ut_holepunch"], e) for e in self.holepunch))
+            self.named += len(self.holepunch)
+        if self.pex and offered.get(b"ut_pex"):
+            sock.sendall(pex_added(offered[b"ut_pex"], self.pex))
+            self.named += 1
 
     def close(self) -> None:
         self.server.stop(timeout=1)
@@ -210,11 +258,39 @@ class FakePeer:
         self.close()
 
 
+class Listener:
+    """A TCP listener and a UDP socket on one ``ip`` and port; ``contacts``: ("tcp" | "udp", from) of each
+    connection accepted and datagram received."""
+
+    def __init__(self, ip: str):
+        self.contacts: list[tuple[str, tuple]] = []
+        for _ in range(20):  # the UDP port of the TCP port the system picked may be taken
+            self.tcp = StreamServer((ip, 0), lambda sock, address: (self.contacts.append(("tcp", address)), sock.close()))
+            self.tcp.start()
+            self.endpoint = (ip, self.tcp.server_port)
+            self.udp = DatagramServer(self.endpoint, lambda _data, address: self.contacts.append(("udp", address)))
+            try:
+                self.udp.start()
+                return
+            except OSError:
+                self.tcp.stop()
+        raise OSError(f"no port on {ip} free for both TCP and UDP")
+
+    def close(self) -> None:
+        self.tcp.stop(timeout=1)
+        self.udp.stop(timeout=1)
+
+
 class Delayed:
-    """A TCP forwarder on ``ip`` to ``target`` that holds each connection ``delay`` seconds before passing bytes."""
+    """A TCP forwarder on ``ip`` to ``target`` that holds each connection ``delay`` seconds before passing bytes.
+
+    It connects to ``target`` from ``ip``, so the target does not take it for
+    the crawler (on 127.0.0.1), which it may be connecting to already: a
+    second connection from one address is dropped as a duplicate.
+    """
 
     def __init__(self, ip: str, target: tuple[str, int], delay: float):
-        self.target, self.delay = target, delay
+        self.ip, self.target, self.delay = ip, target, delay
         self.server = StreamServer((ip, 0), self._serve)
         self.server.start()
         self.endpoint = (ip, self.server.server_port)
@@ -222,7 +298,7 @@ class Delayed:
     def _serve(self, sock, _address) -> None:
         gevent.sleep(self.delay)
         try:
-            upstream = gevent.socket.create_connection(self.target, timeout=5)
+            upstream = gevent.socket.create_connection(self.target, timeout=5, source_address=(self.ip, 0))
         except OSError:
             sock.close()
             return

@@ -12,24 +12,30 @@ only after ~3 s.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 import string
 import time
 
 import gevent
 import libtorrent as lt
 import pytest
+from gevent.event import Event
 
+from crawler.bencode import codec as bencode
 from crawler.errors import SettingsError
 from crawler.settings import Settings
 from crawler.sources.metadata_fetch import MetadataFetcher, NoMetadata
 from crawler.sources.metadata_info import TorrentInfo
-from crawler.sources.metadata_session import magnet_params, new_session
+from crawler.sources.metadata_session import allow_only, magnet_params, new_session
 from tests.metadata_peers import Delayed, FakePeer, Seeder, make_torrent
 
 TCP_ONLY = {"enable_outgoing_utp": False}
 # libtorrent's peer ids without a fingerprint: 20 characters of this alphabet.
 URL_SAFE = set((string.ascii_letters + string.digits + "-_.!~*()").encode())
+# A client's fingerprint (BEP 20, Azureus style: -LT2110-); a random id starts with "-" once in 72.
+FINGERPRINT = re.compile(rb"-[A-Za-z]{2}[0-9]{4}-")
 PIECE_REQUEST = 6
 
 
@@ -87,8 +93,9 @@ def test_a_fetch_learns_name_size_and_files_and_no_payload_moves(swarm):
 def test_the_magnets_flags_alone_download_nothing(swarm, tmp_path, flags):
     # The fetcher removes a torrent as soon as its metadata is read; here it stays, to show the flags (not
     # the haste) keep payload off. With libtorrent's default flags the same magnet downloads the files: the
-    # test can see a download.
+    # test can see a download. The seeders are let through the session's filter as a fetch lets its peers.
     session = new_session(fetcher_settings())
+    session.set_ip_filter(allow_only([ip for ip, _ in swarm.peers], allow_private=True))
     atp = magnet_params(bytes.fromhex(swarm.multi_hash), swarm.peers, str(tmp_path))
     if flags != "ours":
         atp.flags = lt.torrent_flags.apply_ip_filter
@@ -124,7 +131,7 @@ def test_metadata_that_does_not_hash_to_the_info_hash_is_refused(swarm):
         # and the seeder beside it is asked next.
         f.timeout = 5.0
         got = f.fetch(swarm.multi_hash, [forger.endpoint, late_seeder.endpoint])
-        assert got == TorrentInfo("Tést torrent — three files", 110_001, 3)
+        assert got == TorrentInfo("Tést torrent — three files", 110_001, 3), got.reason
         assert f.stats()["outcomes"] == {"bad_metadata": 1, "ok": 1}
         assert os.listdir(f.save_path) == []
     assert forger.times == 0  # it was asked, and lied
@@ -132,7 +139,7 @@ def test_metadata_that_does_not_hash_to_the_info_hash_is_refused(swarm):
     for peer in (liar, forger):
         assert peer.peer_ids and peer.hello
         for peer_id in peer.peer_ids:
-            assert len(peer_id) == 20 and set(peer_id) <= URL_SAFE and not peer_id.startswith(b"-")
+            assert len(peer_id) == 20 and set(peer_id) <= URL_SAFE and not FINGERPRINT.match(peer_id)
         for hello in peer.hello:
             assert b"v" not in hello and b"ut_metadata" in hello[b"m"]
         assert PIECE_REQUEST not in {msg_id for msg_id, _ in peer.requests}
@@ -155,16 +162,29 @@ def test_a_fetch_nobody_answers_ends_at_its_deadline_with_a_reason():
 
 
 def test_fetches_in_flight_are_bounded(swarm):
-    with FakePeer("127.0.0.6", None) as silent, \
-            MetadataFetcher(fetcher_settings(metadata_timeout=1.5, metadata_in_flight=2), extra=TCP_ONLY) as f:
-        hashes = [os.urandom(20).hex() for _ in range(4)]
-        jobs = [gevent.spawn(f.fetch, h, [silent.endpoint]) for h in hashes]
-        gevent.sleep(0.1)
-        twice = f.fetch(hashes[0], [silent.endpoint])  # already running
-        gevent.joinall(jobs, raise_error=True)
-        kinds = sorted(j.value.kind for j in jobs)
-        assert kinds == ["no_slot", "no_slot", "timeout", "timeout"], [j.value for j in jobs]
+    # Two slots, taken by two fetches whose peers hold the metadata back until the test opens a gate: the
+    # two fetches that come next can only end "no_slot" at their deadline, and the same torrent asked again
+    # is "busy". Then the gate opens and the two holders get their metadata.
+    gate = Event()
+    infos = [bencode.encode({"name": f"held {i}", "length": 1, "piece length": 16384, "pieces": bytes(20)})
+             for i in range(2)]
+    hashes = [hashlib.sha1(info).hexdigest() for info in infos]
+    with FakePeer("127.0.0.6", infos[0], gate=gate) as p0, FakePeer("127.0.0.33", infos[1], gate=gate) as p1, \
+            MetadataFetcher(fetcher_settings(metadata_timeout=60.0, metadata_in_flight=2), extra=TCP_ONLY) as f:
+        holders = [gevent.spawn(f.fetch, h, [p.endpoint]) for h, p in zip(hashes, (p0, p1))]
+        end = time.monotonic() + 10
+        while f.stats()["torrents"] < 2:
+            assert time.monotonic() < end, "the two holders never took their slots"
+            gevent.sleep(0.01)
+        f.timeout = 0.5
+        waiters = [gevent.spawn(f.fetch, os.urandom(20).hex(), [p0.endpoint]) for _ in range(2)]
+        twice = f.fetch(hashes[0], [p0.endpoint])  # already running
+        gevent.joinall(waiters, raise_error=True)
+        assert [w.value.kind for w in waiters] == ["no_slot", "no_slot"], [w.value for w in waiters]
         assert twice.kind == "busy"
+        gate.set()
+        gevent.joinall(holders, raise_error=True)
+        assert [h.value for h in holders] == [TorrentInfo("held 0", 1, 1), TorrentInfo("held 1", 1, 1)]
         assert f.stats()["peak"] == 2
     # One slot: two fetches take turns, and both get their metadata.
     with MetadataFetcher(fetcher_settings(metadata_in_flight=1)) as f:

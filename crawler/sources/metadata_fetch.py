@@ -11,25 +11,31 @@ Strategy: one ``libtorrent.session`` per ``MetadataFetcher`` (not the DHT's;
 off). ``fetch(info_hash_hex, peers)`` runs in the calling greenlet:
 
 1. The peers are checked against the address policy and cut to
-   ``PEERS_PER_FETCH``; the fetch takes one of ``metadata_in_flight``
-   slots (a gevent semaphore), waiting for one until its deadline.
-2. It adds a magnet of the info-hash with those peers
-   (``async_add_torrent``: nothing waits inside libtorrent) and sleeps on
-   a gevent event until the deadline.
+   ``PEERS_PER_FETCH`` (``metadata_session.handed_peers``); the fetch
+   takes one of ``metadata_in_flight`` slots (a gevent semaphore), waiting for one until its deadline.
+2. The session's IP filter is set to allow the addresses of the peers of
+   every fetch in flight, this one's now included, and no other
+   (``metadata_session.allow_only``): whatever a peer names (a holepunch
+   ``connect``, peer exchange), libtorrent connects to those addresses
+   only. It adds a magnet of the info-hash with those peers
+   (``async_add_torrent``: nothing waits inside libtorrent; the filter,
+   set first, is in place before the torrent is) and sleeps on a gevent
+   event until the deadline.
 3. Alerts reach the hub through ``dht_alerts.AlertPump`` (a pipe libtorrent
    writes to, watched by the hub) and are routed to the fetch by v1
    info-hash. ``metadata_received_alert`` asks for the info dictionary
    (``save_resume_data`` with ``save_info_dict``, answered by an alert, so
    the hub never waits on libtorrent's thread); its answer wakes the fetch.
    A ``metadata_failed_alert`` (metadata that did not hash to the
-   info-hash: libtorrent discards it and asks again) is counted. A peer dropped is not given up on before the deadline:
-   libtorrent tries it again (over TCP after uTP failed, in plain text
+   info-hash: libtorrent discards it and asks again) is counted. A peer
+   dropped is not given up on before the deadline: libtorrent tries it again (over TCP after uTP failed, in plain text
    after an encrypted handshake was refused, on its own schedule after a
    timeout).
 4. It removes the torrent at once (files kept: none was written), whatever
    the outcome; a torrent whose add had not come back yet is removed when
-   it does. The slot is freed when libtorrent reports the torrent removed,
-   so the session never holds more torrents than there are slots.
+   it does. The slot is freed, and the filter narrowed to the fetches
+   still in flight, when libtorrent reports the torrent removed, so the
+   session never holds more torrents than there are slots.
 5. The info dictionary is read by ``metadata_info.read_info``: its SHA-1
    checked against the info-hash again, then bounded bencode.
 
@@ -40,7 +46,6 @@ raises.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import sys
 import tempfile
@@ -59,10 +64,9 @@ from crawler import logs
 from crawler.errors import one_line
 from crawler.settings import Settings
 from crawler.source_settings import listen_text
-from crawler.sources.addresses import AddressRefused, check
 from crawler.sources.dht_alerts import AlertPump, StatsRequests
 from crawler.sources.metadata_info import InfoError, InfoMismatch, TorrentInfo, read_info
-from crawler.sources.metadata_session import PEERS_PER_FETCH, magnet_params, new_session
+from crawler.sources.metadata_session import allow_only, handed_peers, magnet_params, new_session
 
 log = logs.get(__name__)
 
@@ -91,11 +95,13 @@ class Fetch:
     """One torrent in the session, from its add to its removal.
 
     ``live``: endpoints being connected or connected; ``dropped``: endpoint
-    -> why libtorrent dropped or blocked it.
+    handed over -> why libtorrent dropped or blocked it; ``refused``:
+    endpoints that peers named (holepunch, peer exchange) and the filter
+    blocked.
     """
 
     __slots__ = ("info_hash", "given", "event", "retired", "handle", "received", "info", "error", "bad_metadata",
-                 "live", "dropped", "done")
+                 "live", "dropped", "refused", "done")
 
     def __init__(self, info_hash: bytes, given: list[tuple[str, int]]):
         self.info_hash, self.given = info_hash, given
@@ -108,6 +114,7 @@ class Fetch:
         self.bad_metadata = 0
         self.live: set[tuple] = set()
         self.dropped: dict[tuple, str] = {}
+        self.refused = 0
         self.done = False  # the fetch stopped waiting: the torrent goes as soon as it is added
 
     def all_dropped(self) -> bool:
@@ -137,6 +144,7 @@ class MetadataFetcher:
         self._session = new_session(settings, extra)
         self._slots = BoundedSemaphore(settings.metadata_in_flight)
         self._fetches: dict[bytes, Fetch] = {}
+        self._allowed: frozenset[str] = frozenset()  # the addresses the session's IP filter lets through
         self._stats = StatsRequests()
         self._closed = False
         self.outcomes: Counter[str] = Counter()  # "ok" or a NoMetadata kind -> fetches
@@ -194,11 +202,20 @@ class MetadataFetcher:
             self._retire(f)
 
     def _retire(self, f: Fetch) -> None:
-        """The torrent of ``f`` is out of the session (or never got in): free its slot."""
+        """The torrent of ``f`` is out of the session (or never got in): free its slot, and its peers'
+        addresses unless another fetch has them."""
         if self._fetches.get(f.info_hash) is f:
             del self._fetches[f.info_hash]
+            self._allow()
             self._slots.release()
             f.retired.set()
+
+    def _allow(self) -> None:
+        """Set the session's IP filter to allow the addresses of the fetches' peers, and only them."""
+        allowed = frozenset(ip for f in self._fetches.values() for ip, _ in f.given)
+        if allowed != self._allowed and self._session is not None:
+            self._session.set_ip_filter(allow_only(allowed, self.allow_private))
+            self._allowed = allowed
 
     def _on_metadata(self, alert) -> None:
         f = self._fetch_of(alert)
@@ -235,7 +252,10 @@ class MetadataFetcher:
             return
         endpoint = tuple(alert.endpoint)
         f.live.discard(endpoint)
-        f.dropped[endpoint] = one_line(alert.message(), 160)
+        if endpoint in f.given:
+            f.dropped[endpoint] = one_line(alert.message(), 160)
+        elif isinstance(alert, lt.peer_blocked_alert):
+            f.refused += 1
 
     def _on_stats(self, alert) -> None:
         self._stats.on_alert(alert.values)
@@ -258,7 +278,7 @@ class MetadataFetcher:
         if len(info_hash) != 20:
             raise ValueError(f"info-hash must be 40 hex digits, got {info_hash_hex!r}")
         deadline = time.monotonic() + self.timeout
-        given, refused = self._usable(peers)
+        given, refused = handed_peers(peers, self.allow_private)
         if not given:
             return self._no("no_peers", f"no peer to ask ({refused} refused by the address policy or malformed)")
         refusal = self._refusal(info_hash, deadline)
@@ -273,6 +293,7 @@ class MetadataFetcher:
         f = self._fetches[info_hash] = Fetch(info_hash, given)
         self.peak = max(self.peak, len(self._fetches))
         try:
+            self._allow()
             self._session.async_add_torrent(magnet_params(info_hash, given, self.save_path))
         except Exception as e:  # noqa: BLE001 - nothing was added: the slot is free again
             self._retire(f)
@@ -284,23 +305,6 @@ class MetadataFetcher:
             if f.handle is not None and self._session is not None:
                 self._session.remove_torrent(f.handle)
         return self._outcome(f)
-
-    def _usable(self, peers: Iterable[tuple[str, int]]) -> tuple[list[tuple[str, int]], int]:
-        """(the peers to hand libtorrent, how many were left out as refused or malformed)."""
-        given: list[tuple[str, int]] = []
-        refused = 0
-        for ip, port in peers:
-            try:
-                ip = str(ipaddress.ip_address(ip))
-                if not (type(port) is int and 0 < port < 65536):
-                    raise ValueError(port)
-                check(ip, self.allow_private, "metadata peer")
-            except (ValueError, AddressRefused):
-                refused += 1
-                continue
-            if (ip, port) not in given and len(given) < PEERS_PER_FETCH:
-                given.append((ip, port))
-        return given, refused
 
     def _refusal(self, info_hash: bytes, deadline: float) -> NoMetadata | None:
         """Why this fetch may not add its torrent now (closed, another fetch of it running), or None.
@@ -333,6 +337,8 @@ class MetadataFetcher:
         seen = f"{len(f.given)} peers given, {len(f.live)} connecting or connected, {len(f.dropped)} dropped or blocked"
         if f.dropped:
             seen += f", e.g. {next(iter(f.dropped.values()))}"
+        if f.refused:
+            seen += f"; {f.refused} endpoints named by peers refused"
         if f.bad_metadata:
             return self._no("bad_metadata", f"{f.bad_metadata} time(s) a peer sent metadata that did not hash to the "
                                             f"info-hash, and none sent the right one ({seen})")

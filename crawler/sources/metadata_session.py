@@ -6,18 +6,31 @@ The session (``session_params``) is the fetcher's own, apart from the DHT's:
 
 - It connects out, to the peers it is handed, and to no one else: DHT, local
   service discovery, UPnP and NAT-PMP are off, no tracker is ever added,
-  peer exchange is off per torrent, and incoming TCP and uTP connections
-  are refused. It still listens (``PEERCRAWL_METADATA_LISTEN``) because
-  outgoing uTP goes out of the listen socket's UDP port.
+  and incoming TCP and uTP connections are refused. It still listens
+  (``PEERCRAWL_METADATA_LISTEN``) because outgoing uTP goes out of the
+  listen socket's UDP port.
+- Its extensions: ``ut_metadata`` alone of libtorrent's plugins (the
+  session is made without its default ones, so ``ut_pex`` is not even
+  offered, and ``smart_ban`` has no piece to judge). ``ut_holepunch``
+  (BEP 55) is built into libtorrent's peer connections, with no setting to
+  turn it off: a peer's ``connect`` message adds the endpoint it names to
+  the torrent and connects to it at once, past the connection limit.
+- So the IP filter is an allow-list (``allow_only``): every address is
+  blocked but those of the peers handed to the fetches in flight (each
+  fetch's checked and cut by ``handed_peers``). libtorrent applies it to
+  every peer a torrent adds, whoever named it (holepunch, peer exchange,
+  the magnet's own peers), and to incoming connections. The fetcher sets
+  it anew each time a fetch adds its torrent and each time one is removed.
+  The address policy (contract §3) holds in it too: an address the policy
+  refuses (``addresses.check``) is never allowed, whoever hands it over.
+  What it cannot say is a port: a peer can name another port of an
+  allowed address.
 - Its identity is neutral: ``peer_fingerprint`` empty, so the 20-byte peer id
   is 20 random characters of libtorrent's URL-safe alphabet, new for every
   session (no ``-LT2110-`` prefix naming a client); ``anonymous_mode`` on,
   so the extension handshake carries no client version (``v``);
   ``user_agent`` empty, though with no tracker and no web seed nothing would
   send it.
-- The address policy (contract §3) is libtorrent's IP filter, the DHT's
-  (``dht_session.ip_filter``): non-public peers are never connected unless
-  private addresses are allowed.
 - ``max_metadata_size``: libtorrent drops a peer that announces metadata
   larger than ``metadata_info.MAX_METADATA_BYTES``.
 
@@ -45,8 +58,8 @@ src/request_blocks.cpp):
   test run showed it: paused at "dl metadata", nothing fetched).
 - ``disable_dht``, ``disable_lsd``, ``disable_pex``: the torrent asks no one
   for more peers. ``apply_ip_filter`` is kept (the flags replace
-  libtorrent's defaults, which hold it): the address policy holds for
-  these torrents. Not ``paused``, not ``seed_mode``, not ``share_mode``
+  libtorrent's defaults, which hold it): the allow-list holds for these
+  torrents. Not ``paused``, not ``seed_mode``, not ``share_mode``
   (share mode downloads to upload).
 
 The fetcher removes each torrent as soon as its metadata is read or its
@@ -55,14 +68,17 @@ deadline passes (files never deleted: nothing was written).
 
 from __future__ import annotations
 
+import ipaddress
+from collections.abc import Iterable
+
 import libtorrent as lt
 
 from crawler import logs
 from crawler.errors import SettingsError
 from crawler.settings import Settings
 from crawler.source_settings import listen_text
+from crawler.sources.addresses import AddressRefused, check
 from crawler.sources.dht_listen import is_v6, usable
-from crawler.sources.dht_session import ip_filter
 from crawler.sources.metadata_info import MAX_METADATA_BYTES
 
 log = logs.get(__name__)
@@ -75,6 +91,12 @@ PEERS_PER_FETCH = 30
 SPARE_CONNECTIONS = 16
 # Peer and connection alerts of every fetch (a few per peer) fit many times over.
 ALERT_QUEUE_SIZE = 10_000
+
+# libtorrent.session's flags: none, so none of its default plugins (``new_session`` adds ut_metadata).
+NO_DEFAULT_PLUGINS = 0
+# ip_filter rule flags.
+ALLOWED, BLOCKED = 0, 1
+_EVERY_ADDRESS = (("0.0.0.0", "255.255.255.255"), ("::", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"))
 
 FLAGS = (
     lt.torrent_flags.apply_ip_filter
@@ -120,6 +142,9 @@ def session_params(settings: Settings) -> dict:
         "anonymous_mode": True,
         "max_metadata_size": MAX_METADATA_BYTES,
         "connections_limit": settings.metadata_in_flight * PEERS_PER_FETCH + SPARE_CONNECTIONS,
+        # libtorrent's default, pinned: a torrent keeps one peer per address, so a peer naming ports of an
+        # allowed address gets one connection tried at a time.
+        "allow_multiple_connections_per_ip": False,
         "alert_queue_size": ALERT_QUEUE_SIZE,
         # status: added, metadata received, removed; error: metadata failed,
         # listen failed; connect: each peer tried and dropped; ip_block: a
@@ -131,12 +156,48 @@ def session_params(settings: Settings) -> dict:
 
 
 def new_session(settings: Settings, extra: dict | None = None):
-    """The fetcher's ``libtorrent.session``, address filter applied; ``extra`` overrides settings (tests)."""
+    """The fetcher's ``libtorrent.session``: ut_metadata its one plugin, every address blocked until a fetch
+    allows its peers (``allow_only``); ``extra`` overrides settings (tests)."""
     params = session_params(settings)
     params.update(extra or {})
-    session = lt.session(params)
-    session.set_ip_filter(ip_filter(settings.allow_private))
+    session = lt.session(params, NO_DEFAULT_PLUGINS)
+    session.add_extension("ut_metadata")
+    session.set_ip_filter(allow_only((), settings.allow_private))
     return session
+
+
+def handed_peers(peers: Iterable[tuple[str, int]], allow_private: bool) -> tuple[list[tuple[str, int]], int]:
+    """(the first ``PEERS_PER_FETCH`` distinct peers of ``peers`` to hand libtorrent, how many were left
+    out: the address policy refused them, the IP was malformed or the port outside 1-65535)."""
+    given: list[tuple[str, int]] = []
+    refused = 0
+    for ip, port in peers:
+        try:
+            ip = str(ipaddress.ip_address(ip))
+            if not (type(port) is int and 0 < port < 65536):
+                raise ValueError(port)
+            check(ip, allow_private, "metadata peer")
+        except (ValueError, AddressRefused):
+            refused += 1
+            continue
+        if (ip, port) not in given and len(given) < PEERS_PER_FETCH:
+            given.append((ip, port))
+    return given, refused
+
+
+def allow_only(addresses: Iterable[str], allow_private: bool):
+    """A ``libtorrent.ip_filter`` that blocks every IPv4 and IPv6 address but each of ``addresses`` the
+    address policy lets through (non-public ones only if ``allow_private``)."""
+    f = lt.ip_filter()
+    for first, last in _EVERY_ADDRESS:
+        f.add_rule(first, last, BLOCKED)
+    for ip in addresses:
+        try:
+            check(ip, allow_private, "metadata peer")
+        except (AddressRefused, ValueError):
+            continue
+        f.add_rule(ip, ip, ALLOWED)
+    return f
 
 
 def magnet_params(info_hash: bytes, peers: list[tuple[str, int]], save_path: str):
