@@ -15,10 +15,14 @@ import io
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 import geo
-from crawler.counters import Recorder, top
+from crawler.counters import Recorder, escape, metrics_for, top
 from crawler.counters.country_names import match
+from crawler.counters.names import read_metric, readable
 from crawler.counters.rankings import unplaced
 from crawler.dashboard.app import create_app
 from crawler.dashboard.views import Views
@@ -106,6 +110,30 @@ def test_matching_prefers_the_counted_spelling():
     assert match("czechia", known) == "Czechia"
     assert match("germany", {}) == "Germany"  # nobody counted yet: GeoLite2's spelling
     assert match("xx", known) is None and match("Atlantis", known) is None
+
+
+# Names as GeoIP may hold them: any text, dots, percent signs, controls, surrogate-free Unicode.
+NAMES = st.text(st.characters(blacklist_categories=("Cs",)), max_size=30) | st.sampled_from(
+    ["St. Louis", "%2E", "%25", "100%", "a.b%2Ec", ".", "%"])
+
+
+@hsettings(max_examples=300, deadline=None)
+@given(country=NAMES, city=NAMES, postcode=NAMES, month=st.sampled_from([None, "2024-05"]))
+def test_every_metric_name_reads_back_as_the_names_it_was_built_from(country, city, postcode, month):
+    """``read_metric`` (what the table, --json, the CSV and the dashboard show) returns each name
+    exactly as GeoIP gave it (trimmed), whatever it holds; ``readable`` and ``match`` never fail."""
+    for m in metrics_for(H, country, city, postcode):
+        name = m.name + ("" if month is None else "." + month)
+        got = read_metric(name)
+        assert got["info_hash"] == H if name.startswith("torrents.") else "info_hash" not in got
+        assert got.get("month") == month
+        if escape(country) is not None and ".countries." in "." + name:
+            assert got["country"] == country.strip()
+        for part, value in (("city", city), ("postcode", postcode)):
+            if f".{part if part == 'postcode' else 'citie'}s." in name:
+                assert got[part] == value.strip()
+        assert readable(name).startswith(("torrents.", "countries."))
+    match(country, {city: 1.0})
 
 
 def test_unplaced_peers_have_their_row_in_a_torrents_countries_cities_and_postcodes(recorded, test_env):

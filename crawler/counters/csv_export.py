@@ -31,7 +31,7 @@ from pathlib import Path
 
 import redis
 
-from crawler.counters.names import LIFETIME, hashed, metric_of, query_for, unescape
+from crawler.counters.names import LIFETIME, hashed, metric_of, query_for, read_metric, unescape
 from crawler.counters.rollup import Rollup, index_keys, member_key, sharded
 from crawler.errors import StoreError
 from crawler.keys import Keys
@@ -105,13 +105,11 @@ def export(client: redis.Redis, keys: Keys, out: Path, now: float | None = None,
             countries = [c.decode() for c in client.zrange(ckey, 0, -1)]
             for period in periods:
                 w = _Writer(client, keys, period, writers, counts)
-                w.index("countries", query_for("countries"), lambda m: (unescape(m),))
+                w.index("countries", query_for("countries"))
                 for c in countries:
-                    raw = unescape(c)
                     for fam in ("cities", "postcodes"):
-                        w.index(fam, query_for(fam, country=raw), lambda m, raw=raw: (raw, unescape(m)))
-                w.index("torrents", query_for("torrents"), lambda m: (m,), keep=True,
-                        names=names or _no_names)
+                        w.index(fam, query_for(fam, country=unescape(c)))
+                w.index("torrents", query_for("torrents"), keep=True, names=names or _no_names)
                 w.torrents()
         except redis.RedisError as e:
             raise StoreError(f"reading counters failed: {e}") from e
@@ -130,7 +128,7 @@ class _Writer:
         self.suffix = "" if period == LIFETIME else "." + period
         self.hashes: list[str] = []
 
-    def index(self, name: str, q, parts, keep: bool = False,
+    def index(self, name: str, q, keep: bool = False,
               names: Callable[[Sequence[str]], list[str | None]] | None = None) -> None:
         """Every member of one sorted-set index, largest first (ZREVRANGE's order), in slices;
         ``keep``: remember them; ``names``: each member's name, as a last part (read per
@@ -144,8 +142,8 @@ class _Writer:
             shown = names([m for m, _ in chunk]) if names is not None else None
             for i, (member, n) in enumerate(chunk):
                 extra = () if shown is None else (shown[i] or "",)
-                w.writerow(csv_row((metric_of(q, member) + self.suffix, self.period, *parts(member), *extra,
-                                    int(n))))
+                metric = metric_of(q, member) + self.suffix
+                w.writerow(csv_row((metric, self.period, *_parts(name, metric), *extra, int(n))))
                 if keep:
                     self.hashes.append(member)
             self.counts[name] += len(chunk)
@@ -163,13 +161,19 @@ class _Writer:
                     assert hashed(q.scope)
                     p.hgetall(member_key(self.keys, self.period, q.scope, ""))
                     queries.append((h, q, name))
-            for (h, q, name), rows in zip(queries, p.execute()):
+            for (_, q, name), rows in zip(queries, p.execute()):
                 w = self.writers[name]
                 for m, n in sorted(rows.items(), key=lambda kv: (-int(kv[1]), kv[0])):
-                    member = m.decode()
-                    parts = tuple(unescape(x) for x in member.split(".", 1))
-                    w.writerow(csv_row((metric_of(q, member) + self.suffix, self.period, h, *parts, int(n))))
+                    metric = metric_of(q, m.decode()) + self.suffix
+                    w.writerow(csv_row((metric, self.period, *_parts(name, metric), int(n))))
                 self.counts[name] += len(rows)
+
+
+def _parts(file: str, metric: str) -> list[str]:
+    """The name's parts of ``metric`` for ``file``'s columns, unescaped (``names.read_metric``: the
+    decoding ``stats`` and the dashboard show too); a torrent's own name is not among them."""
+    got = read_metric(metric)
+    return [got[c] for c in FILES[file] if c != "name"]
 
 
 def _no_names(hashes: Sequence[str]) -> list[None]:
