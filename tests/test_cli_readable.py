@@ -57,7 +57,7 @@ def test_torrent_view_of_a_visited_torrent_in_sections(opentracker, test_env):
         lines = text.splitlines()
         assert lines[0] == "Seen Once"
         for section in ("What it is", "Where it stands", "What its sources said last", "Its swarm",
-                        "Its last 1 completed visits"):
+                        "Its last completed visit"):
             assert any(x.strip() == section for x in lines), section
         assert re.search(r"last visit +\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC \((\d+ s ago|now)\), some", text)
         assert re.search(r"next visit +\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC \(in [\d.]+ min\)", text)
@@ -110,6 +110,10 @@ def test_workers_needed_is_the_plan_over_a_busy_pool_or_says_why_not():
     # idle workers' rate is what 6 torrents leave them: the pool's speed counts, 72,000 visits/h each
     assert cap["visits_per_worker_hour"] == 72_000 and cap["workers_needed"] == 1
     assert cap["per_worker_basis"] == "pool" and "6 torrents every 1800 s" in cap["workers_needed_why"]
+    # at 200 s of CPU for 1,000 visits each (0.2 s a visit), one core does 18,000 an hour: less than the pool
+    dear = [dict(w, cpu_s=200.0, visits=1000) for w in idle]
+    cap = capacity_report(report, dear, 1800.0)["capacity"]
+    assert (cap["per_worker_basis"], cap["visits_per_worker_hour"]) == ("core", 18_000)
     busy = [dict(w, in_flight=10, visits_per_hour=100.0) for w in idle]
     cap = capacity_report(dict(report, tracked=600), busy, 1800.0)["capacity"]
     assert (cap["per_worker_basis"], cap["workers_needed"]) == ("measured", 12)

@@ -29,7 +29,7 @@ def command(as_json: bool) -> None:
 def _print(r: dict) -> None:
     from rich.console import Console
 
-    con = Console()
+    con = Console(highlight=False)
     _queue_table(con, r)
     _warnings(con, r)
     _cap(con, r.get("announce_cap"))
@@ -86,8 +86,8 @@ def _capacity_rows(t, cap: dict) -> None:
     needed = cap.get("visits_needed_per_hour")
     t.add_row("visits needed per hour", human.NONE + " (revisit interval 0)" if needed is None else f"{needed:,.0f}")
     per = cap.get("visits_per_worker_hour")
-    basis = {"measured": "measured while busy", "pool": "its pool over the median visit time, one core at most"}.get(
-        cap.get("per_worker_basis"), "measured")
+    basis = {"measured": "measured while busy", "pool": "its pool over the median visit time",
+             "core": "one core at its CPU time per visit"}.get(cap.get("per_worker_basis"), "measured")
     t.add_row("visits per worker hour", human.NONE if per is None else f"{per:,.0f} ({basis})")
     n, why = cap.get("workers_needed"), cap.get("workers_needed_why")
     t.add_row("workers needed", (human.NONE if n is None else f"{n:,}") + (f" ({why})" if why else ""))

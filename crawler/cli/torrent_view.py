@@ -124,7 +124,8 @@ def _history(info: dict, now: float) -> Table | None:
     hist = info.get("history") or []
     if not hist:
         return None
-    t = Table(title=f"Its last {len(hist)} completed visits", title_justify="left")
+    title = "Its last completed visit" if len(hist) == 1 else f"Its last {len(hist)} completed visits"
+    t = Table(title=title, title_justify="left")
     t.add_column("when", no_wrap=True)
     for col in ("peers", "seeders", "leechers", "score after"):
         t.add_column(col, justify="right")

@@ -72,8 +72,9 @@ def capacity_report(report: dict, workers: list[dict], revisit_seconds: float, c
     - ``pool``: its concurrency over the median visit's time in the last hour
       (each slot of the pool does one visit per round trip), when the pools
       have room (a crawl that leaves workers idle says nothing of their
-      speed), and at most what one core allows at the workers' CPU time per
-      visit (a process runs on one core);
+      speed);
+    - ``core``: what one core allows at the workers' CPU time per visit, when
+      that is less than ``pool`` (a process runs on one core);
     - ``measured`` again, from the workers' rates, before any visit was timed.
 
     ``workers_needed`` is None, with ``workers_needed_why`` saying why, when
@@ -92,8 +93,9 @@ def capacity_report(report: dict, workers: list[dict], revisit_seconds: float, c
     else:
         needed_workers = max(1, math.ceil(needed / per_worker))
         why = (f"the plan ({tracked:,} torrents every {revisit_seconds:g} s) over "
-               + ("the workers' measured rate while busy" if basis == "measured" else
-                  "a worker's pool over the median visit time"))
+               + {"measured": "the workers' measured rate while busy",
+                  "core": "what one core does at the workers' CPU time per visit",
+                  "pool": "a worker's pool over the median visit time"}[basis])
     out = {
         "capacity": {
             "visits_needed_per_hour": None if needed is None else round(needed, 1),
@@ -129,7 +131,9 @@ def _per_worker(report: dict, workers: list[dict], concurrency: int) -> tuple[fl
         pool = (sum(sizes) / len(sizes) if sizes else concurrency) * 3600.0 / p50
         cpu = sum(_number(w.get("cpu_s")) or 0 for w in workers)
         visits = sum(_number(w.get("visits")) or 0 for w in workers)
-        return (min(pool, 3600.0 * visits / cpu) if cpu > 0 and visits >= 10 else pool), "pool"
+        if cpu > 0 and visits >= 10 and 3600.0 * visits / cpu < pool:
+            return 3600.0 * visits / cpu, "core"
+        return pool, "pool"
     return (measured, "measured") if measured else (None, None)
 
 
