@@ -1,14 +1,28 @@
 """The socket of DHT scrapes: one gevent UDP socket that moves KRPC datagrams, and the pacing of what it sends.
 
 Strategy (as ``crawler.sources.udp_client``): one socket may serve every
-scrape of a process at once. A reader greenlet decodes each datagram
-(``krpc_codec.decode``) and hands it to the query waiting on its transaction
-id if, and only if, it came from the address that query went to; anything
-else (a stray, a spoof, a late reply, a query, malformed bytes) is dropped
-and counted, never believed. Transaction ids are 4 random bytes, unique
-among the queries pending, so a reply cannot be guessed by whoever cannot
-see our packets. The node id is random and every query says ``ro=1``
-(BEP 43): nobody puts this socket in a routing table, so nobody queries it.
+scrape of a process at once. A reader greenlet hands each reply to the
+query waiting on its transaction id if, and only if, it came from the
+address that query went to; anything else (a stray, a spoof, a late reply,
+a query, malformed bytes) is dropped and counted, never believed.
+Transaction ids are 4 random bytes, unique among the queries pending, so a
+reply cannot be guessed by whoever cannot see our packets. The node id is
+random and every query says ``ro=1`` (BEP 43): nobody puts this socket in a
+routing table, so nobody queries it.
+
+Floods. The socket is open as long as the worker runs and every node ever
+asked knows its port, while decoding a datagram costs up to a few
+milliseconds (``krpc_codec``'s bounds: 2,000 values). So the reader looks
+at the sender first: a datagram from an address no query is waiting on is
+dropped unread (``unsolicited``), at the cost of one ``recvfrom``. An
+address a query waits on is decoded, but only ``MAX_STRIKES`` datagrams
+that answer nothing (malformed, or on no pending transaction id) are
+allowed it: then its queries end at once with no reply and its datagrams
+go unread until a new query goes there (``given_up``). What is kept per
+address lives only while a query waits on it, so that memory is bounded by
+the queries pending. And the reader gives the hub a turn every few
+datagrams or milliseconds (``socket_turns``), so even a flood it must read
+never holds the rest of the worker up for long.
 
 Pacing (``SendPacer``, pure): libtorrent ignores an address that sent it 50
 packets within 10 s (``docs/dht.md``, "Pacing per remote node"), so every
@@ -23,7 +37,6 @@ add up at a node both ask, and together must stay under libtorrent's 5/s.
 
 from __future__ import annotations
 
-import ipaddress
 import math
 import os
 import socket as _stdsocket
@@ -36,9 +49,16 @@ from gevent import socket
 from gevent.event import AsyncResult
 
 from crawler.sources import krpc_codec as codec
+from crawler.sources.socket_turns import Turns
 
 Address = tuple[str, int]
 Reply = codec.Response | codec.ErrorReply
+
+# Datagrams from an address a query waits on that answer nothing (malformed,
+# or on a transaction id no query of it waits on) before it is given up: an
+# honest node sends one reply per query, and a late one now and then.
+MAX_STRIKES = 3
+RECEIVE_BUFFER = 1 << 20  # bytes the kernel may hold for the reader (capped by net.core.rmem_max)
 
 
 class SendPacer:
@@ -91,9 +111,23 @@ class SendPacer:
                 del nxt[ip]
 
 
-def _key(ip: str, port: int) -> tuple:
-    """An address as compared: the IP parsed (one form for every spelling), and the port."""
-    return ipaddress.ip_address(ip.split("%", 1)[0]), port
+def _key(ip: str, port: int) -> tuple[bytes, int]:
+    """An address as compared: the IP's bytes (one form for every spelling), and the port.
+
+    Raises ``OSError`` for text that is no IP address.
+    """
+    ip = ip.split("%", 1)[0]
+    return _stdsocket.inet_pton(_stdsocket.AF_INET6 if ":" in ip else _stdsocket.AF_INET, ip), port
+
+
+class _Awaited:
+    """An address some queries wait on: how many, and the datagrams from it that answered none."""
+
+    __slots__ = ("queries", "strikes")
+
+    def __init__(self):
+        self.queries = 0
+        self.strikes = 0
 
 
 class KrpcSocket:
@@ -101,8 +135,11 @@ class KrpcSocket:
 
     ``node_id``: ours in every query (random by default). ``on_sent``, when
     set, is told the address of every datagram sent. Counters: ``sent``,
-    ``received`` (replies handed to a query), ``dropped`` (unmatched
-    replies), ``malformed`` (datagrams the codec refused).
+    ``received`` (replies handed to a query), ``dropped`` (replies from an
+    awaited address on no transaction id of its), ``malformed`` (datagrams
+    from an awaited address the codec refused), ``unsolicited`` (datagrams
+    dropped unread: from an address no query waits on, or given up),
+    ``given_up`` (addresses given up, module note).
     """
 
     def __init__(self, sock: socket.socket | None = None, bind: Address = ("0.0.0.0", 0), *,
@@ -110,6 +147,11 @@ class KrpcSocket:
         if sock is None:
             family = _stdsocket.AF_INET6 if ":" in bind[0] else _stdsocket.AF_INET
             sock = socket.socket(family, _stdsocket.SOCK_DGRAM)
+            try:
+                # Room for the replies of many scrapes while the reader waits its turn.
+                sock.setsockopt(_stdsocket.SOL_SOCKET, _stdsocket.SO_RCVBUF, RECEIVE_BUFFER)
+            except OSError:
+                pass
             try:
                 sock.bind(bind)
             except OSError:
@@ -121,14 +163,20 @@ class KrpcSocket:
         self.pacer = SendPacer(node_rate, overall_rate)
         self.on_sent: Callable[[Address], None] | None = None
         self._pending: dict[bytes, tuple[tuple, AsyncResult]] = {}
+        self._awaited: dict[tuple, _Awaited] = {}
         self._closed = False
-        self.sent = self.received = self.dropped = self.malformed = 0
+        self.sent = self.received = self.dropped = self.malformed = self.unsolicited = self.given_up = 0
+        self.turns = Turns(sock.fileno())
         self._reader = gevent.spawn(self._read)
 
     @property
     def address(self) -> tuple:
         """The local address the socket is bound to."""
         return self._sock.getsockname()
+
+    def awaiting(self) -> int:
+        """Addresses some query waits on (what the reader keeps per address)."""
+        return len(self._awaited)
 
     def reserve(self, ip: str, latest: float) -> float | None:
         """The monotonic time a query to ``ip`` may go (its place taken), or None if not before ``latest``."""
@@ -138,15 +186,26 @@ class KrpcSocket:
         """Send ``build(transaction id)`` to ``address`` at ``at`` (from ``reserve``); its reply, or None.
 
         None: no reply within ``timeout`` seconds of sending, the send
-        failed, or the socket closed. Blocks the calling greenlet only.
+        failed, the address was given up, or the socket closed. Blocks the
+        calling greenlet only.
         """
         if self._closed:
+            return None
+        try:
+            key = _key(address[0], address[1])
+        except OSError:
+            return None
+        awaited = self._awaited.get(key)
+        if awaited is None:
+            awaited = self._awaited[key] = _Awaited()
+        elif awaited.strikes >= MAX_STRIKES:
             return None
         tid = os.urandom(4)
         while tid in self._pending:
             tid = os.urandom(4)
         waiter = AsyncResult()
-        self._pending[tid] = (_key(*address), waiter)
+        self._pending[tid] = (key, waiter)
+        awaited.queries += 1
         try:
             # The loop's clock may lag the monotonic one: a timer can fire a
             # little early, and a place is never used before its time.
@@ -164,6 +223,9 @@ class KrpcSocket:
             return waiter.wait(timeout)
         finally:
             self._pending.pop(tid, None)
+            awaited.queries -= 1
+            if not awaited.queries:
+                del self._awaited[key]
 
     def close(self) -> None:
         """Stop reading, close the socket; queries waiting get None."""
@@ -190,14 +252,34 @@ class KrpcSocket:
                     return
                 gevent.sleep(0.01)  # e.g. an ICMP error queued on the socket: never spin
                 continue
-            try:
-                reply = codec.decode(data)
-            except codec.KrpcError:
-                self.malformed += 1
-                continue
-            entry = self._pending.get(reply.transaction_id)
-            if entry is None or entry[1].ready() or entry[0] != _key(source[0], source[1]):
-                self.dropped += 1
-                continue
-            self.received += 1
-            entry[1].set(reply)
+            self._take(data, source)
+            self.turns.took()
+
+    def _take(self, data: bytes, source: tuple) -> None:
+        """One datagram: the sender first (unread unless awaited), then the reply's transaction id."""
+        key = _key(source[0], source[1])
+        awaited = self._awaited.get(key)
+        if awaited is None or awaited.strikes >= MAX_STRIKES:
+            self.unsolicited += 1
+            return
+        try:
+            reply = codec.decode(data)
+        except codec.KrpcError:
+            self.malformed += 1
+            self._strike(key, awaited)
+            return
+        entry = self._pending.get(reply.transaction_id)
+        if entry is None or entry[1].ready() or entry[0] != key:
+            self.dropped += 1
+            self._strike(key, awaited)
+            return
+        self.received += 1
+        entry[1].set(reply)
+
+    def _strike(self, key: tuple, awaited: _Awaited) -> None:
+        awaited.strikes += 1
+        if awaited.strikes == MAX_STRIKES:
+            self.given_up += 1
+            for to, waiter in list(self._pending.values()):
+                if to == key and not waiter.ready():
+                    waiter.set(None)

@@ -7,7 +7,10 @@ greenlet. A reader greenlet receives each datagram, reads (action,
 transaction id) and hands it to the request waiting on that transaction id
 if, and only if, it came from the address the request was sent to and carries
 the expected action (or the error action). Anything else is a stray or a
-spoof and is dropped and counted, never believed.
+spoof and is dropped and counted, never believed. The reader only peeks
+at 8 bytes before that check (the reply is parsed by the request it
+answers), and gives the hub a turn every few datagrams or milliseconds
+(``socket_turns``), so a flood at the socket's port holds nothing up.
 
 Connection ids are cached per tracker address for ``CONNECTION_TTL`` seconds
 (BEP 15 lets a client use one for a minute); concurrent announces to a
@@ -41,6 +44,7 @@ from gevent.event import AsyncResult, Event
 
 from crawler.sources import udp_codec as codec
 from crawler.sources.lru import Lru
+from crawler.sources.socket_turns import Turns
 from crawler.sources.tracker_errors import TrackerRefused, TrackerTimeout
 from crawler.sources.udp_batch import AnnounceBatch
 
@@ -97,6 +101,7 @@ class UdpTrackerClient:
         return s
 
     def _read(self, s: socket.socket) -> None:
+        turns = Turns(s.fileno())
         while True:
             try:
                 data, addr = s.recvfrom(65536)
@@ -105,17 +110,21 @@ class UdpTrackerClient:
                     return
                 gevent.sleep(0.01)  # e.g. ICMP port unreachable surfacing as ECONNREFUSED
                 continue
-            try:
-                action, tid = codec.peek(data)
-            except codec.UdpPacketError:
-                self.dropped += 1
-                continue
-            entry = self._pending.get(tid)
-            if entry is None or entry[0] != addr[:2] or action not in (entry[1], codec.ERROR):
-                self.dropped += 1
-                continue
-            del self._pending[tid]
-            entry[2].set(data)
+            self._take(data, addr)
+            turns.took()
+
+    def _take(self, data: bytes, addr: tuple) -> None:
+        try:
+            action, tid = codec.peek(data)
+        except codec.UdpPacketError:
+            self.dropped += 1
+            return
+        entry = self._pending.get(tid)
+        if entry is None or entry[0] != addr[:2] or action not in (entry[1], codec.ERROR):
+            self.dropped += 1
+            return
+        del self._pending[tid]
+        entry[2].set(data)
 
     def close(self) -> None:
         """Close the sockets and stop the readers."""
