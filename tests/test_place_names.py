@@ -209,3 +209,16 @@ def test_unplaced_is_the_same_on_three_shards(client, namespace, settings, tmp_p
         finally:
             delete_namespace(client, ns)
     assert got[3] == got[1] and 4 in got[1] and 5 in got[1] and None in got[1]
+
+
+def test_a_countrys_sum_read_in_slices_is_the_whole_sum(client, keys, recorded, monkeypatch):
+    """The sum over a country's index is pipelined in slices (``index_sum.lua``): one member a slice
+    gives what one slice of all does."""
+    from crawler.counters import rankings
+
+    scopes = [(fam, c, m) for fam in ("cities", "postcodes") for c in ("Germany", "United States", "Iceland")
+              for m in (None, "2024-05", "2024-06")]
+    whole = [unplaced(client, keys, fam, country=c, month=m) for fam, c, m in scopes]
+    monkeypatch.setattr(rankings, "SUM_SLICE", 1)
+    assert [unplaced(client, keys, fam, country=c, month=m) for fam, c, m in scopes] == whole
+    assert whole[:3] == [0, 0, 0] and whole[6] == 1  # Germany's peers all have a city; Iceland's one none
