@@ -1,6 +1,7 @@
 """DHT scrapes (BEP 33) against real libtorrent nodes on loopback holding known swarms.
 
-One swarm of 16 libtorrent nodes (127.0.33.1-16) stores three swarms, of 20,
+One swarm of 16 libtorrent nodes (127.33.1.1-127.33.16.1: a /24 each, as a
+scrape asks one node per /24) stores three swarms, of 20,
 200 and 2,000 peers (a quarter of them seeds). Each peer is put into the
 nodes' storage for real: from its own loopback address (127.1.x.y for the
 first hash, 127.2.x.y, 127.3.x.y: Linux routes all of 127.0.0.0/8 to lo) it
@@ -49,7 +50,7 @@ pytestmark = pytest.mark.slow
 
 SIZES = (20, 200, 2000)
 HASHES = [hashlib.sha1(b"peercrawl-scrape-%d" % n).digest() for n in SIZES]
-NODE_IPS = [f"127.0.33.{i + 1}" for i in range(16)]
+NODE_IPS = [f"127.33.{i + 1}.1" for i in range(16)]
 ALLOW = policy(True)
 
 
@@ -202,11 +203,11 @@ def test_hostile_and_silent_nodes_do_not_spoil_the_estimate(filled):
         if ip.startswith("127.0.66."):
             raise AddressRefused(f"{what} refused")
 
-    hostile = HostileNode("127.0.33.210", ih)
+    hostile = HostileNode("127.0.65.1", ih)
     hostile.start()
     try:
         with KrpcSocket(bind=("127.0.33.203", 0), node_rate=50, overall_rate=500) as sock:
-            contacts = [hostile.address, ("127.0.33.211", 9), filled.swarm.endpoints[0]]
+            contacts = [hostile.address, ("127.0.67.1", 9), filled.swarm.endpoints[0]]
             r = scrape(sock, ih, contacts, time.monotonic() + 5, check=check, timeout=0.5)
     finally:
         hostile.stop()
@@ -219,7 +220,7 @@ def test_hostile_and_silent_nodes_do_not_spoil_the_estimate(filled):
 def test_nobody_answering_ends_by_the_deadline():
     with KrpcSocket(bind=("127.0.33.204", 0)) as sock:
         start = time.monotonic()
-        r = scrape(sock, HASHES[0], [("127.0.33.212", 9), ("127.0.33.213", 9)], start + 1.0, check=ALLOW,
+        r = scrape(sock, HASHES[0], [("127.0.91.1", 9), ("127.0.92.1", 9)], start + 1.0, check=ALLOW,
                    timeout=0.4)
         elapsed = time.monotonic() - start
     assert not r.ok and r.queries == 2 and r.timeouts == 2

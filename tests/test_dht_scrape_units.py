@@ -52,14 +52,14 @@ def test_pacer_refuses_bad_rates(rates):
 
 
 class World:
-    """A simulated DHT of ``size`` nodes on 10.1.x.y: each answers with its 8 closest to the target it knows.
+    """A simulated DHT of ``size`` nodes, each in a /24 of its own (10.x.y.1): each answers with its 8 closest.
 
     ``store``: node index -> (seeds, leechers) IPs it keeps for TARGET.
     """
 
     def __init__(self, size: int, store: dict[int, tuple[list, list]]):
         self.ids = [hashlib.sha1(b"node %d" % i).digest() for i in range(size)]
-        self.ips = [f"10.1.{i // 200}.{i % 200 + 1}" for i in range(size)]
+        self.ips = [f"10.{1 + i // 250}.{i % 250}.1" for i in range(size)]
         self.store = store
         self.asked: list[int] = []
 
@@ -87,7 +87,7 @@ def run(lookup: ScrapeLookup, world: World, alpha: int = 3, silent: frozenset = 
         if not flight:
             return lookup.result()
         ip = flight.pop(0)
-        lookup.settle(None if ip in silent else world.reply(ip))
+        lookup.settle(None if ip in silent else world.reply(ip), ip)
 
 
 def test_lookup_converges_on_the_closest_and_unions_their_filters():
@@ -114,7 +114,7 @@ def test_lookup_stops_at_max_queries_and_counts_silence():
     assert r.queries == 5 and r.timeouts == 2 and r.answered == 3 and not r.filters
 
 
-def test_lookup_refuses_by_policy_and_takes_one_port_per_ip():
+def test_lookup_refuses_by_policy_and_takes_one_node_per_prefix():
     def check(ip: str, what: str) -> None:
         if ip.startswith("10.1.0."):
             raise AddressRefused(what)
@@ -122,22 +122,30 @@ def test_lookup_refuses_by_policy_and_takes_one_port_per_ip():
     lookup = ScrapeLookup(TARGET, socket.AF_INET, check)
     lookup.add("10.1.0.1", 1)
     lookup.add("10.2.0.1", 1)
-    lookup.add("10.2.0.1", 2)
+    lookup.add("10.2.0.1", 2)  # another port of the same IP
     lookup.add("10.2.0.2", 0)
-    assert lookup.refused == 1
+    lookup.add("10.2.0.3", 1, TARGET)  # another IP of the same /24, however near
+    lookup.add("10.1.0.9", 1)  # the /24 of a refused address is still free
+    assert lookup.refused == 2 and lookup.shared == 1
     assert lookup.next() == ("10.2.0.1", 1) and lookup.next() is None
+    six = ScrapeLookup(TARGET, socket.AF_INET6, ALLOW)
+    for ip in ("2001:db8:1:2::1", "2001:db8:1:2:ffff::9", "2001:db8:1:3::1"):
+        six.add(ip, 1)
+    assert six.shared == 1 and [six.next(), six.next(), six.next()] == [("2001:db8:1:2::1", 1),
+                                                                         ("2001:db8:1:3::1", 1), None]
 
 
 def test_implausible_filters_and_errors_are_left_out():
     lookup = ScrapeLookup(TARGET, socket.AF_INET, ALLOW)
     full = b"\xff" * 256
-    for ip in ("10.3.0.1", "10.3.0.2", "10.3.0.3"):
+    ips = ("10.3.1.1", "10.3.2.1", "10.3.3.1")
+    for ip in ips:
         lookup.add(ip, 1)
         assert lookup.next() == (ip, 1)
         lookup.sent()
-    lookup.settle(kc.Response(b"t", TARGET, seeds_filter=full, peers_filter=dht_bloom.EMPTY))
-    lookup.settle(kc.ErrorReply(b"t", 202, "server error"))
-    lookup.settle(kc.Response(b"t", bytes(20), peers_filter=dht_bloom.of_ips(["192.0.2.1"])))
+    lookup.settle(kc.Response(b"t", TARGET, seeds_filter=full, peers_filter=dht_bloom.EMPTY), ips[0])
+    lookup.settle(kc.ErrorReply(b"t", 202, "server error"), ips[1])
+    lookup.settle(kc.Response(b"t", bytes(20), peers_filter=dht_bloom.of_ips(["192.0.2.1"])), ips[2])
     r = lookup.result()
     assert r.implausible == 1 and r.errors == 1 and r.answered == 2 and r.filters == 1
     assert r.seeds == 0 and r.peers == pytest.approx(1, abs=0.01) and r.ok and not r.saturated

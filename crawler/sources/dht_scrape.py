@@ -8,10 +8,11 @@ Use (a visit's greenlet; ``sock`` shared by the process's scrapes)::
 
 The lookup is BEP 5's iterative one for ``get_peers``, each query with
 ``scrape=1``: ask the contacts, then always the unasked nodes closest to the
-info-hash (XOR distance of their ids), ``alpha`` queries in flight, each
-node (and each IP: one port per IP is asked) once, until the ``closest``
-nodes that answered are all closer than any node left to ask, or
-``max_queries`` were sent, or the deadline. Each query waits for its place
+info-hash (XOR distance of their ids), ``alpha`` queries in flight, one
+node per network prefix (/24 of IPv4, /64 of IPv6: the first the lookup
+hears of; ``dht_node_ids.prefix``), each once, until the ``closest`` nodes
+that answered are all closer than any node left to ask, or ``max_queries``
+were sent, or the deadline. Each query waits for its place
 under the socket's pacing (``krpc_socket.SendPacer``); a node whose place
 would come after the deadline is passed over (``paced``). The contacts are
 ``(host, port)``; a name is resolved. Every address, contact or learned from
@@ -25,7 +26,14 @@ nodes nearest the hash that sent filters are ORed (the union of their sets,
 each IP once) and each union's size estimated (``dht_bloom``: error about
 1.6 % at 200 IPs, 2.3 % at 2,000). Filters that claim more than a BEP 33
 node keeps (6,000 IPs) are left out (``implausible``), so one hostile node
-cannot fill the union. A libtorrent node fills its filters with the peers of
+cannot fill the union. So are the filters of a node whose id BEP 42 does
+not allow its address (``unverified``; ``dht_node_ids.valid_id``: nodes on
+local networks are exempt): BEP 42 says never to store data on such a node,
+and a node that may pick its id may have picked it next to the hash. Such a
+node is still asked and its ``nodes`` followed (many honest nodes run
+without BEP 42; they only route). With one node per prefix, whoever holds
+one prefix puts at most one filter in the union (and one per family: the
+IPv4 and IPv6 scrapes are unioned). A libtorrent node fills its filters with the peers of
 the asker's family only: a scrape over an IPv4 socket counts the IPv4
 swarm, over IPv6 the IPv6 one; ``dht_bloom.union`` of the two results'
 filters counts both. ``values`` lists from nodes without BEP 33 are not
@@ -44,7 +52,7 @@ from gevent.pool import Group
 from gevent.queue import Empty, Queue
 
 from crawler.errors import PeercrawlError
-from crawler.sources import dht_bloom, krpc_codec
+from crawler.sources import dht_bloom, dht_node_ids, krpc_codec
 from crawler.sources.addresses import AddressCheck, AddressRefused, Resolver, policy, resolve
 from crawler.sources.krpc_socket import Address, KrpcSocket, Reply
 
@@ -66,7 +74,10 @@ class DhtScrapeResult:
     started (sent, or waiting for their place when the lookup ended); ``timeouts`` (no reply), ``errors`` (KRPC error replies),
     ``refused`` (addresses the policy refused, or contacts that did not
     resolve), ``paced`` (nodes passed over for pacing), ``implausible``
-    (filters left out). ``ok``: some node answered.
+    (filters left out for their size), ``unverified`` (filters left out:
+    the node's id and address break BEP 42), ``shared`` (listings of nodes
+    passed over: another node of their prefix was taken). ``ok``: some node
+    answered.
     """
     info_hash: str
     seeds: float
@@ -83,6 +94,8 @@ class DhtScrapeResult:
     refused: int = 0
     paced: int = 0
     implausible: int = 0
+    unverified: int = 0
+    shared: int = 0
     elapsed: float = 0.0
 
     @property
@@ -114,24 +127,33 @@ class ScrapeLookup:
         self.closest = closest
         self.max_queries = max_queries
         self._waiting: list[tuple[int, int, str, int]] = []  # (distance, order, ip, port), closest first
-        self._seen: set[str] = set()  # IPs ever taken as candidates
+        self._seen: dict[bytes, str] = {}  # prefix (dht_node_ids.prefix) -> the IP taken as its candidate
         self._order = 0
         self._near: list[int] = []  # distances of the closest nodes that answered
         self._filters: list[tuple[int, bytes, bytes]] = []  # (distance, BFsd, BFpe), closest first
         self.in_flight = 0
         self.queries = self.answered = self.timeouts = self.errors = 0
-        self.refused = self.paced = self.implausible = 0
+        self.refused = self.paced = self.implausible = self.unverified = self.shared = 0
 
     def add(self, ip: str, port: int, node_id: bytes | None = None) -> None:
-        """A node to ask: a contact (no id: asked first, in order) or one from a reply's nodes."""
-        if ip in self._seen or not 0 < port < 65536:
+        """A node to ask: a contact (no id: asked first, in order) or one from a reply's nodes.
+
+        Passed over when its prefix already has a node in the lookup: counted
+        (``shared``) when that node has another IP.
+        """
+        if not 0 < port < 65536:
+            return
+        net = dht_node_ids.prefix(ip)
+        taken = self._seen.get(net)
+        if taken is not None:
+            self.shared += taken != ip
             return
         try:
             self.check(ip, f"DHT node {ip}:{port}")
         except AddressRefused:
             self.refused += 1
             return
-        self._seen.add(ip)
+        self._seen[net] = ip
         distance = -1 if node_id is None else int.from_bytes(node_id, "big") ^ self.target
         self._order += 1
         bisect.insort(self._waiting, (distance, self._order, ip, port))
@@ -156,8 +178,8 @@ class ScrapeLookup:
         """The node ``next`` gave could not be asked before the deadline."""
         self.paced += 1
 
-    def settle(self, reply: Reply | None) -> None:
-        """The outcome of one query: its reply, or None (no reply)."""
+    def settle(self, reply: Reply | None, ip: str) -> None:
+        """The outcome of one query to ``ip``: its reply, or None (no reply)."""
         self.in_flight -= 1
         if reply is None:
             self.timeouts += 1
@@ -172,7 +194,9 @@ class ScrapeLookup:
         if reply.seeds_filter is not None or reply.peers_filter is not None:
             seeds = reply.seeds_filter or dht_bloom.EMPTY
             peers = reply.peers_filter or dht_bloom.EMPTY
-            if dht_bloom.plausible(seeds) and dht_bloom.plausible(peers):
+            if not dht_node_ids.valid_id(reply.node_id, ip):
+                self.unverified += 1
+            elif dht_bloom.plausible(seeds) and dht_bloom.plausible(peers):
                 bisect.insort(self._filters, (distance, seeds, peers))
             else:
                 self.implausible += 1
@@ -190,7 +214,8 @@ class ScrapeLookup:
             seeds_error=dht_bloom.standard_error(n_seeds), peers_error=dht_bloom.standard_error(n_peers),
             seeds_filter=seeds, peers_filter=peers, filters=len(used), answered=self.answered,
             queries=self.queries, timeouts=self.timeouts, errors=self.errors, refused=self.refused,
-            paced=self.paced, implausible=self.implausible, elapsed=elapsed,
+            paced=self.paced, implausible=self.implausible, unverified=self.unverified, shared=self.shared,
+            elapsed=elapsed,
         )
 
 
@@ -224,7 +249,7 @@ def scrape(sock: KrpcSocket, info_hash: bytes | str, contacts: Iterable[tuple[st
         return krpc_codec.get_peers(tid, sock.node_id, ih)
 
     def ask(address: Address, at: float) -> None:
-        inbox.put(sock.ask(address, query, at, timeout))
+        inbox.put((sock.ask(address, query, at, timeout), address[0]))
 
     try:
         while True:
@@ -239,10 +264,10 @@ def scrape(sock: KrpcSocket, info_hash: bytes | str, contacts: Iterable[tuple[st
             if lookup.in_flight == 0 or left <= 0:
                 break
             try:
-                reply = inbox.get(timeout=left)
+                reply, ip = inbox.get(timeout=left)
             except Empty:
                 break
-            lookup.settle(reply)
+            lookup.settle(reply, ip)
     finally:
         asking.kill()  # the queries still waiting (at the deadline) leave the socket's table
     return lookup.result(time.monotonic() - start)
