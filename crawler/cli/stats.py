@@ -37,6 +37,7 @@ import csv
 import io
 import json
 import re
+import sys
 import time
 
 import click
@@ -137,7 +138,7 @@ def _csv(rows: list[dict], named: bool, places: list[str]) -> str:
     The unplaced row has an empty metric and ``unplaced`` for the last name.
     On a terminal the cells are cleaned as the table's are.
     """
-    shown = terminal if click.get_text_stream("stdout").isatty() else None
+    shown = terminal if sys.stdout.isatty() else None
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(("metric", "count", *(["name"] if named else []), *places))
