@@ -172,6 +172,7 @@ def test_pages_render_and_show_the_numbers_of_stats(dashboard, browser, test_env
     assert dom_counts(d, "countries") == stats(test_env, "countries", "--limit", "1000")
     assert dom_counts(d, "torrents") == stats(test_env, "torrents")
     assert "Not on the map: Singapore (2)" in d.find_element("id", "unmapped").text
+    assert not d.find_element("id", "empty-hint").is_displayed()
     shot(d, tmp_path, "map")
 
     # the same for one month, chosen in the page
@@ -372,3 +373,20 @@ def test_third_party_names_are_text_in_the_page(dashboard, browser, client, keys
     assert injected(d) == []
     errors = [e for e in d.get_log("browser") if e["level"] == "SEVERE" and "pwned" in e["message"]]
     assert not errors, errors  # no injected image was ever requested
+
+
+def test_an_empty_crawl_says_what_to_do_next(browser, test_env):
+    proc = subprocess.Popen([sys.executable, "-m", "crawler", "dashboard", "--port", "0"], env=test_env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        line = ""
+        while "peercrawl dashboard: http" not in line:
+            line = proc.stderr.readline()
+            assert line, "the dashboard printed no address"
+        browser.get(re.search(r"(http://\S+)", line).group(1))
+        wait_rendered(browser)
+        hint = browser.find_element("id", "empty-hint")
+        assert hint.is_displayed() and "peercrawl add ITEM" in hint.text, hint.text
+    finally:
+        proc.terminate()
+        proc.wait(10)
