@@ -110,6 +110,15 @@ def test_prefix_is_the_slash_24_and_a_mapped_address_keeps_it(a, low):
     assert dht_node_ids.prefix(str(ipaddress.IPv4Address(int(a) ^ 0x100))) != a.packed[:3]
 
 
+@given(st.text(max_size=60))
+def test_prefix_of_any_text_is_a_prefix_or_one_value_error(text):
+    try:
+        net = dht_node_ids.prefix(text)
+    except ValueError:
+        return
+    assert len(net) in (3, 8) and net == dht_node_ids.prefix(str(ipaddress.ip_address(text.split("%")[0])))
+
+
 @given(st.ip_addresses(v=6), st.integers(0, 2**64 - 1), st.integers(64, 127))
 def test_prefix_of_ipv6_is_the_slash_64(a, low, bit):
     if a.ipv4_mapped is not None:

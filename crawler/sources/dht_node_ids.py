@@ -29,7 +29,9 @@ it hashes 4 or 8 bytes per node.
 from __future__ import annotations
 
 import ipaddress
+import socket
 
+_MAPPED = bytes(10) + b"\xff\xff"  # the first 12 bytes of an IPv4-mapped IPv6 address
 _V4_MASK = 0x030F3FFF
 _V6_MASK = 0x0103070F1F3F7FFF
 _EXEMPT = tuple(ipaddress.ip_network(n) for n in (
@@ -71,8 +73,14 @@ def prefix(ip: str) -> bytes:
 
     Raises ``ValueError`` for text that is no IP address.
     """
-    a = _address(ip)
-    return a.packed[:3] if a.version == 4 else a.packed[:8]
+    text = ip.split("%", 1)[0]
+    try:
+        if ":" not in text:
+            return socket.inet_pton(socket.AF_INET, text)[:3]
+        packed = socket.inet_pton(socket.AF_INET6, text)
+    except OSError:
+        raise ValueError(f"{ip!r} is no IP address") from None
+    return packed[12:15] if packed[:12] == _MAPPED else packed[:8]
 
 
 def exempt(ip: str) -> bool:
