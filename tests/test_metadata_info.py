@@ -12,16 +12,19 @@ import hashlib
 from datetime import timedelta
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from crawler.bencode import codec as bencode
 from crawler.queue.torrent_names import of_torrent
+from crawler.sources import metadata_info
 from crawler.sources.metadata_info import (
     MAX_FILES,
     MAX_METADATA_BYTES,
     MAX_VALUES,
+    SLICE_BYTES,
+    SLICE_VALUES,
     InfoError,
     InfoMismatch,
     TorrentInfo,
@@ -156,3 +159,101 @@ def test_past_every_cap():
 def test_a_malformed_info_hash_is_our_fault():
     with pytest.raises(ValueError):
         read_info(b"\x00" * 19, b"de")
+
+
+# --- read in slices: the same outcome as one bencode.decode, and pauses between slices -----------------
+
+
+def reference(info: bytes, max_files: int, max_values: int) -> TorrentInfo:
+    """What ``read_info`` gives for ``info`` under its own SHA-1, read by one ``bencode.decode`` with a
+    schema keeping the same keys (raises ``InfoError`` with the message ``read_info`` must give)."""
+    entry = bencode.Keys({b"length": bencode.LEAF, b"attr": bencode.LEAF})
+    schema = bencode.Keys({b"name": bencode.LEAF, b"name.utf-8": bencode.LEAF, b"length": bencode.LEAF,
+                           b"files": bencode.Items(entry, limit=max_files)})
+    try:
+        d = bencode.decode(info, schema, max_values=max_values)
+    except bencode.BencodeError as e:
+        raise InfoError(f"info dictionary is not valid bencode: {e}") from None
+    if not isinstance(d, dict):
+        raise InfoError("info dictionary is not a dictionary")
+    name = of_torrent(d.get(b"name"), d.get(b"name.utf-8"))
+    if b"files" in d:
+        files = d[b"files"]
+        if not isinstance(files, bencode.Cut):
+            raise InfoError("info dictionary's files is not a list")
+        size = count = 0
+        for i, e in enumerate(files):
+            if not isinstance(e, dict):
+                raise InfoError(f"file {i} of the info dictionary is not a dictionary")
+            n = e.get(b"length")
+            if type(n) is not int or n < 0:
+                raise InfoError(f"file {i}'s length is not a whole number of 0 or more")
+            if not (isinstance(e.get(b"attr"), bytes) and b"p" in e[b"attr"]):
+                size, count = size + n, count + 1
+        return TorrentInfo(name, None if files.cut else size, count + files.cut)
+    if b"length" in d:
+        n = d[b"length"]
+        if type(n) is not int or n < 0:
+            raise InfoError("length is not a whole number of 0 or more")
+        return TorrentInfo(name, n, 1)
+    raise InfoError("info dictionary has neither length nor files (a v2-only torrent?)")
+
+
+def outcome(read, info: bytes) -> object:
+    try:
+        return read(info)
+    except InfoError as e:
+        return type(e), str(e)
+
+
+_keys = st.sampled_from([b"name", b"name.utf-8", b"length", b"files", b"attr", b"path", b"pieces", b"x"])
+_leaves = st.one_of(st.integers(-3, 2**64), st.binary(max_size=6), st.sampled_from([b"p", b"xp", b"\xff"]))
+_values = st.recursive(_leaves, lambda inner: st.one_of(
+    st.lists(inner, max_size=5), st.dictionaries(_keys, inner, max_size=5)), max_leaves=20)
+_entry = st.fixed_dictionaries(
+    {b"length": st.one_of(st.integers(0, 2**40), st.integers(0, 2**40), _values)},
+    optional={b"attr": st.one_of(st.sampled_from([b"p", b"xp", b"x", b""]), _values),
+              b"path": st.lists(st.binary(max_size=3), max_size=3), b"x": _values})
+_files = st.lists(st.one_of(_entry, _entry, _entry, _values), max_size=7)
+_others = {b"name": _values, b"name.utf-8": _values, b"length": st.one_of(st.integers(0, 99), _values),
+           b"pieces": st.binary(max_size=40), b"x": _values}
+_info = st.one_of(st.fixed_dictionaries({b"files": _files}, optional=_others),
+                  st.fixed_dictionaries({}, optional={**_others, b"files": st.one_of(_files, _values)}))
+
+
+def _shaped():
+    """Bencoded values shaped like info dictionaries, as they are or cut, changed or run on."""
+    change = st.sampled_from(["", "", "", "cut", "flip", "more", "e", "twice"])
+    return st.tuples(_info.map(bencode.encode), st.integers(0, 400), change).map(
+        lambda t: {"": t[0], "cut": t[0][: t[1]], "flip": t[0][: t[1]] + b"e" + t[0][t[1] + 1 :],
+                   "more": t[0] + b"i1e", "e": t[0][: t[1]] + b"e" + t[0][t[1]:],
+                   "twice": t[0][:-1] + t[0][1:]}[t[2]])
+
+
+@hsettings(max_examples=1000, deadline=timedelta(seconds=2))
+@given(st.one_of(_shaped(), _shaped(), _hostile(), st.binary(max_size=100)), st.integers(0, 4),
+       st.one_of(st.integers(1, 300), st.just(MAX_VALUES), st.just(MAX_VALUES)), st.integers(1, 7))
+@example(b"l" * 70, 1, MAX_VALUES, 5)  # too deep, wherever the nesting is
+@example(b"d4:name" + b"l" * 70, 1, MAX_VALUES, 5)
+@example(b"d5:filesld1:x" + b"d1:x" * 70, 1, MAX_VALUES, 5)
+@example(b"d5:filesld1:x" + b"l" * 62 + b"e" * 62 + b"6:lengthi0eee4:name1:ae", 1, MAX_VALUES, 5)
+def test_read_in_slices_is_one_decode(info, max_files, max_values, slice_values):
+    # Small caps and slices, so that inputs of a few bytes meet them: the files past MAX_FILES, the budget
+    # running out anywhere, a pause after any step.
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(metadata_info, "MAX_FILES", max_files)
+        m.setattr(metadata_info, "MAX_VALUES", max_values)
+        m.setattr(metadata_info, "SLICE_VALUES", slice_values)
+        got = outcome(lambda b: read_info(hashlib.sha1(b).digest(), b, lambda: None), info)
+    assert got == outcome(lambda b: reference(b, max_files, max_values), info)
+
+
+def test_the_worst_input_is_read_in_slices_each_of_a_bounded_number_of_values():
+    entries = b"".join(b"d6:lengthi2e4:pathl1:xee" for _ in range(MAX_FILES + 3))
+    info = b"d5:filesl" + entries + b"e4:name1:ae"
+    pauses = []
+    got = read_info(hashlib.sha1(info).digest(), info, lambda: pauses.append(1))
+    assert got == TorrentInfo("a", None, MAX_FILES + 3)
+    # Eight steps an entry (its dictionary, two keys, an integer, the path list and its string, two "e"),
+    # a pause every SLICE_VALUES steps, and one every SLICE_BYTES bytes hashed.
+    assert len(pauses) >= (MAX_FILES + 3) * 8 // SLICE_VALUES + len(info) // SLICE_BYTES

@@ -12,15 +12,15 @@ off). ``fetch(info_hash_hex, peers)`` runs in the calling greenlet:
 
 1. The peers are checked against the address policy and cut to
    ``PEERS_PER_FETCH`` (``metadata_session.handed_peers``); the fetch
-   takes one of ``metadata_in_flight`` slots (a gevent semaphore), waiting for one until its deadline.
+   takes one of ``metadata_in_flight`` slots (a gevent semaphore),
+   waiting for one until its deadline.
 2. The session's IP filter is set to allow the addresses of the peers of
-   every fetch in flight, this one's now included, and no other
+   every fetch in flight, this one's included, and no other
    (``metadata_session.allow_only``): whatever a peer names (a holepunch
-   ``connect``, peer exchange), libtorrent connects to those addresses
-   only. It adds a magnet of the info-hash with those peers
-   (``async_add_torrent``: nothing waits inside libtorrent; the filter,
-   set first, is in place before the torrent is) and sleeps on a gevent
-   event until the deadline.
+   ``connect``, peer exchange), libtorrent connects to those only. The
+   fetch adds a magnet of the info-hash with its peers
+   (``async_add_torrent``: nothing waits inside libtorrent; the filter is
+   in before the torrent) and sleeps on a gevent event until the deadline.
 3. Alerts reach the hub through ``dht_alerts.AlertPump`` (a pipe libtorrent
    writes to, watched by the hub) and are routed to the fetch by v1
    info-hash. ``metadata_received_alert`` asks for the info dictionary
@@ -28,16 +28,18 @@ off). ``fetch(info_hash_hex, peers)`` runs in the calling greenlet:
    the hub never waits on libtorrent's thread); its answer wakes the fetch.
    A ``metadata_failed_alert`` (metadata that did not hash to the
    info-hash: libtorrent discards it and asks again) is counted. A peer
-   dropped is not given up on before the deadline: libtorrent tries it again (over TCP after uTP failed, in plain text
-   after an encrypted handshake was refused, on its own schedule after a
-   timeout).
+   dropped is not given up on before the deadline: libtorrent tries it
+   again (over TCP after uTP failed, in plain text after an encrypted
+   handshake was refused, on its own schedule after a timeout).
 4. It removes the torrent at once (files kept: none was written), whatever
    the outcome; a torrent whose add had not come back yet is removed when
-   it does. The slot is freed, and the filter narrowed to the fetches
-   still in flight, when libtorrent reports the torrent removed, so the
-   session never holds more torrents than there are slots.
+   it does. When libtorrent reports it removed, the slot is freed and the
+   filter narrowed to the fetches still in flight: the session never holds
+   more torrents than there are slots.
 5. The info dictionary is read by ``metadata_info.read_info``: its SHA-1
-   checked against the info-hash again, then bounded bencode.
+   checked against the info-hash again, then bounded bencode, in slices
+   of a millisecond or two with a ``PAUSE`` between them, so that the
+   worst metadata (about a second of one core) never holds the hub.
 
 Outcomes: a ``TorrentInfo`` or a ``NoMetadata`` whose ``kind`` says why
 (``KINDS``), for the caller's retry schedule. Only a malformed info-hash
@@ -53,6 +55,7 @@ import time
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import partial
 from typing import Self
 
 import gevent
@@ -69,6 +72,10 @@ from crawler.sources.metadata_info import InfoError, InfoMismatch, TorrentInfo, 
 from crawler.sources.metadata_session import allow_only, handed_peers, magnet_params, new_session
 
 log = logs.get(__name__)
+
+# Between two slices of a read (metadata_info): a timer, so the hub polls its sockets and runs its timers
+# first (after a zero sleep it would only run the greenlets ready, and ~50 slices could pass in a row).
+PAUSE = 0.001
 
 KINDS = {
     "no_peers": "no peer to ask: none given, or every one refused by the address policy",
@@ -95,9 +102,8 @@ class Fetch:
     """One torrent in the session, from its add to its removal.
 
     ``live``: endpoints being connected or connected; ``dropped``: endpoint
-    handed over -> why libtorrent dropped or blocked it; ``refused``:
-    endpoints that peers named (holepunch, peer exchange) and the filter
-    blocked.
+    handed over -> why libtorrent dropped or blocked it; ``refused``: the
+    endpoints peers named (holepunch) that the filter blocked.
     """
 
     __slots__ = ("info_hash", "given", "event", "retired", "handle", "received", "info", "error", "bad_metadata",
@@ -323,7 +329,7 @@ class MetadataFetcher:
     def _outcome(self, f: Fetch) -> TorrentInfo | NoMetadata:
         if f.info is not None:
             try:
-                got = read_info(f.info_hash, f.info)
+                got = read_info(f.info_hash, f.info, pause=partial(gevent.sleep, PAUSE))
             except InfoMismatch as e:
                 return self._no("bad_metadata", str(e))
             except InfoError as e:
