@@ -176,9 +176,15 @@ def test_an_asked_node_that_floods_is_given_up_after_a_few_datagrams(malformed):
     try:
         with KrpcSocket(bind=("127.0.70.2", 0)) as sock:
             honest = gevent.spawn(ask, sock, responder.address, 5.0)
+            # a second query to the garbler, waiting for its place (0.3 s on)
+            later = gevent.spawn(sock.ask, garbler.address, lambda t: kc.get_peers(t, sock.node_id, IH),
+                                 time.monotonic() + 0.3, 30.0)
+            gevent.sleep(0)
             got = ask(sock, garbler.address, 30.0)
-            # given up: the query ends at once, without waiting out its 30 s
+            # given up: the query ends at once, without waiting out its 30 s, and so does the
+            # one waiting for its place, which is never sent
             assert got is None and sock.given_up == 1
+            assert later.get() is None and sock.sent == 2  # the honest query and the first
             assert sock.malformed + sock.dropped == MAX_STRIKES
             assert (sock.malformed if malformed else sock.dropped) == MAX_STRIKES
             assert isinstance(honest.get(), kc.Response)

@@ -211,7 +211,7 @@ class KrpcSocket:
             # little early, and a place is never used before its time.
             while (delay := at - time.monotonic()) > 0:
                 gevent.sleep(delay)
-            if self._closed:
+            if self._closed or waiter.ready():  # closed, or the address given up meanwhile
                 return None
             try:
                 self._sock.sendto(build(tid), address)
