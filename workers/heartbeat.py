@@ -4,6 +4,9 @@
 ``Heartbeat`` publishes them every ``interval`` seconds through the worker
 registry (``crawler.queue.registry.WorkerRegistry``) with a TTL of ``3 × interval``,
 so a process killed with SIGKILL drops out of ``status`` within the TTL.
+A worker bound to its parent (a supervisor's child: ``workers.lifeline``)
+notes that parent at start; ``orphaned()`` tells the worker, at each beat,
+that the parent is gone and the worker must stop.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import redis
 from crawler.errors import StoreError
 from crawler.keys import Keys
 from crawler.queue.registry import WorkerRegistry
+from workers.lifeline import bound_parent
 
 # How far back visits_per_hour looks: long enough to smooth bursts of claims,
 # short enough that a slowed worker shows it within minutes.
@@ -80,6 +84,11 @@ class Heartbeat:
         self.pid = os.getpid()
         self.id = worker_id or f"{self.host}:{self.pid}:{uuid.uuid4().hex[:6]}"
         self.started = time.time()
+        self.parent = bound_parent()  # None: not bound to a parent, nothing to watch
+
+    def orphaned(self) -> bool:
+        """Whether this worker's parent changed since start: the supervisor it was bound to is gone."""
+        return self.parent is not None and os.getppid() != self.parent
 
     def beat(self, figures: dict, now: float | None = None) -> None:
         """Write ``figures`` (JSON-able values) plus host, pid and started; raises ``StoreError``."""

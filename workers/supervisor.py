@@ -9,7 +9,13 @@ Redis connections, heartbeat and DHT node), and only watches them:
   lone worker does (contract §7: within ``PEERCRAWL_SHUTDOWN_SECONDS``); a
   child still running ``KILL_AFTER`` seconds past that is killed (its leases
   come back as any killed worker's do). The supervisor exits 0 when every
-  child did.
+  child did, 1 when one had to be killed. Both signals are blocked while a
+  child starts (``_start``), so a stop is handled between two starts, never
+  half-way through one, and no child starts once the supervisor stops: every
+  child started gets the SIGTERM, however early it comes.
+- **Its own death.** Each child is bound to the supervisor (``workers.lifeline``:
+  it gets SIGTERM when the supervisor dies, even by SIGKILL, and its heartbeat
+  stops it if its parent changed), so no child outlives it.
 - **Deaths.** A child that exits with an error or is killed is started
   again after a pause that doubles with each death in a row (``BACKOFF``,
   up to ``BACKOFF_MAX``; a child that ran ``HEALTHY_SECONDS`` starts again
@@ -44,6 +50,7 @@ import time
 from crawler import logs
 from crawler.settings import Settings
 from crawler.source_settings import listen_text
+from workers.lifeline import STOP_SIGNALS, bind_to
 
 log = logs.get("worker.supervisor")
 
@@ -93,11 +100,19 @@ class Supervisor:
         self.done: set[int] = set()
         self.deaths: list[float] = []
         self.stopping_since: float | None = None
+        self.killed: set[int] = set()  # children killed at the stop, past their shutdown time
 
     def run(self) -> int:
-        """Until every child is done; 0 when each exited 0, 1 when children kept dying."""
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, self._stop)
+        """Until every child is done; 0 when each exited 0, 1 when children kept dying or one was killed.
+        Call it from the main thread (its signal handlers, and the children's death signal: lifeline)."""
+        previous = {sig: signal.signal(sig, self._stop) for sig in STOP_SIGNALS}
+        try:
+            return self._run()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def _run(self) -> int:
         for i in range(len(self.argvs)):
             self._start(i)
         failed = False
@@ -114,19 +129,29 @@ class Supervisor:
                     continue
                 failed |= self._died(i, child.returncode, now)
             for i, at in list(self.due.items()):
-                if at <= now and self.stopping_since is None:
+                if at <= now or self.stopping_since is not None:
                     del self.due[i]
                     self._start(i)
-                elif self.stopping_since is not None:
-                    del self.due[i]
-                    self.done.add(i)
             if self.stopping_since is not None and now - self.stopping_since > self.shutdown + KILL_AFTER:
-                self._signal(signal.SIGKILL)
-        return 1 if failed else 0
+                self._kill(now)
+        return 1 if failed or self.killed else 0
 
     def _start(self, i: int) -> None:
-        self.children[i] = subprocess.Popen(self.argvs[i], env=self.envs[i])
-        self.started[i] = time.monotonic()
+        """Start child ``i``, unless the supervisor stops (then it is done)."""
+        if self.stopping_since is not None:
+            self.done.add(i)
+            return
+        # A SIGTERM now waits until the child is in self.children, where _stop finds it.
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        try:
+            child = subprocess.Popen(self.argvs[i], env=self.envs[i], preexec_fn=bind_to(os.getpid()))
+            self.children[i] = child
+            self.started[i] = time.monotonic()
+            if self.stopping_since is not None:
+                # The handler ran all the same: another thread of this process took the signal.
+                child.send_signal(signal.SIGTERM)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
     def _died(self, i: int, code: int, now: float) -> bool:
         """Child ``i`` ended with ``code``: start it again later; True when children keep dying (all stopped)."""
@@ -155,3 +180,12 @@ class Supervisor:
         for child in self.children:
             if child is not None and child.poll() is None:
                 child.send_signal(sig)
+
+    def _kill(self, now: float) -> None:
+        """The children still running past the shutdown time and ``KILL_AFTER``: SIGKILL, each logged."""
+        for i, child in enumerate(self.children):
+            if child is not None and child.poll() is None and i not in self.killed:
+                log.error("worker_child_killed", child=i, pid=child.pid, after_s=round(now - self.stopping_since, 1),
+                          message="still running past the shutdown time: its leases expire")
+                child.kill()
+                self.killed.add(i)

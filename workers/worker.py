@@ -23,8 +23,9 @@ the running visits finish. SIGTERM or SIGINT stops claiming at once, waits
 for running visits until ``shutdown_seconds`` minus a margin, kills the
 rest and hands their torrents back (``Queue.release``), stops every
 service (the flusher posting to StatHat once more) and leaves the worker
-registry: well inside the 25 s a dyno manager gives before SIGKILL. A process killed outright leaves its leases to expire,
-and the next claim anywhere puts those torrents back in ready.
+registry: well inside the 25 s a dyno manager gives before SIGKILL. A supervisor's child whose supervisor
+is gone stops the same way (the heartbeat sees it, ``workers.lifeline``). A process killed outright leaves
+its leases to expire, and the next claim anywhere puts those torrents back in ready.
 
 Redis away (``crawler.store.outage``). Each Redis call of a runner or a service
 waits for Redis up to ``PEERCRAWL_REDIS_WAIT_SECONDS`` inside the client;
@@ -113,12 +114,13 @@ class Worker:
         self._started = time.monotonic()
 
     # --- control ------------------------------------------------------------
-    def stop(self, signum: int | None = None) -> None:
-        """Stop claiming; with a signal, running visits get the shutdown deadline."""
-        if signum is not None and not self.signalled:
+    def stop(self, signum: int | None = None, reason: str | None = None) -> None:
+        """Stop claiming; with a signal (or a ``reason`` as pressing), running visits get the shutdown deadline."""
+        if (signum is not None or reason is not None) and not self.signalled:
             self.signalled = True
             self._signal_at = time.monotonic()
-            log.info("worker_stopping", signal=signal.Signals(signum).name, in_flight=self.slots.running)
+            why = {"reason": reason} if reason is not None else {"signal": signal.Signals(signum).name}
+            log.info("worker_stopping", **why, in_flight=self.slots.running)
         self.stop_asked = True
         self.stopping.set()
         self._wake.set()
@@ -288,6 +290,10 @@ class Worker:
         }
 
     def _beat(self) -> None:
+        if self.heartbeat.orphaned() and not self.stop_asked:
+            # Its supervisor died and the death signal did not come (workers.lifeline): drain as on SIGTERM.
+            log.warning("worker_orphaned", parent=self.heartbeat.parent, message="its supervisor is gone: stopping")
+            self.stop(reason="supervisor gone")
         try:
             self.heartbeat.beat(self.figures())
         except StoreError as e:
