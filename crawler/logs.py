@@ -29,6 +29,9 @@ HIDDEN = "<hidden>"
 HIDDEN_MIN_CHARS = 4
 
 _hidden: set[str] = set()
+# The format configure() chose ("json" or "console"): a supervisor hands it to the children whose
+# stderr it reads through a pipe, where "auto" would choose JSON on a terminal.
+chosen_format = "json"
 
 
 def configure(level: str = "info", fmt: str = "auto", stream=None, hidden: Iterable[str | None] = ()) -> None:
@@ -43,6 +46,8 @@ def configure(level: str = "info", fmt: str = "auto", stream=None, hidden: Itera
         fmt = "console" if getattr(stream, "isatty", lambda: False)() else "json"
     if fmt not in FORMATS:
         raise ValueError(f"log format {fmt!r}: expected one of auto, {', '.join(FORMATS)}")
+    global chosen_format
+    chosen_format = fmt
     _hidden.clear()
     hide(*hidden)
     processors = [
@@ -63,10 +68,32 @@ def configure(level: str = "info", fmt: str = "auto", stream=None, hidden: Itera
     structlog.configure(
         processors=[*processors, _Scrubbed(renderer)],
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level]),
-        logger_factory=structlog.PrintLoggerFactory(stream),
+        # one write per line, newline included (print's two writes let another process's line in
+        # between), to a stream that goes quiet once its reader is gone (a drain still runs)
+        logger_factory=structlog.WriteLoggerFactory(_Quiet(stream)),
         cache_logger_on_first_use=False,
     )
     sys.excepthook = _excepthook
+
+
+class _Quiet:
+    """``stream`` for log lines, quiet for good once its reader is gone: a worker whose supervisor died
+    with the pipe it logged to still drains and hands its torrents back."""
+
+    def __init__(self, stream):
+        self.stream, self.gone = stream, False
+
+    def write(self, text: str) -> None:
+        if self.gone:
+            return
+        try:
+            self.stream.write(text)
+            self.stream.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            self.gone = True
+
+    def flush(self) -> None:
+        pass  # write() flushes each line
 
 
 def _excepthook(kind, value, tb) -> None:

@@ -13,6 +13,11 @@ Redis connections, heartbeat and DHT node), and only watches them:
   child starts (``_start``), so a stop is handled between two starts, never
   half-way through one, and no child starts once the supervisor stops: every
   child started gets the SIGTERM, however early it comes.
+- **Logs.** Each child writes its log lines to its own pipe, which the
+  supervisor reads line by line and writes to its own stderr (and stdout),
+  each line in one write: lines of several children never share a line,
+  however long or many (children get the format the supervisor chose, since
+  "auto" would choose JSON on a pipe).
 - **Its own death.** Each child is bound to the supervisor (``workers.lifeline``:
   it gets SIGTERM when the supervisor dies, even by SIGKILL, and its heartbeat
   stops it if its parent changed), so no child outlives it.
@@ -45,7 +50,10 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
+
+import gevent
 
 from crawler import logs
 from crawler.settings import Settings
@@ -75,12 +83,31 @@ def child_env(settings: Settings, i: int, n: int, env: dict[str, str] | None = N
     one machine share split among them (module note)."""
     out = dict(os.environ if env is None else env)
     out["PEERCRAWL_PROCESSES"] = "1"
+    out["PEERCRAWL_LOG_FORMAT"] = logs.chosen_format  # their stderr is a pipe the supervisor reads
     out["PEERCRAWL_DHT_NODE_RATE"] = repr(settings.dht_node_rate / n)
     if settings.metrics_port:
         out["PEERCRAWL_METRICS_PORT"] = str(settings.metrics_port + i)
     if any(port for _, port in settings.dht_listen):
         out["PEERCRAWL_DHT_LISTEN"] = listen_text((ip, port + i if port else 0) for ip, port in settings.dht_listen)
     return out
+
+
+def forward(pipe, out) -> None:
+    """Copy ``pipe`` (a child's stdout or stderr, bytes) to ``out`` line by line, each line in one write,
+    until the child closes it."""
+    binary = getattr(out, "buffer", None)
+    with pipe:
+        for line in pipe:
+            line = line if line.endswith(b"\n") else line + b"\n"
+            try:
+                if binary is not None:
+                    binary.write(line)
+                    binary.flush()
+                else:  # a text stream without a binary layer (a test's capture)
+                    out.write(line.decode("utf-8", "replace"))
+                    out.flush()
+            except (BrokenPipeError, ConnectionResetError):
+                return  # nobody reads the supervisor's output: the child's lines go nowhere
 
 
 class Supervisor:
@@ -144,8 +171,11 @@ class Supervisor:
         # A SIGTERM now waits until the child is in self.children, where _stop finds it.
         mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
         try:
-            child = subprocess.Popen(self.argvs[i], env=self.envs[i], preexec_fn=bind_to(os.getpid()))
+            child = subprocess.Popen(self.argvs[i], env=self.envs[i], preexec_fn=bind_to(os.getpid()),
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             self.children[i] = child
+            for pipe, out in ((child.stdout, sys.stdout), (child.stderr, sys.stderr)):
+                gevent.spawn(forward, pipe, out)
             self.started[i] = time.monotonic()
             if self.stopping_since is not None:
                 # The handler ran all the same: another thread of this process took the signal.
