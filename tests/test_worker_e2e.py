@@ -222,14 +222,16 @@ def test_outage_keeps_scores_and_shows_in_status(env, opentracker):  # noqa: F81
 
 
 def sigterm_while_visits_wait(env, tag: str, n: int, worker_args: list[str], under_way=lambda: None,
-                              start_within: float = 15, exit_within: float = 30, **extra):
+                              start_within: float = 15, exit_within: float = 30, signals=(signal.SIGTERM,),
+                              **extra):
     """``n`` torrents at a tracker that never answers and a worker started with ``worker_args``; once every
     visit is under way (and ``under_way()`` checked what it checks), SIGTERM. Returns (exit status,
     seconds from the signal to the exit, stderr). The visits must start within ``start_within`` s and the
     worker exit within ``exit_within`` s of the signal.
 
     The tracker's timeouts are far past the test's length: on a loaded machine the last claim can come
-    many seconds after the first, and no visit may fail before the signal. ``extra``: more settings."""
+    many seconds after the first, and no visit may fail before the signal. ``signals``: sent in turn, each
+    once the worker logged that it is stopping (the time is from the last). ``extra``: more settings."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as hole:
         hole.bind(("127.0.0.1", 0))
         hashes = [h(f"{tag}{i}") for i in range(n)]
@@ -245,9 +247,17 @@ def sigterm_while_visits_wait(env, tag: str, n: int, worker_args: list[str], und
                 assert time.monotonic() < end, "visits never started"
                 time.sleep(0.2)
             under_way()
-            t0 = time.monotonic()
-            w.send_signal(signal.SIGTERM)
+            seen = []
+            for i, sig in enumerate(signals):
+                if i:  # the previous signal was handled: its stop is logged
+                    while '"worker_stopping"' not in (line := w.stderr.readline()):
+                        assert line, "the worker exited before the next signal"
+                        seen.append(line)
+                    seen.append(line)
+                t0 = time.monotonic()
+                w.send_signal(sig)
             _, err = w.communicate(timeout=exit_within)
+            err = "".join(seen) + err
             took = time.monotonic() - t0
         finally:
             if w.poll() is None:
@@ -266,6 +276,19 @@ def test_sigterm_exits_0_within_its_shutdown_time_and_hands_back(env):
     assert (s["in_flight"], s["ready"], s["workers"]) == (0, 5, [])
     for ih in hashes:
         assert pcj(env, "torrent", ih)["score"] == 1.0
+
+
+def test_ctrl_c_says_what_it_waits_for_and_a_second_one_stops_at_once(env):
+    # The shutdown time is long (60 s): only the second Ctrl-C can end the worker within seconds.
+    code, took, err = sigterm_while_visits_wait(env, "ctrlc", 3, ["--concurrency", "3"],
+                                                signals=(signal.SIGINT, signal.SIGINT),
+                                                PEERCRAWL_SHUTDOWN_SECONDS="60")
+    assert code == 0 and took < 15, (code, took, err[-2000:])
+    events = {e["event"]: e for e in map(json.loads, filter(None, err.splitlines())) if "event" in e}
+    assert events["worker_stopping"]["message"] == "finishing 3 visits (at most 54 s); Ctrl-C again stops now"
+    assert events["worker_stopping_now"]["message"] == "stopping now: handing 3 torrents back"
+    s = pcj(env, "status")
+    assert (s["in_flight"], s["ready"], s["workers"]) == (0, 3, [])  # every lease handed back
 
 
 def test_a_damaged_geoip_database_leaves_visits_complete_and_shows_in_status(env, opentracker, tmp_path):  # noqa: F811

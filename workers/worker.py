@@ -20,12 +20,13 @@ Stopping. ``--max-visits`` stops claiming after that many claims,
 ``--duration`` after that many seconds, ``--until-idle`` once nothing is
 ready or in flight anywhere (cooling torrents do not count); each then lets
 the running visits finish. SIGTERM or SIGINT stops claiming at once, waits
-for running visits until ``shutdown_seconds`` minus a margin, kills the
-rest and hands their torrents back (``Queue.release``), stops every
-service (the flusher posting to StatHat once more) and leaves the worker
-registry: well inside the 25 s a dyno manager gives before SIGKILL. A supervisor's child whose supervisor
-is gone stops the same way (the heartbeat sees it, ``workers.lifeline``). A process killed outright leaves
-its leases to expire, and the next claim anywhere puts those torrents back in ready.
+for running visits until ``shutdown_seconds`` minus a margin (a second
+SIGINT: not at all), kills the rest and hands their torrents back
+(``Queue.release``), stops every service (the flusher posting to StatHat
+once more) and leaves the worker registry: well inside the 25 s a dyno
+manager gives before SIGKILL. A child whose supervisor is gone stops the
+same way (``workers.lifeline``). A process killed outright leaves its
+leases to expire; the next claim anywhere puts them back in ready.
 
 Redis away (``crawler.store.outage``). Each Redis call of a runner or a service
 waits for Redis up to ``PEERCRAWL_REDIS_WAIT_SECONDS`` inside the client;
@@ -106,6 +107,7 @@ class Worker:
         self.stopping = Event()  # stop claiming
         self.stop_asked = False  # stop() was called: a torrent claimed from now on is handed back
         self.signalled = False
+        self.hurry = False  # a second Ctrl-C: the drain waits no more
         self._signal_at = 0.0
         self._wake = Event()  # a slot came free or the target changed: the claim loop looks again
         self._services: list[gevent.Greenlet] = []
@@ -115,12 +117,20 @@ class Worker:
 
     # --- control ------------------------------------------------------------
     def stop(self, signum: int | None = None, reason: str | None = None) -> None:
-        """Stop claiming; with a signal (or a ``reason`` as pressing), running visits get the shutdown deadline."""
+        """Stop claiming; with a signal (or a ``reason`` as pressing), running visits get the shutdown
+        deadline; a second SIGINT (Ctrl-C again) kills them at once, handing their torrents back."""
+        if signum == signal.SIGINT and self.signalled and not self.hurry:
+            self.hurry = True
+            log.warning("worker_stopping_now", in_flight=self.slots.running,
+                        message=f"stopping now: handing {self.slots.running} torrents back")
         if (signum is not None or reason is not None) and not self.signalled:
             self.signalled = True
             self._signal_at = time.monotonic()
             why = {"reason": reason} if reason is not None else {"signal": signal.Signals(signum).name}
-            log.info("worker_stopping", **why, in_flight=self.slots.running)
+            budget = max(self.settings.shutdown_seconds - SHUTDOWN_MARGIN, 1.0)
+            again = "; Ctrl-C again stops now" if signum == signal.SIGINT else ""
+            log.info("worker_stopping", **why, in_flight=self.slots.running,
+                     message=f"finishing {self.slots.running} visits (at most {budget:g} s){again}")
         self.stop_asked = True
         self.stopping.set()
         self._wake.set()
@@ -360,12 +370,12 @@ class Worker:
         # a signal (now or while waiting) bounds the wait by the shutdown budget.
         normal_end = time.monotonic() + self.settings.visit_deadline + 5.0
         budget = max(self.settings.shutdown_seconds - SHUTDOWN_MARGIN, 1.0)
-        while self.slots.held:
+        while self.slots.held and not self.hurry:
             end = self._signal_at + budget if self.signalled else normal_end
             left = end - time.monotonic()
             if left <= 0:
                 break
-            gevent.joinall(list(self.slots.held), timeout=min(0.5, left))
+            gevent.joinall(list(self.slots.held), timeout=min(0.2, left))
         if self.slots.held:
             log.warning("handing_back", torrents=self.slots.running)
             gevent.killall(list(self.slots.held), block=True, timeout=4.0)
