@@ -13,7 +13,7 @@ import pytest
 
 from crawler.sources import udp_codec as u
 from crawler.sources.health import tracker_report
-from crawler.sources.tracker_scrapes import RELEARN_SECONDS, SILENT_LIMIT
+from crawler.sources.tracker_scrapes import EMPTY, RELEARN_SECONDS, SILENT_LIMIT
 from crawler.sources.trackers import Trackers
 from tests.opentracker import opentracker, peer_address  # noqa: F401 (fixture)
 
@@ -50,20 +50,20 @@ def test_75_empty_swarms_take_two_udp_scrape_packets_and_no_announce(opentracker
 
 
 def test_65_swarms_take_two_http_scrapes_and_only_the_live_one_is_announced(opentracker, trackers):  # noqa: F811
-    hashes, warm = _hashes(65), _hashes(1)[0]
-    ot = opentracker(hashes + [warm])
+    hashes, (first, last) = _hashes(65), _hashes(2)
+    ot = opentracker(hashes + [first, last])
     live = hashes[3]
     ot.announce_from(peer_address(1), live, 21001, left=0)
     ot.announce_from(peer_address(2), live, 21002)
-    # Until a reply shows the tracker reads every info_hash (it lists a torrent other than the
-    # request's first), a left-out torrent is announced to; the order a group forms in is the
-    # order its visits arrive, so ask until the live one came second.
-    for _ in range(20):
-        first, second = _all(trackers, ot.http_url, [warm, live])
-        if trackers.scrapes.multi.get(ot.http_url):
-            break
-        assert first.asked == "announce" and second.asked == "announce"  # not known yet: both announced
-    assert trackers.scrapes.multi.get(ot.http_url)
+    ot.announce_from(peer_address(3), first, 21003)
+    ot.announce_from(peer_address(4), last, 21004)
+    # A torrent left out is read as empty only as deep in a request as the tracker was seen to
+    # read (a reply listing two torrents asked, the deepest there). Seats taken by one greenlet
+    # are asked in their order: two live swarms at both ends of a full request show all 64 read.
+    seats = [trackers.scrapes.seat(ot.http_url, bytes.fromhex(h), 5.0) for h in [first, *_hashes(62), last]]
+    answers = [trackers.scrapes.answer(ot.http_url, seat) for seat in seats]
+    assert answers[0].leechers == answers[-1].leechers == 1 and answers[1:-1] == [EMPTY] * 62
+    assert trackers.scrapes.reads.get(ot.http_url) == 64
     before = trackers.scrapes.http_requests
     results = dict(zip(hashes, _all(trackers, ot.http_url, hashes)))
     assert trackers.scrapes.http_requests - before == 2

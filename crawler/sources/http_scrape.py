@@ -9,11 +9,20 @@ the last ``/``-separated part of the path begins with ``announce``, that
 URL of some 4.5 kB). The reply's ``files`` dictionary holds the counts of
 the torrents the tracker knows; one it does not know is absent (the caller
 decides what that means). Only the asked hashes' entries are decoded.
+
+A ``files`` key is an asked info-hash as its 20 bytes, or as WebTorrent's
+``bittorrent-tracker`` writes it: its bencode library keys a dictionary by
+text, so the hash's bytes are read as Latin-1 and the key written as UTF-8
+(``webtorrent_key``: each byte from 0x80 up becomes two, a 20-byte hash a key
+of up to 40). Both are read as the hash. Every other key (a hash in hex, a
+torrent not asked) is counted, not decoded, so the caller can tell a reply
+that says nothing of a torrent from one it cannot read (``ScrapeFound``).
 """
 
 from __future__ import annotations
 
 import urllib.parse
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from crawler.bencode import codec as bencode
@@ -53,31 +62,82 @@ def scrape_request(base: str, info_hashes: list[bytes]) -> str:
     return base + sep + "&".join("info_hash=" + urllib.parse.quote_from_bytes(h, safe="") for h in info_hashes)
 
 
-def parse_scrape_reply(body: bytes, info_hashes: list[bytes]) -> dict[bytes, ScrapeCounts]:
-    """The counts of each of ``info_hashes`` the reply holds (a torrent it leaves out is absent).
+def webtorrent_key(info_hash: bytes) -> bytes:
+    """``info_hash`` as WebTorrent's ``bittorrent-tracker`` keys it in ``files``: its bytes read as Latin-1,
+    written as UTF-8 (the hash itself when no byte is 0x80 or above)."""
+    return info_hash.decode("latin-1").encode("utf-8")
 
-    Raises ``TrackerRefused`` for ``failure reason``, ``HttpReplyError`` for
-    anything malformed (an asked torrent's entry without whole counts
-    included) and for a reply of more than ``http_codec.REPLY_MAX_VALUES`` values (the
-    announce replies' budget: ``MAX_HASHES`` entries of a few values each, and
-    the rest of a reply that lists more torrents than asked, checked only).
-    Counts above ``MAX_COUNT`` are refused, as in announce replies.
+
+class ScrapeFound(dict):
+    """The counts of the asked torrents a scrape reply lists, keyed by the asked hash.
+
+    ``listed``: the keys its ``files`` held; ``others``: how many of them are no
+    asked hash in either form (``webtorrent_key``): a reply keyed some other
+    way, or listing torrents not asked. With ``others`` at 0, a torrent
+    absent here is one the reply does not list.
     """
-    schema = bencode.Keys({b"failure reason": bencode.LEAF,
-                           b"files": bencode.Keys({h: _COUNTS for h in info_hashes})})
+
+    __slots__ = ("listed", "others")
+
+
+class _FilesKeys(Mapping):
+    """The schema of a reply's ``files``: each form of each asked hash read as counts.
+
+    The bencode reader looks each key of a ``Keys`` dictionary up once, kept
+    or not; the lookups are counted here, every key that is no form of an
+    asked hash apart, and nothing of such a key is kept.
+    """
+
+    def __init__(self, info_hashes: list[bytes]):
+        self.forms: dict[bytes, bytes] = {}
+        for h in info_hashes:
+            self.forms[h] = h
+        for h in info_hashes:
+            self.forms.setdefault(webtorrent_key(h), h)
+        self.listed = self.others = 0
+
+    def __getitem__(self, key: bytes) -> object:
+        self.listed += 1
+        if key in self.forms:
+            return _COUNTS
+        self.others += 1
+        raise KeyError(key)
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(self.forms)
+
+    def __len__(self) -> int:
+        return len(self.forms)
+
+
+def parse_scrape_reply(body: bytes, info_hashes: list[bytes]) -> ScrapeFound:
+    """The counts of each of ``info_hashes`` the reply holds (a torrent it leaves out is absent),
+    with how its ``files`` keys matched the hashes asked (``ScrapeFound``).
+
+    An entry keyed by the hash's 20 bytes wins over one keyed by
+    ``webtorrent_key``. Raises ``TrackerRefused`` for ``failure reason``,
+    ``HttpReplyError`` for anything malformed (an asked torrent's entry
+    without whole counts included) and for a reply of more than
+    ``http_codec.REPLY_MAX_VALUES`` values (the announce replies' budget:
+    ``MAX_HASHES`` entries of a few values each, and the rest of a reply that
+    lists more torrents than asked, checked only). Counts above
+    ``MAX_COUNT`` are refused, as in announce replies.
+    """
+    asked = _FilesKeys(info_hashes)
+    schema = bencode.Keys({b"failure reason": bencode.LEAF, b"files": bencode.Keys(asked)})
     d = decode_reply(body, schema, "scrape reply", "tracker refused the scrape")
     files = d.get(b"files", {})
     if not isinstance(files, dict):
         raise HttpReplyError("scrape reply's 'files' is not a dictionary")
-    out = {}
-    for h in info_hashes:
-        entry = files.get(h)
-        if entry is None:
-            continue
+    out = ScrapeFound()
+    out.listed, out.others = asked.listed, asked.others
+    for key, entry in files.items():
+        h = asked.forms[key]
         if not isinstance(entry, dict):
             raise HttpReplyError(f"scrape entry of {h.hex()} is not a dictionary")
         counts = [entry.get(k, 0 if k == b"downloaded" else None) for k in (b"complete", b"incomplete", b"downloaded")]
         if not all(isinstance(c, int) and 0 <= c <= MAX_COUNT for c in counts):
             raise HttpReplyError(f"scrape entry of {h.hex()} lacks whole counts")
-        out[h] = ScrapeCounts(*counts)
+        if key == h or h not in out:  # an entry under the raw key wins
+            out[h] = ScrapeCounts(*counts)
     return out

@@ -21,12 +21,23 @@ included). Otherwise the caller announces as before.
   for ``RELEARN_SECONDS``, in tracker health (so every worker knows it, and
   ``status`` shows it), and announced to as before: ``counts`` answers None.
 - An HTTP tracker lists only the torrents it has figures for (BEP 48;
-  opentracker leaves out every empty swarm), so a torrent left out of its
-  reply is empty there: when the request asked for that torrent alone, or
-  the tracker is known to read every ``info_hash`` of a request (one of its
-  replies held a torrent other than the request's first). Until then a
-  left-out torrent is announced to (``counts`` None): a tracker that reads
-  only the first ``info_hash`` would leave the others out too.
+  opentracker and aquatic leave out every swarm they do not hold), so a
+  torrent left out of a reply it read is empty there. It read the
+  torrent's ``info_hash`` when the request asked for that torrent alone, or
+  when the torrent stood at most ``reads`` deep in the request: the deepest
+  place of an asked torrent in a reply that listed two asked torrents, or
+  one neither first nor last. A tracker that reads one ``info_hash`` lists
+  one torrent at most, the first asked or (a PHP tracker's ``$_GET``) the
+  last; one that reads the first N (chihaya's 50, aquatic's 100) lists none
+  past them. Any other left-out torrent is announced to (``answer`` None).
+- A reply is read only when its keys are the hashes asked: a key that is
+  neither an asked hash's 20 bytes nor their UTF-8 text (WebTorrent's
+  ``bittorrent-tracker``; ``http_scrape.webtorrent_key``) shows a tracker
+  whose silence says nothing. From such a reply on, every torrent that
+  tracker leaves out is announced to, until a reply whose keys all are
+  asked hashes (one at least) shows it readable again. Kept per process
+  (``distrust``, an ``Lru``): the key that shows it comes in the reply it
+  would misread, so no process reads that reply as empty (docs/sources.md).
 
 Scrapes of one tracker asked together are grouped (``ScrapeGroups``).
 """
@@ -40,7 +51,7 @@ from crawler.sources.addresses import share_of_time
 from crawler.sources.health import TrackerHealth
 from crawler.sources.http_client import HttpStatusError
 from crawler.sources.http_scrape import MAX_HASHES as HTTP_HASHES
-from crawler.sources.http_scrape import ScrapeCounts, parse_scrape_reply, scrape_request, scrape_url
+from crawler.sources.http_scrape import ScrapeCounts, ScrapeFound, parse_scrape_reply, scrape_request, scrape_url
 from crawler.sources.lru import Lru
 from crawler.sources.request_counts import RequestCounts
 from crawler.sources.scrape_groups import ScrapeGroups, Seat
@@ -79,8 +90,10 @@ class TrackerScrapes:
         self.groups = ScrapeGroups(self._scrape_many, full=self._per_request)
         # tracker URL -> its failed scrape requests in a row
         self.failed: Lru[str, int] = Lru(cache_size)
-        # HTTP tracker URLs known to read every info_hash of a scrape request
-        self.multi: Lru[str, bool] = Lru(cache_size)
+        # HTTP tracker URL -> how many info_hash of a request it was seen to read
+        self.reads: Lru[str, int] = Lru(cache_size)
+        # HTTP tracker URLs whose last reply that had keys held one that is no asked hash
+        self.distrust: Lru[str, bool] = Lru(cache_size)
         self.udp_packets = self.http_requests = 0
 
     def seat(self, url: str, info_hash: bytes, patience: float, place=lambda: 0.0) -> Seat | None:
@@ -168,7 +181,19 @@ class TrackerScrapes:
             found = parse_scrape_reply(body, chunk)
         except TrackerRefused as e:  # a failure reason: scraping is not for us here
             raise ScrapeUnsupported(str(e)) from None
-        if any(h in found for h in chunk[1:]):
-            self.multi[url] = True
-        absent = EMPTY if len(chunk) == 1 or self.multi.get(url) else None
-        return [found.get(h, absent) for h in chunk]
+        return self._read(url, chunk, found)
+
+    def _read(self, url: str, chunk: list[bytes], found: ScrapeFound) -> list[ScrapeCounts | None]:
+        """Per hash of one request: its counts, EMPTY when the tracker read it and left it out, or None."""
+        if found.others:
+            self.distrust[url] = True
+        elif found.listed:
+            self.distrust.pop(url, None)
+        places = [i for i, h in enumerate(chunk) if h in found]
+        if len(places) > 1 or (places and 0 < places[0] < len(chunk) - 1):
+            self.reads[url] = max(self.reads.get(url, 0), places[-1] + 1)
+        if self.distrust.get(url):
+            read = 0
+        else:
+            read = len(chunk) if len(chunk) == 1 else self.reads.get(url, 0)
+        return [found.get(h, EMPTY if i < read else None) for i, h in enumerate(chunk)]
