@@ -85,7 +85,7 @@ def test_any_reply_is_read_or_refused_in_one_line(d, asked):
     except RemoteProtocolError as e:
         assert "\n" not in str(e) and (str(e).isprintable() or isinstance(e, h.TrackerRefused))
         return
-    assert set(found) <= set(asked) and 0 <= found.others <= found.listed
+    assert set(found) <= set(asked) and 0 <= found.others <= found.listed and (found.files or not found.listed)
     for c in found.values():
         assert all(isinstance(x, int) and 0 <= x <= MAX_COUNT for x in (c.seeders, c.leechers, c.completed))
 
@@ -121,3 +121,9 @@ def test_webtorrent_keys_past_the_value_budget_are_refused_and_a_full_request_of
     else:
         with pytest.raises(h.HttpReplyError, match="too large"):
             parse_scrape_reply(body, asked[:MAX_HASHES])
+
+
+def test_a_reply_without_files_says_so_and_one_with_an_empty_files_lists_nothing():
+    assert parse_scrape_reply(b"d8:intervali1800e5:peers0:e", [b"\x01" * 20]).files is False
+    found = parse_scrape_reply(b"d5:filesdee", [b"\x01" * 20])
+    assert found == {} and (found.files, found.listed, found.others) == (True, 0, 0)

@@ -26,11 +26,13 @@ class Tracker:
     """An HTTP tracker on 127.0.0.1. ``swarms``: info-hash -> (seeders, leechers); its scrape lists
     the hashes it reads (``reads``: "all", "first50" or "last") that it holds, or every one it reads
     with zeros for the others (``zeros``), keyed as ``keys`` says ("raw" or "hex"). An announce
-    answers one peer. ``scraped``: the info_hash lists its scrapes asked for."""
+    answers one peer, and so does a scrape with ``announce_page``. ``scraped``: the info_hash lists
+    its scrapes asked for."""
 
     def __init__(self):
         self.swarms: dict[bytes, tuple[int, int]] = {}
         self.reads, self.keys, self.zeros = "all", "raw", False
+        self.announce_page = False  # its scrape URL answers as its announce URL does
         self.scraped: list[list[bytes]] = []
         tracker = self
 
@@ -40,7 +42,7 @@ class Tracker:
 
             def do_GET(self):
                 path, _, query = self.path.partition("?")
-                if path == "/scrape":
+                if path == "/scrape" and not tracker.announce_page:
                     body = tracker.scrape([urllib.parse.unquote_to_bytes(v) for k, _, v in
                                            (p.partition("=") for p in query.split("&")) if k == "info_hash"])
                 else:
@@ -142,3 +144,11 @@ def test_a_tracker_that_reads_only_the_last_info_hash_never_has_the_others_read_
     assert trackers.scrapes.reads.get(tracker.url) is None
     # asked alone, a torrent it does not list is empty there
     assert _scrape(trackers, tracker.url, _hashes(1)) == [EMPTY]
+
+
+def test_a_scrape_url_that_answers_with_no_files_dictionary_is_learned_as_one_that_cannot_scrape(tracker, trackers):
+    tracker.announce_page = True
+    (ih,) = _hashes(1)
+    r = trackers.announce(tracker.url, ih.hex())
+    assert r.ok and r.asked == "announce" and set(r.peers) == {("127.9.9.7", 6883)}
+    assert trackers.health.no_scrape_until(tracker.url) is not None

@@ -71,13 +71,15 @@ def webtorrent_key(info_hash: bytes) -> bytes:
 class ScrapeFound(dict):
     """The counts of the asked torrents a scrape reply lists, keyed by the asked hash.
 
-    ``listed``: the keys its ``files`` held; ``others``: how many of them are no
-    asked hash in either form (``webtorrent_key``): a reply keyed some other
-    way, or listing torrents not asked. With ``others`` at 0, a torrent
-    absent here is one the reply does not list.
+    ``files``: the reply held a ``files`` dictionary (every tracker's scrape
+    reply does, empty or not: one without it is no scrape reply); ``listed``:
+    the keys it held; ``others``: how many of them are no asked hash in either
+    form (``webtorrent_key``): a reply keyed some other way, or listing
+    torrents not asked. With ``files`` and ``others`` at 0, a torrent absent
+    here is one the reply does not list.
     """
 
-    __slots__ = ("listed", "others")
+    __slots__ = ("files", "listed", "others")
 
 
 class _FilesKeys(Mapping):
@@ -126,11 +128,12 @@ def parse_scrape_reply(body: bytes, info_hashes: list[bytes]) -> ScrapeFound:
     asked = _FilesKeys(info_hashes)
     schema = bencode.Keys({b"failure reason": bencode.LEAF, b"files": bencode.Keys(asked)})
     d = decode_reply(body, schema, "scrape reply", "tracker refused the scrape")
-    files = d.get(b"files", {})
-    if not isinstance(files, dict):
+    files = d.get(b"files")
+    if files is not None and not isinstance(files, dict):
         raise HttpReplyError("scrape reply's 'files' is not a dictionary")
     out = ScrapeFound()
-    out.listed, out.others = asked.listed, asked.others
+    out.files, out.listed, out.others = files is not None, asked.listed, asked.others
+    files = files or {}
     for key, entry in files.items():
         h = asked.forms[key]
         if not isinstance(entry, dict):

@@ -17,7 +17,8 @@ included). Otherwise the caller announces as before.
   and it is learned as one that cannot scrape, and announced to; a tracker
   that is simply down then fails its announces and backs off as before.
 - A tracker that cannot scrape (an announce URL without BEP 48's scrape
-  form, a UDP error reply, an HTTP 4xx on the scrape URL) is learned as such
+  form, a UDP error reply, an HTTP 4xx on the scrape URL or a reply there
+  without BEP 48's ``files``) is learned as such
   for ``RELEARN_SECONDS``, in tracker health (so every worker knows it, and
   ``status`` shows it), and announced to as before: ``counts`` answers None.
 - An HTTP tracker lists only the torrents it has figures for (BEP 48;
@@ -181,6 +182,8 @@ class TrackerScrapes:
             found = parse_scrape_reply(body, chunk)
         except TrackerRefused as e:  # a failure reason: scraping is not for us here
             raise ScrapeUnsupported(str(e)) from None
+        if not found.files:  # a 200 that is no scrape reply (an announce page at the scrape URL)
+            raise ScrapeUnsupported("the scrape URL's reply holds no 'files' dictionary")
         return self._read(url, chunk, found)
 
     def _read(self, url: str, chunk: list[bytes], found: ScrapeFound) -> list[ScrapeCounts | None]:
