@@ -152,3 +152,56 @@ def test_a_scrape_url_that_answers_with_no_files_dictionary_is_learned_as_one_th
     r = trackers.announce(tracker.url, ih.hex())
     assert r.ok and r.asked == "announce" and set(r.peers) == {("127.9.9.7", 6883)}
     assert trackers.health.no_scrape_until(tracker.url) is not None
+
+
+class ShortUdpTracker:
+    """A UDP tracker on 127.0.0.1 that reads the first ``reads`` info-hashes of a scrape packet and
+    answers an entry for each (zeros for swarms it does not hold), as chihaya (50) and aquatic (70)
+    do; ``swarms``: info-hash -> (seeders, leechers)."""
+
+    def __init__(self, reads: int):
+        import struct
+
+        from crawler.sources import udp_codec as u
+
+        self.reads, self.swarms, self.scrapes = reads, {}, 0
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.url = f"udp://127.0.0.1:{self.sock.getsockname()[1]}/announce"
+
+        def serve():
+            while True:
+                try:
+                    data, addr = self.sock.recvfrom(2048)
+                except OSError:
+                    return
+                action, tid = struct.unpack_from(">II", data, 8)
+                if len(data) == 16:
+                    self.sock.sendto(u.encode_reply(u.ConnectReply(tid, 99)), addr)
+                elif action == 2:
+                    self.scrapes += 1
+                    asked = [data[o:o + 20] for o in range(16, len(data), 20)][: self.reads]
+                    entries = tuple(u.ScrapeEntry(self.swarms.get(h, (0, 0))[0], 0, self.swarms.get(h, (0, 0))[1])
+                                    for h in asked)
+                    self.sock.sendto(u.encode_reply(u.ScrapeReply(tid, entries)), addr)
+
+        threading.Thread(target=serve, daemon=True).start()
+
+    def close(self):
+        self.sock.close()
+
+
+@pytest.mark.parametrize("reads", [50, 70])
+def test_a_udp_scrape_answered_short_is_what_the_tracker_read_and_the_rest_are_announced(trackers, reads):
+    t = ShortUdpTracker(reads)
+    try:
+        hashes = _hashes(74)
+        t.swarms = {hashes[3]: (4, 2), hashes[reads + 1]: (1, 1)}
+        answers = _scrape(trackers, t.url, hashes)
+        assert t.scrapes == 1
+        assert answers[3] == ScrapeCounts(4, 2, 0)
+        assert all(x == EMPTY or x == ScrapeCounts(0, 0, 0) for i, x in enumerate(answers[:reads]) if i != 3)
+        assert answers[reads:] == [None] * (74 - reads)  # not read: announced (hashes[reads + 1] has peers)
+        assert trackers.scrapes.failed.get(t.url) is None  # a short reply is no failure of the tracker
+    finally:
+        t.close()

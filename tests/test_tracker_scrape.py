@@ -63,9 +63,9 @@ def test_scrape_reply_that_does_not_match_the_request_is_a_typed_error(udp):
         addr, deadline = ("127.0.0.1", t.port), time.monotonic() + 3
         good = [bytes([UDP_GOOD]) + os.urandom(19) for _ in range(3)]
         assert [e.seeders for e in udp.scrape(addr, socket.AF_INET, good, deadline)] == [1, 2, 3]
+        # a reply shorter than asked is what the tracker read (chihaya reads 50 a packet, aquatic 70)
         short = [bytes([UDP_TRUNCATED]) + os.urandom(19), good[0]]
-        with pytest.raises(u.UdpPacketError, match="scrape reply has 1 entries for 2 info-hashes"):
-            udp.scrape(addr, socket.AF_INET, short, deadline)
+        assert [e.seeders for e in udp.scrape(addr, socket.AF_INET, short, deadline)] == [1]
         with pytest.raises(ValueError, match="1..74"):
             udp.scrape(addr, socket.AF_INET, good * 25, deadline)
         assert t.connects == 1 and udp.scrapes_sent == 2

@@ -149,8 +149,10 @@ class TrackerScrapes:
             self.health.learn_no_scrape(url, time.time() + RELEARN_SECONDS)
         self.on_failure(url, e)
 
-    def _udp(self, url: str, chunk: list[bytes], deadline: float) -> list[ScrapeCounts]:
-        """One packet's counts; a silent address gives way to the next, each given an equal share of the time."""
+    def _udp(self, url: str, chunk: list[bytes], deadline: float) -> list[ScrapeCounts | None]:
+        """One packet's counts, None for each hash past those the tracker read (its reply is as long
+        as what it read: zeros for swarms it does not hold, in order); a silent address gives way to
+        the next, each given an equal share of the time."""
         targets = self.udp_targets(url)
         for k, (family, addr) in enumerate(targets):
             self.udp_packets += 1
@@ -163,7 +165,8 @@ class TrackerScrapes:
                 if k == len(targets) - 1:
                     raise
                 continue
-            return [ScrapeCounts(e.seeders, e.leechers, e.completed) for e in entries]
+            read = [ScrapeCounts(e.seeders, e.leechers, e.completed) for e in entries]
+            return read + [None] * (len(chunk) - len(read))
         raise TrackerTimeout("the tracker has no address to scrape")
 
     def _http(self, url: str, chunk: list[bytes], deadline: float) -> list[ScrapeCounts | None]:

@@ -308,11 +308,13 @@ class UdpTrackerClient:
         return out
 
     def scrape(self, addr: tuple, family: int, info_hashes: list[bytes], deadline: float) -> tuple[codec.ScrapeEntry, ...]:
-        """Seeders, completed and leechers of each of ``info_hashes`` (1 to 74), in their order, in one packet.
+        """Seeders, completed and leechers of the first of ``info_hashes`` (1 to 74), in their order, in one
+        packet: as many entries as the tracker read (chihaya reads 50 a packet, aquatic 70; the rest
+        are left out of its reply, not zeros).
 
         Uses the cached connection id like ``announce_many``. Raises
-        TrackerTimeout, TrackerRefused, or UdpPacketError when the reply does
-        not hold one entry per info-hash; ValueError for a bad list (ours).
+        TrackerTimeout, TrackerRefused, or UdpPacketError when the reply holds
+        more entries than info-hashes asked; ValueError for a bad list (ours).
         """
         info_hashes = list(info_hashes)
         codec.scrape_request(0, 0, info_hashes)  # validate before any traffic
@@ -322,7 +324,7 @@ class UdpTrackerClient:
             return codec.scrape_request(cid, tid, info_hashes)
 
         reply = self._with_connection(addr, family, build, codec.SCRAPE, deadline)
-        if len(reply.entries) != len(info_hashes):
+        if len(reply.entries) > len(info_hashes):
             raise codec.UdpPacketError(
                 f"scrape reply has {len(reply.entries)} entries for {len(info_hashes)} info-hashes"
             )
