@@ -187,6 +187,9 @@ def crawl(s: Settings, wc, client, ot_u, tap_port: int, sizes: dict[str, int], u
     end = Marks(ot_u, tap_port, p.worker.health.visits)
     out = figures(marks[0] if marks else start, end)
     out["failed_visits"] = p.worker.health.failed
+    ahead = getattr(p.visitor, "ahead", None)  # scrapes asked ahead of the visits, where the crawler has them
+    if ahead is not None:
+        out["scrape_ahead"] = {"peeks": ahead.peeks, "seats_ahead": ahead.ahead, "seats_used": ahead.used}
     return out
 
 

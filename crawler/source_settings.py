@@ -218,6 +218,12 @@ class SourceSettings:
     scrape_first: bool = p.setting(
         "PEERCRAWL_SCRAPE", True, p.on_off, "`on` / `off`: scrape each tracker first and announce only where "
         "its swarm is not empty")
+    # Scrape ahead: torrents due within this many seconds are scraped per tracker
+    # in full packets before their visits, and a visit takes counts up to this
+    # old (docs/sources.md, "Scrape ahead"); at most half the revisit interval.
+    scrape_ahead_seconds: float = p.setting(
+        "PEERCRAWL_SCRAPE_AHEAD_SECONDS", 30.0, p.nonnegative_float, "how far ahead of their visits torrents are "
+        "scraped (and how old counts a visit takes), at most half the revisit interval; 0: each visit scrapes")
     # A tracker's UDP and HTTP URLs (one host, port and path) share one swarm store
     # (docs/sources.md, "One tracker, one ask"); off for a host that runs two.
     one_ask_per_tracker: bool = p.setting(

@@ -55,10 +55,10 @@ from crawler.settings import Settings
 from crawler.sources import dht_schedule
 from crawler.sources.announce_cap import AnnounceCap
 from crawler.sources.result import SourceResult, VisitResult
-from crawler.sources.tracker_urls import by_tracker, preferred
 from crawler.store import patience
 from crawler.store.outage import Outage
 from workers.claims import Claims
+from workers.scrape_ahead import ScrapeAhead, asked
 
 log = logs.get("worker.visit")
 
@@ -121,11 +121,20 @@ class Visitor:
         self.cap = cap or AnnounceCap(queue.client, keys, settings)
         self.dht_budget = dht_budget or AnnounceCap.dht_budget(queue.client, keys, settings)
         self.outage = outage or patience.outage(queue.client) or Outage(patience=settings.redis_wait_seconds)
-        self.claims = claims or Claims(queue, self.outage)
         self.trackers, self.recorder, self.dht, self.sizes, self.names = trackers, recorder, dht, sizes, names
         self._defaults = tuple(t.url for t in settings.trackers)
+        # Scrapes asked ahead of the visits, per tracker in full requests, of the torrents claimed
+        # ahead and of those about to fall due (workers.scrape_ahead).
+        self.ahead = ScrapeAhead(queue, trackers, settings, self._place, self._defaults)
+        self.claims = claims or Claims(queue, self.outage, ahead=self.ahead.want, on_ahead=self.ahead.held)
+        if claims is None:
+            self.ahead.claims = self.claims
         self._hour, self._noted = -1, set()
         self._blocked: set[str] = set()  # trackers the address policy refused, each logged once
+
+    def _place(self, url: str) -> Callable[[], float]:
+        """What takes one scrape request to ``url`` its place in the announce cap (seconds to wait)."""
+        return lambda: self.cap.take([url], per=1)[url]
 
     def _plan(self, h: str) -> tuple[list[str], notes.SourceNotes]:
         """(every tracker of ``h``, its source notes) in one round trip."""
@@ -157,10 +166,10 @@ class Visitor:
     def scrape(self, h: str, urls: list[str]) -> dict[str, SourceResult]:
         """The trackers of ``urls`` whose scrape settles this visit, with their answers (``Trackers.scrape_first``).
 
-        Every tracker is scraped at once: the torrent takes a seat in each
-        tracker's next scrape (whose request takes its place in the announce
-        cap), and the scrape stage's deadline starts after the longest of
-        those waits. A tracker whose scrape does not settle the visit (the
+        Every tracker is scraped at once: the torrent takes its seat in a scrape
+        asked ahead, or one in each tracker's next scrape (whose request takes
+        its place in the announce cap: ``ScrapeAhead.seat``), and the scrape
+        stage's deadline starts after the longest of those waits. A tracker whose scrape does not settle the visit (the
         swarm has peers, or it cannot scrape) is left out: it is announced
         to. Raises only ``StoreError``.
         """
@@ -170,7 +179,7 @@ class Visitor:
         answers: dict[str, SourceResult | None] = {}
         seats = {}
         for u in urls:
-            got = self.trackers.scrape_seat(u, h, patience, lambda u=u: self.cap.take([u], per=1)[u])
+            got = self.ahead.seat(u, h, patience)
             if isinstance(got, SourceResult):
                 answers[u] = got
             elif got is not None:
@@ -241,17 +250,13 @@ class Visitor:
         h = lease.info_hash
         s = self.settings
         start = time.time()
+        self.ahead.visiting(h)
         urls, noted = self._plan(h)
         not_before = noted.not_before
         # One URL per tracker (its UDP and HTTP URLs are one swarm store): a tracker is held while any
         # of its URLs is inside its min interval, else asked at its preferred URL (same: the others).
-        groups = by_tracker(urls) if s.one_ask_per_tracker else [[u] for u in urls]
-        held_until = [max(not_before.get(u, 0.0) for u in g) for g in groups]
-        eligible, same = [], {}
-        for g, until in zip(groups, held_until):
-            if until <= start:
-                eligible.append(preferred(g, self.trackers.health.backing_off_until))
-                same.update((u, eligible[-1]) for u in g if u != eligible[-1])
+        groups, held_until, eligible, same = asked(urls, not_before, start, s.one_ask_per_tracker,
+                                                   self.trackers.health.backing_off_until)
         dht = self.dht is not None and noted.dht_not_before <= start
         if not eligible and not dht:
             times = held_until + ([noted.dht_not_before] if self.dht is not None else [])

@@ -38,13 +38,23 @@ QUIET = 0.002
 
 
 class Seat:
-    """One torrent's place in a group: ``wait``, seconds (from when the seat was taken) before the
-    group's request may go; ``get()``: its counts, None (left out), or raises what failed it."""
+    """One torrent's place in a group: ``send_at``, when (``time.monotonic()``) the group's request
+    may go, and ``wait``, the seconds left until then; ``get()``: its counts, None (left out), or
+    raises what failed it."""
 
-    __slots__ = ("wait", "_done")
+    __slots__ = ("send_at", "_done")
 
-    def __init__(self, wait: float, done: AsyncResult):
-        self.wait, self._done = wait, done
+    def __init__(self, send_at: float, done: AsyncResult):
+        self.send_at, self._done = send_at, done
+
+    @property
+    def wait(self) -> float:
+        """Seconds from now before the group's request may go (0 once it may)."""
+        return max(self.send_at - time.monotonic(), 0.0)
+
+    def failed(self) -> bool:
+        """True once the exchange that should have answered the seat failed."""
+        return self._done.ready() and not self._done.successful()
 
     def get(self):
         """The seat's answer, once its group's exchange is over (see the class note)."""
@@ -105,7 +115,12 @@ class ScrapeGroups:
             g.placed.wait()
             if g.error is not None:
                 raise g.error if isinstance(g.error, StoreError) else StoreError(f"scrape place: {g.error!r}")
-        return Seat(max(g.send_at - time.monotonic(), 0.0), done)
+        return Seat(g.send_at, done)
+
+    def forming(self, url: str) -> int:
+        """The seats taken in ``url``'s forming group (0: none forming; a new seat opens one)."""
+        g = self._forming.get(url)
+        return 0 if g is None else len(g.members)
 
     def _scrape_forming(self, url: str, g: _Group) -> None:
         gevent.sleep(max(g.send_at - time.monotonic(), 0.0))  # its place in the cap; scrapes keep joining

@@ -123,6 +123,8 @@ class Trackers:
         self.requests = RequestCounts(client, keys, settings.top_trackers, settings.tracker_cache_size)
         self.udp.on_sent, self.udp_targets = self.requests.sent_to, self.requests.naming(self.addresses.udp_targets)
         self.groups = AnnounceGroups(self._udp_many)
+        self.closed = False  # close() was called (what runs beside the visits stops)
+        self.on_close: list = []  # called first by close(): the scrapes asked ahead hand back what they hold
         self.http_announces_sent = 0  # HTTP announces and withdrawals (figures, beside the UDP client's)
         self.scrapes = TrackerScrapes(settings.scrape_first, self.udp, self.udp_targets, self._http_body,
                                       self.health, settings.tracker_cache_size, self._note, self.requests)
@@ -389,6 +391,9 @@ class Trackers:
 
     def close(self) -> None:
         """Write the request counts and batched health, close the UDP sockets (the ``Trackers`` is done)."""
+        self.closed = True
+        for hook in self.on_close:
+            hook()
         self.requests.close()
         self.health.close()
         self.udp.close()

@@ -1,0 +1,174 @@
+"""Scrape ahead (workers/scrape_ahead.py): full scrape packets whatever the pool's size, against a real
+opentracker with no rate, counts equal to the truth; what a peek asks, and for whom; the torrents
+claimed ahead handed back at a stop."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import socket
+import struct
+import threading
+import time
+import urllib.request
+
+import gevent
+import pytest
+
+from crawler.counters.rankings import top
+from crawler.counters.recorder import Recorder
+from crawler.queue.items import NewItem
+from crawler.queue.transitions import Queue
+from crawler.queue.view import QueueView
+from crawler.source_settings import TrackerSpec
+from crawler.sources import udp_codec as u
+from crawler.sources.health import FAILURE
+from crawler.sources.trackers import Trackers
+from tests.mmdb import write_city_db
+from tests.opentracker import opentracker, peer_address  # noqa: F401 (fixture)
+from workers.process import Process
+from workers.visit import Visitor
+
+
+def hashes(tag: str, n: int) -> list[str]:
+    return [hashlib.sha1(f"{tag}-{i}".encode()).hexdigest() for i in range(n)]
+
+
+def udp_received(ot) -> dict[str, int]:
+    """The UDP requests opentracker received, by kind (its statistics page)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{ot.port}/stats?mode=everything", timeout=5) as r:
+        page = r.read().decode()
+    udp = re.search(r"<udp>(.*?)</udp>", page, re.S).group(1)
+    return {k: int(re.search(rf"<{k}>(\d+)</{k}>", udp).group(1)) for k in ("connect", "announce", "scrape")}
+
+
+@pytest.mark.parametrize(("concurrency", "n"), [(8, 222), (64, 592)])
+def test_a_worker_fills_its_udp_scrape_packets_whatever_its_concurrency(opentracker, settings, client, keys,  # noqa: F811
+                                                                       tmp_path, concurrency, n):
+    # n torrents behind one opentracker with no rate, one in ten with two peers: a pool of 8 has 8
+    # visits under way and one of 64 has 64, yet the worker's scrapes go out 74 hashes to a packet
+    # (BEP 15's most) but for the ends of its claims: at least 50 on average.
+    hs = hashes(f"fill{concurrency}", n)
+    ot = opentracker(hs)
+    live = hs[::10]
+    truth = {}
+    for i, h in enumerate(live):
+        truth[h] = {peer_address(2 * i), peer_address(2 * i + 1)}
+        for ip in truth[h]:
+            ot.announce_from(ip, h, 6881)
+    s = settings.replace(geoip_db=write_city_db(tmp_path / "c.mmdb"))
+    Queue(client, keys, s).add([NewItem(h, (ot.udp_url,)) for h in hs])
+    before = udp_received(ot)
+    p = Process(s, client, keys, concurrency=concurrency, until_idle=True, flush=False)
+    assert p.run(signals=False) == 0
+    sent = {k: v - before[k] for k, v in udp_received(ot).items()}
+    # every torrent was scraped (a visit always scrapes first), so the hashes sent are n or more
+    assert sent["scrape"] and n / sent["scrape"] >= 50, sent
+    # the empty swarms were settled by their scrapes; each live one announced and withdrew once
+    assert sent["announce"] == 2 * len(live), sent
+    view = QueueView(client, keys)
+    assert view.counts()["in_flight"] == 0 and view.counts()["cooling"] == n
+    counted = {m["metric"].split(".")[1]: m["count"] for m in top(client, keys, "torrents", limit=n + 10)}
+    assert counted == {h: len(ips) for h, ips in truth.items()}
+
+
+class RecordingTracker:
+    """A UDP tracker that answers connects and scrapes: each torrent's seeders and leechers are the
+    first two bytes of its info-hash (so an answer names the torrent it was for). ``packets``: the
+    info-hashes (hex) of each scrape, with when it arrived (monotonic)."""
+
+    def __init__(self):
+        self.packets: list[tuple[float, list[str]]] = []
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.settimeout(0.2)
+        self.url = f"udp://127.0.0.1:{self.sock.getsockname()[1]}/announce"
+        self.stopped = False
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        while not self.stopped:
+            try:
+                data, addr = self.sock.recvfrom(2048)
+            except (TimeoutError, OSError):
+                continue
+            if len(data) < 16:
+                continue
+            action, tid = struct.unpack_from(">II", data, 8)
+            if action == u.CONNECT:
+                self.sock.sendto(u.encode_reply(u.ConnectReply(tid, 42)), addr)
+            elif action == u.SCRAPE:
+                asked = [data[i:i + 20] for i in range(16, len(data), 20)]
+                self.packets.append((time.monotonic(), [h.hex() for h in asked]))
+                body = b"".join(struct.pack(">III", h[0], 0, h[1]) for h in asked)
+                self.sock.sendto(struct.pack(">II", u.SCRAPE, tid) + body, addr)
+
+    def close(self):
+        self.stopped = True
+        self.thread.join(2)
+        self.sock.close()
+
+
+def test_a_peek_scrapes_what_the_visits_would_ask_and_each_seat_answers_its_own_torrent(settings, client, keys):
+    t, down = RecordingTracker(), RecordingTracker()
+    rate = 4.0  # the tracker's own cap: two packets ahead go a quarter of a second apart
+    s = settings.replace(trackers=(TrackerSpec(t.url, 50, rate),), revisit_seconds=60.0, udp_timeout=0.5)
+    trackers = Trackers(s, client, keys)
+    q = Queue(client, keys, s)
+    visitor = Visitor(q, keys, s, trackers, Recorder(client, keys, s))
+    try:
+        hs = hashes("peek", 150)
+        held, later = hs[0], hs[1]
+        q.add([NewItem(h, (down.url,)) for h in hs])
+        now = time.time()
+        # due within the horizon (30 s), one beyond it
+        client.zadd(keys.cooling, {h: now + 5 + i * 0.01 for i, h in enumerate(hs)} | {later: now + 45})
+        q.plans.hold_trackers(held, {t.url: now + 3600}, 7200)  # inside the default tracker's min interval
+        for _ in range(s.tracker_backoff_after):  # the torrents' own tracker backs off
+            trackers.health.record(down.url, FAILURE, message="TrackerTimeout: test")
+        assert trackers.health.backing_off_until(down.url) is not None
+        visitor.ahead.peek()
+        gevent.sleep(1.0)
+        # 148 torrents ask the default tracker: two full packets, neither the held one nor the later one
+        assert sorted(len(p) for _, p in t.packets) == [74, 74]
+        asked = [h for _, p in t.packets for h in p]
+        assert sorted(asked) == sorted(set(hs) - {held, later})
+        assert t.packets[1][0] - t.packets[0][0] >= 1 / rate - 0.02
+        assert down.packets == []  # a tracker that backs off is not scraped ahead
+        # each visit takes its own torrent's seat and reads its own counts; a torrent not asked takes its own
+        for h in (asked[0], asked[-1]):
+            seat = visitor.ahead.seat(t.url, h, 5.0)
+            counts = seat.get()
+            assert (counts.seeders, counts.leechers) == (int(h[:2], 16), int(h[2:4], 16))
+            again = visitor.ahead.seat(t.url, h, 5.0)  # once: a second visit asks for itself
+            assert again is not seat and again.get() == counts
+        own = visitor.ahead.seat(t.url, held, 5.0).get()
+        assert (own.seeders, own.leechers) == (int(held[:2], 16), int(held[2:4], 16))
+        assert held in t.packets[-1][1]
+    finally:
+        trackers.close()
+        t.close()
+        down.close()
+
+
+def test_what_a_worker_claimed_ahead_is_handed_back_when_it_stops(opentracker, settings, client, keys,  # noqa: F811
+                                                                tmp_path):
+    # A cap of 40 requests a second: each of these visits announces and withdraws, so a pool of 4
+    # visits ~20 a second and holds what it claimed ahead; --duration ends it midway.
+    hs = hashes("stop", 150)
+    ot = opentracker(hs)
+    for h in hs:
+        ot.announce_from(peer_address(1), h, 6881)
+    s = settings.replace(geoip_db=write_city_db(tmp_path / "c.mmdb"), max_announces_per_second=40.0)
+    Queue(client, keys, s).add([NewItem(h, (ot.udp_url,)) for h in hs])
+    held: list[int] = []
+    p = Process(s, client, keys, concurrency=4, duration=2.0, flush=False,
+                on_visit=lambda v: held.append(len(p.visitor.claims.held)))
+    assert p.run(signals=False) == 0
+    assert max(held) > 0  # torrents were claimed ahead of the runners
+    c = QueueView(client, keys).counts()
+    done = sum(QueueView(client, keys).torrent(h)["visits"] for h in hs)
+    # every torrent held and not visited is back in ready at once, none left to expire
+    assert c["in_flight"] == 0 and (c["cooling"], c["ready"]) == (done, len(hs) - done)
+    assert 0 < done < len(hs)
