@@ -113,7 +113,7 @@ class Claims(GroupCommit):
         self.drop_stale()
         mine = [self._hand_out() for _ in range(min(want, len(self.held)))]
         short = want - len(mine)
-        extra = max(0, self.ahead() - len(self.held)) if self._more else 0
+        extra = min(max(0, self.ahead() - len(self.held)), MAX_CLAIM - short) if self._more else 0
         try:
             leases = self.queue.claim(short + extra) if short + extra else []
         except StoreError as e:

@@ -1,11 +1,12 @@
 """Scrape ahead: the torrents a worker is about to visit, scraped per tracker in full requests before their visits.
 
 Strategy. Two sources say which torrents this worker visits next, exactly:
-the torrents it claimed ahead (``workers.claims``: a claim leases up to one
-horizon's worth of visits more than its runners asked for and holds them),
+the torrents it claimed ahead (``workers.claims``: a claim leases up to half
+a horizon of this process's visits more than its runners asked for, ``want``,
+and holds them),
 and the cooling torrents that fall due within the horizon (in due order, as
 claims will take them). A greenlet of the worker process (``_run``, while
-visits go on) reads the trackers and notes of each new one (``plan.lua``, in
+visits go on or torrents are held) reads the trackers and notes of each new one (``plan.lua``, in
 shared round trips) and puts the torrent, for each tracker a visit at its
 due time would ask (``asked``: the rule the visit itself applies), on that
 tracker's *pending* list. A list holding a full request's worth (74
@@ -16,7 +17,9 @@ asking. A visit without a seat asks for its own, and the tracker's pending
 torrents ride in that request, as many as fit. So a request carries a full
 load whenever that many torrents naming the tracker are held or due within
 the horizon, whatever the pool's size, and no visit waits for others to
-join (a visit with no seat ahead still forms a group as before).
+join (a visit with no seat ahead still forms a group as before; one that
+arrives while a peek is under way waits for it, ``PEEK_WAIT`` at most, so the
+first visits of a worker take the riders that peek brings).
 
 Why claimed ahead as well as peeked: in a backlog (a first pass, every
 torrent due) which torrents the next claims take depends on scores and
@@ -34,9 +37,10 @@ a torrent is never scraped for its next visit before its last one ended.
 
 What holds. A peek reads and writes nothing; the seats live in this process;
 what is claimed ahead is leased, so it is handed back at a stop
-(``close``), back to ready when held past ``STALE_SECONDS`` (as the runners'
-leases are extended), and comes back by itself when a killed worker's
-leases expire. A seat answers only the torrent it was taken for (keyed by
+(``close``, called when the process closes its ``Trackers``), handed back
+rather than out once held a third of the lease time (``Claims.stale``: the
+worker extends only its runners' leases), and comes back by itself when a
+killed worker's leases expire. A seat answers only the torrent it was taken for (keyed by
 tracker and torrent), once. Each request scraped ahead takes its place in
 the announce cap as a visit's does; a tracker that backs off or cannot
 scrape is not scraped ahead, nor a tracker held by its min interval for that
