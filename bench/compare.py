@@ -1,6 +1,6 @@
 """What a change cost: one benchmark run on two commits, interleaved, in one session.
 
-Usage: python bench/compare.py BASE [HEAD] --bench bench_worker.py [--runs 3] [-- ARGS...]
+Usage: python bench/compare.py BASE [HEAD] --bench bench_worker.py [--runs 3] [--bench-from-head] [-- ARGS...]
 
 Checks BASE and HEAD (default: the work tree's HEAD) out into temporary git
 worktrees and runs ``python bench/<bench> ARGS`` in each, alternating
@@ -11,6 +11,12 @@ side's spread ((largest - smallest) / median): the run-to-run noise a
 head/base ratio has to be read against. The benchmarks
 import the project from their working directory, so each side runs its own
 code with this interpreter's installed dependencies.
+
+``--bench-from-head`` runs HEAD's ``bench/<bench>`` on both sides, each
+still in its own tree as the working directory: for a benchmark BASE does
+not have yet. Only for one that takes the code it measures from its working
+directory (``bench_world.py`` runs ``python -m crawler`` there); a benchmark
+that imports the project from beside its own file would measure HEAD twice.
 """
 
 from __future__ import annotations
@@ -42,9 +48,11 @@ def leaves(value, prefix: str = "") -> dict[str, float]:
     return out
 
 
-def run_once(tree: Path, bench: str, args: list[str]) -> dict[str, float]:
-    """One run of ``bench`` in ``tree``: its JSON's numeric figures, flattened."""
-    p = subprocess.run([sys.executable, f"bench/{bench}", *args], cwd=tree, capture_output=True, text=True)
+def run_once(tree: Path, bench: str, args: list[str], script: Path | None = None) -> dict[str, float]:
+    """One run of ``bench`` in ``tree`` (``script``: that file instead of the tree's own): its JSON's
+    numeric figures, flattened."""
+    p = subprocess.run([sys.executable, str(script) if script else f"bench/{bench}", *args], cwd=tree,
+                       capture_output=True, text=True)
     if p.returncode != 0:
         raise SystemExit(f"compare: {bench} failed in {tree}: {p.stderr.strip().splitlines()[-1:]}")
     return leaves(json.loads(p.stdout))
@@ -68,6 +76,8 @@ def main() -> None:
     ap.add_argument("head", nargs="?", default="HEAD")
     ap.add_argument("--bench", required=True, help="a file of bench/, e.g. bench_worker.py")
     ap.add_argument("--runs", type=int, default=3, help="runs per side (default 3)")
+    ap.add_argument("--bench-from-head", action="store_true",
+                    help="run HEAD's bench file on both sides, each side's tree its working directory (module note)")
     a = ap.parse_args(argv)
     commits = {side: subprocess.run(["git", "rev-parse", "--short", getattr(a, side)], cwd=ROOT, check=True,
                                     capture_output=True, text=True).stdout.strip() for side in ("base", "head")}
@@ -83,7 +93,8 @@ def main() -> None:
             for i in range(a.runs):
                 for side in ("base", "head"):
                     print(f"compare: run {i + 1}/{a.runs} of {side}", file=sys.stderr)
-                    runs[side].append(run_once(trees[side], a.bench, extra))
+                    script = trees["head"] / "bench" / a.bench if a.bench_from_head else None
+                    runs[side].append(run_once(trees[side], a.bench, extra, script))
         finally:
             for tree in trees.values():
                 subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT)
