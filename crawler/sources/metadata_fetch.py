@@ -1,4 +1,4 @@
-"""A torrent's info dictionary fetched from its peers (BEP 9/10 ``ut_metadata``), through one libtorrent session.
+"""A torrent's info dictionary fetched from its peers (BEP 9/10 ``ut_metadata``), over TCP and uTP at once.
 
 What it is for: a torrent the crawler was handed without a name (a bare
 info-hash, a magnet without ``dn=``, one the DHT sampled) gets one from the
@@ -6,44 +6,47 @@ peers already found for it. Opt-in (``PEERCRAWL_METADATA``): this is the
 only part of the crawler that connects to peers (docs/metadata.md says what
 a peer then learns).
 
-Strategy: one ``libtorrent.session`` per ``MetadataFetcher`` (not the DHT's;
-``metadata_session`` says how it is set up and which flags keep payload
-off). ``fetch(info_hash_hex, peers)`` runs in the calling greenlet:
+Strategy: two ``libtorrent.session`` per ``MetadataFetcher``, one for TCP and
+one for uTP (not the DHT's; ``metadata_session`` says why two, how they are
+set up and which flags keep payload off). ``fetch(info_hash_hex, peers)``
+runs in the calling greenlet:
 
 1. The peers are checked against the address policy and cut to
    ``PEERS_PER_FETCH`` (``metadata_session.handed_peers``); the fetch
    takes one of ``metadata_in_flight`` slots (a gevent semaphore),
    waiting for one until its deadline.
-2. The session's IP filter is set to allow the addresses of the peers of
+2. The sessions' IP filter is set to allow the addresses of the peers of
    every fetch in flight, this one's included, and no other
    (``metadata_session.allow_only``): whatever a peer names (a holepunch
    ``connect``, peer exchange), libtorrent connects to those only. The
-   fetch adds a magnet of the info-hash with its peers
+   fetch adds a magnet of the info-hash with its peers to each session
    (``async_add_torrent``: nothing waits inside libtorrent; the filter is
-   in before the torrent) and sleeps on a gevent event until the deadline.
+   in before the torrent), so each peer is tried over TCP and over uTP at
+   once, and sleeps on a gevent event until the deadline.
 3. Alerts reach the hub through ``dht_alerts.AlertPump`` (a pipe libtorrent
-   writes to, watched by the hub) and are routed to the fetch by v1
-   info-hash. ``metadata_received_alert`` asks for the info dictionary
-   (``save_resume_data`` with ``save_info_dict``, answered by an alert, so
-   the hub never waits on libtorrent's thread); its answer wakes the fetch.
+   writes to, watched by the hub; one per session) and are routed to the
+   fetch by v1 info-hash. The first ``metadata_received_alert``, from
+   either session, asks for the info dictionary (``save_resume_data`` with
+   ``save_info_dict``, answered by an alert, so the hub never waits on
+   libtorrent's thread); its answer wakes the fetch.
    A ``metadata_failed_alert`` (metadata that did not hash to the
    info-hash: libtorrent discards it and asks again) is counted. A peer
    dropped is not given up on before the deadline: libtorrent tries it
-   again (over TCP after uTP failed, in plain text after an encrypted
-   handshake was refused, on its own schedule after a timeout).
-4. It removes the torrent at once (files kept: none was written), whatever
+   again (in plain text after an encrypted handshake was refused, on its
+   own schedule after a timeout).
+4. It removes its torrents at once (files kept: none was written), whatever
    the outcome; a torrent whose add had not come back yet is removed when
-   it does. When libtorrent reports it removed, the slot is freed and the
-   filter narrowed to the fetches still in flight: the session never holds
-   more torrents than there are slots.
+   it does. When libtorrent reports them removed from every session, the
+   slot is freed and the filter narrowed to the fetches still in flight: a
+   session never holds more torrents than there are slots.
 5. The info dictionary is read by ``metadata_info.read_info``: its SHA-1
    checked against the info-hash again, then bounded bencode, in slices
    of a millisecond or two with a ``PAUSE`` between them, so that the
    worst metadata (about a second of one core) never holds the hub.
 
 Outcomes: a ``TorrentInfo`` or a ``NoMetadata`` whose ``kind`` says why
-(``KINDS``), for the caller's retry schedule. Only a malformed info-hash
-raises.
+(``metadata_outcomes.KINDS``), for the caller's retry schedule. Only a
+malformed info-hash raises.
 """
 
 from __future__ import annotations
@@ -54,13 +57,11 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
 from functools import partial
 from typing import Self
 
 import gevent
 import libtorrent as lt
-from gevent.event import Event
 from gevent.lock import BoundedSemaphore
 
 from crawler import logs
@@ -69,7 +70,8 @@ from crawler.settings import Settings
 from crawler.source_settings import listen_text
 from crawler.sources.dht_alerts import AlertPump, StatsRequests
 from crawler.sources.metadata_info import InfoError, InfoMismatch, TorrentInfo, read_info
-from crawler.sources.metadata_session import allow_only, handed_peers, magnet_params, new_session
+from crawler.sources.metadata_outcomes import KINDS, Fetch, NoMetadata, failure
+from crawler.sources.metadata_session import allow_only, handed_peers, magnet_params, new_session, transports
 
 log = logs.get(__name__)
 
@@ -77,55 +79,13 @@ log = logs.get(__name__)
 # first (after a zero sleep it would only run the greenlets ready, and ~50 slices could pass in a row).
 PAUSE = 0.001
 
-KINDS = {
-    "no_peers": "no peer to ask: none given, or every one refused by the address policy",
-    "busy": "a fetch of this torrent is already running in this process",
-    "no_slot": "no free slot (PEERCRAWL_METADATA_IN_FLIGHT) before the deadline",
-    "timeout": "no peer sent the metadata before the deadline",
-    "unreachable": "at the deadline, every peer given had been dropped or blocked (none connected)",
-    "bad_metadata": "metadata sent did not hash to the info-hash, and no peer sent the right one",
-    "malformed": "the metadata hashed right but is not a usable info dictionary",
-    "error": "libtorrent refused the torrent or could not hand its metadata over",
-    "closed": "the fetcher was closed",
-}
+# At close: how often the uTP session's open sockets are counted, and how long past its connect timeout they
+# are waited for.
+DRAIN_POLL, DRAIN_SLACK = 0.1, 1.0
+UTP_OPEN = ("peer.num_utp_peers", "utp.num_utp_idle", "utp.num_utp_syn_sent", "utp.num_utp_connected",
+            "utp.num_utp_fin_sent", "utp.num_utp_close_wait", "utp.num_utp_deleted")
 
-
-@dataclass(frozen=True)
-class NoMetadata:
-    """A fetch that brought no info dictionary: ``kind`` is a key of ``KINDS``, ``reason`` one line for a log."""
-
-    kind: str
-    reason: str
-
-
-class Fetch:
-    """One torrent in the session, from its add to its removal.
-
-    ``live``: endpoints being connected or connected; ``dropped``: endpoint
-    handed over -> why libtorrent dropped or blocked it; ``refused``: the
-    endpoints peers named (holepunch) that the filter blocked.
-    """
-
-    __slots__ = ("info_hash", "given", "event", "retired", "handle", "received", "info", "error", "bad_metadata",
-                 "live", "dropped", "refused", "done")
-
-    def __init__(self, info_hash: bytes, given: list[tuple[str, int]]):
-        self.info_hash, self.given = info_hash, given
-        self.event = Event()
-        self.retired = Event()  # its torrent is out of the session
-        self.handle = None
-        self.received = False  # libtorrent has the metadata
-        self.info: bytes | None = None  # the bencoded info dictionary
-        self.error: str | None = None
-        self.bad_metadata = 0
-        self.live: set[tuple] = set()
-        self.dropped: dict[tuple, str] = {}
-        self.refused = 0
-        self.done = False  # the fetch stopped waiting: the torrent goes as soon as it is added
-
-    def all_dropped(self) -> bool:
-        """Every peer handed over was dropped or blocked and none is connected, and no metadata came."""
-        return not self.received and not self.live and len(self.dropped) >= len(self.given)
+__all__ = ["KINDS", "MetadataFetcher", "NoMetadata"]
 
 
 def _key(handle) -> bytes:
@@ -147,14 +107,15 @@ class MetadataFetcher:
         self.timeout = settings.metadata_timeout
         self.allow_private = settings.allow_private
         self.save_path = tempfile.mkdtemp(prefix="peercrawl-metadata-")
-        self._session = new_session(settings, extra)
+        # transport -> its session (metadata_session.TRANSPORTS): a fetch's torrent is in each.
+        self._sessions = {t: new_session(settings, extra, t) for t in transports(extra)}
         self._slots = BoundedSemaphore(settings.metadata_in_flight)
         self._fetches: dict[bytes, Fetch] = {}
-        self._allowed: frozenset[str] = frozenset()  # the addresses the session's IP filter lets through
-        self._stats = StatsRequests()
+        self._allowed: frozenset[str] = frozenset()  # the addresses the sessions' IP filter lets through
+        self._stats = {t: StatsRequests() for t in self._sessions}
         self._closed = False
         self.outcomes: Counter[str] = Counter()  # "ok" or a NoMetadata kind -> fetches
-        self.peak = 0  # most torrents in the session at once
+        self.peak = 0  # most torrents in a session at once
         self._handlers = {
             lt.add_torrent_alert: self._on_added,
             lt.torrent_removed_alert: self._on_removed,
@@ -168,47 +129,55 @@ class MetadataFetcher:
             lt.session_stats_alert: self._on_stats,
             lt.listen_failed_alert: self._on_listen_failed,
         }
-        self._pump = AlertPump(self._session, self._dispatch)
+        self._pumps = [AlertPump(session, partial(self._dispatch, t)) for t, session in self._sessions.items()]
         log.info("metadata_fetcher_started", listen=listen_text(settings.metadata_listen),
-                 in_flight=settings.metadata_in_flight)
+                 in_flight=settings.metadata_in_flight, transports=",".join(self._sessions))
 
     # --- hub side: never switches -----------------------------------------
 
-    def _dispatch(self, alerts: list) -> None:
-        """Handle one batch of alerts (AlertPump); runs in the hub."""
+    def _dispatch(self, transport: str, alerts: list) -> None:
+        """Handle one batch of alerts of ``transport``'s session (AlertPump); runs in the hub."""
         handlers = self._handlers
         for alert in alerts:
             handler = handlers.get(type(alert))
             if handler is None:
                 continue
             try:
-                handler(alert)
+                handler(transport, alert)
             except Exception:  # noqa: BLE001 (one bad alert must not stop the others)
                 gevent.get_hub().handle_error(None, *sys.exc_info())
 
     def _fetch_of(self, alert) -> Fetch | None:
         return self._fetches.get(_key(alert.handle))
 
-    def _on_added(self, alert) -> None:
+    def _on_added(self, transport: str, alert) -> None:
         f = self._fetches.get(alert.params.info_hashes.v1.to_bytes())
         if f is None:
             return
         if alert.error.value():
             f.error = f"libtorrent refused the torrent: {alert.error.message()}"
-            f.event.set()
-            self._retire(f)
+            self._out(f, transport)
             return
-        f.handle = alert.handle
-        if f.done and self._session is not None:
-            self._session.remove_torrent(alert.handle)
+        f.handles[transport] = alert.handle
+        session = self._sessions.get(transport)
+        if f.done and session is not None:
+            session.remove_torrent(alert.handle)
 
-    def _on_removed(self, alert) -> None:
+    def _on_removed(self, transport: str, alert) -> None:
         f = self._fetches.get(alert.info_hashes.v1.to_bytes())
         if f is not None and f.done:
+            self._out(f, transport)
+
+    def _out(self, f: Fetch, transport: str) -> None:
+        """The torrent of ``f`` is out of ``transport``'s session (or never got in). Once it is out of every
+        session: a fetch still waiting ends (none of its torrents runs), and its slot is free."""
+        f.out.add(transport)
+        if f.all_out():
+            f.event.set()
             self._retire(f)
 
     def _retire(self, f: Fetch) -> None:
-        """The torrent of ``f`` is out of the session (or never got in): free its slot, and its peers'
+        """The torrents of ``f`` are out of the sessions (or never got in): free its slot, and its peers'
         addresses unless another fetch has them."""
         if self._fetches.get(f.info_hash) is f:
             del self._fetches[f.info_hash]
@@ -217,56 +186,58 @@ class MetadataFetcher:
             f.retired.set()
 
     def _allow(self) -> None:
-        """Set the session's IP filter to allow the addresses of the fetches' peers, and only them."""
+        """Set the sessions' IP filter to allow the addresses of the fetches' peers, and only them."""
         allowed = frozenset(ip for f in self._fetches.values() for ip, _ in f.given)
-        if allowed != self._allowed and self._session is not None:
-            self._session.set_ip_filter(allow_only(allowed, self.allow_private))
+        if allowed != self._allowed and not self._closed:
+            rules = allow_only(allowed, self.allow_private)
+            for session in self._sessions.values():
+                session.set_ip_filter(rules)
             self._allowed = allowed
 
-    def _on_metadata(self, alert) -> None:
+    def _on_metadata(self, _transport: str, alert) -> None:
         f = self._fetch_of(alert)
-        if f is not None and not f.done:
-            f.received = True
+        if f is not None and not f.done and not f.asked:  # the first session to have it is asked
+            f.received = f.asked = True
             alert.handle.save_resume_data(lt.torrent_handle.save_info_dict)
 
-    def _on_info(self, alert) -> None:
+    def _on_info(self, _transport: str, alert) -> None:
         f = self._fetch_of(alert)
         ti = alert.params.ti
         if f is not None and ti is not None:
             f.info = bytes(ti.info_section())
             f.event.set()
 
-    def _on_info_failed(self, alert) -> None:
+    def _on_info_failed(self, _transport: str, alert) -> None:
         f = self._fetch_of(alert)
         if f is not None:
             f.error = f"libtorrent could not hand the metadata over: {alert.error.message()}"
             f.event.set()
 
-    def _on_bad_metadata(self, alert) -> None:
+    def _on_bad_metadata(self, _transport: str, alert) -> None:
         f = self._fetch_of(alert)
         if f is not None:
             f.bad_metadata += 1
 
-    def _on_connect(self, alert) -> None:
+    def _on_connect(self, transport: str, alert) -> None:
         f = self._fetch_of(alert)
         if f is not None:
-            f.live.add(tuple(alert.endpoint))
+            f.live.add((transport, tuple(alert.endpoint)))
 
-    def _on_dropped(self, alert) -> None:
+    def _on_dropped(self, transport: str, alert) -> None:
         f = self._fetch_of(alert)
         if f is None:
             return
         endpoint = tuple(alert.endpoint)
-        f.live.discard(endpoint)
+        f.live.discard((transport, endpoint))
         if endpoint in f.given:
-            f.dropped[endpoint] = one_line(alert.message(), 160)
+            f.dropped[(transport, endpoint)] = one_line(alert.message(), 160)
         elif isinstance(alert, lt.peer_blocked_alert):
             f.refused += 1
 
-    def _on_stats(self, alert) -> None:
-        self._stats.on_alert(alert.values)
+    def _on_stats(self, transport: str, alert) -> None:
+        self._stats[transport].on_alert(alert.values)
 
-    def _on_listen_failed(self, alert) -> None:
+    def _on_listen_failed(self, _transport: str, alert) -> None:
         log.warning("metadata_listen_failed", message=one_line(alert.message(), 200))
 
     # --- greenlet side ------------------------------------------------------
@@ -296,20 +267,25 @@ class MetadataFetcher:
         if refusal is not None:
             self._slots.release()
             return refusal
-        f = self._fetches[info_hash] = Fetch(info_hash, given)
+        f = self._fetches[info_hash] = Fetch(info_hash, given, tuple(self._sessions))
         self.peak = max(self.peak, len(self._fetches))
-        try:
-            self._allow()
-            self._session.async_add_torrent(magnet_params(info_hash, given, self.save_path))
-        except Exception as e:  # noqa: BLE001 - nothing was added: the slot is free again
+        self._allow()
+        for transport, session in self._sessions.items():
+            try:
+                session.async_add_torrent(magnet_params(info_hash, given, self.save_path))
+            except Exception as e:  # noqa: BLE001 - not added there: the other session may have it
+                f.error = f"libtorrent refused the torrent: {one_line(str(e), 200)}"
+                f.out.add(transport)
+        if f.all_out():  # added nowhere: the slot is free again
             self._retire(f)
-            return self._no("error", f"libtorrent refused the torrent: {one_line(str(e), 200)}")
+            return self._no("error", f.error or "libtorrent refused the torrent")
         try:
             f.event.wait(timeout=max(deadline - time.monotonic(), 0))
         finally:
             f.done = True
-            if f.handle is not None and self._session is not None:
-                self._session.remove_torrent(f.handle)
+            for transport, handle in f.handles.items():
+                if not self._closed:
+                    self._sessions[transport].remove_torrent(handle)
         return self._outcome(f)
 
     def _refusal(self, info_hash: bytes, deadline: float) -> NoMetadata | None:
@@ -338,19 +314,8 @@ class MetadataFetcher:
             return got
         if self._closed:
             return self._no("closed", "metadata fetcher closed")
-        if f.error is not None:
-            return self._no("error", f.error)
-        seen = f"{len(f.given)} peers given, {len(f.live)} connecting or connected, {len(f.dropped)} dropped or blocked"
-        if f.dropped:
-            seen += f", e.g. {next(iter(f.dropped.values()))}"
-        if f.refused:
-            seen += f"; {f.refused} endpoints named by peers refused"
-        if f.bad_metadata:
-            return self._no("bad_metadata", f"{f.bad_metadata} time(s) a peer sent metadata that did not hash to the "
-                                            f"info-hash, and none sent the right one ({seen})")
-        if f.all_dropped():
-            return self._no("unreachable", f"no peer connected within {self.timeout:g}s ({seen})")
-        return self._no("timeout", f"no peer sent the metadata within {self.timeout:g}s ({seen})")
+        got = failure(f, self.timeout)
+        return self._no(got.kind, got.reason)
 
     def _no(self, kind: str, reason: str) -> NoMetadata:
         self.outcomes[kind] += 1
@@ -359,32 +324,40 @@ class MetadataFetcher:
     # --- reports and lifetime ----------------------------------------------
 
     def counters(self, timeout: float = 5.0) -> dict | None:
-        """The session's counters by libtorrent's names (``net.recv_payload_bytes``,
-        ``net.sent_payload_bytes``, ...), or None if they did not come within ``timeout`` s."""
+        """The sessions' counters by libtorrent's names (``net.recv_payload_bytes``,
+        ``net.sent_payload_bytes``, ...), summed, or None if they did not come within ``timeout`` s."""
         if self._closed:
             return None
+        summed: Counter[str] = Counter()
         try:
-            return self._stats.post(self._session).get(timeout=timeout)
+            for t, session in self._sessions.items():
+                summed.update(self._stats[t].post(session).get(timeout=timeout))
         except gevent.Timeout:
             return None
+        return dict(summed)
 
     def stats(self) -> dict:
-        """Torrents in the session now and at most, and fetches by outcome ("ok" or a ``KINDS`` key)."""
+        """Torrents in the sessions now and at most, and fetches by outcome ("ok" or a ``KINDS`` key)."""
         return {"torrents": len(self._fetches), "peak": self.peak, "outcomes": dict(self.outcomes)}
 
     def close(self) -> None:
-        """End the session: wake waiting fetches (they end "closed"), stop alerts, free libtorrent,
-        remove the save path. Safe to call twice."""
+        """End the sessions: wake waiting fetches (they end "closed"), let the uTP connections still open end
+        (``_drain``), stop alerts, free libtorrent, remove the save path. Safe to call twice."""
         if self._closed:
             return
         self._closed = True
-        self._pump.close()
         for f in list(self._fetches.values()):
             f.event.set()
             f.retired.set()
-        self._stats.fail_all(gevent.Timeout())
-        session, self._session = self._session, None
-        del session
+        for session in self._sessions.values():
+            session.pause()
+        self._drain()
+        for pump in self._pumps:
+            pump.close()
+        for stats in self._stats.values():
+            stats.fail_all(gevent.Timeout())
+        sessions, self._sessions = self._sessions, {}
+        sessions.clear()
         try:
             os.rmdir(self.save_path)
         except OSError as e:
@@ -392,6 +365,24 @@ class MetadataFetcher:
             log.warning("metadata_save_path_not_empty", path=self.save_path, error=str(e),
                         entries=len(os.listdir(self.save_path)) if os.path.isdir(self.save_path) else 0)
         log.info("metadata_fetcher_closed", outcomes=dict(self.outcomes))
+
+    def _drain(self) -> None:
+        """Wait, in this greenlet, until the uTP session has no socket open, for at most its connect timeout
+        and ``DRAIN_SLACK``: libtorrent's destructor waits for each, holding the GIL (the hub and every
+        thread stop), and a uTP connect to a peer that does not speak uTP lives until its timeout (3 s),
+        whenever its fetch ended."""
+        session = self._sessions.get("utp")
+        if session is None:
+            return
+        end = time.monotonic() + session.get_settings()["utp_connect_timeout"] / 1000 + DRAIN_SLACK
+        while time.monotonic() < end:
+            try:
+                values = self._stats["utp"].post(session).get(timeout=max(end - time.monotonic(), 0))
+            except gevent.Timeout:
+                return
+            if not any(values.get(name, 0) for name in UTP_OPEN):
+                return
+            gevent.sleep(DRAIN_POLL)
 
     def __enter__(self) -> Self:
         return self

@@ -1,15 +1,31 @@
-"""The metadata fetcher's libtorrent session and the magnets it adds: what keeps payload off, and what peers see.
+"""The metadata fetcher's libtorrent sessions, one per transport, and the magnets they add: what keeps payload off, and what peers see.
 
 Nothing here waits on libtorrent; ``crawler.sources.metadata_fetch`` uses it.
 
-The session (``session_params``) is the fetcher's own, apart from the DHT's:
+The sessions (``session_params``) are the fetcher's own, apart from the DHT's,
+one per transport (``TRANSPORTS``): a fetch adds its torrent to both, so a
+peer is tried over TCP and over uTP at once and the first to bring the
+metadata wins. In one session libtorrent tries uTP first and TCP only once
+uTP failed, after ``utp_connect_timeout`` (3 s) and a reconnect: a peer that
+does not speak uTP (aria2, rtorrent) or whose UDP port drops it answered
+after 4.5 to 5 s instead of 0.01 to 0.5 s. Nothing else does it: the
+per-peer choice is libtorrent's (``supports_utp``, true for every new peer,
+cleared only by a failed uTP connect), one endpoint is one peer of a
+torrent, and one session holds one torrent per info-hash; and
+``mixed_mode_algorithm`` shares bandwidth between the two, it chooses no
+transport. ``transports(extra)`` leaves a transport out when ``extra`` turns
+its outgoing connections off (tests).
 
-- It connects out, to the peers it is handed, and to no one else: DHT, local
-  service discovery, UPnP and NAT-PMP are off, no tracker is ever added,
-  and incoming TCP and uTP connections are refused. It still listens
-  (``PEERCRAWL_METADATA_LISTEN``) because outgoing uTP goes out of the
-  listen socket's UDP port.
-- Its extensions: ``ut_metadata`` alone of libtorrent's plugins (the
+- They connect out, to the peers they are handed, and to no one else: DHT,
+  local service discovery, UPnP and NAT-PMP are off, no tracker is ever
+  added, and incoming TCP and uTP connections are refused. The uTP session
+  listens (``PEERCRAWL_METADATA_LISTEN``) because outgoing uTP goes out of
+  the listen socket's UDP port; the TCP session listens nowhere (outgoing
+  TCP binds no listen socket, and with none libtorrent sends no listen
+  port, ``p``, in the extension handshake). Its connections leave from
+  the listen address when that is one address (``outgoing``), else from
+  the address the system picks.
+- Their extensions: ``ut_metadata`` alone of libtorrent's plugins (the
   session is made without its default ones, so ``ut_pex`` is not even
   offered, and ``smart_ban`` has no piece to judge). ``ut_holepunch``
   (BEP 55) is built into libtorrent's peer connections, with no setting to
@@ -25,7 +41,7 @@ The session (``session_params``) is the fetcher's own, apart from the DHT's:
   refuses (``addresses.check``) is never allowed, whoever hands it over.
   What it cannot say is a port: a peer can name another port of an
   allowed address.
-- Its identity is neutral: ``peer_fingerprint`` empty, so the 20-byte peer id
+- Their identity is neutral: ``peer_fingerprint`` empty, so the 20-byte peer id
   is 20 random characters of libtorrent's URL-safe alphabet, new for every
   session (no ``-LT2110-`` prefix naming a client); ``anonymous_mode`` on,
   so the extension handshake carries no client version (``v``);
@@ -91,6 +107,8 @@ PEERS_PER_FETCH = 30
 SPARE_CONNECTIONS = 16
 # Peer and connection alerts of every fetch (a few per peer) fit many times over.
 ALERT_QUEUE_SIZE = 10_000
+# One session each: a fetch tries its peers over both at once.
+TRANSPORTS = ("tcp", "utp")
 
 # libtorrent.session's flags: none, so none of its default plugins (``new_session`` adds ut_metadata).
 NO_DEFAULT_PLUGINS = 0
@@ -125,11 +143,32 @@ def listening(listen: tuple[tuple[str, int], ...]) -> tuple[tuple[str, int], ...
     return tuple(kept)
 
 
-def session_params(settings: Settings) -> dict:
-    """The settings pack of the fetcher's session (see the module's docstring)."""
+def outgoing(listen: tuple[tuple[str, int], ...]) -> str:
+    """Where outgoing TCP connections leave from (libtorrent's ``outgoing_interfaces``): the listen address
+    when ``listen`` is one address and not a wildcard, so TCP leaves from where uTP does; else "" (the
+    system's choice: libtorrent takes the entries in turn whatever the peer's family, so two would send
+    half the connections out of an address of the wrong family)."""
+    if len(listen) == 1 and not ipaddress.ip_address(listen[0][0]).is_unspecified:
+        return listen[0][0]
+    return ""
+
+
+def transports(extra: dict | None = None) -> tuple[str, ...]:
+    """The transports the fetcher runs a session for: both, but one whose outgoing connections ``extra``
+    turns off (``enable_outgoing_tcp`` / ``enable_outgoing_utp`` false)."""
+    extra = extra or {}
+    return tuple(t for t in TRANSPORTS if extra.get(f"enable_outgoing_{t}", True))
+
+
+def session_params(settings: Settings, transport: str = "utp") -> dict:
+    """The settings pack of the fetcher's session for ``transport`` (see the module's docstring)."""
     cat = lt.alert.category_t
+    listen = listening(settings.metadata_listen)
     return {
-        "listen_interfaces": listen_text(listening(settings.metadata_listen)),
+        "listen_interfaces": listen_text(listen) if transport == "utp" else "",
+        "outgoing_interfaces": outgoing(listen) if transport == "tcp" else "",
+        "enable_outgoing_tcp": transport == "tcp",
+        "enable_outgoing_utp": transport == "utp",
         "enable_dht": False,
         "enable_lsd": False,
         "enable_upnp": False,
@@ -155,10 +194,10 @@ def session_params(settings: Settings) -> dict:
     }
 
 
-def new_session(settings: Settings, extra: dict | None = None):
-    """The fetcher's ``libtorrent.session``: ut_metadata its one plugin, every address blocked until a fetch
-    allows its peers (``allow_only``); ``extra`` overrides settings (tests)."""
-    params = session_params(settings)
+def new_session(settings: Settings, extra: dict | None = None, transport: str = "utp"):
+    """The fetcher's ``libtorrent.session`` for ``transport``: ut_metadata its one plugin, every address blocked
+    until a fetch allows its peers (``allow_only``); ``extra`` overrides settings (tests)."""
+    params = session_params(settings, transport)
     params.update(extra or {})
     session = lt.session(params, NO_DEFAULT_PLUGINS)
     session.add_extension("ut_metadata")
