@@ -9,11 +9,20 @@ HASH beside its name:
   ``md_done``, the time of the success: one success per torrent, ever;
 - ``md_fails`` and ``md_next``: failures in a row and the time before which
   no fetch is tried again, a wait that doubles from ``FIRST_WAIT`` up to
-  ``LONGEST_WAIT``.
+  ``LONGEST_WAIT``;
+- ``md_cuts``: fetches in a row that ended because their process stopped
+  (a worker's shutdown or ``--until-idle``'s end closes the fetcher), which
+  says nothing of the torrent: no failure is counted and no wait set, and
+  while they are at most ``MAX_CUTS`` the torrent is made due at once
+  (``DueNow``: score and lane kept, trackers' min intervals still kept), so
+  the next claim anywhere visits it and its peers are offered again. The
+  cut's peers are not kept: a visit finds them again.
 
-``due`` is the worker's question before a fetch (one read); ``found`` and
-``failed`` are one atomic step each (``metadata_note.lua``), which writes
-nothing for a torrent whose hash is gone.
+``due`` is the worker's question before a fetch (one read); ``found``,
+``failed`` and ``cut`` are one atomic step each (``metadata_note.lua``),
+which writes nothing for a torrent whose hash is gone; ``cut`` then makes
+the torrent due (``due_now.lua``, a step of its own: a process stopped
+between the two leaves the torrent to its own due time).
 """
 
 from __future__ import annotations
@@ -22,11 +31,15 @@ import redis
 
 from crawler.errors import StoreError
 from crawler.keys import Keys
+from crawler.queue.due_now import DueNow
 from crawler.queue.torrent_names import MAX_BYTES
 from crawler.store import scripts
 
 # The first wait after a failed fetch, doubling with each failure in a row, at most a week.
 FIRST_WAIT, LONGEST_WAIT = 3600.0, 7 * 86400.0
+# Fetches cut by a stop, in a row, after which the torrent is no longer made due at once but waits for its
+# own next visit: a fetch that always outlasts its process's stop costs a visit per stop only this often.
+MAX_CUTS = 3
 
 
 class TorrentMetadata:
@@ -35,6 +48,7 @@ class TorrentMetadata:
     def __init__(self, client: redis.Redis, keys: Keys):
         self.client, self.keys = client, keys
         self._script = scripts.register(client, "metadata_note", __package__)
+        self._due_now = DueNow(client, keys)
 
     def due(self, info_hash: str, now: float) -> bool:
         """Whether a fetch of ``info_hash`` may start now: tracked, no name, no success yet, past its wait."""
@@ -57,8 +71,20 @@ class TorrentMetadata:
         """A fetch that brought nothing: the next waits longer. False when the torrent is gone."""
         return self._call(info_hash, ["failed", repr(now), repr(FIRST_WAIT), repr(LONGEST_WAIT)])
 
-    def _call(self, h: str, args: list) -> bool:
+    def cut(self, info_hash: str, now: float) -> str:
+        """A fetch its process's stop cut short: neither a success nor a failure. Returns what became of the
+        torrent: "due" (made due at once), "ready" or "in_flight" (due already), "waits" (past ``MAX_CUTS``
+        cuts in a row: its own due time), "gone" (not tracked, or named meanwhile), or where ``DueNow``
+        found it ("quarantined", "evicted")."""
+        cuts = self._call(info_hash, ["cut", repr(now)], int)
+        if cuts == 0:
+            return "gone"
+        if cuts > MAX_CUTS:
+            return "waits"
+        return self._due_now.make_due(info_hash, now)
+
+    def _call(self, h: str, args: list, reply=bool):
         try:
-            return bool(self._script(keys=[self.keys.for_torrent(h).torrent(h)], args=args))
+            return reply(self._script(keys=[self.keys.for_torrent(h).torrent(h)], args=args))
         except redis.RedisError as e:
             raise StoreError(f"noting {h}'s metadata failed: {e}") from e
