@@ -22,8 +22,8 @@ At shutdown (a signal, or ``--until-idle``'s end) running fetches get
 still waiting for its place in the budget then stops waiting. A fetch
 the stop cuts short (it ends "closed") is logged (``metadata_fetch_cut``)
 and noted as a cut, not a failure (``TorrentMetadata.cut``): the torrent is
-made due at once, so the next claim (this crawl's next worker, or the next
-``--until-idle`` run) visits it and offers its peers again.
+due again within ``PEERCRAWL_RETRY_SECONDS`` (a failed visit's delay, not
+its revisit), so a visit soon offers its peers again.
 """
 
 from __future__ import annotations
@@ -84,10 +84,11 @@ class MetadataNames:
 
     def _cut(self, h: str, started: float, fetched: bool) -> None:
         """The stop cut this fetch short (or came while it waited for its place): say so, and have the
-        torrent visited again soon (``TorrentMetadata.cut``)."""
+        torrent visited again soon (``TorrentMetadata.cut``, within ``retry_seconds``)."""
         self.cut += 1
-        became = self.state.cut(h, time.time())
-        after = {"due": "visited again at the next claim", "ready": "visited again at the next claim",
+        retry = self.settings.retry_seconds
+        became = self.state.cut(h, time.time(), retry)
+        after = {"due": f"visited again within {retry:g} s", "ready": f"visited again within {retry:g} s",
                  "in_flight": "being visited"}.get(became, f"left to its own next visit ({became})")
         log.info("metadata_fetch_cut", info_hash=h, seconds=round(time.monotonic() - started, 1), torrent=became,
                  message=f"the worker stopped {'before the fetch ended' if fetched else 'before the fetch began'}"

@@ -13,16 +13,20 @@ HASH beside its name:
 - ``md_cuts``: fetches in a row that ended because their process stopped
   (a worker's shutdown or ``--until-idle``'s end closes the fetcher), which
   says nothing of the torrent: no failure is counted and no wait set, and
-  while they are at most ``MAX_CUTS`` the torrent is made due at once
-  (``DueNow``: score and lane kept, trackers' min intervals still kept), so
-  the next claim anywhere visits it and its peers are offered again. The
-  cut's peers are not kept: a visit finds them again.
+  while they are at most ``MAX_CUTS`` the torrent is due again within the
+  retry delay of a failed visit (``PEERCRAWL_RETRY_SECONDS``, 5 minutes,
+  rather than its revisit; ``DueNow``: score and lane kept, trackers' min
+  intervals still kept), so a visit soon offers its peers again. Not at
+  once: transmission refuses a new connection from an address for a
+  torrent for up to ~40 s after one closed (its uTP ones the longest), so
+  an immediate retry from the same worker fails against it. The cut's
+  peers are not kept: a visit finds them again.
 
 ``due`` is the worker's question before a fetch (one read); ``found``,
 ``failed`` and ``cut`` are one atomic step each (``metadata_note.lua``),
-which writes nothing for a torrent whose hash is gone; ``cut`` then makes
-the torrent due (``due_now.lua``, a step of its own: a process stopped
-between the two leaves the torrent to its own due time).
+which writes nothing for a torrent whose hash is gone; ``cut`` then brings
+the torrent's due time forward (``due_now.lua``, a step of its own: a
+process stopped between the two leaves the torrent to its own due time).
 """
 
 from __future__ import annotations
@@ -37,8 +41,8 @@ from crawler.store import scripts
 
 # The first wait after a failed fetch, doubling with each failure in a row, at most a week.
 FIRST_WAIT, LONGEST_WAIT = 3600.0, 7 * 86400.0
-# Fetches cut by a stop, in a row, after which the torrent is no longer made due at once but waits for its
-# own next visit: a fetch that always outlasts its process's stop costs a visit per stop only this often.
+# Fetches cut by a stop, in a row, after which the torrent is no longer brought forward but waits for its
+# own next visit: a fetch that always outlasts its process's stop costs an early visit only this often.
 MAX_CUTS = 3
 
 
@@ -71,17 +75,18 @@ class TorrentMetadata:
         """A fetch that brought nothing: the next waits longer. False when the torrent is gone."""
         return self._call(info_hash, ["failed", repr(now), repr(FIRST_WAIT), repr(LONGEST_WAIT)])
 
-    def cut(self, info_hash: str, now: float) -> str:
-        """A fetch its process's stop cut short: neither a success nor a failure. Returns what became of the
-        torrent: "due" (made due at once), "ready" or "in_flight" (due already), "waits" (past ``MAX_CUTS``
-        cuts in a row: its own due time), "gone" (not tracked, or named meanwhile), or where ``DueNow``
-        found it ("quarantined", "evicted")."""
+    def cut(self, info_hash: str, now: float, retry: float) -> str:
+        """A fetch its process's stop cut short: neither a success nor a failure; the torrent is due again
+        ``retry`` seconds from ``now`` if it was due later. Returns what became of it: "due" (brought
+        forward), "ready" (due by then already, or ready), "in_flight", "waits" (past ``MAX_CUTS`` cuts in
+        a row: its own due time), "gone" (not tracked, or named meanwhile), or where ``DueNow`` found it
+        ("quarantined", "evicted")."""
         cuts = self._call(info_hash, ["cut", repr(now)], int)
         if cuts == 0:
             return "gone"
         if cuts > MAX_CUTS:
             return "waits"
-        return self._due_now.make_due(info_hash, now)
+        return self._due_now.make_due(info_hash, now + retry)
 
     def _call(self, h: str, args: list, reply=bool):
         try:
