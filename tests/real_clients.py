@@ -41,6 +41,7 @@ import urllib.error
 import urllib.request
 import uuid
 import xmlrpc.client
+from functools import partial
 from pathlib import Path
 
 import libtorrent as lt
@@ -48,6 +49,7 @@ import libtorrent as lt
 from crawler.bencode import codec as bencode
 from crawler.sources import udp_codec
 from tests.opentracker import OpenTracker
+from workers.lifeline import set_death_signal
 
 CLIENTS = ("transmission", "qbittorrent", "aria2", "rtorrent")
 ADDRESSES = {"transmission": "127.0.11.1", "qbittorrent": "127.0.12.1", "aria2": "127.0.13.1",
@@ -132,9 +134,11 @@ class Client:
         raise NotImplementedError
 
     def start(self) -> None:
+        # A session of its own (a Ctrl-C at the terminal reaches the tests, which stop it in order) and
+        # SIGTERM when the test process ends, however it ends.
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT, cwd=self.root,
-                                         start_new_session=True)
+                                         start_new_session=True, preexec_fn=partial(set_death_signal, signal.SIGTERM))
 
     def wait_ready(self, timeout: float = 30.0) -> None:
         wait_for(f"{self.name}'s remote interface", self.ready, timeout, self.proc, self.log)
