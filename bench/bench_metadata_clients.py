@@ -46,7 +46,8 @@ from crawler.settings import Settings
 from crawler.sources.metadata_fetch import MetadataFetcher
 from crawler.sources.metadata_info import TorrentInfo
 from crawler.sources.metadata_session import allow_only, magnet_params, session_params
-from tests.real_clients import CLIENTS, World
+from tests.client_world import World
+from tests.real_clients import CLIENTS
 
 WAYS = {"one_session": None, "both": {}, "tcp": {"enable_outgoing_utp": False}, "utp": {"enable_outgoing_tcp": False}}
 

@@ -1,5 +1,5 @@
 """The crawler against other people's clients: Debian's transmission-daemon, qbittorrent-nox, aria2c and
-rtorrent seeding on loopback behind a real opentracker (tests/real_clients.py).
+rtorrent seeding on loopback behind a real opentracker (tests/real_clients.py, tests/client_world.py).
 
 One world for the module: the four clients, each on its own address,
 seed small torrents made by mktorrent; the tracked ones are announced by
@@ -36,7 +36,8 @@ import pytest
 from crawler.settings import Settings
 from crawler.sources.metadata_fetch import MetadataFetcher, NoMetadata
 from crawler.sources.metadata_info import TorrentInfo
-from tests.real_clients import CLIENTS, World, scrape, wait_for
+from tests.client_world import World, scrape
+from tests.real_clients import CLIENTS, wait_for
 from tests.test_worker_e2e import counter, env, pc, pcj  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.slow
