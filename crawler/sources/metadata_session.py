@@ -8,7 +8,7 @@ peer is tried over TCP and over uTP at once and the first to bring the
 metadata wins. In one session libtorrent tries uTP first and TCP only once
 uTP failed, after ``utp_connect_timeout`` (3 s) and a reconnect: a peer that
 does not speak uTP (aria2, rtorrent) or whose UDP port drops it answered
-after 4.5 to 5 s instead of 0.01 to 0.5 s. Nothing else does it: the
+after 3.5 to 5 s instead of 0.05 to 1 s. Nothing else does it: the
 per-peer choice is libtorrent's (``supports_utp``, true for every new peer,
 cleared only by a failed uTP connect), one endpoint is one peer of a
 torrent, and one session holds one torrent per info-hash; and
