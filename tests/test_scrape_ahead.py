@@ -5,12 +5,16 @@ claimed ahead handed back at a stop."""
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import socket
 import struct
+import subprocess
+import sys
 import threading
 import time
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -19,6 +23,7 @@ from crawler.counters.recorder import Recorder
 from crawler.queue.items import NewItem
 from crawler.queue.transitions import Queue
 from crawler.queue.view import QueueView
+from crawler.settings import Settings
 from crawler.source_settings import TrackerSpec
 from crawler.sources import udp_codec as u
 from crawler.sources.health import FAILURE
@@ -27,6 +32,9 @@ from tests.mmdb import write_city_db
 from tests.opentracker import opentracker, peer_address  # noqa: F401 (fixture)
 from workers.process import Process
 from workers.visit import Visitor
+
+PEERCRAWL = os.path.join(os.path.dirname(sys.executable), "peercrawl")
+ROOT = str(Path(__file__).resolve().parent.parent)
 
 
 def hashes(tag: str, n: int) -> list[str]:
@@ -175,3 +183,42 @@ def test_what_a_worker_claimed_ahead_is_handed_back_when_it_stops(opentracker, s
     # every torrent held and not visited is back in ready at once, none left to expire
     assert c["in_flight"] == 0 and (c["cooling"], c["ready"]) == (done, len(hs) - done)
     assert 0 < done < len(hs)
+
+
+def test_a_worker_killed_while_it_holds_torrents_ahead_loses_none_and_counts_none_twice(opentracker, test_env,  # noqa: F811
+                                                                                       client, keys, tmp_path):
+    # Slow visits (a cap of 10 requests a second: an announce and its withdrawal each), so the worker
+    # holds torrents claimed ahead beside its two runners' when it is killed outright.
+    hs = hashes("kill", 40)
+    ot = opentracker(hs)
+    truth = {h: {peer_address(i), peer_address(i + 100)} for i, h in enumerate(hs)}
+    for h, ips in truth.items():
+        for ip in ips:
+            ot.announce_from(ip, h, 6881)
+    env = dict(test_env, PYTHONPATH=ROOT + os.pathsep + test_env.get("PYTHONPATH", ""),
+               GEOIP_DB=str(write_city_db(tmp_path / "c.mmdb")), PEERCRAWL_LEASE_SECONDS="6",
+               PEERCRAWL_MAX_ANNOUNCES_PER_SECOND="10")
+    s = Settings(redis_url=env["REDIS_URL"], namespace=env["PEERCRAWL_NAMESPACE"], trackers=(), dht=False,
+                 allow_private=True, secret=env["PEERCRAWL_SECRET"], data_dir=tmp_path / "q")
+    Queue(client, keys, s).add([NewItem(h, (ot.udp_url,)) for h in hs])
+    w = subprocess.Popen([PEERCRAWL, "worker", "--concurrency", "2"], env=env, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    try:
+        end = time.monotonic() + 20
+        while client.zcard(keys.leases) <= 2 and time.monotonic() < end:  # two runners' leases, and more
+            time.sleep(0.05)
+        assert client.zcard(keys.leases) > 2
+    finally:
+        w.kill()
+        w.wait(5)
+    held = {m.decode() for m in client.zrange(keys.leases, 0, -1)}
+    time.sleep(6.5)  # the killed worker's leases expire
+    r = subprocess.run([PEERCRAWL, "worker", "--until-idle", "--concurrency", "4"], env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    view = QueueView(client, keys)
+    c = view.counts()
+    assert (c["in_flight"], c["ready"], c["cooling"]) == (0, 0, len(hs))
+    assert all(view.torrent(h)["visits"] >= 1 for h in held)
+    counted = {m["metric"].split(".")[1]: m["count"] for m in top(client, keys, "torrents", limit=100)}
+    assert counted == {h: len(ips) for h, ips in truth.items()}
