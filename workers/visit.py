@@ -4,9 +4,9 @@ Strategy: one round trip reads the torrent's own trackers and its source
 notes (``crawler.queue.source_notes``: when each tracker may be announced
 to again, when the DHT is next due). URLs of one tracker (one host, port
 and path: ``tracker_urls.by_tracker``) are asked once, at the preferred URL,
-and held together. Trackers are scraped first (the ones
-that report the swarm empty, or fail, settle the visit without an
-announce); with an announce cap or a DHT budget set, the visit then waits
+and held together. Trackers are scraped first, most often in a request
+asked ahead of the visit (``workers.scrape_ahead``; the ones that report the
+swarm empty, or fail, settle the visit without an announce); with an announce cap or a DHT budget set, the visit then waits
 for its places in their schedules (``crawler.sources.announce_cap``); its
 deadline starts after that. The other trackers (each at its place) and the
 DHT, when due (``crawler.sources.dht_schedule``), are asked at once, each

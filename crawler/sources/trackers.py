@@ -390,7 +390,7 @@ class Trackers:
                             stopped, interval, least, reply.warning)
 
     def close(self) -> None:
-        """Write the request counts and batched health, close the UDP sockets (the ``Trackers`` is done)."""
+        """Run ``on_close``, write the request counts and batched health, close the UDP sockets (done)."""
         self.closed = True
         for hook in self.on_close:
             hook()
