@@ -9,10 +9,10 @@ same code and output as a subprocess) except where a terminal is needed.
 
 from __future__ import annotations
 
-import re
 import csv
 import io
 import json
+import re
 import time
 from urllib.parse import quote
 
