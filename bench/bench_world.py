@@ -31,12 +31,12 @@ its tap (``outside``; opentrackers' own statistics page beside it) and by
 the worker (``worker``: its request counts in Redis, crawler/sources/request_counts.py),
 the kinds where they differ; hashes per UDP scrape packet and per HTTP
 scrape; requests per visit of a torrent naming it and per minute. Per part:
-visits/s, DHT lookups (the worker's count) and ``get_peers`` the swarm's
-nodes received per visit, tracker requests per empty-swarm visit per tracker
-the torrent names (a scrape's cost split evenly over the hashes it carried,
-connects by the same shares; dead HTTP ports by the visits' share), and the
-unique IPs counted per torrent (``peercrawl stats torrents --json``) against
-the truth.
+visits/s; DHT lookups and BEP 33 scrapes (the worker's counts) and the
+``get_peers`` the swarm's nodes received, per visit; tracker requests per
+empty-swarm visit per tracker the torrent names (a scrape's cost split
+evenly over the hashes it carried, connects by the same shares; dead HTTP
+ports by the visits' share); and the unique IPs counted per torrent
+(``peercrawl stats torrents --json``) against the truth.
 """
 
 from __future__ import annotations

@@ -135,6 +135,8 @@ def part_figures(world, a, b, tally, counts: dict[str, int]) -> dict:
         "empty_swarm_requests_per_visit_per_host_named": _ratio(empty_cost, per_host, 4),
         "dht_lookups_per_visit": _ratio(tally.totals.get("dht", 0), total_visits),
         "dht_get_peers_received_per_visit": _ratio(b.get_peers - a.get_peers, total_visits, 2),
+        "dht_scrapes_per_visit": _ratio(tally.totals.get("dht_scrapes", 0), total_visits),
+        "dht_scrape_queries_per_visit": _ratio(tally.totals.get("dht_scrape_queries", 0), total_visits, 2),
         "worker_counted_pairs": tally.totals.get("counted", 0),
     }
     if tally.others:
