@@ -9,7 +9,7 @@ from __future__ import annotations
 
 # What a tracker is sent, by face, as the taps and the worker count it.
 KINDS = {"udp": ("connect", "scrape", "announce", "withdrawal"), "http": ("scrape", "announce", "withdrawal")}
-# The issue's targets.
+# The targets the figures are read against.
 FULL_DUE = 74  # torrents naming a tracker due within one revisit interval
 FULL_HASHES = 50  # hashes per UDP scrape packet there
 EMPTY_COST = 0.05  # tracker requests per empty-swarm visit per tracker named
@@ -146,7 +146,7 @@ def part_figures(world, a, b, tally, counts: dict[str, int]) -> dict:
 
 
 def targets(out: dict) -> dict:
-    """Each part's figures beside the issue's targets."""
+    """Each part's figures beside the targets."""
     res = {}
     for part in ("first_pass", "steady"):
         p = out.get(part)
