@@ -229,6 +229,11 @@ class SourceSettings:
     one_ask_per_tracker: bool = p.setting(
         "PEERCRAWL_ONE_ASK_PER_TRACKER", True, p.on_off, "`on` / `off`: ask the URLs of one tracker (one host, port "
         "and path) once per visit")
+    # Two trackers learned to list the same peers are announced to once while their scrapes
+    # agree (docs/sources.md, "Mirrors"); off asks every tracker a torrent names.
+    ask_mirrors_once: bool = p.setting(
+        "PEERCRAWL_ASK_MIRRORS_ONCE", True, p.on_off, "`on` / `off`: announce once to two trackers learned to "
+        "list the same peers, while their scrapes of a torrent agree")
     allow_private: bool = p.setting(
         "PEERCRAWL_ALLOW_PRIVATE", False, p.on_off, "allow loopback/private trackers, DHT nodes and metadata peers")
     # Tracker backoff after consecutive failures: base doubles up to max.

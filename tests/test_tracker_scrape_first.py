@@ -227,9 +227,9 @@ def test_scrapes_take_their_places_in_a_trackers_cap_and_the_visit_deadline_star
     placed = Places(visitor.cap)  # each place in Redis's clock (arrival times would carry a busy machine's lateness)
     try:
         hashes = _hashes(n)
-        jobs = [gevent.spawn(visitor.scrape, h, [t.url]) for h in hashes]
+        jobs = [gevent.spawn(visitor.asking.scrape, h, [t.url]) for h in hashes]
         gevent.joinall(jobs, raise_error=True)
-        answers = [j.value[t.url] for j in jobs]
+        answers = [j.value[0][t.url] for j in jobs]
         # the last waited about (n - 1) / rate = 2.25 s for its place, longer than the 1 s deadline: still answered
         assert all(r.ok and r.asked == "scrape" for r in answers), answers
         assert t.scrapes == n and t.announces == 0

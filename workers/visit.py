@@ -4,13 +4,13 @@ Strategy: one round trip reads the torrent's own trackers and its source
 notes (``crawler.queue.source_notes``: when each tracker may be announced
 to again, when the DHT is next due). URLs of one tracker (one host, port
 and path: ``tracker_urls.by_tracker``) are asked once, at the preferred URL,
-and held together. Trackers are scraped first, most often in a request
-asked ahead of the visit (``workers.scrape_ahead``; the ones that report the
-swarm empty, or fail, settle the visit without an announce); with an announce cap or a DHT budget set, the visit then waits
-for its places in their schedules (``crawler.sources.announce_cap``); its
-deadline starts after that. The other trackers (each at its place) and the
-DHT, when due (``crawler.sources.dht_schedule``), are asked at once, each
-in its own greenlet and all under one deadline. Then, in this order:
+and held together. Then the asking stage (``workers.asking``): trackers
+are scraped first, most often in a request asked ahead of the visit (the
+ones that report the swarm empty, or fail, settle it without an announce);
+a tracker learned to mirror another is not announced to while their scrapes
+agree; the rest and the DHT, when due (``crawler.sources.dht_schedule``),
+are asked at once, each at its place in the announce cap or DHT budget,
+under one deadline that starts after those waits. Then, in this order:
 
 1. the visit's notes are kept in one step (``VisitPlan.note``): per
    tracker, now + its ``min interval`` (HTTP trackers), else now +
@@ -46,7 +46,6 @@ from dataclasses import dataclass
 import gevent
 
 from crawler import logs, redact
-from crawler.errors import StoreError
 from crawler.keys import Keys
 from crawler.queue import source_notes as notes
 from crawler.queue.scoring import SourceCount, outcome
@@ -57,6 +56,7 @@ from crawler.sources.announce_cap import AnnounceCap
 from crawler.sources.result import SourceResult, VisitResult
 from crawler.store import patience
 from crawler.store.outage import Outage
+from workers.asking import Asking
 from workers.claims import Claims
 from workers.scrape_ahead import ScrapeAhead, asked
 
@@ -67,11 +67,6 @@ MIN_INTERVAL_CAP = 6 * 3600.0
 # Torrents remembered as noted for torrents.processed in the current hour:
 # bounded memory (~100 bytes each); past it, visits just ask the recorder.
 NOTED_CAP = 200_000
-
-
-# A source's failure when it gave nothing by the visit's deadline.
-NO_ANSWER = "no answer within the visit deadline"
-NO_SCRAPE = "no scrape answer within the visit deadline"
 
 
 @dataclass(frozen=True)
@@ -131,6 +126,7 @@ class Visitor:
             self.ahead.claims = self.claims
         self._hour, self._noted = -1, set()
         self._blocked: set[str] = set()  # trackers the address policy refused, each logged once
+        self.asking = Asking(settings, trackers, dht, self.ahead, self.cap, self.dht_budget)
 
     def _place(self, url: str) -> Callable[[], float]:
         """What takes one scrape request to ``url`` its place in the announce cap (seconds to wait)."""
@@ -140,97 +136,6 @@ class Visitor:
         """(every tracker of ``h``, its source notes) in one round trip."""
         own, noted = self.queue.plan(h)
         return notes.tracker_list(self._defaults, own), noted
-
-    def gather(self, h: str, urls: list[str], deadline: float, waits: dict[str, float] | None = None,
-               dht: bool = True) -> list[SourceResult]:
-        """Ask ``urls`` and (``dht``: when this process has one) the DHT concurrently; every result by
-        ``deadline`` (monotonic).
-
-        ``waits``: seconds to wait before asking each URL (the announce cap's answer) and the DHT
-        (``"dht"``, its budget's).
-        """
-        waits = waits or {}
-        dht = dht and self.dht is not None
-        if len(urls) == 1 and not dht:
-            gevent.sleep(waits.get(urls[0], 0.0))
-            u = urls[0]
-            return [self._bounded(self._alone(u, lambda: self.trackers.announce(u, h, deadline, False), deadline,
-                                              NO_ANSWER))]
-        jobs = {u: gevent.spawn_later(waits[u], self.trackers.announce, u, h, deadline, False) if waits.get(u)
-                else gevent.spawn(self.trackers.announce, u, h, deadline, False) for u in urls}
-        if dht:
-            jobs["dht"] = gevent.spawn_later(waits.get("dht", 0.0), self.dht.lookup, h)
-        return [self._bounded(r) if r is not None else SourceResult.failed(name, NO_ANSWER)
-                for name, r in self._joined(jobs, deadline, NO_ANSWER).items()]
-
-    def scrape(self, h: str, urls: list[str]) -> dict[str, SourceResult]:
-        """The trackers of ``urls`` whose scrape settles this visit, with their answers (``Trackers.scrape_first``).
-
-        Every tracker is scraped at once: the torrent takes its seat in a scrape
-        asked ahead, or one in each tracker's next scrape (whose request takes
-        its place in the announce cap: ``ScrapeAhead.seat``), and the scrape
-        stage's deadline starts after the longest of those waits. A tracker whose scrape does not settle the visit (the
-        swarm has peers, or it cannot scrape) is left out: it is announced
-        to. Raises only ``StoreError``.
-        """
-        if not urls or not self.settings.scrape_first:
-            return {}
-        patience = self.settings.visit_deadline
-        answers: dict[str, SourceResult | None] = {}
-        seats = {}
-        for u in urls:
-            got = self.ahead.seat(u, h, patience)
-            if isinstance(got, SourceResult):
-                answers[u] = got
-            elif got is not None:
-                seats[u] = got
-        deadline = time.monotonic() + max((seat.wait for seat in seats.values()), default=0.0) + patience
-        if len(seats) == 1:
-            [(u, seat)] = seats.items()
-            answers[u] = self._alone(u, lambda: self.trackers.scrape_answer(u, seat), deadline, NO_SCRAPE)
-        elif seats:
-            jobs = {u: gevent.spawn(self.trackers.scrape_answer, u, seat) for u, seat in seats.items()}
-            answers.update(self._joined(jobs, deadline, NO_SCRAPE))
-        return {u: r for u, r in answers.items() if r is not None}
-
-    def _joined(self, jobs: dict[str, gevent.Greenlet], deadline: float, late: str) -> dict[str, SourceResult | None]:
-        """Each source's job (source name -> greenlet) waited for until ``deadline`` (monotonic): its
-        value, or its failure (what it raised, or ``late``). Raises ``StoreError`` (ours)."""
-        try:
-            # Sources bound themselves; the extra second only guards a stuck one.
-            gevent.joinall(list(jobs.values()), timeout=max(deadline - time.monotonic(), 0) + 1.0)
-        finally:
-            for j in jobs.values():
-                if not j.ready():
-                    j.kill(block=False)
-        out: dict[str, SourceResult | None] = {}
-        for name, j in jobs.items():
-            if j.successful():
-                out[name] = j.value
-            elif j.ready() and j.exception is not None and not isinstance(j.exception, gevent.GreenletExit):
-                if isinstance(j.exception, StoreError):
-                    raise j.exception
-                out[name] = SourceResult.failed(name, redact.text(f"{type(j.exception).__name__}: {j.exception}", name))
-            else:
-                out[name] = SourceResult.failed(name, late)
-        return out
-
-    def _alone(self, name: str, call, deadline: float, late: str) -> SourceResult | None:
-        """``call()`` of one source from this greenlet (no greenlet to start for a lone source): its
-        value, or its failure as ``_joined`` gives it."""
-        # The source bounds itself by the deadline; the extra second only guards a stuck one.
-        with gevent.Timeout(max(deadline - time.monotonic(), 0) + 1.0, False):
-            try:
-                return call()
-            except StoreError:
-                raise
-            except Exception as e:  # noqa: BLE001 - a source's bug is that source's failure, as in _joined
-                return SourceResult.failed(name, redact.text(f"{type(e).__name__}: {e}", name))
-        return SourceResult.failed(name, late)
-
-    def _bounded(self, r: SourceResult) -> SourceResult:
-        """``r`` with at most the per-source bound of peers (trackers cut their own; this bounds any source)."""
-        return r.bounded(self.settings.source_peers_bound(r.max_peers))
 
     def _not_before(self, r: SourceResult, now: float) -> float:
         wait = r.min_interval if r.min_interval is not None else self.settings.tracker_floor
@@ -263,19 +168,11 @@ class Visitor:
             # Nothing was asked: back to cooling, score kept, neither a visit nor a failure.
             self.queue.defer(lease, max(min(times, default=start + s.retry_seconds), start + 1))
             return Visit(h, "skipped", lease.score, 0, 0, 0, 0), self._claim(claim)
-        # Scrape first: trackers that report the swarm empty (or fail) are settled without an announce.
-        scraped = self.scrape(h, eligible)
-        asking = [u for u in eligible if u not in scraped]
-        # Waiting for the announce cap and the DHT's budget is not part of the visit's time: the
-        # deadline starts after it.
-        waits = self.cap.take(asking)
-        if dht:
-            waits.update(self.dht_budget.take(["dht"]))
-        deadline = time.monotonic() + max(waits.values(), default=0.0) + s.visit_deadline
-        results = list(scraped.values()) + self.gather(h, asking, deadline, waits, dht)
+        # Scrape first, then announce where a scrape did not settle it (workers.asking).
+        results, mirrored = self.asking.ask(h, eligible, dht)
         now = time.time()
         answered = [r for r in results if r.ok]
-        dht_next = self._note(h, urls, noted, results, dht, now, same)
+        dht_next = self._note(h, urls, noted, results, dht, now, same, mirrored)
         if not answered:
             error = failure_text(results)
             self.queue.fail(lease, error, now=now)
@@ -315,7 +212,7 @@ class Visitor:
         return Visit(h, state, score, len(ips), new, len(answered), len(results)), self.claims.claim(n)
 
     def _note(self, h: str, urls: list[str], noted: notes.SourceNotes, results: list[SourceResult], dht: bool,
-              now: float, same: dict[str, str]) -> float:
+              now: float, same: dict[str, str], mirrored: dict[str, str]) -> float:
         """Keep what this visit learned about ``h``'s sources (``crawler.queue.source_notes``), in one step;
         returns when the DHT is next due (0: next visit).
 
@@ -336,7 +233,7 @@ class Visitor:
             if dht_next:
                 fields[notes.DHT] = repr(dht_next)
             drop = tuple(f for f, keep in ((notes.DHT_EMPTY, empty), (notes.DHT, dht_next)) if not keep)
-        codes = dict.fromkeys(same, "d") | {r.source: tracker_code(r) for r in results if r.source != "dht"}
+        codes = dict.fromkeys(same, "d") | dict.fromkeys(mirrored, "m") | {r.source: tracker_code(r) for r in results if r.source != "dht"}
         fields[notes.LAST] = notes.last(urls, codes, dht_code(self.dht is not None, dht, looked))
         # The notes live until the last time they hold has passed, and two revisit intervals at least.
         held = [t - now for t in noted.not_before.values()] + [dht_next - now]

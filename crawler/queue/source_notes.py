@@ -35,6 +35,7 @@ TRACKER_CODES = {
     "b": "skipped: backing off",
     "h": "skipped: inside its min interval",
     "d": "skipped: another URL of the same tracker (one host, port and path) was asked",
+    "m": "skipped: a tracker learned to list the same peers was asked, its scrape agreeing",
 }
 DHT_CODES = {
     "a": "looked up",

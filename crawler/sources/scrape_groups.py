@@ -60,6 +60,10 @@ class Seat:
         """The seat's answer, once its group's exchange is over (see the class note)."""
         return self._done.get()
 
+    def counts(self):
+        """The seat's counts once answered, else None (left out, failed, or not answered yet)."""
+        return self._done.value if self._done.ready() and self._done.successful() else None
+
 
 class _Group:
     __slots__ = ("members", "full", "placed", "send_at", "error")
