@@ -128,3 +128,18 @@ def test_status_reads_without_code(client, namespace, settings, test_env):
         readable(text)
         assert re.search(r"workers needed +│ +— \(no visit timed", text), text
         assert re.search(r"claim serve rate \(1 h\) +│ +— \(no claim\)", text), text
+
+
+def test_reshard_export_secret_and_flush_speak_in_sentences(test_env, tmp_path):
+    assert run(test_env, "add", "2e" * 20).returncode == 0
+    moved = run(test_env, "reshard", "--shards", "2")
+    assert moved.returncode == 0 and moved.stdout == "moved 1 torrent: 1 → 2 shards\n", moved
+    back = run(test_env, "reshard", "--shards", "1")
+    assert back.stdout == "moved 1 torrent: 2 → 1 shard\n", back
+    exported = run(test_env, "export", "--out", str(tmp_path / "csv"))
+    lines = exported.stdout.splitlines()
+    assert lines[0].split() == ["rows", "file"] and len(lines) == 8, exported.stdout
+    assert all(line.split()[0] == "0" and line.endswith(".csv") for line in lines[1:])
+    for text in (exported.stdout, run(test_env, "secret").stdout, run(test_env, "flush").stdout):
+        readable(text)
+        assert text.strip() and "Traceback" not in text

@@ -35,5 +35,6 @@ def command(out: Path, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps({"out": str(out), "rows": counts}, indent=2))
         return
+    click.echo(f"{'rows':>10}  file")
     for name, n in counts.items():
-        click.echo(terminal(f"{n:>10}  {out / (name + '.csv')}"))
+        click.echo(terminal(f"{n:>10,}  {out / (name + '.csv')}"))

@@ -56,6 +56,11 @@ def times(n: int) -> str:
     return {1: "once", 2: "twice"}.get(n, f"{n:,} times")
 
 
+def count(n: int, noun: str) -> str:
+    """``1 torrent``, ``2 torrents``, ``12,000 torrents`` (``noun`` takes an ``s``)."""
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
+
+
 def percent(x: float | None) -> str:
     """A fraction as ``87.5 %``; ``—`` for None."""
     return NONE if x is None else f"{100 * x:.1f} %"

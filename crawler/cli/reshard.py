@@ -8,6 +8,7 @@ import time
 
 import click
 
+from crawler.cli import human
 from crawler.cli.context import open_context
 from crawler.queue.resharding import Reshard
 from crawler.shard_layout import MAX_SHARDS
@@ -33,7 +34,7 @@ def command(shards: int, as_json: bool) -> None:
     def progress(moved: int) -> None:
         if sys.stderr.isatty() and time.monotonic() - shown[0] > 0.2:
             shown[0] = time.monotonic()
-            click.echo(f"\rmoved {moved:,} torrents", err=True, nl=False)
+            click.echo(f"\rmoved {human.count(moved, 'torrent')}", err=True, nl=False)
 
     result = Reshard(ctx.client, ctx.settings.namespace, shards, progress).run(time.time())
     if sys.stderr.isatty() and shown[0]:
@@ -41,4 +42,5 @@ def command(shards: int, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(result, sort_keys=True))
     else:
-        click.echo(f"moved {result['moved']:,} torrents: {result['from']} → {result['to']} shards")
+        click.echo(f"moved {human.count(result['moved'], 'torrent')}: {result['from']} → "
+                   f"{human.count(result['to'], 'shard')}")
