@@ -22,12 +22,12 @@ it took on loopback, and why:
   address) among the nodes closest to its id. libtorrent does not leave its
   own contact out of the traversal: it queries itself, gets no answer (it
   is read-only), and its bootstrap, and with it ``dht_bootstrap_alert``,
-  ends only when that query times out, some 15 s later. A lookup that
-  starts before the crawler has read a stats snapshot showing routing-table
-  nodes waits for that alert (``DhtSource._refusal``), so the worker's
-  lookup deadline here is 20 s, past it, though the run takes a few
-  seconds when the snapshot comes first (it usually does); the in-process
-  test waits until the source says it is bootstrapped.
+  ends only when that query times out, some 15 s later. A lookup waiting
+  for the bootstrap reads libtorrent's counters each second
+  (``DhtSource._refusal``) and starts once its routing table holds nodes,
+  so the worker's lookup deadline here is 8 s, and a run takes a few
+  seconds; the in-process test waits until the source says it is
+  bootstrapped.
 
 What the tests show:
 
@@ -114,7 +114,7 @@ def test_a_worker_counts_a_torrent_announced_on_bittorrent_dht_alone(webtorrent_
     assert stored_peers(wd.stats(), swarm) == announced
     env.update(GEOIP_DB=str(write_city_db(tmp_path / "nodes.mmdb", PLACES)),
                PEERCRAWL_TRACKERS="", PEERCRAWL_DHT="on", PEERCRAWL_DHT_LISTEN=f"{WORKER_DHT}:0",
-               PEERCRAWL_DHT_BOOTSTRAP="{}:{}".format(*wd.endpoints[5]), PEERCRAWL_DHT_TIMEOUT="20")
+               PEERCRAWL_DHT_BOOTSTRAP="{}:{}".format(*wd.endpoints[5]), PEERCRAWL_DHT_TIMEOUT="8")
     assert pcj(env, "add", swarm, nobody)["added"] == 2
     pc(env, "worker", "--until-idle", "--concurrency", "2", timeout=90)
 

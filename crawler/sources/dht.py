@@ -241,13 +241,18 @@ class DhtSource:
         if self._closed:
             return self._failed("DHT source closed")
         if not self._bootstrapped.is_set():
-            # Just started: the bootstrap alert, or counters showing routing
-            # table nodes, set the event.
-            self._stats.post(self._session)
+            # Just started: the bootstrap alert, or counters showing routing table nodes, set the
+            # event. The counters are asked again each second while a lookup waits: libtorrent's
+            # bootstrap can end long after its table holds nodes (a node that lists the crawler's
+            # own contact, as bittorrent-dht does, costs a query to itself and its 15 s timeout).
             # Once one lookup waited its whole deadline for a bootstrap (offline, or no router
             # resolves), the next ones wait a second each rather than holding every visit that long.
             wait = max(deadline - time.monotonic(), 0)
-            if not self._bootstrapped.wait(timeout=min(wait, 1.0) if self._unbooted else wait):
+            until = time.monotonic() + (min(wait, 1.0) if self._unbooted else wait)
+            while not self._bootstrapped.is_set() and time.monotonic() < until:
+                self._stats.baseline(self._session, max_age=1.0)
+                self._bootstrapped.wait(timeout=min(until - time.monotonic(), 1.0))
+            if not self._bootstrapped.is_set():
                 self._unbooted = True
                 return self._failed("DHT not bootstrapped: no nodes in its routing table (is this machine "
                                     "offline, or do its bootstrap routers not resolve?)")
