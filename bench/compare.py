@@ -33,11 +33,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def leaves(value, prefix: str = "") -> dict[str, float]:
-    """The numeric leaves of a JSON value, keyed by their dotted path."""
+    """The numeric leaves of a JSON value, keyed by their dotted path; a yes/no (``counted_exactly``) as 1 or 0."""
     out: dict[str, float] = {}
-    if isinstance(value, bool):
-        return out
-    if isinstance(value, (int, float)):
+    if isinstance(value, (bool, int, float)):
         out[prefix] = float(value)
     elif isinstance(value, dict):
         for k, v in value.items():
