@@ -57,7 +57,7 @@ class ShardLayout:
     shards: int = 1
     tag: str = field(default="", compare=True)
     # Counter shards; 0: as many as queue shards (the layout of a new crawl).
-    # They differ only after ``peercrawl reshard`` (crawler/queue/reshard.py), which
+    # They differ only after ``peercrawl reshard`` (crawler/queue/resharding.py), which
     # moves torrents but cannot move dedupe marks.
     counters: int = 0
 

@@ -211,8 +211,6 @@ class SourceSettings:
         "PEERCRAWL_ANNOUNCE_PORT", 0, p.bounded_int(0, 65535),
         "port announced to trackers: every entry on it is dropped as the crawler's own, so never a port clients "
         "use (6881); 0: one random port per namespace, stored in Redis and shared by every worker")
-    # Off: a crawl of the public swarm has no business with private addresses
-    # (a hostile tracker or node could aim the crawler at the local network).
     # Scrape first: a tracker that reports a torrent's swarm empty is not
     # announced to (docs/sources.md, "Scrape first").
     scrape_first: bool = p.setting(
@@ -234,6 +232,8 @@ class SourceSettings:
     ask_mirrors_once: bool = p.setting(
         "PEERCRAWL_ASK_MIRRORS_ONCE", True, p.on_off, "`on` / `off`: announce once to two trackers learned to "
         "list the same peers, while their scrapes of a torrent agree")
+    # Off: a crawl of the public swarm has no business with private addresses
+    # (a hostile tracker or node could aim the crawler at the local network).
     allow_private: bool = p.setting(
         "PEERCRAWL_ALLOW_PRIVATE", False, p.on_off, "allow loopback/private trackers, DHT nodes and metadata peers")
     # Tracker backoff after consecutive failures: base doubles up to max.
