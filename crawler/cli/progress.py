@@ -20,7 +20,7 @@ import redis
 
 from crawler.cli import human
 from crawler.cli.add import admit
-from crawler.counters.names import LIFETIME
+from crawler.counters.names import LIFETIME, UNPLACED_MEMBER
 from crawler.counters.rollup import index_keys
 from crawler.safe_text import terminal
 
@@ -71,7 +71,11 @@ class Progress:
     def countries(self) -> int:
         """Countries with at least one counted user so far (-1 if Redis does not answer)."""
         try:
-            return int(self.client.zcard(self._countries_key))
+            p = self.client.pipeline(transaction=False)
+            p.zcard(self._countries_key)
+            p.zscore(self._countries_key, UNPLACED_MEMBER)  # counted, but no country
+            n, nowhere = p.execute()
+            return int(n) - (nowhere is not None)
         except redis.RedisError:
             return -1
 

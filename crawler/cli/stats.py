@@ -81,8 +81,8 @@ def command(family: str, torrent: str | None, country: str | None, month: str | 
     Names print as GeoIP spells them (St. Louis); the metric in --json and
     the CSV is the exact stat name, where '.' inside a name is written %2E
     (docs/metrics.md). Peers no place of the list holds (GeoIP could not
-    place them) follow as an 'unplaced' row where a count says how many:
-    a torrent's countries, cities and postcodes, and one country's.
+    place them) follow as an 'unplaced' row wherever countries, cities or
+    postcodes are listed.
     """
     if as_json and fmt not in (None, "json"):
         raise click.BadParameter(f"--json contradicts --format {fmt}", param_hint="--format")

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import redis
 
-from crawler.counters.names import LIFETIME, hashed, metric_of, query_for, read_metric, unescape
+from crawler.counters.names import LIFETIME, hashed, is_place, metric_of, query_for, read_metric, unescape
 from crawler.counters.rollup import Rollup, index_keys, member_key, sharded
 from crawler.errors import StoreError
 from crawler.keys import Keys
@@ -102,7 +102,7 @@ def export(client: redis.Redis, keys: Keys, out: Path, now: float | None = None,
             counts[name] = 0
         try:
             (ckey,) = index_keys(keys, LIFETIME, ("countries",))
-            countries = [c.decode() for c in client.zrange(ckey, 0, -1)]
+            countries = [c.decode() for c in client.zrange(ckey, 0, -1) if is_place(c)]
             for period in periods:
                 w = _Writer(client, keys, period, writers, counts)
                 w.index("countries", query_for("countries"))
@@ -138,6 +138,7 @@ class _Writer:
         w = self.writers[name]
         streams = [_slices(self.client, k, max(100, SLICE // len(keys))) for k in keys]
         rows = streams[0] if len(streams) == 1 else heapq.merge(*streams, key=lambda r: (-r[1], _Desc(r[0])))
+        rows = (r for r in rows if is_place(r[0]))  # the member of the unplaced is no place
         while chunk := [(m.decode(), n) for m, n in islice(rows, TORRENTS_PER_ROUND)]:
             shown = names([m for m, _ in chunk]) if names is not None else None
             for i, (member, n) in enumerate(chunk):
@@ -163,10 +164,11 @@ class _Writer:
                     queries.append((h, q, name))
             for (_, q, name), rows in zip(queries, p.execute()):
                 w = self.writers[name]
-                for m, n in sorted(rows.items(), key=lambda kv: (-int(kv[1]), kv[0])):
+                places = {m: n for m, n in rows.items() if is_place(m)}
+                for m, n in sorted(places.items(), key=lambda kv: (-int(kv[1]), kv[0])):
                     metric = metric_of(q, m.decode()) + self.suffix
                     w.writerow(csv_row((metric, self.period, *_parts(name, metric), int(n))))
-                self.counts[name] += len(rows)
+                self.counts[name] += len(places)
 
 
 def _parts(file: str, metric: str) -> list[str]:

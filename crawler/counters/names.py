@@ -79,6 +79,17 @@ PLACE_COLUMN = {"cities": "city", "postcodes": "postcode"}
 PLACE_KEYS = ("country", "city", "postcode")
 # The label of the row of peers no place of a list holds (``rankings.unplaced``).
 UNPLACED = "unplaced"
+# The country an IP no country holds is counted under, in Redis only: the one count of the peers
+# the database cannot place across every country, which nothing else could give (an IP counts once
+# per country, and no count of all distinct IPs is kept). ``escape`` writes every "%" as "%25", so no
+# place's name is ever this member. Every reader leaves it out of its places (``is_place``) and shows
+# it as the unplaced row; record.lua and places.lua never post it to StatHat (they spell it too).
+UNPLACED_MEMBER = "%unplaced"
+
+
+def is_place(member: str | bytes) -> bool:
+    """False for ``UNPLACED_MEMBER`` (as stored or decoded), True for a place's escaped name."""
+    return member not in (UNPLACED_MEMBER, UNPLACED_MEMBER.encode())
 
 
 def read_metric(metric: str) -> dict[str, str]:

@@ -99,13 +99,15 @@ local function field(scope, member, n)
   rx[k] = (rx[k] or 0) + n
 end
 local post_c = post == 'c'
+-- The country of the IPs no country holds (crawler.counters.names.UNPLACED_MEMBER): counted, never posted.
+local UNPLACED = '%unplaced'
 local families = {'cities', 'postcodes'}
 for pno, pc in pairs(counted) do
   local pl = places[pno]
   local cname = countries[pl[1]]
   if pc[1] > 0 then
     field('countries', cname, pc[1])
-    if post_c then
+    if post_c and cname ~= UNPLACED then
       local stat = 'countries.' .. cname .. '.users'
       box[stat] = (box[stat] or 0) + pc[1]
     end

@@ -14,7 +14,7 @@ says so in ``dropped`` (the recorder counts it with the GeoIP errors).
 from __future__ import annotations
 
 from crawler.counters.marks import Fingerprinter
-from crawler.counters.names import escape
+from crawler.counters.names import UNPLACED_MEMBER, escape
 from geo.name_bound import MAX_NAME_BYTES, NameTooLong, escaped_bytes, fits
 
 
@@ -53,6 +53,8 @@ class PlaceInfo:
         c = self._bounded("country", pkey[0])
         y = self._bounded("city", pkey[1]) if c is not None else None
         z = self._bounded("postcode", pkey[2]) if c is not None else None
+        if c is None:  # counted under the member of no place (names.UNPLACED_MEMBER), never a city
+            c = UNPLACED_MEMBER
         self.country = c
         # the names as record.lua reads them (length-prefixed UTF-8; empty = unknown)
         self.country_s = None if c is None else lua_string(c)

@@ -23,11 +23,13 @@ happens to return.
 
 ``unplaced`` is the row beside a ranking of places: the peers its scope's
 own count holds that none of its places does (GeoIP could not place them,
-or not in a city or postcode). Nothing counts them apart: an IP counts for
-``torrents.<h>.users`` and for each part of its place GeoIP knows, each
-part's mark written and renewed with the others in one atomic step, so the
-scope's count less the sum of its places' is exactly those peers while the
-database is the same (docs/metrics.md, "Unplaced peers").
+or not in a city or postcode). An IP counts for ``torrents.<h>.users`` and
+for each part of its place GeoIP knows, each part's mark written and renewed
+with the others in one atomic step, so the scope's count less the sum of
+its places' is exactly those peers while the database is the same; over
+every country, where no count of all distinct IPs exists, the IPs no
+country holds are counted under ``names.UNPLACED_MEMBER``, which every
+ranking leaves out of its places (docs/metrics.md, "Unplaced peers").
 ``resolve_country`` is what a person typed for a country (``germany``,
 ``DE``) as the counters name it.
 """
@@ -40,11 +42,13 @@ from crawler.counters import country_names
 from crawler.counters.names import (
     FAMILIES,
     LIFETIME,
+    UNPLACED_MEMBER,
     Metric,
     Query,
     check_month,
     hashed,
     info_hash_hex,
+    is_place,
     metric_of,
     query_for,
     unescape,
@@ -76,9 +80,12 @@ def top(
     several shards the totals are settled first (``rollup``), then read;
     ``settled``: the caller just settled them (a page of many rankings).
     Raises ``ValueError`` on bad arguments, ``StoreError`` if Redis fails.
+    The member of the unplaced (``names.UNPLACED_MEMBER``) is no place: it is
+    left out (the first ``limit + 1`` are read, so the cut stays exact).
     """
     if limit < 1:
         raise ValueError("--limit must be at least 1")
+    cut, limit = limit, limit + 1
     q = query_for(family, torrent, country)
     period = LIFETIME if month is None else check_month(month)
     suffix = "" if month is None else "." + month
@@ -105,6 +112,7 @@ def top(
             rows = _top_merged(client, [("", keys.index(period, q.scope))], limit)
     except redis.RedisError as e:
         raise StoreError(f"reading counters failed: {e}") from e
+    rows = [(m, c) for m, c in rows if is_place(m)][:cut]
     return [{"metric": metric_of(q, m) + suffix, "count": int(c)} for m, c in rows]
 
 
@@ -120,7 +128,7 @@ def resolve_country(client: redis.Redis, keys: Keys, given: str) -> str:
         raise ValueError("--country must not be empty")
     try:
         (ckey,) = index_keys(keys, LIFETIME, ("countries",))
-        known = {unescape(m.decode()): s for m, s in client.zrange(ckey, 0, -1, withscores=True)}
+        known = {unescape(m.decode()): s for m, s in client.zrange(ckey, 0, -1, withscores=True) if is_place(m)}
     except redis.RedisError as e:
         raise StoreError(f"reading the countries failed: {e}") from e
     return country_names.match(name, known) or name
@@ -141,23 +149,25 @@ def unplaced(
     ``countries --torrent H``: H's peers without a country; ``cities`` (or
     ``postcodes``) ``--torrent H``: H's peers without a city (no country, or
     a country GeoIP knows no city in), with ``--country C`` H's peers in C
-    without one; ``cities --country C``: C's peers without a city. Every
-    other query is None: a ranking over every country has no count of all
-    peers to subtract from (an IP counts once per country, and no global
-    total of distinct IPs is kept), and a single counter or the torrents
-    are not places. Costs one more read of the torrent's index (bounded by
-    its peers), or for ``--country`` alone a sum over the country's index
-    inside Redis (``index_sum.lua``, in slices). Raises as ``top``.
+    without one; ``cities --country C``: C's peers without a city;
+    ``countries``: the count of ``names.UNPLACED_MEMBER``; ``cities`` (or
+    ``postcodes``) over every country: every country's count, that one's
+    included, less every country's cities. A single counter or the torrents
+    are not places: None. Costs one more read of the torrent's index
+    (bounded by its peers), or a sum inside Redis of the indexes summed
+    (``index_sum.lua``, in slices). Raises as ``top``.
     """
     if family not in FAMILIES or family == "torrents":
         return None
     h = info_hash_hex(torrent) if torrent is not None else None
     q = query_for(family, h, country)
-    if q.member is not None or q.across_countries or q.scope == ("countries",):
+    if q.member is not None:
         return None
     period = LIFETIME if month is None else check_month(month)
     if sharded(keys) and not settled:
         Rollup(client, keys).settle()
+    if q.scope == ("countries",) or q.across_countries:
+        return _unplaced_anywhere(client, keys, q, period)
     # the scope's own count: (scope, member) of the metric one level up
     if h is None:
         whole = (("countries",), q.scope[2])
@@ -172,12 +182,28 @@ def unplaced(
             if q.prefix is not None:
                 placed = sum(int(n) for _, n in client.hscan_iter(key, match=_glob_literal(q.prefix) + "*", count=1000))
             else:
-                placed = sum(int(n) for n in client.hvals(key))
+                placed = sum(int(n) for m, n in client.hgetall(key).items() if is_place(m))
         else:
             placed = _index_sum(client, index_keys(keys, period, q.scope))
     except redis.RedisError as e:
         raise StoreError(f"reading counters failed: {e}") from e
     # below zero only when a peer's place changed within the window (a new database): none shown
+    return max(0, int(total) - placed)
+
+
+def _unplaced_anywhere(client: redis.Redis, keys: Keys, q: Query, period: str) -> int:
+    """The peers no country holds (``countries``), or no city or postcode of any country (``q``
+    across countries): see ``unplaced``."""
+    scope = ("countries",)
+    try:
+        nowhere = _count_in(client, member_key(keys, period, scope, UNPLACED_MEMBER), scope, UNPLACED_MEMBER) or 0
+        if not q.across_countries:
+            return int(nowhere)
+        countries = _countries(client, keys)
+        total = _index_sum(client, index_keys(keys, period, scope))
+        placed = _index_sum(client, [k for c in countries for k in index_keys(keys, period, q.scope + (c,))])
+    except redis.RedisError as e:
+        raise StoreError(f"reading counters failed: {e}") from e
     return max(0, int(total) - placed)
 
 
@@ -269,11 +295,17 @@ def _top_across_countries(client: redis.Redis, keys: Keys, q: Query, period: str
     counted in any period had its country counted in the lifetime one.
     """
     (ckey,) = index_keys(keys, LIFETIME, ("countries",))
-    countries = [c.decode() for c in client.zrange(ckey, 0, -1)]
+    countries = _countries(client, keys)
     if not countries:
         return []
     sources = [(c + ".", k) for c in countries for k in index_keys(keys, period, q.scope + (c,))]
     return _top_totals(client, sources, limit) if sharded(keys) else _top_merged(client, sources, limit)
+
+
+def _countries(client: redis.Redis, keys: Keys) -> list[str]:
+    """Every country counted (the lifetime countries index), the member of the unplaced left out."""
+    (ckey,) = index_keys(keys, LIFETIME, ("countries",))
+    return [c.decode() for c in client.zrange(ckey, 0, -1) if is_place(c)]
 
 
 def _top_totals(client: redis.Redis, sources: list[tuple[str, str]], limit: int) -> list[tuple[str, int]]:

@@ -255,6 +255,9 @@ local function out(stat, n)
 end
 
 local families = {'cities', 'postcodes'}
+-- The country of the IPs no country holds (crawler.counters.names.UNPLACED_MEMBER): counted in the
+-- indexes, never posted (it has no city or postcode).
+local UNPLACED = '%unplaced'
 for v = 1, #visits do
   local h, tpos = visits[v][1], visits[v][2]
   local t_users = users[v]
@@ -268,16 +271,17 @@ for v = 1, #visits do
     local pl = places[pno]  -- a place that counted has a country
     local country = countries[pl[1]]
     local pos, cname = country[1], country[2]
+    local posted = cname ~= UNPLACED
     local n = pc[2]
     if n > 0 then
       incr(4, cname, n)
-      if post_c then out('countries.' .. cname .. '.users', n) end
+      if post_c and posted then out('countries.' .. cname .. '.users', n) end
     end
     n = pc[3]
     if n > 0 then
       incr(tpos, cname, n)
       incr(pos, h, n)
-      if post_t then out(th .. '.countries.' .. cname .. '.users', n) end
+      if post_t and posted then out(th .. '.countries.' .. cname .. '.users', n) end
     end
     -- slots: city 4 and 5 when the place has a city, then postcode
     local j = 4

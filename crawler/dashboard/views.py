@@ -17,7 +17,7 @@ Place names are shown as GeoIP spells them (``St. Louis``): a row's
 ``name`` and ``country`` are unescaped (``names.read_metric``, as
 ``export``'s columns), its ``metric`` the exact stat name. A country is
 taken as a person types it (``germany``, ``DE``: ``rankings.resolve_country``).
-A table of a torrent's or a country's places ends with the peers none of
+A table of places (every country's, a torrent's, a country's) ends with the peers none of
 its places holds (``rankings.unplaced``), when there are any: a row
 ``{"metric": None, "count", "name": "unplaced", "unplaced": True}``.
 """
@@ -78,7 +78,9 @@ class Views:
             "month": month,
             "months": self.months(),
             "total_users_in_countries": sum(r["count"] for r in countries),
-            "tables": {"countries": countries, "torrents": torrents},
+            # then the peers no country holds, on no map
+            "tables": {"countries": countries + [dict(r, map_code=None) for r in self._unplaced("countries", month=month)],
+                       "torrents": torrents},
         }
 
     def _named(self, *tables: list[dict]) -> list[dict]:

@@ -134,7 +134,7 @@ async function renderOverview(d) {
   countTable('countries', countries, r => r.name, r => '/country/' + encodeURIComponent(r.country));
   countTable('torrents', d.tables.torrents, r => r.info_hash, r => '/torrent/' + r.info_hash, true);
   document.getElementById('empty-hint').hidden = countries.length > 0 || d.tables.torrents.length > 0;
-  const unmapped = countries.filter(r => !r.map_code).map(r => `${r.name} (${r.count})`);
+  const unmapped = placed(countries).filter(r => !r.map_code).map(r => `${r.name} (${r.count})`);
   document.getElementById('unmapped').textContent = unmapped.length ? 'Not on the map: ' + unmapped.join(', ') : '';
   await loadWorld();
   const byCode = {};
