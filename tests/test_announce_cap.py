@@ -250,8 +250,9 @@ def test_a_trackers_own_cap_holds_at_that_tracker(opentracker, test_env, tmp_pat
     for ot in (capped, free):
         ot.announce_many("127.1.0.1", hashes, 7000)
     rate = 16.0
+    # both list the same peer: mirrors off, so every visit asks both (what the pace below is about)
     env = {**test_env, "PEERCRAWL_TRACKERS": f"{capped.udp_url}||{rate:g},{free.udp_url}",
-           "PEERCRAWL_REVISIT_SECONDS": "0"}
+           "PEERCRAWL_REVISIT_SECONDS": "0", "PEERCRAWL_ASK_MIRRORS_ONCE": "off"}
     assert run_json(env, "add", *hashes)[1]["added"] == 200
     before = capped.udp_announces(), free.udp_announces()  # the fixture's probes and the peer's
     workers = _workers(env, 1, tmp_path)

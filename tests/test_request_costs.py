@@ -89,8 +89,9 @@ def test_a_crawl_costs_what_opentracker_received(settings, client, keys, opentra
         for j in range(3):
             for ot in (ou, oh):
                 ot.announce_from(peer_address(3 * i + j), h, 6881)
+    # both list the same peers: mirrors off, so every live swarm is announced to at both
     s = settings.replace(trackers=(TrackerSpec(ou.udp_url, 200), TrackerSpec(oh.http_url, 200)),
-                         geoip_db=write_city_db(tmp_path / "c.mmdb"), udp_timeout=2.0)
+                         geoip_db=write_city_db(tmp_path / "c.mmdb"), udp_timeout=2.0, ask_mirrors_once=False)
     Queue(client, keys, s).add([NewItem(h) for h in full + empty])
     before = {**{k: v for k, v in received(ou).items() if k[0] == "udp"},
               **{k: v for k, v in received(oh).items() if k[0] == "tcp"}}

@@ -200,3 +200,13 @@ def test_what_a_pair_is_learned_from():
     assert asked_both == 4 and m.checked == 4
     m.learn([_answer(a, same), _answer(b, same[:1])])
     assert m.stand_ins([a, b], counts) == {}
+
+
+def test_of_two_mirrors_the_one_without_a_rate_of_its_own_is_asked():
+    capped, free = "udp://capped.example:1/announce", "http://free.example/announce"
+    same = [("10.0.0.1", 1)]
+    m = Mirrors(16, frozenset({capped}))
+    for _ in range(LEARN):
+        m.learn([_answer(capped, same), _answer(free, same)])
+    counts = dict.fromkeys((capped, free), object())
+    assert m.stand_ins([capped, free], counts) == {capped: free}  # though UDP comes before HTTP

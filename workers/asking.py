@@ -43,7 +43,7 @@ class Asking:
     def __init__(self, settings, trackers, dht, ahead, cap: AnnounceCap, dht_budget: AnnounceCap):
         self.settings, self.trackers, self.dht, self.ahead = settings, trackers, dht, ahead
         self.cap, self.dht_budget = cap, dht_budget
-        self.mirrors = Mirrors(settings.tracker_cache_size)
+        self.mirrors = Mirrors(settings.tracker_cache_size, frozenset(settings.tracker_rates()))
 
     def ask(self, h: str, urls: list[str], dht: bool) -> tuple[list[SourceResult], dict[str, str]]:
         """Every answer of ``urls`` and (``dht``) the DHT about ``h``, and the trackers a mirror stood

@@ -14,10 +14,11 @@ A pair is learned from what the trackers hand out, never assumed:
   than its max: the whole swarm as the tracker sees it) and holding at least
   one peer, identical peer sets count one agreement; any difference forgets
   the pair. ``LEARN`` agreements in a row make it a mirror.
-- a visit then announces to only the cheaper of two mirrors (UDP, then
-  HTTPS, then HTTP, then the order given) when their scrapes of this
-  torrent, asked on the same visit, report the same seeders, leechers and
-  completed downloads.
+- a visit then announces to only one of two mirrors (one without a rate of
+  its own before one with: a capped tracker makes the visit wait, and was
+  capped for a reason; then UDP, HTTPS, HTTP; then the order given) when
+  their scrapes of this torrent, asked on the same visit, report the same
+  seeders, leechers and completed downloads.
   Counts that differ, or a tracker without counts, and both are asked.
 - every ``CHECK_EVERY``-th time a pair would stand in for the other, both
   are asked, so a pair that drifts apart is found and forgotten.
@@ -48,9 +49,11 @@ def _pair(a: str, b: str) -> tuple[str, str]:
 
 
 class Mirrors:
-    """The mirror pairs one worker process learned (module note); ``cache_size`` pairs at most."""
+    """The mirror pairs one worker process learned (module note); ``cache_size`` pairs at most;
+    ``capped``: the tracker URLs with a rate of their own (asked last of a pair)."""
 
-    def __init__(self, cache_size: int):
+    def __init__(self, cache_size: int, capped: frozenset[str] = frozenset()):
+        self.capped = capped
         # pair -> [agreements in a row, stand-ins since the last check]
         self.pairs: Lru[tuple[str, str], list[int]] = Lru(cache_size)
         self.stood_in = self.checked = 0  # figures: announces saved, checks made
@@ -60,7 +63,7 @@ class Mirrors:
         in its place. ``counts``: each URL's scrape of this torrent."""
         out: dict[str, str] = {}
         kept: list[str] = []
-        for u in sorted(urls, key=lambda u: PREFERENCE.get(url_parts(u)[0], len(PREFERENCE))):
+        for u in sorted(urls, key=lambda u: (u in self.capped, PREFERENCE.get(url_parts(u)[0], len(PREFERENCE)))):
             mine = counts.get(u)
             standing = None
             if mine is not None:
