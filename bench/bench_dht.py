@@ -4,7 +4,7 @@ Both sides run in this process against the same loopback swarm, for the same
 sequence of lookups (lookup i asks for info-hash i mod H, each hash announced
 by 3 nodes with distinct ports), with the same number of lookups in flight,
 and on the same libtorrent node: the plain loop builds its session with
-``crawler.sources.dht_session.new_session`` (DhtSource's settings pack, alert
+``crawler.sources.dht.dht_session.new_session`` (DhtSource's settings pack, alert
 mask, IP filter and bootstrap routers), so only the integration differs: the
 alert pump, gevent greenlets, per-alert routing, counters snapshots, results
 and per-node pacing. A lookup is complete when it has the 3 announced peers
@@ -83,8 +83,8 @@ import libtorrent as lt
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from crawler.settings import Settings
-from crawler.sources.dht import DhtSource
-from crawler.sources.dht_session import new_session, resolve_bootstrap
+from crawler.sources.dht.dht import DhtSource
+from crawler.sources.dht.dht_session import new_session, resolve_bootstrap
 from tests.dht_swarm import announced_swarm
 
 PEERS_PER_HASH = 3

@@ -62,7 +62,7 @@ def child(endpoints: list[tuple[str, int]], hashes: list[str], rate: float, star
     import gevent
 
     from crawler.settings import Settings
-    from crawler.sources.dht import DhtSource
+    from crawler.sources.dht.dht import DhtSource
 
     s = Settings(dht_bootstrap=tuple(endpoints[:3]), dht_listen=((CRAWLER_IP, 0),), allow_private=True,
                  dht_timeout=60.0, trackers=(), dht_node_rate=rate, dht_settle=0.5)

@@ -34,9 +34,9 @@ sys.path.insert(0, str(ROOT))
 
 from crawler.settings import Settings
 from crawler.sources.addresses import policy
-from crawler.sources.dht_scrape import scrape
-from crawler.sources.dht_sizes import NODE_SHARE, OVERALL_RATE
-from crawler.sources.krpc_socket import KrpcSocket
+from crawler.sources.dht.dht_scrape import scrape
+from crawler.sources.dht.dht_sizes import NODE_SHARE, OVERALL_RATE
+from crawler.sources.dht.krpc_socket import KrpcSocket
 from tests.test_dht_scrape import HASHES, SIZES, filled_swarm
 
 

@@ -122,7 +122,7 @@ class SourceSettings:
         "node runs on IPv4 alone, with one warning", shown="`0.0.0.0:0,[::]:0`")
     # Off: a crawl tracks what it was given. On, each worker's DHT node asks
     # other nodes for samples of the info-hashes they store (BEP 51) and adds
-    # the new ones to the discovered lane (crawler/sources/discovery.py).
+    # the new ones to the discovered lane (crawler/sources/dht/discovery.py).
     discovery: bool = p.setting(
         "PEERCRAWL_DISCOVERY", False, p.on_off, "`on` / `off`: BEP 51 sampling into the `discovered` lane "
         "(needs `PEERCRAWL_DHT=on`)")
@@ -134,7 +134,7 @@ class SourceSettings:
         "BEP 51 sample queries per second of each worker, 0.001–1000 (each node asked at most once per its own "
         "interval)")
     # Most of a real catalogue has nobody on the DHT; a lookup is dozens of
-    # queries to other people's nodes (crawler/sources/dht_schedule.py).
+    # queries to other people's nodes (crawler/sources/dht/dht_schedule.py).
     dht_empty_visits: int = p.setting(
         "PEERCRAWL_DHT_EMPTY_VISITS", 3, p.bounded_int(0, 1000),
         "DHT lookups in a row that found nobody before a torrent's lookups are spaced out on a widening "
@@ -158,7 +158,7 @@ class SourceSettings:
     dht_timeout: float = p.setting("PEERCRAWL_DHT_TIMEOUT", 20.0, p.positive_float, "deadline of one DHT lookup (s)")
     # BEP 33: a torrent no tracker gives counts for, whose DHT lookup found
     # peers, has its DHT swarm's size estimated from the nearest nodes' bloom
-    # filters (crawler/sources/dht_sizes.py).
+    # filters (crawler/sources/dht/dht_sizes.py).
     dht_scrape: bool = p.setting(
         "PEERCRAWL_DHT_SCRAPE", True, p.on_off, "`on` / `off`: estimate the size of swarms only the DHT reports "
         "(BEP 33 scrapes of the nodes nearest the torrent)")

@@ -24,6 +24,9 @@ MAX_LINES = 400
 # lower floor, never one above. Rooms on one floor may not import each other.
 # The base is the modules directly in ``crawler/`` (and ``crawler.bencode``):
 # settings, keys, errors, logs, redaction, parsing, which every room needs.
+# Rooms nest: a module is in the longest room its name starts with, so the
+# sources' own rooms (``crawler.sources.dht``, ...) stand on the floor above
+# ``crawler.sources``, which keeps what they share.
 FLOORS: tuple[tuple[str, ...], ...] = (
     ("base",),
     ("geo",),
@@ -31,6 +34,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("crawler.queue",),
     ("crawler.counters",),
     ("crawler.sources",),
+    ("crawler.sources.dht",),
     ("crawler.stathat",),
     ("crawler.report",),
     ("workers",),
@@ -134,13 +138,11 @@ def _foreign_attributes(tree: ast.AST) -> list[tuple[int, str]]:
 
 
 def room_of(name: str) -> str:
-    """The room a module belongs to: a sub-package of ``crawler``, ``workers``, ``geo``, or the base."""
+    """The room a module belongs to: the longest room its name starts with (rooms nest), or the base."""
     if name in TOP:
         return "top"
-    for room in ROOMS:
-        if name == room or name.startswith(room + "."):
-            return room
-    return "base"
+    held = [room for room in ROOMS if name == room or name.startswith(room + ".")]
+    return max(held, key=len, default="base")
 
 
 def floor_of(room: str) -> int:
@@ -187,7 +189,7 @@ def picture(found: dict[str, Module] | None = None) -> str:
             label = "crawler/ (base)" if room == "base" else room.replace(".", "/") + "/"
             below = sorted(reach.get(room, ()), key=lambda r: -floor_of(r))
             names = ", ".join("base" if r == "base" else r.rpartition(".")[2] for r in below)
-            rows.append(f"{label:<20} {count[room]:>3} modules" + (f"  -> {names}" if names else ""))
+            rows.append(f"{label:<25} {count[room]:>3} modules" + (f"  -> {names}" if names else ""))
     width = max(len(r) for r in rows)
     line = "+" + "-" * (width + 2) + "+"
     body = [line]

@@ -15,7 +15,7 @@ import pytest
 
 from crawler.settings import Settings
 from crawler.sources.addresses import AddressRefused
-from crawler.sources.dht import DhtSource
+from crawler.sources.dht.dht import DhtSource
 from tests.dht_swarm import HASH_A as A
 from tests.dht_swarm import HASH_B as B
 from tests.dht_swarm import HASH_C as C

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from crawler.sources import dht_bloom as b
+from crawler.sources.dht import dht_bloom as b
 
 # BEP 33, "Test Vectors": 192.0.2.0-255 and 2001:db8::-2001:db8::3e7 give these bytes and 1224.9308.
 VECTOR = bytes.fromhex("""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from crawler.errors import StoreError
 from crawler.settings import Settings
-from crawler.sources.dht import DhtSource
+from crawler.sources.dht.dht import DhtSource
 
 
 def test_an_unexpected_exception_in_a_lookup_is_a_failed_result(monkeypatch):

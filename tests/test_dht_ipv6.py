@@ -30,8 +30,8 @@ from structlog.testing import capture_logs
 from crawler.errors import SettingsError
 from crawler.settings import Settings
 from crawler.source_settings import listen_text
-from crawler.sources import dht_session
-from crawler.sources.dht import DhtSource
+from crawler.sources.dht import dht_session
+from crawler.sources.dht.dht import DhtSource
 from crawler.sources.dht_listen import listening
 from tests.dht_swarm import HASH_A, Swarm, announced_swarm, routing_nodes
 from tests.loopback6 import PREFIX, loopback_addresses
@@ -111,7 +111,7 @@ NAMESPACE_RUN = """
 import json
 from structlog.testing import capture_logs
 from crawler.settings import Settings
-from crawler.sources.dht import DhtSource
+from crawler.sources.dht.dht import DhtSource
 with capture_logs() as logs:
     dht = DhtSource(Settings(dht_bootstrap=(("127.0.0.1", 6881),), allow_private=True))
 dht.close()

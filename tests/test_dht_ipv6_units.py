@@ -19,10 +19,10 @@ from structlog.testing import capture_logs
 from crawler.errors import SettingsError
 from crawler.settings import Settings
 from crawler.source_settings import listen_text
-from crawler.sources import dht_session
 from crawler.sources.addresses import kind_of
+from crawler.sources.dht import dht_session
+from crawler.sources.dht.dht_lookups import Lookup, Target, gather_peers
 from crawler.sources.dht_listen import listening
-from crawler.sources.dht_lookups import Lookup, Target, gather_peers
 
 LISTEN = "PEERCRAWL_DHT_LISTEN"
 

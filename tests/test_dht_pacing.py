@@ -1,4 +1,4 @@
-"""Per-remote-node pacing of DHT queries (crawler/sources/dht_pacing.py).
+"""Per-remote-node pacing of DHT queries (crawler/sources/dht/dht_pacing.py).
 
 Two parts:
 
@@ -31,8 +31,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from crawler.settings import Settings, SettingsError
-from crawler.sources.dht import DhtSource
-from crawler.sources.dht_pacing import Group, NodePacer
+from crawler.sources.dht.dht import DhtSource
+from crawler.sources.dht.dht_pacing import Group, NodePacer
 from tests.dht_swarm import HASH_A, HASH_B, HASH_C, announced_swarm
 
 # --- the pacer alone -----------------------------------------------------------

@@ -17,9 +17,9 @@ from crawler.queue.items import NewItem
 from crawler.queue.source_notes import DHT_CODES, TRACKER_CODES
 from crawler.queue.transitions import Queue
 from crawler.queue.view import QueueView
-from crawler.sources import dht_schedule
 from crawler.sources.announce_cap import AnnounceCap
-from crawler.sources.dht import DhtSource
+from crawler.sources.dht import dht_schedule
+from crawler.sources.dht.dht import DhtSource
 from crawler.sources.trackers import Trackers
 from tests.dht_swarm import HASH_A as A
 from tests.dht_swarm import HASH_C as C

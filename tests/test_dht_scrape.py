@@ -39,11 +39,11 @@ from gevent.pool import Pool
 from gevent.server import DatagramServer
 
 from crawler.bencode import codec as bencode
-from crawler.sources import dht_bloom
-from crawler.sources import krpc_codec as kc
 from crawler.sources.addresses import AddressRefused, policy
-from crawler.sources.dht_scrape import scrape
-from crawler.sources.krpc_socket import KrpcSocket
+from crawler.sources.dht import dht_bloom
+from crawler.sources.dht import krpc_codec as kc
+from crawler.sources.dht.dht_scrape import scrape
+from crawler.sources.dht.krpc_socket import KrpcSocket
 from tests.dht_swarm import Swarm
 
 pytestmark = pytest.mark.slow

@@ -11,11 +11,11 @@ from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from crawler.sources import dht_bloom
-from crawler.sources import krpc_codec as kc
 from crawler.sources.addresses import AddressRefused, policy
-from crawler.sources.dht_scrape import ScrapeLookup
-from crawler.sources.krpc_socket import SendPacer
+from crawler.sources.dht import dht_bloom
+from crawler.sources.dht import krpc_codec as kc
+from crawler.sources.dht.dht_scrape import ScrapeLookup
+from crawler.sources.dht.krpc_socket import SendPacer
 
 ALLOW = policy(True)
 TARGET = hashlib.sha1(b"units").digest()

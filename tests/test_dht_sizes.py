@@ -1,4 +1,4 @@
-"""A worker estimates the size of a swarm only the DHT knows (BEP 33, crawler/sources/dht_sizes.py).
+"""A worker estimates the size of a swarm only the DHT knows (BEP 33, crawler/sources/dht/dht_sizes.py).
 
 The swarm of tests/test_dht_scrape.py: 16 libtorrent nodes holding a swarm
 of 200 IPs (50 seeds, 150 others) announced from distinct loopback
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from crawler.sources import dht_bloom
+from crawler.sources.dht import dht_bloom
 from tests.test_dht_scrape import HASHES, SIZES, filled  # noqa: F401 (fixture)
 from tests.test_worker_e2e import env, pc, pcj  # noqa: F401 (fixture)
 

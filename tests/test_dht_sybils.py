@@ -1,4 +1,4 @@
-"""What a holder of one address block can do to a DHT scrape's estimate (crawler/sources/dht_node_ids.py).
+"""What a holder of one address block can do to a DHT scrape's estimate (crawler/sources/dht/dht_node_ids.py).
 
 Eight sybils in one /24 with ids next to the hash used to be the eight
 nodes nearest it, and so the only filters in the union: empty filters set
@@ -24,11 +24,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from crawler.bencode import codec as bencode
-from crawler.sources import dht_bloom, dht_node_ids
-from crawler.sources import krpc_codec as kc
 from crawler.sources.addresses import policy
-from crawler.sources.dht_scrape import ScrapeLookup, scrape
-from crawler.sources.krpc_socket import KrpcSocket
+from crawler.sources.dht import dht_bloom, dht_node_ids
+from crawler.sources.dht import krpc_codec as kc
+from crawler.sources.dht.dht_scrape import ScrapeLookup, scrape
+from crawler.sources.dht.krpc_socket import KrpcSocket
 
 ALLOW = policy(True)
 IH = hashlib.sha1(b"peercrawl-sybils").digest()

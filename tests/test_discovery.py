@@ -18,8 +18,8 @@ from crawler.queue.items import NewItem
 from crawler.queue.transitions import Queue
 from crawler.queue.view import QueueView
 from crawler.settings import Settings
-from crawler.sources.dht import DhtSource
-from crawler.sources.discovery import MIN_INTERVAL, SILENT_RETRY, Discovery, Frontier
+from crawler.sources.dht.dht import DhtSource
+from crawler.sources.dht.discovery import MIN_INTERVAL, SILENT_RETRY, Discovery, Frontier
 from crawler.store import layout
 from tests.cli import run_json
 from tests.dht_swarm import Swarm

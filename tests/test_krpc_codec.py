@@ -11,7 +11,7 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from crawler.bencode import codec as bencode
-from crawler.sources import krpc_codec as kc
+from crawler.sources.dht import krpc_codec as kc
 
 BOUNDED = hsettings(max_examples=300, deadline=timedelta(seconds=2))
 SMALL = hsettings(max_examples=120, deadline=timedelta(seconds=2))

@@ -1,4 +1,4 @@
-"""A flood at the DHT scrape socket (crawler/sources/krpc_socket.py) freezes nothing and shuts no reply out.
+"""A flood at the DHT scrape socket (crawler/sources/dht/krpc_socket.py) freezes nothing and shuts no reply out.
 
 The socket is open as long as a worker runs and every node it ever asked
 knows its port. The flood comes from a process of its own
@@ -31,8 +31,8 @@ import pytest
 from gevent.server import DatagramServer
 
 from crawler.bencode import codec as bencode
-from crawler.sources import krpc_codec as kc
-from crawler.sources.krpc_socket import MAX_STRIKES, KrpcSocket
+from crawler.sources.dht import krpc_codec as kc
+from crawler.sources.dht.krpc_socket import MAX_STRIKES, KrpcSocket
 
 ROOT = Path(__file__).resolve().parents[1]
 IH = bytes(range(20))

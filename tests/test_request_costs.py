@@ -140,7 +140,7 @@ def test_a_crawl_costs_what_opentracker_received(settings, client, keys, opentra
 @pytest.mark.slow
 def test_a_dht_lookup_counts_once_when_it_traverses(client, keys, settings):
     from crawler.settings import Settings
-    from crawler.sources.dht import DhtSource
+    from crawler.sources.dht.dht import DhtSource
     from tests.dht_swarm import HASH_A, HASH_B, HASH_C, Swarm
 
     counts = RequestCounts(client, keys, top=20, every=3600)

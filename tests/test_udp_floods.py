@@ -29,9 +29,9 @@ from gevent import monkey
 
 from crawler.settings import Settings
 from crawler.sources import socket_turns
+from crawler.sources.dht.dht_session import new_session
+from crawler.sources.dht.krpc_socket import KrpcSocket
 from crawler.sources.dht_alerts import AlertPump
-from crawler.sources.dht_session import new_session
-from crawler.sources.krpc_socket import KrpcSocket
 from crawler.sources.udp_client import READ_BURST, UdpTrackerClient
 from tests.test_krpc_flood import MOST_CPU_GAP, MOST_WALL_GAP, Ticker, flood
 

@@ -9,7 +9,7 @@ it took on loopback, and why:
   does: its address policy then lets 127.0.0.0/8 bootstrap nodes through,
   libtorrent's ip filter is empty, and its Sybil defences are off
   (``dht_restrict_routing_ips``, ``dht_restrict_search_ips``,
-  ``dht_ignore_dark_internet``; crawler/sources/dht_session.py). Nothing
+  ``dht_ignore_dark_internet``; crawler/sources/dht/dht_session.py). Nothing
   more: bittorrent-dht picks random node ids, not ones derived from the
   address (BEP 42), and libtorrent's ``dht_enforce_node_id`` is off by
   default, so they are taken as they are.
@@ -63,7 +63,7 @@ import time
 import pytest
 
 from crawler.settings import Settings
-from crawler.sources.dht import DhtSource
+from crawler.sources.dht.dht import DhtSource
 from tests.mmdb import write_city_db
 from tests.test_worker_e2e import counter, env, pc, pcj  # noqa: F401 (fixture)
 from tests.webtorrent_dht import webtorrent_dht  # noqa: F401 (fixture)

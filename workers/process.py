@@ -83,12 +83,12 @@ class Process:
         on_visit = _both(on_visit, self.requests.visited)
         self.dht = None
         if settings.dht:
-            from crawler.sources.dht import DhtSource
+            from crawler.sources.dht.dht import DhtSource
 
             self.dht = DhtSource(settings, requests=self.requests)
         self.sizes = None
         if self.dht is not None and settings.dht_scrape:
-            from crawler.sources.dht_sizes import DhtSizes
+            from crawler.sources.dht.dht_sizes import DhtSizes
 
             self.sizes = DhtSizes(settings, self.dht, self.requests)
         self.names = None
@@ -102,7 +102,7 @@ class Process:
                                        AnnounceCap.metadata_budget(client, keys, settings))
         self.discovery = None
         if settings.discovery and self.dht is not None:
-            from crawler.sources.discovery import Discovery
+            from crawler.sources.dht.discovery import Discovery
 
             self.discovery = Discovery(self.dht, self.queue, client, keys, settings)
         # The visits' recordings are made together (crawler.counters.batcher).

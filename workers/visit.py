@@ -8,7 +8,7 @@ and held together. Then the asking stage (``workers.asking``): trackers
 are scraped first, most often in a request asked ahead of the visit (the
 ones that report the swarm empty, or fail, settle it without an announce);
 a tracker learned to mirror another is not announced to while their scrapes
-agree; the rest and the DHT, when due (``crawler.sources.dht_schedule``),
+agree; the rest and the DHT, when due (``crawler.sources.dht.dht_schedule``),
 are asked at once, each at its place in the announce cap or DHT budget,
 under one deadline that starts after those waits. Then, in this order:
 
@@ -51,8 +51,8 @@ from crawler.queue import source_notes as notes
 from crawler.queue.scoring import SourceCount, outcome
 from crawler.queue.transitions import Lease, Queue
 from crawler.settings import Settings
-from crawler.sources import dht_schedule
 from crawler.sources.announce_cap import AnnounceCap
+from crawler.sources.dht import dht_schedule
 from crawler.sources.result import SourceResult, VisitResult
 from crawler.store import patience
 from crawler.store.outage import Outage

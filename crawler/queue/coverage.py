@@ -12,7 +12,7 @@ own atomic step:
   largest seeders + leechers one answering source gave
   (``VisitResult.reported``); absent when the last visit had none;
 - ``counts_estimated``: present while the seeders, leechers and
-  ``reported`` are the DHT's BEP 33 estimates (``crawler.sources.dht_sizes``),
+  ``reported`` are the DHT's BEP 33 estimates (``crawler.sources.dht.dht_sizes``),
   not a tracker's counts;
 - ``peers_last_visit``: the distinct IPs that visit counted;
 - ``n:<unix day>``: the IPs first counted that day in the 30-day dedupe

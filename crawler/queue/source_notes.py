@@ -9,7 +9,7 @@ next visit's plan (``plan.lua``) and by ``torrent``. It expires on its own
   again (its ``min interval``);
 - ``dht``: unix time before which the DHT is not looked up again, and
   ``dht:empty``: its lookups in a row that found nobody (the widening
-  schedule of ``crawler.sources.dht_schedule``);
+  schedule of ``crawler.sources.dht.dht_schedule``);
 - ``last``: the last visit's sources, ``<crc32 of the visit's tracker list,
   8 hex>:<one code per tracker, in that order>|<the DHT's code>``. Codes, not
   URLs, so the value stays under Redis's 64-byte listpack bound for up to

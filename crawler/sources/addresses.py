@@ -13,7 +13,7 @@ and Teredo (``2001::/32``: both the server's IPv4 and the client's, which is
 stored inverted; either one not public refuses the address). Other forms are
 not recognised (6rd prefixes are chosen by each ISP; ISATAP puts the IPv4 in
 the interface identifier of an otherwise ordinary address) and get the plain
-IPv6 rules. ``crawler.sources.dht_session`` blocks the same ranges for DHT
+IPv6 rules. ``crawler.sources.dht.dht_session`` blocks the same ranges for DHT
 nodes, and more where a range cannot be expressed.
 
 ``resolve`` turns a tracker host into the addresses to try, in order, each

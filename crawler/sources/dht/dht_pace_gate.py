@@ -12,7 +12,7 @@ import time
 
 from gevent.event import Event
 
-from crawler.sources.dht_pacing import NodePacer
+from crawler.sources.dht.dht_pacing import NodePacer
 
 
 class PaceGate:

@@ -48,7 +48,7 @@ import gevent
 from gevent import socket
 from gevent.event import AsyncResult
 
-from crawler.sources import krpc_codec as codec
+from crawler.sources.dht import krpc_codec as codec
 from crawler.sources.socket_turns import Turns
 
 Address = tuple[str, int]

@@ -1,7 +1,7 @@
 """KRPC (BEP 5) ``get_peers`` with BEP 33's scrape, sans-IO: queries to bytes, replies to frozen values.
 
 What goes out: ``get_peers`` (``scrape=1`` asks a node that stores peers
-for the info-hash to add its two bloom filters, ``crawler.sources.dht_bloom``)
+for the info-hash to add its two bloom filters, ``crawler.sources.dht.dht_bloom``)
 and ``announce_peer`` (the tests fill libtorrent nodes with it). Queries
 carry ``ro=1`` (BEP 43): a read-only node is answered but never put in
 anyone's routing table, as the crawler's libtorrent node is.
@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 from crawler.bencode import codec as bencode
 from crawler.errors import RemoteProtocolError, one_line
-from crawler.sources.dht_bloom import SIZE as FILTER_SIZE
+from crawler.sources.dht.dht_bloom import SIZE as FILTER_SIZE
 
 MAX_DATAGRAM = 65_535
 REPLY_MAX_VALUES = 2_000

@@ -1,6 +1,6 @@
 """Building the crawler's libtorrent session: settings pack, bootstrap, IP filter.
 
-Pure-ish helpers used by ``crawler.sources.dht``; nothing here waits on
+Pure-ish helpers used by ``crawler.sources.dht.dht``; nothing here waits on
 libtorrent. Bootstrap host names are resolved here (cooperatively, through
 gevent's resolver) and each address is checked against the address policy
 (contract §3) before libtorrent ever sees it.

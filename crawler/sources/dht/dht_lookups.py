@@ -13,7 +13,7 @@ from collections import deque
 
 from gevent.event import Event
 
-from crawler.sources.dht_pacing import Group
+from crawler.sources.dht.dht_pacing import Group
 
 # Endpoints each info-hash's traversals keep (``Target.queried``): a DHT scrape's contacts.
 CONTACTS = 16

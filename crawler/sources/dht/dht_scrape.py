@@ -52,9 +52,9 @@ from gevent.pool import Group
 from gevent.queue import Empty, Queue
 
 from crawler.errors import PeercrawlError
-from crawler.sources import dht_bloom, dht_node_ids, krpc_codec
 from crawler.sources.addresses import AddressCheck, AddressRefused, Resolver, policy, resolve
-from crawler.sources.krpc_socket import Address, KrpcSocket, Reply
+from crawler.sources.dht import dht_bloom, dht_node_ids, krpc_codec
+from crawler.sources.dht.krpc_socket import Address, KrpcSocket, Reply
 
 ALPHA = 3  # queries in flight (BEP 5's alpha; BEP 33 suggests 3 for scrapes)
 CLOSEST = 8  # K: the nodes whose filters are unioned, and the ones a lookup converges on

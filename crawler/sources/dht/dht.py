@@ -60,12 +60,12 @@ from crawler import logs
 from crawler.errors import PeercrawlError, StoreError
 from crawler.settings import Settings
 from crawler.source_settings import listen_text
+from crawler.sources.dht.dht_lookups import Lookup, Target, gather_peers
+from crawler.sources.dht.dht_pace_gate import PaceGate
+from crawler.sources.dht.dht_pacing import Group, NodePacer
+from crawler.sources.dht.dht_session import new_session, resolve_bootstrap
 from crawler.sources.dht_alerts import AlertPump, StatsRequests, responses
 from crawler.sources.dht_listen import listening
-from crawler.sources.dht_lookups import Lookup, Target, gather_peers
-from crawler.sources.dht_pace_gate import PaceGate
-from crawler.sources.dht_pacing import Group, NodePacer
-from crawler.sources.dht_session import new_session, resolve_bootstrap
 from crawler.sources.result import SourceResult
 
 log = logs.get(__name__)
@@ -128,7 +128,7 @@ class DhtSource:
         self._stats = StatsRequests()
         self._bootstrapped = Event()
         self._closed = False
-        # BEP 51 answers (crawler.sources.discovery): (endpoint, interval s, hashes, nodes' endpoints)
+        # BEP 51 answers (crawler.sources.dht.discovery): (endpoint, interval s, hashes, nodes' endpoints)
         self.samples: list[tuple] = []
         self.sampled = Event()
         self._pump = AlertPump(self._session, self._dispatch)

@@ -34,10 +34,10 @@ import gevent
 
 from crawler import logs
 from crawler.settings import Settings
-from crawler.sources import dht_bloom
 from crawler.sources.addresses import policy
-from crawler.sources.dht_scrape import scrape
-from crawler.sources.krpc_socket import KrpcSocket
+from crawler.sources.dht import dht_bloom
+from crawler.sources.dht.dht_scrape import scrape
+from crawler.sources.dht.krpc_socket import KrpcSocket
 
 log = logs.get(__name__)
 
