@@ -36,8 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from crawler.keys import Keys
 from crawler.settings import Settings
-from crawler.sources import udp_codec as u
-from crawler.sources.trackers import Trackers
+from crawler.sources.trackers import udp_codec as u
+from crawler.sources.trackers.trackers import Trackers
 from tests.namespaces import delete_namespace
 from tests.opentracker import OpenTracker
 

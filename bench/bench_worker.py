@@ -74,7 +74,7 @@ from crawler.queue.items import NewItem
 from crawler.queue.transitions import Queue
 from crawler.settings import Settings
 from crawler.source_settings import TrackerSpec
-from crawler.sources import udp_codec as u
+from crawler.sources.trackers import udp_codec as u
 from geo import Locator
 from tests.mmdb import write_city_db
 from tests.namespaces import delete_namespace

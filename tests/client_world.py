@@ -25,7 +25,7 @@ from pathlib import Path
 import libtorrent as lt
 
 from crawler.bencode import codec as bencode
-from crawler.sources import udp_codec
+from crawler.sources.trackers import udp_codec
 from tests.opentracker import OpenTracker
 from tests.real_clients import CLIENTS, KINDS, Client, free_port, wait_for
 

@@ -19,8 +19,8 @@ from gevent import socket
 from gevent.server import StreamServer
 
 from crawler.bencode import codec as bencode
-from crawler.sources import udp_codec as u
-from crawler.sources.peers import encode_compact
+from crawler.sources.trackers import udp_codec as u
+from crawler.sources.trackers.peers import encode_compact
 
 GOOD_PEERS = (("127.9.0.1", 1111), ("127.9.0.2", 2222))
 

@@ -34,7 +34,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("crawler.queue",),
     ("crawler.counters",),
     ("crawler.sources",),
-    ("crawler.sources.dht",),
+    ("crawler.sources.dht", "crawler.sources.trackers"),
     ("crawler.stathat",),
     ("crawler.report",),
     ("workers",),

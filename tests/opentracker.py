@@ -26,7 +26,7 @@ from typing import Self
 
 import pytest
 
-from crawler.sources import udp_codec
+from crawler.sources.trackers import udp_codec
 
 BINARY = "/usr/bin/opentracker"
 

@@ -19,7 +19,7 @@ from crawler.settings import Settings
 from crawler.sources import addresses
 from crawler.sources.addresses import AddressRefused, check, kind_of
 from crawler.sources.dht import dht_session
-from crawler.sources.trackers import Trackers
+from crawler.sources.trackers.trackers import Trackers
 
 PRIVATE_V4 = ["10.0.0.1", "127.0.0.1", "192.168.1.1", "172.16.5.4", "169.254.1.1", "100.64.0.1", "0.0.0.1",
               "192.0.2.45", "224.0.0.1", "255.255.255.255"]

@@ -192,7 +192,7 @@ def test_metrics_parse_and_equal_status(web, test_env):
 
 
 def test_metrics_trackers_and_workers(client, keys, settings, world, test_env):
-    from crawler.sources.health import TrackerHealth
+    from crawler.sources.trackers.health import TrackerHealth
     from workers.heartbeat import Heartbeat
 
     health = TrackerHealth(client, keys, flush=0.0)

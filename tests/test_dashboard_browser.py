@@ -313,7 +313,7 @@ def test_error_answers_show_markup_as_text(dashboard, browser):
 
 def test_third_party_names_are_text_in_the_page(dashboard, browser, client, keys, settings, tmp_path):
     """A GeoIP city, postcode and a tracker's refusal holding markup show as text in tables and charts."""
-    from crawler.sources.health import REFUSAL, TrackerHealth
+    from crawler.sources.trackers.health import REFUSAL, TrackerHealth
 
     d = browser
     rec = Recorder(client, keys, settings, geo.open_locator(

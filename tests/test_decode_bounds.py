@@ -24,7 +24,7 @@ from crawler.bencode import codec as bencode
 from crawler.errors import ItemError
 from crawler.queue import items
 from crawler.queue.items import parse_torrent
-from crawler.sources import http_codec as h
+from crawler.sources.trackers import http_codec as h
 
 MIB = 1024 * 1024
 H = f"{0xB0DE5:040x}"

@@ -20,7 +20,7 @@ from crawler.queue.view import QueueView
 from crawler.sources.announce_cap import AnnounceCap
 from crawler.sources.dht import dht_schedule
 from crawler.sources.dht.dht import DhtSource
-from crawler.sources.trackers import Trackers
+from crawler.sources.trackers.trackers import Trackers
 from tests.dht_swarm import HASH_A as A
 from tests.dht_swarm import HASH_C as C
 from tests.dht_swarm import dht_swarm  # noqa: F401 (the shared fixture)

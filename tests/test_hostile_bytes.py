@@ -8,8 +8,8 @@ import time
 import gevent
 import pytest
 
-from crawler.sources import http_codec as h
-from crawler.sources.trackers import Trackers
+from crawler.sources.trackers import http_codec as h
+from crawler.sources.trackers.trackers import Trackers
 from tests import hostile
 from tests.hostile import (
     GOOD_PEERS,

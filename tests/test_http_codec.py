@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from crawler.bencode import codec as bencode
 from crawler.errors import RemoteProtocolError
-from crawler.sources import http_codec as h
-from crawler.sources.peers import encode_compact
+from crawler.sources.trackers import http_codec as h
+from crawler.sources.trackers.peers import encode_compact
 
 ipv4 = st.ip_addresses(v=4).map(str)
 ipv6 = st.ip_addresses(v=6).map(str)

@@ -27,9 +27,9 @@ from crawler.errors import ItemError, RemoteProtocolError
 from crawler.queue.intake import item_sources
 from crawler.queue.items import MAX_TORRENT_FILE, parse_items, parse_torrent
 from crawler.queue.torrent_fields import HISTORY_ENTRY, NOT_REPORTED, history
-from crawler.sources import http_codec as h
-from crawler.sources import http_scrape as hs
-from crawler.sources import udp_codec as u
+from crawler.sources.trackers import http_codec as h
+from crawler.sources.trackers import http_scrape as hs
+from crawler.sources.trackers import udp_codec as u
 
 BOUNDED = hsettings(max_examples=300, deadline=timedelta(seconds=2))
 SMALL = hsettings(max_examples=120, deadline=timedelta(seconds=2))

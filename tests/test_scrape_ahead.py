@@ -26,9 +26,9 @@ from crawler.queue.transitions import Queue
 from crawler.queue.view import QueueView
 from crawler.settings import Settings
 from crawler.source_settings import TrackerSpec
-from crawler.sources import udp_codec as u
-from crawler.sources.health import FAILURE
-from crawler.sources.trackers import Trackers
+from crawler.sources.trackers import udp_codec as u
+from crawler.sources.trackers.health import FAILURE
+from crawler.sources.trackers.trackers import Trackers
 from tests.mmdb import write_city_db
 from tests.opentracker import opentracker, peer_address  # noqa: F401 (fixture)
 from workers.process import Process

@@ -1,4 +1,4 @@
-"""HTTP scrape replies read key by key (crawler/sources/http_scrape.py), on hostile and odd bytes.
+"""HTTP scrape replies read key by key (crawler/sources/trackers/http_scrape.py), on hostile and odd bytes.
 
 A ``files`` key is an asked hash's 20 bytes, or its UTF-8 text as WebTorrent's
 ``bittorrent-tracker`` writes it (``webtorrent_key``); every other key is
@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 from crawler.bencode import codec as bencode
 from crawler.errors import RemoteProtocolError
-from crawler.sources import http_codec as h
-from crawler.sources.http_scrape import MAX_COUNT, MAX_HASHES, ScrapeCounts, parse_scrape_reply, webtorrent_key
+from crawler.sources.trackers import http_codec as h
+from crawler.sources.trackers.http_scrape import MAX_COUNT, MAX_HASHES, ScrapeCounts, parse_scrape_reply, webtorrent_key
 
 BOUNDED = hsettings(max_examples=300, deadline=timedelta(seconds=2))
 

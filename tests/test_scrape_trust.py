@@ -1,4 +1,4 @@
-"""What a torrent left out of an HTTP scrape reply means (crawler/sources/tracker_scrapes.py).
+"""What a torrent left out of an HTTP scrape reply means (crawler/sources/trackers/tracker_scrapes.py).
 
 "Empty" only when the tracker read the torrent's ``info_hash`` and answered in
 keys that are the hashes asked; otherwise the torrent is announced to. Each
@@ -17,9 +17,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from crawler.bencode import codec as bencode
-from crawler.sources.http_scrape import ScrapeCounts
-from crawler.sources.tracker_scrapes import EMPTY
-from crawler.sources.trackers import Trackers
+from crawler.sources.trackers.http_scrape import ScrapeCounts
+from crawler.sources.trackers.tracker_scrapes import EMPTY
+from crawler.sources.trackers.trackers import Trackers
 
 
 class Tracker:
@@ -162,7 +162,7 @@ class ShortUdpTracker:
     def __init__(self, reads: int):
         import struct
 
-        from crawler.sources import udp_codec as u
+        from crawler.sources.trackers import udp_codec as u
 
         self.reads, self.swarms, self.scrapes = reads, {}, 0
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)

@@ -15,7 +15,7 @@ import pytest
 from gevent import socket
 
 from crawler.sources import addresses
-from crawler.sources.trackers import Trackers
+from crawler.sources.trackers.trackers import Trackers
 from tests.opentracker import opentracker, peer_address  # noqa: F401 (fixture)
 from tests.tls_trackers import resolver_for
 

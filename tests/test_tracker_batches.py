@@ -9,7 +9,7 @@ import time
 import gevent
 import pytest
 
-from crawler.sources.trackers import Trackers
+from crawler.sources.trackers.trackers import Trackers
 from tests import hostile
 from tests.hostile import GOOD_PEERS, udp_tracker  # noqa: F401 (fixture)
 from tests.opentracker import opentracker, peer_address  # noqa: F401 (fixture)

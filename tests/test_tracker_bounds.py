@@ -20,8 +20,8 @@ from crawler.queue.transitions import Queue
 from crawler.queue.view import QueueView
 from crawler.settings import Settings
 from crawler.source_settings import TrackerSpec
-from crawler.sources.health import TrackerHealth, tracker_report
-from crawler.sources.trackers import Trackers
+from crawler.sources.trackers.health import TrackerHealth, tracker_report
+from crawler.sources.trackers.trackers import Trackers
 from tests import hostile
 from tests.hostile import HostileHttpTracker, HostileUdpTracker, ListingUdpTracker, http_tracker, udp_tracker  # noqa: F401 (fixtures)
 
@@ -320,7 +320,7 @@ def test_passkeys_never_reach_status_logs_or_failure_reasons(http_tracker, test_
 )
 def test_a_limited_parse_keeps_what_the_whole_parse_would_have_kept(peers, peers6, limit):
     from crawler.errors import RemoteProtocolError
-    from crawler.sources.http_codec import parse_announce_reply
+    from crawler.sources.trackers.http_codec import parse_announce_reply
 
     body = bencode.encode({b"interval": 60, b"complete": 2, b"incomplete": 3, b"peers": peers, b"peers6": peers6})
     try:

@@ -9,7 +9,7 @@ import gevent
 import pytest
 
 from crawler.sources import addresses
-from crawler.sources.trackers import Trackers
+from crawler.sources.trackers.trackers import Trackers
 from tests import hostile
 from tests.hostile import GOOD_PEERS, UDP_CASES, HostileHttpTracker, HostileUdpTracker, http_tracker, udp_tracker  # noqa: F401 (fixtures)
 

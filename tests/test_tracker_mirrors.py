@@ -1,4 +1,4 @@
-"""Trackers learned to mirror each other (crawler/sources/tracker_mirrors.py), by real visits to real
+"""Trackers learned to mirror each other (crawler/sources/trackers/tracker_mirrors.py), by real visits to real
 opentrackers: one announce where two would list the same peers, and never a peer lost for it."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from crawler.queue.items import NewItem
 from crawler.queue.source_notes import TRACKER_CODES
 from crawler.queue.transitions import Queue
 from crawler.queue.view import QueueView
-from crawler.sources import udp_codec as u
 from crawler.sources.result import SourceResult
-from crawler.sources.tracker_mirrors import CHECK_EVERY, LEARN, Mirrors
-from crawler.sources.trackers import Trackers
+from crawler.sources.trackers import udp_codec as u
+from crawler.sources.trackers.tracker_mirrors import CHECK_EVERY, LEARN, Mirrors
+from crawler.sources.trackers.trackers import Trackers
 from tests.mmdb import write_city_db
 from tests.opentracker import opentracker, peer_address  # noqa: F401 (fixture)
 from workers.visit import Visitor

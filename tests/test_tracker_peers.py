@@ -10,8 +10,8 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from crawler.sources import udp_codec as u
-from crawler.sources.peers import PeerListError, check_compact, parse_compact
+from crawler.sources.trackers import udp_codec as u
+from crawler.sources.trackers.peers import PeerListError, check_compact, parse_compact
 
 
 @given(st.binary(max_size=6 * 40).map(lambda b: b[: len(b) - len(b) % 6]))

@@ -12,8 +12,8 @@ from crawler.keys import Keys
 from crawler.queue.items import NewItem
 from crawler.queue.scoring import Outcome
 from crawler.queue.transitions import Queue
-from crawler.sources import health as health_module
-from crawler.sources.health import ANSWER, FAILURE, TrackerHealth, tracker_others, tracker_report
+from crawler.sources.trackers import health as health_module
+from crawler.sources.trackers.health import ANSWER, FAILURE, TrackerHealth, tracker_others, tracker_report
 from tests.test_cluster import cluster_ns  # noqa: F401 (fixture)
 
 PERIOD = 60.0

@@ -20,8 +20,8 @@ from crawler.envparse import MAX_TRACKER_URL
 from crawler.keys import Keys
 from crawler.queue.items import NewItem
 from crawler.queue.transitions import Queue
-from crawler.sources import tracker_names
-from crawler.sources.health import FAILURE, TrackerHealth
+from crawler.sources.trackers import tracker_names
+from crawler.sources.trackers.health import FAILURE, TrackerHealth
 from tests import redis_servers
 
 PERIOD = 60.0
@@ -131,7 +131,7 @@ def test_the_walks_script_refuses_digests_it_cannot_split(server):
 
     from crawler.store import scripts
 
-    script = scripts.register(server.client, "tracker_named", package="crawler.sources")
+    script = scripts.register(server.client, "tracker_named", package="crawler.sources.trackers")
     k = Keys("traffic-args")
     for args in (["0123456789abcde"], ["0123456789abcdef", "x"]):
         with pytest.raises(redis.ResponseError, match="tracker_named"):

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from crawler.sources import udp_codec as u
-from crawler.sources.udp_client import UdpTrackerClient
+from crawler.sources.trackers import udp_codec as u
+from crawler.sources.trackers.udp_client import UdpTrackerClient
 from tests.hostile import UDP_GOOD, UDP_TRUNCATED, HostileUdpTracker
 from tests.opentracker import opentracker, peer_address  # noqa: F401 (fixture)
 

@@ -1,4 +1,4 @@
-"""Scrape first (crawler/sources/tracker_scrapes.py) against a real opentracker, UDP and HTTP,
+"""Scrape first (crawler/sources/trackers/tracker_scrapes.py) against a real opentracker, UDP and HTTP,
 and against trackers that cannot scrape or drop scrapes."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import time
 import gevent
 import pytest
 
-from crawler.sources import udp_codec as u
-from crawler.sources.health import tracker_report
-from crawler.sources.tracker_scrapes import EMPTY, RELEARN_SECONDS, SILENT_LIMIT
-from crawler.sources.trackers import Trackers
+from crawler.sources.trackers import udp_codec as u
+from crawler.sources.trackers.health import tracker_report
+from crawler.sources.trackers.tracker_scrapes import EMPTY, RELEARN_SECONDS, SILENT_LIMIT
+from crawler.sources.trackers.trackers import Trackers
 from tests.cap_places import Places, gaps
 from tests.opentracker import opentracker, peer_address  # noqa: F401 (fixture)
 
@@ -252,7 +252,7 @@ def test_scrape_off_announces_as_before(opentracker, settings, client, keys):  #
 
 
 def test_a_group_waits_while_scrapes_keep_joining_and_no_longer():
-    from crawler.sources.scrape_groups import WINDOW, ScrapeGroups
+    from crawler.sources.trackers.scrape_groups import WINDOW, ScrapeGroups
 
     sent = []
 

@@ -27,7 +27,7 @@ from crawler.dashboard.views import Views
 from crawler.queue.scoring import Outcome
 from crawler.queue.transitions import Queue
 from crawler.settings import Settings
-from crawler.sources.health import TrackerHealth
+from crawler.sources.trackers.health import TrackerHealth
 from tests.cli import run
 from tests.opentracker import free_port
 

@@ -12,7 +12,7 @@ from gevent.server import StreamServer
 from crawler.errors import SettingsError
 from crawler.settings import Settings
 from crawler.sources import addresses
-from crawler.sources.trackers import Trackers
+from crawler.sources.trackers.trackers import Trackers
 from tests.hostile import GOOD_PEERS, HostileHttpTracker
 from tests.opentracker import opentracker, peer_address  # noqa: F401 (fixture)
 from tests.tls_trackers import (

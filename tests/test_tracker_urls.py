@@ -1,8 +1,8 @@
-"""Which tracker URLs name one tracker (crawler/sources/tracker_urls.py)."""
+"""Which tracker URLs name one tracker (crawler/sources/trackers/tracker_urls.py)."""
 
 from __future__ import annotations
 
-from crawler.sources.tracker_urls import by_tracker, preferred, tracker_of
+from crawler.sources.trackers.tracker_urls import by_tracker, preferred, tracker_of
 
 
 def test_one_host_port_and_path_is_one_tracker_whatever_the_scheme():

@@ -7,7 +7,7 @@ import os
 import gevent
 import pytest
 
-from crawler.sources.trackers import Trackers
+from crawler.sources.trackers.trackers import Trackers
 from tests.opentracker import opentracker, peer_address  # noqa: F401 (fixture)
 
 

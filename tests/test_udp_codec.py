@@ -11,8 +11,8 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from crawler.errors import RemoteProtocolError
-from crawler.sources import udp_codec as u
-from crawler.sources.peers import PeerListError, encode_compact, parse_compact
+from crawler.sources.trackers import udp_codec as u
+from crawler.sources.trackers.peers import PeerListError, encode_compact, parse_compact
 
 u32 = st.integers(0, 2**32 - 1)
 ipv4 = st.ip_addresses(v=4).map(str)

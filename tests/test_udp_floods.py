@@ -32,7 +32,7 @@ from crawler.sources import socket_turns
 from crawler.sources.dht.dht_session import new_session
 from crawler.sources.dht.krpc_socket import KrpcSocket
 from crawler.sources.dht_alerts import AlertPump
-from crawler.sources.udp_client import READ_BURST, UdpTrackerClient
+from crawler.sources.trackers.udp_client import READ_BURST, UdpTrackerClient
 from tests.test_krpc_flood import MOST_CPU_GAP, MOST_WALL_GAP, Ticker, flood
 
 BACKLOG = 1000  # datagrams queued while the hub is held (the readers ask for 1-4 MB of buffer)

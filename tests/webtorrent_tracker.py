@@ -29,7 +29,7 @@ from typing import Self
 
 import pytest
 
-from crawler.sources import udp_codec
+from crawler.sources.trackers import udp_codec
 
 NODE_DIR = Path(__file__).resolve().parent / "node"
 SCRIPT = NODE_DIR / "webtorrent_tracker.mjs"

@@ -5,7 +5,7 @@
 often a seat in a scrape asked ahead, ``workers.scrape_ahead``); those that
 report the swarm empty, or fail, are settled without an announce. Of the
 others, a tracker learned to list the same peers as one asked before it
-(``crawler.sources.tracker_mirrors``), its scrape of this torrent agreeing,
+(``crawler.sources.trackers.tracker_mirrors``), its scrape of this torrent agreeing,
 is not announced to; should the tracker asked in its place fail, it is
 asked after all. The rest wait for their places in the announce cap, the
 DHT (when due) for its budget's, and are asked each in its own greenlet;
@@ -24,7 +24,7 @@ from crawler import redact
 from crawler.errors import StoreError
 from crawler.sources.announce_cap import AnnounceCap
 from crawler.sources.result import SourceResult
-from crawler.sources.tracker_mirrors import Mirrors
+from crawler.sources.trackers.tracker_mirrors import Mirrors
 
 # A source's failure when it gave nothing by the visit's deadline.
 NO_ANSWER = "no answer within the visit deadline"

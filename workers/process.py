@@ -21,7 +21,7 @@ from crawler.keys import Keys
 from crawler.queue.transitions import Queue
 from crawler.queue.view import QueueView
 from crawler.settings import Settings
-from crawler.sources.trackers import Trackers
+from crawler.sources.trackers.trackers import Trackers
 from crawler.stathat.flusher import Flusher
 from crawler.store import patience
 from crawler.store.handle import Store

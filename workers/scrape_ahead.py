@@ -62,8 +62,8 @@ from crawler import logs
 from crawler.errors import StoreError
 from crawler.queue.source_notes import decode, tracker_list
 from crawler.sources.result import SourceResult
-from crawler.sources.scrape_groups import Seat
-from crawler.sources.tracker_urls import by_tracker, preferred
+from crawler.sources.trackers.scrape_groups import Seat
+from crawler.sources.trackers.tracker_urls import by_tracker, preferred
 
 log = logs.get("worker.scrape_ahead")
 

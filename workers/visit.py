@@ -89,7 +89,7 @@ class Visit:
 class Visitor:
     """Visits claimed torrents; one per worker process, shared by its greenlets.
 
-    ``trackers``: a ``crawler.sources.trackers.Trackers``; ``dht``: a
+    ``trackers``: a ``crawler.sources.trackers.trackers.Trackers``; ``dht``: a
     ``DhtSource`` or None; ``recorder``: a ``crawler.counters.Recorder``, or the worker's
     ``crawler.counters.batcher.Batcher`` around it (recordings made together).
     ``settings.tracker_floor``: seconds a tracker is left alone for a torrent

@@ -34,7 +34,7 @@ from functools import wraps
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from crawler import logs, redact
-from crawler.sources.scrape_groups import Seat
+from crawler.sources.trackers.scrape_groups import Seat
 
 log = logs.get("worker.metrics")
 

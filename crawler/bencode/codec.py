@@ -1,6 +1,6 @@
 """Bencode (BEP 3), sans-IO: bytes in, Python values out, and back.
 
-Used for HTTP tracker replies (``crawler.sources.http_codec``) and for
+Used for HTTP tracker replies (``crawler.sources.trackers.http_codec``) and for
 ``.torrent`` files (``crawler.queue.items``). The input is untrusted, so decoding
 is strict and bounded by construction, in one pass over the bytes:
 
@@ -36,7 +36,7 @@ times that to keep, on the machines this runs on):
 - ``MAX_VALUES`` (``decode``'s default): 100,000 values. Kept whole, that
   is at most ~10 MB of objects (empty dictionaries, the largest per byte).
 - ``.torrent`` files and tracker replies set their own (``crawler.queue.items``,
-  ``crawler.sources.http_codec``), each explained there.
+  ``crawler.sources.trackers.http_codec``), each explained there.
 
 Values: ``int``, ``bytes``, ``list``, ``dict`` with ``bytes`` keys. ``encode``
 also accepts ``str`` (encoded as UTF-8) and ``tuple`` for convenience, and

@@ -252,7 +252,7 @@ def _nodes(value: object, family: int) -> tuple[Node, ...]:
         (port,) = struct.unpack_from(">H", value, off + size - 2)
         if port:
             packed = value[off + 20 : off + size - 2]
-            # ipaddress's text for IPv6, as crawler.sources.peers writes it
+            # ipaddress's text for IPv6, as crawler.sources.trackers.peers writes it
             ip = socket.inet_ntop(family, packed) if size == 26 else str(ipaddress.IPv6Address(packed))
             out.append(Node(value[off : off + 20], ip, port))
     return tuple(out)

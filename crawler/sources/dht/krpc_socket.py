@@ -1,6 +1,6 @@
 """The socket of DHT scrapes: one gevent UDP socket that moves KRPC datagrams, and the pacing of what it sends.
 
-Strategy (as ``crawler.sources.udp_client``): one socket may serve every
+Strategy (as ``crawler.sources.trackers.udp_client``): one socket may serve every
 scrape of a process at once. A reader greenlet hands each reply to the
 query waiting on its transaction id if, and only if, it came from the
 address that query went to; anything else (a stray, a spoof, a late reply,

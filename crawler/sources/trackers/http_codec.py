@@ -21,8 +21,8 @@ import h11
 
 from crawler.bencode import codec as bencode
 from crawler.errors import one_line
-from crawler.sources.peers import Peer, PeerListError, canonical_ip, parse_compact
-from crawler.sources.tracker_errors import HttpReplyError, HttpRequestError, ReplyTooLarge, TrackerRefused
+from crawler.sources.trackers.peers import Peer, PeerListError, canonical_ip, parse_compact
+from crawler.sources.trackers.tracker_errors import HttpReplyError, HttpRequestError, ReplyTooLarge, TrackerRefused
 
 # An announce reply's integers are bencode's, up to 64 digits. An interval
 # above BEP 15's field width (2^32 - 1 s, 136 years: "do not come back") is

@@ -70,8 +70,8 @@ import redis
 from crawler import logs, redact
 from crawler.errors import StoreError
 from crawler.keys import Keys
-from crawler.sources import tracker_names
 from crawler.sources.lru import Lru
+from crawler.sources.trackers import tracker_names
 from crawler.store import scripts
 
 log = logs.get(__name__)
@@ -129,9 +129,9 @@ class TrackerHealth:
         self.base, self.maximum, self.threshold = base, maximum, threshold
         self.refresh, self.flush_every = refresh, flush
         self.cache_size, self.prune_after, self.cap_confirm = cache_size, prune_after, cap_confirm
-        self._script = scripts.register(client, "tracker_health", package="crawler.sources")
-        self._prune = scripts.register(client, "tracker_prune", package="crawler.sources")
-        self._walk = scripts.register(client, "tracker_walk", package="crawler.sources")
+        self._script = scripts.register(client, "tracker_health", package=__package__)
+        self._prune = scripts.register(client, "tracker_prune", package=__package__)
+        self._walk = scripts.register(client, "tracker_walk", package=__package__)
         # Trackers every torrent names without storing them (the configured defaults).
         self.named_always = frozenset(named_always)
         self.walk_every = PRUNE_EVERY

@@ -23,7 +23,7 @@ import redis
 
 from crawler.errors import StoreError
 from crawler.keys import Keys
-from crawler.sources.peers import Peer
+from crawler.sources.trackers.peers import Peer
 
 # The range of the shared port announced when Settings.announce_port is 0: above the ports real
 # clients commonly use (6881-6999, 51413) and the ephemeral range's start.

@@ -16,7 +16,7 @@ import time
 from crawler import redact
 from crawler.sources.addresses import AddressCheck, Resolver, first, resolve
 from crawler.sources.lru import Lru
-from crawler.sources.tracker_urls import url_parts
+from crawler.sources.trackers.tracker_urls import url_parts
 
 # A tracker's address rarely changes; re-resolving per announce would cost a
 # DNS query per torrent.

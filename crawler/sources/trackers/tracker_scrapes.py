@@ -49,15 +49,21 @@ import time
 from collections.abc import Callable
 
 from crawler.sources.addresses import share_of_time
-from crawler.sources.health import TrackerHealth
-from crawler.sources.http_client import HttpStatusError
-from crawler.sources.http_scrape import MAX_HASHES as HTTP_HASHES
-from crawler.sources.http_scrape import ScrapeCounts, ScrapeFound, parse_scrape_reply, scrape_request, scrape_url
 from crawler.sources.lru import Lru
 from crawler.sources.request_counts import RequestCounts
-from crawler.sources.scrape_groups import ScrapeGroups, Seat
-from crawler.sources.tracker_errors import ScrapeUnsupported, TrackerRefused, TrackerTimeout
-from crawler.sources.udp_client import UdpTrackerClient
+from crawler.sources.trackers.health import TrackerHealth
+from crawler.sources.trackers.http_client import HttpStatusError
+from crawler.sources.trackers.http_scrape import MAX_HASHES as HTTP_HASHES
+from crawler.sources.trackers.http_scrape import (
+    ScrapeCounts,
+    ScrapeFound,
+    parse_scrape_reply,
+    scrape_request,
+    scrape_url,
+)
+from crawler.sources.trackers.scrape_groups import ScrapeGroups, Seat
+from crawler.sources.trackers.tracker_errors import ScrapeUnsupported, TrackerRefused, TrackerTimeout
+from crawler.sources.trackers.udp_client import UdpTrackerClient
 
 # BEP 15: the info-hashes one UDP scrape packet may carry.
 UDP_HASHES = 74

@@ -16,7 +16,7 @@ import struct
 from dataclasses import dataclass
 
 from crawler.errors import RemoteProtocolError, one_line
-from crawler.sources.peers import Peer, PeerListError, check_compact, parse_compact
+from crawler.sources.trackers.peers import Peer, PeerListError, check_compact, parse_compact
 
 PROTOCOL_ID = 0x41727101980
 
@@ -181,7 +181,7 @@ def parse_reply(data: bytes, family: int = socket.AF_INET, peers: bool = True) -
 
 def encode_reply(reply: Reply, family: int = socket.AF_INET) -> bytes:
     """The datagram for ``reply`` (inverse of ``parse_reply``)."""
-    from crawler.sources.peers import encode_compact
+    from crawler.sources.trackers.peers import encode_compact
 
     if isinstance(reply, ConnectReply):
         return struct.pack(">IIQ", CONNECT, reply.transaction_id, reply.connection_id)

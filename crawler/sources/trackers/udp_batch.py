@@ -17,8 +17,8 @@ import time
 
 from gevent.event import Event
 
-from crawler.sources import udp_codec as codec
-from crawler.sources.tracker_errors import TrackerRefused, TrackerTimeout
+from crawler.sources.trackers import udp_codec as codec
+from crawler.sources.trackers.tracker_errors import TrackerRefused, TrackerTimeout
 
 
 def _cut(data: bytes, family: int, limit: int) -> tuple[bytes, int]:

@@ -14,7 +14,7 @@ fails, is a ``TrackerTlsError``. Read bytes into the codec's
 passes the size cap (a failure: an endless body), or the deadline passes
 (the handshake included). Follow at most ``MAX_REDIRECTS`` redirects, each
 re-resolved and re-checked. Framing and parsing are
-``crawler.sources.http_codec``'s job.
+``crawler.sources.trackers.http_codec``'s job.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from gevent import socket, ssl
 from crawler.errors import PeercrawlError, SettingsError
 from crawler.sources import addresses
 from crawler.sources.addresses import AddressCheck, Resolver, first, resolve
-from crawler.sources.http_codec import HttpResponse, ResponseReader
-from crawler.sources.tracker_errors import HttpReplyError, HttpRequestError, ReplyTooLarge, TrackerTimeout
+from crawler.sources.trackers.http_codec import HttpResponse, ResponseReader
+from crawler.sources.trackers.tracker_errors import HttpReplyError, HttpRequestError, ReplyTooLarge, TrackerTimeout
 
 MAX_REDIRECTS = 3
 CA_FILE_SETTING = "PEERCRAWL_TRACKER_CA_FILE"

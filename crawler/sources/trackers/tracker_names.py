@@ -58,7 +58,7 @@ def named(client: redis.Redis, keys: Keys, candidates: list[str], page: int = PA
     left = set(by_digest)
     if not left:
         return set()
-    script = scripts.register(client, "tracker_named", package="crawler.sources")
+    script = scripts.register(client, "tracker_named", package=__package__)
     found: set[str] = set()
     try:
         _walk(client, keys, script, left, found, page)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 
 from crawler.errors import StoreError
-from crawler.sources.http_codec import HttpAnnounceReply
+from crawler.sources.trackers.http_codec import HttpAnnounceReply
 
 
 def http_exchange(get, deadline: float, http_timeout: float, stop_timeout: float,

@@ -62,22 +62,23 @@ from crawler import redact
 from crawler.errors import StoreError
 from crawler.keys import Keys
 from crawler.settings import Settings
-from crawler.sources import addresses, udp_codec
+from crawler.sources import addresses
 from crawler.sources.addresses import AddressCheck, Resolver, policy, share_of_time
-from crawler.sources.announce_groups import AnnounceGroups
-from crawler.sources.health import ANSWER, BLOCKED, FAILURE, REFUSAL, TrackerHealth
-from crawler.sources.http_client import http_get, tls_context
-from crawler.sources.http_codec import announce_url, parse_announce_reply
-from crawler.sources.http_exchange import http_exchange
 from crawler.sources.request_counts import RequestCounts
 from crawler.sources.result import SourceResult
-from crawler.sources.scrape_groups import Seat
-from crawler.sources.self_filter import SelfFilter, shared_port
-from crawler.sources.tracker_addresses import TrackerAddresses
-from crawler.sources.tracker_errors import TrackerRefused, TrackerTimeout
-from crawler.sources.tracker_scrapes import TrackerScrapes
-from crawler.sources.tracker_urls import url_parts
-from crawler.sources.udp_client import UdpTrackerClient
+from crawler.sources.trackers import udp_codec
+from crawler.sources.trackers.announce_groups import AnnounceGroups
+from crawler.sources.trackers.health import ANSWER, BLOCKED, FAILURE, REFUSAL, TrackerHealth
+from crawler.sources.trackers.http_client import http_get, tls_context
+from crawler.sources.trackers.http_codec import announce_url, parse_announce_reply
+from crawler.sources.trackers.http_exchange import http_exchange
+from crawler.sources.trackers.scrape_groups import Seat
+from crawler.sources.trackers.self_filter import SelfFilter, shared_port
+from crawler.sources.trackers.tracker_addresses import TrackerAddresses
+from crawler.sources.trackers.tracker_errors import TrackerRefused, TrackerTimeout
+from crawler.sources.trackers.tracker_scrapes import TrackerScrapes
+from crawler.sources.trackers.tracker_urls import url_parts
+from crawler.sources.trackers.udp_client import UdpTrackerClient
 
 # Below this many entries a short reply is not taken as a cap: real trackers
 # cap at 50 or more, and a tiny learned cap would call small swarms "full".

@@ -26,8 +26,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from crawler.bencode import codec as bencode
-from crawler.sources.http_codec import MAX_COUNT, decode_reply
-from crawler.sources.tracker_errors import HttpReplyError
+from crawler.sources.trackers.http_codec import MAX_COUNT, decode_reply
+from crawler.sources.trackers.tracker_errors import HttpReplyError
 
 # Torrents one HTTP scrape asks for.
 MAX_HASHES = 64

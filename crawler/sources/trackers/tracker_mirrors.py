@@ -31,10 +31,10 @@ list different peers for it; docs/sources.md weighs it.
 
 from __future__ import annotations
 
-from crawler.sources.http_scrape import ScrapeCounts
 from crawler.sources.lru import Lru
 from crawler.sources.result import SourceResult
-from crawler.sources.tracker_urls import PREFERENCE, tracker_of, url_parts
+from crawler.sources.trackers.http_scrape import ScrapeCounts
+from crawler.sources.trackers.tracker_urls import PREFERENCE, tracker_of, url_parts
 
 # Agreements in a row that make two trackers mirrors.
 LEARN = 4

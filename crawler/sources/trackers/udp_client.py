@@ -42,11 +42,11 @@ import gevent
 from gevent import socket
 from gevent.event import AsyncResult, Event
 
-from crawler.sources import udp_codec as codec
 from crawler.sources.lru import Lru
 from crawler.sources.socket_turns import Turns
-from crawler.sources.tracker_errors import TrackerRefused, TrackerTimeout
-from crawler.sources.udp_batch import AnnounceBatch
+from crawler.sources.trackers import udp_codec as codec
+from crawler.sources.trackers.tracker_errors import TrackerRefused, TrackerTimeout
+from crawler.sources.trackers.udp_batch import AnnounceBatch
 
 # BEP 15: "A client can use a connection ID until one minute after it has
 # received it." A little under, so a slow announce still arrives in time.
