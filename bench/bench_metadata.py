@@ -32,8 +32,8 @@ sys.path.insert(0, str(ROOT))
 
 from crawler import logs
 from crawler.settings import Settings
-from crawler.sources.metadata_fetch import MetadataFetcher
-from crawler.sources.metadata_info import TorrentInfo
+from crawler.sources.metadata.metadata_fetch import MetadataFetcher
+from crawler.sources.metadata.metadata_info import TorrentInfo
 from tests.metadata_peers import Seeder, make_torrent
 
 

@@ -43,9 +43,9 @@ sys.path.insert(0, str(ROOT))
 
 from crawler import logs
 from crawler.settings import Settings
-from crawler.sources.metadata_fetch import MetadataFetcher
-from crawler.sources.metadata_info import TorrentInfo
-from crawler.sources.metadata_session import allow_only, magnet_params, session_params
+from crawler.sources.metadata.metadata_fetch import MetadataFetcher
+from crawler.sources.metadata.metadata_info import TorrentInfo
+from crawler.sources.metadata.metadata_session import allow_only, magnet_params, session_params
 from tests.client_world import World
 from tests.real_clients import CLIENTS
 

@@ -34,7 +34,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("crawler.queue",),
     ("crawler.counters",),
     ("crawler.sources",),
-    ("crawler.sources.dht", "crawler.sources.trackers"),
+    ("crawler.sources.dht", "crawler.sources.trackers", "crawler.sources.metadata"),
     ("crawler.stathat",),
     ("crawler.report",),
     ("workers",),
@@ -187,7 +187,7 @@ def picture(found: dict[str, Module] | None = None) -> str:
     for floor in reversed(FLOORS):
         for room in floor:
             label = "crawler/ (base)" if room == "base" else room.replace(".", "/") + "/"
-            below = sorted(reach.get(room, ()), key=lambda r: -floor_of(r))
+            below = sorted(reach.get(room, ()), key=lambda r: (-floor_of(r), r))
             names = ", ".join("base" if r == "base" else r.rpartition(".")[2] for r in below)
             rows.append(f"{label:<25} {count[room]:>3} modules" + (f"  -> {names}" if names else ""))
     width = max(len(r) for r in rows)

@@ -15,8 +15,8 @@ import gevent
 
 from crawler.bencode import codec as bencode
 from crawler.settings import Settings
-from crawler.sources.metadata_fetch import MetadataFetcher
-from crawler.sources.metadata_info import TorrentInfo
+from crawler.sources.metadata.metadata_fetch import MetadataFetcher
+from crawler.sources.metadata.metadata_info import TorrentInfo
 from tests.metadata_peers import FakePeer
 
 # uTP's connect timeout here (3 s by default): a stall it caused could not hide under the bound below.

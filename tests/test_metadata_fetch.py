@@ -26,9 +26,9 @@ from gevent.event import Event
 from crawler.bencode import codec as bencode
 from crawler.errors import SettingsError
 from crawler.settings import Settings
-from crawler.sources.metadata_fetch import MetadataFetcher, NoMetadata
-from crawler.sources.metadata_info import TorrentInfo
-from crawler.sources.metadata_session import allow_only, magnet_params, new_session
+from crawler.sources.metadata.metadata_fetch import MetadataFetcher, NoMetadata
+from crawler.sources.metadata.metadata_info import TorrentInfo
+from crawler.sources.metadata.metadata_session import allow_only, magnet_params, new_session
 from tests.metadata_peers import Delayed, FakePeer, Seeder, make_torrent
 
 TCP_ONLY = {"enable_outgoing_utp": False}

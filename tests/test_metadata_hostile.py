@@ -26,9 +26,9 @@ import gevent
 import pytest
 
 from crawler.settings import Settings
-from crawler.sources.metadata_fetch import MetadataFetcher, NoMetadata
-from crawler.sources.metadata_info import MAX_FILES, MAX_METADATA_BYTES, TorrentInfo
-from crawler.sources.metadata_session import allow_only
+from crawler.sources.metadata.metadata_fetch import MetadataFetcher, NoMetadata
+from crawler.sources.metadata.metadata_info import MAX_FILES, MAX_METADATA_BYTES, TorrentInfo
+from crawler.sources.metadata.metadata_session import allow_only
 from tests.metadata_peers import FakePeer, Listener
 
 TCP_ONLY = {"enable_outgoing_utp": False}

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 from crawler.bencode import codec as bencode
 from crawler.queue.torrent_names import of_torrent
-from crawler.sources import metadata_info
-from crawler.sources.metadata_info import (
+from crawler.sources.metadata import metadata_info
+from crawler.sources.metadata.metadata_info import (
     MAX_FILES,
     MAX_METADATA_BYTES,
     MAX_VALUES,

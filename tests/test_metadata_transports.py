@@ -1,4 +1,4 @@
-"""The metadata fetcher tries every peer over TCP and uTP at once (crawler/sources/metadata_session.py).
+"""The metadata fetcher tries every peer over TCP and uTP at once (crawler/sources/metadata/metadata_session.py).
 
 In one libtorrent session a peer is tried over uTP first and over TCP only
 after the uTP connect failed (``utp_connect_timeout``). Here uTP's connect
@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 
 from crawler.settings import Settings
-from crawler.sources.metadata_fetch import MetadataFetcher
+from crawler.sources.metadata.metadata_fetch import MetadataFetcher
 from tests.metadata_peers import Listener
 
 FETCHER = "127.0.0.46"

@@ -34,8 +34,8 @@ import libtorrent as lt
 import pytest
 
 from crawler.settings import Settings
-from crawler.sources.metadata_fetch import MetadataFetcher, NoMetadata
-from crawler.sources.metadata_info import TorrentInfo
+from crawler.sources.metadata.metadata_fetch import MetadataFetcher, NoMetadata
+from crawler.sources.metadata.metadata_info import TorrentInfo
 from tests.client_world import World, scrape
 from tests.real_clients import CLIENTS, wait_for
 from tests.test_worker_e2e import counter, env, pc, pcj  # noqa: F401 (fixture)

@@ -36,7 +36,7 @@ from gevent.event import Event
 from crawler import logs
 from crawler.errors import StoreError
 from crawler.queue.torrent_metadata import TorrentMetadata
-from crawler.sources.metadata_info import TorrentInfo
+from crawler.sources.metadata.metadata_info import TorrentInfo
 
 log = logs.get("worker.metadata")
 

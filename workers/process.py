@@ -95,7 +95,7 @@ class Process:
         if settings.metadata:  # the one part that connects to peers (docs/metadata.md)
             from crawler.queue.torrent_metadata import TorrentMetadata
             from crawler.sources.announce_cap import AnnounceCap
-            from crawler.sources.metadata_fetch import MetadataFetcher
+            from crawler.sources.metadata.metadata_fetch import MetadataFetcher
             from workers.metadata_names import MetadataNames
 
             self.names = MetadataNames(settings, MetadataFetcher(settings), TorrentMetadata(client, keys),

@@ -1,6 +1,6 @@
 """A torrent's metadata as its peers gave it (BEP 9): whether to ask, and what an answer leaves.
 
-``crawler.sources.metadata_fetch`` asks a torrent's peers for its info
+``crawler.sources.metadata.metadata_fetch`` asks a torrent's peers for its info
 dictionary; this module owns what the queue keeps of it, in the torrent's
 HASH beside its name:
 

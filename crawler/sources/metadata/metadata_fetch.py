@@ -69,9 +69,9 @@ from crawler.errors import one_line
 from crawler.settings import Settings
 from crawler.source_settings import listen_text
 from crawler.sources.dht_alerts import AlertPump, StatsRequests
-from crawler.sources.metadata_info import InfoError, InfoMismatch, TorrentInfo, read_info
-from crawler.sources.metadata_outcomes import KINDS, Fetch, NoMetadata, failure
-from crawler.sources.metadata_session import allow_only, handed_peers, magnet_params, new_session, transports
+from crawler.sources.metadata.metadata_info import InfoError, InfoMismatch, TorrentInfo, read_info
+from crawler.sources.metadata.metadata_outcomes import KINDS, Fetch, NoMetadata, failure
+from crawler.sources.metadata.metadata_session import allow_only, handed_peers, magnet_params, new_session, transports
 
 log = logs.get(__name__)
 

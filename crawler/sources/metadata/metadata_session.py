@@ -1,6 +1,6 @@
 """The metadata fetcher's libtorrent sessions, one per transport, and the magnets they add: what keeps payload off, and what peers see.
 
-Nothing here waits on libtorrent; ``crawler.sources.metadata_fetch`` uses it.
+Nothing here waits on libtorrent; ``crawler.sources.metadata.metadata_fetch`` uses it.
 
 The sessions (``session_params``) are the fetcher's own, apart from the DHT's,
 one per transport (``TRANSPORTS``): a fetch adds its torrent to both, so a
@@ -95,7 +95,7 @@ from crawler.settings import Settings
 from crawler.source_settings import listen_text
 from crawler.sources.addresses import AddressRefused, check
 from crawler.sources.dht_listen import is_v6, usable
-from crawler.sources.metadata_info import MAX_METADATA_BYTES
+from crawler.sources.metadata.metadata_info import MAX_METADATA_BYTES
 
 log = logs.get(__name__)
 

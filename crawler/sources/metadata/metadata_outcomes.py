@@ -1,7 +1,7 @@
 """How a metadata fetch ends: the ``Fetch`` record of what libtorrent reported while it ran, the ``NoMetadata``
 kinds, and the one line that says why a fetch brought no info dictionary.
 
-``crawler.sources.metadata_fetch`` fills a ``Fetch`` from libtorrent's
+``crawler.sources.metadata.metadata_fetch`` fills a ``Fetch`` from libtorrent's
 alerts (in the hub) and reads it when the fetch's wait is over. One fetch
 adds its torrent to one session per transport (``metadata_session``: TCP
 and uTP are tried at once, neither waiting for the other to fail), so what
