@@ -1,20 +1,21 @@
-"""Peer sources: UDP and HTTP trackers and the Mainline DHT, each answering a ``SourceResult``.
+"""Peer sources: UDP and HTTP trackers and the Mainline DHT, each answering a ``SourceResult``, and the metadata fetcher beside them.
 
-Codecs are sans-IO (``udp_codec``, ``http_codec``, ``peers``: bytes in,
-frozen values out); the clients only move bytes over gevent sockets
-(``udp_client`` with ``udp_batch``, ``http_client``). ``trackers`` is what
-a visit calls, grouping one UDP tracker's announces (``announce_groups``);
-``health`` is tracker health shared through Redis, ``announce_cap`` the
-namespace-wide request schedule, ``addresses`` the address policy,
-``self_filter`` the crawler's own entry taken out, ``request_counts`` every
-request sent, per minute in Redis (what the crawl costs). ``dht`` asks the DHT
-through one libtorrent session (``dht_session``, ``dht_alerts``,
-``dht_lookups``, paced per node by ``dht_pacing`` and ``dht_pace_gate``), on
-IPv4 and, where the machine has it, IPv6 (``dht_listen``);
-``discovery`` samples it for new hashes. ``dht_scrape`` estimates a
-torrent's DHT swarm from BEP 33's bloom filters (``dht_bloom``), asking the
-nodes itself (``krpc_codec``, ``krpc_socket``). ``metadata_fetch``
-(opt-in) asks a torrent's peers for its info dictionary through a
-libtorrent session of its own (``metadata_session``) and reads it
-(``metadata_info``). See the contract, §3.
+Three rooms on one floor, none importing another: ``trackers`` (BEP 15 and
+BEP 3 codecs and clients, grouped announces and scrapes, tracker health),
+``dht`` (lookups through libtorrent, BEP 33 scrapes over KRPC, BEP 51
+samples) and ``metadata`` (BEP 9 info dictionaries asked of peers: no peer
+source, but it talks to peers under the same address policy). What two or
+more of them use lives here, one floor down. ``addresses`` is the address
+policy every room's sockets obey; ``result`` the ``SourceResult`` both peer
+sources answer; ``lru`` the per-process caches' one home; ``socket_turns``
+the reader's turns both the UDP tracker client and the KRPC socket take.
+``dht_alerts`` (libtorrent's alert pump) and ``dht_listen`` (which IPv4 and
+IPv6 addresses a libtorrent session can listen on) serve the DHT's session
+and the metadata fetcher's alike. ``announce_cap`` is one schedule in Redis
+for every budget of the namespace: the trackers' announce cap, the DHT's
+lookups (``dht_budget``) and the metadata fetches (``metadata_budget``),
+which the worker's visit takes before asking any room; ``request_counts``
+is what the crawl costs its sources, tracker requests and DHT lookups and
+scrapes alike, in per-minute hashes (``request_counts.lua``, which shares
+``whole.lua`` with ``announce_cap.lua``). See the contract, §3.
 """
