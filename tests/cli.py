@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import time
 
 
 def run(env: dict, *args: str, stdin: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -47,3 +49,52 @@ def start_run(env: dict, *args: str, wait: float = 30) -> tuple[subprocess.Popen
         p.wait(30)
         raise AssertionError("run printed no dashboard address")
     return p, found[0]
+
+
+def on_terminal(env: dict, *args: str, timeout: float = 60, size: tuple[int, int] | None = None,
+                stderr_too: bool = False) -> str:
+    """What ``peercrawl ARGS`` printed on a pseudo-terminal.
+
+    ``size``: the terminal's (rows, columns), else the pty's default.
+    ``stderr_too``: stderr goes to the terminal as well (a picture of the
+    whole screen) and the exit code is not checked; otherwise stderr is
+    piped and the command must exit 0 (its stderr is the failure's message).
+    """
+    import fcntl
+    import pty
+    import select
+    import struct
+    import termios
+
+    master, slave = pty.openpty()
+    if size is not None:
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", size[0], size[1], 0, 0))
+    p = subprocess.Popen([sys.executable, "-m", "crawler", *args], env=env, stdout=slave,
+                         stderr=slave if stderr_too else subprocess.PIPE, stdin=subprocess.DEVNULL)
+    os.close(slave)
+    out = bytearray()
+    end = time.monotonic() + timeout
+    try:
+        while time.monotonic() < end:
+            # select, not a bare read: under gevent's patching it yields while it waits
+            if not select.select([master], [], [], 0.5)[0]:
+                if stderr_too and p.poll() is not None:
+                    break
+                continue
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: the command closed the terminal
+                break
+            if not chunk:
+                break
+            out += chunk
+    finally:
+        os.close(master)
+        if p.poll() is None and (stderr_too or time.monotonic() >= end):
+            p.kill()
+    if stderr_too:
+        p.wait(30)
+        return out.decode("utf-8", "replace").replace("\r\n", "\n")
+    err = p.stderr.read().decode()
+    assert p.wait(timeout) == 0, err
+    return out.decode().replace("\r\n", "\n")

