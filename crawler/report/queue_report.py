@@ -147,7 +147,7 @@ def machines(workers: list[dict]) -> list[dict]:
         m["processes"] += 1
         for k in ("concurrency", "in_flight", "visits_per_hour"):
             v = w.get(k)
-            if isinstance(v, (int, float)) and not isinstance(v, bool):
+            if _number(v) is not None:  # a number, kept as it came (a pool's size stays an int)
                 m[k] += v
     for m in out.values():
         m["visits_per_hour"] = round(m["visits_per_hour"], 1)
