@@ -39,6 +39,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import tests.node_process as node_process
 import tests.webtorrent_tracker as wtmod
 from tests.dht_swarm import Swarm
 from tests.opentracker import OpenTracker
@@ -188,8 +189,7 @@ class World:
             if s.kind in ("opentracker", "slow"):
                 self.ots[s.name] = OpenTracker(self.tmp / s.name, hashes).start()
         nd = node_dir()
-        wtmod.NODE_DIR, wtmod.SCRIPT = nd, nd / "webtorrent_tracker.mjs"
-        wtmod.PACKAGE = nd / "node_modules" / "bittorrent-tracker" / "package.json"
+        node_process.NODE_DIR = nd
         errors: list[Exception] = []
 
         def one(s: Server) -> None:

@@ -36,20 +36,12 @@ Usage in a test module::
 
 from __future__ import annotations
 
-import json
-import os
-import selectors
-import shutil
-import subprocess
-import time
 from pathlib import Path
 from typing import Self
 
 import pytest
 
-NODE_DIR = Path(__file__).resolve().parent / "node"
-SCRIPT = NODE_DIR / "webtorrent_dht.mjs"
-PACKAGE = NODE_DIR / "node_modules" / "bittorrent-dht" / "package.json"
+from tests.node_process import NodeProcess, installed_version
 
 
 class WebTorrentDht:
@@ -57,29 +49,22 @@ class WebTorrentDht:
 
     def __init__(self, ips: list[str], log: Path):
         self.ips = list(ips)
-        self.log = Path(log)
-        self.proc: subprocess.Popen | None = None
+        self.node = NodeProcess("bittorrent-dht", "webtorrent_dht.mjs", self.ips, log)
         self.endpoints: list[tuple[str, int]] = []
         self.node_ids: list[str] = []
-        self._buffer = b""
+
+    @property
+    def log(self) -> Path:
+        return self.node.log
 
     @staticmethod
     def version() -> str:
         """The installed package's version; raises RuntimeError naming the fix when it is missing."""
-        if shutil.which("node") is None:
-            raise RuntimeError("node is not installed: apt-get install nodejs npm (.ci/run does)")
-        if not PACKAGE.exists():
-            raise RuntimeError(f"bittorrent-dht is not installed in {NODE_DIR}: "
-                               "run `npm ci --no-audit --no-fund --ignore-scripts` there (.ci/run does)")
-        return json.loads(PACKAGE.read_text())["version"]
+        return installed_version("bittorrent-dht")
 
     def start(self, timeout: float = 30.0) -> WebTorrentDht:
         """Start the nodes and wait until each knows every other; raises RuntimeError if they do not come up."""
-        self.version()
-        self.log.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log, "ab") as err:
-            self.proc = subprocess.Popen(["node", str(SCRIPT), *self.ips], cwd=NODE_DIR, stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE, stderr=err)
+        self.node.start()
         try:
             nodes = self._reply(timeout)["nodes"]
         except RuntimeError:
@@ -91,26 +76,13 @@ class WebTorrentDht:
 
     def _reply(self, timeout: float) -> dict:
         """The process's next JSON line; RuntimeError (with the log's tail) if none comes in ``timeout`` s."""
-        end = time.monotonic() + timeout
-        with selectors.DefaultSelector() as sel:
-            sel.register(self.proc.stdout, selectors.EVENT_READ)
-            while b"\n" not in self._buffer and time.monotonic() < end:
-                if sel.select(max(end - time.monotonic(), 0.0)):
-                    chunk = os.read(self.proc.stdout.fileno(), 65536)
-                    if not chunk:
-                        break
-                    self._buffer += chunk
-        if b"\n" not in self._buffer:
-            raise RuntimeError(f"bittorrent-dht did not answer: {self.log.read_text()[-500:]!r}")
-        line, self._buffer = self._buffer.split(b"\n", 1)
-        reply = json.loads(line)
+        reply = self.node.line(timeout)
         if "error" in reply and len(reply) == 1:
             raise RuntimeError(f"bittorrent-dht: {reply['error']}")
         return reply
 
     def _ask(self, command: dict, timeout: float) -> dict:
-        self.proc.stdin.write(json.dumps(command).encode() + b"\n")
-        self.proc.stdin.flush()
+        self.node.send(command)
         return self._reply(timeout)
 
     def announce(self, info_hash_hex: str, peers: list[tuple[int, int]], timeout: float = 20.0) -> set[tuple[str, int]]:
@@ -135,17 +107,7 @@ class WebTorrentDht:
 
     def stop(self) -> None:
         """Close its standard input (it stops itself), then terminate it if it lingers."""
-        proc, self.proc = self.proc, None
-        if proc is None:
-            return
-        for step in (lambda: proc.stdin.close(), proc.terminate, proc.kill):
-            try:
-                step()
-                proc.wait(5)
-                break
-            except (subprocess.TimeoutExpired, OSError):
-                continue
-        proc.stdout.close()
+        self.node.stop()
 
     def __enter__(self) -> Self:
         return self.start()

@@ -17,19 +17,15 @@ Usage in a test module::
 
 from __future__ import annotations
 
-import json
 import os
-import selectors
-import shutil
 import socket
-import subprocess
-import time
 from pathlib import Path
 from typing import Self
 
 import pytest
 
 from crawler.sources.trackers import udp_codec
+from tests.node_process import NodeProcess, installed_version
 
 NODE_DIR = Path(__file__).resolve().parent / "node"
 SCRIPT = NODE_DIR / "webtorrent_tracker.mjs"
@@ -40,9 +36,12 @@ class WebTorrentTracker:
     """One ``bittorrent-tracker`` process on 127.0.0.1 (HTTP and UDP), its output in ``log``."""
 
     def __init__(self, log: Path):
-        self.log = Path(log)
-        self.proc: subprocess.Popen | None = None
+        self.node = NodeProcess("bittorrent-tracker", "webtorrent_tracker.mjs", [], log)
         self.http_port = self.udp_port = 0
+
+    @property
+    def log(self) -> Path:
+        return self.node.log
 
     @property
     def http_url(self) -> str:
@@ -55,51 +54,22 @@ class WebTorrentTracker:
     @staticmethod
     def version() -> str:
         """The installed package's version; raises RuntimeError naming the fix when it is missing."""
-        node = shutil.which("node")
-        if node is None:
-            raise RuntimeError("node is not installed: apt-get install nodejs npm (.ci/run does)")
-        if not PACKAGE.exists():
-            raise RuntimeError(f"bittorrent-tracker is not installed in {NODE_DIR}: "
-                               "run `npm ci --no-audit --no-fund --ignore-scripts` there (.ci/run does)")
-        return json.loads(PACKAGE.read_text())["version"]
+        return installed_version("bittorrent-tracker")
 
     def start(self, timeout: float = 30.0) -> WebTorrentTracker:
         """Start it and wait for its ports; raises RuntimeError if it does not come up."""
-        self.version()
-        self.log.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log, "ab") as err:
-            self.proc = subprocess.Popen(["node", str(SCRIPT)], cwd=NODE_DIR, stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE, stderr=err)
-        line = b""
-        end = time.monotonic() + timeout
-        with selectors.DefaultSelector() as sel:
-            sel.register(self.proc.stdout, selectors.EVENT_READ)
-            while not line.endswith(b"\n") and time.monotonic() < end:
-                if sel.select(max(end - time.monotonic(), 0.0)):
-                    chunk = os.read(self.proc.stdout.fileno(), 4096)
-                    if not chunk:
-                        break
-                    line += chunk
-        if not line.endswith(b"\n"):
+        self.node.start()
+        try:
+            ports = self.node.line(timeout, "did not come up")
+        except RuntimeError:
             self.stop()
-            raise RuntimeError(f"bittorrent-tracker did not come up: {self.log.read_text()[-500:]!r}")
-        ports = json.loads(line)
+            raise
         self.http_port, self.udp_port = ports["http"], ports["udp"]
         return self
 
     def stop(self) -> None:
         """Close its standard input (it stops itself), then terminate it if it lingers."""
-        proc, self.proc = self.proc, None
-        if proc is None:
-            return
-        for step in (lambda: proc.stdin.close(), proc.terminate, proc.kill):
-            try:
-                step()
-                proc.wait(5)
-                break
-            except (subprocess.TimeoutExpired, OSError):
-                continue
-        proc.stdout.close()
+        self.node.stop()
 
     def announce_from(self, src_ip: str, info_hash_hex: str, port: int, left: int = 1,
                       event: int = udp_codec.EVENT_STARTED, timeout: float = 5.0) -> udp_codec.AnnounceReply:
