@@ -276,9 +276,10 @@ class HostileHttpTracker:
         self.server.stop(timeout=0.1)
 
 
-class _LoopbackUdpTracker:
-    """A scripted UDP tracker on a loopback port: it answers every connect with ``cid`` and
-    hands each announce to ``answer(request, addr)`` (a reply, or None for silence)."""
+class LoopbackUdpTracker:
+    """A scripted UDP tracker on a loopback port: it answers every connect with ``cid``, hands
+    each announce to ``answer(request, addr)`` and each scrape to ``scrape(transaction id,
+    info-hashes, addr)`` (a reply, or None for silence; scrapes are silent unless scripted)."""
 
     cid = 77
 
@@ -299,19 +300,27 @@ class _LoopbackUdpTracker:
                 tid = struct.unpack(">QII", data)[2]
                 self.sock.sendto(u.encode_reply(u.ConnectReply(tid, self.cid)), addr)
                 continue
-            reply = self.answer(u.AnnounceRequest.decode(data), addr)
+            action, tid = struct.unpack_from(">II", data, 8)
+            if action == u.SCRAPE:
+                hashes = [data[i:i + 20] for i in range(16, len(data) - 19, 20)]
+                reply = self.scrape(tid, hashes, addr)
+            else:
+                reply = self.answer(u.AnnounceRequest.decode(data), addr)
             if reply is not None:
                 self.sock.sendto(u.encode_reply(reply), addr)
 
     def answer(self, req, addr):
         raise NotImplementedError
 
+    def scrape(self, tid, hashes, addr):
+        return None
+
     def close(self):
         self.g.kill()
         self.sock.close()
 
 
-class LossyTracker(_LoopbackUdpTracker):
+class LossyTracker(LoopbackUdpTracker):
     """A UDP tracker that ignores the first try of every announce and answers the second."""
 
     def __init__(self):
@@ -328,7 +337,7 @@ class LossyTracker(_LoopbackUdpTracker):
         return u.AnnounceReply(req.transaction_id, 900, 2, 5, GOOD_PEERS)
 
 
-class ListingUdpTracker(_LoopbackUdpTracker):
+class ListingUdpTracker(LoopbackUdpTracker):
     """A UDP tracker that behaves as widely used implementations do: it registers
     the requester in the swarm before it picks the reply (so the requester may
     be listed, and is counted), and clamps numwant to its own ``clamp``

@@ -4,9 +4,6 @@ opentrackers: one announce where two would list the same peers, and never a peer
 from __future__ import annotations
 
 import os
-import socket
-import struct
-import threading
 
 from crawler.counters.recorder import Recorder
 from crawler.queue.items import NewItem
@@ -17,6 +14,7 @@ from crawler.sources.result import SourceResult
 from crawler.sources.trackers import udp_codec as u
 from crawler.sources.trackers.tracker_mirrors import CHECK_EVERY, LEARN, Mirrors
 from crawler.sources.trackers.trackers import Trackers
+from tests.hostile import LoopbackUdpTracker
 from tests.mmdb import write_city_db
 from tests.opentracker import opentracker, peer_address  # noqa: F401 (fixture)
 from workers.visit import Visitor
@@ -115,41 +113,23 @@ def test_a_mirror_whose_count_differs_is_asked_and_one_that_lists_other_peers_is
         crawl.close()
 
 
-class _FlakyUdp:
+class _FlakyUdp(LoopbackUdpTracker):
     """A UDP tracker whose scrapes report 3 seeders per torrent and whose announces list three fixed
     peers, until ``silent``: then it answers scrapes alone."""
 
     def __init__(self, peers):
-        self.peers, self.silent, self.announces = peers, False, 0
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.settimeout(0.2)
-        self.url = f"udp://127.0.0.1:{self.sock.getsockname()[1]}/announce"
-        self.stopped = False
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
+        self.peers = tuple((ip, 27000 + i) for i, ip in enumerate(peers))
+        self.silent, self.announces = False, 0
+        super().__init__()
 
-    def _serve(self):
-        listed = b"".join(socket.inet_aton(ip) + struct.pack(">H", 27000 + i) for i, ip in enumerate(self.peers))
-        while not self.stopped:
-            try:
-                data, addr = self.sock.recvfrom(2048)
-            except (TimeoutError, OSError):
-                continue
-            action, tid = struct.unpack_from(">II", data, 8)
-            if action == u.CONNECT:
-                self.sock.sendto(u.encode_reply(u.ConnectReply(tid, 42)), addr)
-            elif action == u.SCRAPE:
-                entries = struct.pack(">III", 3, 0, 0) * ((len(data) - 16) // 20)
-                self.sock.sendto(struct.pack(">II", u.SCRAPE, tid) + entries, addr)
-            elif action == u.ANNOUNCE and not self.silent:
-                self.announces += 1
-                self.sock.sendto(struct.pack(">IIIII", u.ANNOUNCE, tid, 1800, 0, 3) + listed, addr)
+    def answer(self, req, addr):
+        if self.silent:
+            return None
+        self.announces += 1
+        return u.AnnounceReply(req.transaction_id, 1800, 0, 3, self.peers)
 
-    def close(self):
-        self.stopped = True
-        self.thread.join()
-        self.sock.close()
+    def scrape(self, tid, hashes, addr):
+        return u.ScrapeReply(tid, tuple(u.ScrapeEntry(3, 0, 0) for _ in hashes))
 
 
 def test_when_the_tracker_asked_in_a_mirrors_place_fails_the_mirror_is_asked(
