@@ -13,6 +13,7 @@ import geo
 from crawler.counters import Recorder, escape, metrics_for, month_of, top, unescape
 from crawler.counters.marks import parse_bucket
 from crawler.counters.names import UNPLACED_MEMBER, info_hash_hex, metric_of, query_for
+from tests.interleaved_recorder import InterleavedRecorder
 from tests.mmdb import write_city_db
 from tests.recorder_one_visit import probe, record_places
 
@@ -397,7 +398,7 @@ def test_the_probe_leaves_out_exactly_the_ips_whose_group_is_fresh(client, keys,
 def test_an_ip_recorded_by_another_worker_after_the_probe_counts_once(client, keys, settings, locator):
     from geo import Place
 
-    a = Recorder(client, keys, settings, locator)
+    a = InterleavedRecorder(client, keys, settings, locator)
     b = Recorder(client, keys, settings, locator)
     berlin = Place("Germany", "Berlin", "10115")
     located = [(bytes([10, 0, 1, n]), berlin) for n in range(20)]
@@ -420,7 +421,7 @@ def test_a_torrent_first_counted_by_another_worker_after_the_probe_counts_once(
     from geo import Place
 
     keys = Keys(namespace, shards)
-    a = Recorder(client, keys, settings, locator)
+    a = InterleavedRecorder(client, keys, settings, locator)
     b = Recorder(client, keys, settings, locator)
     places = [Place("Germany", "Berlin", "10115"), Place("United States", None, None), Place(None, None, None)]
     located = [(bytes([10, 0, 2, n]), places[n % 3]) for n in range(30)]
@@ -439,7 +440,7 @@ def test_a_torrent_first_counted_by_another_worker_after_the_probe_counts_once(
 def test_two_visits_of_one_torrent_recorded_together_count_as_one_after_the_other(client, keys, settings, locator):
     # The recorder never puts two visits of a torrent in one record.lua call;
     # record.lua, given them anyway, takes the torrent as counted from the second on.
-    from crawler.counters.calls import RecordBatches
+    from crawler.counters.script_args import RecordBatches
     from geo import Place
 
     rec = Recorder(client, keys, settings, locator)

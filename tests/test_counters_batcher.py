@@ -16,6 +16,7 @@ from crawler.counters.batcher import Batcher
 from crawler.errors import StoreError
 from crawler.keys import Keys
 from crawler.store.handle import Store
+from tests.interleaved_recorder import InterleavedRecorder
 from tests.mmdb import write_city_db
 from tests.namespaces import delete_namespace
 from tests.test_counters_concurrency import POOL
@@ -86,7 +87,7 @@ def test_redis_failing_fails_every_visit_of_the_batch_and_the_next_batch_works(c
 
 
 def test_a_batch_stopped_mid_way_fails_its_visits_and_the_next_ones_are_recorded(client, keys, settings, locator):
-    rec = Recorder(client, keys, settings, locator)
+    rec = InterleavedRecorder(client, keys, settings, locator)
     batcher = Batcher(rec, in_flight=1)
     held = gevent.event.Event()
     rec.after_probe = lambda: (held.set(), gevent.sleep(30))

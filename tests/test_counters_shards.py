@@ -30,6 +30,7 @@ from crawler.queue.view import QueueView
 from crawler.settings import Settings
 from crawler.stathat.flusher import Flusher
 from crawler.store import connect as store
+from tests.interleaved_recorder import InterleavedRecorder
 from tests.mmdb import write_city_db
 from tests.namespaces import delete_namespace
 from tests.recorder_one_visit import probe
@@ -262,7 +263,7 @@ def test_a_visit_that_dies_between_its_place_and_torrent_parts_counts_the_rest_o
     """The place calls ran, the torrent call did not: the retry counts the torrent's metrics
     only, and a revisit within the window counts nothing."""
     keys = Keys(namespace, 4)
-    rec = Recorder(client, keys, settings, locator, batch_pairs=50)
+    rec = InterleavedRecorder(client, keys, settings, locator, batch_pairs=50)
 
     def die():
         raise RuntimeError("killed")
@@ -285,7 +286,7 @@ def test_a_process_skips_the_place_calls_of_ips_whose_place_marks_it_knows_are_f
     """Peers seen in one swarm, then in others: no place call until the first sighting's place
     marks expire, every counter exact throughout, and another process makes its own calls."""
     keys = Keys(namespace, 3)
-    rec = Recorder(client, keys, settings, locator)
+    rec = InterleavedRecorder(client, keys, settings, locator)
     calls = []
     rec.after_places = lambda: calls.append(1)
     rec.record_visit(TORRENTS[0], POOL[:200], T0)
@@ -293,7 +294,7 @@ def test_a_process_skips_the_place_calls_of_ips_whose_place_marks_it_knows_are_f
     rec.record_visit(TORRENTS[1], POOL[:200], T0 + 60)  # the same peers in another swarm
     rec.record_visit(TORRENTS[2], POOL[100:300], T0 + 120)  # half of them new
     assert len(calls) == 2
-    other = Recorder(client, keys, settings, locator)
+    other = InterleavedRecorder(client, keys, settings, locator)
     other.after_places = lambda: calls.append(2)
     other.record_visit(TORRENTS[3], POOL[:50], T0 + 180)
     assert calls == [1, 1, 2]

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from crawler.counters.calls import FRESH, LOW64, ProbeCall, RecordBatches, ShardKeys, VisitPart
 from crawler.counters.marks import Fingerprinter
 from crawler.counters.places import PlaceInfo
+from crawler.counters.script_args import FRESH, LOW64, ProbeCall, RecordBatches, ShardKeys, VisitPart
 
 
 def visit_part(shard: ShardKeys, h: str, t_fp: int, located: Iterable[tuple[bytes, object]],

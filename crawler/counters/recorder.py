@@ -17,7 +17,7 @@ exactly the rest (its pairs' marks are already there).
 Shards (contract §9): with several counter shards a torrent's metrics live whole
 in the torrent's shard and only the place metrics are split by IP; the
 probe and record calls above then go to the torrent's shard, after the
-place calls of the IPs' own shards (``split.SplitParts``, whose module note
+place calls of the IPs' own shards (``place_shards.PlaceShards``, whose module note
 tells how and why). With one shard none of that costs anything: shard 0 is
 the home and one record.lua call does both parts.
 
@@ -25,7 +25,7 @@ Several visits at once (``record_visits``, the worker's ``Batcher``): each
 distinct IP text is parsed and located once, every visit's probes share one
 round trip and every record call the next (with several shards, the place
 calls of the whole batch come first, one per shard). A record call holds
-the IPs of several visits of one shard (``calls.RecordBatches``: seven
+the IPs of several visits of one shard (``script_args.RecordBatches``: seven
 first visits of 50 peers fill one), which it takes one after the other, so
 the visits count as if recorded one after the other while sharing the
 call's fixed cost and the indexes they have in common; an IP met at two
@@ -39,11 +39,10 @@ The calls' arguments are built in ``calls``, each IP packed into them by
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import redis
 
-from crawler.counters.calls import RecordBatch, RecordBatches, ShardKeys, VisitPart
 from crawler.counters.geo_errors import GeoErrorTally
 from crawler.counters.marks import (
     DEFAULT_BUCKETS,
@@ -53,9 +52,10 @@ from crawler.counters.marks import (
 )
 from crawler.counters.names import info_hash_hex, month_of
 from crawler.counters.packing import add_visit, visit_part
+from crawler.counters.place_shards import PlaceShards
 from crawler.counters.places import PlaceInfo
 from crawler.counters.rollup import Rollup
-from crawler.counters.split import SplitParts
+from crawler.counters.script_args import RecordBatch, RecordBatches, ShardKeys, VisitPart
 from crawler.errors import StoreError
 from crawler.keys import Keys, shard_of
 from crawler.store.handle import Store
@@ -128,13 +128,10 @@ class Recorder:
         self._geo_errors = GeoErrorTally(client, keys, locator)
         # PEERCRAWL_WAIT_REPLICAS: each recording returns once that many replicas have it (docs/redis.md)
         self._wait = Wait.from_settings(settings)
-        # Called between a visit's probe and its recording, and between its place
-        # and torrent parts: tests interleave another writer or a crash there.
-        # None in production.
-        self.after_probe: Callable[[], None] | None = None
-        self.after_places: Callable[[], None] | None = None
         # torrent and place metrics in different shards (module note)
-        self._split = SplitParts(self, self._shards, self._post_countries, self._wait) if len(shards) > 1 else None
+        self._place_shards = PlaceShards(
+            self.store, self._shards, post_countries=self._post_countries, wait=self._wait, window=self.window,
+            batch_pairs=self.batch_pairs, buckets=self.fingerprints.buckets) if len(shards) > 1 else None
 
     # --- recording --------------------------------------------------------
     def record_visit(self, info_hash: str, ips: Iterable[str], now: float) -> int:
@@ -207,15 +204,16 @@ class Recorder:
         if not parts:
             return out
         flags = self._probe_many(now_i, [part for _, _, part in parts])
-        if self.after_probe is not None:
-            self.after_probe()
         # 2. record the IPs that might count (the scripts check again, atomically)
         todo = [(i, h, part, f) for (i, h, part), f in zip(parts, flags) if b"1" in f]
         if not todo:  # every IP's group record is fresh: nothing can count
             return out
         month = month_of(now)
-        if self._split is not None:
-            calls = self._split.record(now_i, todo, month)
+        if self._place_shards is not None:
+            batches, place_calls = self._place_shards.plan(now_i, todo, month)
+            if place_calls:
+                self._run_places(now_i, month, place_calls)
+            calls = self._place_shards.fill(batches)
         else:
             batches = RecordBatches(self.batch_pairs, month)
             for i, h, part, f in todo:
@@ -228,7 +226,7 @@ class Recorder:
     def _probe_calls(self, h: str, t_fp: int, located: Iterable[tuple[bytes, object]]) -> VisitPart | None:
         """The visit's part in its torrent's shard, with its probe.lua calls of ``PROBE_IPS``
         IPs (``packing.visit_part``; ``t_fp``: the torrent's fingerprint)."""
-        split = self._split is not None
+        split = self._place_shards is not None
         shard = self._shards[shard_of(h, len(self._shards)) if split else 0]
         return visit_part(shard, h, t_fp, located, self.fingerprints, self._place_info, split, PROBE_IPS)
 
@@ -248,6 +246,11 @@ class Recorder:
         except redis.RedisError as e:
             raise StoreError(f"recording peers failed: {e}") from e
         return [b"".join(next(replies) for _ in part.probes) for part in parts]
+
+    def _run_places(self, now: int, month: str, calls: list) -> None:
+        """Run the place calls of a crawl of several shards (``PlaceShards.run``): one round
+        trip, before the torrent parts can be built."""
+        self._place_shards.run(now, month, calls)
 
     def _place_info(self, pkey: tuple) -> PlaceInfo:
         """Escaped names and metric fingerprints of a place (cached per process)."""

@@ -30,8 +30,8 @@ from __future__ import annotations
 
 import redis
 
-from crawler.counters.calls import FRESH, LOW64, PlaceCall, RecordBatch, RecordBatches, ShardKeys, VisitPart
 from crawler.counters.places import PlaceInfo
+from crawler.counters.script_args import FRESH, LOW64, PlaceCall, RecordBatch, RecordBatches, ShardKeys, VisitPart
 from crawler.errors import StoreError
 from crawler.store.replica_wait import Wait
 from crawler.store.scripts import register
@@ -41,30 +41,32 @@ from crawler.store.scripts import register
 FRESH_PLACES = 500_000
 
 
-class SplitParts:
-    """The several-shard part of a ``Recorder``'s recording (module note).
+class PlaceShards:
+    """Recording across counter shards (module note): the place calls in the IPs' shards and
+    the torrent parts that wait on their answers.
 
-    ``recorder``: the ``Recorder`` it serves (its client, batch size, window,
-    fingerprints and the ``after_places`` test hook); ``shards``: its counter
-    shards' ``ShardKeys``, in shard order; ``post_countries``: whether the
-    ``countries.*`` counts go to the StatHat outbox; ``wait``: the replicas each
-    recording waits for (``scripts.Wait``, or None). ``fresh``: the place marks
+    ``store``: the recorder's ``Store``; ``shards``: the counter shards' ``ShardKeys``, in
+    shard order; ``post_countries``: whether the ``countries.*`` counts go to the StatHat
+    outbox; ``wait``: the replicas each recording waits for (``Wait``, or None);
+    ``window``: the dedupe window in seconds; ``batch_pairs``: the most (metric, IP)
+    pairs of one call; ``buckets``: mark buckets per shard. ``fresh``: the place marks
     this process knows to be fresh.
     """
 
-    def __init__(self, recorder, shards: list[ShardKeys], post_countries: bool, wait: Wait | None):
-        self.rec = recorder
-        self.shards, self.wait = shards, wait
+    def __init__(self, store, shards: list[ShardKeys], *, post_countries: bool, wait: Wait | None, window: int,
+                 batch_pairs: int, buckets: int):
+        self.store, self.shards, self.wait = store, shards, wait
+        self.window, self.batch_pairs, self.buckets = window, batch_pairs, buckets
         self.post = "c" if post_countries else "-"
-        self.script = register(recorder.client, "places", package=__package__)
+        self.script = register(store.client, "places", package=__package__)
         self.fresh: dict[int, int] = {}  # IP fingerprint XOR hash(place) -> oldest place mark time
 
-    def record(self, now: int, todo: list, month: str) -> list[RecordBatch]:
-        """Record the IPs the probe flags say might count, in a crawl of several shards: the
-        place metrics of every visit of ``todo`` (``(position, info-hash, part, flags)``) in
-        their own shards (places.lua, one round trip), then build the torrent parts for
-        the torrents' shards (record.lua's part "T", given each IP's oldest place mark
-        time): the calls the recorder's ``_run`` sends.
+    def plan(self, now: int, todo: list, month: str) -> tuple[RecordBatches, list[PlaceCall]]:
+        """The calls recording ``todo`` (``(position, info-hash, part, flags)``: the IPs the
+        probe flags say might count) takes in a crawl of several shards: the places.lua
+        calls of the IPs' place metrics, in their own shards, and the torrent parts for
+        the torrents' shards (record.lua's part "T"), which ``fill`` completes once
+        ``run`` has the place calls' answers.
 
         Calls never split an IP's metrics and hold at most ``batch_pairs`` pairs. An
         IP whose place marks this process knows to be fresh gets no place call
@@ -75,14 +77,17 @@ class SplitParts:
         open_calls: dict[int, PlaceCall] = {}
         calls: list[PlaceCall] = []
         placed: dict[int, object] = {}  # IP fingerprint XOR hash(place) -> where its answer comes from
-        batches = RecordBatches(self.rec.batch_pairs, month, torrent_part=True)
+        batches = RecordBatches(self.batch_pairs, month, torrent_part=True)
         for i, h, part, flags in todo:
             self._torrent_part(now, batches, i, h, part, flags, placed, open_calls, calls)
+        return batches, calls
+
+    def fill(self, batches: RecordBatches) -> list[RecordBatch]:
+        """The torrent parts' record.lua calls, each IP's record given its oldest place mark
+        time (known fresh, or answered by ``run``)."""
         fresh = self.fresh
-        if calls:
-            self._run_places(now, month, calls)
-            if len(fresh) > FRESH_PLACES:
-                fresh.clear()
+        if len(fresh) > FRESH_PLACES:
+            fresh.clear()
         for b in batches.calls:
             ips = b.ips
             for rec, info, where in b.pending:
@@ -99,7 +104,7 @@ class SplitParts:
         """Add visit ``i``'s torrent part to the record.lua calls of ``batches`` (each IP's
         record still without its oldest place mark time, kept in ``pending``), and its
         IPs to the places.lua calls of their shards."""
-        cutoff = now - self.rec.window
+        cutoff = now - self.window
         shard = part.shard
         bucket_key, country_keys = shard.bucket, shard.country_keys
         for (pkey, (info, lanes, _), f, bucket), flag in zip(part.rows, flags):
@@ -131,30 +136,28 @@ class SplitParts:
             return t
         s = (f >> 104) % len(self.shards)  # keys.shard_of_fingerprint, inlined
         call = open_calls.get(s)
-        if call is None or call.pairs + info.p_m > self.rec.batch_pairs or f in call.fps:
+        if call is None or call.pairs + info.p_m > self.batch_pairs or f in call.fps:
             call = open_calls[s] = PlaceCall(self.shards[s])
             calls.append(call)
         call.fps.add(f)
-        call.ips += ((call.bucket_number((f >> 64) % self.rec.fingerprints.buckets) << info.p_bshift)
+        call.ips += ((call.bucket_number((f >> 64) % self.buckets) << info.p_bshift)
                      | call.place_head(pkey, info) | (info.p_g ^ (f & LOW64) * info.p_r)).to_bytes(info.p_nbytes, "big")
         call.n += 1
         call.pairs += info.p_m
         return call, call.n - 1, key
 
-    def _run_places(self, now: int, month: str, calls: list[PlaceCall]) -> None:
+    def run(self, now: int, month: str, calls: list[PlaceCall]) -> None:
         """Run the places.lua ``calls`` (each in its shard) in one round trip; each call's
         ``answer`` gets its IPs' oldest place mark times."""
-        rec, post, script = self.rec, self.post, self.script
+        script = self.script
         runs = [(script, c.shard.place_fixed + c.buckets,
-                 [now, now - rec.window, post, month, bytes(c.countries), bytes(c.places), bytes(c.ips)])
+                 [now, now - self.window, self.post, month, bytes(c.countries), bytes(c.places), bytes(c.ips)])
                 for c in calls]
         try:
-            replies = rec.store.run(runs, wait=self.wait)
+            replies = self.store.run(runs, wait=self.wait)
         except redis.RedisError as e:
             raise StoreError(f"recording peers failed: {e}") from e
         for c, r in zip(calls, replies):
             if len(r) != 4 * c.n:
                 raise StoreError(f"recording peers failed: places.lua answered {len(r)} bytes for {c.n} IPs")
             c.answer = r
-        if rec.after_places is not None:
-            rec.after_places()
