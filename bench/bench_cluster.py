@@ -88,8 +88,8 @@ from crawler import logs
 from crawler.counters.marks import RECORD
 from crawler.keys import Keys
 from crawler.queue.items import NewItem
+from crawler.queue.queue import Queue
 from crawler.queue.registry import WorkerRegistry
-from crawler.queue.transitions import Queue
 from crawler.store import connect as store
 from crawler.store import layout
 from tests.mmdb import write_city_db

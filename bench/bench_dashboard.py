@@ -42,7 +42,7 @@ from crawler.counters import Recorder  # noqa: E402
 from crawler.dashboard.server import make_server  # noqa: E402
 from crawler.keys import Keys  # noqa: E402
 from crawler.queue.items import NewItem  # noqa: E402
-from crawler.queue.transitions import Queue  # noqa: E402
+from crawler.queue.queue import Queue  # noqa: E402
 from crawler.settings import Settings  # noqa: E402
 from geo import Place  # noqa: E402
 

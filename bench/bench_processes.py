@@ -66,8 +66,8 @@ from cluster_nodes import Topology
 
 from crawler import logs
 from crawler.queue.items import NewItem
+from crawler.queue.queue import Queue
 from crawler.queue.registry import WorkerRegistry
-from crawler.queue.transitions import Queue
 from crawler.store import connect as store
 from crawler.store import layout
 from tests.mmdb import write_city_db

@@ -50,8 +50,8 @@ import bench_worker  # its swarms: addresses, places, swarm size
 from crawler.counters.recorder import Recorder
 from crawler.keys import Keys
 from crawler.settings import Settings
-from crawler.store.handle import Store
 from crawler.store.scripts import source
+from crawler.store.store import Store
 from geo import Locator
 from tests.mmdb import write_city_db
 from tests.namespaces import delete_namespace

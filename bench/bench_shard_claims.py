@@ -38,8 +38,8 @@ from bench_queue import private_redis  # noqa: E402 - the same private server as
 
 from crawler.keys import Keys  # noqa: E402
 from crawler.queue.items import NewItem  # noqa: E402
+from crawler.queue.queue import Queue  # noqa: E402
 from crawler.queue.scoring import Outcome  # noqa: E402
-from crawler.queue.transitions import Queue  # noqa: E402
 from crawler.settings import Settings  # noqa: E402
 
 

@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 from redis_cpu import redis_cpu  # noqa: E402  (bench/, the script's own directory)
 
 from crawler.keys import Keys  # noqa: E402
-from crawler.queue.transitions import Queue  # noqa: E402
+from crawler.queue.queue import Queue  # noqa: E402
 from crawler.settings import Settings  # noqa: E402
 from tests.namespaces import delete_namespace  # noqa: E402
 

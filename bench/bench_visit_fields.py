@@ -34,8 +34,8 @@ from redis_cpu import redis_cpu
 
 from crawler.keys import Keys
 from crawler.queue.items import NewItem
+from crawler.queue.queue import Queue
 from crawler.queue.scoring import Outcome
-from crawler.queue.transitions import Queue
 from crawler.settings import Settings
 
 

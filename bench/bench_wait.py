@@ -46,8 +46,8 @@ from crawler.counters import Recorder  # noqa: E402
 from crawler.keys import Keys  # noqa: E402
 from crawler.settings import Settings  # noqa: E402
 from crawler.store import connect as store  # noqa: E402
-from crawler.store.handle import Store  # noqa: E402
 from crawler.store.replica_wait import Wait  # noqa: E402
+from crawler.store.store import Store  # noqa: E402
 from tests.redis_cluster import RedisCluster  # noqa: E402
 
 PEERS = 50

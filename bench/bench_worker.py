@@ -71,7 +71,7 @@ from crawler import logs
 from crawler.counters.names import metrics_for, month_of
 from crawler.keys import Keys
 from crawler.queue.items import NewItem
-from crawler.queue.transitions import Queue
+from crawler.queue.queue import Queue
 from crawler.settings import Settings
 from crawler.source_settings import TrackerSpec
 from crawler.sources.trackers import udp_codec as u

@@ -12,8 +12,8 @@ import pytest
 from crawler.bencode import codec as bencode
 from crawler.keys import Keys
 from crawler.queue.items import NewItem
+from crawler.queue.queue import Queue
 from crawler.queue.scoring import Outcome
-from crawler.queue.transitions import Queue
 from crawler.queue.view import QueueView
 from tests.cli import run, run_json
 

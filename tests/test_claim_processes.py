@@ -9,8 +9,8 @@ import redis
 
 from crawler.keys import Keys
 from crawler.queue.items import NewItem
+from crawler.queue.queue import Queue
 from crawler.queue.scoring import Outcome
-from crawler.queue.transitions import Queue
 from crawler.queue.view import QueueView
 
 N = 400

@@ -12,7 +12,7 @@ import time
 
 from crawler.keys import Keys
 from crawler.queue.items import NewItem
-from crawler.queue.transitions import Queue
+from crawler.queue.queue import Queue
 from crawler.report.queue_report import capacity_report
 from tests.cli import on_terminal, run
 from tests.opentracker import opentracker, peer_address  # noqa: F401 (fixture)

@@ -7,8 +7,8 @@ import pytest
 import redis
 
 from crawler.store.coalesce import Coalescer
-from crawler.store.handle import Store
 from crawler.store.outage import Once
+from crawler.store.store import Store
 
 # A script that sleeps a little in Redis, so greenlets calling meanwhile queue behind it.
 SLOW = "local t = redis.call('TIME'); local s = t[1] * 1e6 + t[2]; " \

@@ -15,7 +15,7 @@ from crawler.counters import Recorder
 from crawler.counters.batcher import Batcher
 from crawler.errors import StoreError
 from crawler.keys import Keys
-from crawler.store.handle import Store
+from crawler.store.store import Store
 from tests.interleaved_recorder import InterleavedRecorder
 from tests.mmdb import write_city_db
 from tests.namespaces import delete_namespace

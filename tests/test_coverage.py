@@ -82,8 +82,8 @@ def test_complete_keeps_only_the_days_in_the_window(client, namespace, gap_days)
     """complete.lua deletes the n:<day> fields the window left, however long since the last visit."""
     from crawler.keys import Keys
     from crawler.queue.items import NewItem
+    from crawler.queue.queue import Queue
     from crawler.queue.scoring import Outcome
-    from crawler.queue.transitions import Queue
     from crawler.settings import Settings
 
     s = Settings(revisit_seconds=0)
@@ -111,8 +111,8 @@ def test_coverage_survives_a_redis_killed_and_restarted(tmp_path, settings):
 
     from crawler.keys import Keys
     from crawler.queue.items import NewItem
+    from crawler.queue.queue import Queue
     from crawler.queue.scoring import Outcome
-    from crawler.queue.transitions import Queue
     from crawler.queue.view import QueueView
     from tests.redis_servers import AofRedis
 

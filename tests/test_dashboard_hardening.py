@@ -24,7 +24,7 @@ from crawler.counters import Recorder
 from crawler.dashboard.app import create_app
 from crawler.dashboard.views import Views
 from crawler.queue.items import NewItem
-from crawler.queue.transitions import Queue
+from crawler.queue.queue import Queue
 from crawler.sources.trackers.health import ANSWER, FAILURE, REFUSAL, TrackerHealth
 from tests.cli import run
 from tests.dashboard_data import record_world

@@ -48,7 +48,7 @@ def _nested_torrent(size: int, where: str) -> bytes:
 # before the command (its modules imported) and the CPU time the command took.
 _MEASURED = """
 import json, resource, sys, time
-import crawler.cli, crawler.cli.add, crawler.cli.context, crawler.queue.items, crawler.queue.transitions, redis
+import crawler.cli, crawler.cli.add, crawler.cli.context, crawler.queue.items, crawler.queue.queue, redis
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 start = time.thread_time()
 try:

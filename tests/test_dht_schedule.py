@@ -14,8 +14,8 @@ import pytest
 
 from crawler.counters.recorder import Recorder
 from crawler.queue.items import NewItem
+from crawler.queue.queue import Queue
 from crawler.queue.source_notes import DHT_CODES, TRACKER_CODES
-from crawler.queue.transitions import Queue
 from crawler.queue.view import QueueView
 from crawler.sources.announce_cap import AnnounceCap
 from crawler.sources.dht import dht_schedule

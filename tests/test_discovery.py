@@ -15,7 +15,7 @@ from gevent.event import Event
 
 from crawler.errors import SettingsError
 from crawler.queue.items import NewItem
-from crawler.queue.transitions import Queue
+from crawler.queue.queue import Queue
 from crawler.queue.view import QueueView
 from crawler.settings import Settings
 from crawler.sources.dht.dht import DhtSource

@@ -8,8 +8,8 @@ import time
 from crawler.keys import Keys
 from crawler.queue.due_now import DueNow
 from crawler.queue.items import NewItem
+from crawler.queue.queue import Queue
 from crawler.queue.scoring import Outcome
-from crawler.queue.transitions import Queue
 from crawler.queue.view import QueueView
 from tests.cli import run
 

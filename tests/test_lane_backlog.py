@@ -17,8 +17,8 @@ import pytest
 
 from crawler.queue.items import NewItem
 from crawler.queue.lanes import MARKED
+from crawler.queue.queue import Queue
 from crawler.queue.scoring import Outcome
-from crawler.queue.transitions import Queue
 from crawler.store import layout
 
 T0 = 1_900_000_000.0

@@ -8,9 +8,9 @@ from collections import Counter
 import pytest
 
 from crawler.queue.items import NewItem
+from crawler.queue.queue import Queue
 from crawler.queue.resharding import Reshard
 from crawler.queue.scoring import Outcome
-from crawler.queue.transitions import Queue
 from crawler.queue.view import QueueView
 from crawler.store import layout
 from tests.cli import run_json

@@ -27,8 +27,8 @@ from crawler.counters import Recorder, top
 from crawler.errors import StoreError
 from crawler.keys import Keys
 from crawler.queue.items import NewItem
+from crawler.queue.queue import Queue
 from crawler.queue.scoring import Outcome
-from crawler.queue.transitions import Queue
 from crawler.settings import Settings
 from crawler.store import connect as store
 from crawler.store import scripts

@@ -15,8 +15,8 @@ import pytest
 
 from crawler.keys import Keys
 from crawler.queue.items import NewItem
+from crawler.queue.queue import MAX_CLAIM, Queue
 from crawler.queue.scoring import Outcome
-from crawler.queue.transitions import MAX_CLAIM, Queue
 from crawler.queue.view import QueueView
 from crawler.store import scripts
 from tests.cli import run, run_json

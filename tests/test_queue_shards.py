@@ -9,8 +9,8 @@ import pytest
 
 from crawler.keys import Keys
 from crawler.queue.items import NewItem
+from crawler.queue.queue import Queue
 from crawler.queue.scoring import Outcome
-from crawler.queue.transitions import Queue
 from crawler.queue.view import QueueView
 from crawler.report.queue_report import queue_report
 from crawler.shard_layout import MAX_SHARDS

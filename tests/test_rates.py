@@ -8,9 +8,9 @@ import time
 import pytest
 
 from crawler.queue.items import NewItem
+from crawler.queue.queue import Queue
 from crawler.queue.rates import STEPS, bucket, middle, percentile
 from crawler.queue.scoring import Outcome
-from crawler.queue.transitions import Queue
 from crawler.queue.view import QueueView
 from crawler.store import layout
 from tests.cli import run_json

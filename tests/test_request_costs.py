@@ -36,7 +36,7 @@ from crawler.dashboard.collector import registry_for
 from crawler.dashboard.views import Views
 from crawler.errors import StoreError
 from crawler.queue.items import NewItem
-from crawler.queue.transitions import Queue
+from crawler.queue.queue import Queue
 from crawler.report.queue_report import queue_report
 from crawler.source_settings import TrackerSpec
 from crawler.sources.request_counts import KINDS, MINUTE_FIELDS, RequestCounts

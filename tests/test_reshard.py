@@ -13,10 +13,10 @@ import pytest
 from crawler.errors import SettingsError
 from crawler.keys import Keys
 from crawler.queue.items import NewItem
+from crawler.queue.queue import Queue
 from crawler.queue.registry import WorkerRegistry
 from crawler.queue.resharding import Reshard
 from crawler.queue.scoring import Outcome
-from crawler.queue.transitions import Queue
 from crawler.queue.view import QueueView
 from crawler.store import layout
 from tests.cli import run, run_json

@@ -22,7 +22,7 @@ import pytest
 from crawler.counters.rankings import top
 from crawler.counters.recorder import Recorder
 from crawler.queue.items import NewItem
-from crawler.queue.transitions import Queue
+from crawler.queue.queue import Queue
 from crawler.queue.view import QueueView
 from crawler.settings import Settings
 from crawler.source_settings import TrackerSpec

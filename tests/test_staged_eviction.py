@@ -12,8 +12,8 @@ import pytest
 
 from crawler.queue.items import NewItem
 from crawler.queue.pins import Pins
+from crawler.queue.queue import Queue
 from crawler.queue.scoring import Outcome
-from crawler.queue.transitions import Queue
 from crawler.queue.view import QueueView
 from crawler.store import layout
 from tests.cli import run, run_json

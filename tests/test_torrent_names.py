@@ -18,10 +18,10 @@ from crawler.bencode import codec as bencode
 from crawler.keys import Keys
 from crawler.queue import torrent_names
 from crawler.queue.items import NewItem, parse_items, parse_magnet, parse_torrent
+from crawler.queue.queue import Queue
 from crawler.queue.resharding import Reshard
 from crawler.queue.scoring import Outcome
 from crawler.queue.torrent_names import MAX_BYTES, MAX_CHARS, clean, of_torrent
-from crawler.queue.transitions import Queue
 from crawler.queue.view import QueueView
 from crawler.store import scripts
 from tests.redis_servers import AofRedis

@@ -25,8 +25,8 @@ from crawler.counters import Recorder
 from crawler.dashboard.views import Views
 from crawler.keys import Keys
 from crawler.queue.items import NewItem, parse_items
+from crawler.queue.queue import Queue
 from crawler.queue.torrent_names import MAX_CHARS
-from crawler.queue.transitions import Queue
 from crawler.safe_text import FORMULA_START
 from tests.cli import on_terminal
 from tests.mmdb import write_city_db

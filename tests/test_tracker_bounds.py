@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from crawler.bencode import codec as bencode
 from crawler.queue.items import NewItem
-from crawler.queue.transitions import Queue
+from crawler.queue.queue import Queue
 from crawler.queue.view import QueueView
 from crawler.settings import Settings
 from crawler.source_settings import TrackerSpec

@@ -7,8 +7,8 @@ import os
 
 from crawler.counters.recorder import Recorder
 from crawler.queue.items import NewItem
+from crawler.queue.queue import Queue
 from crawler.queue.source_notes import TRACKER_CODES
-from crawler.queue.transitions import Queue
 from crawler.queue.view import QueueView
 from crawler.sources.result import SourceResult
 from crawler.sources.trackers import udp_codec as u

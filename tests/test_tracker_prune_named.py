@@ -10,8 +10,8 @@ import pytest
 
 from crawler.keys import Keys
 from crawler.queue.items import NewItem
+from crawler.queue.queue import Queue
 from crawler.queue.scoring import Outcome
-from crawler.queue.transitions import Queue
 from crawler.sources.trackers import health as health_module
 from crawler.sources.trackers.health import ANSWER, FAILURE, TrackerHealth, tracker_others, tracker_report
 from tests.test_cluster import cluster_ns  # noqa: F401 (fixture)

@@ -214,7 +214,7 @@ def test_a_lost_scrape_of_many_torrents_is_one_failure_of_the_tracker(trackers, 
 
 def test_scrapes_take_their_places_in_a_trackers_cap_and_the_visit_deadline_starts_after(settings, client, keys):
     from crawler.counters.recorder import Recorder
-    from crawler.queue.transitions import Queue
+    from crawler.queue.queue import Queue
     from crawler.source_settings import TrackerSpec
     from workers.visit import Visitor
 

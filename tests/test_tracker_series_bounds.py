@@ -24,8 +24,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from crawler.dashboard.app import create_app
 from crawler.dashboard.views import Views
+from crawler.queue.queue import Queue
 from crawler.queue.scoring import Outcome
-from crawler.queue.transitions import Queue
 from crawler.settings import Settings
 from crawler.sources.trackers.health import TrackerHealth
 from tests.cli import run

@@ -14,7 +14,7 @@ import urllib.request
 
 from crawler.counters.recorder import Recorder
 from crawler.queue.items import NewItem
-from crawler.queue.transitions import Queue
+from crawler.queue.queue import Queue
 from crawler.queue.view import QueueView
 from crawler.sources.trackers.http_scrape import ScrapeCounts, parse_scrape_reply, webtorrent_key
 from crawler.sources.trackers.trackers import Trackers

@@ -11,7 +11,7 @@ import gevent
 import pytest
 
 from crawler.queue.items import NewItem
-from crawler.queue.transitions import Queue
+from crawler.queue.queue import Queue
 from crawler.queue.view import QueueView
 from crawler.source_settings import TrackerSpec
 from tests.mmdb import write_city_db

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from crawler.queue.items import NewItem
-from crawler.queue.transitions import Queue
+from crawler.queue.queue import Queue
 from crawler.queue.view import QueueView
 from crawler.report.queue_report import queue_report
 from crawler.sources.trackers.trackers import Trackers

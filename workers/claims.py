@@ -52,7 +52,7 @@ import gevent
 
 from crawler import logs
 from crawler.errors import StoreError
-from crawler.queue.transitions import MAX_CLAIM, Lease, Queue
+from crawler.queue.queue import MAX_CLAIM, Lease, Queue
 from crawler.store.group_commit import GroupCommit
 
 log = logs.get("worker")

@@ -18,14 +18,14 @@ from crawler.counters.batcher import Batcher
 from crawler.counters.recorder import Recorder
 from crawler.errors import StoreError
 from crawler.keys import Keys
-from crawler.queue.transitions import Queue
+from crawler.queue.queue import Queue
 from crawler.queue.view import QueueView
 from crawler.settings import Settings
 from crawler.sources.trackers.trackers import Trackers
 from crawler.stathat.flusher import Flusher
 from crawler.store import patience
-from crawler.store.handle import Store
 from crawler.store.outage import Once, Outage
+from crawler.store.store import Store
 from workers.autoscale import Autoscaler
 from workers.heartbeat import Heartbeat
 from workers.visit import Visit, Visitor

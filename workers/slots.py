@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 
-from crawler.queue.transitions import Lease
+from crawler.queue.queue import Lease
 
 # What ``reserve`` answered a runner: claim one next torrent, or leave.
 CLAIM, LEAVE = 1, 0

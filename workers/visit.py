@@ -48,8 +48,8 @@ import gevent
 from crawler import logs, redact
 from crawler.keys import Keys
 from crawler.queue import source_notes as notes
+from crawler.queue.queue import Lease, Queue
 from crawler.queue.scoring import SourceCount, outcome
-from crawler.queue.transitions import Lease, Queue
 from crawler.settings import Settings
 from crawler.sources.announce_cap import AnnounceCap
 from crawler.sources.dht import dht_schedule

@@ -52,7 +52,7 @@ from gevent.event import Event
 
 from crawler import logs
 from crawler.errors import StoreError
-from crawler.queue.transitions import Lease, Queue
+from crawler.queue.queue import Lease, Queue
 from crawler.queue.view import QueueView
 from crawler.store import patience
 from crawler.store.outage import Outage

@@ -9,7 +9,7 @@ import click
 
 from crawler.cli import human
 from crawler.cli.context import open_context
-from crawler.queue.transitions import Queue
+from crawler.queue.queue import Queue
 from crawler.report.queue_report import queue_report
 from crawler.safe_text import terminal
 

@@ -58,9 +58,9 @@ from crawler.counters.rollup import Rollup
 from crawler.counters.script_args import RecordBatch, RecordBatches, ShardKeys, VisitPart
 from crawler.errors import StoreError
 from crawler.keys import Keys, shard_of
-from crawler.store.handle import Store
 from crawler.store.replica_wait import Wait
 from crawler.store.scripts import register
+from crawler.store.store import Store
 
 # Pairs of one record.lua call: ~2,400 (seven first visits of 50 peers) hold
 # Redis ~3 ms (bench/bench_record_lua.py: ~0.41 ms of script per such visit);

@@ -35,9 +35,9 @@ import redis
 from crawler.counters.names import LIFETIME, hashed
 from crawler.errors import StoreError
 from crawler.keys import Keys, index_tail, shard_of, total_shard
-from crawler.store.handle import Store
 from crawler.store.hash_pages import read_hashes
 from crawler.store.scripts import register
+from crawler.store.store import Store
 
 # Increments one rollup_fold.lua call adds (~1 µs each: a call holds Redis ~1 ms).
 FOLD_CHUNK = 1000

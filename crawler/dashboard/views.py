@@ -37,8 +37,8 @@ from crawler.counters.rollup import Rollup
 from crawler.dashboard.countries import map_code
 from crawler.errors import StoreError
 from crawler.keys import Keys
+from crawler.queue.queue import Queue
 from crawler.queue.torrent_names import read as read_names
-from crawler.queue.transitions import Queue
 from crawler.queue.view import STATES, QueueView, shown
 from crawler.report.queue_report import queue_report
 

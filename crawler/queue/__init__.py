@@ -1,6 +1,6 @@
 """The torrent queue: every torrent's state and the transitions between them.
 
-``transitions`` (``Queue``) is the only writer of the queue's keys: add,
+``queue`` (``Queue``) is the only writer of the queue's keys: add,
 claim, extend, complete, defer, release, through the ``.lua`` scripts beside
 it, whose arguments and replies ``script_calls`` builds and reads;
 ``visit_plan`` is the trackers a visit may ask and ``visit_buckets`` the

@@ -1,6 +1,6 @@
 """The calls of the queue's largest scripts: what ``add.lua``, ``claim.lua`` and ``complete.lua`` take and answer.
 
-``crawler.queue.transitions.Queue`` makes the transitions; this module only
+``crawler.queue.queue.Queue`` makes the transitions; this module only
 builds the KEYS and ARGV of one such call and reads its reply (``Lease``, the
 add statuses), with the lanes' key lists the scripts share (``lane_keys``,
 ``member_keys``). The functions here are free of Redis and of the clock, so

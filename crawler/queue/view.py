@@ -1,6 +1,6 @@
 """The read model of the torrent lifecycle (contract §1, §7): what the queue holds, never a change to it.
 
-``crawler.queue.transitions.Queue`` owns the torrent states and is the only writer of
+``crawler.queue.queue.Queue`` owns the torrent states and is the only writer of
 them; ``QueueView`` reads the same keys for everyone who only looks: ``status``
 and the dashboard (state counts, quarantined torrents, visits per hour), the
 ``torrent`` command (one torrent's record), the worker pool (how long until

@@ -19,7 +19,7 @@ from crawler.keys import Keys
 from crawler.queue.source_notes import SourceNotes, decode
 from crawler.settings import Settings
 from crawler.store import scripts
-from crawler.store.handle import Store
+from crawler.store.store import Store
 
 
 class VisitPlan:

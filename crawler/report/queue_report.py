@@ -15,8 +15,8 @@ from __future__ import annotations
 import math
 
 from crawler.counters.geo_errors import geo_error_report
+from crawler.queue.queue import Queue
 from crawler.queue.registry import WorkerRegistry
-from crawler.queue.transitions import Queue
 from crawler.queue.view import QueueView
 from crawler.report.costs import costs_report
 from crawler.report.nodes import eviction_warning, node_report

@@ -48,11 +48,11 @@ from crawler.errors import StoreError
 from crawler.keys import Keys
 from crawler.stathat.client import EZClient, PostError
 from crawler.store import patience
-from crawler.store.handle import Store
 from crawler.store.hash_pages import pages
 from crawler.store.outage import Once, Outage
 from crawler.store.replica_wait import Wait
 from crawler.store.scripts import register
+from crawler.store.store import Store
 
 log = logs.get("stathat")
 

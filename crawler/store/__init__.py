@@ -1,6 +1,6 @@
 """Redis, as every room reaches it: connecting, waiting out outages, running scripts.
 
-``connect`` opens the client (``REDIS_URL``: one Redis or a cluster, or the
+``store`` holds ``Store``, the client a room is handed with what the process keeps beside it. ``connect`` opens the client (``REDIS_URL``: one Redis or a cluster, or the
 ``embedded`` server under the data dir) with the patience that rides out a
 Redis going away (``outage``); ``connection_pool`` skips redis-py's poll for
 stray data. ``scripts`` loads each room's ``.lua`` files once and runs them

@@ -38,7 +38,7 @@ from crawler import logs
 from crawler.errors import StoreError
 from crawler.keys import Keys
 from crawler.queue.items import NewItem
-from crawler.queue.transitions import Queue
+from crawler.queue.queue import Queue
 from crawler.settings import Settings
 from crawler.sources.addresses import AddressRefused, policy
 from crawler.sources.lru import Lru

@@ -91,7 +91,7 @@ from crawler.queue.visit_buckets import trim_visit_buckets
 from crawler.queue.visit_plan import VisitPlan
 from crawler.settings import Settings
 from crawler.store import scripts
-from crawler.store.handle import Store
+from crawler.store.store import Store
 
 # Most torrents one claim call may lease. claim.lua slices any size; this
 # bounds one call's Redis time (a claim of 2,000 also moves up to 4,008 due
