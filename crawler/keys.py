@@ -237,7 +237,7 @@ class Keys(ShardLayout):
     @property
     def announce_cap(self) -> str:
         """HASH: ``*`` (the namespace's cap) or a tracker URL -> the next free request time,
-        whole microseconds of Redis's clock (crawler/sources/announce_cap.lua)."""
+        whole microseconds of Redis's clock (crawler/sources/rate_budget.lua)."""
         return self._home("cap")
 
     def announce_cap_minute(self, minute: int) -> str:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from crawler.sources.announce_cap import AnnounceCap
+from crawler.sources.rate_budget import RateBudget
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ def gaps(times: list[int]) -> list[int]:
 class Places:
     """Every request ``cap`` granted from now on, with its exact place (``requests``, in the order granted)."""
 
-    def __init__(self, cap: AnnounceCap):
+    def __init__(self, cap: RateBudget):
         self.requests: list[Placed] = []
         script = cap._script
         client = script.registered_client

@@ -1,6 +1,6 @@
 """The announce cap (contract §3): tracker requests per second across every worker of a namespace.
 
-Against the real Redis: the schedule of ``announce_cap.lua`` as greenlets of
+Against the real Redis: the schedule of ``rate_budget.lua`` as greenlets of
 two processes' caps see it, the largest rates and tracker counts the
 settings allow, malformed calls; then three ``peercrawl worker`` processes
 against a real opentracker, counting the requests it receives.
@@ -22,7 +22,8 @@ from crawler.envparse import MAX_ANNOUNCE_RATE, MIN_ANNOUNCE_RATE
 from crawler.errors import SettingsError
 from crawler.settings import Settings
 from crawler.source_settings import TrackerSpec
-from crawler.sources.announce_cap import AnnounceCap, cap_report
+from crawler.sources.cap_report import cap_report
+from crawler.sources.rate_budget import RateBudget
 from crawler.store import scripts
 from tests.cap_places import Places, gaps
 from tests.cli import run_json
@@ -31,7 +32,7 @@ from tests.opentracker import opentracker  # noqa: F401 (fixture)
 A, B, C = "udp://a.example:1/announce", "udp://b.example:2/announce", "udp://c.example:3/announce"
 
 
-def visits(cap: AnnounceCap, urls: list[str], rounds: int) -> list[dict[str, float]]:
+def visits(cap: RateBudget, urls: list[str], rounds: int) -> list[dict[str, float]]:
     """``rounds`` visits' asks to ``urls``, each announcing when told (sleeping its wait, then asking
     again); the waits each was given."""
     given = []
@@ -44,7 +45,7 @@ def visits(cap: AnnounceCap, urls: list[str], rounds: int) -> list[dict[str, flo
 
 def test_two_processes_share_one_evenly_spaced_schedule(redis_url, client, keys, settings):
     s = settings.replace(max_announces_per_second=200.0)
-    caps = [AnnounceCap(redis.Redis.from_url(redis_url), keys, s) for _ in range(2)]
+    caps = [RateBudget.announce_cap(redis.Redis.from_url(redis_url), keys, s) for _ in range(2)]
     places = [Places(cap) for cap in caps]
     jobs = [gevent.spawn(visits, caps[i % 2], [A, B] if i % 2 else [C], 4) for i in range(40)]
     gevent.joinall(jobs, raise_error=True)
@@ -69,7 +70,7 @@ def test_two_processes_share_one_evenly_spaced_schedule(redis_url, client, keys,
 
 def test_a_trackers_own_cap_spaces_its_requests_and_leaves_the_others_alone(client, keys, settings):
     s = settings.replace(max_announces_per_second=1000.0, trackers=(TrackerSpec(A, 50, 20.0), TrackerSpec(B, 50)))
-    cap = AnnounceCap(client, keys, s)
+    cap = RateBudget.announce_cap(client, keys, s)
     placed = Places(cap)
     to_both = [gevent.spawn(visits, cap, [A, B], 3) for _ in range(4)]
     to_b = [gevent.spawn(visits, cap, [B], 20) for _ in range(4)]
@@ -89,7 +90,7 @@ def test_a_trackers_own_cap_spaces_its_requests_and_leaves_the_others_alone(clie
 
 def test_visits_queue_in_the_order_asked_each_sleeping_once(client, keys, settings):
     s = settings.replace(max_announces_per_second=10.0)
-    cap = AnnounceCap(client, keys, s)
+    cap = RateBudget.announce_cap(client, keys, s)
     minute = int(time.time()) // 60
     jobs = [gevent.spawn(visits, cap, [A], 1) for _ in range(12)]
     gevent.joinall(jobs, raise_error=True)
@@ -108,7 +109,7 @@ def test_visits_queue_in_the_order_asked_each_sleeping_once(client, keys, settin
 
 
 def test_no_cap_means_no_redis_and_no_wait(client, keys, settings):
-    cap = AnnounceCap(client, keys, settings)
+    cap = RateBudget.announce_cap(client, keys, settings)
     assert not cap.enabled
     assert cap.take([A, B]) == {A: 0.0, B: 0.0}
     assert not client.exists(keys.announce_cap)
@@ -117,7 +118,7 @@ def test_no_cap_means_no_redis_and_no_wait(client, keys, settings):
 
 def test_the_largest_rate_spaces_requests_by_ten_microseconds(client, keys, settings):
     s = settings.replace(max_announces_per_second=MAX_ANNOUNCE_RATE)
-    cap = AnnounceCap(client, keys, s)
+    cap = RateBudget.announce_cap(client, keys, s)
     answers = cap._serve([((A,), 2)] * 1000)
     waits = [round(g[A] * 1e6) for g in answers]
     first = waits[0]
@@ -129,7 +130,7 @@ def test_the_most_trackers_a_torrent_may_have_each_at_the_slowest_rate(client, k
     urls = [f"udp://t{i}.example:1/announce" for i in range(n)]
     s = settings.replace(trackers=tuple(TrackerSpec(u, 50, MIN_ANNOUNCE_RATE) for u in urls),
                          max_trackers_per_torrent=n)
-    cap = AnnounceCap(client, keys, s)
+    cap = RateBudget.announce_cap(client, keys, s)
     granted = cap.take(urls)
     assert len(granted) == n and set(granted.values()) == {0.0}
     assert client.hlen(keys.announce_cap) == n
@@ -148,7 +149,7 @@ def test_the_most_trackers_a_torrent_may_have_each_at_the_slowest_rate(client, k
     ([5000, 0, 2, 1, 0], "request count"),
 ])
 def test_a_malformed_call_writes_nothing(client, keys, args, message):
-    script = scripts.register(client, "announce_cap", package="crawler.sources")
+    script = scripts.register(client, "rate_budget", package="crawler.sources")
     with pytest.raises(redis.ResponseError, match=message):
         script(keys=[keys.announce_cap, keys.announce_cap_minute(1)], args=args)
     assert not client.exists(keys.announce_cap) and not client.exists(keys.announce_cap_minute(1))
@@ -278,7 +279,7 @@ def test_a_trackers_own_cap_holds_at_that_tracker(opentracker, test_env, tmp_pat
 
 
 def test_the_plan_says_what_revisit_interval_the_caps_allow():
-    from crawler.sources.announce_cap import plan_report
+    from crawler.sources.cap_report import plan_report
 
     cap = {"per_second": None, "sent_per_second": 63.0, "window_s": 100.0,
            "trackers": {"udp://a.example:1/announce": {"per_second": 10.0, "sent_per_second": 6.3},

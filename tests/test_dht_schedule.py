@@ -17,9 +17,9 @@ from crawler.queue.items import NewItem
 from crawler.queue.queue import Queue
 from crawler.queue.source_notes import DHT_CODES, TRACKER_CODES
 from crawler.queue.view import QueueView
-from crawler.sources.announce_cap import AnnounceCap
 from crawler.sources.dht import dht_schedule
 from crawler.sources.dht.dht import DhtSource
+from crawler.sources.rate_budget import RateBudget
 from crawler.sources.trackers.trackers import Trackers
 from tests.dht_swarm import HASH_A as A
 from tests.dht_swarm import HASH_C as C
@@ -128,7 +128,7 @@ def test_the_dht_budget_spaces_lookups_across_the_namespace(world, client, keys)
 
     # two visitors with their own budgets: two workers of one namespace
     visitors = [Visitor(q, keys, s, trackers, Recorder(client, keys, s), dht=Timed(),
-                        dht_budget=AnnounceCap.dht_budget(client, keys, s)) for _ in range(2)]
+                        dht_budget=RateBudget.dht(client, keys, s)) for _ in range(2)]
     leases = [lease for lease in q.claim(n + 2) if lease.info_hash in hashes]
     assert len(leases) == n
     jobs = [gevent.spawn(visitors[i % 2].visit, lease) for i, lease in enumerate(leases)]

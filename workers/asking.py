@@ -22,7 +22,7 @@ import gevent
 
 from crawler import redact
 from crawler.errors import StoreError
-from crawler.sources.announce_cap import AnnounceCap
+from crawler.sources.rate_budget import RateBudget
 from crawler.sources.result import SourceResult
 from crawler.sources.trackers.tracker_mirrors import Mirrors
 
@@ -36,11 +36,11 @@ class Asking:
 
     ``trackers``: its ``Trackers``; ``dht``: its ``DhtSource`` or None;
     ``ahead``: its ``ScrapeAhead``; ``cap`` and ``dht_budget``: the
-    namespace's announce cap and DHT budget (``AnnounceCap``); ``mirrors``:
+    namespace's announce cap and DHT budget (``RateBudget``); ``mirrors``:
     the trackers learned to list the same peers.
     """
 
-    def __init__(self, settings, trackers, dht, ahead, cap: AnnounceCap, dht_budget: AnnounceCap):
+    def __init__(self, settings, trackers, dht, ahead, cap: RateBudget, dht_budget: RateBudget):
         self.settings, self.trackers, self.dht, self.ahead = settings, trackers, dht, ahead
         self.cap, self.dht_budget = cap, dht_budget
         self.mirrors = Mirrors(settings.tracker_cache_size, frozenset(settings.tracker_rates()))
@@ -66,7 +66,7 @@ class Asking:
         (the DHT in its budget); the deadline starts after the longest wait."""
         waits = self.cap.take(urls)
         if dht:
-            waits.update(self.dht_budget.take(["dht"]))
+            waits["dht"] = self.dht_budget.wait()
         deadline = time.monotonic() + max(waits.values(), default=0.0) + self.settings.visit_deadline
         return self.gather(h, urls, deadline, waits, dht)
 

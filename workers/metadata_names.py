@@ -65,7 +65,7 @@ class MetadataNames:
         try:
             if not self.state.due(h, time.time()):
                 return
-            wait = self.budget.take(["metadata"])["metadata"]
+            wait = self.budget.wait()
             got = None if self.closing.wait(timeout=wait) else self.fetcher.fetch(h, peers)
             if isinstance(got, TorrentInfo):
                 self.state.found(h, got.name, got.total_size, got.file_count, time.time())

@@ -94,12 +94,12 @@ class Process:
         self.names = None
         if settings.metadata:  # the one part that connects to peers (docs/metadata.md)
             from crawler.queue.torrent_metadata import TorrentMetadata
-            from crawler.sources.announce_cap import AnnounceCap
             from crawler.sources.metadata.metadata_fetch import MetadataFetcher
+            from crawler.sources.rate_budget import RateBudget
             from workers.metadata_names import MetadataNames
 
             self.names = MetadataNames(settings, MetadataFetcher(settings), TorrentMetadata(client, keys),
-                                       AnnounceCap.metadata_budget(client, keys, settings))
+                                       RateBudget.metadata(client, keys, settings))
         self.discovery = None
         if settings.discovery and self.dht is not None:
             from crawler.sources.dht.discovery import Discovery

@@ -51,8 +51,8 @@ from crawler.queue import source_notes as notes
 from crawler.queue.queue import Lease, Queue
 from crawler.queue.scoring import SourceCount, outcome
 from crawler.settings import Settings
-from crawler.sources.announce_cap import AnnounceCap
 from crawler.sources.dht import dht_schedule
+from crawler.sources.rate_budget import RateBudget
 from crawler.sources.result import SourceResult, VisitResult
 from crawler.store import patience
 from crawler.store.outage import Outage
@@ -97,7 +97,7 @@ class Visitor:
     (default: the one of ``queue.client``). ``claims``: where the next
     torrents are claimed (default: a ``Claims`` of ``queue``, shared by every
     greenlet of the process). ``cap``: the announce cap (default: an
-    ``AnnounceCap`` of ``queue``'s client, idle when no cap is set); a visit
+    ``RateBudget.announce_cap`` of ``queue``'s client, idle when no cap is set); a visit
     waits for it before its deadline starts. ``visit`` raises only
     ``StoreError`` (Redis).
 
@@ -110,11 +110,11 @@ class Visitor:
     """
 
     def __init__(self, queue: Queue, keys: Keys, settings: Settings, trackers, recorder, dht=None,
-                 outage: Outage | None = None, claims: Claims | None = None, cap: AnnounceCap | None = None,
-                 dht_budget: AnnounceCap | None = None, sizes=None, names=None):
+                 outage: Outage | None = None, claims: Claims | None = None, cap: RateBudget | None = None,
+                 dht_budget: RateBudget | None = None, sizes=None, names=None):
         self.queue, self.keys, self.settings = queue, keys, settings
-        self.cap = cap or AnnounceCap(queue.client, keys, settings)
-        self.dht_budget = dht_budget or AnnounceCap.dht_budget(queue.client, keys, settings)
+        self.cap = cap or RateBudget.announce_cap(queue.client, keys, settings)
+        self.dht_budget = dht_budget or RateBudget.dht(queue.client, keys, settings)
         self.outage = outage or patience.outage(queue.client) or Outage(patience=settings.redis_wait_seconds)
         self.trackers, self.recorder, self.dht, self.sizes, self.names = trackers, recorder, dht, sizes, names
         self._defaults = tuple(t.url for t in settings.trackers)
@@ -199,7 +199,7 @@ class Visitor:
         looked = next((r for r in answered if r.source == "dht"), None)
         if reported is None and looked is not None and looked.peers and self.sizes is not None:
             # Only the DHT knows this swarm: its size from the nodes' bloom filters (BEP 33).
-            gevent.sleep(self.dht_budget.take(["dht"])["dht"])  # a scrape takes a place as a lookup does
+            gevent.sleep(self.dht_budget.wait())  # a scrape takes a place as a lookup does
             size = self.sizes.size(h)
             if size is not None:
                 seeders, leechers, estimated = size.seeders, size.leechers, True

@@ -20,7 +20,7 @@ from crawler.queue.registry import WorkerRegistry
 from crawler.queue.view import QueueView
 from crawler.report.costs import costs_report
 from crawler.report.nodes import eviction_warning, node_report
-from crawler.sources.announce_cap import cap_report, plan_report
+from crawler.sources.cap_report import cap_report, plan_report
 from crawler.sources.dht.discovery import discovery_report
 from crawler.sources.trackers.health import tracker_others, tracker_report
 

@@ -11,11 +11,12 @@ sources answer; ``lru`` the per-process caches' one home; ``socket_turns``
 the reader's turns both the UDP tracker client and the KRPC socket take.
 ``dht_alerts`` (libtorrent's alert pump) and ``dht_listen`` (which IPv4 and
 IPv6 addresses a libtorrent session can listen on) serve the DHT's session
-and the metadata fetcher's alike. ``announce_cap`` is one schedule in Redis
-for every budget of the namespace: the trackers' announce cap, the DHT's
-lookups (``dht_budget``) and the metadata fetches (``metadata_budget``),
-which the worker's visit takes before asking any room; ``request_counts``
+and the metadata fetcher's alike. ``rate_budget`` is a namespace's rate kept
+as one schedule in Redis, with three instances: the trackers' announce cap,
+the DHT's lookups and the metadata fetches, which the worker's visit takes
+before asking any room (``cap_report`` reads the announce cap's use for
+``status``); ``request_counts``
 is what the crawl costs its sources, tracker requests and DHT lookups and
 scrapes alike, in per-minute hashes (``request_counts.lua``, which shares
-``whole.lua`` with ``announce_cap.lua``). See the contract, §3.
+``whole.lua`` with ``rate_budget.lua``). See the contract, §3.
 """

@@ -1,5 +1,5 @@
--- announce_cap.lua: the time each tracker request of a batch of visits may be sent,
--- under the namespace's cap and each capped tracker's (contract §3), atomically.
+-- rate_budget.lua: the time each request of a batch of visits may be sent, under a
+-- namespace-wide rate and each member's own (the announce cap: each capped tracker's), atomically.
 --
 -- A cap of r requests per second is a schedule with one request every 1/r
 -- seconds (the generic cell rate algorithm with no burst): each cap keeps the
@@ -25,7 +25,7 @@
 
 --! include slices  (STEP, each, read)
 
-local SCRIPT = 'announce_cap.lua'
+local SCRIPT = 'rate_budget.lua'
 --! include whole  (whole)
 
 local every = whole(ARGV[1], 0, 'interval')
@@ -44,14 +44,14 @@ for v = 1, V do
   local refs = {}
   for j = 1, m do
     local t = whole(ARGV[a + j], 0, 'tracker number')
-    if t > T then error('announce_cap.lua: tracker number ' .. t .. ' of ' .. T) end
+    if t > T then error('rate_budget.lua: tracker number ' .. t .. ' of ' .. T) end
     refs[j] = t
   end
   visits[v] = refs
   a = a + m + 1
 end
 if a ~= #ARGV + 1 then
-  return redis.error_reply('announce_cap.lua: ' .. (#ARGV + 1 - a) .. ' arguments left over')
+  return redis.error_reply('rate_budget.lua: ' .. (#ARGV + 1 - a) .. ' arguments left over')
 end
 
 local clock = redis.call('TIME')
