@@ -67,7 +67,7 @@ def test_a_killed_workers_entry_is_not_counted_by_the_others(opentracker, settin
     a = Trackers(settings.replace(udp_timeout=1.0), client, keys)
     b = Trackers(settings.replace(udp_timeout=1.0), client, keys)
     try:
-        assert a.port == b.port and a.peer_id != b.peer_id
+        assert a.port == b.port and a.announcer.peer_id != b.announcer.peer_id
         # dead workers' leftovers, started and never stopped: one from this machine's
         # address, one from another crawler machine's
         ot.announce_from("127.0.0.1", ih, a.port, left=1)

@@ -18,6 +18,7 @@ from crawler.counters.batcher import Batcher
 from crawler.counters.recorder import Recorder
 from crawler.errors import StoreError
 from crawler.keys import Keys
+from crawler.observer import QUIET
 from crawler.queue.queue import Queue
 from crawler.queue.view import QueueView
 from crawler.settings import Settings
@@ -74,9 +75,16 @@ class Process:
         # The visits' script calls share round trips (crawler.store.coalesce):
         # the rooms that run scripts are handed this store, not the bare client.
         self.store = Store.coalesced(client)
-        self.queue = Queue(self.store, keys, settings)
+        # Whoever watches this process: its /metrics when it serves them, else nobody.
+        self.metrics = self._metrics_server = None
+        if settings.metrics_port is not None:
+            from workers.worker_metrics import WorkerMetrics
+
+            self.metrics = WorkerMetrics(settings.top_trackers, always=(t.url for t in settings.trackers))
+        observer = self.metrics or QUIET
+        self.queue = Queue(self.store, keys, settings, observer)
         self.recorder = Recorder(self.store, keys, settings)
-        self.trackers = Trackers(settings, client, keys)
+        self.trackers = Trackers(settings, client, keys, observer=observer)
         # What the crawl costs the sources, per minute in Redis: the trackers' requests (counted by
         # Trackers, which writes them at close), the DHT's lookups and the pairs each visit counted.
         self.requests = self.trackers.requests
@@ -85,7 +93,7 @@ class Process:
         if settings.dht:
             from crawler.sources.dht.dht import DhtSource
 
-            self.dht = DhtSource(settings, requests=self.requests)
+            self.dht = DhtSource(settings, requests=self.requests, observer=observer)
         self.sizes = None
         if self.dht is not None and settings.dht_scrape:
             from crawler.sources.dht.dht_sizes import DhtSizes
@@ -106,7 +114,7 @@ class Process:
 
             self.discovery = Discovery(self.dht, self.queue, client, keys, settings)
         # The visits' recordings are made together (crawler.counters.batcher).
-        self.batcher = Batcher(self.recorder)
+        self.batcher = Batcher(self.recorder, observer=observer)
         self.visitor = Visitor(self.queue, keys, settings, self.trackers, self.batcher, self.dht, outage=self.outage,
                                sizes=self.sizes, names=self.names)
         autoscaler = None
@@ -114,11 +122,7 @@ class Process:
             autoscaler = Autoscaler(client, settings.concurrency_min, settings.concurrency_max,
                                     interval=autoscale_interval, **(autoscale_options or {}))
         flusher = Flusher(self.store, keys, settings, tracked=QueueView(client, keys).tracked) if flush else None
-        self.metrics = self._metrics_server = None
-        if settings.metrics_port is not None:
-            from workers.worker_metrics import WorkerMetrics
-
-            self.metrics = WorkerMetrics(settings.top_trackers)
+        if self.metrics is not None:
             on_visit = _both(on_visit, self.metrics.visit)
         self.worker = Worker(
             self.queue, self.visitor, concurrency=concurrency, autoscaler=autoscaler, max_visits=max_visits,
@@ -128,9 +132,9 @@ class Process:
             on_visit=on_visit, outage=self.outage,
         )
         if self.metrics is not None:
-            from workers.worker_metrics import instrument, serve
+            from workers.worker_metrics import serve
 
-            instrument(self, self.metrics)
+            self.metrics.watch_pool(self.worker.slots)
             self._metrics_server = serve(self.metrics, settings.metrics_port)
 
     def run(self, signals: bool = True) -> int:

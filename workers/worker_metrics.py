@@ -12,10 +12,10 @@ The queue's own gauges (states, latency, workers needed) are the
 dashboard's ``/metrics``: every worker serving them would count them once
 per worker.
 
-Strategy: ``instrument`` wraps a few methods of the process's own objects
-(the instance attributes shadow the class's methods), so the workers' code
-does not know about metrics and a process without a metrics port pays
-nothing. Labels are bounded: a visit ``state`` (five values), a tracker
+Strategy: ``WorkerMetrics`` is the process's ``Observer`` (crawler/observer.py):
+the trackers, the DHT, the queue's claims and the batcher call it as things
+happen, and a process without a metrics port is built with the quiet one.
+Labels are bounded: a visit ``state`` (five values), a tracker
 ``url`` and an ``outcome`` (four values). A ``url`` is redacted as
 ``status`` shows it (no passkey or query); the configured default trackers
 and the first ``Settings.top_trackers`` other trackers this process announced to
@@ -28,13 +28,10 @@ would have to read from Redis and whose members change), at most
 
 from __future__ import annotations
 
-import time
-from functools import wraps
-
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from crawler import logs, redact
-from crawler.sources.trackers.scrape_groups import Seat
+from crawler.observer import Observer
 
 log = logs.get("worker.metrics")
 
@@ -74,11 +71,15 @@ class TrackerLabels:
         return len(self._labels)
 
 
-class WorkerMetrics:
-    """The metrics of one worker process, in their own registry."""
+class WorkerMetrics(Observer):
+    """The metrics of one worker process, in their own registry: its ``Observer``.
 
-    def __init__(self, room: int):
+    ``room``: trackers labelled besides ``always`` (``TrackerLabels``).
+    """
+
+    def __init__(self, room: int, always=()):
         self.labels = TrackerLabels(room)
+        self.labels.always(always)
         r = self.registry = CollectorRegistry(auto_describe=True)
         self.visits = Counter("peercrawl_worker_visits", "Visits finished, by the torrent's state after it.",
                               ["state"], registry=r)
@@ -119,6 +120,39 @@ class WorkerMetrics:
         self.peers.inc(v.peers)
         self.new.inc(v.new)
 
+    # --- Observer ---------------------------------------------------------
+    def announced(self, url: str, result) -> None:
+        """By tracker and outcome."""
+        self.announces.labels(self.labels(url), _outcome(result, "answered")).inc()
+
+    def scraped(self, url: str, result) -> None:
+        """By tracker and outcome (``announce``: the scrape did not settle the visit)."""
+        self.scrapes.labels(self.labels(url), "announce" if result is None else _outcome(result, "empty")).inc()
+
+    def sent(self, url: str | None, kind: str, n: int) -> None:
+        """Tracker requests by tracker and kind; DHT traversals apart."""
+        if url is None:
+            self.traversals.inc(n)
+        else:
+            self.requests.labels(self.labels(url), kind).inc(n)
+
+    def looked_up(self, result) -> None:
+        """By outcome."""
+        self.dht.labels("answered" if result.ok else "failed").inc()
+
+    def claimed(self, seconds: float) -> None:
+        """Into the claim histogram."""
+        self.claiming.labels("claim").observe(seconds)
+
+    def recorded(self, seconds: float) -> None:
+        """Into the recording histogram."""
+        self.recording.observe(seconds)
+
+    def watch_pool(self, slots) -> None:
+        """The pool's size and its running visits, read from the worker's ``Slots`` when scraped."""
+        self.pool.set_function(lambda: slots.target)
+        self.running.set_function(lambda: slots.running)
+
 
 def _outcome(result, ok: str) -> str:
     """A tracker result's outcome label: ``ok`` when it answered."""
@@ -129,67 +163,6 @@ def _outcome(result, ok: str) -> str:
     if (result.error or "").startswith("tracker backing off"):
         return "backing_off"
     return "failed"
-
-
-def instrument(process, metrics: WorkerMetrics) -> None:
-    """Wrap ``process``'s recorder, queue, trackers and DHT so they feed ``metrics``."""
-    # the visits' recording path: each visit's wait for its batch's recording
-    rec = process.batcher
-    rec.record_visit = _timed(metrics.recording, rec.record_visit)
-    q = process.queue
-    q.claim = _timed(metrics.claiming.labels("claim"), q.claim)
-    tr = process.trackers
-    metrics.labels.always(t.url for t in process.settings.trackers)
-    announce = tr.announce
-
-    # A scrape is a seat in the tracker's next scrape, then its answer (Trackers.scrape_first is the two):
-    # counted once, where its outcome is known.
-    seat, answer = tr.scrape_seat, tr.scrape_answer
-
-    @wraps(announce)
-    def counted_announce(url, *args, **kwargs):
-        result = announce(url, *args, **kwargs)
-        metrics.announces.labels(metrics.labels(url), _outcome(result, "answered")).inc()
-        return result
-
-    def scraped(url, result) -> None:
-        metrics.scrapes.labels(metrics.labels(url), "announce" if result is None else _outcome(result, "empty")).inc()
-
-    @wraps(seat)
-    def counted_seat(url, *args, **kwargs):
-        got = seat(url, *args, **kwargs)
-        if not isinstance(got, Seat):  # settled without a scrape: backing off, or no scrape (announce)
-            scraped(url, got)
-        return got
-
-    @wraps(answer)
-    def counted_answer(url, *args, **kwargs):
-        result = answer(url, *args, **kwargs)
-        scraped(url, result)
-        return result
-
-    tr.announce, tr.scrape_seat, tr.scrape_answer = counted_announce, counted_seat, counted_answer
-
-    def sent(url, kind, n):
-        if url is None:
-            metrics.traversals.inc(n)
-        else:
-            metrics.requests.labels(metrics.labels(url), kind).inc(n)
-
-    process.requests.listener = sent
-    if process.dht is not None:
-        lookup = process.dht.lookup
-
-        @wraps(lookup)
-        def counted_lookup(*args, **kwargs):
-            result = lookup(*args, **kwargs)
-            metrics.dht.labels("answered" if result.ok else "failed").inc()
-            return result
-
-        process.dht.lookup = counted_lookup
-    w = process.worker
-    metrics.pool.set_function(lambda: w.slots.target)
-    metrics.running.set_function(lambda: w.slots.running)
 
 
 def serve(metrics: WorkerMetrics, port: int, host: str = "0.0.0.0"):
@@ -205,15 +178,3 @@ def serve(metrics: WorkerMetrics, port: int, host: str = "0.0.0.0"):
         return None
     log.info("metrics_serving", address=f"http://{host}:{server.address[1]}/metrics")
     return server
-
-
-def _timed(hist, fn):
-    @wraps(fn)
-    def run(*args, **kwargs):
-        t = time.perf_counter()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            hist.observe(time.perf_counter() - t)
-
-    return run

@@ -28,10 +28,12 @@ which is what a kill after the send did without batches.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 
 from crawler.counters.names import info_hash_hex
 from crawler.errors import StoreError
+from crawler.observer import QUIET, Observer
 from crawler.store.group_commit import GroupCommit
 
 # Visits per batch: ~64 x 50 peers is a few ms of Python, after which the
@@ -50,17 +52,23 @@ class Batcher(GroupCommit):
     (``GroupCommit``): ``batches`` recorded and ``units``, the visits in them.
     """
 
-    def __init__(self, recorder, max_visits: int = MAX_VISITS, in_flight: int = IN_FLIGHT):
+    def __init__(self, recorder, max_visits: int = MAX_VISITS, in_flight: int = IN_FLIGHT,
+                 observer: Observer = QUIET):
         super().__init__(self._record, cap=max_visits, in_flight=in_flight,
                          stopped=lambda: StoreError("recording peers failed: the batch's greenlet was stopped"))
-        self.recorder = recorder
+        self.recorder, self.observer = recorder, observer
 
     def record_visit(self, info_hash: str, ips: Iterable[str], now: float) -> int:
-        """``Recorder.record_visit``, recorded with whatever other visits are handed over meanwhile."""
+        """``Recorder.record_visit``, recorded with whatever other visits are handed over meanwhile
+        (the observer is told how long it waited)."""
         h = info_hash_hex(info_hash)
         if not 0 <= int(now) < 1 << 32:
             raise ValueError(f"time {now!r} does not fit a mark (unix seconds, 32 bits)")
-        return self.ask((h, ips, now))
+        t = time.perf_counter()
+        try:
+            return self.ask((h, ips, now))
+        finally:
+            self.observer.recorded(time.perf_counter() - t)
 
     def visited(self, info_hash: str, now: float) -> bool:
         """``Recorder.visited`` (one script call, which the client's round trips already share)."""

@@ -79,6 +79,7 @@ import redis
 
 from crawler.errors import StoreError
 from crawler.keys import Keys, shard_of
+from crawler.observer import QUIET, Observer
 from crawler.queue import script_calls
 from crawler.queue.items import NewItem
 from crawler.queue.lanes import offer, rank
@@ -117,11 +118,10 @@ class Queue:
     Redis errors are raised as ``StoreError``.
     """
 
-    def __init__(self, client: redis.Redis | Store, keys: Keys, settings: Settings):
+    def __init__(self, client: redis.Redis | Store, keys: Keys, settings: Settings, observer: Observer = QUIET):
         self.store = Store.of(client)  # a worker's: its script calls share round trips
         client = self.client = self.store.client
-        self.keys = keys
-        self.settings = settings
+        self.keys, self.settings, self.observer = keys, settings, observer
         self._add = scripts.register(client, "add", __package__)
         self._claim = scripts.register(client, "claim", __package__)
         self._extend = scripts.register(client, "extend", __package__)
@@ -235,9 +235,14 @@ class Queue:
         """Lease up to ``count`` (at most ``MAX_CLAIM``) of the highest-scored ready torrents.
 
         Sharded: from the shard offering the best score, then the next best
-        while fewer than ``count`` came, each shard at most once.
+        while fewer than ``count`` came, each shard at most once. The observer
+        is told how long it took.
         """
-        return self._claim_shards(count, time.time() if now is None else now, asked=True)
+        t = time.perf_counter()
+        try:
+            return self._claim_shards(count, time.time() if now is None else now, asked=True)
+        finally:
+            self.observer.claimed(time.perf_counter() - t)
 
     def _claim_shards(self, count: int, now: float, asked: bool) -> list[Lease]:
         """``claim``; ``asked``: count ``count`` as asked for in the rates (not for the rest of a

@@ -56,6 +56,7 @@ from gevent.lock import BoundedSemaphore
 from crawler import logs
 from crawler.errors import StoreError
 from crawler.keys import Keys
+from crawler.observer import QUIET, Observer
 from crawler.sources.lru import Lru
 from crawler.store import scripts
 
@@ -82,16 +83,15 @@ class RequestCounts:
     ``top``: the trackers given fields of their own per write
     (``Settings.top_trackers``); ``cache_size``: addresses remembered with their
     URL (``Settings.tracker_cache_size``); ``every``: seconds between writes.
-    ``listener``, when set, is told ``(url, kind, n)`` of every request and
-    ``(None, "dht", 1)`` of every lookup as it is counted (a worker's
-    ``/metrics``).
+    ``observer`` is told ``sent(url, kind, n)`` of every request and
+    ``sent(None, "dht", 1)`` of every lookup as it is counted.
     """
 
     def __init__(self, client: redis.Redis, keys: Keys, top: int, cache_size: int = 10_000,
-                 every: float = FLUSH_SECONDS):
+                 observer: Observer = QUIET, every: float = FLUSH_SECONDS):
         self.keys, self.top, self.every = keys, top, every
         self.writer = os.urandom(8).hex()
-        self.listener: Callable[[str | None, str, int], None] | None = None
+        self.observer = observer
         self._names: Lru[tuple, str] = Lru(cache_size)
         self._pending: dict[tuple[int, str | None, str], int] = {}
         # (keys, args) of the batch last sent without an answer: sent again as it was
@@ -106,8 +106,7 @@ class RequestCounts:
     def sent(self, url: str, kind: str, n: int = 1) -> None:
         """``n`` requests of ``kind`` sent to the tracker at ``url``."""
         self._add(url, kind, n)
-        if self.listener is not None:
-            self.listener(url, kind, n)
+        self.observer.sent(url, kind, n)
 
     def name(self, url: str, targets: Iterable[tuple]) -> None:
         """The (family, address) pairs ``url`` was just resolved to: datagrams to them are ``url``'s."""
@@ -135,8 +134,7 @@ class RequestCounts:
     def lookup(self) -> None:
         """A DHT lookup that started a traversal."""
         self._add(None, DHT, 1)
-        if self.listener is not None:
-            self.listener(None, DHT, 1)
+        self.observer.sent(None, DHT, 1)
 
     def dht_scrape(self, queries: int) -> None:
         """A DHT scrape (BEP 33) that sent ``queries`` queries."""

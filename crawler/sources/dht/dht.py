@@ -21,28 +21,23 @@ would cost the full query timeout), or the ``dht_timeout`` deadline. A lookup
 sleeps on its event until it has its peers; one hub timer (``TICK``) wakes
 those that settled or reached their deadline.
 
-Answered or failed: a lookup that gathered peers answered. One that gathered
-none answered only if DHT nodes responded while it ran: the session's counters
-(``dht_messages_in`` minus incoming queries) are read before the query
-(libtorrent handles posted calls in order, so a snapshot posted first precedes
-the traversal; one at most 0.25 s old is shared) and again at the end. No
-response at all, an empty routing table or a bootstrap that never finished
-make the result ``failed``, never "0 peers" — a crawler that lost its
-network must not decay the catalogue (contract §1).
+Answered or failed: a lookup that gathered no peers answered only if DHT
+nodes responded while it ran (``dht_messages_in`` minus incoming queries,
+read before the traversal, as libtorrent handles posted calls in order, and
+after it). No response, an empty routing table or no bootstrap make it
+``failed``, never "0 peers": a crawler that lost its network must not decay
+the catalogue (contract §1).
 
-Pacing: a lookup starts only when ``NodePacer`` (dht_pacing) says no remote
-node would then get more than ``dht_node_rate`` queries a second from this
-process; the dispatcher reports every outgoing query's destination to it.
-Until then the lookup waits at the ``PaceGate`` (dht_pace_gate); one that
-cannot start before its deadline fails ("paced"). After a
-lookup stops waiting its traversal may go on, so its ``Target`` stays
-registered (and counted by the pacer) until the hash has been quiet for
-``dht_pacing.TRAVERSAL_QUIET`` seconds.
+Pacing: a lookup starts only when ``NodePacer`` (dht_pacing) says no node
+would then get more than ``dht_node_rate`` queries a second from this
+process; until then it waits at the ``PaceGate`` (dht_pace_gate), and fails
+("paced") if it cannot start before its deadline. Its ``Target`` stays
+counted by the pacer until the hash has been quiet for
+``dht_pacing.TRAVERSAL_QUIET`` seconds (a traversal outlives its lookup).
 
-Cost: the dispatcher handles each batch of alerts in one loop; it runs for
-every query and reply of every lookup (~18 alerts per lookup), so per alert
-it does two attribute reads, a dictionary look-up and a counter update. The
-benchmark (bench/bench_dht.py) holds this against a bare libtorrent loop.
+Cost: the dispatcher runs for every query and reply of every lookup (~18
+alerts a lookup), so per alert it does two attribute reads, a dictionary
+look-up and a counter update (bench/bench_dht.py).
 """
 
 from __future__ import annotations
@@ -58,6 +53,7 @@ from gevent.lock import BoundedSemaphore
 
 from crawler import logs
 from crawler.errors import PeercrawlError, StoreError
+from crawler.observer import QUIET, Observer
 from crawler.settings import Settings
 from crawler.source_settings import listen_text
 from crawler.sources.dht.dht_lookups import Lookup, Target, gather_peers
@@ -104,8 +100,9 @@ class DhtSource:
     usable. Call from a greenlet of the hub that will run the lookups.
     """
 
-    def __init__(self, settings: Settings, read_only: bool = True, extra: dict | None = None, requests=None):
-        self.settings, self.requests = settings, requests
+    def __init__(self, settings: Settings, read_only: bool = True, extra: dict | None = None, requests=None,
+                 observer: Observer = QUIET):
+        self.settings, self.requests, self.observer = settings, requests, observer
         self.max_peers = settings.dht_max_peers
         self.timeout = settings.dht_timeout
         self._unbooted = False  # a lookup waited its whole deadline for the bootstrap (_refusal)
@@ -205,8 +202,13 @@ class DhtSource:
         then until ``max_peers`` peers, the traversal settles, or the
         ``dht_timeout`` deadline (counted from the call, slot wait included).
         Raises ``ValueError`` for a malformed info-hash; every network
-        outcome is a result, failed ones with ``ok=False``.
+        outcome is a result, failed ones with ``ok=False``; the observer is told each.
         """
+        result = self._lookup_in_slot(info_hash_hex)
+        self.observer.looked_up(result)
+        return result
+
+    def _lookup_in_slot(self, info_hash_hex: str) -> SourceResult:
         target = bytes.fromhex(info_hash_hex)
         if len(target) != 20:
             raise ValueError(f"info-hash must be 40 hex digits, got {info_hash_hex!r}")

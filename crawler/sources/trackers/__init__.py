@@ -1,12 +1,13 @@
 """Trackers as a peer source: UDP (BEP 15) and HTTP (BEP 3) announces and scrapes, and what the crawl keeps of each tracker.
 
 ``trackers`` is what a visit calls: one announce to one tracker, answered as
-a ``SourceResult``. Below it the codecs are sans-IO, bytes in and frozen
-values out (``udp_codec``, ``http_codec``, ``http_scrape``, and ``peers``
-for the compact peer lists both kinds of reply carry); the clients only
-move bytes over gevent sockets (``udp_client`` driving ``udp_batch``,
-``http_client``, with ``http_exchange`` pairing an HTTP announce with its
-withdrawal), and both raise the errors of ``tracker_errors``. Requests are
+a ``SourceResult``; ``announcer`` makes the exchange (announce, then
+withdraw) and reads what the reply means, ``outcomes`` what a failure is.
+Below them the codecs are sans-IO, bytes in and frozen values out
+(``udp_codec``, ``http_codec``, ``http_scrape``, and ``peers`` for the
+compact peer lists both kinds of reply carry); the clients only move bytes
+over gevent sockets (``udp_client`` driving ``udp_batch``, ``http_client``),
+and both raise the errors of ``tracker_errors``. Requests are
 grouped: ``announce_groups`` puts one UDP tracker's announces into one
 batch, ``scrape_groups`` many torrents into one scrape, which
 ``tracker_scrapes`` sends before anyone announces. ``tracker_urls`` parses
