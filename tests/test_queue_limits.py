@@ -133,7 +133,7 @@ def test_every_queue_script_at_its_largest_values_conserves_every_torrent(client
     assert_conserved(client, keys, everyone)
 
     # add.lua itself, past the Python batch: every item again in one call.
-    k, a, _ = q._add_args(q.keys, [NewItem(h, (big[0],)) for h in hs], True, 1.0)
+    k, a, _ = q.admission._add_args(q.keys, [NewItem(h, (big[0],)) for h in hs], True, 1.0)
     letters, lost = add_lua(keys=k, args=a)
     assert letters.decode() == "t" * n and lost == []
     assert_conserved(client, keys, everyone)
@@ -170,7 +170,7 @@ def test_every_queue_script_at_its_largest_values_conserves_every_torrent(client
     assert_conserved(client, keys, everyone)
 
     # Re-admit them all in one add.lua call: back to due, score kept.
-    k, a, _ = q._add_args(q.keys, [NewItem(h) for h in sorted(quarantined)], True, later)
+    k, a, _ = q.admission._add_args(q.keys, [NewItem(h) for h in sorted(quarantined)], True, later)
     letters, _ = add_lua(keys=k, args=a)
     assert letters.decode() == "q" * CONCURRENCY_MAX
     assert client.zcard(keys.quarantined) == 0 and client.hlen(keys.quarantine) == 0
@@ -199,7 +199,7 @@ def test_every_queue_script_at_its_largest_values_conserves_every_torrent(client
 
     # Re-admit every evicted torrent in one call, each with trackers past the bound.
     evicted = [h.decode() for h in client.zrange(keys.evicted, 0, -1)]
-    k, a, _ = q._add_args(q.keys, [NewItem(h, tuple(big[:5])) for h in evicted], True, t)
+    k, a, _ = q.admission._add_args(q.keys, [NewItem(h, tuple(big[:5])) for h in evicted], True, t)
     letters, _ = add_lua(keys=k, args=a)
     assert letters.decode() == "r" * len(evicted)
     assert client.zcard(keys.evicted) == 0
@@ -233,7 +233,7 @@ def test_scripts_refuse_bad_arguments_before_writing(client, namespace, settings
             complete_lua(**args)
     with pytest.raises(Exception, match="defer.lua: bad arguments"):
         q.defer(lease, float("nan"))
-    k, a, _ = q._add_args(q.keys, [NewItem(h)], True, 1.0)
+    k, a, _ = q.admission._add_args(q.keys, [NewItem(h)], True, 1.0)
     with pytest.raises(Exception, match="add.lua"):
         add_lua(keys=k[:-1], args=a)
     with pytest.raises(Exception, match="add.lua: malformed item"):

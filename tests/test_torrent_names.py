@@ -145,7 +145,7 @@ def test_add_stores_a_name_once_fills_a_missing_one_and_never_replaces(client, n
     assert name_of(client, keys, h("raw")) == "n" * MAX_CHARS
     # add.lua itself refuses a longer name before writing anything
     add = scripts.register(client, "add", "crawler.queue")
-    k, args, _ = q._add_args(keys, [NewItem(h("big"), (), "x")], False, T)
+    k, args, _ = q.admission._add_args(keys, [NewItem(h("big"), (), "x")], False, T)
     args[args.index("x")] = "x" * (MAX_BYTES + 1)
     before = client.zcard(keys.cooling)
     with pytest.raises(redis.ResponseError, match="add.lua: malformed item"):

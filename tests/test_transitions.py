@@ -342,3 +342,13 @@ def test_a_visit_notes_every_tracker_of_a_torrent_with_the_most_trackers_allowed
     assert (noted.dht_empty, noted.dht_not_before, noted.last) == (3, 7000.5, None)
     q.plans.note(H[0], {}, ("dht", "dht:empty"), 60)
     assert q.plan(H[0])[1].dht_empty == 0 and q.plan(H[0])[1].dht_not_before == 0.0
+
+
+def test_every_transition_of_the_table_is_a_script_beside_the_queue_and_a_method_of_it():
+    import pathlib
+
+    from crawler.queue.queue import TRANSITIONS, Queue
+
+    room = pathlib.Path(__file__).resolve().parent.parent / "crawler" / "queue"
+    assert {n for n in TRANSITIONS if not (room / f"{n}.lua").is_file()} == set()
+    assert {n for n in TRANSITIONS if not callable(getattr(Queue, n, None))} == set()

@@ -1,79 +1,40 @@
 """The torrent lifecycle of contract §1: the one module that changes a torrent's state.
 
-Strategy. Each state is a sorted set under the namespace: ``ready`` (by
-score), ``cooling`` (by due time), ``leases`` (in flight, by lease deadline),
-``evicted`` (by eviction time) and ``quarantined`` (by quarantine time). A
-torrent is a member of exactly one of them; every transition is one Lua
-script (``crawler/queue/*.lua``) that removes it from one set and adds it to
-the next, so no crash between two commands can lose or duplicate a torrent.
-What each call sends and what it answers (``Lease``, the add statuses) is
-``crawler.queue.script_calls``'s; this module makes the calls.
-While a torrent is out of ``ready`` its score waits in the ``held`` hash; no
-held score means 1.0.
+Each state is a sorted set under the namespace: ``ready`` (by score; one per
+lane, ``crawler.queue.lanes``), ``cooling`` (by due time), ``leases`` (in
+flight, by lease deadline), ``evicted`` and ``quarantined`` (by when). A
+torrent is a member of exactly one. Every transition is one Lua script
+beside this module (``TRANSITIONS``), run as one atomic step, which checks
+its arguments and reads everything before its first write and slices every
+multi-value command (Redis keeps a failed script's earlier writes): no
+crash between two commands can lose or duplicate a torrent. While a torrent
+is out of ``ready`` its score waits in the ``held`` hash (none: 1.0). What
+each call sends and answers is ``script_calls``'s; admission's batching is
+``admission``'s.
 
-Every script checks its arguments and reads everything it needs before its
-first write, and slices every multi-value command into ~1,000 values (Lua
-unpacks onto a stack of ~8,000): Redis keeps a failed script's earlier
-writes, so a script that could fail halfway could lose torrents. The Python
-side also clamps what it sends (``MAX_CLAIM``, ``ADD_BATCH``, trackers per
-item), so one call stays short whatever a setting or flag says.
-
-A new torrent is admitted into ``cooling`` due at once, with no held score:
-it counts as ready from that instant, and admission costs one ZADD per batch.
-The next claims move it into ``ready`` (where scores are compared). A new
-torrent of the high, low or discovered lane goes to its lane's ready set at
-once instead, so a bulk add to one lane never sits in the due queue ahead of
-another lane's torrents (``crawler.queue.lanes``).
-
-A claim's token is the torrent's claim count after the claim. Extend,
-complete, fail and release check it, so a worker whose lease expired (and
+A claim's token is the torrent's claim count after the claim; extend,
+complete, defer and release check it, so a worker whose lease expired (and
 whose torrent another worker has since claimed) changes nothing.
+Housekeeping runs inside every claim, bounded per call: no janitor process,
+and a dead worker's torrents come back as soon as anyone claims. Each
+expired lease raises the torrent's streak in ``expiries`` (a completion or
+a deferral ends it); at the ``PEERCRAWL_QUARANTINE_AFTER``-th in a row the
+torrent is quarantined rather than retried for ever, its reason kept, and
+``add --readmit`` puts it back.
 
-Housekeeping (expired leases back to ready, due cooling torrents to ready,
-old tombstones forgotten) runs inside every claim, bounded per call: a queue
-needs no separate janitor process, and a dead worker's torrents come back as
-soon as anyone claims.
-
-Shards (contract §9). A namespace's queue may be split into shards, each with
-its own sets under its own hash tag (``Keys.for_torrent``): every script
-above runs in the torrent's shard, and a claim in the shard that offers the
-best score (``crawler.queue.shard_tops``), its housekeeping that shard's. An add
-sends each item to its shard, all shards' calls in one pipeline. A
-one-shard queue is exactly the queue of a single Redis.
-
-Poison torrents. Each expired lease raises the torrent's streak in the
-``expiries`` hash; a completion or a deferral (failed visit or nothing to
-ask) ends it, since the worker came back. At the K-th expiry in a row
-(``PEERCRAWL_QUARANTINE_AFTER``) housekeeping moves the torrent to
-``quarantined`` instead of ready: a visit that kills or outlives its worker
-every time would otherwise be retried forever. Its held score stays, the
-``quarantine`` hash keeps the reason (and the torrent hash its last visit
-error), and ``add --readmit`` puts it back, due at once with its score.
-Quarantined torrents count as tracked.
-
-Trackers per torrent are bounded (``PEERCRAWL_MAX_TRACKERS_PER_TORRENT``):
-``add.lua`` never grows a torrent's tracker set past the bound (what it
-drops is reported), and ``plan.lua`` hands a visit at most that many, so a
-set stored before the bound is never announced whole (``Queue.plan``, made by
-``crawler.queue.visit_plan``). The per-minute counts the scripts write are
-trimmed by ``crawler.queue.visit_buckets`` (``Queue.trim_visit_buckets``).
-
-::
-
-    add ──► cooling (due now) ──due──► ready ──claim──► in flight
-               ▲                         ▲                  │  │  │
-               │                         └──lease expired───┘  │  │
-               └───────complete (new score) / fail (kept)──────┘  │
-                                         evicted ◄──complete──────┘
-       quarantined ◄── K-th lease expired in a row ── in flight
-       add --readmit: evicted or quarantined ──► cooling (due now)
+Shards (contract §9): each shard has its own sets under its own hash tag
+(``Keys.for_torrent``); every script runs in the torrent's shard, a claim in
+the shard offering the best score (``shard_tops``). A one-shard queue is
+exactly the queue of a single Redis. Trackers per torrent are bounded
+(``PEERCRAWL_MAX_TRACKERS_PER_TORRENT``) by ``add.lua`` and ``plan.lua``
+(``visit_plan``).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from itertools import islice
+from typing import NamedTuple
 
 import redis
 
@@ -81,8 +42,8 @@ from crawler.errors import StoreError
 from crawler.keys import Keys, shard_of
 from crawler.observer import QUIET, Observer
 from crawler.queue import script_calls
+from crawler.queue.admission import ADD_BATCH, ADD_PIPELINE, Admission
 from crawler.queue.items import NewItem
-from crawler.queue.lanes import offer, rank
 from crawler.queue.rates import asked_field
 from crawler.queue.scoring import Outcome
 from crawler.queue.script_calls import ADD_STATUS, Lease, lane_keys, member_keys, minute
@@ -94,17 +55,32 @@ from crawler.settings import Settings
 from crawler.store import scripts
 from crawler.store.store import Store
 
-# Most torrents one claim call may lease. claim.lua slices any size; this
-# bounds one call's Redis time (a claim of 2,000 also moves up to 4,008 due
-# torrents: tens of ms), and a pool larger than this claims again at once.
+
+class Transition(NamedTuple):
+    """A step of the lifecycle: the states it takes a torrent from and to."""
+
+    source: str
+    target: str
+
+
+# Contract §1's lifecycle: each script beside this module (``<name>.lua``) and what it does.
+TRANSITIONS = {
+    "add": Transition("not tracked; evicted or quarantined with --readmit",
+                      "cooling, due now (a lane's ready at once for high, low and discovered)"),
+    "claim": Transition("ready (housekeeping first: due cooling to ready, expired leases back)",
+                        "in flight; the K-th expired lease in a row: quarantined"),
+    "extend": Transition("in flight", "in flight, its lease pushed on"),
+    "complete": Transition("in flight", "cooling with the visit's new score, or evicted"),
+    "defer": Transition("in flight", "cooling, score kept (a failed visit is counted as one)"),
+    "release": Transition("in flight", "ready, unvisited (a stopping worker)"),
+}
+
+# Most torrents one claim call may lease: it bounds one call's Redis time (a
+# claim of 2,000 also moves up to 4,008 due torrents: tens of ms); a pool
+# larger than this claims again at once.
 MAX_CLAIM = 2000
 
-# Items per add.lua call and calls per pipeline round trip (the scripts slice
-# any size; these keep one call's Redis time short).
-ADD_BATCH = 1000
-ADD_PIPELINE = 4
-
-__all__ = ["ADD_BATCH", "ADD_PIPELINE", "ADD_STATUS", "MAX_CLAIM", "Lease", "Queue"]
+__all__ = ["ADD_BATCH", "ADD_PIPELINE", "ADD_STATUS", "MAX_CLAIM", "TRANSITIONS", "Lease", "Queue"]
 
 
 class Queue:
@@ -122,89 +98,24 @@ class Queue:
         self.store = Store.of(client)  # a worker's: its script calls share round trips
         client = self.client = self.store.client
         self.keys, self.settings, self.observer = keys, settings, observer
-        self._add = scripts.register(client, "add", __package__)
-        self._claim = scripts.register(client, "claim", __package__)
-        self._extend = scripts.register(client, "extend", __package__)
-        self._complete = scripts.register(client, "complete", __package__)
-        self._release = scripts.register(client, "release", __package__)
-        self._defer = scripts.register(client, "defer", __package__)
+        run = {name: scripts.register(client, name, __package__) for name in TRANSITIONS}
+        self._claim, self._extend, self._complete = run["claim"], run["extend"], run["complete"]
+        self._defer, self._release = run["defer"], run["release"]
+        self.admission = Admission(self.store, keys, settings, run["add"], self._arrived)
         self.plans = VisitPlan(self.store, keys, settings)
         self.tops = ShardTops(keys.shards)
 
     # --- intake ------------------------------------------------------------
-    def _add_args(self, k: Keys, items: Sequence[NewItem], readmit: bool, now: float, lane: str | None = None,
-                  move: bool = True) -> tuple[list, list, list[int]]:
-        """``script_calls.add_args`` in shard ``k``, trackers bounded by the settings."""
-        return script_calls.add_args(k, items, readmit, now, self.settings.max_trackers_per_torrent, lane, move)
-
     def add(self, items: Sequence[NewItem], readmit: bool = False, now: float | None = None,
             on_dropped: Callable[[NewItem, int], None] | None = None, lane: str | None = None,
             move: bool = True) -> list[str]:
-        """Admit ``items``, all at ``now``; one status per item (``ADD_STATUS``'s values).
+        """Admit ``items``, all at ``now``; one status per item (``Admission.add``)."""
+        return self.admission.add(items, readmit, now, on_dropped, lane, move)
 
-        Any number of items, sent as ``add_stream`` sends them.
-        ``on_dropped(item, n)``: called for each item of which ``n`` trackers
-        were not stored (its torrent's set was at the per-torrent bound).
-        ``lane`` (``crawler.queue.lanes``): the lane of new and re-admitted items
-        and, with ``move``, of tracked ones too; None: new ones are normal,
-        tracked ones keep theirs.
-        """
-        now = time.time() if now is None else now
-        return [status for _, status in self.add_stream(items, readmit, on_dropped=on_dropped, now=now,
-                                                        lane=lane, move=move)]
-
-    def add_stream(self, items: Iterable[NewItem], readmit: bool = False, batch: int = ADD_BATCH,
-                   pipeline: int = ADD_PIPELINE, on_dropped: Callable[[NewItem, int], None] | None = None,
-                   now: float | None = None, lane: str | None = None,
-                   move: bool = True) -> Iterator[tuple[NewItem, str]]:
-        """Admit a long stream of items in pipelined batches, yielding (item, status).
-
-        Each batch is one atomic script call of at most ``ADD_BATCH`` items;
-        ``pipeline`` calls share a round trip. Duplicates inside one batch
-        are reported as already_tracked. ``on_dropped`` as in ``add``;
-        ``now``: the admission time (default: each round trip's own);
-        ``lane`` and ``move`` as in ``add``.
-        """
-        if lane is not None:
-            rank(lane)  # a lane's name, or ValueError
-        batch = max(1, min(batch, ADD_BATCH))
-        pipeline = max(1, pipeline)
-        stream = iter(items)
-        while True:
-            batches: list[list[NewItem]] = []
-            while len(batches) < pipeline and (part := list(islice(stream, batch))):
-                batches.append(part)
-            if not batches:
-                return
-            yield from self._flush(batches, readmit, on_dropped, now, lane, move)
-
-    def _flush(self, batches: list[list[NewItem]], readmit: bool, on_dropped: Callable[[NewItem, int], None] | None,
-               now: float | None, lane: str | None = None, move: bool = True) -> Iterator[tuple[NewItem, str]]:
-        """Admit ``batches`` in one round trip: each batch's items split by shard, one add.lua call each."""
-        now = time.time() if now is None else now
-        calls, parts = [], []
-        for n, b in enumerate(batches):
-            by_shard: dict[Keys, list[int]] = {}
-            for i, item in enumerate(b):
-                by_shard.setdefault(self.keys.for_torrent(item.info_hash), []).append(i)
-            for k, positions in by_shard.items():
-                part = [b[i] for i in positions]
-                keys, args, cut = self._add_args(k, part, readmit, now, lane, move)
-                calls.append((self._add, keys, args))
-                parts.append((n, positions, part, cut))
-        try:
-            results = self.store.run(calls)
-        except redis.RedisError as e:
-            raise StoreError(f"adding torrents failed: {e}") from e
-        statuses = [[""] * len(b) for b in batches]
-        for (n, positions, part, cut), reply in zip(parts, results):
-            for i, st in zip(positions, script_calls.added(part, reply, cut, on_dropped)):
-                statuses[n][i] = st
-                if st in ("added", "readmitted"):  # due at once; a readmitted one's held score unknown here
-                    self._arrived(batches[n][i].info_hash, now, now,
-                                  None if readmit else offer(lane or "normal", 1.0))
-        for b, st in zip(batches, statuses):
-            yield from zip(b, st)
+    def add_stream(self, items: Iterable[NewItem], readmit: bool = False, **options) -> Iterator[tuple[NewItem, str]]:
+        """Admit a long stream of items in pipelined batches, yielding (item, status)
+        (``Admission.add_stream``: ``batch``, ``pipeline``, ``on_dropped``, ``now``, ``lane``, ``move``)."""
+        return self.admission.add_stream(items, readmit, **options)
 
     # --- work ----------------------------------------------------------------
     def _claim_args(self, count: int, now: float, k: Keys | None = None, asked: int | None = None) -> dict:
