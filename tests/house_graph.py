@@ -201,7 +201,7 @@ def picture(found: dict[str, Module] | None = None) -> str:
 BASE_NOTE = """The ground floor: what every room needs and nothing else. `settings.py`
 and `source_settings.py` declare every setting once (variable, parser,
 default, why) and build the frozen `Settings`; `envparse.py` is how a
-setting is declared and read; `keys.py` names every Redis key, on the shard
+setting is declared and read; `keys/` names every Redis key (grouped by the room that owns it), on the shard
 layout of `shard_layout.py`; `errors.py` is the one error hierarchy;
 `logs.py` sets up structlog with secrets hidden; `redact.py`, `safe_text.py`
 and `redis_url.py` make what third parties wrote (tracker URLs, names, the

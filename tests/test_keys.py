@@ -1,4 +1,4 @@
-"""Key names: one home (crawler/keys.py), a layout that cannot drift silently.
+"""Key names: one home (crawler/keys/), a layout that cannot drift silently.
 
 Data already in Redis stays readable after an upgrade only while every name
 stays exactly as it was, so every key ``Keys`` builds is listed here with its
@@ -81,7 +81,7 @@ LAYOUT = {
     "layout": (K.layout, "{ns}:layout", "`{ns}:layout`"),
 }
 # Not keys: the hash tag, the namespace's SCAN pattern, and keys of tests and benchmarks.
-NOT_KEYS = {"namespace", "prefix", "match_all", "scratch", "shards", "tag", "shard", "all_shards", "for_torrent",
+NOT_KEYS = {"namespace", "prefix", "name_key", "name_home_key", "match_all", "scratch", "shards", "tag", "shard", "all_shards", "for_torrent",
             "home", "counters", "counter_shards", "counter_shard", "all_counter_shards"}
 
 
@@ -196,14 +196,14 @@ def test_scratch_keys_never_collide_with_peercrawls():
         K.scratch()
 
 
-# Ways a module could build a key name of its own (keys.py's _k is the only one).
+# Ways a module could build a key name of its own (the keys package's name_key is the only one).
 FORBIDDEN = [
     (re.compile(r"""["']\{["']\s*\+"""), 'a "{" + ... hash tag'),
     (re.compile(r"""\+\s*["']\}"""), 'a ... + "}" hash tag'),
     (re.compile(r"\{\{\{[^}]*\}\}\}"), "an f-string or format hash tag"),
     (re.compile(r"""["']\{%s\}"""), "a %-format hash tag"),
     (re.compile(r"""["']:["']\.join\("""), 'a ":".join'),
-    (re.compile(r"\._k\("), "Keys._k"),
+    (re.compile(r"\.name_(?:home_)?key\("), "Keys.name_key"),
     (re.compile(r"\bkeys\.prefix\b"), "Keys.prefix"),
     (re.compile(r"\bkeys\.sub\("), "Keys.sub"),
     (re.compile(r"\.scratch\("), "a scratch key (tests and benchmarks only)"),
@@ -229,7 +229,7 @@ def test_the_detector_finds_each_way_of_building_a_key():
         'key = f"{{{ns}}}:mk:{n}"',
         'key = "{%s}:ready" % ns',
         'key = ":".join((keys.prefix, "ix", period))',
-        'key = keys._k("sh", "inflight")',
+        'key = keys.name_key("sh", "inflight")',
         'key = self.keys.prefix + ":mk:sweep"',
         'key = keys.sub("sh", "outbox")',
         'key = keys.scratch("mk2")',
@@ -245,11 +245,11 @@ def test_no_module_builds_a_key_outside_keys_py():
     offenders = []
     for top in ("crawler", "workers", "geo"):
         for path in sorted((ROOT / top).rglob("*.py")):
-            if path == ROOT / "crawler" / "keys.py":
+            if path.parent == ROOT / "crawler" / "keys":
                 continue
             for n, what in key_building(path.read_text()):
                 offenders.append(f"{path.relative_to(ROOT)}:{n}: {what}")
-    assert not offenders, "key names are built only in crawler/keys.py:\n" + "\n".join(offenders)
+    assert not offenders, "key names are built only in crawler/keys/:\n" + "\n".join(offenders)
     assert not hasattr(Keys, "sub")
 
 
