@@ -10,11 +10,9 @@ claims as many torrents as there are missing runners (one ``claim`` round
 trip for the batch) and starts a runner per lease, waiting with a growing
 pause while nothing is ready. Who holds which lease and who may claim next
 is counted in one place, ``Slots`` (``workers/slots.py``). Around the loop
-run a few service greenlets: the lease extender (every in-flight lease
-pushed forward every third of the lease time), the heartbeat (``status``
-figures), the StatHat flusher with the dedupe-mark sweep, and with
-``--concurrency auto`` the pool-size controller, which decides from a
-``Sample`` of the pool's figures.
+run the service greenlets of ``workers.services`` (heartbeat, lease
+extender, StatHat flusher, and with ``--concurrency auto`` the pool-size
+controller, which decides from ``Worker.sample``).
 
 Stopping. ``--max-visits`` stops claiming after that many claims,
 ``--duration`` after that many seconds, ``--until-idle`` once nothing is
@@ -58,6 +56,7 @@ from crawler.store import patience
 from crawler.store.outage import Outage
 from workers.autoscale import Sample
 from workers.heartbeat import Heartbeat, WorkerHealth
+from workers.services import Services
 from workers.slots import Slots
 from workers.visit import Visit, Visitor
 
@@ -70,8 +69,6 @@ SHUTDOWN_MARGIN = 6.0
 IDLE_POLL = (0.2, 2.0)
 # The shortest wait for a torrent about to fall due (others may claim it first).
 IDLE_POLL_MIN = 0.01
-# How often a worker drops old per-minute visit counts (Queue.trim_visit_buckets).
-TRIM_SECONDS = 3600.0
 
 
 class Worker:
@@ -100,7 +97,6 @@ class Worker:
         self.autoscaler = autoscaler
         self.slots = Slots(concurrency if concurrency is not None else autoscaler.size, max_visits)
         self.until_idle, self.duration = until_idle, duration
-        self.flusher, self.sweep = flusher, sweep
         self.heartbeat = heartbeat or Heartbeat(queue.client, queue.keys)
         self.health = WorkerHealth(self.settings.outage_after)
         self.on_visit = on_visit
@@ -110,9 +106,10 @@ class Worker:
         self.hurry = False  # a second Ctrl-C: the drain waits no more
         self._signal_at = 0.0
         self._wake = Event()  # a slot came free or the target changed: the claim loop looks again
-        self._services: list[gevent.Greenlet] = []
-        self._flushing: gevent.Greenlet | None = None  # the flusher's greenlet, one of _services
-        self._services_stop = Event()  # every service ends its loop
+        self.services = Services(queue, self.slots, self.heartbeat, self.outage, figures=self.figures,
+                                 sample=self.sample, orphaned=self._orphaned, resized=self._wake.set,
+                                 draining=self.stopping, autoscaler=autoscaler, flusher=flusher, sweep=sweep,
+                                 shutdown_margin=SHUTDOWN_MARGIN)
         self._started = time.monotonic()
 
     # --- control ------------------------------------------------------------
@@ -153,7 +150,7 @@ class Worker:
         log.info("worker_started", id=self.heartbeat.id, concurrency=self.slots.target,
                  auto=self.autoscaler is not None, until_idle=self.until_idle,
                  max_visits=self.slots.limit, duration=self.duration)
-        self._start_services()
+        self.services.start()
         idle = IDLE_POLL[0]
         try:
             while self._claiming() and not self.slots.exhausted():
@@ -277,9 +274,15 @@ class Worker:
                                "answered. Is this worker's network down? Scores are kept, nothing is evicted."))
         else:
             log.warning("network_recovered", message="a visit was answered again")
-        self._beat()
+        self.services.beat()
 
-    # --- services ---------------------------------------------------------
+    # --- what the services read ---------------------------------------------
+    def _orphaned(self) -> None:
+        """The supervisor died and the death signal did not come (workers.lifeline): drain as on SIGTERM."""
+        if not self.stop_asked:
+            log.warning("worker_orphaned", parent=self.heartbeat.parent, message="its supervisor is gone: stopping")
+            self.stop(reason="supervisor gone")
+
     def figures(self) -> dict:
         """What the heartbeat publishes."""
         return {
@@ -299,41 +302,6 @@ class Worker:
             **self.outage.figures(),
         }
 
-    def _beat(self) -> None:
-        if self.heartbeat.orphaned() and not self.stop_asked:
-            # Its supervisor died and the death signal did not come (workers.lifeline): drain as on SIGTERM.
-            log.warning("worker_orphaned", parent=self.heartbeat.parent, message="its supervisor is gone: stopping")
-            self.stop(reason="supervisor gone")
-        try:
-            self.heartbeat.beat(self.figures())
-        except StoreError as e:
-            if not self.outage.failed(e, "heartbeat"):
-                log.warning("heartbeat_failed", error=str(e))
-            return
-        self.outage.ok()
-
-    def _every(self, seconds: float, fn: Callable[[], None]) -> None:
-        while not self._services_stop.wait(seconds):
-            try:
-                fn()
-            except StoreError as e:
-                # A success ends the outage through the client's own calls (Outage.run),
-                # not here: a service may swallow its Redis error and return.
-                if not self.outage.failed(e, getattr(fn, "__name__", "?").lstrip("_")):
-                    log.warning("service_failed", service=getattr(fn, "__name__", "?"), error=str(e))
-
-    def _extend(self) -> None:
-        held = self.slots.held
-        for g, lease in list(held.items()):
-            # A runner may have completed the lease since the snapshot (each
-            # extend is a round trip), or be reading the reply of the round
-            # trip that completed it: only a lease still held a moment after
-            # the failed extend counts as lost.
-            if held.get(g) is lease and not self.queue.extend(lease):
-                gevent.sleep(0.05)
-                if held.get(g) is lease:
-                    log.warning("lease_lost", info_hash=lease.info_hash)
-
     def sample(self) -> Sample:
         """What the autoscaler decides from: the pool's size, busy runners, visits, queue latency."""
         try:
@@ -341,28 +309,6 @@ class Worker:
         except StoreError:  # Redis trouble: the autoscaler holds the size
             latency = None
         return Sample(size=self.slots.target, busy=self.slots.running, visits=self.health.visits, latency=latency)
-
-    def _autoscale(self) -> None:
-        if not self.stopping.is_set():  # a draining pool says nothing about the right size
-            self.slots.target = self.autoscaler.step(self.sample())
-            self._wake.set()  # the claim loop starts the new runners now
-
-    def _start_services(self) -> None:
-        self._beat()
-
-        def spawn(fn, *args) -> gevent.Greenlet:
-            g = gevent.spawn(fn, *args)
-            self._services.append(g)
-            return g
-
-        spawn(self._every, self.heartbeat.interval, self._beat)
-        spawn(self._every, max(self.settings.lease_seconds / 3, 0.5), self._extend)
-        spawn(self._every, TRIM_SECONDS, self.queue.trim_visit_buckets)
-        if self.autoscaler is not None:
-            spawn(self._every, self.autoscaler.interval, self._autoscale)
-            spawn(self.autoscaler.probe, lambda: self.slots.running, self._services_stop)
-        if self.flusher is not None:
-            self._flushing = spawn(self.flusher.run_forever, self._services_stop, self.sweep)
 
     def _drain(self) -> None:
         """Wait for the running visits (bounded), then kill the rest, which hand their torrents back."""
@@ -380,19 +326,10 @@ class Worker:
             log.warning("handing_back", torrents=self.slots.running)
             gevent.killall(list(self.slots.held), block=True, timeout=4.0)
 
-    def _stop_services(self) -> None:
-        """Tell every service to end; the flusher gets time for its last flush, the rest are killed."""
-        self._services_stop.set()
-        if self._flushing is not None:
-            self._flushing.join(timeout=SHUTDOWN_MARGIN - 2.0)
-        gevent.killall(self._services, block=True, timeout=1.0)
-        if self.autoscaler is not None:
-            self.autoscaler.close()
-
     def _shutdown(self) -> None:
         self.stopping.set()
         self._drain()
-        self._stop_services()
+        self.services.stop()
         with gevent.Timeout(2.0, False):  # Redis away at exit: the entry expires instead
             self.heartbeat.leave()
         log.info("worker_stopped", visits=self.health.visits, failed=self.health.failed,
