@@ -32,7 +32,7 @@ GUIDES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 TOP_DIRS = ("crawler", "workers", "geo", "tests", "bench", "docs", ".ci")
 PACKAGES = ("crawler", "workers", "geo", "tests")
 # A bare file name (`record.lua`, `views.py`) must be some file of the repository.
-SOURCE_SUFFIXES = (".py", ".lua", ".md", ".toml", ".js", ".html", ".css")
+SOURCE_SUFFIXES = (".py", ".lua", ".md", ".toml", ".js", ".html", ".css", ".README")
 
 _PATH = re.compile(r"(?<![\w/.<>{-])((?:" + "|".join(re.escape(d) for d in TOP_DIRS) + r")/[\w./*…<>{}-]*)")
 _LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
