@@ -3,7 +3,7 @@
 redis-py checks, each time a connection is taken from a pool, that it holds
 no unread data (a reply to a command whose caller was interrupted): a poll
 of the socket per command, about a tenth of a busy worker's CPU (measured
-with py-spy: docs/worker.md). ``CheckedPool`` keeps that check only where it
+with py-spy: bench/results/2026-11-24-bench_worker.md). ``CheckedPool`` keeps that check only where it
 can matter: a connection given back while an exception was propagating (a
 greenlet killed or timed out in the middle of a command) is checked on its
 next use; one given back after a command completed is not. It is a
