@@ -42,6 +42,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import gevent
 
@@ -84,6 +85,20 @@ class Visit:
     # A failed visit whose sources all went unanswered: what an outage looks like. One that a
     # tracker refused, or the address policy, says nothing about the network.
     network: bool = True
+
+
+class Plan(NamedTuple):
+    """What a visit may ask: every tracker URL of the torrent and its source notes; the trackers by
+    group (one per tracker), when the held ones may be asked again, the URL to ask of each eligible
+    one and the URLs it stands for (``same``); and whether the DHT is due."""
+
+    urls: list[str]
+    noted: notes.SourceNotes
+    groups: list
+    held_until: list[float]
+    eligible: list[str]
+    same: dict[str, str]
+    dht: bool
 
 
 class Visitor:
@@ -132,11 +147,6 @@ class Visitor:
         """What takes one scrape request to ``url`` its place in the announce cap (seconds to wait)."""
         return lambda: self.cap.take([url], per=1)[url]
 
-    def _plan(self, h: str) -> tuple[list[str], notes.SourceNotes]:
-        """(every tracker of ``h``, its source notes) in one round trip."""
-        own, noted = self.queue.plan(h)
-        return notes.tracker_list(self._defaults, own), noted
-
     def _not_before(self, r: SourceResult, now: float) -> float:
         wait = r.min_interval if r.min_interval is not None else self.settings.tracker_floor
         return now + min(max(wait, 0.0), MIN_INTERVAL_CAP)
@@ -152,58 +162,66 @@ class Visitor:
         meanwhile is seen); the claim is made with the other runners' after the
         completion (``workers.claims``). Returns the visit and the new leases.
         """
-        h = lease.info_hash
-        s = self.settings
-        start = time.time()
+        h, start = lease.info_hash, time.time()
         self.ahead.visiting(h)
-        urls, noted = self._plan(h)
-        not_before = noted.not_before
-        # One URL per tracker (its UDP and HTTP URLs are one swarm store): a tracker is held while any
-        # of its URLs is inside its min interval, else asked at its preferred URL (same: the others).
-        groups, held_until, eligible, same = asked(urls, not_before, start, s.one_ask_per_tracker,
-                                                   self.trackers.health.backing_off_until)
-        dht = self.dht is not None and noted.dht_not_before <= start
-        if not eligible and not dht:
-            times = held_until + ([noted.dht_not_before] if self.dht is not None else [])
-            # Nothing was asked: back to cooling, score kept, neither a visit nor a failure.
-            self.queue.defer(lease, max(min(times, default=start + s.retry_seconds), start + 1))
-            return Visit(h, "skipped", lease.score, 0, 0, 0, 0), self._claim(claim)
-        # Scrape first, then announce where a scrape did not settle it (workers.asking).
-        results, mirrored = self.asking.ask(h, eligible, dht)
+        plan = self._plan(h, start)
+        if not plan.eligible and not plan.dht:
+            return self._skip(lease, plan, start), self._claim(claim)
+        results, mirrored = self.asking.ask(h, plan.eligible, plan.dht)  # scrape first, then announce
         now = time.time()
+        dht_next = self._note(h, plan, results, now, mirrored)
+        if not any(r.ok for r in results):
+            return self._failed(lease, results, now), self._claim(claim)
+        return self._settle(lease, plan, results, dht_next, now, claim)
+
+    def _plan(self, h: str, start: float) -> Plan:
+        """What a visit of ``h`` may ask at ``start``: one URL per tracker (its UDP and HTTP URLs are one
+        swarm store), held while any of its URLs is inside its min interval, else asked at its
+        preferred URL; and the DHT when its schedule says so. One round trip."""
+        own, noted = self.queue.plan(h)
+        urls = notes.tracker_list(self._defaults, own)
+        groups, held_until, eligible, same = asked(urls, noted.not_before, start, self.settings.one_ask_per_tracker,
+                                                   self.trackers.health.backing_off_until)
+        return Plan(urls, noted, groups, held_until, eligible, same,
+                    self.dht is not None and noted.dht_not_before <= start)
+
+    def _skip(self, lease: Lease, plan: Plan, start: float) -> Visit:
+        """Nothing may be asked yet: back to cooling until the first source may be, score kept,
+        neither a visit nor a failure."""
+        times = plan.held_until + ([plan.noted.dht_not_before] if self.dht is not None else [])
+        self.queue.defer(lease, max(min(times, default=start + self.settings.retry_seconds), start + 1))
+        return Visit(lease.info_hash, "skipped", lease.score, 0, 0, 0, 0)
+
+    def _failed(self, lease: Lease, results: list[SourceResult], now: float) -> Visit:
+        """No source answered: the failure kept on the torrent, score kept, retried later."""
+        error = failure_text(results)
+        self.queue.fail(lease, error, now=now)
+        network = not any(r.blocked or r.refused for r in results)
+        for r in results:
+            if r.blocked and r.source not in self._blocked and len(self._blocked) < NOTED_CAP:
+                self._blocked.add(r.source)
+                log.warning("tracker_refused_by_policy", tracker=redact.url(r.source), message=r.error)
+        return Visit(lease.info_hash, "failed", lease.score, 0, 0, 0, len(results), error, network)
+
+    def _settle(self, lease: Lease, plan: Plan, results: list[SourceResult], dht_next: float, now: float,
+                claim: Callable[[], int] | None) -> tuple[Visit, list[Lease]]:
+        """Record the peers, score the visit and complete it (the next claim with it), then offer
+        the peers to the name fetcher."""
+        h, s = lease.info_hash, self.settings
         answered = [r for r in results if r.ok]
-        dht_next = self._note(h, urls, noted, results, dht, now, same, mirrored)
-        if not answered:
-            error = failure_text(results)
-            self.queue.fail(lease, error, now=now)
-            network = not any(r.blocked or r.refused for r in results)
-            for r in results:
-                if r.blocked and r.source not in self._blocked and len(self._blocked) < NOTED_CAP:
-                    self._blocked.add(r.source)
-                    log.warning("tracker_refused_by_policy", tracker=redact.url(r.source), message=r.error)
-            return Visit(h, "failed", lease.score, 0, 0, 0, len(results), error, network), self._claim(claim)
         vr = VisitResult(h, tuple(results))
         ips = vr.peer_ips
         new = self.recorder.record_visit(h, ips, now) if ips else 0
         counts = [SourceCount(max(r.returned or 0, len(r.peers)), r.max_peers) for r in answered]
         o = outcome(len(ips), new, counts, s.new_fraction)
-        due = now + s.revisit_seconds
-        # Nothing to ask before the first tracker's min interval ends, or the DHT's next lookup.
-        times = [max(not_before.get(u, 0.0) for u in g) for g in groups] + ([dht_next] if self.dht is not None else [])
-        if times:
-            due = max(due, min(times))
+        # Not before the first tracker's min interval ends, or the DHT's next lookup.
+        times = [max(plan.noted.not_before.get(u, 0.0) for u in g) for g in plan.groups]
+        times += [dht_next] if self.dht is not None else []
+        due = max(now + s.revisit_seconds, min(times)) if times else now + s.revisit_seconds
         # torrents.processed before the completion: a crash in between retries
         # a visit already noted this hour, which the recorder does not count twice.
         self._processed(h, now)
-        seeders, leechers, reported, estimated = vr.seeders, vr.leechers, vr.reported, False
-        looked = next((r for r in answered if r.source == "dht"), None)
-        if reported is None and looked is not None and looked.peers and self.sizes is not None:
-            # Only the DHT knows this swarm: its size from the nodes' bloom filters (BEP 33).
-            gevent.sleep(self.dht_budget.wait())  # a scrape takes a place as a lookup does
-            size = self.sizes.size(h)
-            if size is not None:
-                seeders, leechers, estimated = size.seeders, size.leechers, True
-                reported = seeders + leechers
+        seeders, leechers, reported, estimated = self._size(h, vr, answered)
         n = claim() if claim is not None else 0
         state, score = self.queue.complete(lease, o, peers=len(ips), seeders=seeders, leechers=leechers,
                                            due=due, now=now, reported=reported, new=new, estimated=estimated)
@@ -211,12 +229,23 @@ class Visitor:
             self.names.offer(h, {p for r in answered for p in r.peers})
         return Visit(h, state, score, len(ips), new, len(answered), len(results)), self.claims.claim(n)
 
-    def _note(self, h: str, urls: list[str], noted: notes.SourceNotes, results: list[SourceResult], dht: bool,
-              now: float, same: dict[str, str], mirrored: dict[str, str]) -> float:
+    def _size(self, h: str, vr: VisitResult, answered: list[SourceResult]) -> tuple:
+        """(seeders, leechers, reported, estimated): the trackers' counts, or, for a swarm only the
+        DHT knows, its size from the nodes' bloom filters (BEP 33)."""
+        looked = next((r for r in answered if r.source == "dht"), None)
+        if vr.reported is None and looked is not None and looked.peers and self.sizes is not None:
+            gevent.sleep(self.dht_budget.wait())  # a scrape takes a place as a lookup does
+            size = self.sizes.size(h)
+            if size is not None:
+                return size.seeders, size.leechers, size.seeders + size.leechers, True
+        return vr.seeders, vr.leechers, vr.reported, False
+
+    def _note(self, h: str, plan: Plan, results: list[SourceResult], now: float, mirrored: dict[str, str]) -> float:
         """Keep what this visit learned about ``h``'s sources (``crawler.queue.source_notes``), in one step;
         returns when the DHT is next due (0: next visit).
 
-        ``noted.not_before`` is updated in place with the trackers' new times."""
+        ``plan.noted.not_before`` is updated in place with the trackers' new times."""
+        urls, noted, same, dht = plan.urls, plan.noted, plan.same, plan.dht
         s = self.settings
         fresh = {r.source: self._not_before(r, now) for r in results if r.ok and r.source != "dht"}
         fresh = {u: t for u, t in fresh.items() if t > now}
