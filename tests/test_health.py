@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 
-from crawler.sources.trackers.health import TrackerHealth, tracker_others, tracker_report
+from crawler.sources.trackers.health import TrackerHealth
+from crawler.sources.trackers.health_report import tracker_others, tracker_report
 from crawler.sources.trackers.trackers import Trackers
 from tests.hostile import UDP_GOOD, UDP_SILENT, HostileUdpTracker
 

@@ -20,7 +20,8 @@ from crawler.queue.queue import Queue
 from crawler.queue.view import QueueView
 from crawler.settings import Settings
 from crawler.source_settings import TrackerSpec
-from crawler.sources.trackers.health import TrackerHealth, tracker_report
+from crawler.sources.trackers.health import TrackerHealth
+from crawler.sources.trackers.health_report import tracker_report
 from crawler.sources.trackers.trackers import Trackers
 from tests import hostile
 from tests.hostile import HostileHttpTracker, HostileUdpTracker, ListingUdpTracker, http_tracker, udp_tracker  # noqa: F401 (fixtures)

@@ -13,7 +13,8 @@ from crawler.queue.items import NewItem
 from crawler.queue.queue import Queue
 from crawler.queue.scoring import Outcome
 from crawler.sources.trackers import health as health_module
-from crawler.sources.trackers.health import ANSWER, FAILURE, TrackerHealth, tracker_others, tracker_report
+from crawler.sources.trackers.health import ANSWER, FAILURE, TrackerHealth
+from crawler.sources.trackers.health_report import tracker_others, tracker_report
 from tests.test_cluster import cluster_ns  # noqa: F401 (fixture)
 
 PERIOD = 60.0

@@ -12,7 +12,7 @@ import gevent
 import pytest
 
 from crawler.sources.trackers import udp_codec as u
-from crawler.sources.trackers.health import tracker_report
+from crawler.sources.trackers.health_report import tracker_report
 from crawler.sources.trackers.tracker_scrapes import EMPTY, RELEARN_SECONDS, SILENT_LIMIT
 from crawler.sources.trackers.trackers import Trackers
 from tests.cap_places import Places, gaps

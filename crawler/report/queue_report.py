@@ -22,7 +22,7 @@ from crawler.report.costs import costs_report
 from crawler.report.nodes import eviction_warning, node_report
 from crawler.sources.cap_report import cap_report, plan_report
 from crawler.sources.dht.discovery import discovery_report
-from crawler.sources.trackers.health import tracker_others, tracker_report
+from crawler.sources.trackers.health_report import tracker_others, tracker_report
 
 
 def queue_report(queue: Queue, now: float) -> dict:
