@@ -14,8 +14,8 @@ batch, ``scrape_groups`` many torrents into one scrape, which
 a URL once and says which URLs name one tracker, ``tracker_addresses``
 where its requests go under the address policy, ``tracker_mirrors`` which
 trackers list the same peers so that one is asked. ``health`` is tracker
-health shared by every worker through Redis (``health_report`` reads it for ``status``) (its scripts, ``tracker_*.lua``,
-sit beside it), pruned only for trackers no torrent names any more
+health shared by every worker through Redis (its scripts, ``tracker_*.lua``,
+sit beside it; ``health_report`` reads it for ``status``), pruned only for trackers no torrent names any more
 (``tracker_names``); ``self_filter`` takes the crawler's own entry out of
 the peers a tracker hands back.
 """
