@@ -26,7 +26,8 @@ from crawler.bencode import codec as bencode
 from crawler.errors import ItemError, RemoteProtocolError
 from crawler.queue.intake import item_sources
 from crawler.queue.items import MAX_TORRENT_FILE, parse_items, parse_torrent
-from crawler.queue.torrent_fields import HISTORY_ENTRY, NOT_REPORTED, history
+from crawler.queue.torrent_record import HISTORY_ENTRY, NOT_REPORTED
+from crawler.queue.torrent_record import unpack_history as history
 from crawler.sources.trackers import http_codec as h
 from crawler.sources.trackers import http_scrape as hs
 from crawler.sources.trackers import udp_codec as u

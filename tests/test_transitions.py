@@ -297,7 +297,7 @@ def test_a_torrent_keeps_its_last_visits_oldest_first(client, keys, settings, vi
 
 
 def test_the_history_at_its_largest_drops_one_per_visit_and_off_forgets_it(client, keys, settings, view):
-    from crawler.queue.torrent_fields import HISTORY_ENTRY
+    from crawler.queue.torrent_record import HISTORY_ENTRY
 
     most = 10_000
     q = Queue(client, keys, settings.replace(torrent_history=most))

@@ -228,7 +228,7 @@ def test_a_worker_process_collects_garbage_less_often_and_leaves_its_start_up_he
 def test_torrent_shows_which_sources_the_last_visit_asked_and_why_it_skipped_the_others(  # noqa: F811 (fixtures)
         settings, client, keys, opentracker, tmp_path):
     from crawler.counters.recorder import Recorder
-    from crawler.queue.view import shown
+    from crawler.queue.torrent_record import shown
     from tests.opentracker import free_port
 
     ih = hashlib.sha1(b"which-sources").hexdigest()

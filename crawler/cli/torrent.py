@@ -15,7 +15,8 @@ from crawler.errors import ItemError
 from crawler.queue.due_now import DueNow
 from crawler.queue.items import info_hash
 from crawler.queue.pins import Pins
-from crawler.queue.view import QueueView, shown
+from crawler.queue.torrent_record import shown
+from crawler.queue.view import QueueView
 
 
 def _until(value: str | None) -> float | None:

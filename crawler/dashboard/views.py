@@ -39,7 +39,8 @@ from crawler.errors import StoreError
 from crawler.keys import Keys
 from crawler.queue.queue import Queue
 from crawler.queue.torrent_names import read as read_names
-from crawler.queue.view import STATES, QueueView, shown
+from crawler.queue.torrent_record import shown
+from crawler.queue.view import STATES, QueueView
 from crawler.report.queue_report import queue_report
 
 # The queue states of ``status --json``, as the states chart and the /metrics gauge show them.

@@ -94,7 +94,7 @@ class QueueKeys(NamespaceKeys):
         return self.name_key("tr", info_hash)
 
     def history(self, info_hash: str) -> str:
-        """STRING of the torrent's last visits, 20 bytes each (``complete.lua``, ``torrent_fields.history``)."""
+        """STRING of the torrent's last visits, 20 bytes each (``complete.lua``, ``torrent_record.unpack_history``)."""
         return self.name_key("vh", info_hash)
 
     @property

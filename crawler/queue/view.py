@@ -26,15 +26,11 @@ import time
 
 import redis
 
-from crawler import redact
 from crawler.errors import StoreError
 from crawler.keys import Keys
-from crawler.queue import coverage
+from crawler.queue import coverage, torrent_record
 from crawler.queue.lanes import DEFAULT, LANES, MARKED
 from crawler.queue.rates import rates_report
-from crawler.queue.source_notes import decode, read_last, tracker_list
-from crawler.queue.torrent_fields import history, pin_shown
-from crawler.queue.torrent_names import FIELD
 
 # The states status counts, in the order it shows them (the crawl's and each lane's).
 STATES = ("ready", "cooling", "in_flight", "quarantined", "evicted")
@@ -324,63 +320,9 @@ class QueueView:
         _ask_lane(p, k, info_hash)
         h, trackers, claims, due, deadline, tomb, min_intervals, quarantine, expiries, hist, at_risk, *lanes = (
             self._run(p, "a torrent"))
-        hist = history(hist or b"")
-        h = {a.decode(): b.decode() for a, b in h.items()}
-        noted = decode({a.decode(): b.decode() for a, b in min_intervals.items()})
-        own = sorted(t.decode() for t in trackers)
-
-        def num(name: str, cast=int):
-            return cast(h[name]) if name in h else None
-
-        out = {
-            "info_hash": info_hash,
-            "name": h.get(FIELD),  # cleaned when added (crawler.queue.torrent_names)
-            "state": state,
-            "score": score,
-            "visits": num("visits") or 0,
-            "failed_visits": num("failed_visits") or 0,
-            "claims": int(claims) if claims else 0,
-            "last_visit": num("last_visit", float),
-            "last_outcome": h.get("last_outcome"),
-            "last_failure": num("last_failure", float),
-            "last_error": h.get("last_error"),
-            "seeders": num("seeders"),
-            "leechers": num("leechers"),
-            "peers_last_visit": num("peers_last_visit"),
-            # what its peers' metadata gave (crawler.queue.torrent_metadata)
-            "total_size": num("size"), "file_count": num("files"), "metadata_next_try": num("md_next", float),
-            **coverage.of_torrent(h, now),
-            "trackers": own,
-            "due": due if state == "cooling" else None,
-            "lease_deadline": deadline if state == "in_flight" else None,
-            "tracker_not_before": noted.not_before,
-            "last_visit_sources": read_last(noted.last, tracker_list(defaults, own)),
-            "dht_schedule": {"empty_lookups_in_a_row": noted.dht_empty,
-                             "next_lookup": noted.dht_not_before or None},
-            "expired_leases_in_a_row": int(expiries) if expiries else 0,
-            "first_visit": num("first_visit", float),
-            "last_peers": num("last_peers", float),
-            "lane": _lane_of(lanes),
-            "pinned": pin_shown(h.get("pinned"), now),
-            "at_risk_from": at_risk,
-            "history": hist,
-        }
-        if tomb:
-            out["tombstone"] = json.loads(tomb)
-        if quarantine and state == "quarantined":
-            q = json.loads(quarantine)
-            q["last_error"] = out["last_error"]
-            q["message"] = q["reason"] + (f"; last error: {out['last_error']}" if out["last_error"]
-                                          else "; no visit error recorded")
-            out["quarantine"] = q
-        return out
+        return torrent_record.record(info_hash, state, score, now, defaults, fields=h, trackers=trackers,
+                                     claims=claims, due=due, deadline=deadline, tomb=tomb,
+                                     min_intervals=min_intervals, quarantine=quarantine, expiries=expiries,
+                                     history=hist, at_risk=at_risk, lane=_lane_of(lanes))
 
 
-def shown(info: dict) -> dict:
-    """``QueueView.torrent``'s answer as shown to anyone: tracker URLs redacted (they may carry passkeys)."""
-    info["trackers"] = [redact.url(u) for u in info["trackers"]]
-    info["tracker_not_before"] = {redact.url(u): t for u, t in info["tracker_not_before"].items()}
-    last = info.get("last_visit_sources") or {}
-    if "trackers" in last:
-        last["trackers"] = {redact.url(u): what for u, what in last["trackers"].items()}
-    return info
