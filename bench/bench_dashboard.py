@@ -41,9 +41,9 @@ from bench_queue import private_redis  # noqa: E402 - the same private server as
 from crawler.counters import Recorder  # noqa: E402
 from crawler.dashboard.server import make_server  # noqa: E402
 from crawler.keys import Keys  # noqa: E402
-from crawler.queue.items import NewItem  # noqa: E402
 from crawler.queue.queue import Queue  # noqa: E402
 from crawler.settings import Settings  # noqa: E402
+from crawler.torrents.items import NewItem  # noqa: E402
 from geo import Place  # noqa: E402
 
 MONTHS = (calendar.timegm((2026, 5, 10, 12, 0, 0)), calendar.timegm((2026, 6, 10, 12, 0, 0)))

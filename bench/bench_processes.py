@@ -65,11 +65,11 @@ import bench_worker as bw
 from cluster_nodes import Topology
 
 from crawler import logs
-from crawler.queue.items import NewItem
 from crawler.queue.queue import Queue
-from crawler.queue.registry import WorkerRegistry
+from crawler.registry.worker_registry import WorkerRegistry
 from crawler.store import connect as store
 from crawler.store import layout
+from crawler.torrents.items import NewItem
 from tests.mmdb import write_city_db
 from tests.opentracker import OpenTracker
 from tests.stathat_sink import StatHatSinkProcess

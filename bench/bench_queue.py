@@ -35,11 +35,11 @@ import redis  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from crawler.keys import Keys  # noqa: E402
-from crawler.queue.items import parse_item  # noqa: E402
 from crawler.queue.queue import Lease, Queue  # noqa: E402
 from crawler.queue.scoring import Outcome  # noqa: E402
 from crawler.settings import Settings  # noqa: E402
 from crawler.store import scripts  # noqa: E402
+from crawler.torrents.items import parse_item  # noqa: E402
 
 
 def private_redis(tmp: str) -> tuple[subprocess.Popen, str]:

@@ -64,10 +64,10 @@ from bench_worker import PLACES, address  # noqa: E402
 from crawler import logs  # noqa: E402
 from crawler.counters.rankings import top  # noqa: E402
 from crawler.keys import Keys  # noqa: E402
-from crawler.queue.items import NewItem  # noqa: E402
 from crawler.queue.queue import Queue  # noqa: E402
 from crawler.settings import Settings  # noqa: E402
 from crawler.sources.trackers.udp_client import UdpTrackerClient  # noqa: E402
+from crawler.torrents.items import NewItem  # noqa: E402
 from tests.mmdb import write_city_db  # noqa: E402
 from tests.namespaces import delete_namespace  # noqa: E402
 from tests.opentracker import OpenTracker  # noqa: E402

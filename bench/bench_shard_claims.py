@@ -37,10 +37,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench_queue import private_redis  # noqa: E402 - the same private server as the queue bench
 
 from crawler.keys import Keys  # noqa: E402
-from crawler.queue.items import NewItem  # noqa: E402
 from crawler.queue.queue import Queue  # noqa: E402
 from crawler.queue.scoring import Outcome  # noqa: E402
 from crawler.settings import Settings  # noqa: E402
+from crawler.torrents.items import NewItem  # noqa: E402
 
 
 def fill(c: redis.Redis, keys: Keys, settings: Settings, n: int) -> None:

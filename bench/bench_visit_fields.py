@@ -33,10 +33,10 @@ from cluster_nodes import Topology
 from redis_cpu import redis_cpu
 
 from crawler.keys import Keys
-from crawler.queue.items import NewItem
 from crawler.queue.queue import Queue
 from crawler.queue.scoring import Outcome
 from crawler.settings import Settings
+from crawler.torrents.items import NewItem
 
 
 def run(client, n: int, coverage: bool, tag: str) -> dict:

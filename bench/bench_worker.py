@@ -70,11 +70,11 @@ from redis_cpu import redis_cpu
 from crawler import logs
 from crawler.counters.names import metrics_for, month_of
 from crawler.keys import Keys
-from crawler.queue.items import NewItem
 from crawler.queue.queue import Queue
 from crawler.settings import Settings
 from crawler.source_settings import TrackerSpec
 from crawler.sources.trackers import udp_codec as u
+from crawler.torrents.items import NewItem
 from geo import Locator
 from tests.mmdb import write_city_db
 from tests.namespaces import delete_namespace

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import geo
 from crawler.counters import Recorder
-from crawler.queue.items import NewItem
 from crawler.queue.queue import Queue
 from crawler.queue.scoring import Outcome
+from crawler.torrents.items import NewItem
 from tests.mmdb import write_city_db
 
 # cidr -> (country, city, postcode): several countries so the map has colours,

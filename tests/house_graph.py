@@ -30,7 +30,7 @@ MAX_LINES = 400
 FLOORS: tuple[tuple[str, ...], ...] = (
     ("base",),
     ("geo",),
-    ("crawler.store",),
+    ("crawler.store", "crawler.torrents", "crawler.registry"),
     ("crawler.queue",),
     ("crawler.counters",),
     ("crawler.sources",),

@@ -11,10 +11,10 @@ import pytest
 
 from crawler.bencode import codec as bencode
 from crawler.keys import Keys
-from crawler.queue.items import NewItem
 from crawler.queue.queue import Queue
 from crawler.queue.scoring import Outcome
 from crawler.queue.view import QueueView
+from crawler.torrents.items import NewItem
 from tests.cli import run, run_json
 
 H = ["%040x" % (i * 7919) for i in range(1, 20)]
@@ -198,7 +198,7 @@ def test_a_file_named_in_another_encoding_is_found_from_a_list(test_env, tmp_pat
 
 def test_any_fault_parsing_one_item_is_that_items_line(test_env, client, namespace, settings):
     # A fault no ItemError foresaw (here a RecursionError injected for one item) must cost only that item.
-    code = ("import crawler.queue.intake as a\n"
+    code = ("import crawler.torrents.intake as a\n"
             "orig = a.parse_items\n"
             "def parse(text, base=None, cap=64):\n"
             "    if text == 'boom':\n"
@@ -218,7 +218,7 @@ def test_any_fault_parsing_one_item_is_that_items_line(test_env, client, namespa
 
 def test_a_line_past_the_length_cap_is_one_error_and_the_rest_is_read(test_env, tmp_path, client, namespace,
                                                                        settings):
-    from crawler.queue.intake import MAX_LINE
+    from crawler.torrents.intake import MAX_LINE
 
     f = tmp_path / "list.txt"
     f.write_bytes(H[5].encode() + b"\n" + b"w" * (2 * MAX_LINE + 7) + b"\n" + H[6].encode() + b"\n")

@@ -8,10 +8,10 @@ import time
 import redis
 
 from crawler.keys import Keys
-from crawler.queue.items import NewItem
 from crawler.queue.queue import Queue
 from crawler.queue.scoring import Outcome
 from crawler.queue.view import QueueView
+from crawler.torrents.items import NewItem
 
 N = 400
 

@@ -11,9 +11,9 @@ import re
 import time
 
 from crawler.keys import Keys
-from crawler.queue.items import NewItem
 from crawler.queue.queue import Queue
 from crawler.report.queue_report import capacity_report
+from crawler.torrents.items import NewItem
 from tests.cli import on_terminal, run
 from tests.opentracker import opentracker, peer_address  # noqa: F401 (fixture)
 

@@ -81,10 +81,10 @@ def test_catalogue_sums_the_last_hour_only():
 def test_complete_keeps_only_the_days_in_the_window(client, namespace, gap_days):
     """complete.lua deletes the n:<day> fields the window left, however long since the last visit."""
     from crawler.keys import Keys
-    from crawler.queue.items import NewItem
     from crawler.queue.queue import Queue
     from crawler.queue.scoring import Outcome
     from crawler.settings import Settings
+    from crawler.torrents.items import NewItem
 
     s = Settings(revisit_seconds=0)
     keys = Keys(namespace)
@@ -110,10 +110,10 @@ def test_coverage_survives_a_redis_killed_and_restarted(tmp_path, settings):
     import time
 
     from crawler.keys import Keys
-    from crawler.queue.items import NewItem
     from crawler.queue.queue import Queue
     from crawler.queue.scoring import Outcome
     from crawler.queue.view import QueueView
+    from crawler.torrents.items import NewItem
     from tests.redis_servers import AofRedis
 
     server = AofRedis(tmp_path)

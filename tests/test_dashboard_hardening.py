@@ -23,9 +23,9 @@ import geo
 from crawler.counters import Recorder
 from crawler.dashboard.app import create_app
 from crawler.dashboard.views import Views
-from crawler.queue.items import NewItem
 from crawler.queue.queue import Queue
 from crawler.sources.trackers.health import ANSWER, FAILURE, REFUSAL, TrackerHealth
+from crawler.torrents.items import NewItem
 from tests.cli import run
 from tests.dashboard_data import record_world
 from tests.test_connect import private_redis  # noqa: F401 (fixture)

@@ -22,9 +22,9 @@ import pytest
 
 from crawler.bencode import codec as bencode
 from crawler.errors import ItemError
-from crawler.queue import items
-from crawler.queue.items import parse_torrent
 from crawler.sources.trackers import http_codec as h
+from crawler.torrents import items
+from crawler.torrents.items import parse_torrent
 
 MIB = 1024 * 1024
 H = f"{0xB0DE5:040x}"
@@ -48,7 +48,7 @@ def _nested_torrent(size: int, where: str) -> bytes:
 # before the command (its modules imported) and the CPU time the command took.
 _MEASURED = """
 import json, resource, sys, time
-import crawler.cli, crawler.cli.add, crawler.cli.context, crawler.queue.items, crawler.queue.queue, redis
+import crawler.cli, crawler.cli.add, crawler.cli.context, crawler.torrents.items, crawler.queue.queue, redis
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 start = time.thread_time()
 try:

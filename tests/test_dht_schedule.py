@@ -13,7 +13,6 @@ import gevent
 import pytest
 
 from crawler.counters.recorder import Recorder
-from crawler.queue.items import NewItem
 from crawler.queue.queue import Queue
 from crawler.queue.source_notes import DHT_CODES, TRACKER_CODES
 from crawler.queue.view import QueueView
@@ -21,6 +20,7 @@ from crawler.sources.dht import dht_schedule
 from crawler.sources.dht.dht import DhtSource
 from crawler.sources.rate_budget import RateBudget
 from crawler.sources.trackers.trackers import Trackers
+from crawler.torrents.items import NewItem
 from tests.dht_swarm import HASH_A as A
 from tests.dht_swarm import HASH_C as C
 from tests.dht_swarm import dht_swarm  # noqa: F401 (the shared fixture)

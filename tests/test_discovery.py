@@ -14,13 +14,13 @@ import pytest
 from gevent.event import Event
 
 from crawler.errors import SettingsError
-from crawler.queue.items import NewItem
 from crawler.queue.queue import Queue
 from crawler.queue.view import QueueView
 from crawler.settings import Settings
 from crawler.sources.dht.dht import DhtSource
 from crawler.sources.dht.discovery import MIN_INTERVAL, SILENT_RETRY, Discovery, Frontier
 from crawler.store import layout
+from crawler.torrents.items import NewItem
 from tests.cli import run_json
 from tests.dht_swarm import Swarm
 

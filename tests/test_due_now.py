@@ -7,10 +7,10 @@ import time
 
 from crawler.keys import Keys
 from crawler.queue.due_now import DueNow
-from crawler.queue.items import NewItem
 from crawler.queue.queue import Queue
 from crawler.queue.scoring import Outcome
 from crawler.queue.view import QueueView
+from crawler.torrents.items import NewItem
 from tests.cli import run
 
 FAILED, HIGH, SEEN = "d1" * 20, "d2" * 20, "d3" * 20

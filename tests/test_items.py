@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from crawler.bencode import codec as bencode
 from crawler.errors import ItemError
-from crawler.queue.items import parse_item, parse_items, parse_magnet, parse_torrent
+from crawler.torrents.items import parse_item, parse_items, parse_magnet, parse_torrent
 
 HEX = "0123456789abcdef0123456789abcdef01234567"
 B32 = base64.b32encode(bytes.fromhex(HEX)).decode()

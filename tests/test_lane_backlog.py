@@ -15,11 +15,11 @@ import random
 
 import pytest
 
-from crawler.queue.items import NewItem
 from crawler.queue.lanes import MARKED
 from crawler.queue.queue import Queue
 from crawler.queue.scoring import Outcome
 from crawler.store import layout
+from crawler.torrents.items import NewItem
 
 T0 = 1_900_000_000.0
 SMALL = 5

@@ -7,12 +7,12 @@ from collections import Counter
 
 import pytest
 
-from crawler.queue.items import NewItem
 from crawler.queue.queue import Queue
 from crawler.queue.resharding import Reshard
 from crawler.queue.scoring import Outcome
 from crawler.queue.view import QueueView
 from crawler.store import layout
+from crawler.torrents.items import NewItem
 from tests.cli import run_json
 
 T0 = 1_900_000_000.0

@@ -70,9 +70,9 @@ def test_a_fetch_the_stop_cuts_is_logged_and_tried_again_at_the_next_run(env, op
 
 
 def test_cuts_are_no_failures_and_only_a_few_in_a_row_make_a_torrent_due(client, keys, settings):
-    from crawler.queue.items import NewItem
     from crawler.queue.queue import Queue
     from crawler.queue.torrent_metadata import MAX_CUTS, TorrentMetadata
+    from crawler.torrents.items import NewItem
 
     h, named = "c1" * 20, "d2" * 20
     queue = Queue(client, keys, settings)

@@ -17,7 +17,6 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from crawler.bencode import codec as bencode
-from crawler.queue.torrent_names import of_torrent
 from crawler.sources.metadata import metadata_info
 from crawler.sources.metadata.metadata_info import (
     MAX_FILES,
@@ -30,6 +29,7 @@ from crawler.sources.metadata.metadata_info import (
     TorrentInfo,
     read_info,
 )
+from crawler.torrents.torrent_names import of_torrent
 
 BOUNDED = hsettings(max_examples=300, deadline=timedelta(seconds=2))
 

@@ -56,9 +56,9 @@ def test_a_worker_names_a_torrent_from_its_peers_and_moves_no_payload(env, opent
 
 
 def test_the_metadata_state_keeps_one_success_never_replaces_a_name_and_widens_waits(client, keys, settings):
-    from crawler.queue.items import NewItem
     from crawler.queue.queue import Queue
     from crawler.queue.torrent_metadata import FIRST_WAIT, LONGEST_WAIT, TorrentMetadata
+    from crawler.torrents.items import NewItem
 
     named, bare, gone = "a1" * 20, "b2" * 20, "c3" * 20
     Queue(client, keys, settings).add([NewItem(named, name="kept"), NewItem(bare)], now=1.0)

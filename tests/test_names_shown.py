@@ -125,8 +125,8 @@ def test_stats_json_escapes_every_control_character_and_keeps_names_exact(record
 
 
 def test_torrent_prints_a_visit_error_without_its_control_characters(client, keys, settings, test_env):
-    from crawler.queue.items import parse_item
     from crawler.queue.queue import Queue
+    from crawler.torrents.items import parse_item
 
     q = Queue(client, keys, settings)
     q.add([parse_item(H)])

@@ -26,13 +26,13 @@ from structlog.testing import capture_logs
 from crawler.counters import Recorder, top
 from crawler.errors import StoreError
 from crawler.keys import Keys
-from crawler.queue.items import NewItem
 from crawler.queue.queue import Queue
 from crawler.queue.scoring import Outcome
 from crawler.settings import Settings
 from crawler.store import connect as store
 from crawler.store import scripts
 from crawler.store.outage import Outage
+from crawler.torrents.items import NewItem
 from tests.opentracker import opentracker, peer_address  # noqa: F401 (fixture)
 from tests.test_cluster import SECRET, cluster_ns, env  # noqa: F401 (fixtures)
 from tests.test_connect import private_redis  # noqa: F401 (fixture)

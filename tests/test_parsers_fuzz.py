@@ -24,13 +24,13 @@ from hypothesis import strategies as st
 
 from crawler.bencode import codec as bencode
 from crawler.errors import ItemError, RemoteProtocolError
-from crawler.queue.intake import item_sources
-from crawler.queue.items import MAX_TORRENT_FILE, parse_items, parse_torrent
 from crawler.queue.torrent_record import HISTORY_ENTRY, NOT_REPORTED
 from crawler.queue.torrent_record import unpack_history as history
 from crawler.sources.trackers import http_codec as h
 from crawler.sources.trackers import http_scrape as hs
 from crawler.sources.trackers import udp_codec as u
+from crawler.torrents.intake import item_sources
+from crawler.torrents.items import MAX_TORRENT_FILE, parse_items, parse_torrent
 
 BOUNDED = hsettings(max_examples=300, deadline=timedelta(seconds=2))
 SMALL = hsettings(max_examples=120, deadline=timedelta(seconds=2))

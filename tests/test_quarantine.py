@@ -19,10 +19,10 @@ import pytest
 
 from crawler.bencode import codec as bencode
 from crawler.keys import Keys
-from crawler.queue.items import NewItem
 from crawler.queue.queue import Queue
 from crawler.queue.scoring import Outcome
 from crawler.queue.view import QueueView
+from crawler.torrents.items import NewItem
 from tests.cli import run, run_json
 
 ROOT = str(Path(__file__).resolve().parent.parent)

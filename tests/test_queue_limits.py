@@ -14,11 +14,11 @@ import time
 import pytest
 
 from crawler.keys import Keys
-from crawler.queue.items import NewItem
 from crawler.queue.queue import MAX_CLAIM, Queue
 from crawler.queue.scoring import Outcome
 from crawler.queue.view import QueueView
 from crawler.store import scripts
+from crawler.torrents.items import NewItem
 from tests.cli import run, run_json
 
 STATES = ("ready", "cooling", "leases", "evicted", "quarantined")

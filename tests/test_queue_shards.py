@@ -8,13 +8,13 @@ import random
 import pytest
 
 from crawler.keys import Keys
-from crawler.queue.items import NewItem
 from crawler.queue.queue import Queue
 from crawler.queue.scoring import Outcome
 from crawler.queue.view import QueueView
 from crawler.report.queue_report import queue_report
 from crawler.shard_layout import MAX_SHARDS
 from crawler.store import connect as store
+from crawler.torrents.items import NewItem
 from tests.test_cluster import SECRET, cluster_ns  # noqa: F401 (fixture)
 
 

@@ -7,12 +7,12 @@ import time
 
 import pytest
 
-from crawler.queue.items import NewItem
 from crawler.queue.queue import Queue
 from crawler.queue.rates import STEPS, bucket, middle, percentile
 from crawler.queue.scoring import Outcome
 from crawler.queue.view import QueueView
 from crawler.store import layout
+from crawler.torrents.items import NewItem
 from tests.cli import run_json
 
 

@@ -35,13 +35,13 @@ from redis.retry import Retry
 from crawler.dashboard.collector import registry_for
 from crawler.dashboard.views import Views
 from crawler.errors import StoreError
-from crawler.queue.items import NewItem
 from crawler.queue.queue import Queue
 from crawler.report.queue_report import queue_report
 from crawler.source_settings import TrackerSpec
 from crawler.sources.request_counts import KINDS, MINUTE_FIELDS, RequestCounts
 from crawler.store import scripts
 from crawler.store.minute_figures import each_minute
+from crawler.torrents.items import NewItem
 from tests.cli import run, run_json
 from tests.holding_proxy import command_end
 from tests.mmdb import write_city_db

@@ -12,13 +12,13 @@ import pytest
 
 from crawler.errors import SettingsError
 from crawler.keys import Keys
-from crawler.queue.items import NewItem
 from crawler.queue.queue import Queue
-from crawler.queue.registry import WorkerRegistry
 from crawler.queue.resharding import Reshard
 from crawler.queue.scoring import Outcome
 from crawler.queue.view import QueueView
+from crawler.registry.worker_registry import WorkerRegistry
 from crawler.store import layout
+from crawler.torrents.items import NewItem
 from tests.cli import run, run_json
 from tests.test_cluster import SECRET, cluster_ns  # noqa: F401 (fixture)
 

@@ -1,11 +1,11 @@
 """PEERCRAWL_REVISIT_SECONDS=0 (contract §8): a visited torrent is due again at once."""
 
-from crawler.queue.items import NewItem
 from crawler.queue.queue import Queue
 from crawler.queue.scoring import Outcome
 from crawler.queue.view import QueueView
 from crawler.report.queue_report import capacity_report
 from crawler.settings import Settings
+from crawler.torrents.items import NewItem
 
 H = "ab" * 20
 

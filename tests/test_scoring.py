@@ -6,11 +6,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from crawler.queue.items import NewItem
 from crawler.queue.queue import Queue
 from crawler.queue.scoring import Outcome, SourceCount, multiplier, outcome
 from crawler.queue.view import QueueView
 from crawler.settings import Settings
+from crawler.torrents.items import NewItem
 
 S = Settings()
 

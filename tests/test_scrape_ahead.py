@@ -21,7 +21,6 @@ import pytest
 
 from crawler.counters.rankings import top
 from crawler.counters.recorder import Recorder
-from crawler.queue.items import NewItem
 from crawler.queue.queue import Queue
 from crawler.queue.view import QueueView
 from crawler.settings import Settings
@@ -29,6 +28,7 @@ from crawler.source_settings import TrackerSpec
 from crawler.sources.trackers import udp_codec as u
 from crawler.sources.trackers.health import FAILURE
 from crawler.sources.trackers.trackers import Trackers
+from crawler.torrents.items import NewItem
 from tests.mmdb import write_city_db
 from tests.opentracker import opentracker, peer_address  # noqa: F401 (fixture)
 from workers.process import Process

@@ -10,12 +10,12 @@ import time
 
 import pytest
 
-from crawler.queue.items import NewItem
 from crawler.queue.pins import Pins
 from crawler.queue.queue import Queue
 from crawler.queue.scoring import Outcome
 from crawler.queue.view import QueueView
 from crawler.store import layout
+from crawler.torrents.items import NewItem
 from tests.cli import run, run_json
 
 DAY = 86400.0

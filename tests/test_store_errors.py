@@ -14,8 +14,8 @@ from redis.retry import Retry
 from crawler.errors import StoreError
 from crawler.keys import Keys
 from crawler.queue.queue import Queue
-from crawler.queue.registry import WorkerRegistry
 from crawler.queue.view import QueueView
+from crawler.registry.worker_registry import WorkerRegistry
 from crawler.report.queue_report import queue_report
 from workers.heartbeat import Heartbeat
 

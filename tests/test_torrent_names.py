@@ -1,4 +1,4 @@
-"""Torrent names (``crawler.queue.torrent_names``): cleaned and bounded whatever comes in, read from
+"""Torrent names (``crawler.torrents.torrent_names``): cleaned and bounded whatever comes in, read from
 magnets and ``.torrent`` files, stored once per torrent by ``add.lua`` (filled when missing, never
 replaced), and kept through eviction, re-admission, a reshard and a Redis killed and started again."""
 
@@ -16,14 +16,14 @@ from hypothesis import strategies as st
 
 from crawler.bencode import codec as bencode
 from crawler.keys import Keys
-from crawler.queue import torrent_names
-from crawler.queue.items import NewItem, parse_items, parse_magnet, parse_torrent
 from crawler.queue.queue import Queue
 from crawler.queue.resharding import Reshard
 from crawler.queue.scoring import Outcome
-from crawler.queue.torrent_names import MAX_BYTES, MAX_CHARS, clean, of_torrent
 from crawler.queue.view import QueueView
 from crawler.store import scripts
+from crawler.torrents import torrent_names
+from crawler.torrents.items import NewItem, parse_items, parse_magnet, parse_torrent
+from crawler.torrents.torrent_names import MAX_BYTES, MAX_CHARS, clean, of_torrent
 from tests.redis_servers import AofRedis
 from tests.test_cluster import SECRET, cluster_ns  # noqa: F401 (fixture)
 

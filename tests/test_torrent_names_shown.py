@@ -24,10 +24,10 @@ from crawler.bencode import codec as bencode
 from crawler.counters import Recorder
 from crawler.dashboard.views import Views
 from crawler.keys import Keys
-from crawler.queue.items import NewItem, parse_items
 from crawler.queue.queue import Queue
-from crawler.queue.torrent_names import MAX_CHARS
 from crawler.safe_text import FORMULA_START
+from crawler.torrents.items import NewItem, parse_items
+from crawler.torrents.torrent_names import MAX_CHARS
 from tests.cli import on_terminal
 from tests.mmdb import write_city_db
 from tests.test_dashboard_browser import browser, dashboard, injected, wait_rendered  # noqa: F401 (fixtures)

@@ -15,7 +15,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from crawler.bencode import codec as bencode
-from crawler.queue.items import NewItem
 from crawler.queue.queue import Queue
 from crawler.queue.view import QueueView
 from crawler.settings import Settings
@@ -23,6 +22,7 @@ from crawler.source_settings import TrackerSpec
 from crawler.sources.trackers.health import TrackerHealth
 from crawler.sources.trackers.health_report import tracker_report
 from crawler.sources.trackers.trackers import Trackers
+from crawler.torrents.items import NewItem
 from tests import hostile
 from tests.hostile import HostileHttpTracker, HostileUdpTracker, ListingUdpTracker, http_tracker, udp_tracker  # noqa: F401 (fixtures)
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 
 from crawler.counters.recorder import Recorder
-from crawler.queue.items import NewItem
 from crawler.queue.queue import Queue
 from crawler.queue.source_notes import TRACKER_CODES
 from crawler.queue.view import QueueView
@@ -14,6 +13,7 @@ from crawler.sources.result import SourceResult
 from crawler.sources.trackers import udp_codec as u
 from crawler.sources.trackers.tracker_mirrors import CHECK_EVERY, LEARN, Mirrors
 from crawler.sources.trackers.trackers import Trackers
+from crawler.torrents.items import NewItem
 from tests.hostile import LoopbackUdpTracker
 from tests.mmdb import write_city_db
 from tests.opentracker import opentracker, peer_address  # noqa: F401 (fixture)

@@ -9,12 +9,12 @@ import time
 import pytest
 
 from crawler.keys import Keys
-from crawler.queue.items import NewItem
 from crawler.queue.queue import Queue
 from crawler.queue.scoring import Outcome
 from crawler.sources.trackers import health as health_module
 from crawler.sources.trackers.health import ANSWER, FAILURE, TrackerHealth
 from crawler.sources.trackers.health_report import tracker_others, tracker_report
+from crawler.torrents.items import NewItem
 from tests.test_cluster import cluster_ns  # noqa: F401 (fixture)
 
 PERIOD = 60.0

@@ -18,10 +18,10 @@ from hypothesis import strategies as st
 
 from crawler.envparse import MAX_TRACKER_URL
 from crawler.keys import Keys
-from crawler.queue.items import NewItem
 from crawler.queue.queue import Queue
 from crawler.sources.trackers import tracker_names
 from crawler.sources.trackers.health import FAILURE, TrackerHealth
+from crawler.torrents.items import NewItem
 from tests import redis_servers
 
 PERIOD = 60.0

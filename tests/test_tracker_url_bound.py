@@ -16,9 +16,9 @@ from crawler.bencode import codec as bencode
 from crawler.envparse import MAX_TRACKER_URL, tracker_url
 from crawler.errors import ItemError, SettingsError
 from crawler.keys import Keys
-from crawler.queue.items import parse_items, parse_torrent, trackers_of
 from crawler.queue.view import QueueView
 from crawler.settings import Settings
+from crawler.torrents.items import parse_items, parse_torrent, trackers_of
 from tests.cli import run, run_json
 
 HEX = "0123456789abcdef0123456789abcdef01234567"

@@ -5,11 +5,11 @@ import json
 import pytest
 
 from crawler.keys import Keys
-from crawler.queue.items import NewItem
 from crawler.queue.lanes import LANES
 from crawler.queue.queue import ADD_STATUS, Queue
 from crawler.queue.scoring import Outcome
 from crawler.queue.view import QueueView
+from crawler.torrents.items import NewItem
 
 H = [f"{i:040x}" for i in range(1, 50)]
 

@@ -13,11 +13,11 @@ import urllib.parse
 import urllib.request
 
 from crawler.counters.recorder import Recorder
-from crawler.queue.items import NewItem
 from crawler.queue.queue import Queue
 from crawler.queue.view import QueueView
 from crawler.sources.trackers.http_scrape import ScrapeCounts, parse_scrape_reply, webtorrent_key
 from crawler.sources.trackers.trackers import Trackers
+from crawler.torrents.items import NewItem
 from tests.mmdb import write_city_db
 from tests.opentracker import opentracker, peer_address  # noqa: F401 (fixture)
 from tests.webtorrent_tracker import webtorrent_tracker  # noqa: F401 (fixture)

@@ -8,8 +8,8 @@ import gevent
 import redis
 
 from crawler.keys import Keys
-from crawler.queue.items import NewItem
 from crawler.queue.queue import Queue
+from crawler.torrents.items import NewItem
 from tests.namespaces import delete_namespace
 from tests.test_connect import private_redis  # noqa: F401 (fixture)
 from workers.claims import Claims

@@ -10,10 +10,10 @@ import hashlib
 import gevent
 import pytest
 
-from crawler.queue.items import NewItem
 from crawler.queue.queue import Queue
 from crawler.queue.view import QueueView
 from crawler.source_settings import TrackerSpec
+from crawler.torrents.items import NewItem
 from tests.mmdb import write_city_db
 from tests.opentracker import opentracker, peer_address  # noqa: F401 (fixture)
 from workers.process import Process

@@ -8,11 +8,11 @@ import time
 
 import pytest
 
-from crawler.queue.items import NewItem
 from crawler.queue.queue import Queue
 from crawler.queue.view import QueueView
 from crawler.report.queue_report import queue_report
 from crawler.sources.trackers.trackers import Trackers
+from crawler.torrents.items import NewItem
 from tests.mmdb import write_city_db
 from tests.opentracker import opentracker, peer_address  # noqa: F401 (fixture)
 from tests.test_connect import private_redis  # noqa: F401 (fixture)

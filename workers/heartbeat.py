@@ -2,7 +2,7 @@
 
 ``WorkerHealth`` keeps the worker's recent visits (rate, outage streak);
 ``Heartbeat`` publishes them every ``interval`` seconds through the worker
-registry (``crawler.queue.registry.WorkerRegistry``) with a TTL of ``3 × interval``,
+registry (``crawler.registry.worker_registry.WorkerRegistry``) with a TTL of ``3 × interval``,
 so a process killed with SIGKILL drops out of ``status`` within the TTL.
 A worker bound to its parent (a supervisor's child: ``workers.lifeline``)
 notes that parent at start; ``orphaned()`` tells the worker, at each beat,
@@ -21,7 +21,7 @@ import redis
 
 from crawler.errors import StoreError
 from crawler.keys import Keys
-from crawler.queue.registry import WorkerRegistry
+from crawler.registry.worker_registry import WorkerRegistry
 from workers.lifeline import bound_parent
 
 # How far back visits_per_hour looks: long enough to smooth bursts of claims,

@@ -1,7 +1,7 @@
 """Bencode (BEP 3), sans-IO: bytes in, Python values out, and back.
 
 Used for HTTP tracker replies (``crawler.sources.trackers.http_codec``) and for
-``.torrent`` files (``crawler.queue.items``). The input is untrusted, so decoding
+``.torrent`` files (``crawler.torrents.items``). The input is untrusted, so decoding
 is strict and bounded by construction, in one pass over the bytes:
 
 - The whole input is exactly one value (no trailing bytes); integers have no
@@ -35,7 +35,7 @@ times that to keep, on the machines this runs on):
 
 - ``MAX_VALUES`` (``decode``'s default): 100,000 values. Kept whole, that
   is at most ~10 MB of objects (empty dictionaries, the largest per byte).
-- ``.torrent`` files and tracker replies set their own (``crawler.queue.items``,
+- ``.torrent`` files and tracker replies set their own (``crawler.torrents.items``,
   ``crawler.sources.trackers.http_codec``), each explained there.
 
 Values: ``int``, ``bytes``, ``list``, ``dict`` with ``bytes`` keys. ``encode``

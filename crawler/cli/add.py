@@ -14,11 +14,11 @@ import click
 from crawler.cli.context import open_context
 from crawler.errors import ItemError
 from crawler.queue.due_now import DueNow
-from crawler.queue.intake import good_items, item_sources
-from crawler.queue.items import NewItem, trackers_of
 from crawler.queue.lanes import USER_LANES
 from crawler.queue.queue import Queue
 from crawler.queue.torrent_metadata import TorrentMetadata
+from crawler.torrents.intake import good_items, item_sources
+from crawler.torrents.items import NewItem, trackers_of
 
 
 def admit(ctx, sources: Iterator[tuple[str, str | ItemError, Path | None]], *, readmit: bool = False,

@@ -25,7 +25,7 @@ def command(out: Path, as_json: bool) -> None:
     for a formula starts with '.
     """
     from crawler.counters.csv_export import export
-    from crawler.queue import torrent_names
+    from crawler.torrents import torrent_names
 
     ctx = open_context()
     try:

@@ -12,7 +12,7 @@ and on a terminal the cells are also cleaned as the table is. JSON keeps the
 names exact: it escapes C0 controls itself, and the C1 controls, bidirectional
 overrides and line separators it would pass raw are written as ``\\uXXXX``.
 
-``stats torrents`` also shows each torrent's name (``crawler.queue.torrent_names``:
+``stats torrents`` also shows each torrent's name (``crawler.torrents.torrent_names``:
 cleaned when added, one pipelined read for the rows shown): a ``name`` in
 each JSON row (null when none), a last column in the table and the CSV,
 shown as the metric names are. Its JSON rows also carry the torrent's
@@ -46,8 +46,9 @@ from crawler.cli.context import open_context
 from crawler.counters import top
 from crawler.counters.names import FAMILIES, PLACE_COLUMN, PLACE_KEYS, UNPLACED, read_metric, readable
 from crawler.counters.rankings import resolve_country, unplaced
-from crawler.queue import coverage, torrent_names
+from crawler.queue import coverage
 from crawler.safe_text import csv_row, terminal
+from crawler.torrents import torrent_names
 
 # What json.dumps(ensure_ascii=False) leaves raw that a terminal acts on (C1
 # controls, DEL) or that reorders or breaks lines (bidi controls, U+2028/9).

@@ -13,10 +13,10 @@ from crawler.cli.context import open_context
 from crawler.cli.torrent_view import render
 from crawler.errors import ItemError
 from crawler.queue.due_now import DueNow
-from crawler.queue.items import info_hash
 from crawler.queue.pins import Pins
 from crawler.queue.torrent_record import shown
 from crawler.queue.view import QueueView
+from crawler.torrents.items import info_hash
 
 
 def _until(value: str | None) -> float | None:

@@ -11,7 +11,7 @@ Cost: each view is a handful of index reads (ZREVRANGE, HGETALL of one
 torrent's index, one pipelined EXISTS per month probe); nothing grows with
 the number of tracked torrents or places except the rows asked for. A
 table of torrents reads their names in one pipelined round trip
-(``crawler.queue.torrent_names.read``); the page shows them as text.
+(``crawler.torrents.torrent_names.read``); the page shows them as text.
 
 Place names are shown as GeoIP spells them (``St. Louis``): a row's
 ``name`` and ``country`` are unescaped (``names.read_metric``, as
@@ -38,10 +38,10 @@ from crawler.dashboard.countries import map_code
 from crawler.errors import StoreError
 from crawler.keys import Keys
 from crawler.queue.queue import Queue
-from crawler.queue.torrent_names import read as read_names
 from crawler.queue.torrent_record import shown
 from crawler.queue.view import STATES, QueueView
 from crawler.report.queue_report import queue_report
+from crawler.torrents.torrent_names import read as read_names
 
 # The queue states of ``status --json``, as the states chart and the /metrics gauge show them.
 # Every country a month can hold (GeoLite2 knows ~250).

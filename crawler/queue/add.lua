@@ -23,7 +23,7 @@
 -- torrent's lane and puts new ones in normal), ARGV[5] 1: move tracked
 -- torrents into that lane too (add --lane), 0: only new and re-admitted ones
 -- (discovery); then per item: info-hash, its name ('' none; at most
--- MAX_NAME bytes, crawler/queue/torrent_names.py), number of trackers k, k
+-- MAX_NAME bytes, crawler/torrents/torrent_names.py), number of trackers k, k
 -- tracker URLs
 --
 -- Returns {letters, dropped}: one letter per item: a = added, t = already

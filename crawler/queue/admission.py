@@ -18,9 +18,9 @@ import redis
 from crawler.errors import StoreError
 from crawler.keys import Keys
 from crawler.queue import script_calls
-from crawler.queue.items import NewItem
 from crawler.queue.lanes import offer, rank
 from crawler.settings import Settings
+from crawler.torrents.items import NewItem
 
 # Items per add.lua call and calls per pipeline round trip.
 ADD_BATCH = 1000

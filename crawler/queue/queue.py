@@ -43,7 +43,6 @@ from crawler.keys import Keys, shard_of
 from crawler.observer import QUIET, Observer
 from crawler.queue import script_calls
 from crawler.queue.admission import ADD_BATCH, ADD_PIPELINE, Admission
-from crawler.queue.items import NewItem
 from crawler.queue.rates import asked_field
 from crawler.queue.scoring import Outcome
 from crawler.queue.script_calls import ADD_STATUS, Lease, lane_keys, member_keys, minute
@@ -54,6 +53,7 @@ from crawler.queue.visit_plan import VisitPlan
 from crawler.settings import Settings
 from crawler.store import scripts
 from crawler.store.store import Store
+from crawler.torrents.items import NewItem
 
 
 class Transition(NamedTuple):

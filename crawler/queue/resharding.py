@@ -42,7 +42,7 @@ import redis
 from crawler.errors import SettingsError, StoreError
 from crawler.keys import Keys
 from crawler.queue.lanes import MARKED
-from crawler.queue.registry import WorkerRegistry
+from crawler.registry.worker_registry import WorkerRegistry
 from crawler.store import layout
 
 # Torrents read, copied and removed per step: one step's commands stay small.

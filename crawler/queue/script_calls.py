@@ -15,12 +15,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from crawler.keys import Keys
-from crawler.queue.items import NewItem
 from crawler.queue.lanes import MARKED
 from crawler.queue.rates import rt_field
 from crawler.queue.scoring import Outcome, multiplier
-from crawler.queue.torrent_names import clean
 from crawler.settings import Settings
+from crawler.torrents.items import NewItem
+from crawler.torrents.torrent_names import clean
 
 # Housekeeping moves at most this many expired leases, due torrents and old
 # tombstones each per call. A claim of n moves 2n + 8: more than it takes,

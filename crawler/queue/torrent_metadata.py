@@ -36,8 +36,8 @@ import redis
 from crawler.errors import StoreError
 from crawler.keys import Keys
 from crawler.queue.due_now import DueNow
-from crawler.queue.torrent_names import MAX_BYTES
 from crawler.store import scripts
+from crawler.torrents.torrent_names import MAX_BYTES
 
 # The first wait after a failed fetch, doubling with each failure in a row, at most a week.
 FIRST_WAIT, LONGEST_WAIT = 3600.0, 7 * 86400.0

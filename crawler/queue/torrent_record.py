@@ -18,7 +18,7 @@ import struct
 from crawler import redact
 from crawler.queue import coverage
 from crawler.queue.source_notes import decode, read_last, tracker_list
-from crawler.queue.torrent_names import FIELD
+from crawler.torrents.torrent_names import FIELD
 
 # One visit in a torrent's history, as complete.lua packs it: time, new score,
 # peers found, seeders, leechers (little-endian; NOT_REPORTED: the sources gave none).
@@ -58,7 +58,7 @@ def record(info_hash: str, state: str, score: float | None, now: float, defaults
 
     out = {
         "info_hash": info_hash,
-        "name": h.get(FIELD),  # cleaned when added (crawler.queue.torrent_names)
+        "name": h.get(FIELD),  # cleaned when added (crawler.torrents.torrent_names)
         "state": state,
         "score": score,
         "visits": num("visits") or 0,

@@ -16,8 +16,8 @@ import math
 
 from crawler.counters.geo_errors import geo_error_report
 from crawler.queue.queue import Queue
-from crawler.queue.registry import WorkerRegistry
 from crawler.queue.view import QueueView
+from crawler.registry.worker_registry import WorkerRegistry
 from crawler.report.costs import costs_report
 from crawler.report.nodes import eviction_warning, node_report
 from crawler.sources.cap_report import cap_report, plan_report

@@ -37,12 +37,12 @@ from gevent.event import Event
 from crawler import logs
 from crawler.errors import StoreError
 from crawler.keys import Keys
-from crawler.queue.items import NewItem
 from crawler.queue.queue import Queue
 from crawler.settings import Settings
 from crawler.sources.addresses import AddressRefused, policy
 from crawler.sources.lru import Lru
 from crawler.store.minute_figures import recent
+from crawler.torrents.items import NewItem
 
 log = logs.get(__name__)
 

@@ -23,7 +23,7 @@ frozen ``TorrentInfo`` (name, total size, file count) out, or ``InfoError``.
   budget as ``bencode.decode`` with a schema keeping those keys, and the
   same outcome for every input.
 - The name is what ``add`` would keep from a ``.torrent`` with this info
-  dictionary (``crawler.queue.torrent_names.of_torrent``: ``name.utf-8``
+  dictionary (``crawler.torrents.torrent_names.of_torrent``: ``name.utf-8``
   when it is UTF-8, cleaned and cut to 200 characters); None when neither
   holds a usable name.
 - Padding files (BEP 47: an ``attr`` holding ``p``), which hybrid v1/v2
@@ -57,7 +57,7 @@ from dataclasses import dataclass
 from crawler.bencode import codec as bencode
 from crawler.bencode.reader import Reader
 from crawler.errors import RemoteProtocolError
-from crawler.queue.torrent_names import of_torrent
+from crawler.torrents.torrent_names import of_torrent
 
 MAX_METADATA_BYTES = 4 * 1024 * 1024
 MAX_VALUES = 1_000_000

@@ -5,7 +5,7 @@ ITEMs come as arguments or as the lines of a ``--from`` file (``item_sources``,
 not a list is never held whole), and become ``NewItem``s (``good_items``:
 ``items.parse_items`` on each, every bad one reported in one line and the
 rest kept), each with its trackers and its name (a magnet's ``dn=``, a
-``.torrent``'s ``info.name``, cleaned by ``crawler.queue.torrent_names``).
+``.torrent``'s ``info.name``, cleaned by ``crawler.torrents.torrent_names``).
 ``Queue.add_stream`` then admits them in batches. No terminal
 here: the caller says how a bad item is shown.
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from crawler.errors import ItemError
-from crawler.queue.items import NewItem, parse_items
+from crawler.torrents.items import NewItem, parse_items
 
 
 def item_sources(items: tuple[str, ...], from_file: BinaryIO | None) -> Iterator[tuple[str, str | ItemError, Path | None]]:

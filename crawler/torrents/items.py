@@ -17,7 +17,7 @@ bencoded ``info`` dictionary as it stands in the file, its trackers
 ``announce`` and ``announce-list``, its name ``info``'s ``name.utf-8`` or
 ``name``; a v2-only torrent (BEP 52: ``meta version`` 2 and no v1
 ``pieces``) is refused, a hybrid one is crawled by its v1 hash. Names are
-cleaned and bounded as ``crawler.queue.torrent_names`` says.
+cleaned and bounded as ``crawler.torrents.torrent_names`` says.
 
 Bounds, so that no item costs more than its size warrants: trackers are
 read in one pass, de-duplicated as they come, and only until the per-torrent
@@ -43,7 +43,7 @@ from crawler import redact
 from crawler.bencode import codec as bencode
 from crawler.envparse import tracker_url
 from crawler.errors import ItemError, one_line
-from crawler.queue.torrent_names import clean, of_torrent
+from crawler.torrents.torrent_names import clean, of_torrent
 
 _HEX = re.compile(r"^[0-9a-fA-F]{40}$")
 _B32 = re.compile(r"^[A-Za-z2-7]{32}$")
