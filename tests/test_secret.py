@@ -10,7 +10,7 @@ import pytest
 
 import geo
 from crawler.counters import Recorder
-from crawler.counters.marks import create_key_file, key_file, load_secret, read_key_file
+from crawler.counters.fingerprint_key import create_key_file, key_file, load_secret, read_key_file
 from crawler.errors import SettingsError
 from crawler.settings import Settings
 from crawler.store import connect as store

@@ -61,7 +61,7 @@ _OCTETS = st.one_of(st.integers(0, 300).map(str), st.text("0123456789x", max_siz
     st.lists(_OCTETS, min_size=4, max_size=4).map(lambda p: " " + ".".join(p) + "\n"),
 ))
 def test_normalize_ip_fast_path_accepts_exactly_what_ipaddress_accepts(text):
-    from crawler.counters.marks import canonical_ip, ip_text, normalize_any_ip, normalize_ip
+    from crawler.counters.ip_forms import canonical_ip, ip_text, normalize_any_ip, normalize_ip
     from geo.locator import _pton  # the locator's own fast path uses the same test
 
     packed = normalize_ip(text)

@@ -44,7 +44,7 @@ def open_context(records: bool = False, resolve_layout: bool = True, **overrides
     keys = (layout.resolve(client, settings.namespace, settings.queue_shards) if resolve_layout
             else Keys(settings.namespace))
     if records:
-        from crawler.counters.marks import key_file, load_secret, read_key_file
+        from crawler.counters.fingerprint_key import key_file, load_secret, read_key_file
 
         try:
             load_secret(client, keys, settings)

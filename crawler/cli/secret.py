@@ -19,7 +19,7 @@ import click
 import redis
 
 from crawler.cli.context import open_context
-from crawler.counters.marks import create_key_file, key_file, read_key_file
+from crawler.counters.fingerprint_key import create_key_file, key_file, read_key_file
 from crawler.errors import SettingsError, StoreError
 from crawler.store import scripts
 

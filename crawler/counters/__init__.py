@@ -1,20 +1,22 @@
 """Exact unique-IP counters: recording visits, reading rankings, exporting them.
 
-``recorder`` (``Recorder``) records visits' peers: each IP fingerprinted
-with a key kept out of Redis (``marks``), checked against its 30-day dedupe
-mark and counted in one atomic step per batch (``record.lua``, after the
-read-only ``probe.lua``), the StatHat increments added to the outbox in the
-same step. ``calls``, ``packing`` and ``places`` build those scripts'
+``recorder`` (``Recorder``) records visits' peers: each IP (``ip_forms``)
+fingerprinted with a key kept out of Redis (``fingerprint_key``), checked
+against its 30-day dedupe mark (``marks``: the mark format) and counted in
+one atomic step per batch (``record.lua``, after the read-only
+``probe.lua``), the StatHat increments added to the outbox in the same
+step. ``script_args``, ``packing`` and ``places`` build those scripts'
 arguments; ``batcher`` records a worker's concurrent visits together;
-``split`` and ``rollup`` keep the counts exact across several counter
-shards; ``names`` are the metric names and their indexes; ``rankings``
-reads them for ``stats`` and the dashboard (with the unplaced peers beside
-a list of places), ``csv_export`` for ``export``; ``country_names`` maps
-countries to ISO codes and takes what a person types for one;
-``geo_errors`` tallies GeoIP errors. See the contract, §4.
+``place_shards`` and ``rollup`` keep the counts exact across several
+counter shards; ``names`` are the metric names and their indexes;
+``rankings`` reads them for ``stats`` and the dashboard (with the unplaced
+peers beside a list of places), ``csv_export`` for ``export``;
+``country_names`` maps countries to ISO codes and takes what a person
+types for one; ``geo_errors`` tallies GeoIP errors. See the contract, §4.
 """
 
-from crawler.counters.marks import DEFAULT_BUCKETS, normalize_ip
+from crawler.counters.ip_forms import normalize_ip
+from crawler.counters.marks import DEFAULT_BUCKETS
 from crawler.counters.names import Metric, escape, metrics_for, month_of, unescape
 from crawler.counters.rankings import count, top
 from crawler.counters.recorder import DEFAULT_BATCH_PAIRS, Recorder

@@ -43,13 +43,10 @@ from collections.abc import Iterable, Sequence
 
 import redis
 
+from crawler.counters.fingerprint_key import load_secret
 from crawler.counters.geo_errors import GeoErrorTally
-from crawler.counters.marks import (
-    DEFAULT_BUCKETS,
-    Fingerprinter,
-    canonical_ip,
-    load_secret,
-)
+from crawler.counters.ip_forms import canonical_ip
+from crawler.counters.marks import DEFAULT_BUCKETS, Fingerprinter
 from crawler.counters.names import info_hash_hex, month_of
 from crawler.counters.packing import add_visit, visit_part
 from crawler.counters.place_shards import PlaceShards
@@ -80,7 +77,7 @@ class Recorder:
     (its ``all_counter_shards`` are the counter shards; ``mark_buckets`` is the
     crawl's total, split evenly among them);
     ``settings``: uses ``secret``, ``redis_url`` and ``data_dir`` (the key,
-    ``marks.load_secret``: may raise ``SettingsError``), ``dedupe_seconds``,
+    ``fingerprint_key.load_secret``: may raise ``SettingsError``), ``dedupe_seconds``,
     ``stathat_ezkey`` and ``stathat_families``. ``locator``: a ``geo.Locator`` (default: one built
     from ``settings``, which may raise ``GeoError``). ``mark_buckets`` and
     ``batch_pairs``: see ``marks`` and the module note.
