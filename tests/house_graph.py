@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import pathlib
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -222,12 +223,19 @@ def rooms_section(found: dict[str, Module] | None = None) -> str:
             lines += [f"### `{title}`", "", doc.strip(), ""]
             members = (n for n in found if n != room and (room_of(n) == room or room == "base" and room_of(n) == "top"))
             for name in sorted(members):
-                first = (ast.get_docstring(ast.parse(found[name].path.read_text("utf-8"))) or "").split("\n\n")[0]
-                lines.append(f"- `{found[name].path.relative_to(ROOT)}` — {' '.join(first.split())}")
+                doc = ast.get_docstring(ast.parse(found[name].path.read_text("utf-8"))) or ""
+                lines.append(f"- `{found[name].path.relative_to(ROOT)}` — {first_sentence(doc)}")
             if room != "base":
                 lines += [_script_line(path) for path in sorted((ROOT / room.replace(".", "/")).glob("*.lua"))]
             lines.append("")
     return "\n".join(lines).rstrip("\n")
+
+
+def first_sentence(text: str) -> str:
+    """The first sentence of ``text``, whitespace joined (an abbreviation's dot ends none)."""
+    text = " ".join(text.split("\n\n")[0].split())
+    end = re.search(r"(?<!\be\.g)(?<!\bi\.e)\.\s", text)
+    return text if end is None else text[:end.start() + 1]
 
 
 def _script_line(path: pathlib.Path) -> str:
@@ -238,8 +246,7 @@ def _script_line(path: pathlib.Path) -> str:
             break
         header.append(line.lstrip("-! ").strip())
     text = " ".join(header).removeprefix(path.name + ":").strip()
-    end = text.find(". ")
-    return f"- `{path.relative_to(ROOT)}` — {text if end < 0 else text[:end + 1]}"
+    return f"- `{path.relative_to(ROOT)}` — {first_sentence(text)}"
 
 
 MARKS = {"picture": picture, "rooms": rooms_section}

@@ -1,5 +1,5 @@
--- delete_if.lua: delete a key only while it still holds a given value, in
--- one step (``peercrawl secret --move`` deletes the fingerprint key it has
+-- delete_if.lua: delete a key only while it still holds a given value. One
+-- step (``peercrawl secret --move`` deletes the fingerprint key it has
 -- just handed over, never a key written since). One key, so it runs on a
 -- single Redis and on a cluster alike (WATCH/MULTI does not on redis-py's
 -- cluster client).

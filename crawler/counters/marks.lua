@@ -1,4 +1,4 @@
--- marks.lua: included by the scripts that check and write dedupe marks
+-- marks.lua: reading and writing dedupe marks. Included by the scripts that check and write dedupe marks
 -- (``--! include marks`` in record.lua and places.lua; crawler.store.scripts.source
 -- inlines it; probe.lua reads with it). A mark bucket is a STRING of 12-byte records: an 8-byte field,
 -- then the unix second of the mark as a big-endian u32

@@ -1,5 +1,7 @@
-"""Recording in a crawl of several counter shards (contract §9): the place metrics of
-new IPs in their own shards, then each torrent's part in its shard.
+"""Recording in a crawl of several counter shards (contract §9).
+
+The place metrics of new IPs go to their own shards, then each torrent's part
+to its shard.
 
 Strategy: a torrent's metrics (``torrents.<h>.*``: the torrent's users, its
 countries, cities and postcodes, and the IPs' group records) live whole in

@@ -1,4 +1,4 @@
--- places_arg.lua: included by the counter scripts that take a visit's places
+-- places_arg.lua: reading the places of a visit. Included by the counter scripts that take a visit's places
 -- (``--! include places_arg`` in record.lua and places.lua; crawler.store.scripts.source
 -- inlines it): reading their binary arguments, where a string is a u16 length
 -- then its bytes and integers are big endian.

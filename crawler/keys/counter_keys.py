@@ -1,4 +1,4 @@
-"""The counters' keys (contract §4): dedupe mark buckets, counter indexes and their totals, the
+"""The counters' keys (contract §4). Dedupe mark buckets, counter indexes and their totals, the
 rollup between shards, GeoIP errors, and the place a misplaced fingerprint key is found."""
 
 from __future__ import annotations

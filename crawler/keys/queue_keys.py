@@ -1,4 +1,4 @@
-"""The queue's keys (contract §1): each state's set, a torrent's hashes, the per-minute counts and
+"""The queue's keys (contract §1). Each state's set, a torrent's hashes, the per-minute counts and
 the workers' registry; a torrent's live in its shard (``Keys.for_torrent``), the registry in the home."""
 
 from __future__ import annotations

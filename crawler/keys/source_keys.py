@@ -1,4 +1,4 @@
-"""The peer sources' keys (contract §3): tracker health, the rate budgets, request and discovery
+"""The peer sources' keys (contract §3). Tracker health, the rate budgets, request and discovery
 figures, tracker intervals and the shared announce port."""
 
 from __future__ import annotations

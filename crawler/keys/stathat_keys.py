@@ -1,4 +1,4 @@
-"""The StatHat outbox's keys (contract §6): counts waiting to be posted, the batch in flight and
+"""The StatHat outbox's keys (contract §6). Counts waiting to be posted, the batch in flight and
 its owner, and the torrents counted in ``torrents.processed`` per hour."""
 
 from __future__ import annotations

@@ -1,5 +1,4 @@
--- plan.lua: what a visit needs to know before asking anyone (read only):
--- the torrent's own trackers, at most ARGV[1] of them, and, per tracker,
+-- plan.lua: what a visit may ask (read only). It reads the torrent's own trackers, at most ARGV[1] of them, and, per tracker,
 -- the unix time before which it may not be announced to again (its last
 -- min interval).
 --

@@ -1,6 +1,8 @@
-"""The announce cap's use over the last minute, for ``status`` and the dashboard: whether a
-cap is the crawl's limit, and whether the caps let the plan (every tracked torrent once
-per revisit interval) through (``rate_budget`` keeps the caps)."""
+"""The announce cap's use over the last minute, for ``status`` and the dashboard.
+
+Whether a cap is the crawl's limit, and whether the caps let the plan (every
+tracked torrent once per revisit interval) through (``rate_budget`` keeps the
+caps)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
--- rate_budget.lua: the time each request of a batch of visits may be sent, under a
+-- rate_budget.lua: when each request of a batch of visits may be sent. Under a
 -- namespace-wide rate and each member's own (the announce cap: each capped tracker's), atomically.
 --
 -- A cap of r requests per second is a schedule with one request every 1/r

@@ -1,4 +1,4 @@
--- whole.lua: included by the sources' scripts that take counts, times and
+-- whole.lua: whole-number arguments, checked. Included by the sources' scripts that take counts, times and
 -- intervals as arguments (``--! include whole``): ``whole(v, lo, what)`` is
 -- ``v`` as a number when it is a whole number from ``lo`` that a Lua number
 -- holds exactly (2^53 - 1 at most), else an error naming ``SCRIPT`` (the

@@ -1,4 +1,4 @@
--- slices.lua: included by scripts that send long lists to one command
+-- slices.lua: long lists sent in slices. Included by scripts that send long lists to one command
 -- (``--! include slices`` in their text; crawler.store.scripts.source inlines it).
 -- unpack() of more than ~8,000 values overflows Lua's stack, and one
 -- command with a million arguments would stall Redis: every multi-value

@@ -1,4 +1,4 @@
--- Take the next prune's candidates: trackers last used (or last found named)
+-- Take the next prune's candidates. They are trackers last used (or last found named)
 -- at or before the cutoff, oldest first; at most one walk of the torrents'
 -- tracker sets per ARGV[3] seconds for the whole namespace.
 --
