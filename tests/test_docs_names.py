@@ -251,3 +251,12 @@ def _missing_sections(guide: Path) -> list[str]:
 def test_every_name_a_guide_gives_exists(guide, check):
     missing = check(guide)
     assert not missing, "\n".join(missing)
+
+
+# README and docs together, in words as ``wc -w`` counts them: the guides stay short enough to be read.
+WORD_BUDGET = 27_000
+
+
+def test_readme_and_docs_stay_within_their_word_budget():
+    words = {p.name: len(p.read_text("utf-8").split()) for p in GUIDES}
+    assert sum(words.values()) <= WORD_BUDGET, f"{sum(words.values())} words > {WORD_BUDGET}: {words}"
