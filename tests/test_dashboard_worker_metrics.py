@@ -76,3 +76,25 @@ def test_worker_metrics_count_a_real_crawl(test_env, opentracker):  # noqa: F811
     costs = json.loads(run(test_env, "status", "--json").stdout)["costs"]
     assert costs["requests"] == {"connect": 1, "scrape": 1, "announce": 1, "withdrawal": 1, "total": 4}
     assert costs["counted"] == (users[0]["count"] if users else 0) == 5
+
+
+def test_a_tracker_known_not_to_scrape_is_observed_as_announce_without_a_scrape(settings, client, keys):
+    """Settled before any scrape (it learned it cannot scrape): the observer still hears the outcome."""
+    from crawler.observer import Observer
+    from crawler.sources.trackers.trackers import Trackers
+
+    class Heard(Observer):
+        def __init__(self):
+            self.scraped_ = []
+
+        def scraped(self, url, result):
+            self.scraped_.append((url, result))
+
+    heard, url = Heard(), "http://127.0.0.1:9/announce"
+    trackers = Trackers(settings.replace(scrape_first=True), client, keys, observer=heard)
+    try:
+        trackers.health.learn_no_scrape(url, time.time() + 3600)
+        assert trackers.scrape_seat(url, "ab" * 20, 1.0) is None
+        assert heard.scraped_ == [(url, None)]
+    finally:
+        trackers.close()

@@ -146,12 +146,16 @@ class Trackers:
         """The torrent's seat in ``url``'s next scrape (``TrackerScrapes.seat``; ``place()``: the wait
         the announce cap gives its request), the tracker's answer when it backs off, or None: announce
         (no scrape). Raises only ``StoreError``."""
+        got = self._scrape_seat(url, info_hash_hex, patience, place)
+        if not isinstance(got, Seat):  # settled without a scrape: backing off, or no scrape (announce)
+            self.observer.scraped(url, got)
+        return got
+
+    def _scrape_seat(self, url: str, info_hash_hex: str, patience: float, place) -> Seat | SourceResult | None:
         if not self.scrapes.enabled:
-            self.observer.scraped(url, None)
             return None
         backing_off = self.outcomes.backing_off(url, self.settings.tracker_max_peers(url))
         if backing_off is not None:
-            self.observer.scraped(url, backing_off)
             return backing_off
         return self.scrapes.seat(url, bytes.fromhex(info_hash_hex), patience, place)
 
