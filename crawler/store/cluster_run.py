@@ -33,6 +33,7 @@ class ClusterScript(Script):
         """The script's reply for ``keys`` and ``args`` (see the class note)."""
         if client is not None or not keys:
             return super().__call__(keys, args, client)
+        assert isinstance(self.registered_client, RedisCluster)  # scripts.py makes one for cluster clients alone
         return cluster_run(self.registered_client, [(self, list(keys), list(args or ()))], None)[0]
 
 
@@ -110,7 +111,8 @@ def cluster_run(client: RedisCluster, calls: list, wait: Wait | None, raise_on_e
         for i in todo:
             node = client.get_node_from_key(calls[i][1][0])
             groups.setdefault(node.name, (node, []))[1].append(i)
-        again, error = [], None
+        again: list[int] = []
+        error: Exception | None = None
         for node, idxs in groups.values():
             try:
                 out = on_node(client.get_redis_connection(node), [calls[i] for i in idxs], wait, raise_on_error=False)
@@ -120,6 +122,7 @@ def cluster_run(client: RedisCluster, calls: list, wait: Wait | None, raise_on_e
             error = _sort(calls, idxs, out, replies, again, wait, node.name) or error
         todo = again
         if todo:
+            assert error is not None  # a call is sent again only for an error met
             failed.append(error)
             raise error
 

@@ -9,6 +9,7 @@ server (no REDIS_URL) is started and stopped by ``crawler.store.embedded``.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 import redis
 from redis.cluster import RedisCluster
@@ -98,11 +99,12 @@ def _remote(url: str, lost: Outage, **kwargs) -> redis.Redis:
         # stray data after a clean release (crawler.store.connection_pool; a rediss:// URL's
         # SSLConnection, which redis-py sets over ours, keeps the poll); a
         # single Redis's worker gets the same from workers.connections.
-        return PatientCluster.from_url(url, outage=lost, retry=Retry(QUICK_BACKOFF, QUICK_RETRIES),
-                                       connection_pool_class=CheckedPool,
-                                       connection_class=checked_when_dirty(redis.Connection),
-                                       max_connections=CLUSTER_NODE_CONNECTIONS, timeout=CONNECTION_WAIT_SECONDS,
-                                       **kwargs)
+        # Typed as a Redis: its callers send both clients the commands they share
+        # (redis-py's cluster client is no subclass of Redis), and is_cluster tells them apart.
+        return cast(redis.Redis, PatientCluster.from_url(
+            url, outage=lost, retry=Retry(QUICK_BACKOFF, QUICK_RETRIES), connection_pool_class=CheckedPool,
+            connection_class=checked_when_dirty(redis.Connection), max_connections=CLUSTER_NODE_CONNECTIONS,
+            timeout=CONNECTION_WAIT_SECONDS, **kwargs))
     except RedisClusterException as e:
         raise redis.ConnectionError(str(e)) from e
 

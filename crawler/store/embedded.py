@@ -198,8 +198,8 @@ def _start(data_dir: Path, sock: Path) -> None:
             c.config_set("appendonly", "yes")  # writes the AOF from the loaded dataset
             # SHUTDOWN is refused until that first AOF is written; wait for it here.
             while time.monotonic() < deadline:
-                p = c.info("persistence")
-                if p.get("aof_enabled") and not p.get("aof_rewrite_in_progress") and not p.get(
+                state = c.info("persistence")
+                if state.get("aof_enabled") and not state.get("aof_rewrite_in_progress") and not state.get(
                         "aof_rewrite_scheduled"):
                     break
                 time.sleep(0.05)

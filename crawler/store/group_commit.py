@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
+from typing import Any
 
 import gevent
 from gevent.event import AsyncResult
@@ -43,7 +44,7 @@ class GroupCommit:
     """
 
     def __init__(self, serve: Callable[[list], list], *, cap: int, in_flight: int = 1,
-                 size: Callable[[object], int] | None = None, fail_queued: bool = False,
+                 size: Callable[[Any], int] | None = None, fail_queued: bool = False,
                  stopped: Callable[[], BaseException]):
         self.serve, self.size, self.stopped = serve, size or (lambda _: 1), stopped
         self.cap, self.in_flight, self.fail_queued = max(1, cap), max(1, in_flight), fail_queued
@@ -58,7 +59,7 @@ class GroupCommit:
 
     def ask(self, request):
         """The answer to ``request``, served with whatever else is asked meanwhile."""
-        done = AsyncResult()
+        done: AsyncResult = AsyncResult()
         self._queue.append((request, done))
         if self._senders < self.in_flight:
             self._senders += 1
@@ -67,7 +68,8 @@ class GroupCommit:
 
     def _take(self) -> list[tuple[object, AsyncResult]]:
         """The next batch: whole requests, at most ``cap`` units (a larger request goes alone)."""
-        taken, n = [], 0
+        taken: list[tuple[object, AsyncResult]] = []
+        n = 0
         q, size = self._queue, self.size
         while q and (not taken or n + size(q[0][0]) <= self.cap):
             item = q.popleft()

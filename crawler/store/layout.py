@@ -39,7 +39,7 @@ def read(client: redis.Redis, home: Keys) -> dict | None:
     return None if raw is None else parse(raw)
 
 
-def parse(raw: bytes) -> dict:
+def parse(raw: bytes | str) -> dict:
     """A stored layout, checked; ``StoreError`` if it is not one."""
     try:
         record = json.loads(raw)
@@ -78,6 +78,7 @@ def resolve(client: redis.Redis, namespace: str, configured: int | None) -> Keys
         except redis.RedisError as e:
             raise StoreError(f"recording the crawl's layout failed: {e}") from e
         recorded = read(client, home)
+        assert recorded is not None  # set just above, by this call or whoever set it first
     if recorded.get("moving_to") is not None:
         raise SettingsError(
             f"namespace {namespace!r} is being moved to {recorded['moving_to']} shards: wait for "
