@@ -109,5 +109,5 @@ class Admission:
                 if st in ("added", "readmitted"):  # due at once; a readmitted one's held score unknown here
                     self._arrived(batches[n][i].info_hash, now, now,
                                   None if readmit else offer(lane or "normal", 1.0))
-        for b, st in zip(batches, statuses):
-            yield from zip(b, st)
+        for b, sts in zip(batches, statuses):
+            yield from zip(b, sts)

@@ -11,6 +11,7 @@ once its expiry passes, with nobody cleaning up after it. The worker side
 from __future__ import annotations
 
 import json
+from typing import cast
 
 import redis
 
@@ -51,7 +52,8 @@ class WorkerRegistry:
         c, k = self.client, self.keys
         try:
             c.zremrangebyscore(k.workers, "-inf", now)
-            ids = c.zrangebyscore(k.workers, now, "+inf")
+            # bytes: the client decodes no responses (redis-py's types cannot tell)
+            ids = cast(list[bytes], c.zrangebyscore(k.workers, now, "+inf"))
             p = c.pipeline(transaction=False)
             for wid in ids:
                 p.hgetall(k.worker(wid.decode()))

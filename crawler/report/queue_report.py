@@ -91,12 +91,13 @@ def capacity_report(report: dict, workers: list[dict], revisit_seconds: float, c
     elif per_worker is None:
         why = "no visit timed in the last hour, and no worker reports a rate"
     else:
+        assert basis is not None  # _per_worker gives a rate with its basis
         needed_workers = max(1, math.ceil(needed / per_worker))
         why = (f"the plan ({tracked:,} torrents every {revisit_seconds:g} s) over "
                + {"measured": "the workers' measured rate while busy",
                   "core": "what one core does at the workers' CPU time per visit",
                   "pool": "a worker's pool over the median visit time"}[basis])
-    out = {
+    out: dict[str, object] = {
         "capacity": {
             "visits_needed_per_hour": None if needed is None else round(needed, 1),
             "visits_per_worker_hour": None if per_worker is None else round(per_worker, 1),
