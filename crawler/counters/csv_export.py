@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable, Sequence
 from itertools import islice
 from pathlib import Path
+from typing import cast
 
 import redis
 
@@ -102,7 +103,8 @@ def export(client: redis.Redis, keys: Keys, out: Path, now: float | None = None,
             counts[name] = 0
         try:
             (ckey,) = index_keys(keys, LIFETIME, ("countries",))
-            countries = [c.decode() for c in client.zrange(ckey, 0, -1) if is_place(c)]
+            # bytes members: the client decodes no replies (redis-py's types cannot tell)
+            countries = [c.decode() for c in cast(list[bytes], client.zrange(ckey, 0, -1)) if is_place(c)]
             for period in periods:
                 w = _Writer(client, keys, period, writers, counts)
                 w.index("countries", query_for("countries"))
@@ -178,7 +180,7 @@ def _parts(file: str, metric: str) -> list[str]:
     return [got[c] for c in FILES[file] if c != "name"]
 
 
-def _no_names(hashes: Sequence[str]) -> list[None]:
+def _no_names(hashes: Sequence[str]) -> list[str | None]:
     """No torrent's name: ``torrents.csv``'s ``name`` column left empty."""
     return [None] * len(hashes)
 

@@ -16,6 +16,8 @@ worker's log.
 
 from __future__ import annotations
 
+from typing import cast
+
 import redis
 
 from crawler import logs
@@ -47,7 +49,8 @@ class GeoErrorTally:
     def __init__(self, client: redis.Redis, keys: Keys, locator):
         self.client, self.keys, self.locator = client, keys, locator
         # names over the bound in places the recorder was handed (``places.PlaceInfo.dropped``)
-        self.names_dropped, self._last_dropped = 0, None
+        self.names_dropped = 0
+        self._last_dropped: str | None = None
         self.published = self._totals()
 
     def _totals(self) -> dict[str, int]:
@@ -104,7 +107,7 @@ def geo_error_report(client: redis.Redis, keys: Keys) -> dict | None:
     ``name_too_long``), those that happened.
     """
     try:
-        got = client.hgetall(keys.geo_errors)
+        got = cast(dict[bytes, bytes], client.hgetall(keys.geo_errors))  # the client decodes no replies
     except redis.RedisError as e:
         raise StoreError(f"reading GeoIP errors failed: {e}") from e
     if not got:

@@ -235,6 +235,7 @@ def query_for(family: str, torrent: str | None = None, country: str | None = Non
     if h is None and c is None:
         return Query((family, "c"), ("countries.", f".{family}.", ".users"), across_countries=True)
     if h is None:
+        assert c is not None  # both None returned above
         return Query((family, "c", c), (f"countries.{c}.{family}.", ".users"))
     if c is None:
         return Query((family, "t", h), (f"torrents.{h}.countries.", f".{family}.", ".users"))

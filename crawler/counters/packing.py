@@ -22,9 +22,10 @@ from collections.abc import Callable, Iterable
 from crawler.counters.marks import Fingerprinter
 from crawler.counters.places import PlaceInfo
 from crawler.counters.script_args import FRESH, LOW64, ProbeCall, RecordBatches, ShardKeys, VisitPart
+from geo.locator import Place
 
 
-def visit_part(shard: ShardKeys, h: str, t_fp: int, located: Iterable[tuple[bytes, object]],
+def visit_part(shard: ShardKeys, h: str, t_fp: int, located: Iterable[tuple[bytes, Place]],
                fingerprints: Fingerprinter, place_info: Callable[[tuple], PlaceInfo], split: bool,
                probe_ips: int) -> VisitPart | None:
     """Fingerprint each distinct IP of ``located`` into probe.lua calls of ``probe_ips`` IPs

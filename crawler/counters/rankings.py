@@ -36,6 +36,9 @@ ranking leaves out of its places (docs/metrics.md, "Unplaced peers").
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import cast
+
 import redis
 
 from crawler.counters import country_names
@@ -101,10 +104,11 @@ def top(
             # One torrent's places (bounded by its peers, one key), sorted here;
             # one country's of them filtered server-side.
             key = member_key(keys, period, q.scope, "")
+            got: Iterable[tuple[bytes, bytes]]
             if q.prefix is not None:
                 got = client.hscan_iter(key, match=_glob_literal(q.prefix) + "*", count=1000)
             else:
-                got = client.hgetall(key).items()
+                got = cast(dict[bytes, bytes], client.hgetall(key)).items()  # the client decodes no replies
             rows = sorted(((m.decode(), int(c)) for m, c in got), key=_order)[:limit]
         elif sharded(keys):
             rows = _top_totals(client, [("", k) for k in index_keys(keys, period, q.scope)], limit)
@@ -128,7 +132,8 @@ def resolve_country(client: redis.Redis, keys: Keys, given: str) -> str:
         raise ValueError("--country must not be empty")
     try:
         (ckey,) = index_keys(keys, LIFETIME, ("countries",))
-        known = {unescape(m.decode()): s for m, s in client.zrange(ckey, 0, -1, withscores=True) if is_place(m)}
+        members = cast(list[tuple[bytes, float]], client.zrange(ckey, 0, -1, withscores=True))  # bytes: not decoded
+        known = {unescape(m.decode()): s for m, s in members if is_place(m)}
     except redis.RedisError as e:
         raise StoreError(f"reading the countries failed: {e}") from e
     return country_names.match(name, known) or name
@@ -169,6 +174,7 @@ def unplaced(
     if q.scope == ("countries",) or q.across_countries:
         return _unplaced_anywhere(client, keys, q, period)
     # the scope's own count: (scope, member) of the metric one level up
+    whole: tuple[tuple[str, ...], str]
     if h is None:
         whole = (("countries",), q.scope[2])
     elif family == "countries" or q.prefix is None:
@@ -305,7 +311,7 @@ def _top_across_countries(client: redis.Redis, keys: Keys, q: Query, period: str
 def _countries(client: redis.Redis, keys: Keys) -> list[str]:
     """Every country counted (the lifetime countries index), the member of the unplaced left out."""
     (ckey,) = index_keys(keys, LIFETIME, ("countries",))
-    return [c.decode() for c in client.zrange(ckey, 0, -1) if is_place(c)]
+    return [c.decode() for c in cast(list[bytes], client.zrange(ckey, 0, -1)) if is_place(c)]  # not decoded
 
 
 def _top_totals(client: redis.Redis, sources: list[tuple[str, str]], limit: int) -> list[tuple[str, int]]:

@@ -40,6 +40,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from enum import Enum
+from typing import Final
 
 import redis
 
@@ -58,6 +60,7 @@ from crawler.keys import Keys, shard_of
 from crawler.store.replica_wait import Wait
 from crawler.store.scripts import register
 from crawler.store.store import Store
+from geo.locator import Place
 
 # Pairs of one record.lua call: ~2,400 (seven first visits of 50 peers) hold
 # Redis ~3 ms (bench/bench_record_lua.py: ~0.41 ms of script per such visit);
@@ -148,11 +151,11 @@ class Recorder:
         the visits' probes share one round trip and their recordings the next
         (module note). Returns each visit's ``new``.
         """
-        seen_ips: dict[str, tuple | None] = {}  # IP text -> (packed, place), once per batch
+        seen_ips: dict[str, tuple[bytes, Place] | None] = {}  # IP text -> (packed, place), once per batch
         locate = self.locator.locate
         batch = []
         for info_hash, ips in visits:
-            located = []
+            located: list[tuple[bytes, Place]] = []
             seen: set[bytes] = set()
             for ip in ips:
                 got = seen_ips.get(ip, _UNSEEN)
@@ -166,7 +169,7 @@ class Recorder:
             batch.append((info_hash, located))
         return self.record_places_many(batch, now)
 
-    def record_places_many(self, visits: Sequence[tuple[str, Iterable[tuple[bytes, object]]]],
+    def record_places_many(self, visits: Sequence[tuple[str, Iterable[tuple[bytes, Place]]]],
                            now: float) -> list[int]:
         """``record_visits`` with IPs already packed and located: each visit an info-hash and its
         ``(packed_ip, Place)`` pairs, the visits of distinct torrents, all at time ``now``.
@@ -220,7 +223,7 @@ class Recorder:
             out[i] += new
         return out
 
-    def _probe_calls(self, h: str, t_fp: int, located: Iterable[tuple[bytes, object]]) -> VisitPart | None:
+    def _probe_calls(self, h: str, t_fp: int, located: Iterable[tuple[bytes, Place]]) -> VisitPart | None:
         """The visit's part in its torrent's shard, with its probe.lua calls of ``PROBE_IPS``
         IPs (``packing.visit_part``; ``t_fp``: the torrent's fingerprint)."""
         split = self._place_shards is not None
@@ -247,6 +250,7 @@ class Recorder:
     def _run_places(self, now: int, month: str, calls: list) -> None:
         """Run the place calls of a crawl of several shards (``PlaceShards.run``): one round
         trip, before the torrent parts can be built."""
+        assert self._place_shards is not None  # a crawl of several shards has them
         self._place_shards.run(now, month, calls)
 
     def _place_info(self, pkey: tuple) -> PlaceInfo:
@@ -325,7 +329,8 @@ class Recorder:
             start = self.client.incrby(self.keys.sweep_cursor, budget) - budget
             cutoff = int(now) - self.window
             removed = 0
-            chunk, at = [], None
+            chunk: list[bytes] = []
+            at = None
             for i in range(budget):
                 g = (start + i) % n
                 s, b = divmod(g, per)
@@ -342,5 +347,10 @@ class Recorder:
         return removed
 
 
-_UNSEEN = object()
+class _Unseen(Enum):
+    UNSEEN = 0
+
+
+# An IP a batch has not met yet (an Enum member: a type checker narrows ``is`` on it).
+_UNSEEN: Final = _Unseen.UNSEEN
 

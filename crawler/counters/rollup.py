@@ -192,7 +192,8 @@ class Rollup:
         shard = self.shards[target]
         calls = []
         for c, first in enumerate(range(0, len(rows), FOLD_CHUNK), 1):
-            keys, kinds, numbers, args = [shard.rollup_applied], [], {}, []
+            keys, kinds, args = [shard.rollup_applied], [], []
+            numbers: dict[tuple, int] = {}  # (period, scope) -> its total's position in keys
             for period, scope, member, n in rows[first : first + FOLD_CHUNK]:
                 k = numbers.get((period, scope))
                 if k is None:

@@ -54,8 +54,10 @@ class RecordBatch:
         self.pending: list = []  # torrent part: (record without its place time, PlaceInfo, place answer)
         self.buckets: list = []  # mark bucket keys, after ``keys``
         self.bnumbers: dict = {}  # bucket number -> 1-based index in ``buckets``
-        self.countries, self.country_numbers = bytearray(), {}
-        self.places, self.heads = bytearray(), {}  # place tuple -> its IPs' header bits
+        self.countries = bytearray()
+        self.country_numbers: dict[str, int] = {}
+        self.places = bytearray()
+        self.heads: dict[tuple, int] = {}  # place tuple -> its IPs' header bits
         self.ips = bytearray()
         self.pairs = 0
         self.visits: list = []  # per visit: [info-hash, key position of its indexes, IP records]
@@ -77,7 +79,7 @@ class RecordBatch:
         ``country_keys(country, month)``: the six per-country index keys
         record.lua gets for a country new to this batch.
         """
-        c = 0
+        c: int | None = 0
         if info.country is not None:
             c = self.country_numbers.get(info.country)
             if c is None:
@@ -150,8 +152,10 @@ class PlaceCall:
         self.shard = shard
         self.buckets: list = []
         self.bnumbers: dict = {}
-        self.countries, self.country_numbers = bytearray(), {}
-        self.places, self.place_numbers = bytearray(), {}
+        self.countries = bytearray()
+        self.country_numbers: dict[str, int] = {}
+        self.places = bytearray()
+        self.place_numbers: dict[tuple, int] = {}
         self.ips = bytearray()
         self.n = self.pairs = 0
         self.fps: set[int] = set()  # the fingerprints of its IPs: an IP goes in a call once
