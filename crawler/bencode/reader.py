@@ -10,6 +10,7 @@ the budgets: ``crawler.bencode.codec``'s docstring.
 from __future__ import annotations
 
 import re
+from typing import NoReturn
 
 from crawler.bencode.schema import (
     DICTIONARY,
@@ -75,12 +76,12 @@ class Reader:
         if schema is KEEP:
             return self.keep(i, depth)
         if c == _L:
-            if kind is Items:
+            if type(schema) is Items:
                 return self.items(i, schema, depth)
-            if kind is Each:
+            if type(schema) is Each:
                 return None, self.each(i, schema, depth)
             return LIST, self.skip(i, depth)
-        if kind is Keys:
+        if type(schema) is Keys:
             return self.keys(i, schema, depth)
         return DICTIONARY, self.skip(i, depth)
 
@@ -153,9 +154,10 @@ class Reader:
             raise TooManyValues(self.limit, i)
         data, size, fields, spans = self.data, self.size, schema.fields, schema.spans
         keep, skip, read, inner = self.keep, self.skip, self.read, depth + 1
+        found: dict[bytes, tuple[int, int]] = {}  # the spans asked for, the Record's
         out: dict = Record() if spans else {}
-        if spans:
-            out.spans = {}
+        if isinstance(out, Record):
+            out.spans = found
         i += 1
         while True:
             if i >= size:
@@ -175,7 +177,7 @@ class Reader:
                 start = i
                 out[k], i = read(i, sub, inner)
                 if k in spans:
-                    out.spans[k] = (start, i)
+                    found[k] = (start, i)
 
     def key(self, i: int, c: int) -> tuple[bytes, int]:
         """The dictionary key at ``i`` (``c``: its first byte), and the offset after it."""
@@ -229,7 +231,6 @@ class Reader:
         if self.left < 0:
             raise TooManyValues(self.limit, i)
         data, size, to = self.data, self.size, schema.to
-        nested = type(to) is Each
         i += 1
         while True:
             if i >= size:
@@ -237,9 +238,9 @@ class Reader:
             c = data[i]
             if c == _E:
                 return i + 1
-            if nested and c == _L:
+            if isinstance(to, Each) and c == _L:
                 i = self.each(i, to, depth + 1)
-            elif not nested and (c == _I or 0x30 <= c <= 0x39):
+            elif not isinstance(to, Each) and (c == _I or 0x30 <= c <= 0x39):
                 v, i = self.keep(i, depth + 1)
                 to(v)
             else:
@@ -336,7 +337,7 @@ def _short_string(data: bytes, i: int, start: int, end: int) -> BencodeError:
     return BencodeError(f"truncated: string at offset {i} wants {end - start} bytes, {len(data) - start} left")
 
 
-def _digits(data: bytes, start: int, end: int, what: str) -> None:
+def _digits(data: bytes, start: int, end: int, what: str) -> NoReturn:
     """Raise the ``BencodeError`` saying why data[start:end] is not a canonical decimal (optional '-')."""
     s = data[start:end]
     neg = s[:1] == b"-"
@@ -352,7 +353,7 @@ def _digits(data: bytes, start: int, end: int, what: str) -> None:
     raise BencodeError(f"{what} at offset {start} is malformed: {s[:24]!r}")
 
 
-def _bad_integer(data: bytes, i: int) -> None:
+def _bad_integer(data: bytes, i: int) -> NoReturn:
     """Raise the error of an integer at ``i`` that ``_INT`` refused."""
     end = data.find(b"e", i + 1)
     if end < 0:
@@ -360,7 +361,7 @@ def _bad_integer(data: bytes, i: int) -> None:
     _digits(data, i + 1, end, "integer")
 
 
-def _bad_length(data: bytes, i: int) -> None:
+def _bad_length(data: bytes, i: int) -> NoReturn:
     """Raise the error of a string length at ``i`` that ``_LEN`` refused."""
     colon = data.find(b":", i)
     if colon < 0:

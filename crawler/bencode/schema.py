@@ -33,12 +33,14 @@ class Cut(list):
     """The items of a list that an ``Items`` schema kept; ``cut``: how many after them were not."""
 
     __slots__ = ("cut",)
+    cut: int
 
 
 class Record(dict):
     """The kept keys of a dictionary read by ``Keys``; ``spans[key]``: the offsets of the keys it asked spans of."""
 
     __slots__ = ("spans",)
+    spans: dict[bytes, tuple[int, int]]
 
 
 class _Mark:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import io
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import IO, Any, BinaryIO
 
 from crawler.errors import ItemError
 from crawler.torrents.items import NewItem, parse_items
@@ -72,7 +72,8 @@ def lines_of(f: BinaryIO) -> Iterator[tuple[int, str | ItemError]]:
     head = f.peek(4)[:4] if hasattr(f, "peek") else b""
     encoding = next((enc for bom, enc in _BOMS if head.startswith(bom)), None)
     wide = encoding in ("utf-16", "utf-32")
-    stream = io.TextIOWrapper(f, encoding=encoding, errors="replace") if wide else f
+    # text for the wide encodings, else bytes: each line is what its stream gives
+    stream: IO[Any] = io.TextIOWrapper(f, encoding=encoding, errors="replace") if wide else f
     newline = "\n" if wide else b"\n"
     n = 0
     while line := stream.readline(MAX_LINE + 1):

@@ -36,7 +36,7 @@ import re
 import stat
 from collections.abc import Callable
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, cast
 from urllib.parse import unquote_plus, urlsplit
 
 from crawler import redact
@@ -213,7 +213,7 @@ def _size_and_files(info: dict) -> tuple[int | None, int | None]:
     if isinstance(files, list):
         lengths = [f.get(b"length") if isinstance(f, dict) else None for f in files]
         if files and all(isinstance(n, int) and n >= 0 for n in lengths):
-            return sum(lengths), len(lengths)
+            return sum(cast(list[int], lengths)), len(lengths)  # each an int: checked just above
         return None, None
     length = info.get(b"length")
     return (length, 1) if isinstance(length, int) and length >= 0 else (None, None)
@@ -246,6 +246,7 @@ def parse_torrent(data: bytes, name: str = ".torrent", max_trackers: int = MAX_T
     if isinstance(version, int) and version >= 2 and b"pieces" not in info:
         raise ItemError(f"{name} is a v2-only torrent (BEP 52, no v1 pieces); peercrawl crawls v1 and "
                         "hybrid torrents by their v1 info-hash")
+    assert isinstance(top, bencode.Record)  # a dictionary, as the info in it says: Keys with spans gives a Record
     start, end = top.spans[b"info"]
     digest = hashlib.sha1(memoryview(data)[start:end]).hexdigest()
     urls = Trackers(max_trackers, "announce", strict=False)
