@@ -30,6 +30,7 @@ import socket
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import geoip2.database
 import maxminddb
@@ -164,7 +165,9 @@ class Locator:
         building the model cost more than the lookup itself.
         """
         try:
-            r = self._db.get(addr)
+            # read as whatever it holds: a damaged database's record may be anything, and
+            # any failure to read it is the except below
+            r: Any = self._db.get(addr)
             if r is None:
                 return NOWHERE
             place = Place(
