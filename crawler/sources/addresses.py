@@ -68,8 +68,10 @@ def kind_of(ip: str) -> str | None:
         if addr in NAT64:
             return _embedded("NAT64", ipaddress.IPv4Address(int(addr) & 0xFFFFFFFF))
         if addr in SIXTOFOUR:
+            assert addr.sixtofour is not None  # ipaddress gives it for every address of 2002::/16
             return _embedded("6to4", addr.sixtofour)
         if addr in TEREDO:
+            assert addr.teredo is not None  # ipaddress gives it for every address of 2001::/32
             server, client = addr.teredo
             return _embedded("Teredo", server, "server ") or _embedded("Teredo", client, "client ")
         if addr in SITE_LOCAL:

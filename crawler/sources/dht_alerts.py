@@ -32,9 +32,13 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import gevent
 from gevent.event import AsyncResult
+
+if TYPE_CHECKING:
+    from gevent._types import _IoWatcher
 
 _READ = 1  # libev/libuv EV_READ
 
@@ -64,9 +68,8 @@ class AlertPump:
         # stalls the hub.
         os.set_blocking(self._rfd, False)
         os.set_blocking(self._wfd, False)
-        self._watcher = gevent.get_hub().loop.io(self._rfd, _READ)
         # unref: a pending pump alone does not keep the hub alive.
-        self._watcher.ref = False
+        self._watcher: _IoWatcher | None = gevent.get_hub().loop.io(self._rfd, _READ, ref=False)
         self._watcher.start(self._drain)
         session.set_alert_fd(self._wfd)
         # Alerts queued before the fd was installed never notify.
@@ -129,7 +132,7 @@ class StatsRequests:
 
     def post(self, session) -> AsyncResult:
         """Ask ``session`` for its counters; the result is set when the alert arrives."""
-        result = AsyncResult()
+        result: AsyncResult = AsyncResult()
         self._pending.append(result)
         session.post_session_stats()
         self._last, self._last_at = result, time.monotonic()

@@ -178,6 +178,7 @@ class RequestCounts:
                 self._send()
 
     def _send(self) -> None:
+        assert self._unsent is not None  # called only with a batch to send
         keys, args = self._unsent
         try:
             self._script(keys=keys, args=args)

@@ -184,6 +184,7 @@ class DhtSource:
 
     def _unregister(self, target: Group) -> None:
         """The pacer retired the traversals of ``target``'s info-hash."""
+        assert isinstance(target, Target)  # the groups this pacer is handed are the lookups' Targets
         self._targets.pop(target.key, None)
 
     # --- greenlet side ------------------------------------------------------

@@ -58,7 +58,7 @@ MOST_PLAUSIBLE = 6000.0
 _LOG_STEP = math.log(1.0 - 1.0 / M_BITS)
 
 
-def _check(bloom: bytes) -> None:
+def _check(bloom: bytes | bytearray) -> None:
     if len(bloom) != SIZE:
         raise ValueError(f"a BEP 33 filter has {SIZE} bytes, not {len(bloom)}")
 

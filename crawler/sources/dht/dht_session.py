@@ -79,6 +79,7 @@ def resolve_bootstrap(nodes: tuple[tuple[str, int], ...], allow_private: bool) -
             log.warning("dht_bootstrap_unresolved", node=f"{host}:{port}", error=str(e))
             continue
         for _family, _, _, _, sockaddr in infos:
+            assert isinstance(sockaddr[0], str)  # an IPv4 or IPv6 sockaddr: its address as text
             ip = str(ipaddress.ip_address(sockaddr[0].split("%")[0]))
             check(ip, allow_private, f"DHT bootstrap node {host}:{port}")
             if (ip, port) not in out:
@@ -109,7 +110,9 @@ def new_session(settings: Settings, bootstrap: list[tuple[str, int]], read_only:
     """
     params = session_params(settings, bootstrap, read_only, listen)
     params.update(extra or {})
-    session = lt.session(params)
+    # libtorrent's stubs want a settings_pack TypedDict, which lacks settings the binding knows
+    # (handshake_client_version); the binding takes any dict of settings
+    session = lt.session(params)  # type: ignore[call-overload]
     session.set_ip_filter(ip_filter(settings.allow_private))
     return session
 

@@ -90,7 +90,7 @@ class DhtSizes:
         jobs = [gevent.spawn(scrape, self.sockets[f], info_hash_hex, cs, deadline, check=self.check)
                 for f, cs in by_family.items() if cs]
         gevent.joinall(jobs)
-        results = [j.value for j in jobs if j.successful()]
+        results = [j.get() for j in jobs if j.successful()]  # a successful one has its value
         queries = sum(r.queries for r in results)
         if self.requests is not None and jobs:
             self.requests.dht_scrape(queries)

@@ -136,7 +136,7 @@ def announce_peer(transaction_id: bytes, node_id: bytes, info_hash: bytes, port:
 def _query(transaction_id: bytes, name: bytes, args: dict, read_only: bool) -> bytes:
     if not 0 < len(transaction_id) <= MAX_TRANSACTION_ID:
         raise ValueError(f"a transaction id has 1-{MAX_TRANSACTION_ID} bytes")
-    message = {b"t": bytes(transaction_id), b"y": b"q", b"q": name, b"a": args}
+    message: dict[bytes, object] = {b"t": bytes(transaction_id), b"y": b"q", b"q": name, b"a": args}
     if read_only:
         message[b"ro"] = 1
     return bencode.encode(message)

@@ -203,7 +203,7 @@ class KrpcSocket:
         tid = os.urandom(4)
         while tid in self._pending:
             tid = os.urandom(4)
-        waiter = AsyncResult()
+        waiter: AsyncResult = AsyncResult()
         self._pending[tid] = (key, waiter)
         awaited.queries += 1
         try:

@@ -314,8 +314,8 @@ class MetadataFetcher:
             return got
         if self._closed:
             return self._no("closed", "metadata fetcher closed")
-        got = failure(f, self.timeout)
-        return self._no(got.kind, got.reason)
+        failed = failure(f, self.timeout)
+        return self._no(failed.kind, failed.reason)
 
     def _no(self, kind: str, reason: str) -> NoMetadata:
         self.outcomes[kind] += 1
@@ -380,6 +380,7 @@ class MetadataFetcher:
                 values = self._stats["utp"].post(session).get(timeout=max(end - time.monotonic(), 0))
             except gevent.Timeout:
                 return
+            assert values is not None  # a stats request is answered with the counters
             if not any(values.get(name, 0) for name in UTP_OPEN):
                 return
             gevent.sleep(DRAIN_POLL)

@@ -204,6 +204,7 @@ def _walk(data: bytes, got: _Info) -> Generator[None, None, None]:
     size, keep, skip, max_files, slice_values = len(data), r.keep, r.skip, MAX_FILES, SLICE_VALUES
     stack: list[_Frame] = []
     top: _Frame | None = None  # stack[-1]
+    role: int | None
     i, role, steps = 0, _TOP, slice_values
     while role is not None or stack:
         steps -= 1
@@ -224,18 +225,21 @@ def _walk(data: bytes, got: _Info) -> Generator[None, None, None]:
                 value, i = keep(i, len(stack))
                 _kept(role, value, top, got)
             role = None
-        elif i >= size:
-            raise bencode.BencodeError(f"truncated: {'list' if top.listed else 'dictionary'} not closed at offset {i}")
-        elif data[i] == _E:
-            stack.pop()
-            i += 1
-            _closed(top, got)
-            top = stack[-1] if stack else None
-        elif top.listed:
-            role = _FILE if top.kind == _FILES and top.count < max_files else _SKIP
-            top.count += 1
         else:
-            role, i = _key(r, i, top, len(stack))
+            assert top is not None  # with no value to read, the loop runs while a container is open
+            if i >= size:
+                raise bencode.BencodeError(
+                    f"truncated: {'list' if top.listed else 'dictionary'} not closed at offset {i}")
+            elif data[i] == _E:
+                stack.pop()
+                i += 1
+                _closed(top, got)
+                top = stack[-1] if stack else None
+            elif top.listed:
+                role = _FILE if top.kind == _FILES and top.count < max_files else _SKIP
+                top.count += 1
+            else:
+                role, i = _key(r, i, top, len(stack))
     if i != size:
         raise bencode.BencodeError(f"{size - i} trailing bytes after the value at offset {i}")
 
@@ -264,12 +268,14 @@ def _open(r: Reader, i: int, depth: int, role: int, is_dict: bool, parent: _Fram
         if not is_dict:
             kind = _FILES
     elif role == _FILE:
+        assert parent is not None  # an item of the files list
         index = parent.count - 1
         if is_dict:
             kind, kept = _ENTRY, {}
         else:
             got.entry(index, bencode.LIST)
     elif role == _KEEP:
+        assert parent is not None and parent.kept is not None  # a field of the dictionary that keeps it
         parent.kept[parent.field] = bencode.DICTIONARY if is_dict else bencode.LIST
     r.left -= 1
     if r.left < 0:
@@ -287,6 +293,7 @@ def _key(r: Reader, i: int, top: _Frame, depth: int) -> tuple[int, int]:
             raise bencode.BencodeError(f"dictionary key at offset {i} is not a byte string")
         return _SKIP, r.skip(i, depth)
     key, i = r.key(i, c)
+    assert top.kept is not None  # the info dictionary or a file entry: both keep fields
     role = (_ROOT_FIELDS if top.kind == _ROOT else _ENTRY_FIELDS).get(key, _SKIP)
     if role != _SKIP:
         if key in top.kept:
@@ -299,10 +306,12 @@ def _key(r: Reader, i: int, top: _Frame, depth: int) -> tuple[int, int]:
 def _kept(role: int, value: object, parent: _Frame | None, got: _Info) -> None:
     """A string or integer ``value`` of ``role`` in ``parent`` (None: the whole input), noted in ``got``."""
     if role == _KEEP:
+        assert parent is not None and parent.kept is not None  # a field of the dictionary that keeps it
         parent.kept[parent.field] = value
     elif role == _FILES_VALUE:
         got.files = value
     elif role == _FILE:
+        assert parent is not None  # an item of the files list
         got.entry(parent.count - 1, value)
 
 

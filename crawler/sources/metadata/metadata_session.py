@@ -199,7 +199,9 @@ def new_session(settings: Settings, extra: dict | None = None, transport: str = 
     until a fetch allows its peers (``allow_only``); ``extra`` overrides settings (tests)."""
     params = session_params(settings, transport)
     params.update(extra or {})
-    session = lt.session(params, NO_DEFAULT_PLUGINS)
+    # libtorrent's stubs want a settings_pack TypedDict, which lacks settings the binding knows
+    # (handshake_client_version, above); the binding takes any dict of settings
+    session = lt.session(params, NO_DEFAULT_PLUGINS)  # type: ignore[call-overload]
     session.add_extension("ut_metadata")
     session.set_ip_filter(allow_only((), settings.allow_private))
     return session
