@@ -43,9 +43,11 @@ class AnnounceGroups:
         if forming is None:
             forming = self._forming[url] = []
             gevent.spawn(self._announce_forming, url)
-        done = AsyncResult()
+        done: AsyncResult[SourceResult] = AsyncResult()
         forming.append((info_hash, deadline, done))
-        return done.get()
+        result = done.get()
+        assert result is not None  # deliver sets each one's result, or an exception is raised here
+        return result
 
     def _announce_forming(self, url: str) -> None:
         """Announce the batch formed for ``url``; each caller gets its result as soon as it is final."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+from typing import cast
 
 import redis
 
@@ -33,7 +34,8 @@ def tracker_report(client: redis.Redis, keys: Keys, limit: int) -> dict[str, dic
     entries, whatever the number of trackers. Raises ``StoreError``.
     """
     try:
-        urls = client.zrevrange(keys.tracker_rank, 0, max(limit, 0) - 1) if limit > 0 else []
+        # bytes members: the client decodes no replies (redis-py's types cannot tell)
+        urls = cast(list[bytes], client.zrevrange(keys.tracker_rank, 0, max(limit, 0) - 1)) if limit > 0 else []
         rows = client.hmget(keys.tracker_health, urls) if urls else []
     except redis.RedisError as e:
         raise StoreError(f"reading tracker health: {e}") from e

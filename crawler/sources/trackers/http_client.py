@@ -32,6 +32,7 @@ from gevent import socket, ssl
 from crawler.errors import PeercrawlError, SettingsError
 from crawler.sources import addresses
 from crawler.sources.addresses import AddressCheck, Resolver, first, resolve
+from crawler.sources.lru import Lru
 from crawler.sources.trackers.http_codec import HttpResponse, ResponseReader
 from crawler.sources.trackers.tracker_errors import HttpReplyError, HttpRequestError, ReplyTooLarge, TrackerTimeout
 
@@ -96,7 +97,7 @@ def http_get(
     check: AddressCheck,
     tls: ssl.SSLContext | None = None,
     resolver: Resolver | None = None,
-    preferred: dict | None = None,
+    preferred: Lru | None = None,
 ) -> HttpResponse:
     """GET ``url`` and return the final 200 response after redirects.
 
@@ -132,6 +133,7 @@ def http_get(
 
 def _get_once(url, deadline, max_bytes, check, tls, resolver, preferred) -> HttpResponse:
     parts, port, what = _split(url)
+    assert parts.hostname is not None  # _split refuses a URL without a host
     targets = resolve(parts.hostname, port, check, what, resolver)
     key = ("tcp", parts.hostname, port)
     if preferred is not None and len(targets) > 1:

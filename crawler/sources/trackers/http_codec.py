@@ -299,6 +299,7 @@ class ResponseReader:
                 self._body.append(bytes(event.data))
             elif isinstance(event, h11.EndOfMessage):
                 r = self._response
+                assert r is not None  # h11 ends a message only after its Response
                 headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in r.headers}
                 self._done = HttpResponse(r.status_code, headers, b"".join(self._body))
                 return self._done
@@ -354,4 +355,6 @@ def parse_response(raw: bytes, max_body: int | None = None) -> HttpResponse:
     Raises ``HttpReplyError`` for a truncated or malformed response.
     """
     reader = ResponseReader("tracker", "/", max_body)
-    return reader.feed(raw) or reader.feed(b"")
+    got = reader.feed(raw) or reader.feed(b"")
+    assert got is not None  # at the close, h11 gives the whole response or an error (never NEED_DATA)
+    return got

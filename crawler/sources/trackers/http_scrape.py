@@ -24,6 +24,7 @@ from __future__ import annotations
 import urllib.parse
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import cast
 
 from crawler.bencode import codec as bencode
 from crawler.sources.trackers.http_codec import MAX_COUNT, decode_reply
@@ -80,6 +81,9 @@ class ScrapeFound(dict):
     """
 
     __slots__ = ("files", "listed", "others")
+    files: bool
+    listed: int
+    others: int
 
 
 class _FilesKeys(Mapping):
@@ -142,5 +146,5 @@ def parse_scrape_reply(body: bytes, info_hashes: list[bytes]) -> ScrapeFound:
         if not all(isinstance(c, int) and 0 <= c <= MAX_COUNT for c in counts):
             raise HttpReplyError(f"scrape entry of {h.hex()} lacks whole counts")
         if key == h or h not in out:  # an entry under the raw key wins
-            out[h] = ScrapeCounts(*counts)
+            out[h] = ScrapeCounts(*cast(list[int], counts))  # each an int: checked just above
     return out

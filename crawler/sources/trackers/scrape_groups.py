@@ -96,9 +96,9 @@ class ScrapeGroups:
         when none has room. Raises ``StoreError`` when the place could not be taken."""
         g = self._forming.get(url)
         opener = g is None
-        if opener:
+        if g is None:
             g = self._forming[url] = _Group()
-        done = AsyncResult()
+        done: AsyncResult = AsyncResult()
         g.members.append((info_hash, patience, done))
         if len(g.members) >= self.full(url):
             g.full.set()

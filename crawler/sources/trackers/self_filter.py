@@ -34,7 +34,9 @@ def shared_port(client: redis.Redis, keys: Keys) -> int:
     """The namespace's announce port: chosen at random by the first worker (SET NX), read by all."""
     try:
         client.set(keys.announce_port, random.randint(*RANDOM_PORT_RANGE), nx=True)
-        return int(client.get(keys.announce_port))
+        port = client.get(keys.announce_port)
+        assert port is not None  # set just above, by this call or whoever set it first
+        return int(port)
     except redis.RedisError as e:
         raise StoreError(f"cannot read the announce port: {e}") from e
 

@@ -198,7 +198,7 @@ class Trackers:
         if url_parts(url)[0] != "udp" or len(info_hash_hexes) < 2:
             jobs = [gevent.spawn(self.announce, url, h, deadline, False) for h in info_hash_hexes]
             gevent.joinall(jobs, raise_error=True)
-            return [j.value for j in jobs]
+            return [j.get() for j in jobs]  # each successful: joinall raised otherwise
         results: list = [None] * len(info_hash_hexes)
 
         def deliver(i: int, result: SourceResult) -> None:

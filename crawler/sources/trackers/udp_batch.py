@@ -120,6 +120,7 @@ class AnnounceBatch:
         tid = c.new_tid()
         c.expect(tid, self.addr, codec.ANNOUNCE, _Arrival(self, tid))
         if stop:
+            assert self.withdraw is not None  # a withdrawal is sent only for a batch told to withdraw
             self.stop_owner[tid] = i
             self.stopping.add(i)
             self.expiry[i] = min(time.monotonic() + self.withdraw[0], self.withdraw[1])
@@ -189,4 +190,7 @@ class AnnounceBatch:
             return e
         if isinstance(reply, codec.ErrorReply):
             return TrackerRefused(f"tracker error: {reply.message}")
-        return dataclasses.replace(reply, cut=cut) if cut else reply
+        if cut:
+            assert isinstance(reply, codec.AnnounceReply)  # _cut cuts announce replies alone
+            return dataclasses.replace(reply, cut=cut)
+        return reply

@@ -75,7 +75,7 @@ class UdpTrackerClient:
                  cache_size: int = 10_000):
         self.timeout = timeout
         self.retries = retries
-        self._bind = {_stdsocket.AF_INET: bind4, _stdsocket.AF_INET6: bind6}
+        self._bind: dict[int, str] = {_stdsocket.AF_INET: bind4, _stdsocket.AF_INET6: bind6}
         self._socks: dict[int, socket.socket] = {}
         self._readers: list[gevent.Greenlet] = []
         # transaction id -> (address, expected action, waiter: an AsyncResult, or a batch's)
@@ -178,7 +178,7 @@ class UdpTrackerClient:
             if left <= 0:
                 break
             tid = self.new_tid()
-            waiter = AsyncResult()
+            waiter: AsyncResult[bytes] = AsyncResult()
             self.expect(tid, addr, action, waiter)
             try:
                 s.sendto(build(tid), addr)
@@ -190,6 +190,7 @@ class UdpTrackerClient:
                 raise TrackerTimeout(f"cannot send to {addr[0]}:{addr[1]}: {e}") from e
             finally:
                 self.forget(tid)
+            assert data is not None  # the reader sets a waiter with its datagram
             reply = codec.parse_reply(data, family)
             if isinstance(reply, codec.ErrorReply):
                 raise TrackerRefused(f"tracker error: {reply.message}")
@@ -216,6 +217,7 @@ class UdpTrackerClient:
         try:
             self.connects_sent += 1
             reply = self._request(addr, family, codec.connect_request, codec.CONNECT, deadline)
+            assert isinstance(reply, codec.ConnectReply)  # on its tid the reader takes a connect reply or an error (raised)
             self._conn[addr] = (reply.connection_id, time.monotonic())
             return reply.connection_id, False
         finally:
@@ -330,6 +332,7 @@ class UdpTrackerClient:
             return codec.scrape_request(cid, tid, info_hashes)
 
         reply = self._with_connection(addr, family, build, codec.SCRAPE, deadline)
+        assert isinstance(reply, codec.ScrapeReply)  # on its tid the reader takes a scrape reply or an error (raised)
         if len(reply.entries) > len(info_hashes):
             raise codec.UdpPacketError(
                 f"scrape reply has {len(reply.entries)} entries for {len(info_hashes)} info-hashes"

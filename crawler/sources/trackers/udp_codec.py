@@ -169,8 +169,8 @@ def parse_reply(data: bytes, family: int = socket.AF_INET, peers: bool = True) -
         body = data[8:]
         if len(body) % 12:
             raise UdpPacketError(f"scrape reply body of {len(body)} bytes is not a multiple of 12")
-        entries = tuple(ScrapeEntry(*struct.unpack_from(">III", body, o)) for o in range(0, len(body), 12))
-        return ScrapeReply(tid, entries)
+        scraped = tuple(ScrapeEntry(*struct.unpack_from(">III", body, o)) for o in range(0, len(body), 12))
+        return ScrapeReply(tid, scraped)
     if action == ERROR:
         return ErrorReply(tid, one_line(data[8:].decode("utf-8", "replace"), 300))
     raise UdpPacketError(f"unknown action {action}")
