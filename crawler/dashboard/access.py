@@ -55,7 +55,8 @@ def check_bind(host: str, token: str | None, flag: str = "--host") -> None:
     if not host.strip():
         raise SettingsError(f"{flag} '' listens on every interface: {need}")
     try:
-        found = {info[4][0] for info in socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)}
+        found = {info[4][0] for info in socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+                 if isinstance(info[4][0], str)}  # an IP address's text (the only form TCP lookups give)
     except (OSError, UnicodeError) as e:
         raise SettingsError(f"{flag} {host!r}: cannot resolve it ({e}); {need}") from None
     outside = sorted(a for a in found if not is_loopback(a))

@@ -29,9 +29,11 @@ from urllib.parse import urlencode
 
 import redis
 from flask import Flask, Response, abort, jsonify, redirect, render_template, request
+from flask.json.provider import DefaultJSONProvider
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.openmetrics import exposition as openmetrics
 from werkzeug.exceptions import HTTPException
+from werkzeug.wrappers import Response as BaseResponse
 
 from crawler import logs
 from crawler.counters.names import check_month, info_hash_hex
@@ -57,6 +59,7 @@ def create_app(views: Views, token: str | None = None) -> Flask:
     (``crawler.dashboard.access``); the others get 403.
     """
     app = Flask(__name__, static_folder="static", template_folder="templates")
+    assert isinstance(app.json, DefaultJSONProvider)  # Flask's own, which has these settings
     app.json.sort_keys = False
     app.json.ensure_ascii = False
     app.before_request(lambda: _check_access(token))
@@ -69,7 +72,7 @@ def create_app(views: Views, token: str | None = None) -> Flask:
     return app
 
 
-def _check_access(token: str | None) -> Response | None:
+def _check_access(token: str | None) -> BaseResponse | None:
     """None to serve the request; a redirect that moves ``?token=`` into a cookie; else 401/403."""
     if token is None:
         why = access.refusal(request.environ.get("REMOTE_ADDR"), request.environ.get("HTTP_HOST"))

@@ -7,6 +7,8 @@ does for these commands) so Redis calls of one request do not block others.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from gevent.pywsgi import WSGIServer
 
 from crawler import logs
@@ -32,18 +34,23 @@ def make_server(client, keys, settings, host: str = "127.0.0.1", port: int = 865
 
 def address(server: WSGIServer) -> str:
     """The address to open ``server`` at, an IPv6 host in brackets."""
+    assert isinstance(server.address, tuple)  # a server made by make_server listens on (host, port)
     host, port = server.address[:2]
     shown = f"[{host}]" if ":" in host else host
     return f"http://{shown}:{port}/"
 
 
 class _ErrorLog:
-    """gevent's error log as structlog warnings."""
+    """gevent's error log as structlog warnings (also the app's ``wsgi.errors``: write, writelines, flush)."""
 
     def write(self, text: str) -> None:
         text = text.strip()
         if text:
             log.warning("dashboard_error", detail=text[-2000:])
+
+    def writelines(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            self.write(line)
 
     def flush(self) -> None:
         pass
