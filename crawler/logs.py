@@ -20,6 +20,7 @@ import traceback
 from collections.abc import Iterable
 
 import structlog
+from structlog.typing import EventDict, Processor
 
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 FORMATS = ("json", "console")
@@ -50,7 +51,7 @@ def configure(level: str = "info", fmt: str = "auto", stream=None, hidden: Itera
     chosen_format = fmt
     _hidden.clear()
     hide(*hidden)
-    processors = [
+    processors: list[Processor] = [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
@@ -59,6 +60,7 @@ def configure(level: str = "info", fmt: str = "auto", stream=None, hidden: Itera
         structlog.processors.format_exc_info,
         _scrub_event,
     ]
+    renderer: Processor
     if fmt == "json":
         renderer = structlog.processors.JSONRenderer()
     else:
@@ -70,7 +72,8 @@ def configure(level: str = "info", fmt: str = "auto", stream=None, hidden: Itera
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level]),
         # one write per line, newline included (print's two writes let another process's line in
         # between), to a stream that goes quiet once its reader is gone (a drain still runs)
-        logger_factory=structlog.WriteLoggerFactory(_Quiet(stream)),
+        # (structlog types the stream as a TextIO; its WriteLogger calls write and flush alone)
+        logger_factory=structlog.WriteLoggerFactory(_Quiet(stream)),  # type: ignore[arg-type]
         cache_logger_on_first_use=False,
     )
     sys.excepthook = _excepthook
@@ -132,7 +135,7 @@ def _scrubbed(value):
     return value
 
 
-def _scrub_event(_logger, _name, event_dict: dict) -> dict:
+def _scrub_event(_logger, _name, event_dict: EventDict) -> EventDict:
     """The processor taking hidden texts out of every string value of the event."""
     return {k: _scrubbed(v) for k, v in event_dict.items()} if _hidden else event_dict
 
@@ -143,7 +146,7 @@ class _Scrubbed:
     def __init__(self, renderer):
         self.renderer = renderer
 
-    def __call__(self, logger, name: str, event_dict: dict) -> str:
+    def __call__(self, logger, name: str, event_dict: EventDict) -> str:
         return scrub(self.renderer(logger, name, event_dict))
 
 

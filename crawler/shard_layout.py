@@ -70,12 +70,12 @@ class ShardLayout:
         """The keys of shard ``i`` (``0 <= i < shards``)."""
         if not 0 <= i < self.shards:
             raise ValueError(f"shard {i} of a namespace with {self.shards} shards")
-        return _all_shards(type(self), self.namespace, self.shards)[i]
+        return _all_shards(type(self), self.namespace, self.shards)[i]  # type: ignore[arg-type]  # a class is Hashable
 
     @property
     def all_shards(self) -> tuple[Self, ...]:
         """Every shard's keys, shard 0 first."""
-        return _all_shards(type(self), self.namespace, self.shards)
+        return _all_shards(type(self), self.namespace, self.shards)  # type: ignore[arg-type]  # a class is Hashable
 
     @property
     def counter_shards(self) -> int:
@@ -88,12 +88,12 @@ class ShardLayout:
         n = self.counter_shards
         if not 0 <= j < n:
             raise ValueError(f"counter shard {j} of a namespace with {n} counter shards")
-        return _all_shards(type(self), self.namespace, n)[j]
+        return _all_shards(type(self), self.namespace, n)[j]  # type: ignore[arg-type]  # a class is Hashable
 
     @property
     def all_counter_shards(self) -> tuple[Self, ...]:
         """Every counter shard's keys, shard 0 first."""
-        return _all_shards(type(self), self.namespace, self.counter_shards)
+        return _all_shards(type(self), self.namespace, self.counter_shards)  # type: ignore[arg-type]  # a class is Hashable
 
     @property
     def home(self) -> Self:
@@ -101,6 +101,8 @@ class ShardLayout:
         return type(self)(self.namespace, self.shards, counters=self.counters)
 
 
+# Its callers ignore mypy's arg-type error: mypy does not take a class for Hashable, as
+# the cache's key must be (every class is).
 @cache
 def _all_shards(cls: type[ShardLayout], namespace: str, shards: int) -> tuple:
     if shards == 1:
