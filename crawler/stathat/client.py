@@ -113,4 +113,6 @@ class _HTTPSHandler(urllib.request.HTTPSHandler):
         self._conns = conns
 
     def https_open(self, req):
-        return self.do_open(_recording(http.client.HTTPSConnection, self._conns), req, context=self._context)
+        # the context HTTPSHandler keeps (as its own https_open passes it), undeclared in typeshed
+        return self.do_open(_recording(http.client.HTTPSConnection, self._conns), req,
+                            context=self._context)  # type: ignore[attr-defined]

@@ -242,7 +242,8 @@ class Flusher:
             if out["busy"] and not claimed:
                 return None
             lead = replies[0][0] != 0
-            value = [{"stat": "torrents.count", "value": self.tracked()}] if self.post_count and lead else []
+            value = ([{"stat": "torrents.count", "value": self.tracked()}]
+                     if self.post_count and lead and self.tracked is not None else [])  # post_count: tracked given
         except redis.RedisError as e:
             raise StoreError(f"claiming the StatHat outbox failed: {e}") from e
         return claimed, value
@@ -308,6 +309,7 @@ class Flusher:
     def _post(self, out: dict, data: list, timeout: float, held: list) -> bool:
         """One post; False when it failed (the claims released, ``error`` set)."""
         out["requests"] += 1
+        assert self.sink is not None  # flush_once posts only when enabled, and an enabled flusher has its sink
         try:
             self.sink.post(data, timeout=timeout)
         except PostError as e:
