@@ -10,6 +10,8 @@ connects, and no connection of it exists before the patch.
 
 from __future__ import annotations
 
+from typing import Literal
+
 import click
 
 
@@ -20,7 +22,7 @@ def _patch() -> None:
         monkey.patch_all()
 
 
-def _concurrency(value: str | None) -> int | None | str:
+def _concurrency(value: str | None) -> int | None | Literal["auto"]:
     """None: the settings' fixed size; "auto"; or a positive int. Raises BadParameter."""
     if value is None:
         return None
@@ -116,6 +118,7 @@ def worker(concurrency, max_visits, until_idle, duration, processes) -> None:
         from workers.cpus import usable_cpus
 
         n = usable_cpus()
+    assert isinstance(n, int)  # a count, or "auto" made one just above
     if n > 1:
         raise SystemExit(_supervise(ctx, n, concurrency, max_visits, until_idle, duration))
     # Imported after logging is configured: logs.get binds at import time.

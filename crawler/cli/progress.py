@@ -13,6 +13,7 @@ from __future__ import annotations
 import sys
 import time
 from collections import Counter
+from typing import TYPE_CHECKING
 
 import click
 import gevent
@@ -23,6 +24,9 @@ from crawler.cli.add import admit
 from crawler.counters.names import LIFETIME, UNPLACED_MEMBER
 from crawler.counters.rollup import index_keys
 from crawler.safe_text import terminal
+
+if TYPE_CHECKING:
+    from rich.live import Live
 
 # Distinct failure reasons counted for the summary (errors name their trackers, so they could be many).
 MAX_REASONS = 1000
@@ -52,8 +56,8 @@ class Progress:
         self.started = time.monotonic()
         # sharded: the settled totals (the workers settle them each flush cycle)
         self._countries_key = index_keys(keys, LIFETIME, ("countries",))[0]
-        self._live = None
-        self._loop = None
+        self._live: Live | None = None
+        self._loop: gevent.Greenlet | None = None
 
     def visit(self, v) -> None:
         """``Worker.on_visit``: count one visit (a skipped one asked nobody: not a visit)."""
@@ -110,6 +114,7 @@ class Progress:
         return self
 
     def _refresh_loop(self) -> None:
+        assert self._live is not None  # spawned by __enter__, once the Live is made
         while True:
             self._live.update(self._shown(), refresh=True)
             gevent.sleep(self.every)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import cast
 
 import click
 import redis
@@ -37,7 +38,7 @@ def command(move: bool, as_json: bool) -> None:
     """
     ctx = open_context()
     try:
-        stored = ctx.client.get(ctx.keys.secret)
+        stored = cast("bytes | None", ctx.client.get(ctx.keys.secret))  # the client decodes no replies
     except redis.RedisError as e:
         raise StoreError(f"cannot read {ctx.keys.secret}: {e}") from e
     if move:

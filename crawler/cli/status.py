@@ -86,8 +86,9 @@ def _capacity_rows(t, cap: dict) -> None:
     needed = cap.get("visits_needed_per_hour")
     t.add_row("visits needed per hour", human.NONE + " (revisit interval 0)" if needed is None else f"{needed:,.0f}")
     per = cap.get("visits_per_worker_hour")
-    basis = {"measured": "measured while busy", "pool": "its pool over the median visit time",
-             "core": "one core at its CPU time per visit"}.get(cap.get("per_worker_basis"), "measured")
+    bases: dict[str | None, str] = {"measured": "measured while busy", "pool": "its pool over the median visit time",
+                                    "core": "one core at its CPU time per visit"}
+    basis = bases.get(cap.get("per_worker_basis"), "measured")
     t.add_row("visits per worker hour", human.NONE if per is None else f"{per:,.0f} ({basis})")
     n, why = cap.get("workers_needed"), cap.get("workers_needed_why")
     t.add_row("workers needed", (human.NONE if n is None else f"{n:,}") + (f" ({why})" if why else ""))
