@@ -41,7 +41,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import redis
 from redis.exceptions import (
@@ -58,6 +58,9 @@ from redis.exceptions import (
 
 from crawler import logs
 from crawler.errors import one_line
+
+if TYPE_CHECKING:
+    import gevent.event
 
 log = logs.get("redis")
 
@@ -195,7 +198,7 @@ class Outage:
         return {"redis_down_s": down, "redis_outages": self.outages}
 
     # --- waiting ---------------------------------------------------------------
-    def run(self, do: Callable[[], T], what: str = "redis", *, stop: threading.Event | None = None,
+    def run(self, do: Callable[[], T], what: str = "redis", *, stop: threading.Event | gevent.event.Event | None = None,
             patience: float | None = None, on_failure: Callable[[BaseException, int], None] | None = None,
             retryable: Callable[[BaseException], bool] = transient) -> T:
         """``do()``, sent again after each ``retryable`` failure until it succeeds; its value.
