@@ -17,6 +17,8 @@ failure, never the visit's. Raises only ``StoreError``.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from typing import TypeVar
 
 import gevent
 
@@ -29,6 +31,8 @@ from crawler.sources.trackers.tracker_mirrors import Mirrors
 # A source's failure when it gave nothing by the visit's deadline.
 NO_ANSWER = "no answer within the visit deadline"
 NO_SCRAPE = "no scrape answer within the visit deadline"
+
+T = TypeVar("T")
 
 
 class Asking:
@@ -85,8 +89,9 @@ class Asking:
             u = urls[0]
             return [self._bounded(self._alone(u, lambda: self.trackers.announce(u, h, deadline, False), deadline,
                                               NO_ANSWER))]
-        jobs = {u: gevent.spawn_later(waits[u], self.trackers.announce, u, h, deadline, False) if waits.get(u)
-                else gevent.spawn(self.trackers.announce, u, h, deadline, False) for u in urls}
+        jobs: dict[str, gevent.Greenlet] = {
+            u: gevent.spawn_later(waits[u], self.trackers.announce, u, h, deadline, False) if waits.get(u)
+            else gevent.spawn(self.trackers.announce, u, h, deadline, False) for u in urls}
         if dht:
             jobs["dht"] = gevent.spawn_later(waits.get("dht", 0.0), self.dht.lookup, h)
         return [self._bounded(r) if r is not None else SourceResult.failed(name, NO_ANSWER)
@@ -146,11 +151,12 @@ class Asking:
                 out[name] = SourceResult.failed(name, late)
         return out
 
-    def _alone(self, name: str, call, deadline: float, late: str) -> SourceResult | None:
+    def _alone(self, name: str, call: Callable[[], T], deadline: float, late: str) -> T | SourceResult:
         """``call()`` of one source from this greenlet (no greenlet to start for a lone source): its
         value, or its failure as ``_joined`` gives it."""
         # The source bounds itself by the deadline; the extra second only guards a stuck one.
-        with gevent.Timeout(max(deadline - time.monotonic(), 0) + 1.0, False):
+        # False: the block ends silently at the timeout (gevent documents it; its stubs leave it out)
+        with gevent.Timeout(max(deadline - time.monotonic(), 0) + 1.0, False):  # type: ignore[arg-type]
             try:
                 return call()
             except StoreError:

@@ -224,9 +224,10 @@ class Autoscaler:
     def _pressure(self, cpu: float, rtt: float | None, lag: float) -> tuple[bool, bool]:
         """(overloaded, saturated), as the strategy above defines them."""
         best = self.best_rtt
-        slow = rtt is not None and best is not None
-        overloaded = lag > self.lag_max or (slow and rtt > self.overload_factor * best + 0.020)
-        saturated = cpu >= self.cpu_busy or lag > self.lag_high or (slow and rtt > self.rtt_factor * best + 0.002)
+        if rtt is None or best is None:  # no round trip to weigh: the lag and the CPU alone
+            return lag > self.lag_max, cpu >= self.cpu_busy or lag > self.lag_high
+        overloaded = lag > self.lag_max or rtt > self.overload_factor * best + 0.020
+        saturated = cpu >= self.cpu_busy or lag > self.lag_high or rtt > self.rtt_factor * best + 0.002
         return overloaded, saturated
 
     def _plateaued(self, grew: tuple[int, float] | None, size: int, rate: float | None) -> bool:
@@ -278,6 +279,7 @@ class Autoscaler:
             new, why = size - max(1, math.ceil(size * 0.2)), "overloaded"
             self._cap(size)
         elif behind and self._plateaued(grew, size, rate):
+            assert grew is not None  # a plateau is after a growth
             new, why = grew[0], "plateau"
             self._cap(size)
         elif behind and busy >= 0.9 * size and not saturated:

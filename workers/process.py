@@ -135,6 +135,7 @@ class Process:
             from workers.worker_metrics import serve
 
             self.metrics.watch_pool(self.worker.slots)
+            assert settings.metrics_port is not None  # the metrics are made only to be served on it
             self._metrics_server = serve(self.metrics, settings.metrics_port)
 
     def run(self, signals: bool = True) -> int:

@@ -53,6 +53,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import gevent
 import redis
@@ -64,6 +65,9 @@ from crawler.queue.source_notes import decode, tracker_list
 from crawler.sources.result import SourceResult
 from crawler.sources.trackers.scrape_groups import Seat
 from crawler.sources.trackers.tracker_urls import by_tracker, preferred
+
+if TYPE_CHECKING:
+    from workers.claims import Claims
 
 log = logs.get("worker.scrape_ahead")
 
@@ -118,7 +122,7 @@ class ScrapeAhead:
         self.queue, self.trackers, self.settings, self.place, self.defaults = queue, trackers, settings, place, defaults
         self.horizon = min(settings.scrape_ahead_seconds, settings.revisit_seconds / 2)
         self.enabled = bool(settings.scrape_first and self.horizon > 0)
-        self.claims = None
+        self.claims: Claims | None = None
         # tracker URL -> {info-hash: unix time its visit is due}, torrents waiting for a request to ride in
         self.pending: dict[str, dict[str, float]] = {}
         # (tracker URL, info-hash) -> its seat in a request asked ahead
@@ -254,7 +258,11 @@ class ScrapeAhead:
             while pend and len(pend) >= groups.full(url) - groups.forming(url):
                 # exactly the room of the request forming (or of a new one): it goes out full
                 stop = len(pend) - (groups.full(url) - groups.forming(url))
-                self._seat(url, lambda pend=pend, stop=stop: len(pend) > stop)
+
+                def go_on(pend: dict = pend, stop: int = stop) -> bool:
+                    return len(pend) > stop
+
+                self._seat(url, go_on)
 
     def _due(self, now: float) -> list[tuple[str, float]]:
         """The cooling torrents due after now and within the horizon, soonest first, at most

@@ -15,14 +15,18 @@ still holds its slot until it ends, but the claim loop may already fill it.
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
+from typing import Generic, TypeVar
 
 from crawler.queue.queue import Lease
+
+# A runner: anything hashable (a worker's are its greenlets).
+R = TypeVar("R", bound=Hashable)
 
 # What ``reserve`` answered a runner: claim one next torrent, or leave.
 CLAIM, LEAVE = 1, 0
 
 
-class Slots:
+class Slots(Generic[R]):
     """Bookkeeping of one worker's runners (plain counts: no I/O, no greenlets of its own).
 
     ``target``: the runners wanted at a time (the autoscaler sets it);
@@ -40,10 +44,10 @@ class Slots:
 
     def __init__(self, target: int, limit: int | None = None):
         self.target, self.limit = target, limit
-        self.held: dict[Hashable, Lease] = {}
+        self.held: dict[R, Lease] = {}
         self.claimed = 0
         self.leaving = 0
-        self._asked: dict[Hashable, int] = {}  # reserve's answer for the runner's current visit
+        self._asked: dict[R, int] = {}  # reserve's answer for the runner's current visit
 
     @property
     def running(self) -> int:
@@ -61,17 +65,17 @@ class Slots:
             free = min(free, self.limit - self.claimed)
         return free
 
-    def start(self, runner: Hashable, lease: Lease) -> None:
+    def start(self, runner: R, lease: Lease) -> None:
         """A runner started by the claim loop for ``lease`` (one claim)."""
         self.claimed += 1
         self.held[runner] = lease
 
-    def hold(self, runner: Hashable, lease: Lease) -> None:
+    def hold(self, runner: R, lease: Lease) -> None:
         """``runner`` starts visiting ``lease``."""
         self.held[runner] = lease
         self._asked.pop(runner, None)
 
-    def reserve(self, runner: Hashable, claiming: bool = True) -> int:
+    def reserve(self, runner: R, claiming: bool = True) -> int:
         """``CLAIM`` (one claim reserved) if ``runner`` should claim its next torrent, else ``LEAVE``.
 
         ``LEAVE`` when the worker no longer claims (``claiming`` False), when
@@ -85,13 +89,13 @@ class Slots:
         self.claimed += 1
         return CLAIM
 
-    def answered(self, runner: Hashable, leases: Sequence[Lease]) -> None:
+    def answered(self, runner: R, leases: Sequence[Lease]) -> None:
         """The claim ``runner`` reserved brought ``leases``; none: the reservation is given back."""
         if self._asked.get(runner) == CLAIM and not leases:
             self.claimed -= 1
             del self._asked[runner]
 
-    def release(self, runner: Hashable) -> None:
+    def release(self, runner: R) -> None:
         """``runner`` ended: its slot is free; a claim it reserved and never visited is given back."""
         asked = self._asked.pop(runner, None)
         if asked == LEAVE:

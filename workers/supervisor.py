@@ -52,6 +52,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 
 import gevent
 
@@ -119,7 +120,7 @@ class Supervisor:
 
     def __init__(self, argvs: list[list[str]], shutdown: float, envs: list[dict[str, str]] | None = None):
         self.argvs, self.shutdown = argvs, shutdown
-        self.envs = envs or [None] * len(argvs)
+        self.envs: Sequence[dict[str, str] | None] = envs or [None] * len(argvs)
         self.children: list[subprocess.Popen | None] = [None] * len(argvs)
         self.started = [0.0] * len(argvs)
         self.pause = [BACKOFF] * len(argvs)
@@ -213,6 +214,7 @@ class Supervisor:
 
     def _kill(self, now: float) -> None:
         """The children still running past the shutdown time and ``KILL_AFTER``: SIGKILL, each logged."""
+        assert self.stopping_since is not None  # called only once stopping
         for i, child in enumerate(self.children):
             if child is not None and child.poll() is None and i not in self.killed:
                 log.error("worker_child_killed", child=i, pid=child.pid, after_s=round(now - self.stopping_since, 1),

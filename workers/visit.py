@@ -139,7 +139,8 @@ class Visitor:
         self.claims = claims or Claims(queue, self.outage, ahead=self.ahead.want, on_ahead=self.ahead.held)
         if claims is None:
             self.ahead.claims = self.claims
-        self._hour, self._noted = -1, set()
+        self._hour = -1
+        self._noted: set[str] = set()  # torrents whose visit this hour was noted
         self._blocked: set[str] = set()  # trackers the address policy refused, each logged once
         self.asking = Asking(settings, trackers, dht, self.ahead, self.cap, self.dht_budget)
 

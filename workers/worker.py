@@ -43,6 +43,7 @@ from __future__ import annotations
 import signal
 import time
 from collections.abc import Callable
+from functools import partial
 
 import gevent
 import redis
@@ -95,7 +96,7 @@ class Worker:
         self.view = QueueView(queue.client, queue.keys)
         self.settings = queue.settings
         self.autoscaler = autoscaler
-        self.slots = Slots(concurrency if concurrency is not None else autoscaler.size, max_visits)
+        self.slots: Slots[gevent.Greenlet] = Slots(concurrency if concurrency is not None else autoscaler.size, max_visits)
         self.until_idle, self.duration = until_idle, duration
         self.heartbeat = heartbeat or Heartbeat(queue.client, queue.keys)
         self.health = WorkerHealth(self.settings.outage_after)
@@ -123,7 +124,11 @@ class Worker:
         if (signum is not None or reason is not None) and not self.signalled:
             self.signalled = True
             self._signal_at = time.monotonic()
-            why = {"reason": reason} if reason is not None else {"signal": signal.Signals(signum).name}
+            if reason is not None:
+                why = {"reason": reason}
+            else:
+                assert signum is not None  # one of the two, by the condition above
+                why = {"signal": signal.Signals(signum).name}
             budget = max(self.settings.shutdown_seconds - SHUTDOWN_MARGIN, 1.0)
             again = "; Ctrl-C again stops now" if signum == signal.SIGINT else ""
             log.info("worker_stopping", **why, in_flight=self.slots.running,
@@ -160,7 +165,7 @@ class Worker:
                     continue
                 try:
                     # However long Redis is away: the worker has nothing else to do.
-                    leases = self.outage.run(lambda n=free: self.queue.claim(n), "claim", stop=self.stopping,
+                    leases = self.outage.run(partial(self.queue.claim, free), "claim", stop=self.stopping,
                                              patience=None)
                 except (StoreError, redis.RedisError) as e:
                     if not self.stopping.is_set():  # not an outage (or the worker stops): say what
@@ -213,6 +218,7 @@ class Worker:
     def _runner(self, lease: Lease) -> None:
         """Visit ``lease``, then go on with the torrent claimed at its completion, until none."""
         me = gevent.getcurrent()
+        assert isinstance(me, gevent.Greenlet)  # _spawn runs this in one
         current: Lease | None = lease
         try:
             while current is not None:
@@ -330,7 +336,9 @@ class Worker:
         self.stopping.set()
         self._drain()
         self.services.stop()
-        with gevent.Timeout(2.0, False):  # Redis away at exit: the entry expires instead
+        # Redis away at exit: the entry expires instead. False: the block ends silently at the
+        # timeout (gevent documents it; its stubs leave it out).
+        with gevent.Timeout(2.0, False):  # type: ignore[arg-type]
             self.heartbeat.leave()
         log.info("worker_stopped", visits=self.health.visits, failed=self.health.failed,
                  claimed=self.slots.claimed)
