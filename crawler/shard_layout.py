@@ -70,12 +70,12 @@ class ShardLayout:
         """The keys of shard ``i`` (``0 <= i < shards``)."""
         if not 0 <= i < self.shards:
             raise ValueError(f"shard {i} of a namespace with {self.shards} shards")
-        return _all_shards(type(self), self.namespace, self.shards)[i]  # type: ignore[arg-type]  # a class is Hashable
+        return _all_shards(type(self), self.namespace, self.shards)[i]  # type: ignore[arg-type]  # see _all_shards
 
     @property
     def all_shards(self) -> tuple[Self, ...]:
         """Every shard's keys, shard 0 first."""
-        return _all_shards(type(self), self.namespace, self.shards)  # type: ignore[arg-type]  # a class is Hashable
+        return _all_shards(type(self), self.namespace, self.shards)  # type: ignore[arg-type]  # see _all_shards
 
     @property
     def counter_shards(self) -> int:
@@ -88,12 +88,12 @@ class ShardLayout:
         n = self.counter_shards
         if not 0 <= j < n:
             raise ValueError(f"counter shard {j} of a namespace with {n} counter shards")
-        return _all_shards(type(self), self.namespace, n)[j]  # type: ignore[arg-type]  # a class is Hashable
+        return _all_shards(type(self), self.namespace, n)[j]  # type: ignore[arg-type]  # see _all_shards
 
     @property
     def all_counter_shards(self) -> tuple[Self, ...]:
         """Every counter shard's keys, shard 0 first."""
-        return _all_shards(type(self), self.namespace, self.counter_shards)  # type: ignore[arg-type]  # a class is Hashable
+        return _all_shards(type(self), self.namespace, self.counter_shards)  # type: ignore[arg-type]  # see _all_shards
 
     @property
     def home(self) -> Self:

@@ -96,7 +96,8 @@ class Worker:
         self.view = QueueView(queue.client, queue.keys)
         self.settings = queue.settings
         self.autoscaler = autoscaler
-        self.slots: Slots[gevent.Greenlet] = Slots(concurrency if concurrency is not None else autoscaler.size, max_visits)
+        self.slots: Slots[gevent.Greenlet] = Slots(concurrency if concurrency is not None else autoscaler.size,
+                                                   max_visits)
         self.until_idle, self.duration = until_idle, duration
         self.heartbeat = heartbeat or Heartbeat(queue.client, queue.keys)
         self.health = WorkerHealth(self.settings.outage_after)

@@ -217,7 +217,7 @@ class UdpTrackerClient:
         try:
             self.connects_sent += 1
             reply = self._request(addr, family, codec.connect_request, codec.CONNECT, deadline)
-            assert isinstance(reply, codec.ConnectReply)  # on its tid the reader takes a connect reply or an error (raised)
+            assert isinstance(reply, codec.ConnectReply)  # no other reply on its tid (an error is raised)
             self._conn[addr] = (reply.connection_id, time.monotonic())
             return reply.connection_id, False
         finally:
@@ -332,7 +332,7 @@ class UdpTrackerClient:
             return codec.scrape_request(cid, tid, info_hashes)
 
         reply = self._with_connection(addr, family, build, codec.SCRAPE, deadline)
-        assert isinstance(reply, codec.ScrapeReply)  # on its tid the reader takes a scrape reply or an error (raised)
+        assert isinstance(reply, codec.ScrapeReply)  # no other reply on its tid (an error is raised)
         if len(reply.entries) > len(info_hashes):
             raise codec.UdpPacketError(
                 f"scrape reply has {len(reply.entries)} entries for {len(info_hashes)} info-hashes"
