@@ -34,6 +34,7 @@ from gevent import monkey
 
 monkey.patch_all()
 
+import os  # noqa: E402
 import sys  # noqa: E402
 
 import pytest  # noqa: E402
@@ -77,3 +78,52 @@ def pytest_timeout_set_timer(item, settings):
 
     item.cancel_timeout = cancel
     return True
+
+
+class _Flag:
+    """``threading.Event``'s set, clear, is_set and wait, for a flag set on a real thread and
+    waited for by a greenlet: the waiter polls, so the hub keeps running meanwhile."""
+
+    def __init__(self):
+        self._set = False
+
+    def set(self) -> None:
+        self._set = True
+
+    def clear(self) -> None:
+        self._set = False
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def wait(self, timeout: float | None = None) -> bool:
+        import time
+
+        import gevent
+
+        end = None if timeout is None else time.monotonic() + timeout
+        while not self._set:
+            if end is not None and time.monotonic() >= end:
+                return False
+            gevent.sleep(0.002)
+        return True
+
+
+def _xdist_worker() -> None:
+    """A pytest-xdist worker takes the controller's commands on execnet's reader, a real thread
+    started before this patch, and queues them for the main thread (here a greenlet) with locks and
+    an event it makes after it: patched, those would be greenlet locks shared with a real thread, and
+    the main greenlet waiting for the next test would end in gevent's LoopExit (its hub has nothing
+    else to wait for). The queue gets a real lock and a flag the main greenlet polls."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    import _thread
+
+    from execnet import gateway_base
+
+    model = gateway_base.MainThreadOnlyExecModel
+    model.Lock = model.RLock = lambda self: _thread.RLock()
+    model.Event = lambda self: _Flag()
+
+
+_xdist_worker()
