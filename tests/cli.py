@@ -22,6 +22,32 @@ def run_json(env: dict, *args: str, **kw):
     return p, json.loads(p.stdout)
 
 
+def torrent_infos(env: dict, hashes) -> dict[str, dict | None]:
+    """What ``peercrawl torrent H --json`` prints for each of ``hashes`` (None: not tracked), read in this
+    process as the command reads it (``QueueView.torrent``, then ``shown``) through one connection.
+
+    For tests that check many torrents after a crawl: a command per torrent starts an interpreter
+    for each, about a second apiece, and the command itself is tested in its own tests.
+    """
+    from crawler.queue.view import QueueView, shown
+    from crawler.settings import Settings
+    from crawler.store import connect, layout
+
+    settings = Settings.from_env(env)
+    client = connect.connect(settings)
+    try:
+        view = QueueView(client, layout.resolve(client, settings.namespace, settings.queue_shards))
+        defaults = tuple(t.url for t in settings.trackers)
+        out = {}
+        for h in hashes:
+            info = view.torrent(h, time.time(), defaults)
+            # through JSON, as the command prints it: lists for tuples, strings for keys
+            out[h] = None if info is None else json.loads(json.dumps(shown(info)))
+        return out
+    finally:
+        client.close()
+
+
 def start_run(env: dict, *args: str, wait: float = 30) -> tuple[subprocess.Popen, str]:
     """``peercrawl run ARGS --dashboard-port 0`` in the background, and the dashboard's address (no final ``/``).
 

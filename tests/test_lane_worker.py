@@ -19,7 +19,7 @@ import time
 import pytest
 
 from crawler.keys import Keys
-from tests.cli import run, run_json
+from tests.cli import run, run_json, torrent_infos
 from tests.opentracker import opentracker  # noqa: F401 (fixture)
 
 HIGH = [f"{0xfff00 + i:040x}" for i in range(5)]
@@ -45,8 +45,7 @@ def test_a_worker_visits_a_small_high_lane_before_the_low_lane_it_was_added_afte
     # every high torrent visited (each now cooling), then the low lane with the rest
     assert (lanes["high"]["ready"], lanes["high"]["cooling"]) == (0, 5), lanes
     assert (lanes["low"]["ready"], lanes["low"]["cooling"]) == (low - 3, 3), lanes
-    for h in HIGH:
-        t = run_json(env, "torrent", h)[1]
+    for t in torrent_infos(env, HIGH).values():
         assert t["visits"] == 1 and t["peers_last_visit"] == 0, t
 
 
@@ -65,11 +64,11 @@ def test_a_worker_visits_torrents_moved_to_the_high_lane_while_cooling_before_ol
     late = [h.decode() for h in client.zrevrange(Keys(namespace).cooling, 0, 4)]
     assert len(late) == 5
     assert run_json(env, "add", "--lane", "high", *late)[1]["already_tracked"] == 5
-    visits = {h: run_json(env, "torrent", h)[1]["visits"] for h in late}
+    visits = {h: t["visits"] for h, t in torrent_infos(env, late).items()}
     time.sleep(2.5)  # every one due again
     env["PEERCRAWL_REVISIT_SECONDS"] = "3600"
     w = run(env, "worker", "--max-visits", "8", "--concurrency", str(concurrency), timeout=120)
     assert w.returncode == 0, w.stderr[-2000:]
     lanes = run_json(env, "status")[1]["lanes"]
     assert (lanes["high"]["ready"], lanes["high"]["cooling"]) == (0, 5), lanes
-    assert {h: run_json(env, "torrent", h)[1]["visits"] - 1 for h in late} == visits
+    assert {h: t["visits"] - 1 for h, t in torrent_infos(env, late).items()} == visits

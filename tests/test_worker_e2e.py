@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli import torrent_infos
 from tests.dht_swarm import HASH_A, HASH_B, HASH_C, dht_swarm  # noqa: F401 (fixture)
 from tests.mmdb import write_city_db
 from tests.opentracker import opentracker, peer_address  # noqa: F401 (fixture)
@@ -104,8 +105,9 @@ def test_until_idle_scores_counters_and_stathat(env, opentracker, dht_swarm, tmp
         start = time.monotonic()
         pc(env, "worker", "--until-idle", "--concurrency", "8", timeout=90)
         assert time.monotonic() - start < 60
+        infos = torrent_infos(env, expected_score)
         for ih, score in expected_score.items():
-            t = pcj(env, "torrent", ih)
+            t = infos[ih]
             assert t["state"] == "cooling", (ih, t)
             assert t["score"] == pytest.approx(score), (ih, t)
             if ih == HASH_B:  # the lookup stops once it has its max: some of the 6
@@ -172,8 +174,9 @@ def test_sigkilled_workers_lose_nothing(env, opentracker):  # noqa: F811 (fixtur
     status = pcj(env, "status")
     assert (status["tracked"], status["evicted"], status["in_flight"], status["ready"]) == (24, 0, 0, 0)
     torrents = counter(env, "torrents")
+    infos = torrent_infos(env, announced)
     for ih, ips in announced.items():
-        t = pcj(env, "torrent", ih)
+        t = infos[ih]
         assert t["state"] == "cooling" and t["visits"] >= 1, t
         assert torrents[f"torrents.{ih}.users"] == len(ips)
     countries = counter(env, "countries")
@@ -215,8 +218,7 @@ def test_outage_keeps_scores_and_shows_in_status(env, opentracker):  # noqa: F81
         _, err = w.communicate(timeout=30)
     assert w.returncode == 0
     assert '"event": "network_outage"' in err and '"level": "error"' in err
-    for ih in hashes:
-        t = pcj(env, "torrent", ih)
+    for t in torrent_infos(env, hashes).values():
         assert t["score"] == 1.0 and t["state"] != "evicted" and t["visits"] == 0, t
     assert pcj(env, "status")["evicted"] == 0
 
@@ -274,8 +276,8 @@ def test_sigterm_exits_0_within_its_shutdown_time_and_hands_back(env):
     assert code == 0 and took < 5 + 1, (code, took, err[-2000:])
     s = pcj(env, "status")
     assert (s["in_flight"], s["ready"], s["workers"]) == (0, 5, [])
-    for ih in hashes:
-        assert pcj(env, "torrent", ih)["score"] == 1.0
+    for t in torrent_infos(env, hashes).values():
+        assert t["score"] == 1.0
 
 
 def test_ctrl_c_says_what_it_waits_for_and_a_second_one_stops_at_once(env):
