@@ -25,6 +25,7 @@ from crawler.keys import Keys
 from crawler.queue.view import QueueView
 from crawler.settings import Settings
 from crawler.store import connect, layout
+from tests.cli import torrent_infos
 from tests.dht_swarm import Swarm
 from tests.opentracker import opentracker  # noqa: F401 (fixture)
 from tests.stathat_sink import StatHatSink
@@ -57,11 +58,10 @@ def _drain(env, found: list[str]) -> None:
     while True:
         pc(env, "worker", "--until-idle", "--concurrency", "6", timeout=180)
         time.sleep(1.1)  # a visit that failed in this run is due again by now
-        shown = [pc(env, "torrent", ih, "--json", check=False) for ih in found]
-        if pcj(env, "status")["ready"] == 0 and all(
-                r.returncode == 0 and json.loads(r.stdout).get("visits", 0) >= 1 for r in shown):
+        shown = torrent_infos(env, found)
+        if pcj(env, "status")["ready"] == 0 and all(t is not None and t["visits"] >= 1 for t in shown.values()):
             return
-        assert time.monotonic() < end, [r.stdout[-500:] for r in shown]
+        assert time.monotonic() < end, shown
 
 
 def _until(condition, seconds: float, what: str) -> None:
