@@ -29,7 +29,8 @@ def torrent_infos(env: dict, hashes) -> dict[str, dict | None]:
     For tests that check many torrents after a crawl: a command per torrent starts an interpreter
     for each, about a second apiece, and the command itself is tested in its own tests.
     """
-    from crawler.queue.view import QueueView, shown
+    from crawler.queue.torrent_record import shown
+    from crawler.queue.view import QueueView
     from crawler.settings import Settings
     from crawler.store import connect, layout
 
