@@ -1,0 +1,476 @@
+"""What one visit costs, everything counted: a real ``peercrawl worker`` process on a Redis of its own.
+
+Usage: python bench/bench_visit_cost.py [--quick] [--torrents 3000] [--concurrency 64] [--overlap 4]
+                                        [--code DIR] [--timeout 600]
+
+The world, on loopback:
+
+- one UDP opentracker (tests/opentracker.py; 200 peers at most per reply,
+  the crawler asking for its default) tracking 3,000 torrents (``--quick``:
+  300);
+- every swarm 50 peers; the peers are ``torrents * 50 / --overlap`` distinct
+  addresses (37,500 by default), address ``k`` being
+  127.(10 + k % 10).(q // 250).(q % 250 + 1) with q = k // 10, so they spread
+  evenly over the ten /16s 127.10.0.0 to 127.19.0.0; swarm ``i`` holds
+  addresses ``(50 i + j) % addresses`` for j < 50, so every address is in
+  ``--overlap`` (4) swarms, with one port; announced straight into
+  opentracker as bench_worker's ``populate`` does;
+- a small GeoIP City database (tests/mmdb.write_city_db) placing each /16
+  (eight countries, nine cities, eight postcodes: Iceland has neither city
+  nor postcode, Yamoussoukro no postcode);
+- a private ``redis-server`` (bench/cluster_nodes.py's single topology:
+  Debian's, on a free port, in its own directory, ``--save ''
+  --appendonly no``), so its CPU and command counts are this bench's alone;
+- one ``peercrawl worker --until-idle --concurrency 64`` at a time, a
+  subprocess run from ``--code`` (default: the working directory, so
+  ``compare.py --bench-from-head`` measures an older tree's code), with the
+  DHT, metadata fetches and StatHat off (no ``STATHAT_EZKEY``), loopback
+  trackers and peers allowed (``PEERCRAWL_ALLOW_PRIVATE``), a fixed
+  ``PEERCRAWL_SECRET``, no default trackers (each torrent is added as a
+  magnet naming the one tracker) and a revisit of a day.
+
+Runs, in order: two with no torrent at all (``startup``: the second one,
+the first warming the file caches and the code's compiled files, its CPU
+given as ``startup_cold_cpu_s``); ``first``: every torrent added, then one
+worker visits each once (every IP new to its torrent); ``revisit``: every
+torrent made due again with ``peercrawl add --due-now`` and a new worker
+visits each once more (nothing new).
+
+Per run:
+
+- ``visits``, ``failed`` (the worker's own counts, from its
+  ``worker_stopped`` log line) and ``torrents_visited`` (torrents whose
+  ``visits`` field grew by one);
+- ``wall_s``: from the subprocess's start to its exit; ``startup_s`` to its
+  ``worker_started`` line, ``visiting_s`` from there to ``worker_idle``
+  (its first claim to the end of its last visit), ``stop_s`` from there to
+  its exit. ``visits_per_s``: visits / visiting_s; ``visits_per_s_wall``:
+  visits / wall_s; ``visits_per_s_steady``: the middle 80 % of the visits
+  (by the ``last_visit`` time each torrent records) over the time they took;
+- ``worker_cpu_ms_per_visit``: the subprocess's user + system CPU
+  (``getrusage(RUSAGE_CHILDREN)`` around it: exact, children included) over
+  its visits, start-up and shutdown included; ``..._less_startup`` takes the
+  ``startup`` run's CPU off first: the figure read both ways;
+- ``redis_cpu_ms_per_visit``: the private server's INFO cpu delta;
+  ``redis_commands_per_visit``: INFO commandstats calls, summed. Redis
+  counts each command a Lua script calls as well as the EVALSHA itself
+  (``total_commands_processed`` does too), so this is not round trips:
+  ``redis_scripts_per_visit`` gives the script calls apart;
+  ``redis_top_commands``: the five most called, with calls and
+  microseconds per visit (an EVALSHA's time includes its commands');
+  ``redis_in_bytes_per_visit`` / ``redis_out_bytes_per_visit``:
+  INFO stats' total_net_input_bytes / total_net_output_bytes. The bench's own
+  INFO calls that fall between its two readings (three) are taken off the counts;
+  their replies (a few KB) stay in the bytes;
+- ``opentracker_cpu_ms_per_visit`` (its /proc stat, 10 ms ticks);
+- ``cores_busy``: (worker + Redis + opentracker CPU) / wall_s, and each part;
+- the time a visit holds its slot, ``slot_s``: p50 and p99 of the queue's own
+  round-trip histogram (crawler/queue/rates.py: what the worker measured
+  from handing the claimed torrent to a slot to sending its completion,
+  recording included; visits some source answered only; buckets of 9 %,
+  a bucket's midpoint given), the histogram's difference over the run; and
+  ``slot_s_little``: concurrency / visits_per_s_steady (Little's law: the
+  mean time a slot is taken per visit, which also holds the wait for the
+  visit's completion and next claim, each a round trip shared with other
+  visits, and counts a slot left empty as taken; ``slot_s.mean`` times
+  the rate is how many slots the measured part fills). Where a visit
+  spends that time (announce, recording, completion) is left out: it
+  needs a per-stage hook in the product, whose place is the Observer of
+  crawler/observer.py (the worker's /metrics has recording and claim
+  histograms only, per live process);
+- ``counts_exact``: ``peercrawl stats torrents --json`` after the run shows
+  exactly 50 unique IPs for every torrent (after ``revisit``: and the same
+  counts as after ``first``).
+
+The ``startup`` run has no visit: its figures are totals, under the same
+names without ``_per_visit``.
+
+How this differs from bench_worker: bench_worker runs the worker's Process
+inside the bench (gevent-patched), on the shared Redis, and reports Python
+CPU over the visiting span only (first claim to last visit) and round trips
+counted at redis-py. Here the worker is the real command line, a process of
+its own whose every CPU second is counted (interpreter start, imports,
+Redis connection, services, shutdown), on a Redis nobody else uses, so the
+Redis CPU, commands and bytes are all the worker's.
+
+Prints one JSON object: ``world``, ``startup``, ``first``, ``revisit``,
+``counts_exact``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import hashlib
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+from pathlib import Path
+
+import redis
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from bench_world import Cli, counted, finish, start_worker
+from cluster_nodes import Topology
+from redis_cpu import redis_cpu
+
+from crawler.keys import Keys
+from crawler.queue.rates import middle, percentile
+from crawler.store import layout
+from tests.mmdb import write_city_db
+from tests.opentracker import OpenTracker
+
+SWARM = 50
+SUBNETS = 10  # 127.10.0.0/16 to 127.19.0.0/16
+PLACES = {
+    "127.10.0.0/16": ("Germany", "Berlin", "10115"),
+    "127.11.0.0/16": ("Germany", "München", "80331"),
+    "127.12.0.0/16": ("Japan", "東京", "100-0001"),
+    "127.13.0.0/16": ("Brasil", "São Paulo", "01000-000"),
+    "127.14.0.0/16": ("Iceland", None, None),
+    "127.15.0.0/16": ("United States", "St. Louis", "63101"),
+    "127.16.0.0/16": ("United States", "New York", "10001"),
+    "127.17.0.0/16": ("France", "Paris", "75001"),
+    "127.18.0.0/16": ("India", "Mumbai", "400001"),
+    "127.19.0.0/16": ("Côte d'Ivoire", "Yamoussoukro", None),
+}
+SECRET = "bench-visit-cost-secret-0123456789"
+REVISIT_SECONDS = 86400.0
+# INFO calls one Mark makes; the three of one mark and the next are in a run's deltas.
+INFO_CALLS = 3
+SCRIPT_COMMANDS = ("evalsha", "eval", "evalsha_ro", "eval_ro", "fcall", "fcall_ro")
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def address(k: int) -> str:
+    """The ``k``-th peer address: 127.(10 + k % 10).x.y, consecutive addresses in turn in the ten /16s."""
+    q = k // SUBNETS
+    return f"127.{10 + k % SUBNETS}.{q // 250}.{q % 250 + 1}"
+
+
+def hashes_for(tag: str, n: int) -> list[str]:
+    """``n`` info-hashes derived from ``tag``."""
+    return [hashlib.sha1(f"{tag}-{i}".encode()).hexdigest() for i in range(n)]
+
+
+def populate(ot: OpenTracker, hashes: list[str], overlap: int) -> int:
+    """Give every torrent SWARM distinct peers, each address in ``overlap`` swarms; returns the addresses."""
+    n_addr = max(SWARM, len(hashes) * SWARM // max(overlap, 1))
+    swarms: dict[int, list[str]] = {}
+    for i, h in enumerate(hashes):
+        for j in range(SWARM):
+            swarms.setdefault((i * SWARM + j) % n_addr, []).append(h)
+    for k, torrents in swarms.items():
+        ot.announce_many(address(k), torrents, 40000 + k % 20000, left=0 if k % 3 == 0 else 1)
+    return n_addr
+
+
+def worker_env(url: str, ns: str, tmp: Path, db: Path, concurrency: int) -> dict[str, str]:
+    """The worker's environment: this process's, without any peercrawl setting, and this bench's."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PEERCRAWL_", "STATHAT_", "GEOIP_", "REDIS_"))}
+    env.update(REDIS_URL=url, PEERCRAWL_NAMESPACE=ns, PEERCRAWL_DATA_DIR=str(tmp / ns), PEERCRAWL_SECRET=SECRET,
+               PEERCRAWL_ALLOW_PRIVATE="1", PEERCRAWL_TRACKERS="", PEERCRAWL_DHT="off", PEERCRAWL_METADATA="off",
+               PEERCRAWL_PROCESSES="1", PEERCRAWL_CONCURRENCY=str(concurrency),
+               PEERCRAWL_REVISIT_SECONDS=str(REVISIT_SECONDS), GEOIP_DB=str(db),
+               PEERCRAWL_LOG_LEVEL="info", PEERCRAWL_LOG_FORMAT="json")
+    return env
+
+
+def proc_cpu(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (/proc/<pid>/stat)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+class RedisMark:
+    """The private Redis's counters at one instant: CPU, bytes in and out, commands."""
+
+    def __init__(self, client: redis.Redis):
+        self.cpu = redis_cpu(client)
+        st = client.info("stats")
+        self.net_in, self.net_out = int(st["total_net_input_bytes"]), int(st["total_net_output_bytes"])
+        self.cmds = {k.removeprefix("cmdstat_"): (int(v["calls"]), int(v["usec"]))
+                     for k, v in client.info("commandstats").items()}
+
+
+def redis_figures(a: RedisMark, b: RedisMark, per: int) -> dict:
+    """Redis's CPU, commands and bytes from ``a`` to ``b``, per visit (``per``: the visits, at least 1)."""
+    delta = {}
+    for name, (calls, usec) in b.cmds.items():
+        c0, u0 = a.cmds.get(name, (0, 0))
+        calls, usec = calls - c0, usec - u0
+        if name == "info":
+            calls -= INFO_CALLS
+        if calls > 0:
+            delta[name] = (calls, usec)
+    top = sorted(delta.items(), key=lambda kv: -kv[1][0])[:5]
+    return {
+        "redis_cpu_ms_per_visit": round(1000 * (b.cpu - a.cpu) / per, 4),
+        "redis_commands_per_visit": round(sum(c for c, _ in delta.values()) / per, 2),
+        "redis_scripts_per_visit": round(sum(delta.get(s, (0, 0))[0] for s in SCRIPT_COMMANDS) / per, 2),
+        "redis_top_commands": [{"command": name, "calls_per_visit": round(c / per, 3),
+                                "usec_per_visit": round(u / per, 1)} for name, (c, u) in top],
+        "redis_in_bytes_per_visit": round((b.net_in - a.net_in) / per),
+        "redis_out_bytes_per_visit": round((b.net_out - a.net_out) / per),
+        "_redis_cpu_s": b.cpu - a.cpu,
+    }
+
+
+def log_events(log: Path) -> dict:
+    """The worker's ``worker_started``, ``worker_idle`` and ``worker_stopped`` lines (unix times and
+    fields), and its warnings and errors: how many, and the last."""
+    out: dict = {"warnings": 0, "last_warning": None}
+    for line in log.read_text(errors="replace").splitlines() if log.exists() else []:
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            out["warnings"] += 1
+            out["last_warning"] = line[:300]
+            continue
+        if rec.get("event") in ("worker_started", "worker_idle", "worker_stopped"):
+            rec["t"] = datetime.datetime.fromisoformat(rec["timestamp"].replace("Z", "+00:00")).timestamp()
+            out[rec["event"]] = rec
+        if rec.get("level") in ("warning", "error", "critical"):
+            out["warnings"] += 1
+            out["last_warning"] = line[:300]
+    return out
+
+
+def shard_keys(client: redis.Redis, ns: str) -> list[Keys]:
+    """Every queue shard's keys of namespace ``ns`` (none before the namespace has a layout)."""
+    record = layout.read(client, Keys(ns))
+    return [] if record is None else list(layout.keys_of(ns, record).all_shards)
+
+
+def round_trips(client: redis.Redis, ns: str) -> dict[str, int]:
+    """The queue's round-trip histogram fields (``rt:<minute>:<bucket>``) over every shard, summed."""
+    out: dict[str, int] = {}
+    for k in shard_keys(client, ns):
+        for f, v in client.hgetall(k.rates).items():
+            f = f.decode()
+            if f.startswith("rt:"):
+                out[f] = out.get(f, 0) + int(v)
+    return out
+
+
+def slot_times(before: dict[str, int], after: dict[str, int]) -> dict:
+    """p50, p99 and mean (of the buckets' midpoints) of the round trips recorded between ``before`` and ``after``."""
+    hist: dict[int, int] = {}
+    for f, n in after.items():
+        d = n - before.get(f, 0)
+        if d > 0:
+            k = int(f.rsplit(":", 1)[1])
+            hist[k] = hist.get(k, 0) + d
+    p50, p99 = percentile(hist, 0.5), percentile(hist, 0.99)
+    n = sum(hist.values())
+    return {"visits": n, "p50": None if p50 is None else round(p50, 4),
+            "p99": None if p99 is None else round(p99, 4),
+            "mean": round(sum(middle(k) * c for k, c in hist.items()) / n, 4) if n else None}
+
+
+def visit_fields(client: redis.Redis, ns: str, hashes: list[str]) -> list[tuple[int, float]]:
+    """Each torrent's ``visits`` and ``last_visit`` (0 when missing)."""
+    if not hashes:
+        return []
+    keys = shard_keys(client, ns)
+    if not keys:
+        return [(0, 0.0)] * len(hashes)
+    home = layout.keys_of(ns, layout.read(client, Keys(ns)))
+    p = client.pipeline(transaction=False)
+    for h in hashes:
+        p.hmget(home.for_torrent(h).torrent(h), "visits", "last_visit")
+    return [(int(v or 0), float(t or 0.0)) for v, t in p.execute()]
+
+
+def steady_rate(times: list[float]) -> float | None:
+    """Visits per second over the middle 80 % of the completion ``times``; None with fewer than 20."""
+    times = sorted(times)
+    if len(times) < 20:
+        return None
+    i, j = len(times) // 10, len(times) - 1 - len(times) // 10
+    return round((j - i) / max(times[j] - times[i], 1e-6), 1)
+
+
+class Run:
+    """One worker process to its exit, and the counters around it."""
+
+    def __init__(self, cli: Cli, client: redis.Redis, ns: str, ot_pid: int, log: Path, concurrency: int,
+                 hashes: list[str], timeout: float):
+        self.cli, self.client, self.ns, self.ot_pid, self.log = cli, client, ns, ot_pid, log
+        self.concurrency, self.hashes, self.timeout = concurrency, hashes, timeout
+
+    def go(self) -> dict:
+        """Run the worker; the raw figures (``figures`` makes them per visit)."""
+        before_fields = visit_fields(self.client, self.ns, self.hashes)
+        rt0 = round_trips(self.client, self.ns)
+        ot0 = proc_cpu(self.ot_pid)
+        r0 = RedisMark(self.client)
+        ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t0, m0 = time.time(), time.monotonic()
+        proc = start_worker(self.cli, self.log, "--until-idle", "--concurrency", str(self.concurrency))
+        status = finish(proc, self.timeout)
+        wall = time.monotonic() - m0
+        ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        r1 = RedisMark(self.client)
+        ot1 = proc_cpu(self.ot_pid)
+        rt1 = round_trips(self.client, self.ns)
+        after_fields = visit_fields(self.client, self.ns, self.hashes)
+        return {"t0": t0, "wall": wall, "status": status, "redis": (r0, r1), "ot_cpu": ot1 - ot0,
+                "worker_cpu": (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime),
+                "worker_user": ru1.ru_utime - ru0.ru_utime, "worker_sys": ru1.ru_stime - ru0.ru_stime,
+                "slot": slot_times(rt0, rt1), "events": log_events(self.log),
+                "visited": [t for (v0, _), (v1, t) in zip(before_fields, after_fields) if v1 == v0 + 1]}
+
+
+def timing(raw: dict) -> dict:
+    """The run's times from the worker's log lines: start-up, visiting span, stop."""
+    ev = raw["events"]
+    started, idle, stopped = (ev.get(e, {}).get("t") for e in ("worker_started", "worker_idle", "worker_stopped"))
+    end = idle or stopped
+    return {"wall_s": round(raw["wall"], 3),
+            "startup_s": round(started - raw["t0"], 3) if started else None,
+            "visiting_s": round(end - started, 3) if started and end else None,
+            "stop_s": round(raw["t0"] + raw["wall"] - end, 3) if end else None}
+
+
+def cpu_figures(raw: dict, redis_cpu_s: float, per: int, startup_cpu: float | None) -> dict:
+    """CPU per visit of the worker (with and without start-up) and opentracker; cores busy."""
+    w, r, o, wall = raw["worker_cpu"], redis_cpu_s, raw["ot_cpu"], raw["wall"]
+    return {
+        "worker_cpu_ms_per_visit": round(1000 * w / per, 4),
+        "worker_cpu_ms_per_visit_less_startup": (None if startup_cpu is None
+                                                 else round(1000 * (w - startup_cpu) / per, 4)),
+        "opentracker_cpu_ms_per_visit": round(1000 * o / per, 4),
+        "cpu_s": {"worker": round(w, 3), "worker_user": round(raw["worker_user"], 3),
+                  "worker_sys": round(raw["worker_sys"], 3), "redis": round(r, 3), "opentracker": round(o, 3)},
+        "cores_busy": round((w + r + o) / wall, 3),
+        "cores_busy_parts": {"worker": round(w / wall, 3), "redis": round(r / wall, 3),
+                             "opentracker": round(o / wall, 3)},
+    }
+
+
+def figures(raw: dict, concurrency: int, startup_cpu: float | None) -> dict:
+    """The per-visit figures of one ``Run.go`` (a run without visits: its totals, ``_per_visit`` dropped)."""
+    ev = raw["events"]
+    stopped = ev.get("worker_stopped", {})
+    visits = int(stopped.get("visits", 0))
+    per = max(visits, 1)
+    out: dict = {"visits": visits, "failed": stopped.get("failed"), "torrents_visited": len(raw["visited"])}
+    out.update(timing(raw))
+    steady = steady_rate(raw["visited"])
+    out.update(visits_per_s=round(visits / out["visiting_s"], 1) if visits and out["visiting_s"] else None,
+               visits_per_s_wall=round(visits / raw["wall"], 1) if visits else None,
+               visits_per_s_steady=steady)
+    rf = redis_figures(*raw["redis"], per)
+    out.update(cpu_figures(raw, rf.pop("_redis_cpu_s"), per, startup_cpu))
+    out.update(rf)
+    out.update(slot_s=raw["slot"], slot_s_little=round(concurrency / steady, 4) if steady else None,
+               worker_exit=raw["status"], worker_warnings=ev["warnings"], worker_last_warning=ev["last_warning"])
+    if visits:
+        return out
+    # No visit: per visit is per 1, so the figures are the run's totals.
+    return json.loads(json.dumps(out).replace("_per_visit", ""))
+
+
+def magnets(hashes: list[str], tracker: str) -> str:
+    """One magnet line per torrent, naming ``tracker``."""
+    tr = urllib.parse.quote(tracker, safe="")
+    return "".join(f"magnet:?xt=urn:btih:{h}&tr={tr}\n" for h in hashes)
+
+
+def check_counts(cli: Cli, hashes: list[str], want: dict[str, int] | None = None) -> tuple[dict, dict]:
+    """Unique IPs per torrent as ``stats torrents --json`` prints them, against SWARM for every torrent
+    (and ``want``, the counts of an earlier pass, when given)."""
+    got = counted(cli, len(hashes))
+    wrong = {h: got.get(h) for h in hashes if got.get(h) != SWARM}
+    changed = sum(1 for h in hashes if want is not None and got.get(h) != want.get(h))
+    exact = not wrong and not changed and len(got) == len(hashes)
+    return got, {"counts_exact": exact, "torrents_counted": len(got), "torrents_wrong": len(wrong),
+                 "wrong_examples": dict(list(wrong.items())[:3]), "changed_since_first": changed}
+
+
+def passes(a, tmp: Path, client: redis.Redis, url: str, ot: OpenTracker, db: Path, hashes: list[str]) -> dict:
+    """The start-up runs, the first pass and the revisit pass."""
+    out: dict = {}
+    run_id = f"{time.time_ns() % 10**9:09d}"
+    cold = warm = None
+    for i in range(2):  # no torrents: the first warms the caches, the second is the start-up figure
+        ns = f"vcstart{run_id}{i}"
+        cli = Cli(a.code, worker_env(url, ns, tmp, db, a.concurrency))
+        raw = Run(cli, client, ns, ot.proc.pid, tmp / f"{ns}.log", a.concurrency, [], a.timeout).go()
+        cold, warm = (raw, warm) if i == 0 else (cold, raw)
+    assert cold is not None and warm is not None
+    out["startup"] = figures(warm, a.concurrency, None)
+    out["startup"]["startup_cold_cpu_s"] = round(cold["worker_cpu"], 3)
+    startup_cpu = warm["worker_cpu"]
+
+    ns = f"vc{run_id}"
+    cli = Cli(a.code, worker_env(url, ns, tmp, db, a.concurrency))
+    src = tmp / "magnets.txt"
+    src.write_text(magnets(hashes, ot.udp_url))
+    added = json.loads(cli.run("add", "--json", "--from", str(src)))
+    raw = Run(cli, client, ns, ot.proc.pid, tmp / f"{ns}-first.log", a.concurrency, hashes, a.timeout).go()
+    out["first"] = figures(raw, a.concurrency, startup_cpu)
+    out["first"]["added"] = added["added"]
+    first_counts, out["first"]["counts"] = check_counts(cli, hashes)
+
+    made = json.loads(cli.run("add", "--json", "--due-now", "--from", str(src)))
+    raw = Run(cli, client, ns, ot.proc.pid, tmp / f"{ns}-revisit.log", a.concurrency, hashes, a.timeout).go()
+    out["revisit"] = figures(raw, a.concurrency, startup_cpu)
+    out["revisit"]["made_due"] = made["made_due"]
+    _, out["revisit"]["counts"] = check_counts(cli, hashes, first_counts)
+    out["counts_exact"] = out["first"]["counts"]["counts_exact"] and out["revisit"]["counts"]["counts_exact"]
+    return out
+
+
+def main() -> None:
+    """Build the world, run the worker on it, print the JSON."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="300 torrents (about 15 s; full: about a minute)")
+    ap.add_argument("--torrents", type=int, default=3000)
+    ap.add_argument("--concurrency", type=int, default=64)
+    ap.add_argument("--overlap", type=int, default=4, help="swarms each peer address is in (default 4)")
+    ap.add_argument("--code", type=Path, default=Path.cwd(), help="the tree whose peercrawl runs (default: cwd)")
+    ap.add_argument("--timeout", type=float, default=600.0, help="seconds one worker run may take before SIGTERM")
+    a = ap.parse_args()
+    a.code = a.code.resolve()
+    n = 300 if a.quick else a.torrents
+    t_start = time.monotonic()
+    code = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=7"], cwd=a.code, capture_output=True,
+                          text=True)
+    out: dict = {"code": code.stdout.strip() or str(a.code)}
+    hashes = hashes_for("visit-cost", n)
+    with tempfile.TemporaryDirectory(prefix="bench-visit-cost-") as tmpdir:
+        tmp = Path(tmpdir)
+        db = write_city_db(tmp / "city.mmdb", PLACES)
+        ot = OpenTracker(tmp / "ot", hashes).start()
+        try:
+            t = time.monotonic()
+            addresses = populate(ot, hashes, a.overlap)
+            out["world"] = {"mode": "quick" if a.quick else "full", "torrents": n, "peers_per_swarm": SWARM,
+                            "peer_addresses": addresses, "swarms_per_address": a.overlap,
+                            "subnets": f"127.10.0.0/16 to 127.{10 + SUBNETS - 1}.0.0/16",
+                            "trackers": 1, "concurrency": a.concurrency, "revisit_s": REVISIT_SECONDS,
+                            "populate_s": round(time.monotonic() - t, 1), "cpus": os.cpu_count()}
+            with Topology(None) as tp:
+                client = redis.Redis.from_url(tp.url)
+                out["world"]["redis"] = client.info("server")["redis_version"]
+                out.update(passes(a, tmp, client, tp.url, ot, db, hashes))
+                client.close()
+        finally:
+            ot.stop()
+    out["bench_seconds"] = round(time.monotonic() - t_start, 1)
+    print(json.dumps(out, indent=2, ensure_ascii=False))
+
+
+if __name__ == "__main__":
+    main()
