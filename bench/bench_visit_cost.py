@@ -435,7 +435,7 @@ def passes(a, tmp: Path, client: redis.Redis, url: str, ot: OpenTracker, db: Pat
 def main() -> None:
     """Build the world, run the worker on it, print the JSON."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="300 torrents (about 15 s; full: about a minute)")
+    ap.add_argument("--quick", action="store_true", help="300 torrents (about 15 s; full: under a minute)")
     ap.add_argument("--torrents", type=int, default=3000)
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--overlap", type=int, default=4, help="swarms each peer address is in (default 4)")
