@@ -101,7 +101,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import hashlib
 import json
 import os
 import resource
@@ -118,6 +117,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+import swarms
 from bench_world import Cli, counted, finish, start_worker
 from cluster_nodes import Topology
 from redis_cpu import redis_cpu
@@ -154,23 +154,6 @@ def address(k: int) -> str:
     """The ``k``-th peer address: 127.(10 + k % 10).x.y, consecutive addresses in turn in the ten /16s."""
     q = k // SUBNETS
     return f"127.{10 + k % SUBNETS}.{q // 250}.{q % 250 + 1}"
-
-
-def hashes_for(tag: str, n: int) -> list[str]:
-    """``n`` info-hashes derived from ``tag``."""
-    return [hashlib.sha1(f"{tag}-{i}".encode()).hexdigest() for i in range(n)]
-
-
-def populate(ot: OpenTracker, hashes: list[str], overlap: int) -> int:
-    """Give every torrent SWARM distinct peers, each address in ``overlap`` swarms; returns the addresses."""
-    n_addr = max(SWARM, len(hashes) * SWARM // max(overlap, 1))
-    swarms: dict[int, list[str]] = {}
-    for i, h in enumerate(hashes):
-        for j in range(SWARM):
-            swarms.setdefault((i * SWARM + j) % n_addr, []).append(h)
-    for k, torrents in swarms.items():
-        ot.announce_many(address(k), torrents, 40000 + k % 20000, left=0 if k % 3 == 0 else 1)
-    return n_addr
 
 
 def worker_env(url: str, ns: str, tmp: Path, db: Path, concurrency: int) -> dict[str, str]:
@@ -448,14 +431,14 @@ def main() -> None:
     code = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=7"], cwd=a.code, capture_output=True,
                           text=True)
     out: dict = {"code": code.stdout.strip() or str(a.code)}
-    hashes = hashes_for("visit-cost", n)
+    hashes = swarms.hashes_for("visit-cost", n)
     with tempfile.TemporaryDirectory(prefix="bench-visit-cost-") as tmpdir:
         tmp = Path(tmpdir)
         db = write_city_db(tmp / "city.mmdb", PLACES)
         ot = OpenTracker(tmp / "ot", hashes).start()
         try:
             t = time.monotonic()
-            addresses = populate(ot, hashes, a.overlap)
+            addresses = swarms.populate(ot, hashes, a.overlap, address, SWARM)
             out["world"] = {"mode": "quick" if a.quick else "full", "torrents": n, "peers_per_swarm": SWARM,
                             "peer_addresses": addresses, "swarms_per_address": a.overlap,
                             "subnets": f"127.10.0.0/16 to 127.{10 + SUBNETS - 1}.0.0/16",

@@ -65,6 +65,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import bench_trackers
+import swarms
 from redis_cpu import redis_cpu
 
 from crawler import logs
@@ -155,21 +156,12 @@ def _count_round_trips() -> None:
     redis.client.Pipeline.execute = pipe_labelled
 
 
-def hashes_for(tag: str, n: int) -> list[str]:
-    """``n`` info-hashes derived from ``tag``."""
-    return [hashlib.sha1(f"{tag}-{i}".encode()).hexdigest() for i in range(n)]
+hashes_for = swarms.hashes_for
 
 
 def populate(ot: OpenTracker, hashes: list[str], overlap: int) -> int:
     """Give every torrent SWARM distinct peers, each address in ``overlap`` swarms; returns addresses."""
-    n_addr = min(MAX_ADDRESSES, max(SWARM, len(hashes) * SWARM // max(overlap, 1)))
-    swarms: dict[int, list[str]] = {}
-    for i, h in enumerate(hashes):
-        for j in range(SWARM):
-            swarms.setdefault((i * SWARM + j) % n_addr, []).append(h)
-    for k, torrents in swarms.items():
-        ot.announce_many(address(k), torrents, 40000 + k % 20000, left=0 if k % 3 == 0 else 1)
-    return n_addr
+    return swarms.populate(ot, hashes, overlap, address, SWARM, MAX_ADDRESSES)
 
 
 def settings_for(redis_url, ns, tmp, ot, sink, db, **kw) -> Settings:

@@ -1,0 +1,27 @@
+"""Swarms of loopback peers announced straight into an opentracker, as the worker benchmarks build them."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+
+
+def hashes_for(tag: str, n: int) -> list[str]:
+    """``n`` info-hashes derived from ``tag``."""
+    return [hashlib.sha1(f"{tag}-{i}".encode()).hexdigest() for i in range(n)]
+
+
+def populate(ot, hashes: list[str], overlap: int, address: Callable[[int], str], swarm: int,
+             limit: int | None = None) -> int:
+    """Give every torrent ``swarm`` distinct peers, the ``k``-th at ``address(k)``, each address in
+    ``overlap`` swarms (at most ``limit`` addresses); returns how many addresses there are."""
+    n_addr = max(swarm, len(hashes) * swarm // max(overlap, 1))
+    if limit is not None:
+        n_addr = min(limit, n_addr)
+    swarms: dict[int, list[str]] = {}
+    for i, h in enumerate(hashes):
+        for j in range(swarm):
+            swarms.setdefault((i * swarm + j) % n_addr, []).append(h)
+    for k, torrents in swarms.items():
+        ot.announce_many(address(k), torrents, 40000 + k % 20000, left=0 if k % 3 == 0 else 1)
+    return n_addr
