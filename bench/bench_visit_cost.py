@@ -103,6 +103,7 @@ import argparse
 import datetime
 import json
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -287,9 +288,9 @@ class Run:
     """One worker process to its exit, and the counters around it."""
 
     def __init__(self, cli: Cli, client: redis.Redis, ns: str, ot_pid: int, log: Path, concurrency: int,
-                 hashes: list[str], timeout: float):
+                 hashes: list[str], timeout: float, profile: Path | None = None):
         self.cli, self.client, self.ns, self.ot_pid, self.log = cli, client, ns, ot_pid, log
-        self.concurrency, self.hashes, self.timeout = concurrency, hashes, timeout
+        self.concurrency, self.hashes, self.timeout, self.profile = concurrency, hashes, timeout, profile
 
     def go(self) -> dict:
         """Run the worker; the raw figures (``figures`` makes them per visit)."""
@@ -299,7 +300,10 @@ class Run:
         r0 = RedisMark(self.client)
         ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0, m0 = time.time(), time.monotonic()
+        if self.profile is not None:
+            self.client.slowlog_reset()
         proc = start_worker(self.cli, self.log, "--until-idle", "--concurrency", str(self.concurrency))
+        spy = profiler(proc.pid, self.profile) if self.profile is not None else None
         status = finish(proc, self.timeout)
         wall = time.monotonic() - m0
         ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -311,7 +315,44 @@ class Run:
                 "worker_cpu": (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime),
                 "worker_user": ru1.ru_utime - ru0.ru_utime, "worker_sys": ru1.ru_stime - ru0.ru_stime,
                 "slot": slot_times(rt0, rt1), "events": log_events(self.log),
-                "visited": [t for (v0, _), (v1, t) in zip(before_fields, after_fields) if v1 == v0 + 1]}
+                "visited": [t for (v0, _), (v1, t) in zip(before_fields, after_fields) if v1 == v0 + 1],
+                **({"profile": profile_figures(spy, self.profile, self.client)} if spy is not None else {})}
+
+
+def profiler(pid: int, out: Path) -> subprocess.Popen:
+    """py-spy sampling ``pid`` (every greenlet's stack is the one thread's) into ``out``, collapsed stacks."""
+    beside = Path(sys.executable).parent / "py-spy"  # a virtual environment's, else the PATH's
+    return subprocess.Popen([str(beside) if beside.exists() else "py-spy", "record", "--pid", str(pid), "--rate", "200", "--format", "raw",
+                             "--nonblocking", "--output", str(out)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+
+
+def profile_figures(spy: subprocess.Popen, raw: Path, client: redis.Redis, top: int = 15) -> dict:
+    """The worker's top frames (share of samples where the frame runs itself, and where it is on the
+    stack) and Redis's slowest script calls (SLOWLOG, over 1 ms)."""
+    try:
+        spy.wait(30)
+    except subprocess.TimeoutExpired:
+        spy.kill()
+    own: dict[str, int] = {}
+    inside: dict[str, int] = {}
+    total = 0
+    for line in raw.read_text().splitlines() if raw.exists() else []:
+        stack, _, n = line.rpartition(" ")
+        if not n.isdigit():
+            continue
+        frames = [re.sub(r":\d+\)$", ")", f) for f in stack.split(";")]
+        total += int(n)
+        own[frames[-1]] = own.get(frames[-1], 0) + int(n)
+        for f in set(frames):
+            inside[f] = inside.get(f, 0) + int(n)
+
+    def share(d: dict[str, int]) -> list:
+        return [[f, round(c / max(total, 1), 3)] for f, c in sorted(d.items(), key=lambda kv: -kv[1])[:top]]
+
+    slow = [{"us": e["duration"], "command": " ".join(str(a) for a in e["command"].split()[:2])[:80]}
+            for e in client.slowlog_get(10)]
+    return {"samples": total, "own": share(own), "inside": share(inside), "redis_slowlog": slow}
 
 
 def timing(raw: dict) -> dict:
@@ -356,8 +397,13 @@ def figures(raw: dict, concurrency: int, startup_cpu: float | None) -> dict:
     rf = redis_figures(*raw["redis"], per)
     out.update(cpu_figures(raw, rf.pop("_redis_cpu_s"), per, startup_cpu))
     out.update(rf)
+    # where a visit holds its slot, stage by stage, as the worker logged it (workers/visit_stages.py);
+    # an older tree's worker logs none
+    out.update(stages=stopped.get("stages"))
     out.update(slot_s=raw["slot"], slot_s_little=round(concurrency / steady, 4) if steady else None,
                worker_exit=raw["status"], worker_warnings=ev["warnings"], worker_last_warning=ev["last_warning"])
+    if "profile" in raw:
+        out["profile"] = raw["profile"]
     if visits:
         return out
     # No visit: per visit is per 1, so the figures are the run's totals.
@@ -401,13 +447,15 @@ def passes(a, tmp: Path, client: redis.Redis, url: str, ot: OpenTracker, db: Pat
     src = tmp / "magnets.txt"
     src.write_text(magnets(hashes, ot.udp_url))
     added = json.loads(cli.run("add", "--json", "--from", str(src)))
-    raw = Run(cli, client, ns, ot.proc.pid, tmp / f"{ns}-first.log", a.concurrency, hashes, a.timeout).go()
+    spy = a.profile / "first.txt" if a.profile else None
+    raw = Run(cli, client, ns, ot.proc.pid, tmp / f"{ns}-first.log", a.concurrency, hashes, a.timeout, spy).go()
     out["first"] = figures(raw, a.concurrency, startup_cpu)
     out["first"]["added"] = added["added"]
     first_counts, out["first"]["counts"] = check_counts(cli, hashes)
 
     made = json.loads(cli.run("add", "--json", "--due-now", "--from", str(src)))
-    raw = Run(cli, client, ns, ot.proc.pid, tmp / f"{ns}-revisit.log", a.concurrency, hashes, a.timeout).go()
+    spy = a.profile / "revisit.txt" if a.profile else None
+    raw = Run(cli, client, ns, ot.proc.pid, tmp / f"{ns}-revisit.log", a.concurrency, hashes, a.timeout, spy).go()
     out["revisit"] = figures(raw, a.concurrency, startup_cpu)
     out["revisit"]["made_due"] = made["made_due"]
     _, out["revisit"]["counts"] = check_counts(cli, hashes, first_counts)
@@ -424,8 +472,12 @@ def main() -> None:
     ap.add_argument("--overlap", type=int, default=4, help="swarms each peer address is in (default 4)")
     ap.add_argument("--code", type=Path, default=Path.cwd(), help="the tree whose peercrawl runs (default: cwd)")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds one worker run may take before SIGTERM")
+    ap.add_argument("--profile", type=Path, help="sample the worker with py-spy (collapsed stacks into this "
+                    "directory) and read Redis's SLOWLOG: each pass gains a profile (slower while sampled)")
     a = ap.parse_args()
     a.code = a.code.resolve()
+    if a.profile:
+        a.profile.mkdir(parents=True, exist_ok=True)
     n = 300 if a.quick else a.torrents
     t_start = time.monotonic()
     code = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=7"], cwd=a.code, capture_output=True,
@@ -447,6 +499,7 @@ def main() -> None:
             with Topology(None) as tp:
                 client = redis.Redis.from_url(tp.url)
                 out["world"]["redis"] = client.info("server")["redis_version"]
+                client.config_set("slowlog-log-slower-than", 1000)
                 out.update(passes(a, tmp, client, tp.url, ot, db, hashes))
                 client.close()
         finally:

@@ -2,7 +2,8 @@
 
 The trackers (each announce's and scrape's outcome, each request sent), the
 DHT (each lookup's outcome, each traversal), the claims and the recording
-(how long each took) call their observer as things happen. This base does
+(how long each took) and the visits (how long each stage held the slot) call
+their observer as things happen. This base does
 nothing, so a process without a metrics port pays a method call; the
 worker's ``/metrics`` (``workers.worker_metrics``) is the observer that
 counts. Calls are synchronous and must not block or raise.
@@ -32,6 +33,9 @@ class Observer:
 
     def recorded(self, seconds: float) -> None:
         """Recording one visit's peers took ``seconds`` (its wait for its batch included)."""
+
+    def visit_stages(self, seconds: dict[str, float]) -> None:
+        """A visit held its slot ``seconds[stage]`` in each stage it reached (``workers.visit_stages``)."""
 
 
 # The observer of a process nobody watches.

@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from crawler import redact
 from tests.cli import run
 from tests.opentracker import free_port, opentracker, peer_address  # noqa: F401 (fixture)
+from workers.visit_stages import STAGES
 
 PASSKEY = "0123456789abcdef0123456789abcdef"
 
@@ -59,6 +60,9 @@ def test_worker_metrics_count_a_real_crawl(test_env, opentracker):  # noqa: F811
         assert m[("peercrawl_worker_tracker_scrapes_total", (("outcome", "announce"), ("url", redact.url(url))))] == 1
         assert PASSKEY not in str(m) and "<redacted:" in redact.url(url)
         assert m[("peercrawl_worker_recording_seconds_count", ())] == 1
+        # the visit's slot, stage by stage: each stage a settled visit passes, once
+        assert {st: m.get(("peercrawl_worker_visit_stage_seconds_count", (("stage", st),))) for st in STAGES} == \
+            dict.fromkeys(STAGES, 1)
         # what the visit cost the tracker: one connect, the scrape, the announce and its withdrawal
         assert {k: m[("peercrawl_worker_tracker_requests_total", (("kind", k), ("url", redact.url(url))))]
                 for k in ("connect", "scrape", "announce", "withdrawal")} == dict.fromkeys(
@@ -72,6 +76,10 @@ def test_worker_metrics_count_a_real_crawl(test_env, opentracker):  # noqa: F811
         p.terminate()
         _, err = p.communicate(timeout=30)
     assert p.returncode == 0, err[-2000:]
+    # and the worker says so as it stops, with each stage's median
+    stopped = next(json.loads(line) for line in err.splitlines() if '"worker_stopped"' in line)
+    assert set(stopped["stages"]) == set(STAGES)
+    assert all(s["visits"] == 1 and s["p50_ms"] > 0 for s in stopped["stages"].values())
     # written by the worker's clean stop (SIGTERM) at the latest, for status to show
     costs = json.loads(run(test_env, "status", "--json").stdout)["costs"]
     assert costs["requests"] == {"connect": 1, "scrape": 1, "announce": 1, "withdrawal": 1, "total": 4}

@@ -49,10 +49,13 @@ class Asking:
         self.cap, self.dht_budget = cap, dht_budget
         self.mirrors = Mirrors(settings.tracker_cache_size, frozenset(settings.tracker_rates()))
 
-    def ask(self, h: str, urls: list[str], dht: bool) -> tuple[list[SourceResult], dict[str, str]]:
+    def ask(self, h: str, urls: list[str], dht: bool, laps=None) -> tuple[list[SourceResult], dict[str, str]]:
         """Every answer of ``urls`` and (``dht``) the DHT about ``h``, and the trackers a mirror stood
-        in for (URL -> the URL asked in its place), which were not asked."""
+        in for (URL -> the URL asked in its place), which were not asked. ``laps``: the visit's
+        ``workers.visit_stages.Laps``, told when the scrape stage ends."""
         scraped, counts = self.scrape(h, urls)
+        if laps is not None:
+            laps.lap("scrape")
         asking = [u for u in urls if u not in scraped]
         mirrored = self.mirrors.stand_ins(asking, counts) if self.settings.ask_mirrors_once else {}
         asking = [u for u in asking if u not in mirrored]

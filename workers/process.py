@@ -116,7 +116,7 @@ class Process:
         # The visits' recordings are made together (crawler.counters.batcher).
         self.batcher = Batcher(self.recorder, observer=observer)
         self.visitor = Visitor(self.queue, keys, settings, self.trackers, self.batcher, self.dht, outage=self.outage,
-                               sizes=self.sizes, names=self.names)
+                               sizes=self.sizes, names=self.names, observer=observer)
         autoscaler = None
         if concurrency is None:
             autoscaler = Autoscaler(client, settings.concurrency_min, settings.concurrency_max,

@@ -48,6 +48,7 @@ import gevent
 
 from crawler import logs, redact
 from crawler.keys import Keys
+from crawler.observer import QUIET, Observer
 from crawler.queue import source_notes as notes
 from crawler.queue.queue import Lease, Queue
 from crawler.queue.scoring import SourceCount, outcome
@@ -60,6 +61,7 @@ from crawler.store.outage import Outage
 from workers.asking import Asking
 from workers.claims import Claims
 from workers.scrape_ahead import ScrapeAhead, asked
+from workers.visit_stages import Laps, StageTimes
 
 log = logs.get("worker.visit")
 
@@ -126,8 +128,9 @@ class Visitor:
 
     def __init__(self, queue: Queue, keys: Keys, settings: Settings, trackers, recorder, dht=None,
                  outage: Outage | None = None, claims: Claims | None = None, cap: RateBudget | None = None,
-                 dht_budget: RateBudget | None = None, sizes=None, names=None):
+                 dht_budget: RateBudget | None = None, sizes=None, names=None, observer: Observer = QUIET):
         self.queue, self.keys, self.settings = queue, keys, settings
+        self.observer, self.stages = observer, StageTimes()
         self.cap = cap or RateBudget.announce_cap(queue.client, keys, settings)
         self.dht_budget = dht_budget or RateBudget.dht(queue.client, keys, settings)
         self.outage = outage or patience.outage(queue.client) or Outage(patience=settings.redis_wait_seconds)
@@ -162,18 +165,28 @@ class Visitor:
         ``claim`` is asked once, when the visit settles (so a stop requested
         meanwhile is seen); the claim is made with the other runners' after the
         completion (``workers.claims``). Returns the visit and the new leases.
+        Each stage's time is counted in ``stages`` and told to the observer
+        (``workers.visit_stages``).
         """
         h, start = lease.info_hash, time.time()
+        laps = Laps(start - lease.claimed if lease.claimed else 0.0)
         self.ahead.visiting(h)
         plan = self._plan(h, start)
+        laps.lap("plan")
         if not plan.eligible and not plan.dht:
-            return self._skip(lease, plan, start), self._claim(claim)
-        results, mirrored = self.asking.ask(h, plan.eligible, plan.dht)  # scrape first, then announce
+            v = self._skip(lease, plan, start)
+            laps.lap("complete")
+            return v, self._claim(claim, laps)
+        results, mirrored = self.asking.ask(h, plan.eligible, plan.dht, laps)  # scrape first, then announce
+        laps.lap("announce")
         now = time.time()
         dht_next = self._note(h, plan, results, now, mirrored)
+        laps.lap("note")
         if not any(r.ok for r in results):
-            return self._failed(lease, results, now), self._claim(claim)
-        return self._settle(lease, plan, results, dht_next, now, claim)
+            v = self._failed(lease, results, now)
+            laps.lap("complete")
+            return v, self._claim(claim, laps)
+        return self._settle(lease, plan, results, dht_next, now, claim, laps)
 
     def _plan(self, h: str, start: float) -> Plan:
         """What a visit of ``h`` may ask at ``start``: one URL per tracker (its UDP and HTTP URLs are one
@@ -205,7 +218,7 @@ class Visitor:
         return Visit(lease.info_hash, "failed", lease.score, 0, 0, 0, len(results), error, network)
 
     def _settle(self, lease: Lease, plan: Plan, results: list[SourceResult], dht_next: float, now: float,
-                claim: Callable[[], int] | None) -> tuple[Visit, list[Lease]]:
+                claim: Callable[[], int] | None, laps: Laps) -> tuple[Visit, list[Lease]]:
         """Record the peers, score the visit and complete it (the next claim with it), then offer
         the peers to the name fetcher."""
         h, s = lease.info_hash, self.settings
@@ -222,13 +235,17 @@ class Visitor:
         # torrents.processed before the completion: a crash in between retries
         # a visit already noted this hour, which the recorder does not count twice.
         self._processed(h, now)
+        laps.lap("record")
         seeders, leechers, reported, estimated = self._size(h, vr, answered)
+        laps.lap("size")
         n = claim() if claim is not None else 0
         state, score = self.queue.complete(lease, o, peers=len(ips), seeders=seeders, leechers=leechers,
                                            due=due, now=now, reported=reported, new=new, estimated=estimated)
+        laps.lap("complete")
         if self.names is not None and ips:  # a name from its peers, if it has none (workers.metadata_names)
             self.names.offer(h, {p for r in answered for p in r.peers})
-        return Visit(h, state, score, len(ips), new, len(answered), len(results)), self.claims.claim(n)
+        v = Visit(h, state, score, len(ips), new, len(answered), len(results))
+        return v, self._claim(lambda: n, laps)
 
     def _size(self, h: str, vr: VisitResult, answered: list[SourceResult]) -> tuple:
         """(seeders, leechers, reported, estimated): the trackers' counts, or, for a swarm only the
@@ -270,9 +287,13 @@ class Visitor:
         self.queue.plans.note(h, fields, drop, max(held + [0.0]) + 2 * s.revisit_seconds)
         return dht_next
 
-    def _claim(self, claim: Callable[[], int] | None) -> list[Lease]:
-        """The next leases after a visit that did not complete (failed or skipped)."""
-        return self.claims.claim(claim() if claim is not None else 0)
+    def _claim(self, claim: Callable[[], int] | None, laps: Laps) -> list[Lease]:
+        """The next leases, ``claim()`` of them; the visit's laps end here and are counted."""
+        leases = self.claims.claim(claim() if claim is not None else 0)
+        laps.lap("next")
+        self.stages.add(laps)
+        self.observer.visit_stages(laps.times)
+        return leases
 
     def _processed(self, h: str, now: float) -> None:
         """``Recorder.visited`` once per torrent and clock hour from this process.

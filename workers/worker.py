@@ -341,5 +341,6 @@ class Worker:
         # timeout (gevent documents it; its stubs leave it out).
         with gevent.Timeout(2.0, False):  # type: ignore[arg-type]
             self.heartbeat.leave()
+        # where the visits held their slots, stage by stage (workers.visit_stages)
         log.info("worker_stopped", visits=self.health.visits, failed=self.health.failed,
-                 claimed=self.slots.claimed)
+                 claimed=self.slots.claimed, stages=self.visitor.stages.summary())

@@ -4,7 +4,8 @@ What this process did since it started, as Prometheus counters and
 histograms: visits by state, peers found and new, tracker announces by
 outcome (answered, refused, failed, backing off), tracker scrapes by outcome
 (empty, so not announced to; announce; refused, failed, backing off), DHT lookups, how long
-recording a visit's peers and claiming torrents take, and the pool's size;
+recording a visit's peers and claiming torrents take, how long each stage
+of a visit holds its slot, and the pool's size;
 and what it cost the sources: the requests it sent each tracker by ``kind``
 (connect, scrape, announce, withdrawal) and the DHT lookups that traversed
 (``crawler.sources.request_counts``, which tells each as it is counted).
@@ -108,6 +109,9 @@ class WorkerMetrics(Observer):
         self.claiming = Histogram("peercrawl_worker_claim_seconds",
                                   "Time of one claim call (alone, or with the previous visit's completion).",
                                   ["call"], buckets=LATENCY_BUCKETS, registry=r)
+        self.stages = Histogram("peercrawl_worker_visit_stage_seconds",
+                                "Time a visit held its slot in each stage (workers/visit_stages.py names them).",
+                                ["stage"], buckets=LATENCY_BUCKETS, registry=r)
         self.pool = Gauge("peercrawl_worker_pool_size", "Visits the pool runs at a time (autoscale's size).",
                           registry=r)
         self.running = Gauge("peercrawl_worker_visits_in_flight", "Visits running now.", registry=r)
@@ -147,6 +151,11 @@ class WorkerMetrics(Observer):
     def recorded(self, seconds: float) -> None:
         """Into the recording histogram."""
         self.recording.observe(seconds)
+
+    def visit_stages(self, seconds: dict[str, float]) -> None:
+        """Into the stage histogram, by stage."""
+        for stage, s in seconds.items():
+            self.stages.labels(stage).observe(s)
 
     def watch_pool(self, slots) -> None:
         """The pool's size and its running visits, read from the worker's ``Slots`` when scraped."""

@@ -1,0 +1,34 @@
+"""A visit's stage times: each lap measured, the process's histograms read back within a bucket."""
+
+from __future__ import annotations
+
+import time
+
+from workers.visit_stages import STAGES, Laps, StageTimes
+
+
+def test_laps_measure_each_stage_from_the_last():
+    laps = Laps(waited=0.25)
+    time.sleep(0.02)
+    laps.lap("plan")
+    laps.lap("scrape")
+    assert laps.times["wait"] == 0.25
+    assert 0.02 <= laps.times["plan"] < 1.0
+    assert laps.times["scrape"] < laps.times["plan"]
+
+
+def test_summary_gives_each_reached_stage_within_a_bucket():
+    st = StageTimes()
+    for ms in range(1, 101):  # record: 1..100 ms; plan: 0.2 ms; nothing else reached
+        laps = Laps()
+        laps.times.update(plan=0.0002, record=ms / 1000)
+        st.add(laps)
+    out = st.summary()
+    assert set(out) == {"wait", "plan", "record"} and set(out) <= set(STAGES)
+    assert out["record"]["visits"] == 100
+    assert abs(out["record"]["p50_ms"] - 50) <= 50 * 0.09
+    assert abs(out["record"]["p99_ms"] - 99) <= 99 * 0.09
+    assert out["record"]["mean_ms"] == 50.5
+    assert abs(out["plan"]["p50_ms"] - 0.2) <= 0.2 * 0.09
+    # a stage under a microsecond is in the first bucket, not lost
+    assert out["wait"]["visits"] == 100 and out["wait"]["p99_ms"] < 0.002

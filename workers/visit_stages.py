@@ -1,0 +1,103 @@
+"""Where a visit holds its slot: the time of each stage, per visit and over a process's life.
+
+A visit's slot is taken from the moment its torrent is handed to a runner
+until the runner holds its next one. ``Laps`` times one visit's stages as
+it passes them (one ``time.perf_counter`` each); ``StageTimes`` keeps every
+visit's laps of a process in histograms, which the worker logs when it stops
+(``worker_stopped``'s ``stages``) and ``/metrics`` shows live
+(``peercrawl_worker_visit_stage_seconds``). The buckets are those of the
+queue's round trips (``crawler.queue.rates``: each 9 % wider than the last)
+counted from a microsecond rather than a millisecond: most stages are round
+trips of well under one. The stages, in a visit's order:
+
+- ``wait``: from the hand-out of the claimed torrent to the visit's start;
+- ``plan``: the plan's round trip (trackers and source notes);
+- ``scrape``: the scrape stage (a seat in a scrape asked ahead, or one sent);
+- ``announce``: the announces and the DHT lookup, each after its place in
+  its budget;
+- ``note``: the source notes' round trip;
+- ``record``: the peers' recording (its wait for its batch included), and
+  ``torrents.processed`` when StatHat counts it;
+- ``size``: a DHT swarm's size from the nodes' bloom filters (BEP 33);
+- ``complete``: the completion's round trip (a failed or skipped visit's
+  settling, which skips the stages from ``record`` on);
+- ``next``: the next torrent's claim (from what is held, or a claim sent).
+
+A stage a visit does not reach is not counted for it, so each stage's
+figures are over the visits that had it.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+from crawler.queue.rates import STEPS
+
+STAGES = ("wait", "plan", "scrape", "announce", "note", "record", "size", "complete", "next")
+
+
+class Laps:
+    """One visit's stages as it passes them: ``lap(stage)`` ends ``stage`` now."""
+
+    __slots__ = ("at", "times")
+
+    def __init__(self, waited: float = 0.0):
+        self.at = time.perf_counter()
+        self.times: dict[str, float] = {"wait": max(waited, 0.0)}
+
+    def lap(self, stage: str) -> None:
+        """``stage`` ended now: its time is what passed since the last lap."""
+        now = time.perf_counter()
+        self.times[stage] = now - self.at
+        self.at = now
+
+
+class StageTimes:
+    """Every visit's stage times of one process, as histograms (module note)."""
+
+    def __init__(self) -> None:
+        self.visits = 0
+        self.histograms: dict[str, dict[int, int]] = {s: {} for s in STAGES}
+        self.sums = dict.fromkeys(STAGES, 0.0)
+
+    def add(self, laps: Laps) -> None:
+        """Count one visit's laps."""
+        self.visits += 1
+        for stage, seconds in laps.times.items():
+            h = self.histograms[stage]
+            k = bucket(seconds)
+            h[k] = h.get(k, 0) + 1
+            self.sums[stage] += seconds
+
+    def summary(self) -> dict[str, dict]:
+        """Per stage reached: the visits that had it, their median, 99th percentile and mean, in ms."""
+        out = {}
+        for stage in STAGES:
+            h = self.histograms[stage]
+            n = sum(h.values())
+            if n:
+                p50, p99 = percentile(h, 0.5), percentile(h, 0.99)
+                out[stage] = {"visits": n, "p50_ms": _ms(p50), "p99_ms": _ms(p99),
+                              "mean_ms": round(1000 * self.sums[stage] / n, 3)}
+        return out
+
+
+def _ms(seconds: float) -> float:
+    return round(1000 * seconds, 3)
+
+
+def bucket(seconds: float) -> int:
+    """The bucket of ``seconds``: ``floor(STEPS * log2(µs))``, at least 0."""
+    us = seconds * 1e6
+    return max(0, math.floor(STEPS * math.log2(us))) if us >= 1.0 else 0
+
+
+def percentile(histogram: dict[int, int], q: float) -> float:
+    """The ``q`` quantile (0-1) of a non-empty histogram: seconds at the geometric middle of its bucket."""
+    rank, seen = q * sum(histogram.values()), 0
+    for k in sorted(histogram):
+        seen += histogram[k]
+        if seen >= rank:
+            break
+    return 2 ** ((k + 0.5) / STEPS) / 1e6
