@@ -61,6 +61,7 @@ LAYOUT = {
     "tracker_min_interval": (K.tracker_min_interval(H), "{ns}:mi:" + H, "`{ns}:mi:<h>`"),
     "mark_bucket": (K.mark_bucket(262143), "{ns}:mk:262143", "`{ns}:mk:<n>`"),
     "mark_buckets_match": (K.mark_buckets_match, "{ns}:mk:[0-9]*", "`{ns}:mk:<n>`"),
+    "mark_bucket_prefix": (K.mark_bucket_prefix, "{ns}:mk:", "`{ns}:mk:<n>`"),
     "sweep_cursor": (K.sweep_cursor, "{ns}:mk:sweep", "`{ns}:mk:sweep`"),
     "index": (K.index("2026-11", ("cities", "c", "Germany")), "{ns}:ix:2026-11:cities:c:Germany",
               "`{ns}:ix:<all|YYYY-MM>:<family>[:c:<country>]`"),
@@ -260,3 +261,11 @@ def test_no_lua_script_builds_a_key():
     for path in scripts:
         code = "\n".join(line.split("--", 1)[0] for line in path.read_text().splitlines())
         assert not re.search(r"KEYS\[[^\]]*\]\s*\.\.|\.\.\s*KEYS\[|'\{|\"\{", code), path
+
+
+def test_the_recorder_builds_bucket_keys_as_keys_names_them():
+    from crawler.counters.script_args import ShardKeys
+
+    for k in (K, Keys("ns", shards=4, counters=2).counter_shard(1)):
+        sk = ShardKeys(k)
+        assert [sk.bucket(n) for n in (0, 7, 262143, 7)] == [k.mark_bucket(n).encode() for n in (0, 7, 262143, 7)]

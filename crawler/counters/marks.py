@@ -28,6 +28,9 @@ from __future__ import annotations
 import hashlib
 
 DEFAULT_BUCKETS = 1 << 18
+# IP fingerprints a process keeps (``Fingerprinter.known``): a peer met again, in another swarm or
+# on a revisit, is not hashed again. ~150 B each, so ~20 MB at most; past it the memo starts over.
+IP_MEMO = 1 << 17
 
 
 class Fingerprinter:
@@ -57,6 +60,8 @@ class Fingerprinter:
         self._ip = hashlib.blake2b(key=secret, digest_size=16, person=b"peercrawl-ip")
         self._torrent = hashlib.blake2b(key=secret, digest_size=8, person=b"peercrawl-t")
         self._place = hashlib.blake2b(key=secret, digest_size=8, person=b"peercrawl-place")
+        # packed IP -> ``ip(packed)``, for loops that inline ``ip`` (at most IP_MEMO entries)
+        self.known: dict[bytes, int] = {}
 
     def ip(self, packed_ip: bytes) -> int:
         """128-bit keyed fingerprint of one packed IP (high half: bucket, low half: field)."""

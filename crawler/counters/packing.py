@@ -2,7 +2,8 @@
 
 Each IP is fingerprinted once (``marks.Fingerprinter``: 128 bits, the high
 half picks its mark buckets, the low half is XORed into each of its metric
-fields), and its records are built as one integer, turned into bytes once:
+fields; kept in ``Fingerprinter.known`` for the next swarm or revisit that
+meets it), and its records are built as one integer, turned into bytes once:
 
 - ``visit_part``: probe.lua's ``probes``, per IP a u16 bucket number (of the
   (IP, torrent) bucket, 1-based among the call's) and the 8-byte field of its
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from crawler.counters.marks import Fingerprinter
+from crawler.counters.marks import IP_MEMO, Fingerprinter
 from crawler.counters.places import PlaceInfo
 from crawler.counters.script_args import FRESH, LOW64, ProbeCall, RecordBatches, ShardKeys, VisitPart
 from geo.locator import Place
@@ -41,6 +42,9 @@ def visit_part(shard: ShardKeys, h: str, t_fp: int, located: Iterable[tuple[byte
     """
     fps = fingerprints
     ip_hash, n_buckets, from_bytes = fps.ip_hasher().copy, fps.buckets, int.from_bytes
+    known = fps.known
+    if len(known) > IP_MEMO:
+        known.clear()
     vplaces: dict = {}  # place tuple -> (info, metric lanes of this visit, its probe lane)
     part = VisitPart(shard, h)
     bucket_key, rows = part.shard.bucket, part.rows
@@ -60,9 +64,11 @@ def visit_part(shard: ShardKeys, h: str, t_fp: int, located: Iterable[tuple[byte
             else:
                 lanes = info.g ^ t_fp * info.tr
                 vp = vplaces[pkey] = (info, lanes, lanes >> (info.shift - 64))
-        d = ip_hash()
-        d.update(packed)
-        f = from_bytes(d.digest(), "big")
+        f = known.get(packed)
+        if f is None:  # an IP this process has not met lately
+            d = ip_hash()
+            d.update(packed)
+            f = known[packed] = from_bytes(d.digest(), "big")
         if probe.n == probe_ips:
             probe = part.probe = ProbeCall()
             part.probes.append(probe)

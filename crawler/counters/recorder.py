@@ -22,7 +22,8 @@ tells how and why). With one shard none of that costs anything: shard 0 is
 the home and one record.lua call does both parts.
 
 Several visits at once (``record_visits``, the worker's ``Batcher``): each
-distinct IP text is parsed and located once, every visit's probes share one
+distinct IP text is parsed, located and fingerprinted once while the
+process keeps it (``marks.IP_MEMO`` of them), every visit's probes share one
 round trip and every record call the next (with several shards, the place
 calls of the whole batch come first, one per shard). A record call holds
 the IPs of several visits of one shard (``script_args.RecordBatches``: seven
@@ -48,7 +49,7 @@ import redis
 from crawler.counters.fingerprint_key import load_secret
 from crawler.counters.geo_errors import GeoErrorTally
 from crawler.counters.ip_forms import canonical_ip
-from crawler.counters.marks import DEFAULT_BUCKETS, Fingerprinter
+from crawler.counters.marks import DEFAULT_BUCKETS, IP_MEMO, Fingerprinter
 from crawler.counters.names import info_hash_hex, month_of
 from crawler.counters.packing import add_visit, visit_part
 from crawler.counters.place_shards import PlaceShards
@@ -124,6 +125,9 @@ class Recorder:
         self._sweep = register(client, "sweep", package=__package__)
         self._visited = register(client, "visited", package=__package__)
         self._places: dict = {}
+        # IP text -> (packed, place), or None for text that is no IP: a peer met again (another
+        # swarm, a revisit) is neither parsed nor located again; at most IP_MEMO, then started over.
+        self._ips: dict[str, tuple[bytes, Place] | None] = {}
         self._post = ("c" if self._post_countries else "-") + ("t" if self._post_torrents else "-")
         self._geo_errors = GeoErrorTally(client, keys, locator)
         # PEERCRAWL_WAIT_REPLICAS: each recording returns once that many replicas have it (docs/redis.md)
@@ -147,11 +151,13 @@ class Recorder:
     def record_visits(self, visits: Sequence[tuple[str, Iterable[str]]], now: float) -> list[int]:
         """``record_visit`` of several visits (distinct torrents) at one time ``now``, together.
 
-        Each distinct IP text is parsed and located once for the whole batch;
-        the visits' probes share one round trip and their recordings the next
+        Each distinct IP text is parsed and located once (the process keeps
+        what it found for the next batches: ``marks.IP_MEMO``); the visits' probes share one round trip and their recordings the next
         (module note). Returns each visit's ``new``.
         """
-        seen_ips: dict[str, tuple[bytes, Place] | None] = {}  # IP text -> (packed, place), once per batch
+        seen_ips = self._ips  # IP text -> (packed, place): once per process while it is kept
+        if len(seen_ips) > IP_MEMO:
+            seen_ips.clear()
         locate = self.locator.locate
         batch = []
         for info_hash, ips in visits:

@@ -193,7 +193,7 @@ class ShardKeys:
     ``keys``: the shard's ``Keys``.
     """
 
-    __slots__ = ("_buckets", "_countries", "_indexes", "keys", "outbox", "place_fixed", "torrents")
+    __slots__ = ("_bucket_prefix", "_buckets", "_countries", "_indexes", "keys", "outbox", "place_fixed", "torrents")
 
     def __init__(self, keys):
         self.keys = keys
@@ -201,6 +201,7 @@ class ShardKeys:
         self.torrents = keys.index(LIFETIME, ("torrents",)).encode()
         self.place_fixed = [self.outbox, keys.rollup_outbox.encode()]
         self._buckets: dict = {}
+        self._bucket_prefix = keys.mark_bucket_prefix.encode()
         self._indexes: dict = {}
         self._countries: dict = {}
 
@@ -208,7 +209,7 @@ class ShardKeys:
         """The key of mark bucket ``n``."""
         key = self._buckets.get(n)
         if key is None:
-            key = self._buckets[n] = self.keys.mark_bucket(n).encode()
+            key = self._buckets[n] = self._bucket_prefix + b"%d" % n
         return key
 
     def index(self, period: str, scope: tuple) -> bytes:

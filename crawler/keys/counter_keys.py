@@ -19,6 +19,11 @@ class CounterKeys(NamespaceKeys):
         return self.name_key("mk", str(n))
 
     @property
+    def mark_bucket_prefix(self) -> str:
+        """``mark_bucket(n)`` without its ``n``: what loops building many bucket keys append ``n`` to."""
+        return self.name_key("mk", "")
+
+    @property
     def mark_buckets_match(self) -> str:
         """SCAN MATCH pattern of every mark bucket (``mk:[0-9]*``; not the sweep cursor)."""
         return self.name_key("mk", "[0-9]*")
