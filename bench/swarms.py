@@ -5,6 +5,11 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 
+# The peers' ports: 20000-39999, below the range the crawler's own announce port is drawn from
+# (self_filter.RANDOM_PORT_RANGE). A peer on that port is taken for the crawler's own entry and
+# dropped, as it would be on the internet: a bench whose truth is "every peer counts" must not have one.
+PORTS = 20000
+
 
 def hashes_for(tag: str, n: int) -> list[str]:
     """``n`` info-hashes derived from ``tag``."""
@@ -23,5 +28,5 @@ def populate(ot, hashes: list[str], overlap: int, address: Callable[[int], str],
         for j in range(swarm):
             swarms.setdefault((i * swarm + j) % n_addr, []).append(h)
     for k, torrents in swarms.items():
-        ot.announce_many(address(k), torrents, 40000 + k % 20000, left=0 if k % 3 == 0 else 1)
+        ot.announce_many(address(k), torrents, PORTS + k % 20000, left=0 if k % 3 == 0 else 1)
     return n_addr
