@@ -22,6 +22,7 @@ import pytest
 from crawler.counters.rankings import top
 from crawler.counters.recorder import Recorder
 from crawler.queue.queue import Queue
+from crawler.queue.source_notes import tracker_list
 from crawler.queue.view import QueueView
 from crawler.settings import Settings
 from crawler.source_settings import TrackerSpec
@@ -109,9 +110,24 @@ def test_a_worker_fills_its_udp_scrape_packets_whatever_its_concurrency(opentrac
     before = udp_received(ot)
     try:
         p = Process(s, client, keys, concurrency=concurrency, until_idle=True, flush=False)
+        # each torrent's plan (trackers and source notes) is read once: by the peek when it was
+        # claimed ahead, its visit then taking it, or else by its visit (counted, not replaced)
+        reads = {"visit": 0, "ahead": 0}
+        plan, plans = p.queue.plan, p.visitor.ahead._plans
+
+        def visit_plan(h):
+            reads["visit"] += 1
+            return plan(h)
+
+        def ahead_plans(hs):
+            reads["ahead"] += len(hs)
+            return plans(hs)
+
+        p.queue.plan, p.visitor.ahead._plans = visit_plan, ahead_plans  # type: ignore[method-assign]
         assert p.run(signals=False) == 0
     finally:
         relay.close()
+    assert reads["visit"] <= concurrency + n // 10 and n <= reads["visit"] + reads["ahead"] <= n * 1.1, reads
     sent = {k: v - before[k] for k, v in udp_received(ot).items()}
     assert sent["scrape"] == len(relay.scrapes) and sum(relay.scrapes) >= n  # each torrent scraped
     assert sum(relay.scrapes) / len(relay.scrapes) >= 50, relay.scrapes
@@ -267,3 +283,29 @@ def test_a_worker_killed_while_it_holds_torrents_ahead_loses_none_and_counts_non
     assert all(view.torrent(h)["visits"] >= 1 for h in held)
     counted = {m["metric"].split(".")[1]: m["count"] for m in top(client, keys, "torrents", limit=100)}
     assert counted == {h: len(ips) for h, ips in truth.items()}
+
+
+def test_a_plan_read_ahead_is_taken_once_by_the_visit_of_its_lease_only(settings, client, keys):
+    # a torrent claimed ahead: the peek reads its trackers and notes; a visit under another lease of it
+    # (the lease went back and was claimed again) reads its own, and the one of the lease takes it once
+    s = settings.replace(revisit_seconds=60.0)
+    trackers = Trackers(s, client, keys)
+    q = Queue(client, keys, s)
+    visitor = Visitor(q, keys, s, trackers, Recorder(client, keys, s))
+    try:
+        [h] = hashes("plan-read", 1)
+        q.add([NewItem(h, ("udp://127.0.0.1:9/announce",))])
+        [lease] = q.claim(1)
+        q.plans.hold_trackers(h, {"udp://127.0.0.1:9/announce": time.time() + 3600}, 7200)
+        visitor.ahead.held([lease])
+        visitor.ahead.peek()
+        assert visitor.ahead.plan_read(h, lease.token + 1) is None  # another lease's visit: not this plan
+        visitor.ahead.held([lease])
+        visitor.ahead.peek()
+        urls, noted = visitor.ahead.plan_read(h, lease.token)
+        own, now_read = q.plan(h)  # what the visit would have read itself
+        assert urls == tracker_list(tuple(t.url for t in s.trackers), own)
+        assert noted.not_before == now_read.not_before and noted.not_before
+        assert visitor.ahead.plan_read(h, lease.token) is None  # taken once
+    finally:
+        trackers.close()

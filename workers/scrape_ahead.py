@@ -7,7 +7,7 @@ and holds them),
 and the cooling torrents that fall due within the horizon (in due order, as
 claims will take them). A greenlet of the worker process (``_run``, while
 visits go on or torrents are held) reads the trackers and notes of each new one (``plan.lua``, in
-shared round trips) and puts the torrent, for each tracker a visit at its
+shared round trips; a torrent claimed ahead keeps what was read for its visit, ``plan_read``) and puts the torrent, for each tracker a visit at its
 due time would ask (``asked``: the rule the visit itself applies), on that
 tracker's *pending* list. A list holding a full request's worth (74
 info-hashes for UDP, BEP 15's most; 64 for HTTP) is scraped at once in one
@@ -61,7 +61,7 @@ from gevent.event import Event
 
 from crawler import logs
 from crawler.errors import StoreError
-from crawler.queue.source_notes import decode, tracker_list
+from crawler.queue.source_notes import SourceNotes, decode, tracker_list
 from crawler.sources.result import SourceResult
 from crawler.sources.trackers.scrape_groups import Seat
 from crawler.sources.trackers.tracker_urls import by_tracker, preferred
@@ -129,7 +129,10 @@ class ScrapeAhead:
         self.seats: dict[tuple[str, str], Seat] = {}
         # info-hash -> (unix time its entry lapses, the URLs it is pending or seated at): not read again
         self.known: dict[str, tuple[float, tuple[str, ...]]] = {}
-        self._new: list[str] = []  # claimed ahead, not yet read
+        self._new: list[tuple[str, int]] = []  # claimed ahead, not yet read: (info-hash, lease token)
+        # info-hash -> (lease token, trackers a visit asks, source notes): the plans read for the torrents
+        # claimed ahead, each taken by the visit of that lease (``plan_read``)
+        self.plans_read: dict[str, tuple[int, list[str], SourceNotes]] = {}
         self._visits: deque[float] = deque()
         self._visited: set[str] = set()  # visits begun since the peek under way began
         self._loop: gevent.Greenlet | None = None
@@ -151,8 +154,15 @@ class ScrapeAhead:
 
     def held(self, leases) -> None:
         """``leases`` were claimed ahead: read and scrape them at once."""
-        self._new += [lease.info_hash for lease in leases]
+        self._new += [(lease.info_hash, lease.token) for lease in leases]
         self._wake()
+
+    def plan_read(self, h: str, token: int) -> tuple[list[str], SourceNotes] | None:
+        """The trackers and source notes of ``h`` read for the lease ``token`` after it was claimed
+        ahead (what ``Queue.plan`` would answer its visit now: only a visit holding the lease writes
+        the notes), taken once; None when none was read for that lease."""
+        got = self.plans_read.pop(h, None)
+        return (got[1], got[2]) if got is not None and got[0] == token else None
 
     def visiting(self, h: str) -> None:
         """A visit of ``h`` begins: what was pending for it is its own to ask, and peeks go on."""
@@ -239,7 +249,8 @@ class ScrapeAhead:
             self.claims.drop_stale()
             self.claims.refill()  # what it claims comes back through held()
         self._visited = set()
-        new, self._new = [(h, now) for h in self._new], []
+        tokens = dict(self._new)
+        new, self._new = [(h, now) for h, _ in self._new], []
         due = new + [(h, at) for h, at in self._due(now) if h not in self.known]
         due = list(dict(due).items())
         plans = self._plans([h for h, _ in due])
@@ -247,6 +258,8 @@ class ScrapeAhead:
         for (h, at), (urls, noted) in zip(due, plans):
             if h in self._visited:  # its visit began meanwhile and asks for itself
                 continue
+            if h in tokens:  # claimed ahead: its visit takes this plan rather than reading it again
+                self.plans_read[h] = (tokens[h], urls, noted)
             *_, eligible, _ = asked(urls, noted.not_before, at, s.one_ask_per_tracker, health.backing_off_until)
             eligible = [u for u in eligible if health.no_scrape_until(u) is None]
             for u in eligible:
@@ -300,6 +313,8 @@ class ScrapeAhead:
             del self.seats[key]
         for u in [u for u, pend in self.pending.items() if not pend]:
             del self.pending[u]
+        for h in [h for h in self.plans_read if h not in self.known]:  # its lease went back unvisited
+            del self.plans_read[h]
 
     def close(self) -> None:
         """Hand back what is claimed ahead (the worker stops)."""

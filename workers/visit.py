@@ -2,7 +2,8 @@
 
 Strategy: one round trip reads the torrent's own trackers and its source
 notes (``crawler.queue.source_notes``: when each tracker may be announced
-to again, when the DHT is next due). URLs of one tracker (one host, port
+to again, when the DHT is next due), or none when scrape-ahead read them
+after the torrent was claimed ahead (``ScrapeAhead.plan_read``). URLs of one tracker (one host, port
 and path: ``tracker_urls.by_tracker``) are asked once, at the preferred URL,
 and held together. Then the asking stage (``workers.asking``): trackers
 are scraped first, most often in a request asked ahead of the visit (the
@@ -171,7 +172,7 @@ class Visitor:
         h, start = lease.info_hash, time.time()
         laps = Laps(start - lease.claimed if lease.claimed else 0.0)
         self.ahead.visiting(h)
-        plan = self._plan(h, start)
+        plan = self._plan(lease, start)
         laps.lap("plan")
         if not plan.eligible and not plan.dht:
             v = self._skip(lease, plan, start)
@@ -188,12 +189,18 @@ class Visitor:
             return v, self._claim(claim, laps)
         return self._settle(lease, plan, results, dht_next, now, claim, laps)
 
-    def _plan(self, h: str, start: float) -> Plan:
-        """What a visit of ``h`` may ask at ``start``: one URL per tracker (its UDP and HTTP URLs are one
-        swarm store), held while any of its URLs is inside its min interval, else asked at its
-        preferred URL; and the DHT when its schedule says so. One round trip."""
-        own, noted = self.queue.plan(h)
-        urls = notes.tracker_list(self._defaults, own)
+    def _plan(self, lease: Lease, start: float) -> Plan:
+        """What a visit of ``lease``'s torrent may ask at ``start``: one URL per tracker (its UDP and HTTP
+        URLs are one swarm store), held while any of its URLs is inside its min interval, else asked at
+        its preferred URL; and the DHT when its schedule says so. One round trip, none when the torrent
+        was claimed ahead and scrape-ahead read it for this lease."""
+        h = lease.info_hash
+        got = self.ahead.plan_read(h, lease.token)
+        if got is None:
+            own, noted = self.queue.plan(h)
+            urls = notes.tracker_list(self._defaults, own)
+        else:
+            urls, noted = got
         groups, held_until, eligible, same = asked(urls, noted.not_before, start, self.settings.one_ask_per_tracker,
                                                    self.trackers.health.backing_off_until)
         return Plan(urls, noted, groups, held_until, eligible, same,
