@@ -319,6 +319,10 @@ class Run:
                 **({"profile": profile_figures(spy, self.profile, self.client)} if spy is not None else {})}
 
 
+# Commands the SLOWLOG keeps in a profiled run: every one of a full pass (~10 a visit).
+SLOWLOG_LEN = 200_000
+
+
 def profiler(pid: int, out: Path) -> subprocess.Popen:
     """py-spy sampling ``pid`` (every greenlet's stack is the one thread's) into ``out``, collapsed stacks."""
     beside = Path(sys.executable).parent / "py-spy"  # a virtual environment's, else the PATH's
@@ -350,9 +354,38 @@ def profile_figures(spy: subprocess.Popen, raw: Path, client: redis.Redis, top: 
     def share(d: dict[str, int]) -> list:
         return [[f, round(c / max(total, 1), 3)] for f, c in sorted(d.items(), key=lambda kv: -kv[1])[:top]]
 
-    slow = [{"us": e["duration"], "command": " ".join(str(a) for a in e["command"].split()[:2])[:80]}
-            for e in client.slowlog_get(10)]
-    return {"samples": total, "own": share(own), "inside": share(inside), "redis_slowlog": slow}
+    return {"samples": total, "own": share(own), "inside": share(inside), "redis_by_call": redis_calls(client)}
+
+
+def script_names() -> dict[str, str]:
+    """SHA1 -> name of every Lua script of the crawler, as it registers them (includes resolved)."""
+    import hashlib
+
+    from crawler.store.scripts import source
+
+    out = {}
+    for lua in sorted((ROOT / "crawler").rglob("*.lua")):
+        package = ".".join(lua.parent.relative_to(ROOT).parts)
+        out[hashlib.sha1(source(lua.stem, package).encode()).hexdigest()] = lua.stem
+    return out
+
+
+def redis_calls(client: redis.Redis) -> list:
+    """Redis's time per kind of call over the run, from a SLOWLOG that kept every command (the script
+    calls by script): calls, µs in all and per call, most time first."""
+    names = script_names()
+    by: dict[str, list[int]] = {}
+    for e in client.slowlog_get(SLOWLOG_LEN):
+        words = e["command"].split()
+        name = (words[0].decode() if isinstance(words[0], bytes) else str(words[0])).upper() if words else "?"
+        if name in ("EVALSHA", "EVALSHA_RO") and len(words) > 1:
+            sha = words[1].decode() if isinstance(words[1], bytes) else str(words[1])
+            name = names.get(sha, sha[:8]) + ".lua"
+        got = by.setdefault(name, [0, 0])
+        got[0] += 1
+        got[1] += e["duration"]
+    rows = sorted(by.items(), key=lambda kv: -kv[1][1])
+    return [{"call": k, "calls": n, "us": us, "us_per_call": round(us / n, 1)} for k, (n, us) in rows[:12]]
 
 
 def timing(raw: dict) -> dict:
@@ -499,7 +532,9 @@ def main() -> None:
             with Topology(None) as tp:
                 client = redis.Redis.from_url(tp.url)
                 out["world"]["redis"] = client.info("server")["redis_version"]
-                client.config_set("slowlog-log-slower-than", 1000)
+                if a.profile:  # every command into the SLOWLOG, to split Redis's time by script
+                    client.config_set("slowlog-max-len", SLOWLOG_LEN)
+                    client.config_set("slowlog-log-slower-than", 0)
                 out.update(passes(a, tmp, client, tp.url, ot, db, hashes))
                 client.close()
         finally:
