@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import geo
 from crawler.counters import Recorder, escape, metrics_for, month_of, top, unescape
-from crawler.counters.marks import parse_bucket
+from crawler.counters.marks import parse_bucket, roster_width
 from crawler.counters.names import UNPLACED_MEMBER, info_hash_hex, metric_of, query_for
 from tests.interleaved_recorder import InterleavedRecorder
 from tests.mmdb import write_city_db
@@ -402,13 +402,36 @@ def test_an_ip_recorded_by_another_worker_after_the_probe_counts_once(client, ke
     b = Recorder(client, keys, settings, locator)
     berlin = Place("Germany", "Berlin", "10115")
     located = [(bytes([10, 0, 1, n]), berlin) for n in range(20)]
-    record_places(b, H, located[:1], T0)  # H is now counted, so the probe reads buckets
+    others = [(bytes([10, 0, 2, n]), berlin) for n in range(16)]
+    # H is now counted, so the probe reads buckets; a visit of as many IPs, so its roster is as wide
+    record_places(b, H, located[:1] + others, T0)
     assert probe(a, H, located, T0 + 60) == "0" + "1" * 19
     raced = []
     a.after_probe = lambda: raced.append(record_places(b, H, located[5:], T0 + 60))  # b records 15 meanwhile
     assert record_places(a, H, located, T0 + 60) == 4 and raced == [15]
-    assert counts(client, keys, "torrents") == {f"torrents.{H}.users": 20}
-    assert counts(client, keys, "cities") == {"countries.Germany.cities.Berlin.users": 20}
+    assert counts(client, keys, "torrents") == {f"torrents.{H}.users": 36}
+    assert counts(client, keys, "cities") == {"countries.Germany.cities.Berlin.users": 36}
+
+
+def test_a_swarm_whose_roster_moved_counts_nothing_twice(client, keys, settings, locator):
+    # a torrent's group records sit in a roster as wide as its visit is large (marks.roster_width):
+    # a visit of 10 IPs, then one of 30 holding them, then the 10 again. Each width change sends the
+    # known IPs to record.lua (the probe no longer finds their group records), which counts nothing twice.
+    from geo import Place
+
+    r = Recorder(client, keys, settings, locator)
+    berlin = Place("Germany", "Berlin", "10115")
+    ten = [(bytes([10, 0, 3, n]), berlin) for n in range(10)]
+    thirty = ten + [(bytes([10, 0, 4, n]), berlin) for n in range(20)]
+    assert roster_width(10) != roster_width(30)
+    assert record_places(r, H, ten, T0) == 10
+    assert probe(r, H, ten, T0 + 60) == "0" * 10  # same width: found
+    assert "1" in probe(r, H, thirty, T0 + 60)[:10]  # wider: some of the ten not found where it looks now
+    assert record_places(r, H, thirty, T0 + 60) == 20
+    assert probe(r, H, thirty, T0 + 120) == "0" * 30  # their group records are now in the wider roster
+    assert record_places(r, H, ten, T0 + 120) == 0 and probe(r, H, ten, T0 + 180) == "0" * 10
+    assert counts(client, keys, "torrents") == {f"torrents.{H}.users": 30}
+    assert counts(client, keys, "cities") == {"countries.Germany.cities.Berlin.users": 30}
 
 
 @pytest.mark.parametrize("shards", [1, 3])

@@ -152,9 +152,10 @@ def test_a_torrents_counters_stay_in_its_shard_and_an_ips_place_counts_in_the_ip
     # the home keeps no counter of its own
     assert not client.exists(keys.index("all", ("torrents",)))
     assert rec.record_visit(TORRENTS[0], POOL[:200], T0 + 60) == 0
-    # the probe answers per IP in the visit's order, whatever shard each went to
-    located = [(ipaddress.ip_address(ip).packed, locator.locate(ip)) for ip in POOL[190:210]]
-    assert probe(rec, TORRENTS[0], located, T0 + 60) == "0" * 10 + "1" * 10
+    # the probe answers per IP in the visit's order, whatever shard each went to (a visit of as many
+    # IPs as the one recorded: its roster is as wide, marks.roster_width)
+    located = [(ipaddress.ip_address(ip).packed, locator.locate(ip)) for ip in POOL[190:210] + POOL[:180]]
+    assert probe(rec, TORRENTS[0], located, T0 + 60) == "0" * 10 + "1" * 10 + "0" * 180
     one = Recorder(client, Keys(namespace + "-one"), settings, locator)
     try:
         one.record_visit(TORRENTS[0], POOL[:200], T0)

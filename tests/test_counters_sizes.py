@@ -147,8 +147,8 @@ def test_a_malformed_record_call_writes_nothing(client, keys, settings, tmp_path
     shard = rec._shards[0]
     fixed = shard.shared("2024-05") + shard.torrent_keys(H, "2024-05")
     bucket = keys.mark_bucket(1)
-    # a whole k=1 record, then a truncated one: nothing may be written
-    rec_ok = (1).to_bytes(2, "big") + bytes(2) + (1).to_bytes(2, "big") + bytes([1]) + b"A" * 8
+    # a whole k=1 record (no group record: no roster bucket), then a truncated one: nothing may be written
+    rec_ok = bytes(2) + (1).to_bytes(2, "big") + bytes(2) + (1).to_bytes(2, "big") + bytes([1]) + b"A" * 8
     place = (0).to_bytes(2, "big") + bytes(4)
     args = [T0, T0 - rec.window, visit_arg(H, 2), "--", b"", place, len(fixed), rec_ok + rec_ok[:10]]
     with pytest.raises(redis.ResponseError, match="malformed peer record"):
@@ -163,6 +163,10 @@ def test_a_malformed_record_call_writes_nothing(client, keys, settings, tmp_path
         (visit_arg(H, 2), "malformed peer record"),  # more records than sent
         (visit_arg(H, 1) + visit_arg("cd" * 20, 1), "malformed peer record"),
     ]
+    for bad in ((1).to_bytes(2, "big") + rec_ok[2:], (2).to_bytes(2, "big") + rec_ok[2:]):
+        # a roster bucket where k = 1 has no group record, or one past the buckets given
+        with pytest.raises(redis.ResponseError, match="malformed peer record"):
+            record(keys=fixed + [bucket], args=args[:2] + [visit_arg(H, 1)] + args[3:7] + [bad])
     for visits, error in bad_visits:
         with pytest.raises(redis.ResponseError, match=error):
             record(keys=fixed + [bucket], args=args[:2] + [visits] + args[3:7] + [rec_ok])
@@ -200,10 +204,12 @@ def test_a_malformed_places_or_torrent_part_call_writes_nothing(client, keys, se
     record = scripts.register(client, "record", package="crawler.counters")
     fixed = rec._shards[0].shared("2024-05") + rec._shards[0].torrent_keys(H, "2024-05")
     tbucket = rec._shards[0].bucket(1)
-    users = (1).to_bytes(2, "big") + bytes(4) + (1).to_bytes(2, "big") + bytes([1]) + b"A" * 8
+    # k = 1, so no group record: no roster bucket
+    users = bytes(2) + (1).to_bytes(2, "big") + bytes(4) + (1).to_bytes(2, "big") + bytes([1]) + b"A" * 8
     targs = [T0, T0 - rec.window, visit_arg(H, 1), "--", b"", (0).to_bytes(2, "big") + bytes(4), len(fixed), users,
              "T"]
-    for visits, bad in ((visit_arg(H, 1), users[:8] + bytes([5]) + users[9:]), (visit_arg(H, 2), users + users[:12])):
+    for visits, bad in ((visit_arg(H, 1), users[:10] + bytes([5]) + users[11:]), (visit_arg(H, 2), users + users[:12]),
+                        (visit_arg(H, 1), (1).to_bytes(2, "big") + users[2:])):  # a roster bucket where k = 1
         with pytest.raises(redis.ResponseError, match="malformed peer record"):
             record(keys=fixed + [tbucket], args=targs[:2] + [visits] + targs[3:7] + [bad, "T"])
     with pytest.raises(redis.ResponseError, match="bad part"):

@@ -7,11 +7,20 @@ field of a small listpack hash ~15-18 B, but each lookup scans the listpack
 ``buckets`` strings ``mk:<n>``: ~13 B per mark, and a lookup is one memmem
 over ~1.2 KB inside Redis.
 
-- keyed fingerprints (``Fingerprinter``): an IP's marks for a torrent (and
-  its group record, see record.lua) live in the bucket of (IP, torrent), its
-  place marks in the bucket of the IP alone, so a peer in thousands of swarms
-  does not grow one bucket; the record's first 8 bytes are 64 bits of the
-  IP's fingerprint XOR the metric's. The address itself is never stored.
+- keyed fingerprints (``Fingerprinter``): an IP's marks for a torrent live
+  in the bucket of (IP, torrent), its place marks in the bucket of the IP
+  alone, so a peer in thousands of swarms does not grow one bucket; the
+  record's first 8 bytes are 64 bits of the IP's fingerprint XOR the
+  metric's. The address itself is never stored.
+- the torrent's *roster*: each IP's group record for (torrent, place) (see
+  record.lua), which says whether anything of the IP can count, lives in one
+  of ``roster_width(ips)`` consecutive buckets from the torrent's own
+  (``torrent(h) mod buckets``), picked by the IP; so a revisit's probe reads
+  a few buckets, ~16 IPs of the torrent each, rather than one bucket per
+  IP. A group record is a shortcut, never the truth: one not found (the
+  swarm's size crossed a width, so the roster moved) sends the IP to
+  record.lua, which checks its marks, counts nothing already counted and
+  writes the group record where the probe now looks.
 - the record's last 4 bytes are the unix second the mark was made (big
   endian). A mark counts as present while ``time > now - window``:
   correctness never depends on deleting stale records. ``sweep.lua`` removes
@@ -28,6 +37,10 @@ from __future__ import annotations
 import hashlib
 
 DEFAULT_BUCKETS = 1 << 18
+# A torrent's roster (module note): ~ROSTER_IPS IPs of the torrent to a bucket, in widths that grow
+# 4x at a time (a swarm's size moves the roster only when it crosses one), at most ROSTER_MAX buckets.
+ROSTER_IPS = 16
+ROSTER_MAX = 4096
 # IP fingerprints a process keeps (``Fingerprinter.known``): a peer met again, in another swarm or
 # on a revisit, is not hashed again. ~150 B each, so ~20 MB at most; past it the memo starts over.
 IP_MEMO = 1 << 17
@@ -96,3 +109,12 @@ def parse_bucket(raw: bytes) -> list[tuple[bytes, int]]:
     if len(raw) % RECORD:
         raise ValueError(f"mark bucket of {len(raw)} bytes is not a whole number of {RECORD}-byte records")
     return [(raw[i : i + 8], int.from_bytes(raw[i + 8 : i + RECORD], "big")) for i in range(0, len(raw), RECORD)]
+
+
+def roster_width(ips: int) -> int:
+    """How many buckets a torrent's roster spreads over for a visit of ``ips`` IPs (module note):
+    the least power of 4 giving at most ``ROSTER_IPS`` IPs a bucket, at most ``ROSTER_MAX``."""
+    width = 1
+    while width * ROSTER_IPS < ips and width < ROSTER_MAX:
+        width *= 4
+    return width

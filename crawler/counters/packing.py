@@ -5,9 +5,10 @@ half picks its mark buckets, the low half is XORed into each of its metric
 fields; kept in ``Fingerprinter.known`` for the next swarm or revisit that
 meets it), and its records are built as one integer, turned into bytes once:
 
-- ``visit_part``: probe.lua's ``probes``, per IP a u16 bucket number (of the
-  (IP, torrent) bucket, 1-based among the call's) and the 8-byte field of its
-  probe lane (the group record, or the users mark without a country);
+- ``visit_part``: probe.lua's ``probes``, per IP a u16 bucket number (of its
+  bucket in the torrent's roster, ``marks.roster_width``, or without a country
+  of the (IP, torrent) bucket; 1-based among the call's) and the 8-byte field
+  of its probe lane (the group record, or the users mark without a country);
 - ``add_visit``: record.lua's ``ips``, per IP its header (bucket numbers,
   place number, k) and its metric fields, the lanes of ``places.PlaceInfo``
   (``lanes ^ low64 * r``: one multiply and one XOR per IP).
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from crawler.counters.marks import IP_MEMO, Fingerprinter
+from crawler.counters.marks import IP_MEMO, Fingerprinter, roster_width
 from crawler.counters.places import PlaceInfo
 from crawler.counters.script_args import FRESH, LOW64, ProbeCall, RecordBatches, ShardKeys, VisitPart
 from geo.locator import Place
@@ -37,11 +38,16 @@ def visit_part(shard: ShardKeys, h: str, t_fp: int, located: Iterable[tuple[byte
     fingerprint, bucket of (IP, torrent))`` in its calls' order. The
     lanes are the whole record's, or with several shards (``split``) the torrent
     part's (``PlaceInfo``); the probe lane (the group record, or the users
-    mark without a country) is the same in both. ``place_info(place tuple)``
-    gives a place's ``PlaceInfo``.
+    mark without a country) is the same in both. A row's last part is the
+    bucket of its group record in the torrent's roster (None: no group record,
+    the IP has no country). ``place_info(place tuple)`` gives a place's
+    ``PlaceInfo``.
     """
     fps = fingerprints
     ip_hash, n_buckets, from_bytes = fps.ip_hasher().copy, fps.buckets, int.from_bytes
+    if not isinstance(located, list | tuple):
+        located = list(located)
+    width, roster = roster_width(len(located)), t_fp % n_buckets  # the torrent's roster
     known = fps.known
     if len(known) > IP_MEMO:
         known.clear()
@@ -73,13 +79,16 @@ def visit_part(shard: ShardKeys, h: str, t_fp: int, located: Iterable[tuple[byte
             probe = part.probe = ProbeCall()
             part.probes.append(probe)
         bucket = ((f >> 64) ^ t_fp) % n_buckets
-        b = probe.bnumbers.get(bucket)
+        # the group record's bucket in the roster, or the users mark's without a country
+        rb = (roster + (f >> 64) % width) % n_buckets if vp[0].k >= 3 else None
+        looked = bucket if rb is None else rb
+        b = probe.bnumbers.get(looked)
         if b is None:
-            probe.buckets.append(bucket_key(bucket))
-            b = probe.bnumbers[bucket] = len(probe.buckets)
+            probe.buckets.append(bucket_key(looked))
+            b = probe.bnumbers[looked] = len(probe.buckets)
         probe.args += ((b << 64) | (vp[2] ^ (f & LOW64))).to_bytes(10, "big")
         probe.n += 1
-        rows.append((pkey, vp, f, bucket))
+        rows.append((pkey, vp, f, bucket, rb))
     return part if rows else None
 
 
@@ -92,16 +101,18 @@ def add_visit(batches: RecordBatches, i: int, h: str, part: VisitPart, flags: by
     """
     shard = part.shard
     bkey, country_keys = shard.bucket, shard.country_keys
-    for (pkey, (info, lanes, _), f, bucket), flag in zip(part.rows, flags):
+    for (pkey, (info, lanes, _), f, bucket, rb), flag in zip(part.rows, flags):
         if flag == FRESH:
             continue
         batch = batches.batch_for(shard, i, h, info.k)
         head = batch.heads.get(pkey)
         if head is None:
             head = batch.add_place(pkey, info, country_keys)
-        # the torrent's marks of this IP (and its group): bucket by (IP, torrent)
+        # the torrent's marks of this IP: bucket by (IP, torrent)
         tb = batch.bucket_number(bucket, bkey)
         # its place marks: bucket by IP alone
         gb = batch.bucket_number((f >> 64) % n_buckets, bkey) if info.k > 1 else 0
-        batch.ips += ((tb << info.tshift) | (gb << info.gshift) | head
+        # its group record: in the torrent's roster
+        rn = 0 if rb is None else batch.bucket_number(rb, bkey)
+        batch.ips += ((rn << info.rshift) | (tb << info.tshift) | (gb << info.gshift) | head
                       | (lanes ^ (f & LOW64) * info.r)).to_bytes(info.nbytes, "big")

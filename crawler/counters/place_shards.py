@@ -109,7 +109,7 @@ class PlaceShards:
         cutoff = now - self.window
         shard = part.shard
         bucket_key, country_keys = shard.bucket, shard.country_keys
-        for (pkey, (info, lanes, _), f, bucket), flag in zip(part.rows, flags):
+        for (pkey, (info, lanes, _), f, bucket, rb), flag in zip(part.rows, flags):
             if flag == FRESH:
                 continue
             batch = batches.batch_for(shard, i, h, info.t_k)
@@ -118,6 +118,8 @@ class PlaceShards:
                 head = batch.add_place(pkey, info, country_keys)
             low = f & LOW64
             rec = (batch.bucket_number(bucket, bucket_key) << info.t_bshift) | head | (lanes ^ low * info.t_r)
+            if rb is not None:  # its group record, in the torrent's roster
+                rec |= batch.bucket_number(rb, bucket_key) << info.t_rshift
             where = None
             if info.p_m:
                 key = f ^ hash(pkey)

@@ -25,8 +25,8 @@ class PlaceInfo:
     city, torrent-city, postcode, torrent-postcode (the parts the place has):
     ``k`` of them; when k >= 3 the IP's group record for (torrent, place)
     goes first (``"g"`` + the place's names, XOR the torrent). An IP's
-    record in record.lua's ``ips`` argument is built as one integer: a 7-byte
-    header (torrent bucket, place bucket, place number, k) and the 8-byte
+    record in record.lua's ``ips`` argument is built as one integer: a 9-byte
+    header (roster bucket, torrent bucket, place bucket, place number, k) and the 8-byte
     fields, field i = ``low64(ip) XOR metric_i``. So that costs one multiply
     and one XOR per IP, the metrics sit in lanes of one integer: ``g`` holds
     the global metrics (0 in torrent lanes), ``tr`` has a 1 in the low bit of
@@ -38,14 +38,14 @@ class PlaceInfo:
     Crawls of several counter shards record an IP in two parts (see
     ``recorder``): its torrent metrics, with the group record first, in the
     torrent's shard (``t_*``: every lane a torrent lane, so the lanes are
-    ``t_g ^ t_fp * t_r``; a 9-byte header: torrent bucket, the place part's
-    oldest mark time, place number, k), and its place metrics in its own
+    ``t_g ^ t_fp * t_r``; an 11-byte header: roster bucket, torrent bucket, the
+    place part's oldest mark time, place number, k), and its place metrics in its own
     shard (``p_*``: lanes ``p_g``; a 5-byte header: bucket, place number, m).
     """
 
     __slots__ = ("country", "country_s", "dropped", "g", "gshift", "k", "nbytes", "p_bshift", "p_g", "p_m", "p_nbytes",
-                 "p_r", "p_shift", "r", "shift", "t_bshift", "t_g", "t_k", "t_nbytes", "t_oshift", "t_r",
-                 "t_shift", "tail", "tr", "tshift")
+                 "p_r", "p_shift", "r", "rshift", "shift", "t_bshift", "t_g", "t_k", "t_nbytes", "t_oshift", "t_r",
+                 "t_rshift", "t_shift", "tail", "tr", "tshift")
 
     def __init__(self, pkey: tuple, fps: Fingerprinter):
         # names over the bound read as unknown (a city or postcode needs its country)
@@ -84,7 +84,8 @@ class PlaceInfo:
         self.shift = 64 * lanes  # where the place number and k go
         self.gshift = self.shift + 24  # where the place marks' bucket number goes
         self.tshift = self.shift + 40  # where the torrent marks' bucket number goes
-        self.nbytes = 7 + 8 * lanes
+        self.rshift = self.shift + 56  # where the group record's bucket number goes (0: none)
+        self.nbytes = 9 + 8 * lanes
         self.t_k, self.p_m = len(torrent), len(place)
         if self.k >= 3:
             torrent.insert(0, slots[0][0])  # the group record
@@ -92,7 +93,8 @@ class PlaceInfo:
         self.t_shift = 64 * len(torrent)
         self.t_oshift = self.t_shift + 24
         self.t_bshift = self.t_shift + 56
-        self.t_nbytes = 9 + 8 * len(torrent)
+        self.t_rshift = self.t_shift + 72
+        self.t_nbytes = 11 + 8 * len(torrent)
         self.p_g, self.p_r = _lanes(place)
         self.p_shift = 64 * len(place)
         self.p_bshift = self.p_shift + 24

@@ -13,8 +13,9 @@
 -- KEYS[n+1..]   marks    STRING of 12-byte records: 8-byte field, then the unix second
 --                       of the mark as a big-endian u32 ({ns}:mk:<n>): every bucket
 --                       this batch may read, last. An IP's marks for the torrent
---                       (and its group record) share one bucket chosen by (IP,
---                       torrent); its place marks one chosen by the IP alone.
+--                       share one bucket chosen by (IP, torrent); its place marks
+--                       one chosen by the IP alone; its group record one of the
+--                       torrent's roster (crawler/counters/marks.py).
 -- ARGV[1]      now      unix seconds (integer): the time stored in new marks
 -- ARGV[2]      cutoff   now - window: a mark at or before it has expired
 -- ARGV[3]      visits   binary, per visit (distinct torrents): its info-hash (40
@@ -27,8 +28,9 @@
 --                        str(escaped city), str(escaped postcode) (empty = unknown)
 -- ARGV[7]      n         the number of keys before the mark buckets
 -- ARGV[8]      ips       binary, the visits' IP records one visit after the other;
---                        per IP: u16 torrent bucket, u16 place bucket (0 when
---                        k = 1) (1-based: KEYS[n + b]), u16 place number, u8 k; when k >= 3 the 8-byte field of the
+--                        per IP: u16 group record bucket (0 when k = 1), u16 torrent
+--                        bucket, u16 place bucket (0 when k = 1) (1-based: KEYS[n + b]),
+--                        u16 place number, u8 k; when k >= 3 the 8-byte field of the
 --                        IP's group record for (torrent, place); then k 8-byte fields,
 --                        one per metric of the place, in the order torrent; country,
 --                        torrent-country; city, torrent-city; postcode,
@@ -36,7 +38,8 @@
 -- ARGV[9]      part      absent for the whole record above; "T" (a crawl of several
 --                        shards) for the torrent part of each IP, whose place metrics
 --                        places.lua has already recorded in the IP's own shard. Then
---                        an IP is: u16 torrent bucket, u32 the oldest time of its place
+--                        an IP is: u16 group record bucket (0 when k = 1), u16 torrent
+--                        bucket, u32 the oldest time of its place
 --                        marks (places.lua's answer; 0 without a country), u16 place
 --                        number, u8 k (1-4), the group record's field when k >= 2, and
 --                        k fields: torrent; torrent-country; torrent-city;
@@ -126,8 +129,8 @@ local p = ARGV[8]
 local dirty, adds = {}, {}
 local o, np = 1, #p
 -- the torrent part: slot j of the whole record is 2j - 1 (the torrent's metrics)
-local step, grouped, head, kmax = 1, 3, 7, 7
-if tpart then step, grouped, head, kmax = 2, 2, 9, 4 end
+local step, grouped, head, kmax = 1, 3, 9, 7
+if tpart then step, grouped, head, kmax = 2, 2, 11, 4 end
 -- per visit: torrents.<h>.users and the counts per place number ({[j] = count}
 -- for metric slot j, created when one counts)
 local users, counts, seen = {}, {}, {}
@@ -153,19 +156,19 @@ for v = 1, #visits do
   local t_users, counted = 0, {}
   while left > 0 do
     left = left - 1
-    local tb, gb, pno, k
+    local rb, tb, gb, pno, k
     local oldest = now
     if tpart then
-      local t1, t2, o1, o2, o3, o4, p1, p2, kk = byte(p, o, o + 8)
+      local r1, r2, t1, t2, o1, o2, o3, o4, p1, p2, kk = byte(p, o, o + 10)
       if kk then
-        tb, gb, pno, k = t1 * 256 + t2, 1, p1 * 256 + p2, kk
+        rb, tb, gb, pno, k = r1 * 256 + r2, t1 * 256 + t2, 1, p1 * 256 + p2, kk
         local po = ((o1 * 256 + o2) * 256 + o3) * 256 + o4
         if k > 1 and po < oldest then oldest = po end
       end
     else
-      local t1, t2, g1, g2, p1, p2, kk = byte(p, o, o + 6)
+      local r1, r2, t1, t2, g1, g2, p1, p2, kk = byte(p, o, o + 8)
       if kk then
-        tb, gb, pno, k = t1 * 256 + t2, g1 * 256 + g2, p1 * 256 + p2, kk
+        rb, tb, gb, pno, k = r1 * 256 + r2, t1 * 256 + t2, g1 * 256 + g2, p1 * 256 + p2, kk
         if k % 2 == 0 then k = nil end
       end
     end
@@ -174,6 +177,7 @@ for v = 1, #visits do
     -- when the place has a country)
     if not k or k < 1 or k > kmax or o + head - 1 + 8 * (k < grouped and 1 or k + 1) > np
         or pno < 1 or pno > #places or tb < 1 or tb > nb or (k > 1 and (gb < 1 or gb > nb))
+        or (k >= grouped) ~= (rb >= 1) or rb > nb
         or (k > 1) ~= (places[pno][1] > 0) then
       return redis.error_reply('record.lua: malformed peer record at byte ' .. o)
     end
@@ -213,12 +217,13 @@ for v = 1, #visits do
       end
     end
     if gf then
-      -- the group record, missing or stale: now the oldest of the k marks
+      -- the group record, missing or stale (or in a roster the swarm has left): now the oldest
+      -- of the k marks, in the torrent's roster. A torrent never counted has no record there.
       local at = oldest == now and stamp or u32(oldest)
       if fresh then
-        add_record(adds, tb, gf, at)
+        add_record(adds, rb, gf, at)
       else
-        set_mark(vals, dirty, adds, tb, gf, at)
+        set_mark(vals, dirty, adds, rb, gf, at)
       end
     end
   end

@@ -250,7 +250,8 @@ class VisitPart:
     counters of its torrent ``h``.
 
     ``rows``: per IP ``(place tuple, (PlaceInfo, lanes, probe lane),
-    fingerprint, bucket of (IP, torrent))``, in the calls' order.
+    fingerprint, bucket of (IP, torrent), bucket of its group record in the
+    torrent's roster or None)``, in the calls' order.
     """
 
     __slots__ = ("h", "probe", "probes", "rows", "shard")
