@@ -63,4 +63,6 @@ def by_tracker(urls: list[str]) -> list[list[str]]:
 
 def preferred(group: list[str], avoid=lambda url: False) -> str:
     """The URL of one tracker's ``group`` to ask: not ``avoid``-ed (backing off) first, then by scheme."""
+    if len(group) == 1:  # most trackers have one URL: nothing to weigh
+        return group[0]
     return min(group, key=lambda u: (bool(avoid(u)), PREFERENCE.get(url_parts(u)[0], len(PREFERENCE)), group.index(u)))
