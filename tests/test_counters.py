@@ -413,6 +413,17 @@ def test_an_ip_recorded_by_another_worker_after_the_probe_counts_once(client, ke
     assert counts(client, keys, "cities") == {"countries.Germany.cities.Berlin.users": 36}
 
 
+def test_a_visit_recorded_without_its_probe_counts_what_it_would_with_it(client, keys, settings, locator):
+    # no probe (a torrent with no notes): every IP goes to record.lua, which counts what is new alone
+    r = Recorder(client, keys, settings, locator)
+    ips = ["9.9.9.9", "1.1.1.1", "8.8.8.8"]
+    assert r.record_visit(H, ips, T0, probe=False) == 3
+    assert r.record_visit(H, ips + ["7.7.7.7"], T0 + 60, probe=False) == 1
+    assert r.record_visit(H, ips + ["7.7.7.7"], T0 + 120) == 0
+    assert r.record_visit(H, ips, T0 + 180, probe=False) == 0
+    assert counts(client, keys, "torrents") == {f"torrents.{H}.users": 4}
+
+
 def test_a_swarm_whose_roster_moved_counts_nothing_twice(client, keys, settings, locator):
     # a torrent's group records sit in a roster as wide as its visit is large (marks.roster_width):
     # a visit of 10 IPs, then one of 30 holding them, then the 10 again. Each width change sends the

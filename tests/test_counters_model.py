@@ -137,13 +137,14 @@ batch_visit = st.tuples(
 
 @hsettings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(history=st.lists(batch_visit, min_size=1, max_size=8), batch_pairs=st.sampled_from([8, 13, 800]),
-       shards=st.sampled_from([1, 3]))
+       shards=st.sampled_from([1, 3]), unprobed=st.sets(st.sampled_from(TORRENT_POOL)))
 def test_visits_recorded_together_count_as_one_after_the_other(client, namespace, settings, history, batch_pairs,
-                                                              shards):
+                                                              shards, unprobed):
     """``record_places_many``: a batch of visits at one time counts as if each was
     recorded after the previous one, on one shard and on several (where an IP and
     place met in several visits of a batch go in one place call, and an IP met at
-    two places in two)."""
+    two places in two), whether a visit is probed first or not (``unprobed``'s
+    torrents are recorded without a probe)."""
     keys = Keys(f"{namespace}-{uuid.uuid4().hex[:8]}", shards)
     try:
         s = settings.replace(namespace=keys.namespace, stathat_ezkey="k", stathat_families=("countries", "torrents"))
@@ -153,7 +154,8 @@ def test_visits_recorded_together_count_as_one_after_the_other(client, namespace
         for gap, visits in history:
             now += gap
             batch = [(h, [(IPS[i], PLACES[p]) for i, p in sorted(chosen.items())]) for h, chosen in visits.items()]
-            assert rec.record_places_many(batch, now) == [model.visit(h, located, now) for h, located in batch]
+            probes = [h not in unprobed for h, _ in batch]
+            assert rec.record_places_many(batch, now, probes) == [model.visit(h, located, now) for h, located in batch]
         assert_counters_equal(client, keys, model)
     finally:
         delete_namespace(client, keys.namespace)

@@ -352,3 +352,40 @@ def test_status_groups_the_workers_by_machine(settings, client, keys):
     finally:
         for hb in beats:
             hb.leave()
+
+
+def test_a_torrents_first_visit_records_its_peers_without_a_probe(settings, client, keys, opentracker,  # noqa: F811
+                                                                  tmp_path):
+    # a torrent with no notes yet has no group record the probe could find: its first visit's peers go
+    # straight to record.lua; once its notes are kept, its next visit is probed; both count exactly
+    from crawler.counters.recorder import Recorder
+
+    class Probes(Recorder):
+        """A real recorder noting each visit's probe flag."""
+
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            self.flags: list[bool] = []
+
+        def record_visit(self, info_hash, ips, now, probe=True):
+            self.flags.append(probe)
+            return super().record_visit(info_hash, ips, now, probe)
+
+    ih = hashlib.sha1(b"first-visit-unprobed").hexdigest()
+    ot = opentracker([ih])
+    for i in range(3):
+        ot.announce_from(peer_address(i), ih, 6881)
+    s = settings.replace(revisit_seconds=1.0, geoip_db=write_city_db(tmp_path / "c.mmdb"))
+    q = Queue(client, keys, s)
+    q.add([NewItem(ih, (ot.udp_url,))])
+    trackers = Trackers(s, client, keys)
+    rec = Probes(client, keys, s)
+    v = Visitor(q, keys, s, trackers, rec)
+    try:
+        (lease,) = q.claim(1)
+        assert (v.visit(lease).new, rec.flags) == (3, [False])
+        client.zadd(keys.cooling, {ih: time.time() - 1})
+        (lease,) = q.claim(1)
+        assert (v.visit(lease).new, rec.flags) == (0, [False, True])
+    finally:
+        trackers.close()

@@ -232,7 +232,9 @@ class Visitor:
         answered = [r for r in results if r.ok]
         vr = VisitResult(h, tuple(results))
         ips = vr.peer_ips
-        new = self.recorder.record_visit(h, ips, now) if ips else 0
+        # a torrent without notes was never visited (or not for two revisit intervals): the probe
+        # would find no group record of it, so its peers go straight to record.lua
+        new = self.recorder.record_visit(h, ips, now, probe=plan.noted.last is not None) if ips else 0
         counts = [SourceCount(max(r.returned or 0, len(r.peers)), r.max_peers) for r in answered]
         o = outcome(len(ips), new, counts, s.new_fraction)
         # Not before the first tracker's min interval ends, or the DHT's next lookup.

@@ -58,7 +58,7 @@ class Batcher(GroupCommit):
                          stopped=lambda: StoreError("recording peers failed: the batch's greenlet was stopped"))
         self.recorder, self.observer = recorder, observer
 
-    def record_visit(self, info_hash: str, ips: Iterable[str], now: float) -> int:
+    def record_visit(self, info_hash: str, ips: Iterable[str], now: float, probe: bool = True) -> int:
         """``Recorder.record_visit``, recorded with whatever other visits are handed over meanwhile
         (the observer is told how long it waited)."""
         h = info_hash_hex(info_hash)
@@ -66,7 +66,7 @@ class Batcher(GroupCommit):
             raise ValueError(f"time {now!r} does not fit a mark (unix seconds, 32 bits)")
         t = time.perf_counter()
         try:
-            return self.ask((h, ips, now))
+            return self.ask((h, ips, now, probe))
         finally:
             self.observer.recorded(time.perf_counter() - t)
 
@@ -75,4 +75,5 @@ class Batcher(GroupCommit):
         return self.recorder.visited(info_hash, now)
 
     def _record(self, visits: list) -> list[int]:
-        return self.recorder.record_visits([(h, ips) for h, ips, _ in visits], max(now for _, _, now in visits))
+        return self.recorder.record_visits([(h, ips) for h, ips, _, _ in visits], max(v[2] for v in visits),
+                                           [probe for *_, probe in visits])

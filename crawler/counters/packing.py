@@ -41,7 +41,7 @@ def visit_part(shard: ShardKeys, h: str, t_fp: int, located: Iterable[tuple[byte
     mark without a country) is the same in both. A row's last part is the
     bucket of its group record in the torrent's roster (None: no group record,
     the IP has no country). ``place_info(place tuple)`` gives a place's
-    ``PlaceInfo``.
+    ``PlaceInfo``. ``probe_ips`` 0: no probe calls (the visit is not probed).
     """
     fps = fingerprints
     ip_hash, n_buckets, from_bytes = fps.ip_hasher().copy, fps.buckets, int.from_bytes
@@ -75,12 +75,15 @@ def visit_part(shard: ShardKeys, h: str, t_fp: int, located: Iterable[tuple[byte
             d = ip_hash()
             d.update(packed)
             f = known[packed] = from_bytes(d.digest(), "big")
-        if probe.n == probe_ips:
-            probe = part.probe = ProbeCall()
-            part.probes.append(probe)
         bucket = ((f >> 64) ^ t_fp) % n_buckets
         # the group record's bucket in the roster, or the users mark's without a country
         rb = (roster + (f >> 64) % width) % n_buckets if vp[0].k >= 3 else None
+        rows.append((pkey, vp, f, bucket, rb))
+        if not probe_ips:
+            continue
+        if probe.n == probe_ips:
+            probe = part.probe = ProbeCall()
+            part.probes.append(probe)
         looked = bucket if rb is None else rb
         b = probe.bnumbers.get(looked)
         if b is None:
@@ -88,7 +91,6 @@ def visit_part(shard: ShardKeys, h: str, t_fp: int, located: Iterable[tuple[byte
             b = probe.bnumbers[looked] = len(probe.buckets)
         probe.args += ((b << 64) | (vp[2] ^ (f & LOW64))).to_bytes(10, "big")
         probe.n += 1
-        rows.append((pkey, vp, f, bucket, rb))
     return part if rows else None
 
 

@@ -4,8 +4,10 @@ Strategy: Python does the cheap, stateless part (normalise IPs, geolocate,
 derive the §4 metrics, fingerprint every (metric, IP) pair, group the keys).
 A read-only probe (``probe.lua``, one round trip) finds the IPs whose group
 record is fresh: nothing of theirs can count, so a revisit of known peers
-ends there. For the others, one Lua call (``record.lua``) per batch does the
-whole check-mark-increment atomically for up to ``batch_pairs`` pairs:
+ends there. A visit the caller knows the probe would find nothing for (the
+worker: a torrent with no source notes, never visited) skips it. For the
+others, one Lua call (``record.lua``) per batch does the whole
+check-mark-increment atomically for up to ``batch_pairs`` pairs:
 marks for new pairs, the batch's total per (metric, index), and the StatHat
 outbox increment. A batch never splits an IP's metrics. A visit's batches go
 out in one pipeline: a visit of 1,000 new peers (~6,000 pairs, three
@@ -138,18 +140,23 @@ class Recorder:
             batch_pairs=self.batch_pairs, buckets=self.fingerprints.buckets) if len(shards) > 1 else None
 
     # --- recording --------------------------------------------------------
-    def record_visit(self, info_hash: str, ips: Iterable[str], now: float) -> int:
+    def record_visit(self, info_hash: str, ips: Iterable[str], now: float, probe: bool = True) -> int:
         """Record ``ips`` (text form) seen on ``info_hash`` at unix time ``now``.
 
         Returns how many IPs were new for ``torrents.<info-hash>.users`` (the
-        ``new`` of §2). Strings that are not IPs are ignored. Raises
-        ``ValueError`` for a bad info-hash, ``StoreError`` if Redis fails
-        (batches already done stay counted; recording again is safe).
+        ``new`` of §2). Strings that are not IPs are ignored. ``probe`` False:
+        no probe.lua first, every IP goes to record.lua (a torrent whose
+        group records the probe would not find: one never visited); the
+        count is the same either way. Raises ``ValueError`` for a bad
+        info-hash, ``StoreError`` if Redis fails (batches already done stay
+        counted; recording again is safe).
         """
-        return self.record_visits([(info_hash, ips)], now)[0]
+        return self.record_visits([(info_hash, ips)], now, [probe])[0]
 
-    def record_visits(self, visits: Sequence[tuple[str, Iterable[str]]], now: float) -> list[int]:
-        """``record_visit`` of several visits (distinct torrents) at one time ``now``, together.
+    def record_visits(self, visits: Sequence[tuple[str, Iterable[str]]], now: float,
+                      probes: Sequence[bool] | None = None) -> list[int]:
+        """``record_visit`` of several visits (distinct torrents) at one time ``now``, together
+        (``probes``: each visit's ``probe``, default all True).
 
         Each distinct IP text is parsed and located once (the process keeps
         what it found for the next batches: ``marks.IP_MEMO``); the visits' probes share one round trip and their recordings the next
@@ -173,10 +180,10 @@ class Recorder:
                 seen.add(got[0])
                 located.append(got)
             batch.append((info_hash, located))
-        return self.record_places_many(batch, now)
+        return self.record_places_many(batch, now, probes)
 
     def record_places_many(self, visits: Sequence[tuple[str, Iterable[tuple[bytes, Place]]]],
-                           now: float) -> list[int]:
+                           now: float, probes: Sequence[bool] | None = None) -> list[int]:
         """``record_visits`` with IPs already packed and located: each visit an info-hash and its
         ``(packed_ip, Place)`` pairs, the visits of distinct torrents, all at time ``now``.
 
@@ -189,29 +196,34 @@ class Recorder:
         parts). A record call holds the IPs of several visits of one shard,
         taken one after the other in one atomic step, so the visits count as
         if recorded one after the other (two visits of one torrent are never
-        in one call). Returns each visit's ``new`` (contract §2), summed over the
+        in one call). A visit whose ``probes`` entry is False skips the probe:
+        its IPs all go to record.lua, which checks them as it checks every IP.
+        Returns each visit's ``new`` (contract §2), summed over the
         counter shards; raises ``ValueError`` for a bad info-hash or time
         before anything is sent.
         """
         now_i = int(now)
         if not 0 <= now_i < 1 << 32:
             raise ValueError(f"time {now!r} does not fit a mark (unix seconds, 32 bits)")
-        parts = []  # (position, info-hash, VisitPart)
+        parts = []  # (position, info-hash, VisitPart, probed)
         for i, (info_hash, located) in enumerate(visits):
             h = info_hash_hex(info_hash)
             # 1. fingerprint every IP: a revisit whose peers are all known ends
             # at the probe, and Python builds full records only for the others.
-            part = self._probe_calls(h, self.fingerprints.torrent(h), located)
+            probed = probes is None or probes[i]
+            part = self._probe_calls(h, self.fingerprints.torrent(h), located, probed)
             if part is not None:
-                parts.append((i, h, part))
+                parts.append((i, h, part, probed))
         # the locator's errors, and names left out of places (``_place_info``)
         self._geo_errors.publish(now)
         out = [0] * len(visits)
         if not parts:
             return out
-        flags = self._probe_many(now_i, [part for _, _, part in parts])
+        probed_parts = [part for _, _, part, probed in parts if probed]
+        answers = iter(self._probe_many(now_i, probed_parts) if probed_parts else [])
+        flags = [next(answers) if probed else b"1" * len(part.rows) for _, _, part, probed in parts]
         # 2. record the IPs that might count (the scripts check again, atomically)
-        todo = [(i, h, part, f) for (i, h, part), f in zip(parts, flags) if b"1" in f]
+        todo = [(i, h, part, f) for (i, h, part, _), f in zip(parts, flags) if b"1" in f]
         if not todo:  # every IP's group record is fresh: nothing can count
             return out
         month = month_of(now)
@@ -229,12 +241,14 @@ class Recorder:
             out[i] += new
         return out
 
-    def _probe_calls(self, h: str, t_fp: int, located: Iterable[tuple[bytes, Place]]) -> VisitPart | None:
+    def _probe_calls(self, h: str, t_fp: int, located: Iterable[tuple[bytes, Place]],
+                     probe: bool = True) -> VisitPart | None:
         """The visit's part in its torrent's shard, with its probe.lua calls of ``PROBE_IPS``
-        IPs (``packing.visit_part``; ``t_fp``: the torrent's fingerprint)."""
+        IPs (``packing.visit_part``; ``t_fp``: the torrent's fingerprint; ``probe`` False: none)."""
         split = self._place_shards is not None
         shard = self._shards[shard_of(h, len(self._shards)) if split else 0]
-        return visit_part(shard, h, t_fp, located, self.fingerprints, self._place_info, split, PROBE_IPS)
+        return visit_part(shard, h, t_fp, located, self.fingerprints, self._place_info, split,
+                          PROBE_IPS if probe else 0)
 
     def _add_visit(self, batches: RecordBatches, i: int, h: str, part: VisitPart, flags: bytes) -> None:
         """Add visit ``i``'s IPs that might count to the record.lua calls of ``batches``
