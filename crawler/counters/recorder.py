@@ -165,7 +165,8 @@ class Recorder:
         seen_ips = self._ips  # IP text -> (packed, place): once per process while it is kept
         if len(seen_ips) > IP_MEMO:
             seen_ips.clear()
-        locate = self.locator.locate
+        locator = self.locator
+        locate = locator.locate
         batch = []
         for info_hash, ips in visits:
             located: list[tuple[bytes, Place]] = []
@@ -174,7 +175,10 @@ class Recorder:
                 got = seen_ips.get(ip, _UNSEEN)
                 if got is _UNSEEN:
                     canonical = canonical_ip(ip)
-                    got = seen_ips[ip] = None if canonical is None else (canonical[0], locate(canonical[1]))
+                    errors = locator.read_errors
+                    got = None if canonical is None else (canonical[0], locate(canonical[1]))
+                    if locator.read_errors == errors:  # a failed read is tried (and tallied) again
+                        seen_ips[ip] = got
                 if got is None or got[0] in seen:
                     continue
                 seen.add(got[0])
