@@ -29,10 +29,9 @@ figures are over the visits that had it.
 
 from __future__ import annotations
 
-import math
 import time
 
-from crawler.queue.rates import STEPS
+from crawler.queue import rates
 
 STAGES = ("wait", "plan", "scrape", "announce", "note", "record", "size", "complete", "next")
 
@@ -57,13 +56,11 @@ class StageTimes:
     """Every visit's stage times of one process, as histograms (module note)."""
 
     def __init__(self) -> None:
-        self.visits = 0
         self.histograms: dict[str, dict[int, int]] = {s: {} for s in STAGES}
         self.sums = dict.fromkeys(STAGES, 0.0)
 
     def add(self, laps: Laps) -> None:
         """Count one visit's laps."""
-        self.visits += 1
         for stage, seconds in laps.times.items():
             h = self.histograms[stage]
             k = bucket(seconds)
@@ -83,21 +80,21 @@ class StageTimes:
         return out
 
 
-def _ms(seconds: float) -> float:
-    return round(1000 * seconds, 3)
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(1000 * seconds, 3)
+
+
+# The queue's round-trip buckets count from a millisecond; these count the same from a microsecond,
+# so every time goes through them a thousand times larger.
+SCALE = 1000.0
 
 
 def bucket(seconds: float) -> int:
-    """The bucket of ``seconds``: ``floor(STEPS * log2(µs))``, at least 0."""
-    us = seconds * 1e6
-    return max(0, math.floor(STEPS * math.log2(us))) if us >= 1.0 else 0
+    """The bucket of ``seconds``: ``rates.bucket`` in microseconds, at least 0."""
+    return rates.bucket(seconds * SCALE)
 
 
-def percentile(histogram: dict[int, int], q: float) -> float:
-    """The ``q`` quantile (0-1) of a non-empty histogram: seconds at the geometric middle of its bucket."""
-    rank, seen = q * sum(histogram.values()), 0
-    for k in sorted(histogram):
-        seen += histogram[k]
-        if seen >= rank:
-            break
-    return 2 ** ((k + 0.5) / STEPS) / 1e6
+def percentile(histogram: dict[int, int], q: float) -> float | None:
+    """The ``q`` quantile (0-1) of a histogram of ``bucket``: seconds at its bucket's middle (None: empty)."""
+    p = rates.percentile(histogram, q)
+    return None if p is None else p / SCALE
