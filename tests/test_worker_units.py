@@ -21,13 +21,19 @@ from workers.heartbeat import Heartbeat, WorkerHealth
 from workers.visit import Visitor
 
 
-def test_cooling_respects_the_trackers_min_interval(settings, client, keys, opentracker, tmp_path):  # noqa: F811 (fixtures)
-    ih = hashlib.sha1(b"min-interval").hexdigest()
+def three_peers(opentracker, tag: bytes, settings, tmp_path):  # noqa: F811 (fixture)
+    """A torrent named by ``tag`` with three peers on a real opentracker, and settings revisiting
+    after 1 s with a City database: ``(info-hash, tracker, settings)``."""
+    ih = hashlib.sha1(tag).hexdigest()
     ot = opentracker([ih])
     for i in range(3):
         ot.announce_from(peer_address(i), ih, 6881)
+    return ih, ot, settings.replace(revisit_seconds=1.0, geoip_db=write_city_db(tmp_path / "c.mmdb"))
+
+
+def test_cooling_respects_the_trackers_min_interval(settings, client, keys, opentracker, tmp_path):  # noqa: F811 (fixtures)
     # Revisit after 1 s, but opentracker's HTTP reply says "min interval" (minutes).
-    s = settings.replace(revisit_seconds=1.0, geoip_db=write_city_db(tmp_path / "c.mmdb"))
+    ih, ot, s = three_peers(opentracker, b"min-interval", settings, tmp_path)
     from crawler.counters.recorder import Recorder
 
     q = Queue(client, keys, s)
@@ -371,11 +377,7 @@ def test_a_torrents_first_visit_records_its_peers_without_a_probe(settings, clie
             self.flags.append(probe)
             return super().record_visit(info_hash, ips, now, probe)
 
-    ih = hashlib.sha1(b"first-visit-unprobed").hexdigest()
-    ot = opentracker([ih])
-    for i in range(3):
-        ot.announce_from(peer_address(i), ih, 6881)
-    s = settings.replace(revisit_seconds=1.0, geoip_db=write_city_db(tmp_path / "c.mmdb"))
+    ih, ot, s = three_peers(opentracker, b"first-visit-unprobed", settings, tmp_path)
     q = Queue(client, keys, s)
     q.add([NewItem(ih, (ot.udp_url,))])
     trackers = Trackers(s, client, keys)
