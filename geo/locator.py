@@ -1,4 +1,4 @@
-"""City lookups with an LRU cache, on GEOIP_DB or the bundled 2018 GeoLite2.
+"""City lookups, cached by address and by database network, on GEOIP_DB or the bundled 2018 GeoLite2.
 
 Strategy: the database is opened (and checked to be a City database) when the
 ``Locator`` is built, so a missing, unreadable or wrong ``GEOIP_DB`` fails at
@@ -17,9 +17,12 @@ their length: a name longer than a metric's name may hold
 (``name_bound.MAX_NAME_BYTES``) is left out of the ``Place`` (a city or postcode:
 that part is unknown; a country: the whole place, which needs it), so a
 ``Place`` from a locator never holds one. Each is tallied in
-``name_errors`` and ``last_name_error`` when the database is read for an
-address; the place is cached as it came out, so a cached answer is not
-counted again.
+``name_errors`` and ``last_name_error`` when the database is read; the
+place is cached as it came out, so a cached answer is not counted again.
+Below the LRU of addresses, the places of the database networks read are
+kept (``geo.network_places``): another address of a network already read
+takes its place without decoding the record again, which is most of a
+lookup's cost.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ import maxminddb
 from crawler import logs
 from crawler.errors import GeoError
 from geo.name_bound import NameTooLong, escaped_bytes, fits
+from geo.network_places import NetworkPlaces
 
 log = logs.get("geo")
 
@@ -130,6 +134,9 @@ class Locator:
         self.name_errors = 0
         self.last_name_error: str | None = None
         self._cached = lru_cache(maxsize=cache_size)(self._locate) if cache_size > 0 else self._locate
+        # the places of the networks read (geo.network_places): as many networks as IPs in the LRU
+        self._v4: NetworkPlaces[Place] | None = NetworkPlaces(32, cache_size) if cache_size > 0 else None
+        self._v6: NetworkPlaces[Place] | None = NetworkPlaces(128, cache_size) if cache_size > 0 else None
 
     def locate(self, ip: str) -> Place:
         """The ``Place`` of ``ip`` (text form); raises ``ValueError`` if it is not an IP.
@@ -145,20 +152,32 @@ class Locator:
 
     def _locate(self, ip: str) -> Place:
         try:
-            _pton(_AF_INET, ip)  # dotted-quad IPv4: straight to the database's C reader
+            packed = _pton(_AF_INET, ip)  # dotted-quad IPv4: straight to the database's C reader
         except (OSError, TypeError, ValueError):  # ValueError: a NUL or a lone surrogate
             pass
         else:
-            return self._record(ip, ip)
+            return self._in_network(self._v4, int.from_bytes(packed, "big"), ip, ip)
         addr = ipaddress.ip_address(ip)
         if addr.version == 6 and addr.ipv4_mapped is not None:
             addr = addr.ipv4_mapped
         if addr.version == 6 and self.ip_version == 4:
             return NOWHERE
-        return self._record(str(addr), ip)
+        return self._in_network(self._v4 if addr.version == 4 else self._v6, int(addr), str(addr), ip)
 
-    def _record(self, addr: str, ip: str) -> Place:
-        """The place of ``addr`` (canonical text; ``ip`` as given, for the error text).
+    def _in_network(self, networks: NetworkPlaces[Place] | None, x: int, addr: str, ip: str) -> Place:
+        """The place of ``addr`` (canonical text, ``x`` as an integer; ``ip`` as given): from the
+        network it is in when one was read before (``networks``; None: none kept), else read."""
+        if networks is None:
+            return self._record(addr, ip)[0]
+        place = networks.get(x)
+        if place is None:
+            place, length = self._record(addr, ip)
+            place = networks.put(x, length, place)
+        return place
+
+    def _record(self, addr: str, ip: str) -> tuple[Place, int]:
+        """The place of ``addr`` (canonical text; ``ip`` as given, for the error text) and the
+        prefix length of the database network holding it.
 
         Read with maxminddb's C reader, picking the three English names
         geoip2's City model would give (``names["en"]``, ``postal.code``):
@@ -167,9 +186,10 @@ class Locator:
         try:
             # read as whatever it holds: a damaged database's record may be anything, and
             # any failure to read it is the except below
-            r: Any = self._db.get(addr)
+            r: Any
+            r, length = self._db.get_with_prefix_len(addr)
             if r is None:
-                return NOWHERE
+                return NOWHERE, length
             place = Place(
                 country=_clean(_name(r.get("country"))),
                 city=_clean(_name(r.get("city"))),
@@ -180,8 +200,8 @@ class Locator:
             msg = str(e).replace(addr, "<ip>").replace(ip, "<ip>")
             raise _ReadError(f"{self.path}: a lookup failed: {type(e).__name__}: {msg}"[:300]) from e
         if fits(place.country or "") and fits(place.city or "") and fits(place.postcode or ""):
-            return place
-        return self._bounded(place)
+            return place, length
+        return self._bounded(place), length
 
     def _bounded(self, place: Place) -> Place:
         """``place`` without its names over the bound, each tallied in ``name_errors``."""

@@ -5,6 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
 import geo
@@ -160,3 +163,67 @@ def test_read_errors_are_counted_in_redis_and_the_visit_still_counts_the_ips(tmp
     assert counts == {"countries.Germany.users": 30 - len(bad_ips)}
     assert rec.record_visit(h, ips, 1_700_000_100) == 0  # nothing new; the errors are tallied again
     assert geo_error_report(client, keys)["errors"] == 2 * len(bad_ips)
+
+
+# Networks inside networks, each with its own place (a later, longer one overrides its part of the
+# earlier), so an address's network may be any of several lengths; the rest is unmapped.
+NESTED = {
+    "10.0.0.0/8": ("Germany", "Berlin", "10115"),
+    "10.1.0.0/16": ("Japan", "東京", "100-0001"),
+    "10.1.2.0/24": ("Iceland", None, None),
+    "10.1.2.3/32": ("France", "Paris", "75001"),
+    "10.1.2.128/25": ("Brasil", "São Paulo", "01000-000"),
+    "2001:db8::/32": ("India", "Mumbai", "400001"),
+    "2001:db8:1::/48": ("Germany", "München", "80331"),
+    "2001:db8:1:2::/64": ("United States", "St. Louis", "63101"),
+}
+
+
+def _nested_address(draw_v4: bool, a: int, b: int, c: int, d: int) -> str:
+    """An address near the nested networks: 10.1.2.x and its neighbours, or 2001:db8:1:2:: and its."""
+    if draw_v4:
+        return f"{(9, 10, 11)[a % 3]}.{(0, 1, 2)[b % 3]}.{(1, 2, 3)[c % 3]}.{d % 256}"
+    return f"2001:db{(7, 8, 9)[a % 3]}:{(0, 1, 2)[b % 3]}:{(1, 2, 3)[c % 3]}::{d % 65536:x}"
+
+
+@pytest.fixture(scope="module")
+def nested_db(tmp_path_factory):
+    return write_city_db(tmp_path_factory.mktemp("nested") / "nested.mmdb", NESTED)
+
+
+@hsettings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), *[st.integers(0, 2**16)] * 4), min_size=1, max_size=300))
+def test_an_address_takes_its_own_network_s_place_whatever_was_read_before(nested_db, draws):
+    """The map of networks read answers exactly what reading the database answers, in any order of
+    addresses, networks of every length nested in one another (geo.network_places)."""
+    mapped, plain = geo.open_locator(nested_db, cache_size=1000), geo.open_locator(nested_db, cache_size=0)
+    small = geo.open_locator(nested_db, cache_size=3)  # starts over every three networks
+    for draw in draws:
+        ip = _nested_address(*draw)
+        assert mapped.locate(ip) == small.locate(ip) == plain.locate(ip), ip
+        # past the LRU of addresses: straight to the networks
+        assert mapped._locate(ip) == plain.locate(ip), ip
+
+
+def test_another_address_of_a_network_read_is_not_read_again(nested_db):
+    loc = geo.open_locator(nested_db)
+    assert loc.locate("10.200.0.1") == geo.Place("Germany", "Berlin", "10115")  # the /8
+    read = []
+    loc._db = _Counting(loc._db, read)
+    # the tree holds what the /16 leaves of the /8 as networks of their own: 10.128.0.0/9 here
+    assert loc.locate("10.201.0.1") == geo.Place("Germany", "Berlin", "10115")
+    assert loc.locate("10.1.77.1") == geo.Place("Japan", "東京", "100-0001")  # in 10.1.64.0/18: read
+    assert loc.locate("10.1.2.3") == geo.Place("France", "Paris", "75001")  # a /32: read
+    assert loc.locate("10.1.88.1") == geo.Place("Japan", "東京", "100-0001")  # 10.1.64.0/18 again
+    assert read == ["10.1.77.1", "10.1.2.3"]
+
+
+class _Counting:
+    """A database reader that notes each address it is asked for."""
+
+    def __init__(self, db, read: list):
+        self._db, self._read = db, read
+
+    def get_with_prefix_len(self, addr):
+        self._read.append(addr)
+        return self._db.get_with_prefix_len(addr)
