@@ -13,6 +13,8 @@ import geo
 from crawler.counters import Recorder, escape, metrics_for, month_of, top, unescape
 from crawler.counters.marks import parse_bucket, roster_width
 from crawler.counters.names import UNPLACED_MEMBER, info_hash_hex, metric_of, query_for
+from crawler.counters.packing import add_visit
+from crawler.errors import StoreError
 from tests.interleaved_recorder import InterleavedRecorder
 from tests.mmdb import write_city_db
 from tests.recorder_one_visit import probe, record_places
@@ -487,7 +489,7 @@ def test_two_visits_of_one_torrent_recorded_together_count_as_one_after_the_othe
     part = rec._probe_calls(g, rec.fingerprints.torrent(g), located)
     batches = RecordBatches(800, month_of(T0))
     for i in range(2):
-        rec._add_visit(batches, i, g, part, b"1" * 5)
+        add_visit(batches, i, g, part, b"1" * 5, rec.fingerprints.buckets)
     assert len(batches.calls) == 2  # the recorder's own packing keeps them apart
     first, second = batches.calls
     # the same rows numbered their buckets and place alike in both: join them into one call
@@ -558,3 +560,45 @@ def test_one_address_in_several_forms_counts_once(recorder, client, keys):
     assert record_places(recorder, H, [(packed, Place("United States", "St. Louis", "63101")),
                                          (packed, Place("Japan", None, None))], T0) == 1
     assert counts(client, keys, "countries") == {"countries.Germany.users": 1, "countries.United States.users": 1}
+
+
+def test_a_peer_met_again_by_the_process_goes_without_its_place_marks(client, keys, settings, locator):
+    """With one shard, an IP whose place marks the process saw fresh is sent as a torrent part
+    (record.lua's mixed form 1) carrying their time: counted for the new torrent, not for its
+    place again; a form record.lua cannot trust (a time already expired, an unknown form) writes
+    nothing."""
+    from crawler.counters.script_args import RecordBatches
+    from geo import Place
+
+    rec = Recorder(client, keys, settings, locator)
+    berlin = Place("Germany", "Berlin", "10115")
+    located = [(bytes([10, 0, 4, n]), berlin) for n in range(5)]
+    assert rec.record_places_many([(H, located)], T0) == [5]
+    assert len(rec.fresh_places) == 5  # learnt from record.lua's answer: every mark made at T0
+
+    def calls_for(h, now, fresh, cutoff):
+        part = rec._probe_calls(h, rec.fingerprints.torrent(h), located, probe=False)
+        batches = RecordBatches(800, month_of(now), mixed=True)
+        add_visit(batches, 0, h, part, b"1" * 5, rec.fingerprints.buckets, fresh, cutoff)
+        return batches.calls
+
+    g = "ef" * 20
+    (call,) = calls_for(g, T0 + 60, rec.fresh_places, T0 + 60 - rec.window)
+    assert call.learn == [] and call.ips[0] == 1  # torrent parts only
+    # a torrent part whose place marks expired would hide a count: refused, nothing written
+    (stale,) = calls_for(g, T0 + rec.window + 60, rec.fresh_places, 0)
+    with pytest.raises(StoreError, match="malformed peer record"):
+        rec._run(T0 + rec.window + 60, [stale])
+    call.ips[0] = 2  # no such form
+    with pytest.raises(StoreError, match="malformed peer record"):
+        rec._run(T0 + 60, [call])
+    assert counts(client, keys, "torrents") == {f"torrents.{H}.users": 5}
+    call.ips[0] = 1
+    assert rec._run(T0 + 60, [call]) == [(0, 5)]
+    assert counts(client, keys, "torrents") == {f"torrents.{H}.users": 5, f"torrents.{g}.users": 5}
+    assert counts(client, keys, "countries") == {"countries.Germany.users": 5}
+    assert counts(client, keys, "torrents", country="Germany") == {
+        f"torrents.{H}.countries.Germany.users": 5, f"torrents.{g}.countries.Germany.users": 5}
+    # and the worker's path agrees: a third torrent counts its five, Germany stays at five
+    assert rec.record_places_many([("12" * 20, located)], T0 + 120) == [5]
+    assert counts(client, keys, "countries") == {"countries.Germany.users": 5}

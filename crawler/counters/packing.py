@@ -11,7 +11,8 @@ meets it), and its records are built as one integer, turned into bytes once:
   of its probe lane (the group record, or the users mark without a country);
 - ``add_visit``: record.lua's ``ips``, per IP its header (bucket numbers,
   place number, k) and its metric fields, the lanes of ``places.PlaceInfo``
-  (``lanes ^ low64 * r``: one multiply and one XOR per IP).
+  (``lanes ^ low64 * r``: one multiply and one XOR per IP); in one shard's
+  mixed calls, an IP whose place marks are known fresh as a torrent part.
 
 The layouts are those of the scripts' headers (``crawler/counters/*.lua``);
 the containers the bytes go in are ``calls``'.
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+from crawler.counters.fresh_places import FreshPlaces
 from crawler.counters.marks import IP_MEMO, Fingerprinter, roster_width
 from crawler.counters.places import PlaceInfo
 from crawler.counters.script_args import FRESH, LOW64, ProbeCall, RecordBatches, ShardKeys, VisitPart
@@ -52,7 +54,7 @@ def visit_part(shard: ShardKeys, h: str, t_fp: int, located: Iterable[tuple[byte
     if len(known) > IP_MEMO:
         known.clear()
     vplaces: dict = {}  # place tuple -> (info, metric lanes of this visit, its probe lane)
-    part = VisitPart(shard, h)
+    part = VisitPart(shard, h, t_fp)
     bucket_key, rows = part.shard.bucket, part.rows
     probe = part.probe
     distinct: set[bytes] = set()
@@ -94,18 +96,37 @@ def visit_part(shard: ShardKeys, h: str, t_fp: int, located: Iterable[tuple[byte
     return part if rows else None
 
 
-def add_visit(batches: RecordBatches, i: int, h: str, part: VisitPart, flags: bytes, n_buckets: int) -> None:
+def add_visit(batches: RecordBatches, i: int, h: str, part: VisitPart, flags: bytes, n_buckets: int,
+              fresh: FreshPlaces | None = None, cutoff: int = 0) -> None:
     """Add the rows of visit ``i`` (torrent ``h``) whose probe flag is not fresh to the
     record.lua calls of ``batches`` (an IP's pairs are never split across calls).
 
     ``n_buckets``: the mark buckets of a shard, among which an IP's place marks
-    are bucketed by the IP alone.
+    are bucketed by the IP alone. In mixed calls (``batches.mixed``), each
+    record has its form byte first, and an IP whose place marks ``fresh`` says
+    are fresh after ``cutoff`` goes as a torrent part carrying their time.
     """
     shard = part.shard
     bkey, country_keys = shard.bucket, shard.country_keys
+    mixed, t_fp = batches.mixed, part.t_fp
+    tlanes: dict[tuple, int] = {}  # place tuple -> its torrent part's lanes in this visit
     for (pkey, (info, lanes, _), f, bucket, rb), flag in zip(part.rows, flags):
         if flag == FRESH:
             continue
+        key = 0
+        if mixed and rb is not None:  # a place with a country: its place marks may be known fresh
+            key = FreshPlaces.key(f, pkey)
+            since = fresh.since(key, cutoff) if fresh is not None else 0
+            if since:
+                batch = batches.batch_for(shard, i, h, info.t_k)
+                tl = tlanes.get(pkey)
+                if tl is None:
+                    tl = tlanes[pkey] = info.t_g ^ t_fp * info.t_r
+                rec = ((batch.bucket_number(rb, bkey) << info.t_rshift) | (batch.bucket_number(bucket, bkey) << info.t_bshift)
+                       | (since << info.t_oshift) | batch.torrent_head(pkey, info, country_keys)
+                       | (tl ^ (f & LOW64) * info.t_r))
+                batch.ips += (rec | (1 << 8 * info.t_nbytes)).to_bytes(info.t_nbytes + 1, "big")  # form 1
+                continue
         batch = batches.batch_for(shard, i, h, info.k)
         head = batch.heads.get(pkey)
         if head is None:
@@ -116,5 +137,8 @@ def add_visit(batches: RecordBatches, i: int, h: str, part: VisitPart, flags: by
         gb = batch.bucket_number((f >> 64) % n_buckets, bkey) if info.k > 1 else 0
         # its group record: in the torrent's roster
         rn = 0 if rb is None else batch.bucket_number(rb, bkey)
+        # in a mixed call, form 0 (a leading zero byte)
         batch.ips += ((rn << info.rshift) | (tb << info.tshift) | (gb << info.gshift) | head
-                      | (lanes ^ (f & LOW64) * info.r)).to_bytes(info.nbytes, "big")
+                      | (lanes ^ (f & LOW64) * info.r)).to_bytes(info.nbytes + mixed, "big")
+        if key:
+            batch.learn.append(key)

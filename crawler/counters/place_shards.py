@@ -21,26 +21,21 @@ places and not its torrent: the retry finds the place marks fresh and
 counts exactly the rest.
 
 A process remembers, per (IP, place), the oldest place mark time
-places.lua answered: until that time is a window old, the marks are all
-fresh and unchanged (a mark is only renewed once expired, and only expired
-marks are swept), so the process skips the IP's place call and passes that
-time on; an IP in many swarms then costs one place call per process per
-window (at most ``FRESH_PLACES`` pairs are remembered).
+places.lua answered (``fresh_places``): until that time is a window old it
+skips the IP's place call and passes that time on, so an IP in many swarms
+costs one place call per process per window.
 """
 
 from __future__ import annotations
 
 import redis
 
+from crawler.counters.fresh_places import FreshPlaces
 from crawler.counters.places import PlaceInfo
 from crawler.counters.script_args import FRESH, LOW64, PlaceCall, RecordBatch, RecordBatches, ShardKeys, VisitPart
 from crawler.errors import StoreError
 from crawler.store.replica_wait import Wait
 from crawler.store.scripts import register
-
-# (IP, place) pairs whose place marks a process remembers as fresh (module note);
-# ~100 B each: ~50 MB at most.
-FRESH_PLACES = 500_000
 
 
 class PlaceShards:
@@ -61,7 +56,7 @@ class PlaceShards:
         self.window, self.batch_pairs, self.buckets = window, batch_pairs, buckets
         self.post = "c" if post_countries else "-"
         self.script = register(store.client, "places", package=__package__)
-        self.fresh: dict[int, int] = {}  # IP fingerprint XOR hash(place) -> oldest place mark time
+        self.fresh = FreshPlaces()
 
     def plan(self, now: int, todo: list, month: str) -> tuple[RecordBatches, list[PlaceCall]]:
         """The calls recording ``todo`` (``(position, info-hash, part, flags)``: the IPs the
@@ -87,14 +82,13 @@ class PlaceShards:
     def fill(self, batches: RecordBatches) -> list[RecordBatch]:
         """The torrent parts' record.lua calls, each IP's record given its oldest place mark
         time (known fresh, or answered by ``run``)."""
-        fresh = self.fresh
-        if len(fresh) > FRESH_PLACES:
-            fresh.clear()
+        learn = self.fresh.learn
         for b in batches.calls:
             ips = b.ips
             for rec, info, where in b.pending:
                 if where.__class__ is tuple:
-                    t = fresh[where[2]] = where[0].oldest(where[1])
+                    t = where[0].oldest(where[1])
+                    learn(where[2], t)
                     rec |= t << info.t_oshift
                 elif where is not None:
                     rec |= where << info.t_oshift
@@ -122,7 +116,7 @@ class PlaceShards:
                 rec |= batch.bucket_number(rb, bucket_key) << info.t_rshift
             where = None
             if info.p_m:
-                key = f ^ hash(pkey)
+                key = FreshPlaces.key(f, pkey)
                 where = placed.get(key)
                 if where is None:
                     where = placed[key] = self._place_call(pkey, info, f, key, cutoff, open_calls, calls)
@@ -135,8 +129,8 @@ class PlaceShards:
         once the IP is added to a places.lua call of its shard (``open_calls``: the last
         call per shard; ``calls``: every call). ``key``: the IP's fingerprint XOR
         hash(place), the freshness cache's key."""
-        t = self.fresh.get(key, 0)
-        if t > cutoff:
+        t = self.fresh.since(key, cutoff)
+        if t:
             return t
         s = (f >> 104) % len(self.shards)  # keys.shard_of_fingerprint, inlined
         call = open_calls.get(s)

@@ -45,6 +45,15 @@
 --                        k fields: torrent; torrent-country; torrent-city;
 --                        torrent-postcode. The group record becomes the oldest of the
 --                        k marks and the place marks.
+--                        "M" (one shard, mixed): each IP is a u8 form, then a whole
+--                        record (form 0) or a torrent part (form 1) as above; a torrent
+--                        part here stands for an IP whose place marks, in this shard,
+--                        the caller knows are all fresh since the time it gives, so
+--                        they are neither read nor written. Returns, after the
+--                        visits' counts, one string: per whole record with a group
+--                        record, in order, the oldest time of the IP's place marks
+--                        after this call (u32), what makes its next records torrent
+--                        parts (recorder.py).
 -- str = u16 length .. bytes; integers big endian.
 --
 -- Python sends only the IPs probe.lua found might count (their group record
@@ -75,8 +84,8 @@ local stamp = u32(now)
 -- Everything is read and checked before the first write (the MSET of the
 -- marks); a malformed call fails with nothing written.
 -- names: countries {key position, name}; places {country, city, postcode}
-local tpart = ARGV[9] == 'T'
-if ARGV[9] and not tpart then
+local tpart, mixed = ARGV[9] == 'T', ARGV[9] == 'M'
+if ARGV[9] and not tpart and not mixed then
   return redis.error_reply('record.lua: bad part ' .. ARGV[9])
 end
 -- positions after the outbox and the shared indexes: the visits' and countries' keys
@@ -131,6 +140,7 @@ local o, np = 1, #p
 -- the torrent part: slot j of the whole record is 2j - 1 (the torrent's metrics)
 local step, grouped, head, kmax = 1, 3, 9, 7
 if tpart then step, grouped, head, kmax = 2, 2, 11, 4 end
+local places_at = {}  -- mixed: the oldest place mark time of each whole record with a group record
 -- per visit: torrents.<h>.users and the counts per place number ({[j] = count}
 -- for metric slot j, created when one counts)
 local users, counts, seen = {}, {}, {}
@@ -157,13 +167,27 @@ for v = 1, #visits do
   while left > 0 do
     left = left - 1
     local rb, tb, gb, pno, k
-    local oldest = now
-    if tpart then
+    local oldest, ptime = now, nil
+    local part = tpart
+    if mixed then  -- this IP's form: 0 whole, 1 torrent part
+      local form = byte(p, o)
+      if form == 1 then
+        part, step, grouped, head, kmax = true, 2, 2, 11, 4
+      elseif form == 0 then
+        step, grouped, head, kmax = 1, 3, 9, 7
+      else
+        return redis.error_reply('record.lua: malformed peer record at byte ' .. o)
+      end
+      o = o + 1
+    end
+    if part then
       local r1, r2, t1, t2, o1, o2, o3, o4, p1, p2, kk = byte(p, o, o + 10)
       if kk then
         rb, tb, gb, pno, k = r1 * 256 + r2, t1 * 256 + t2, 1, p1 * 256 + p2, kk
         local po = ((o1 * 256 + o2) * 256 + o3) * 256 + o4
         if k > 1 and po < oldest then oldest = po end
+        -- mixed: the place marks must still be fresh (else they would count: a whole record)
+        if mixed and k > 1 and po <= cutoff then k = nil end
       end
     else
       local r1, r2, t1, t2, g1, g2, p1, p2, kk = byte(p, o, o + 8)
@@ -201,6 +225,7 @@ for v = 1, #visits do
       else
         add_record(adds, b, f, stamp)
       end
+      if j % 2 == 0 and (t or now) < (ptime or now + 1) then ptime = t or now end
       if t then
         if t < oldest then oldest = t end
       else
@@ -216,6 +241,7 @@ for v = 1, #visits do
         end
       end
     end
+    if mixed and gf and not part then places_at[#places_at + 1] = u32(ptime) end
     if gf then
       -- the group record, missing or stale (or in a roster the swarm has left): now the oldest
       -- of the k marks, in the torrent's roster. A torrent never counted has no record there.
@@ -360,4 +386,5 @@ end
 if next(box) then
   apply(KEYS[1], members(box), box, 'HMGET', 'HSET')
 end
+if mixed then users[#users + 1] = table.concat(places_at) end
 return users

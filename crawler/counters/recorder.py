@@ -20,8 +20,11 @@ Shards (contract §9): with several counter shards a torrent's metrics live whol
 in the torrent's shard and only the place metrics are split by IP; the
 probe and record calls above then go to the torrent's shard, after the
 place calls of the IPs' own shards (``place_shards.PlaceShards``, whose module note
-tells how and why). With one shard none of that costs anything: shard 0 is
-the home and one record.lua call does both parts.
+tells how and why). With one shard, shard 0 is the home and one record.lua
+call does both parts; an IP whose place marks the process knows are fresh
+(``fresh_places``: it met the IP in another swarm) goes in it as a torrent
+part carrying their time, its place marks neither read nor written, and the
+call answers the place mark times of the other IPs.
 
 Several visits at once (``record_visits``, the worker's ``Batcher``): each
 distinct IP text is parsed, located and fingerprinted once while the
@@ -49,6 +52,7 @@ from typing import Final
 import redis
 
 from crawler.counters.fingerprint_key import load_secret
+from crawler.counters.fresh_places import FreshPlaces
 from crawler.counters.geo_errors import GeoErrorTally
 from crawler.counters.ip_forms import canonical_ip
 from crawler.counters.marks import DEFAULT_BUCKETS, IP_MEMO, Fingerprinter
@@ -135,6 +139,8 @@ class Recorder:
         # PEERCRAWL_WAIT_REPLICAS: each recording returns once that many replicas have it (docs/redis.md)
         self._wait = Wait.from_settings(settings)
         # torrent and place metrics in different shards (module note)
+        # the place marks this process knows are fresh (a crawl of one shard; PlaceShards keeps its own)
+        self.fresh_places = FreshPlaces()
         self._place_shards = PlaceShards(
             self.store, self._shards, post_countries=self._post_countries, wait=self._wait, window=self.window,
             batch_pairs=self.batch_pairs, buckets=self.fingerprints.buckets) if len(shards) > 1 else None
@@ -237,9 +243,9 @@ class Recorder:
                 self._run_places(now_i, month, place_calls)
             calls = self._place_shards.fill(batches)
         else:
-            batches = RecordBatches(self.batch_pairs, month)
+            batches = RecordBatches(self.batch_pairs, month, mixed=True)
             for i, h, part, f in todo:
-                self._add_visit(batches, i, h, part, f)
+                add_visit(batches, i, h, part, f, self.fingerprints.buckets, self.fresh_places, now_i - self.window)
             calls = batches.calls
         for i, new in self._run(now_i, calls):
             out[i] += new
@@ -253,11 +259,6 @@ class Recorder:
         shard = self._shards[shard_of(h, len(self._shards)) if split else 0]
         return visit_part(shard, h, t_fp, located, self.fingerprints, self._place_info, split,
                           PROBE_IPS if probe else 0)
-
-    def _add_visit(self, batches: RecordBatches, i: int, h: str, part: VisitPart, flags: bytes) -> None:
-        """Add visit ``i``'s IPs that might count to the record.lua calls of ``batches``
-        (``packing.add_visit``)."""
-        add_visit(batches, i, h, part, flags, self.fingerprints.buckets)
 
     def _probe_many(self, now: int, parts: list[VisitPart]) -> list[bytes]:
         """Run the probe.lua calls of ``parts`` in one round trip: per part one flag byte per IP."""
@@ -303,6 +304,8 @@ class Recorder:
             args = [now, cutoff, b.visits_arg(), post, bytes(b.countries), bytes(b.places), len(b.keys), bytes(b.ips)]
             if b.torrent_part:
                 args.append("T")
+            elif b.mixed:
+                args.append("M")
             runs.append((script, keys, args))
         if not runs:
             return []
@@ -310,7 +313,17 @@ class Recorder:
             replies = self.store.run(runs, wait=self._wait)
         except redis.RedisError as e:
             raise StoreError(f"recording peers failed: {e}") from e
-        return [(i, int(n)) for b, r in zip(calls, replies, strict=True) for i, n in zip(b.order, r, strict=True)]
+        out = []
+        for b, r in zip(calls, replies, strict=True):
+            if b.mixed:  # the visits' counts, then the place mark times of its whole records
+                r, times = r[:-1], r[-1]
+                if len(times) != 4 * len(b.learn):
+                    raise StoreError(f"recording peers failed: record.lua answered {len(times)} bytes of place "
+                                     f"mark times for {len(b.learn)} IPs")
+                for j, key in enumerate(b.learn):
+                    self.fresh_places.learn(key, int.from_bytes(times[4 * j: 4 * j + 4], "big"))
+            out += [(i, int(n)) for i, n in zip(b.order, r, strict=True)]
+        return out
 
     # --- torrents.processed ----------------------------------------------
     def visited(self, info_hash: str, now: float) -> bool:

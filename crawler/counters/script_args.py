@@ -43,14 +43,20 @@ class RecordBatch:
     ``shared``: the outbox and the torrents and countries indexes (``ShardKeys.shared``);
     ``month``: the visits' month (``names.month_of``); ``torrent_part``: the
     call records only the torrents' metrics (record.lua's part "T"), so an
-    IP's header counts those (``PlaceInfo.t_*``).
+    IP's header counts those (``PlaceInfo.t_*``); ``mixed``: one shard's call
+    whose IPs are each a whole record or, when the process knows its place
+    marks are fresh, a torrent part (record.lua's "M"); ``learn`` then lists
+    the ``fresh_places`` key of each whole record with a group record, in
+    order, for the place mark times the call answers.
     """
 
-    __slots__ = ("bnumbers", "buckets", "countries", "country_numbers", "heads", "ips", "keys", "month", "order",
-                 "pairs", "pending", "places", "torrent_part", "visits")
+    __slots__ = ("bnumbers", "buckets", "countries", "country_numbers", "heads", "ips", "keys", "learn", "mixed",
+                 "month", "order", "pairs", "pending", "places", "theads", "torrent_part", "visits")
 
-    def __init__(self, shared: list, month: str, torrent_part: bool = False):
-        self.keys, self.month, self.torrent_part = list(shared), month, torrent_part
+    def __init__(self, shared: list, month: str, torrent_part: bool = False, mixed: bool = False):
+        self.keys, self.month, self.torrent_part, self.mixed = list(shared), month, torrent_part, mixed
+        self.learn: list[int] = []
+        self.theads: dict[tuple, int] = {}  # mixed: place tuple -> its torrent parts' header bits
         self.pending: list = []  # torrent part: (record without its place time, PlaceInfo, place answer)
         self.buckets: list = []  # mark bucket keys, after ``keys``
         self.bnumbers: dict = {}  # bucket number -> 1-based index in ``buckets``
@@ -95,6 +101,17 @@ class RecordBatch:
             head = self.heads[pkey] = ((n << 8) | info.k) << info.shift
         return head
 
+    def torrent_head(self, pkey: tuple, info: PlaceInfo, country_keys: Callable[[str, str], list]) -> int:
+        """In a mixed call, the header bits of a torrent part at this place (numbered as its
+        whole records are: ``add_place``)."""
+        head = self.theads.get(pkey)
+        if head is None:
+            whole = self.heads.get(pkey)
+            if whole is None:
+                whole = self.add_place(pkey, info, country_keys)
+            head = self.theads[pkey] = (((whole >> info.shift) & ~0xFF) | info.t_k) << info.t_shift
+        return head
+
     def bucket_number(self, n: int, key: Callable[[int], bytes]) -> int:
         """The 1-based number of mark bucket ``n`` among this call's buckets (``key(n)``: its key)."""
         b = self.bnumbers.get(n)
@@ -115,10 +132,10 @@ class RecordBatches:
     torrent as never counted when its index says so at the visit's start).
     """
 
-    __slots__ = ("calls", "limit", "month", "open", "torrent_part")
+    __slots__ = ("calls", "limit", "mixed", "month", "open", "torrent_part")
 
-    def __init__(self, limit: int, month: str, torrent_part: bool = False):
-        self.limit, self.month, self.torrent_part = limit, month, torrent_part
+    def __init__(self, limit: int, month: str, torrent_part: bool = False, mixed: bool = False):
+        self.limit, self.month, self.torrent_part, self.mixed = limit, month, torrent_part, mixed
         self.open: dict = {}  # ShardKeys -> its call being filled
         self.calls: list[RecordBatch] = []
 
@@ -128,7 +145,7 @@ class RecordBatches:
         new_visit = b is None or not b.order or b.order[-1] != i
         if b is None or (b.pairs and b.pairs + pairs > self.limit) or (
                 new_visit and any(v[0] == h for v in b.visits)):
-            b = self.open[shard] = RecordBatch(shard.shared(self.month), self.month, self.torrent_part)
+            b = self.open[shard] = RecordBatch(shard.shared(self.month), self.month, self.torrent_part, self.mixed)
             self.calls.append(b)
             new_visit = True
         if new_visit:
@@ -254,10 +271,10 @@ class VisitPart:
     torrent's roster or None)``, in the calls' order.
     """
 
-    __slots__ = ("h", "probe", "probes", "rows", "shard")
+    __slots__ = ("h", "probe", "probes", "rows", "shard", "t_fp")
 
-    def __init__(self, shard: ShardKeys, h: str):
-        self.shard, self.h = shard, h
+    def __init__(self, shard: ShardKeys, h: str, t_fp: int = 0):
+        self.shard, self.h, self.t_fp = shard, h, t_fp
         self.rows: list = []
         self.probe = ProbeCall()
         self.probes = [self.probe]
