@@ -177,7 +177,7 @@ class Visitor:
         if not plan.eligible and not plan.dht:
             v = self._skip(lease, plan, start)
             laps.lap("complete")
-            return v, self._claim(claim, laps)
+            return v, self._claim(claim() if claim is not None else 0, laps)
         results, mirrored = self.asking.ask(h, plan.eligible, plan.dht, laps)  # scrape first, then announce
         laps.lap("announce")
         now = time.time()
@@ -186,7 +186,7 @@ class Visitor:
         if not any(r.ok for r in results):
             v = self._failed(lease, results, now)
             laps.lap("complete")
-            return v, self._claim(claim, laps)
+            return v, self._claim(claim() if claim is not None else 0, laps)
         return self._settle(lease, plan, results, dht_next, now, claim, laps)
 
     def _plan(self, lease: Lease, start: float) -> Plan:
@@ -254,7 +254,7 @@ class Visitor:
         if self.names is not None and ips:  # a name from its peers, if it has none (workers.metadata_names)
             self.names.offer(h, {p for r in answered for p in r.peers})
         v = Visit(h, state, score, len(ips), new, len(answered), len(results))
-        return v, self._claim(lambda: n, laps)
+        return v, self._claim(n, laps)
 
     def _size(self, h: str, vr: VisitResult, answered: list[SourceResult]) -> tuple:
         """(seeders, leechers, reported, estimated): the trackers' counts, or, for a swarm only the
@@ -296,9 +296,9 @@ class Visitor:
         self.queue.plans.note(h, fields, drop, max(held + [0.0]) + 2 * s.revisit_seconds)
         return dht_next
 
-    def _claim(self, claim: Callable[[], int] | None, laps: Laps) -> list[Lease]:
-        """The next leases, ``claim()`` of them; the visit's laps end here and are counted."""
-        leases = self.claims.claim(claim() if claim is not None else 0)
+    def _claim(self, n: int, laps: Laps) -> list[Lease]:
+        """The next ``n`` leases; the visit's laps end here and are counted."""
+        leases = self.claims.claim(n)
         laps.lap("next")
         self.stages.add(laps)
         self.observer.visit_stages(laps.times)

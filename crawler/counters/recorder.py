@@ -165,8 +165,9 @@ class Recorder:
         (``probes``: each visit's ``probe``, default all True).
 
         Each distinct IP text is parsed and located once (the process keeps
-        what it found for the next batches: ``marks.IP_MEMO``); the visits' probes share one round trip and their recordings the next
-        (module note). Returns each visit's ``new``.
+        what it found for the next batches: ``marks.IP_MEMO``); the visits'
+        probes share one round trip and their recordings the next (module
+        note). Returns each visit's ``new``.
         """
         seen_ips = self._ips  # IP text -> (packed, place): once per process while it is kept
         if len(seen_ips) > IP_MEMO:
