@@ -138,9 +138,9 @@ class Recorder:
         self._geo_errors = GeoErrorTally(client, keys, locator)
         # PEERCRAWL_WAIT_REPLICAS: each recording returns once that many replicas have it (docs/redis.md)
         self._wait = Wait.from_settings(settings)
-        # torrent and place metrics in different shards (module note)
         # the place marks this process knows are fresh (a crawl of one shard; PlaceShards keeps its own)
         self.fresh_places = FreshPlaces()
+        # torrent and place metrics in different shards (module note)
         self._place_shards = PlaceShards(
             self.store, self._shards, post_countries=self._post_countries, wait=self._wait, window=self.window,
             batch_pairs=self.batch_pairs, buckets=self.fingerprints.buckets) if len(shards) > 1 else None
