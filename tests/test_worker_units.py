@@ -391,3 +391,40 @@ def test_a_torrents_first_visit_records_its_peers_without_a_probe(settings, clie
         assert (v.visit(lease).new, rec.flags) == (0, [False, True])
     finally:
         trackers.close()
+
+
+def test_a_visits_source_notes_go_in_its_completions_round_trip(settings, client, keys, opentracker,  # noqa: F811
+                                                                tmp_path):
+    # an answered visit sends its notes ahead of its completion, in one round trip; a visit no source
+    # answered keeps its notes on their own, then its failure
+    from crawler.counters.recorder import Recorder
+    from tests.opentracker import free_port
+
+    ih, ot, s = three_peers(opentracker, b"notes-with-completion", settings, tmp_path)
+    dead = hashlib.sha1(b"notes-of-a-failure").hexdigest()
+    s = s.replace(udp_timeout=0.3, udp_retries=1)
+    q = Queue(client, keys, s)
+    view = QueueView(q.client, q.keys)
+    nobody = f"udp://127.0.0.1:{free_port()}/announce"
+    q.add([NewItem(ih, (ot.udp_url,)), NewItem(dead, (nobody,))])
+    trackers = Trackers(s, client, keys)
+    v = Visitor(q, keys, s, trackers, Recorder(client, keys, s))
+    trips: list[list] = []
+    run = q.store.run
+
+    def noting(calls, wait=None):
+        trips.append([c[0] for c in calls])
+        return run(calls, wait)
+
+    q.store.run = noting  # the Store the queue and its plans share
+    try:
+        for _ in range(2):
+            (lease,) = q.claim(1)
+            v.visit(lease)
+        note, complete = q.plans._note, q._complete
+        assert [note, complete] in trips and [note] in trips
+        assert view.torrent(ih)["state"] == "cooling" and view.torrent(dead)["state"] == "cooling"
+        assert view.torrent(ih)["last_visit_sources"]["trackers"] == {ot.udp_url: "announced"}
+        assert view.torrent(dead)["last_visit_sources"]["trackers"] == {nobody: "failed"}
+    finally:
+        trackers.close()

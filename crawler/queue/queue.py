@@ -218,16 +218,19 @@ class Queue:
 
     def complete(self, lease: Lease, result: Outcome, *, peers: int = 0, seeders: int | None = None,
                  leechers: int | None = None, due: float | None = None, now: float | None = None,
-                 reported: int | None = None, new: int = 0, estimated: bool = False) -> tuple[str, float | None]:
+                 reported: int | None = None, new: int = 0, estimated: bool = False,
+                 before: tuple = ()) -> tuple[str, float | None]:
         """Apply a scored visit: ("cooling"|"evicted", new score) or ("stale", None).
 
         ``due``: when the torrent may be visited again (default now + revisit); ``reported``, ``new``
-        and ``estimated``: the coverage figures (``crawler.queue.coverage``).
+        and ``estimated``: the coverage figures (``crawler.queue.coverage``); ``before``: script calls
+        ``(script, keys, args)`` sent ahead of it in its round trip (the visit's source notes:
+        ``VisitPlan.note_call``), each its own atomic step.
         """
         now = time.time() if now is None else now
         a = self._complete_args(lease, result, peers, seeders, leechers, due, now, reported, new, estimated)
         try:
-            reply = self.store.run([(self._complete, a["keys"], a["args"])])[0]
+            reply = self.store.run([*before, (self._complete, a["keys"], a["args"])])[-1]
         except redis.RedisError as e:
             raise StoreError(f"completing a visit failed: {e}") from e
         return self._completed(lease, reply, due, now)

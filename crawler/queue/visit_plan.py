@@ -48,16 +48,27 @@ class VisitPlan:
     def note(self, info_hash: str, fields: dict[str, str], drop: tuple[str, ...], ttl: float) -> None:
         """Set ``fields`` and drop ``drop`` of the torrent's source notes in one step; they expire
         ``ttl`` seconds after this write."""
-        if not fields and not drop:
+        self.send(self.note_call(info_hash, fields, drop, ttl))
+
+    def send(self, call: tuple | None) -> None:
+        """Run a ``note_call`` in a round trip of its own (None: nothing to write)."""
+        if call is None:
             return
+        try:
+            self.store.run([call])
+        except redis.RedisError as e:
+            raise StoreError(f"writing the torrent's source notes failed: {e}") from e
+
+    def note_call(self, info_hash: str, fields: dict[str, str], drop: tuple[str, ...], ttl: float) -> tuple | None:
+        """``note`` as a script call ``(script, keys, args)`` for a round trip of the caller's (None: nothing to
+        write): a visit sends it with its completion (``Queue.complete``'s ``before``)."""
+        if not fields and not drop:
+            return None
         args: list = [max(1, int(ttl)), len(fields)]
         for f, v in fields.items():
             args += [f, v]
         args += drop
-        try:
-            self.store.run([(self._note, [self.keys.for_torrent(info_hash).tracker_min_interval(info_hash)], args)])
-        except redis.RedisError as e:
-            raise StoreError(f"writing the torrent's source notes failed: {e}") from e
+        return (self._note, [self.keys.for_torrent(info_hash).tracker_min_interval(info_hash)], args)
 
     def hold_trackers(self, info_hash: str, not_before: dict[str, float], ttl: float) -> None:
         """Ask no tracker of ``not_before`` for ``info_hash`` before its time (what ``plan`` reads back)."""
