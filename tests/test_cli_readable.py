@@ -78,6 +78,8 @@ def test_a_refused_loopback_tracker_says_why_and_names_the_setting(opentracker, 
     refused = [e for e in events if e["event"] == "tracker_refused_by_policy"]
     assert len(refused) == 1 and "PEERCRAWL_ALLOW_PRIVATE=1" in refused[0]["message"]
     assert not [e for e in events if e["event"] == "network_outage"], "7 refused visits are no outage"
+    (stopped,) = [e for e in events if e["event"] == "worker_stopped"]
+    assert (stopped["visits"], stopped["failed"]) == (7, 7)  # as `run`'s summary counts them
     info = json.loads(run(env, "torrent", hashes[0], "--json").stdout)
     assert info["last_error"].startswith(f"{ot.udp_url}: tracker udp://127.0.0.1:{ot.port} resolves to "
                                          "127.0.0.1, a loopback address; set PEERCRAWL_ALLOW_PRIVATE=1")

@@ -69,6 +69,10 @@ def test_health_flags_an_outage_after_a_streak_and_clears_it():
     assert h.note(True, peers=4) is True and not h.failing
     assert (h.visits, h.failed, h.peers) == (4, 3, 4)
     assert h.per_hour() > 0
+    # visits the address policy or the trackers refused count, and neither make nor break a streak
+    assert [h.note(False) for _ in range(2)] + [h.note(False, network=False) for _ in range(5)] == [False] * 7
+    assert (h.visits, h.failed, h.streak) == (11, 10, 2)
+    assert h.note(False) is True and h.note(False, network=False) is False and h.failing
 
 
 def test_heartbeat_lists_live_workers_and_drops_dead_ones(settings, client, keys):

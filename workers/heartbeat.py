@@ -33,7 +33,9 @@ class WorkerHealth:
     """A worker's recent visits: its rate and whether its network looks down.
 
     ``failing`` turns on after ``failing_after`` visits in a row failed (no
-    source answered) and off at the first answered visit.
+    source answered) and off at the first answered visit. A visit that says
+    nothing of the network (its sources refused by the address policy or by
+    the trackers) is counted, and leaves the streak as it was.
     """
 
     def __init__(self, failing_after: int = 5):
@@ -45,18 +47,18 @@ class WorkerHealth:
         self.started = time.time()
         self._recent: deque[float] = deque()
 
-    def note(self, answered: bool, peers: int = 0, now: float | None = None) -> bool:
-        """Count one visit; returns True when this visit changed ``failing``."""
+    def note(self, answered: bool, peers: int = 0, now: float | None = None, network: bool = True) -> bool:
+        """Count one visit (``network`` False: one that says nothing of the network); returns True
+        when this visit changed ``failing``."""
         now = time.time() if now is None else now
         before = self.failing
         self.visits += 1
         self.peers += peers
         self._recent.append(now)
-        if answered:
-            self.streak = 0
-        else:
+        if not answered:
             self.failed += 1
-            self.streak += 1
+        if network:
+            self.streak = 0 if answered else self.streak + 1
         return before != self.failing
 
     @property

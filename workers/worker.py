@@ -261,8 +261,9 @@ class Worker:
 
     def _noted(self, v: Visit) -> None:
         """Count a finished visit in the health figures and tell ``on_visit``."""
-        # A visit refused by policy or by its trackers is no sign of an outage, nor of its end.
-        if v.state != "skipped" and (v.state != "failed" or v.network) and self.health.note(v.state != "failed", v.peers):
+        # A visit refused by policy or by its trackers counts, but is no sign of an outage, nor of its end.
+        if v.state != "skipped" and self.health.note(v.state != "failed", v.peers,
+                                                     network=v.state != "failed" or v.network):
             self._outage_changed()
         if self.on_visit is not None:
             self.on_visit(v)
