@@ -67,7 +67,7 @@ def visit_part(shard: ShardKeys, h: str, t_fp: int, located: Iterable[tuple[byte
         if vp is None:
             info = place_info(pkey)
             if split:
-                lanes = info.t_g ^ t_fp * info.t_r
+                lanes = info.torrent_lanes(t_fp)
                 vp = vplaces[pkey] = (info, lanes, lanes >> (info.t_shift - 64))
             else:
                 lanes = info.g ^ t_fp * info.tr
@@ -121,11 +121,10 @@ def add_visit(batches: RecordBatches, i: int, h: str, part: VisitPart, flags: by
                 batch = batches.batch_for(shard, i, h, info.t_k)
                 tl = tlanes.get(pkey)
                 if tl is None:
-                    tl = tlanes[pkey] = info.t_g ^ t_fp * info.t_r
-                rec = ((batch.bucket_number(rb, bkey) << info.t_rshift) | (batch.bucket_number(bucket, bkey) << info.t_bshift)
-                       | (since << info.t_oshift) | batch.torrent_head(pkey, info, country_keys)
-                       | (tl ^ (f & LOW64) * info.t_r))
-                batch.ips += (rec | (1 << 8 * info.t_nbytes)).to_bytes(info.t_nbytes + 1, "big")  # form 1
+                    tl = tlanes[pkey] = info.torrent_lanes(t_fp)
+                rec = batch.torrent_record(info, batch.torrent_head(pkey, info, country_keys), tl, f, bucket, rb, bkey)
+                rec |= (since << info.t_oshift) | (1 << 8 * info.t_nbytes)  # its place time; form 1
+                batch.ips += rec.to_bytes(info.t_nbytes + 1, "big")
                 continue
         batch = batches.batch_for(shard, i, h, info.k)
         head = batch.heads.get(pkey)

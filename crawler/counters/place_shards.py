@@ -110,10 +110,7 @@ class PlaceShards:
             head = batch.heads.get(pkey)
             if head is None:
                 head = batch.add_place(pkey, info, country_keys)
-            low = f & LOW64
-            rec = (batch.bucket_number(bucket, bucket_key) << info.t_bshift) | head | (lanes ^ low * info.t_r)
-            if rb is not None:  # its group record, in the torrent's roster
-                rec |= batch.bucket_number(rb, bucket_key) << info.t_rshift
+            rec = batch.torrent_record(info, head, lanes, f, bucket, rb, bucket_key)
             where = None
             if info.p_m:
                 key = FreshPlaces.key(f, pkey)

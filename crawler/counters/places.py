@@ -100,6 +100,10 @@ class PlaceInfo:
         self.p_bshift = self.p_shift + 24
         self.p_nbytes = 5 + 8 * len(place)
 
+    def torrent_lanes(self, t_fp: int) -> int:
+        """The torrent part's metric lanes for the torrent of fingerprint ``t_fp``."""
+        return self.t_g ^ t_fp * self.t_r
+
     def _bounded(self, part: str, name: str | None) -> str | None:
         """``name`` escaped; None if unknown, blank or over the bound (noted in ``dropped``)."""
         if name is None or fits(name.strip()):

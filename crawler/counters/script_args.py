@@ -94,11 +94,7 @@ class RecordBatch:
                 self.countries += pos.to_bytes(2, "big") + info.country_s
                 c = self.country_numbers[info.country] = len(self.country_numbers) + 1
         self.places += c.to_bytes(2, "big") + info.tail
-        n = len(self.heads) + 1
-        if self.torrent_part:
-            head = self.heads[pkey] = ((n << 8) | info.t_k) << info.t_shift
-        else:
-            head = self.heads[pkey] = ((n << 8) | info.k) << info.shift
+        head = self.heads[pkey] = _head(len(self.heads) + 1, info, self.torrent_part)
         return head
 
     def torrent_head(self, pkey: tuple, info: PlaceInfo, country_keys: Callable[[str, str], list]) -> int:
@@ -109,8 +105,19 @@ class RecordBatch:
             whole = self.heads.get(pkey)
             if whole is None:
                 whole = self.add_place(pkey, info, country_keys)
-            head = self.theads[pkey] = (((whole >> info.shift) & ~0xFF) | info.t_k) << info.t_shift
+            head = self.theads[pkey] = _head(whole >> (info.shift + 8), info, True)
         return head
+
+    def torrent_record(self, info: PlaceInfo, head: int, lanes: int, f: int, bucket: int, rb: int | None,
+                       key: Callable[[int], bytes]) -> int:
+        """An IP's torrent part (``PlaceInfo.t_*``) without its place mark time: its (IP, torrent)
+        bucket, its group record's in the roster (``rb``; None: none), ``head`` (``add_place`` or
+        ``torrent_head``) and its fields, ``lanes`` (``PlaceInfo.torrent_lanes``) with the low half
+        of its fingerprint ``f``; ``key(n)``: the key of mark bucket ``n``."""
+        rec = (self.bucket_number(bucket, key) << info.t_bshift) | head | (lanes ^ (f & LOW64) * info.t_r)
+        if rb is not None:
+            rec |= self.bucket_number(rb, key) << info.t_rshift
+        return rec
 
     def bucket_number(self, n: int, key: Callable[[int], bytes]) -> int:
         """The 1-based number of mark bucket ``n`` among this call's buckets (``key(n)``: its key)."""
@@ -119,6 +126,14 @@ class RecordBatch:
             self.buckets.append(key(n))
             b = self.bnumbers[n] = len(self.buckets)
         return b
+
+
+def _head(n: int, info: PlaceInfo, torrent_part: bool) -> int:
+    """The header bits of place number ``n``'s IPs: place number and k, of a whole record or (``torrent_part``)
+    of a torrent part."""
+    if torrent_part:
+        return ((n << 8) | info.t_k) << info.t_shift
+    return ((n << 8) | info.k) << info.shift
 
 
 class RecordBatches:
