@@ -258,7 +258,7 @@ def run_worker(s: Settings, client, hashes: list[str], concurrency, split: int |
     out = {"phases": [phase(a[1], b[0], b[1]) for a, b in itertools.pairwise(points)],
            "start_and_stop_s": round(end.t - last.t, 2), "_process": p,
            # visits recorded together (crawler/counters/batcher.py), over the whole run
-           "visits_per_recording_batch": round(p.batcher.units / max(1, p.batcher.batches), 1)}
+           "peers_per_recording_batch": round(p.batcher.units / max(1, p.batcher.batches), 1)}
     return out
 
 
@@ -464,7 +464,7 @@ def main() -> None:
             r = run_worker(s, client, hashes, a.concurrency, split=n, until_idle=False, max_visits=2 * n)
             out["worker_trackers_first_visits"], out["worker_trackers_revisits"] = r["phases"]
             out["worker_trackers_start_and_stop_s"] = r["start_and_stop_s"]
-        out["worker_trackers_visits_per_recording_batch"] = r["visits_per_recording_batch"]
+        out["worker_trackers_peers_per_recording_batch"] = r["peers_per_recording_batch"]
         if a.only is None:
             rest(a, out, client, tmp, ot, sink, db, hashes, dht_hashes, ns)
     finally:

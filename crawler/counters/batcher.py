@@ -5,14 +5,24 @@ and each recording used to cost that greenlet its own probe, its own place
 calls (crawls of several counter shards) and its own record calls, with
 every IP parsed, located and fingerprinted in the middle of other visits'
 work. With a ``Batcher`` a visit's greenlet hands its peers over and
-parks; one recording greenlet takes every visit handed over meanwhile (at
-most ``MAX_VISITS``) and records them with one ``Recorder.record_visits``:
-each distinct IP parsed and located once, every probe in one round trip,
-then every place call (one per counter shard, an IP and place met in
-several visits sent once) and every record call. There is no timer, as in
-``crawler.store.coalesce``: a visit waits at most for the recordings already
-under way (``IN_FLIGHT``), so a batch is as large as the load makes it and
-nothing waits for a batch to fill.
+parks; a recording greenlet takes the visits handed over meanwhile (at most
+``MAX_IPS`` peers between them) and records them with one
+``Recorder.record_visits``: each distinct IP parsed and located once, every
+probe in one round trip, then every place call (one per counter shard, an
+IP and place met in several visits sent once) and every record call. There
+is no timer, as in ``crawler.store.coalesce``: a visit waits at most for the
+recordings already under way (``IN_FLIGHT``), so a batch is as large as the
+load makes it and nothing waits for a batch to fill.
+
+Why batches are bounded by peers, several under way. A worker's visits move
+in cohorts: a batch's replies release its visits together, which complete,
+claim, announce and come back together. Taken whole, a cohort of 60 visits
+was ~18 ms of Python that let no other greenlet run, then ~40 ms of
+``record.lua`` during which the worker had nothing left to do, while the
+other recording greenlet took the stragglers one at a time: neither the
+worker's core nor Redis's was busy much more than half the time. Cut into
+batches of a few ms of work each, with several under way, one batch is
+prepared while Redis runs the one before (bench/bench_visit_cost.py).
 
 What stays as it was. A visit is still recorded by script calls that each
 hold one visit's IPs of one shard, atomic, in order, so a process killed at
@@ -29,32 +39,32 @@ which is what a kill after the send did without batches.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 from crawler.counters.names import info_hash_hex
 from crawler.errors import StoreError
 from crawler.observer import QUIET, Observer
 from crawler.store.group_commit import GroupCommit
 
-# Visits per batch: ~64 x 50 peers is a few ms of Python, after which the
-# greenlets waiting on their replies run.
-MAX_VISITS = 64
-# Batches under way at once, each its own greenlet: one would make the next
-# batch wait for the whole of this one's round trips.
-IN_FLIGHT = 2
+# Peers per batch (a larger visit goes alone): ~3 ms of Python on a first visit and ~7 ms of
+# record.lua in Redis (module note), short enough for the greenlets waiting on other replies.
+MAX_IPS = 512
+# Batches under way at once, each its own greenlet: enough that Redis always has the next batch's
+# calls while the worker prepares the one after.
+IN_FLIGHT = 6
 
 
 class Batcher(GroupCommit):
     """Records the visits of the greenlets calling ``record_visit`` together (module note).
 
-    ``recorder``: the process's ``Recorder``; ``max_visits`` and
-    ``in_flight``: see ``MAX_VISITS`` and ``IN_FLIGHT``. Figures
-    (``GroupCommit``): ``batches`` recorded and ``units``, the visits in them.
+    ``recorder``: the process's ``Recorder``; ``max_ips`` and
+    ``in_flight``: see ``MAX_IPS`` and ``IN_FLIGHT``. Figures
+    (``GroupCommit``): ``batches`` recorded and ``units``, the peers in them.
     """
 
-    def __init__(self, recorder, max_visits: int = MAX_VISITS, in_flight: int = IN_FLIGHT,
+    def __init__(self, recorder, max_ips: int = MAX_IPS, in_flight: int = IN_FLIGHT,
                  observer: Observer = QUIET):
-        super().__init__(self._record, cap=max_visits, in_flight=in_flight,
+        super().__init__(self._record, cap=max_ips, in_flight=in_flight, size=lambda visit: max(1, len(visit[1])),
                          stopped=lambda: StoreError("recording peers failed: the batch's greenlet was stopped"))
         self.recorder, self.observer = recorder, observer
 
@@ -64,6 +74,8 @@ class Batcher(GroupCommit):
         h = info_hash_hex(info_hash)
         if not 0 <= int(now) < 1 << 32:
             raise ValueError(f"time {now!r} does not fit a mark (unix seconds, 32 bits)")
+        if not isinstance(ips, Collection):  # a batch is sized by its peers
+            ips = list(ips)
         t = time.perf_counter()
         try:
             return self.ask((h, ips, now, probe))
