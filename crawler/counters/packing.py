@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable
 from crawler.counters.fresh_places import FreshPlaces
 from crawler.counters.marks import IP_MEMO, Fingerprinter, roster_width
 from crawler.counters.places import PlaceInfo
-from crawler.counters.script_args import FRESH, LOW64, ProbeCall, RecordBatches, ShardKeys, VisitPart
+from crawler.counters.script_args import FRESH, LOW64, ProbeCall, RecordBatch, RecordBatches, ShardKeys, VisitPart
 from geo.locator import Place
 
 
@@ -55,8 +55,9 @@ def visit_part(shard: ShardKeys, h: str, t_fp: int, located: Iterable[tuple[byte
         known.clear()
     vplaces: dict = {}  # place tuple -> (info, metric lanes of this visit, its probe lane)
     part = VisitPart(shard, h, t_fp)
-    bucket_key, rows = part.shard.bucket, part.rows
+    rows = part.rows
     probe = part.probe
+    bnumbers = probe.bnumbers
     distinct: set[bytes] = set()
     for packed, place in located:
         if packed in distinct:
@@ -86,11 +87,8 @@ def visit_part(shard: ShardKeys, h: str, t_fp: int, located: Iterable[tuple[byte
         if probe.n == probe_ips:
             probe = part.probe = ProbeCall()
             part.probes.append(probe)
-        looked = bucket if rb is None else rb
-        b = probe.bnumbers.get(looked)
-        if b is None:
-            probe.buckets.append(bucket_key(looked))
-            b = probe.bnumbers[looked] = len(probe.buckets)
+            bnumbers = probe.bnumbers
+        b = bnumbers.setdefault(bucket if rb is None else rb, len(bnumbers) + 1)
         probe.args += ((b << 64) | (vp[2] ^ (f & LOW64))).to_bytes(10, "big")
         probe.n += 1
     return part if rows else None
@@ -105,37 +103,51 @@ def add_visit(batches: RecordBatches, i: int, h: str, part: VisitPart, flags: by
     are bucketed by the IP alone. In mixed calls (``batches.mixed``), each
     record has its form byte first, and an IP whose place marks ``fresh`` says
     are fresh after ``cutoff`` goes as a torrent part carrying their time.
+
+    The call an IP goes in is asked of ``batches`` only when the IP might not
+    fit in the one before (``room``); the IPs in between are counted in it
+    here, as ``batch_for`` would.
     """
     shard = part.shard
-    bkey, country_keys = shard.bucket, shard.country_keys
+    country_keys, limit = shard.country_keys, batches.limit
     mixed, t_fp = batches.mixed, part.t_fp
+    since_of = fresh.since if mixed and fresh is not None else None
     tlanes: dict[tuple, int] = {}  # place tuple -> its torrent part's lanes in this visit
+    batch: RecordBatch | None = None
+    room = 0  # pairs the call can still take
+    numbers: dict = {}
     for (pkey, (info, lanes, _), f, bucket, rb), flag in zip(part.rows, flags):
         if flag == FRESH:
             continue
-        key = 0
-        if mixed and rb is not None:  # a place with a country: its place marks may be known fresh
+        key = since = 0
+        if since_of is not None and rb is not None:  # a place with a country: its place marks may be known fresh
             key = FreshPlaces.key(f, pkey)
-            since = fresh.since(key, cutoff) if fresh is not None else 0
-            if since:
-                batch = batches.batch_for(shard, i, h, info.t_k)
-                tl = tlanes.get(pkey)
-                if tl is None:
-                    tl = tlanes[pkey] = info.torrent_lanes(t_fp)
-                rec = batch.torrent_record(info, batch.torrent_head(pkey, info, country_keys), tl, f, bucket, rb, bkey)
-                rec |= (since << info.t_oshift) | (1 << 8 * info.t_nbytes)  # its place time; form 1
-                batch.ips += rec.to_bytes(info.t_nbytes + 1, "big")
-                continue
-        batch = batches.batch_for(shard, i, h, info.k)
+            since = since_of(key, cutoff)
+        pairs = info.t_k if since else info.k
+        if batch is None or pairs > room:
+            batch = batches.batch_for(shard, i, h, pairs)
+            room, numbers = limit - batch.pairs, batch.bnumbers
+        else:
+            batch.visits[-1][2] += 1
+            batch.pairs += pairs
+            room -= pairs
+        if since:
+            tl = tlanes.get(pkey)
+            if tl is None:
+                tl = tlanes[pkey] = info.torrent_lanes(t_fp)
+            rec = batch.torrent_record(info, batch.torrent_head(pkey, info, country_keys), tl, f, bucket, rb)
+            rec |= (since << info.t_oshift) | (1 << 8 * info.t_nbytes)  # its place time; form 1
+            batch.ips += rec.to_bytes(info.t_nbytes + 1, "big")
+            continue
         head = batch.heads.get(pkey)
         if head is None:
             head = batch.add_place(pkey, info, country_keys)
         # the torrent's marks of this IP: bucket by (IP, torrent)
-        tb = batch.bucket_number(bucket, bkey)
+        tb = numbers.setdefault(bucket, len(numbers) + 1)
         # its place marks: bucket by IP alone
-        gb = batch.bucket_number((f >> 64) % n_buckets, bkey) if info.k > 1 else 0
+        gb = numbers.setdefault((f >> 64) % n_buckets, len(numbers) + 1) if info.k > 1 else 0
         # its group record: in the torrent's roster
-        rn = 0 if rb is None else batch.bucket_number(rb, bkey)
+        rn = 0 if rb is None else numbers.setdefault(rb, len(numbers) + 1)
         # in a mixed call, form 0 (a leading zero byte)
         batch.ips += ((rn << info.rshift) | (tb << info.tshift) | (gb << info.gshift) | head
                       | (lanes ^ (f & LOW64) * info.r)).to_bytes(info.nbytes + mixed, "big")

@@ -32,7 +32,16 @@ import redis
 
 from crawler.counters.fresh_places import FreshPlaces
 from crawler.counters.places import PlaceInfo
-from crawler.counters.script_args import FRESH, LOW64, PlaceCall, RecordBatch, RecordBatches, ShardKeys, VisitPart
+from crawler.counters.script_args import (
+    FRESH,
+    LOW64,
+    PlaceCall,
+    RecordBatch,
+    RecordBatches,
+    ShardKeys,
+    VisitPart,
+    bucket_keys,
+)
 from crawler.errors import StoreError
 from crawler.store.replica_wait import Wait
 from crawler.store.scripts import register
@@ -102,7 +111,7 @@ class PlaceShards:
         IPs to the places.lua calls of their shards."""
         cutoff = now - self.window
         shard = part.shard
-        bucket_key, country_keys = shard.bucket, shard.country_keys
+        country_keys = shard.country_keys
         for (pkey, (info, lanes, _), f, bucket, rb), flag in zip(part.rows, flags):
             if flag == FRESH:
                 continue
@@ -110,7 +119,7 @@ class PlaceShards:
             head = batch.heads.get(pkey)
             if head is None:
                 head = batch.add_place(pkey, info, country_keys)
-            rec = batch.torrent_record(info, head, lanes, f, bucket, rb, bucket_key)
+            rec = batch.torrent_record(info, head, lanes, f, bucket, rb)
             where = None
             if info.p_m:
                 key = FreshPlaces.key(f, pkey)
@@ -145,7 +154,7 @@ class PlaceShards:
         """Run the places.lua ``calls`` (each in its shard) in one round trip; each call's
         ``answer`` gets its IPs' oldest place mark times."""
         script = self.script
-        runs = [(script, c.shard.place_fixed + c.buckets,
+        runs = [(script, c.shard.place_fixed + bucket_keys(c.bnumbers, c.shard),
                  [now, now - self.window, self.post, month, bytes(c.countries), bytes(c.places), bytes(c.ips)])
                 for c in calls]
         try:

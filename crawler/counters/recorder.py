@@ -61,7 +61,7 @@ from crawler.counters.packing import add_visit, visit_part
 from crawler.counters.place_shards import PlaceShards
 from crawler.counters.places import PlaceInfo
 from crawler.counters.rollup import Rollup
-from crawler.counters.script_args import RecordBatch, RecordBatches, ShardKeys, VisitPart
+from crawler.counters.script_args import RecordBatch, RecordBatches, ShardKeys, VisitPart, bucket_keys
 from crawler.errors import StoreError
 from crawler.keys import Keys, shard_of
 from crawler.store.replica_wait import Wait
@@ -265,7 +265,7 @@ class Recorder:
         """Run the probe.lua calls of ``parts`` in one round trip: per part one flag byte per IP."""
         cutoff = now - self.window
         script = self._probe_script
-        calls = [(script, [part.shard.torrents, *p.buckets], [cutoff, part.h, bytes(p.args)])
+        calls = [(script, [part.shard.torrents, *bucket_keys(p.bnumbers, part.shard)], [cutoff, part.h, bytes(p.args)])
                  for part in parts for p in part.probes]
         try:
             replies = iter(self.store.run(calls))
@@ -299,7 +299,7 @@ class Recorder:
         script, post, cutoff = self._record, self._post, now - self.window
         runs = []
         for b in calls:
-            keys = b.keys + b.buckets
+            keys = b.all_keys()
             if len(keys) > 65535:  # pragma: no cover - batch_pairs keeps it far below
                 raise ValueError("batch too large")
             args = [now, cutoff, b.visits_arg(), post, bytes(b.countries), bytes(b.places), len(b.keys), bytes(b.ips)]

@@ -25,23 +25,32 @@ LOW64 = (1 << 64) - 1
 
 
 class ProbeCall:
-    """The arguments of one probe.lua call."""
+    """The arguments of one probe.lua call: ``bnumbers`` numbers its mark buckets (``bucket_keys``)."""
 
-    __slots__ = ("args", "bnumbers", "buckets", "n")
+    __slots__ = ("args", "bnumbers", "n")
 
     def __init__(self):
-        self.buckets: list = []
         self.bnumbers: dict = {}
         self.args = bytearray()
         self.n = 0
+
+
+def bucket_keys(bnumbers: dict, shard: "ShardKeys") -> list[bytes]:
+    """The keys of a call's mark buckets of ``shard`` in the order it numbers them (1, 2, ...).
+
+    A call numbers each bucket it meets ``bnumbers.setdefault(n, len(bnumbers) + 1)``:
+    one dict operation an IP and no call, and a dict keeps that order; the keys
+    are looked up once the call is whole.
+    """
+    return list(map(shard.buckets.__getitem__, bnumbers))
 
 
 class RecordBatch:
     """The arguments of one record.lua call, built IP by IP: IPs of one or more visits
     (distinct torrents) of one shard, one visit after the other.
 
-    ``shared``: the outbox and the torrents and countries indexes (``ShardKeys.shared``);
-    ``month``: the visits' month (``names.month_of``); ``torrent_part``: the
+    ``shard``: its shard (its keys start with ``ShardKeys.shared``: the outbox and the
+    torrents and countries indexes); ``month``: the visits' month (``names.month_of``); ``torrent_part``: the
     call records only the torrents' metrics (record.lua's part "T"), so an
     IP's header counts those (``PlaceInfo.t_*``); ``mixed``: one shard's call
     whose IPs are each a whole record or, when the process knows its place
@@ -50,16 +59,16 @@ class RecordBatch:
     order, for the place mark times the call answers.
     """
 
-    __slots__ = ("bnumbers", "buckets", "countries", "country_numbers", "heads", "ips", "keys", "learn", "mixed",
-                 "month", "order", "pairs", "pending", "places", "theads", "torrent_part", "visits")
+    __slots__ = ("bnumbers", "countries", "country_numbers", "heads", "ips", "keys", "learn", "mixed",
+                 "month", "order", "pairs", "pending", "places", "shard", "theads", "torrent_part", "visits")
 
-    def __init__(self, shared: list, month: str, torrent_part: bool = False, mixed: bool = False):
-        self.keys, self.month, self.torrent_part, self.mixed = list(shared), month, torrent_part, mixed
+    def __init__(self, shard: "ShardKeys", month: str, torrent_part: bool = False, mixed: bool = False):
+        self.shard, self.month, self.torrent_part, self.mixed = shard, month, torrent_part, mixed
+        self.keys = list(shard.shared(month))
         self.learn: list[int] = []
         self.theads: dict[tuple, int] = {}  # mixed: place tuple -> its torrent parts' header bits
         self.pending: list = []  # torrent part: (record without its place time, PlaceInfo, place answer)
-        self.buckets: list = []  # mark bucket keys, after ``keys``
-        self.bnumbers: dict = {}  # bucket number -> 1-based index in ``buckets``
+        self.bnumbers: dict = {}  # mark bucket -> its 1-based number in this call (``bucket_keys``), after ``keys``
         self.countries = bytearray()
         self.country_numbers: dict[str, int] = {}
         self.places = bytearray()
@@ -108,24 +117,20 @@ class RecordBatch:
             head = self.theads[pkey] = _head(whole >> (info.shift + 8), info, True)
         return head
 
-    def torrent_record(self, info: PlaceInfo, head: int, lanes: int, f: int, bucket: int, rb: int | None,
-                       key: Callable[[int], bytes]) -> int:
+    def torrent_record(self, info: PlaceInfo, head: int, lanes: int, f: int, bucket: int, rb: int | None) -> int:
         """An IP's torrent part (``PlaceInfo.t_*``) without its place mark time: its (IP, torrent)
         bucket, its group record's in the roster (``rb``; None: none), ``head`` (``add_place`` or
         ``torrent_head``) and its fields, ``lanes`` (``PlaceInfo.torrent_lanes``) with the low half
-        of its fingerprint ``f``; ``key(n)``: the key of mark bucket ``n``."""
-        rec = (self.bucket_number(bucket, key) << info.t_bshift) | head | (lanes ^ (f & LOW64) * info.t_r)
+        of its fingerprint ``f``."""
+        numbers = self.bnumbers
+        rec = (numbers.setdefault(bucket, len(numbers) + 1) << info.t_bshift) | head | (lanes ^ (f & LOW64) * info.t_r)
         if rb is not None:
-            rec |= self.bucket_number(rb, key) << info.t_rshift
+            rec |= numbers.setdefault(rb, len(numbers) + 1) << info.t_rshift
         return rec
 
-    def bucket_number(self, n: int, key: Callable[[int], bytes]) -> int:
-        """The 1-based number of mark bucket ``n`` among this call's buckets (``key(n)``: its key)."""
-        b = self.bnumbers.get(n)
-        if b is None:
-            self.buckets.append(key(n))
-            b = self.bnumbers[n] = len(self.buckets)
-        return b
+    def all_keys(self) -> list[bytes]:
+        """The call's keys: ``keys``, then its mark buckets (``bucket_keys``)."""
+        return self.keys + bucket_keys(self.bnumbers, self.shard)
 
 
 def _head(n: int, info: PlaceInfo, torrent_part: bool) -> int:
@@ -160,7 +165,7 @@ class RecordBatches:
         new_visit = b is None or not b.order or b.order[-1] != i
         if b is None or (b.pairs and b.pairs + pairs > self.limit) or (
                 new_visit and any(v[0] == h for v in b.visits)):
-            b = self.open[shard] = RecordBatch(shard.shared(self.month), self.month, self.torrent_part, self.mixed)
+            b = self.open[shard] = RecordBatch(shard, self.month, self.torrent_part, self.mixed)
             self.calls.append(b)
             new_visit = True
         if new_visit:
@@ -177,13 +182,12 @@ class PlaceCall:
     times land once the call ran (``recorder``).
     """
 
-    __slots__ = ("answer", "bnumbers", "buckets", "countries", "country_numbers", "fps", "ips", "n", "pairs",
+    __slots__ = ("answer", "bnumbers", "countries", "country_numbers", "fps", "ips", "n", "pairs",
                  "place_numbers", "places", "shard")
 
     def __init__(self, shard: "ShardKeys"):
         self.shard = shard
-        self.buckets: list = []
-        self.bnumbers: dict = {}
+        self.bnumbers: dict = {}  # mark bucket -> its 1-based number in this call (``bucket_keys``)
         self.countries = bytearray()
         self.country_numbers: dict[str, int] = {}
         self.places = bytearray()
@@ -208,15 +212,27 @@ class PlaceCall:
 
     def bucket_number(self, n: int) -> int:
         """The 1-based number of the shard's mark bucket ``n`` among this call's buckets."""
-        b = self.bnumbers.get(n)
-        if b is None:
-            self.buckets.append(self.shard.bucket(n))
-            b = self.bnumbers[n] = len(self.buckets)
-        return b
+        numbers = self.bnumbers
+        return numbers.setdefault(n, len(numbers) + 1)
 
     def oldest(self, i: int) -> int:
         """The oldest place mark time of this call's ``i``-th IP (0-based), from its answer."""
         return int.from_bytes(self.answer[4 * i : 4 * i + 4], "big")
+
+
+class BucketKeys(dict):
+    """Mark bucket number -> its key, each made the first time it is asked for: at most the
+    shard's buckets (2**18 by default, ~25 MB), read with no Python call (``bucket_keys``)."""
+
+    __slots__ = ("prefix",)
+
+    def __init__(self, prefix: bytes):
+        super().__init__()
+        self.prefix = prefix
+
+    def __missing__(self, n: int) -> bytes:
+        key = self[n] = self.prefix + b"%d" % n
+        return key
 
 
 class ShardKeys:
@@ -225,24 +241,20 @@ class ShardKeys:
     ``keys``: the shard's ``Keys``.
     """
 
-    __slots__ = ("_bucket_prefix", "_buckets", "_countries", "_indexes", "keys", "outbox", "place_fixed", "torrents")
+    __slots__ = ("_countries", "_indexes", "buckets", "keys", "outbox", "place_fixed", "torrents")
 
     def __init__(self, keys):
         self.keys = keys
         self.outbox = keys.outbox.encode()
         self.torrents = keys.index(LIFETIME, ("torrents",)).encode()
         self.place_fixed = [self.outbox, keys.rollup_outbox.encode()]
-        self._buckets: dict = {}
-        self._bucket_prefix = keys.mark_bucket_prefix.encode()
+        self.buckets = BucketKeys(keys.mark_bucket_prefix.encode())
         self._indexes: dict = {}
         self._countries: dict = {}
 
     def bucket(self, n: int) -> bytes:
         """The key of mark bucket ``n``."""
-        key = self._buckets.get(n)
-        if key is None:
-            key = self._buckets[n] = self._bucket_prefix + b"%d" % n
-        return key
+        return self.buckets[n]
 
     def index(self, period: str, scope: tuple) -> bytes:
         """The key of one counter index (bytes: redis-py sends them as is)."""
