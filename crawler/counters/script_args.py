@@ -222,7 +222,7 @@ class PlaceCall:
 
 class BucketKeys(dict):
     """Mark bucket number -> its key, each made the first time it is asked for: at most the
-    shard's buckets (2**18 by default, ~25 MB), read with no Python call (``bucket_keys``)."""
+    shard's buckets (2**18 by default, ~30 MB), read with no Python call (``bucket_keys``)."""
 
     __slots__ = ("prefix",)
 
