@@ -78,6 +78,8 @@ Per run:
   needs a per-stage hook in the product, whose place is the Observer of
   crawler/observer.py (the worker's /metrics has recording and claim
   histograms only, per live process);
+- ``recording_batches`` and ``peers_per_recording_batch``: how the visits'
+  recordings were shared (crawler/counters/batcher.py), from ``worker_stopped``;
 - ``counts_exact``: ``peercrawl stats torrents --json`` after the run shows
   exactly 50 unique IPs for every torrent (after ``revisit``: and the same
   counts as after ``first``).
@@ -433,6 +435,9 @@ def figures(raw: dict, concurrency: int, startup_cpu: float | None) -> dict:
     # where a visit holds its slot, stage by stage, as the worker logged it (workers/visit_stages.py);
     # an older tree's worker logs none
     out.update(stages=stopped.get("stages"))
+    shared = stopped.get("recordings") or {}
+    out.update(recording_batches=shared.get("batches"),
+               peers_per_recording_batch=round(shared["peers"] / shared["batches"], 1) if shared.get("batches") else None)
     out.update(slot_s=raw["slot"], slot_s_little=round(concurrency / steady, 4) if steady else None,
                worker_exit=raw["status"], worker_warnings=ev["warnings"], worker_last_warning=ev["last_warning"])
     if "profile" in raw:

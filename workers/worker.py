@@ -50,6 +50,7 @@ import redis
 from gevent.event import Event
 
 from crawler import logs
+from crawler.counters.batcher import Batcher
 from crawler.errors import StoreError
 from crawler.queue.queue import Lease, Queue
 from crawler.queue.view import QueueView
@@ -342,6 +343,9 @@ class Worker:
         # timeout (gevent documents it; its stubs leave it out).
         with gevent.Timeout(2.0, False):  # type: ignore[arg-type]
             self.heartbeat.leave()
-        # where the visits held their slots, stage by stage (workers.visit_stages)
+        # where the visits held their slots, stage by stage (workers.visit_stages), and how their
+        # recordings were shared: batches, and the peers in them (crawler.counters.batcher)
+        recorder = self.visitor.recorder
+        shared = {"batches": recorder.batches, "peers": recorder.units} if isinstance(recorder, Batcher) else None
         log.info("worker_stopped", visits=self.health.visits, failed=self.health.failed,
-                 claimed=self.slots.claimed, stages=self.visitor.stages.summary())
+                 claimed=self.slots.claimed, stages=self.visitor.stages.summary(), recordings=shared)
