@@ -110,3 +110,14 @@ def _greenlets() -> list:
     import gc
 
     return [o for o in gc.get_objects() if isinstance(o, gevent.Greenlet) and not o.dead]
+
+
+def test_a_batch_holds_at_most_max_ips_peers_and_a_larger_visit_goes_alone(client, keys, settings, locator):
+    rec = Recorder(client, keys, settings, locator)
+    batcher = Batcher(rec, max_ips=100, in_flight=1)
+    sizes = [30] * 10 + [150, 30]
+    jobs = [gevent.spawn(batcher.record_visit, h, POOL[:n], T0) for h, n in zip(TORRENTS, sizes)]
+    gevent.joinall(jobs, raise_error=True)
+    # queued together: three visits of 30 a batch (90 peers), then the 150 alone, then the last 30
+    assert [j.value for j in jobs] == sizes
+    assert (batcher.batches, batcher.units) == (6, sum(sizes))
