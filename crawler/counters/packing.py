@@ -104,9 +104,8 @@ def add_visit(batches: RecordBatches, i: int, h: str, part: VisitPart, flags: by
     record has its form byte first, and an IP whose place marks ``fresh`` says
     are fresh after ``cutoff`` goes as a torrent part carrying their time.
 
-    The call an IP goes in is asked of ``batches`` only when the IP might not
-    fit in the one before (``room``); the IPs in between are counted in it
-    here, as ``batch_for`` would.
+    The call an IP goes in is asked of ``batches`` only when the IP does not
+    fit in the one before; the IPs in between are added to it here.
     """
     shard = part.shard
     country_keys, limit = shard.country_keys, batches.limit
@@ -114,8 +113,6 @@ def add_visit(batches: RecordBatches, i: int, h: str, part: VisitPart, flags: by
     since_of = fresh.since if mixed and fresh is not None else None
     tlanes: dict[tuple, int] = {}  # place tuple -> its torrent part's lanes in this visit
     batch: RecordBatch | None = None
-    room = 0  # pairs the call can still take
-    numbers: dict = {}
     for (pkey, (info, lanes, _), f, bucket, rb), flag in zip(part.rows, flags):
         if flag == FRESH:
             continue
@@ -124,13 +121,11 @@ def add_visit(batches: RecordBatches, i: int, h: str, part: VisitPart, flags: by
             key = FreshPlaces.key(f, pkey)
             since = since_of(key, cutoff)
         pairs = info.t_k if since else info.k
-        if batch is None or pairs > room:
+        if batch is None or batch.pairs + pairs > limit:
             batch = batches.batch_for(shard, i, h, pairs)
-            room, numbers = limit - batch.pairs, batch.bnumbers
+            numbers = batch.bnumbers
         else:
-            batch.visits[-1][2] += 1
-            batch.pairs += pairs
-            room -= pairs
+            batch.add_ip(pairs)
         if since:
             tl = tlanes.get(pkey)
             if tl is None:

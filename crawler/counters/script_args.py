@@ -84,6 +84,11 @@ class RecordBatch:
         self.keys += torrent_keys
         self.order.append(i)
 
+    def add_ip(self, pairs: int) -> None:
+        """Count one more IP of the visit begun last, of ``pairs`` pairs."""
+        self.visits[-1][2] += 1
+        self.pairs += pairs
+
     def visits_arg(self) -> bytes:
         """record.lua's ARGV[3]: per visit its info-hash, key position and number of IP records."""
         return b"".join(h.encode() + pos.to_bytes(2, "big") + n.to_bytes(4, "big") for h, pos, n in self.visits)
@@ -170,8 +175,7 @@ class RecordBatches:
             new_visit = True
         if new_visit:
             b.begin_visit(i, h, shard.torrent_keys(h, self.month))
-        b.visits[-1][2] += 1
-        b.pairs += pairs
+        b.add_ip(pairs)
         return b
 
 
