@@ -1,9 +1,11 @@
 """A visit's IPs packed, bit by bit, into the binary arguments of probe.lua and record.lua.
 
-Each IP is fingerprinted once (``marks.Fingerprinter``: 128 bits, the high
-half picks its mark buckets, the low half is XORed into each of its metric
-fields; kept in ``Fingerprinter.known`` for the next swarm or revisit that
-meets it), and its records are built as one integer, turned into bytes once:
+Each IP is met once while the process keeps it (``met``: its packed form,
+its place's names, its fingerprint from ``marks.Fingerprinter``, 128 bits
+whose high half picks its mark buckets and low half is XORed into each of
+its metric fields, and its ``fresh_places`` key), so a peer in another
+swarm or met again on a revisit costs the loops below only arithmetic; its
+records are built as one integer, turned into bytes once:
 
 - ``visit_part``: probe.lua's ``probes``, per IP a u16 bucket number (of its
   bucket in the torrent's roster, ``marks.roster_width``, or without a country
@@ -20,7 +22,7 @@ the containers the bytes go in are ``calls``'.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
 
 from crawler.counters.fresh_places import FreshPlaces
 from crawler.counters.marks import IP_MEMO, Fingerprinter, roster_width
@@ -29,68 +31,76 @@ from crawler.counters.script_args import FRESH, LOW64, ProbeCall, RecordBatch, R
 from geo.locator import Place
 
 
-def visit_part(shard: ShardKeys, h: str, t_fp: int, located: Iterable[tuple[bytes, Place]],
-               fingerprints: Fingerprinter, place_info: Callable[[tuple], PlaceInfo], split: bool,
+def met(packed: bytes, place: Place, fingerprints: Fingerprinter) -> tuple[bytes, tuple, int, int]:
+    """An IP as the recording meets it: ``(packed, place tuple, fingerprint, fresh key)``, the
+    fingerprint from ``Fingerprinter.known`` when the process has it (``fresh_places.FreshPlaces.key``
+    gives the last part). Built once per IP and place while the recorder keeps it."""
+    known = fingerprints.known
+    f = known.get(packed)
+    if f is None:
+        if len(known) > IP_MEMO:
+            known.clear()
+        f = known[packed] = fingerprints.ip(packed)
+    pkey = (place.country, place.city, place.postcode)
+    return packed, pkey, f, FreshPlaces.key(f, pkey)
+
+
+def visit_part(shard: ShardKeys, h: str, t_fp: int, ips: Sequence[tuple[bytes, tuple, int, int]],
+               n_buckets: int, place_info: Callable[[tuple], PlaceInfo], split: bool,
                probe_ips: int) -> VisitPart | None:
-    """Fingerprint each distinct IP of ``located`` into probe.lua calls of ``probe_ips`` IPs
-    in ``shard``, the one holding the counters of torrent ``h`` (``t_fp``: its fingerprint).
+    """The distinct IPs ``ips`` (each as ``met`` gives it) of a visit of torrent ``h``, in probe.lua
+    calls of ``probe_ips`` IPs in ``shard``, the one holding the counters of ``h`` (``t_fp``: its
+    fingerprint; ``n_buckets``: the shard's mark buckets).
 
     Returns the visit's part (None without IPs), with its rows ``(place
     tuple, (PlaceInfo, metric lanes of this visit, its probe lane), IP
-    fingerprint, bucket of (IP, torrent))`` in its calls' order. The
-    lanes are the whole record's, or with several shards (``split``) the torrent
-    part's (``PlaceInfo``); the probe lane (the group record, or the users
-    mark without a country) is the same in both. A row's last part is the
-    bucket of its group record in the torrent's roster (None: no group record,
-    the IP has no country). ``place_info(place tuple)`` gives a place's
-    ``PlaceInfo``. ``probe_ips`` 0: no probe calls (the visit is not probed).
+    fingerprint, bucket of (IP, torrent), roster bucket, fresh key)`` in its
+    calls' order. The lanes are the whole record's, or with several shards
+    (``split``) the torrent part's (``PlaceInfo``); the probe lane (the group
+    record, or the users mark without a country) is the same in both. The
+    roster bucket is that of the IP's group record in the torrent's roster
+    (None: no group record, the IP has no country). ``place_info(place
+    tuple)`` gives a place's ``PlaceInfo``. ``probe_ips`` 0: no probe calls
+    (the visit is not probed).
     """
-    fps = fingerprints
-    ip_hash, n_buckets, from_bytes = fps.ip_hasher().copy, fps.buckets, int.from_bytes
-    if not isinstance(located, list | tuple):
-        located = list(located)
-    width, roster = roster_width(len(located)), t_fp % n_buckets  # the torrent's roster
-    known = fps.known
-    if len(known) > IP_MEMO:
-        known.clear()
+    width, roster = roster_width(len(ips)), t_fp % n_buckets  # the torrent's roster
     vplaces: dict = {}  # place tuple -> (info, metric lanes of this visit, its probe lane)
     part = VisitPart(shard, h, t_fp)
     rows = part.rows
+    append = rows.append
     probe = part.probe
-    bnumbers = probe.bnumbers
-    distinct: set[bytes] = set()
-    for packed, place in located:
-        if packed in distinct:
-            continue
-        distinct.add(packed)
-        pkey = (place.country, place.city, place.postcode)
+    bnumbers, args = probe.bnumbers, probe.args
+    n = 0
+    for _, pkey, f, fkey in ips:
         vp = vplaces.get(pkey)
         if vp is None:
             info = place_info(pkey)
             if split:
                 lanes = info.torrent_lanes(t_fp)
-                vp = vplaces[pkey] = (info, lanes, lanes >> (info.t_shift - 64))
+                vp = vplaces[pkey] = (info, lanes, lanes >> (info.t_shift - 64), info.k >= 3)
             else:
                 lanes = info.g ^ t_fp * info.tr
-                vp = vplaces[pkey] = (info, lanes, lanes >> (info.shift - 64))
-        f = known.get(packed)
-        if f is None:  # an IP this process has not met lately
-            d = ip_hash()
-            d.update(packed)
-            f = known[packed] = from_bytes(d.digest(), "big")
-        bucket = ((f >> 64) ^ t_fp) % n_buckets
+                vp = vplaces[pkey] = (info, lanes, lanes >> (info.shift - 64), info.k >= 3)
+        hi = f >> 64
+        bucket = (hi ^ t_fp) % n_buckets
         # the group record's bucket in the roster, or the users mark's without a country
-        rb = (roster + (f >> 64) % width) % n_buckets if vp[0].k >= 3 else None
-        rows.append((pkey, vp, f, bucket, rb))
+        if vp[3]:
+            rb = (roster + hi % width) % n_buckets
+            append((pkey, vp, f, bucket, rb, fkey))
+        else:
+            rb = None
+            append((pkey, vp, f, bucket, None, fkey))
         if not probe_ips:
             continue
-        if probe.n == probe_ips:
+        if n == probe_ips:
+            probe.n = n
             probe = part.probe = ProbeCall()
             part.probes.append(probe)
-            bnumbers = probe.bnumbers
+            bnumbers, args, n = probe.bnumbers, probe.args, 0
         b = bnumbers.setdefault(bucket if rb is None else rb, len(bnumbers) + 1)
-        probe.args += ((b << 64) | (vp[2] ^ (f & LOW64))).to_bytes(10, "big")
-        probe.n += 1
+        args += ((b << 64) | (vp[2] ^ (f & LOW64))).to_bytes(10, "big")
+        n += 1
+    probe.n = n
     return part if rows else None
 
 
@@ -105,36 +115,44 @@ def add_visit(batches: RecordBatches, i: int, h: str, part: VisitPart, flags: by
     are fresh after ``cutoff`` goes as a torrent part carrying their time.
 
     The call an IP goes in is asked of ``batches`` only when the IP does not
-    fit in the one before; the IPs in between are added to it here.
+    fit in the one before; the IPs in between are added to it here, and a
+    torrent part's record (``RecordBatch.torrent_record``) is written out.
     """
     shard = part.shard
     country_keys, limit = shard.country_keys, batches.limit
     mixed, t_fp = batches.mixed, part.t_fp
-    since_of = fresh.since if mixed and fresh is not None else None
+    times = fresh.times if mixed and fresh is not None else None
     tlanes: dict[tuple, int] = {}  # place tuple -> its torrent part's lanes in this visit
     batch: RecordBatch | None = None
-    for (pkey, (info, lanes, _), f, bucket, rb), flag in zip(part.rows, flags):
+    for (pkey, (info, lanes, _, grouped), f, bucket, rb, fkey), flag in zip(part.rows, flags):
         if flag == FRESH:
             continue
-        key = since = 0
-        if since_of is not None and rb is not None:  # a place with a country: its place marks may be known fresh
-            key = FreshPlaces.key(f, pkey)
-            since = since_of(key, cutoff)
+        since = 0
+        if times is not None and grouped:  # a place with a country: its place marks may be known fresh
+            since = times.get(fkey, 0)
+            if since <= cutoff:
+                since = 0
         pairs = info.t_k if since else info.k
         if batch is None or batch.pairs + pairs > limit:
             batch = batches.batch_for(shard, i, h, pairs)
-            numbers = batch.bnumbers
-        else:
-            batch.add_ip(pairs)
+            numbers, heads, theads, visit = batch.bnumbers, batch.heads, batch.theads, batch.visits[-1]
+        else:  # RecordBatch.add_ip
+            visit[2] += 1
+            batch.pairs += pairs
         if since:
+            head = theads.get(pkey)
+            if head is None:
+                head = batch.torrent_head(pkey, info, country_keys)
             tl = tlanes.get(pkey)
             if tl is None:
                 tl = tlanes[pkey] = info.torrent_lanes(t_fp)
-            rec = batch.torrent_record(info, batch.torrent_head(pkey, info, country_keys), tl, f, bucket, rb)
-            rec |= (since << info.t_oshift) | (1 << 8 * info.t_nbytes)  # its place time; form 1
+            # its torrent part: its buckets, header and fields, its place time, form 1
+            rec = ((numbers.setdefault(bucket, len(numbers) + 1) << info.t_bshift)
+                   | (numbers.setdefault(rb, len(numbers) + 1) << info.t_rshift)
+                   | head | (tl ^ (f & LOW64) * info.t_r) | (since << info.t_oshift) | (1 << 8 * info.t_nbytes))
             batch.ips += rec.to_bytes(info.t_nbytes + 1, "big")
             continue
-        head = batch.heads.get(pkey)
+        head = heads.get(pkey)
         if head is None:
             head = batch.add_place(pkey, info, country_keys)
         # the torrent's marks of this IP: bucket by (IP, torrent)
@@ -142,9 +160,9 @@ def add_visit(batches: RecordBatches, i: int, h: str, part: VisitPart, flags: by
         # its place marks: bucket by IP alone
         gb = numbers.setdefault((f >> 64) % n_buckets, len(numbers) + 1) if info.k > 1 else 0
         # its group record: in the torrent's roster
-        rn = 0 if rb is None else numbers.setdefault(rb, len(numbers) + 1)
+        rn = numbers.setdefault(rb, len(numbers) + 1) if grouped else 0
         # in a mixed call, form 0 (a leading zero byte)
         batch.ips += ((rn << info.rshift) | (tb << info.tshift) | (gb << info.gshift) | head
                       | (lanes ^ (f & LOW64) * info.r)).to_bytes(info.nbytes + mixed, "big")
-        if key:
-            batch.learn.append(key)
+        if mixed and grouped:  # the call answers its place marks' time
+            batch.learn.append(fkey)

@@ -112,7 +112,7 @@ class PlaceShards:
         cutoff = now - self.window
         shard = part.shard
         country_keys = shard.country_keys
-        for (pkey, (info, lanes, _), f, bucket, rb), flag in zip(part.rows, flags):
+        for (pkey, (info, lanes, _, _), f, bucket, rb, key), flag in zip(part.rows, flags):
             if flag == FRESH:
                 continue
             batch = batches.batch_for(shard, i, h, info.t_k)
@@ -122,7 +122,6 @@ class PlaceShards:
             rec = batch.torrent_record(info, head, lanes, f, bucket, rb)
             where = None
             if info.p_m:
-                key = FreshPlaces.key(f, pkey)
                 where = placed.get(key)
                 if where is None:
                     where = placed[key] = self._place_call(pkey, info, f, key, cutoff, open_calls, calls)

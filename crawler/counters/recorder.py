@@ -57,7 +57,7 @@ from crawler.counters.geo_errors import GeoErrorTally
 from crawler.counters.ip_forms import canonical_ip
 from crawler.counters.marks import DEFAULT_BUCKETS, IP_MEMO, Fingerprinter
 from crawler.counters.names import info_hash_hex, month_of
-from crawler.counters.packing import add_visit, visit_part
+from crawler.counters.packing import add_visit, met, visit_part
 from crawler.counters.place_shards import PlaceShards
 from crawler.counters.places import PlaceInfo
 from crawler.counters.rollup import Rollup
@@ -131,9 +131,10 @@ class Recorder:
         self._sweep = register(client, "sweep", package=__package__)
         self._visited = register(client, "visited", package=__package__)
         self._places: dict = {}
-        # IP text -> (packed, place), or None for text that is no IP: a peer met again (another
-        # swarm, a revisit) is neither parsed nor located again; at most IP_MEMO, then started over.
-        self._ips: dict[str, tuple[bytes, Place] | None] = {}
+        # IP text -> ``packing.met``, or None for text that is no IP: a peer met again (another
+        # swarm, a revisit) is neither parsed, located nor fingerprinted again; at most IP_MEMO,
+        # then started over.
+        self._ips: dict[str, tuple[bytes, tuple, int, int] | None] = {}
         self._post = ("c" if self._post_countries else "-") + ("t" if self._post_torrents else "-")
         self._geo_errors = GeoErrorTally(client, keys, locator)
         # PEERCRAWL_WAIT_REPLICAS: each recording returns once that many replicas have it (docs/redis.md)
@@ -169,29 +170,29 @@ class Recorder:
         probes share one round trip and their recordings the next (module
         note). Returns each visit's ``new``.
         """
-        seen_ips = self._ips  # IP text -> (packed, place): once per process while it is kept
+        seen_ips = self._ips  # IP text -> packing.met: once per process while it is kept
         if len(seen_ips) > IP_MEMO:
             seen_ips.clear()
-        locator = self.locator
+        locator, fps = self.locator, self.fingerprints
         locate = locator.locate
         batch = []
         for info_hash, ips in visits:
-            located: list[tuple[bytes, Place]] = []
+            ips_met: list[tuple[bytes, tuple, int, int]] = []
             seen: set[bytes] = set()
             for ip in ips:
                 got = seen_ips.get(ip, _UNSEEN)
                 if got is _UNSEEN:
                     canonical = canonical_ip(ip)
                     errors = locator.read_errors
-                    got = None if canonical is None else (canonical[0], locate(canonical[1]))
+                    got = None if canonical is None else met(canonical[0], locate(canonical[1]), fps)
                     if locator.read_errors == errors:  # a failed read is tried (and tallied) again
                         seen_ips[ip] = got
                 if got is None or got[0] in seen:
                     continue
                 seen.add(got[0])
-                located.append(got)
-            batch.append((info_hash, located))
-        return self.record_places_many(batch, now, probes)
+                ips_met.append(got)
+            batch.append((info_hash, ips_met))
+        return self._record_met(batch, now, probes)
 
     def record_places_many(self, visits: Sequence[tuple[str, Iterable[tuple[bytes, Place]]]],
                            now: float, probes: Sequence[bool] | None = None) -> list[int]:
@@ -213,16 +214,31 @@ class Recorder:
         counter shards; raises ``ValueError`` for a bad info-hash or time
         before anything is sent.
         """
+        return self._record_met([(h, self.met(located)) for h, located in visits], now, probes)
+
+    def met(self, located: Iterable[tuple[bytes, Place]]) -> list[tuple[bytes, tuple, int, int]]:
+        """``(packed_ip, Place)`` pairs as the recording meets them (``packing.met``), an IP given
+        twice kept once, at its first place."""
+        out, seen, fps = [], set(), self.fingerprints
+        for packed, place in located:
+            if packed not in seen:
+                seen.add(packed)
+                out.append(met(packed, place, fps))
+        return out
+
+    def _record_met(self, visits: Sequence[tuple[str, list[tuple[bytes, tuple, int, int]]]], now: float,
+                    probes: Sequence[bool] | None) -> list[int]:
+        """``record_places_many`` of visits whose distinct IPs are already met (``met``)."""
         now_i = int(now)
         if not 0 <= now_i < 1 << 32:
             raise ValueError(f"time {now!r} does not fit a mark (unix seconds, 32 bits)")
         parts = []  # (position, info-hash, VisitPart, probed)
-        for i, (info_hash, located) in enumerate(visits):
+        for i, (info_hash, ips) in enumerate(visits):
             h = info_hash_hex(info_hash)
             # 1. fingerprint every IP: a revisit whose peers are all known ends
             # at the probe, and Python builds full records only for the others.
             probed = probes is None or probes[i]
-            part = self._probe_calls(h, self.fingerprints.torrent(h), located, probed)
+            part = self._probe_calls(h, self.fingerprints.torrent(h), ips, probed)
             if part is not None:
                 parts.append((i, h, part, probed))
         # the locator's errors, and names left out of places (``_place_info``)
@@ -252,13 +268,14 @@ class Recorder:
             out[i] += new
         return out
 
-    def _probe_calls(self, h: str, t_fp: int, located: Iterable[tuple[bytes, Place]],
+    def _probe_calls(self, h: str, t_fp: int, ips: list[tuple[bytes, tuple, int, int]],
                      probe: bool = True) -> VisitPart | None:
         """The visit's part in its torrent's shard, with its probe.lua calls of ``PROBE_IPS``
-        IPs (``packing.visit_part``; ``t_fp``: the torrent's fingerprint; ``probe`` False: none)."""
+        IPs (``packing.visit_part``; ``ips``: distinct, as ``met`` gives them; ``t_fp``: the
+        torrent's fingerprint; ``probe`` False: none)."""
         split = self._place_shards is not None
         shard = self._shards[shard_of(h, len(self._shards)) if split else 0]
-        return visit_part(shard, h, t_fp, located, self.fingerprints, self._place_info, split,
+        return visit_part(shard, h, t_fp, ips, self.fingerprints.buckets, self._place_info, split,
                           PROBE_IPS if probe else 0)
 
     def _probe_many(self, now: int, parts: list[VisitPart]) -> list[bytes]:
