@@ -30,5 +30,5 @@ def probe(rec: Recorder, info_hash: str, located: Iterable[tuple[bytes, object]]
     ``ValueError`` for a bad info-hash.
     """
     h = info_hash_hex(info_hash)
-    part = rec._probe_calls(h, rec.fingerprints.torrent(h), rec.met(located))
+    part = rec._probe_calls(h, rec.fingerprints.torrent(h), rec.met_ips.located(located))
     return "" if part is None else rec._probe_many(int(now), [part])[0].decode()

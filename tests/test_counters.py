@@ -486,7 +486,7 @@ def test_two_visits_of_one_torrent_recorded_together_count_as_one_after_the_othe
     assert counts(client, keys, "torrents") == {f"torrents.{H}.users": 5, f"torrents.{H2.lower()}.users": 5}
     # one call of two visits of a never-counted torrent, by hand: the second counts nothing
     g = "ef" * 20
-    part = rec._probe_calls(g, rec.fingerprints.torrent(g), rec.met(located))
+    part = rec._probe_calls(g, rec.fingerprints.torrent(g), rec.met_ips.located(located))
     batches = RecordBatches(800, month_of(T0))
     for i in range(2):
         add_visit(batches, i, g, part, b"1" * 5, rec.fingerprints.buckets)
@@ -577,7 +577,7 @@ def test_a_peer_met_again_by_the_process_goes_without_its_place_marks(client, ke
     assert len(rec.fresh_places) == 5  # learnt from record.lua's answer: every mark made at T0
 
     def calls_for(h, now, fresh, cutoff):
-        part = rec._probe_calls(h, rec.fingerprints.torrent(h), rec.met(located), probe=False)
+        part = rec._probe_calls(h, rec.fingerprints.torrent(h), rec.met_ips.located(located), probe=False)
         batches = RecordBatches(800, month_of(now), mixed=True)
         add_visit(batches, 0, h, part, b"1" * 5, rec.fingerprints.buckets, fresh, cutoff)
         return batches.calls

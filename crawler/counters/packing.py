@@ -1,10 +1,9 @@
 """A visit's IPs packed, bit by bit, into the binary arguments of probe.lua and record.lua.
 
-Each IP is met once while the process keeps it (``met``: its packed form,
-its place's names, its fingerprint from ``marks.Fingerprinter``, 128 bits
-whose high half picks its mark buckets and low half is XORed into each of
-its metric fields, and its ``fresh_places`` key), so a peer in another
-swarm or met again on a revisit costs the loops below only arithmetic; its
+Each IP comes met (``met_ips``: its packed form, its place's names, its
+fingerprint from ``marks.Fingerprinter``, 128 bits whose high half picks its
+mark buckets and low half is XORed into each of its metric fields, and its
+``fresh_places`` key), so the loops below do only arithmetic per IP; its
 records are built as one integer, turned into bytes once:
 
 - ``visit_part``: probe.lua's ``probes``, per IP a u16 bucket number (of its
@@ -25,30 +24,16 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from crawler.counters.fresh_places import FreshPlaces
-from crawler.counters.marks import IP_MEMO, Fingerprinter, roster_width
+from crawler.counters.marks import roster_width
+from crawler.counters.met_ips import Met
 from crawler.counters.places import PlaceInfo
 from crawler.counters.script_args import FRESH, LOW64, ProbeCall, RecordBatch, RecordBatches, ShardKeys, VisitPart
-from geo.locator import Place
 
 
-def met(packed: bytes, place: Place, fingerprints: Fingerprinter) -> tuple[bytes, tuple, int, int]:
-    """An IP as the recording meets it: ``(packed, place tuple, fingerprint, fresh key)``, the
-    fingerprint from ``Fingerprinter.known`` when the process has it (``fresh_places.FreshPlaces.key``
-    gives the last part). Built once per IP and place while the recorder keeps it."""
-    known = fingerprints.known
-    f = known.get(packed)
-    if f is None:
-        if len(known) > IP_MEMO:
-            known.clear()
-        f = known[packed] = fingerprints.ip(packed)
-    pkey = (place.country, place.city, place.postcode)
-    return packed, pkey, f, FreshPlaces.key(f, pkey)
-
-
-def visit_part(shard: ShardKeys, h: str, t_fp: int, ips: Sequence[tuple[bytes, tuple, int, int]],
+def visit_part(shard: ShardKeys, h: str, t_fp: int, ips: Sequence[Met],
                n_buckets: int, place_info: Callable[[tuple], PlaceInfo], split: bool,
                probe_ips: int) -> VisitPart | None:
-    """The distinct IPs ``ips`` (each as ``met`` gives it) of a visit of torrent ``h``, in probe.lua
+    """The distinct IPs ``ips`` (each as ``met_ips`` meets it) of a visit of torrent ``h``, in probe.lua
     calls of ``probe_ips`` IPs in ``shard``, the one holding the counters of ``h`` (``t_fp``: its
     fingerprint; ``n_buckets``: the shard's mark buckets).
 

@@ -28,7 +28,7 @@ call answers the place mark times of the other IPs.
 
 Several visits at once (``record_visits``, the worker's ``Batcher``): each
 distinct IP text is parsed, located and fingerprinted once while the
-process keeps it (``marks.IP_MEMO`` of them), every visit's probes share one
+process keeps it (``met_ips``), every visit's probes share one
 round trip and every record call the next (with several shards, the place
 calls of the whole batch come first, one per shard). A record call holds
 the IPs of several visits of one shard (``script_args.RecordBatches``: seven
@@ -46,18 +46,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from enum import Enum
-from typing import Final
 
 import redis
 
 from crawler.counters.fingerprint_key import load_secret
 from crawler.counters.fresh_places import FreshPlaces
 from crawler.counters.geo_errors import GeoErrorTally
-from crawler.counters.ip_forms import canonical_ip
-from crawler.counters.marks import DEFAULT_BUCKETS, IP_MEMO, Fingerprinter
+from crawler.counters.marks import DEFAULT_BUCKETS, Fingerprinter
+from crawler.counters.met_ips import Met, MetIPs
 from crawler.counters.names import info_hash_hex, month_of
-from crawler.counters.packing import add_visit, met, visit_part
+from crawler.counters.packing import add_visit, visit_part
 from crawler.counters.place_shards import PlaceShards
 from crawler.counters.places import PlaceInfo
 from crawler.counters.rollup import Rollup
@@ -119,6 +117,8 @@ class Recorder:
         shards = keys.all_counter_shards
         # ``mark_buckets`` is the crawl's total: each shard holds its part of the marks
         self.fingerprints = Fingerprinter(secret, max(1, mark_buckets // len(shards)))
+        # a peer met again (another swarm, a revisit) is neither parsed, located nor fingerprinted again
+        self.met_ips = MetIPs(locator, self.fingerprints)
         posting = settings.stathat_ezkey is not None
         families = set(settings.stathat_families)
         self._post_countries = posting and "countries" in families
@@ -131,10 +131,6 @@ class Recorder:
         self._sweep = register(client, "sweep", package=__package__)
         self._visited = register(client, "visited", package=__package__)
         self._places: dict = {}
-        # IP text -> ``packing.met``, or None for text that is no IP: a peer met again (another
-        # swarm, a revisit) is neither parsed, located nor fingerprinted again; at most IP_MEMO,
-        # then started over.
-        self._ips: dict[str, tuple[bytes, tuple, int, int] | None] = {}
         self._post = ("c" if self._post_countries else "-") + ("t" if self._post_torrents else "-")
         self._geo_errors = GeoErrorTally(client, keys, locator)
         # PEERCRAWL_WAIT_REPLICAS: each recording returns once that many replicas have it (docs/redis.md)
@@ -165,34 +161,12 @@ class Recorder:
         """``record_visit`` of several visits (distinct torrents) at one time ``now``, together
         (``probes``: each visit's ``probe``, default all True).
 
-        Each distinct IP text is parsed and located once (the process keeps
-        what it found for the next batches: ``marks.IP_MEMO``); the visits'
-        probes share one round trip and their recordings the next (module
+        Each distinct IP text is parsed, located and fingerprinted once while
+        the process keeps it (``met_ips``); the visits' probes share one round trip and their recordings the next (module
         note). Returns each visit's ``new``.
         """
-        seen_ips = self._ips  # IP text -> packing.met: once per process while it is kept
-        if len(seen_ips) > IP_MEMO:
-            seen_ips.clear()
-        locator, fps = self.locator, self.fingerprints
-        locate = locator.locate
-        batch = []
-        for info_hash, ips in visits:
-            ips_met: list[tuple[bytes, tuple, int, int]] = []
-            seen: set[bytes] = set()
-            for ip in ips:
-                got = seen_ips.get(ip, _UNSEEN)
-                if got is _UNSEEN:
-                    canonical = canonical_ip(ip)
-                    errors = locator.read_errors
-                    got = None if canonical is None else met(canonical[0], locate(canonical[1]), fps)
-                    if locator.read_errors == errors:  # a failed read is tried (and tallied) again
-                        seen_ips[ip] = got
-                if got is None or got[0] in seen:
-                    continue
-                seen.add(got[0])
-                ips_met.append(got)
-            batch.append((info_hash, ips_met))
-        return self._record_met(batch, now, probes)
+        met = self.met_ips.visit
+        return self._record_met([(h, met(ips)) for h, ips in visits], now, probes)
 
     def record_places_many(self, visits: Sequence[tuple[str, Iterable[tuple[bytes, Place]]]],
                            now: float, probes: Sequence[bool] | None = None) -> list[int]:
@@ -214,21 +188,12 @@ class Recorder:
         counter shards; raises ``ValueError`` for a bad info-hash or time
         before anything is sent.
         """
-        return self._record_met([(h, self.met(located)) for h, located in visits], now, probes)
+        met = self.met_ips.located
+        return self._record_met([(h, met(located)) for h, located in visits], now, probes)
 
-    def met(self, located: Iterable[tuple[bytes, Place]]) -> list[tuple[bytes, tuple, int, int]]:
-        """``(packed_ip, Place)`` pairs as the recording meets them (``packing.met``), an IP given
-        twice kept once, at its first place."""
-        out, seen, fps = [], set(), self.fingerprints
-        for packed, place in located:
-            if packed not in seen:
-                seen.add(packed)
-                out.append(met(packed, place, fps))
-        return out
-
-    def _record_met(self, visits: Sequence[tuple[str, list[tuple[bytes, tuple, int, int]]]], now: float,
+    def _record_met(self, visits: Sequence[tuple[str, list[Met]]], now: float,
                     probes: Sequence[bool] | None) -> list[int]:
-        """``record_places_many`` of visits whose distinct IPs are already met (``met``)."""
+        """``record_places_many`` of visits whose distinct IPs are already met (``met_ips``)."""
         now_i = int(now)
         if not 0 <= now_i < 1 << 32:
             raise ValueError(f"time {now!r} does not fit a mark (unix seconds, 32 bits)")
@@ -268,10 +233,9 @@ class Recorder:
             out[i] += new
         return out
 
-    def _probe_calls(self, h: str, t_fp: int, ips: list[tuple[bytes, tuple, int, int]],
-                     probe: bool = True) -> VisitPart | None:
+    def _probe_calls(self, h: str, t_fp: int, ips: list[Met], probe: bool = True) -> VisitPart | None:
         """The visit's part in its torrent's shard, with its probe.lua calls of ``PROBE_IPS``
-        IPs (``packing.visit_part``; ``ips``: distinct, as ``met`` gives them; ``t_fp``: the
+        IPs (``packing.visit_part``; ``ips``: distinct, as ``met_ips`` gives them; ``t_fp``: the
         torrent's fingerprint; ``probe`` False: none)."""
         split = self._place_shards is not None
         shard = self._shards[shard_of(h, len(self._shards)) if split else 0]
@@ -400,12 +364,3 @@ class Recorder:
         if self.rollup is not None:
             self.rollup.settle(everything=False)
         return removed
-
-
-class _Unseen(Enum):
-    UNSEEN = 0
-
-
-# An IP a batch has not met yet (an Enum member: a type checker narrows ``is`` on it).
-_UNSEEN: Final = _Unseen.UNSEEN
-
