@@ -231,6 +231,12 @@ def test_scripts_refuse_bad_arguments_before_writing(client, namespace, settings
         args["args"][i] = bad
         with pytest.raises(Exception, match="complete.lua: bad arguments"):
             complete_lua(**args)
+    notes_key = keys.for_torrent(h).tracker_min_interval(h)
+    for notes in (["0", "1", "f", "v"], [60, "2", "f", "v"], [60, "x"], [60]):  # the visit's notes
+        args = q._complete_args(lease, Outcome.SOME, 1, None, None, None, 100.0, notes=notes)
+        with pytest.raises(Exception, match="complete.lua: bad arguments"):
+            complete_lua(**args)
+    assert not client.exists(notes_key)
     with pytest.raises(Exception, match="defer.lua: bad arguments"):
         q.defer(lease, float("nan"))
     k, a, _ = q.admission._add_args(q.keys, [NewItem(h)], True, 1.0)

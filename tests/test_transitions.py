@@ -344,6 +344,23 @@ def test_a_visit_notes_every_tracker_of_a_torrent_with_the_most_trackers_allowed
     assert q.plan(H[0])[1].dht_empty == 0 and q.plan(H[0])[1].dht_not_before == 0.0
 
 
+def test_a_completion_writes_its_visits_notes_first_even_when_its_lease_is_stale(q, client, keys):
+    url = "udp://a:1/announce"
+    q.add([NewItem(H[3], (url,))], now=100)
+    (lease,) = q.claim(1, now=200)
+    notes = q.plans.note_args({url: "5000.5", "dht": "900.5"}, (), 60)
+    assert q.complete(lease, Outcome.SOME, now=201, notes=notes)[0] == "cooling"
+    noted = q.plan(H[3])[1]
+    assert noted.not_before == {url: 5000.5} and noted.dht_not_before == 900.5
+    assert 0 < client.ttl(keys.for_torrent(H[3]).tracker_min_interval(H[3])) <= 60
+    # the lease completed again: stale, yet its notes are written (its sources were asked)
+    again = q.plans.note_args({url: "6000.5"}, ("dht",), 120)
+    assert q.complete(lease, Outcome.SOME, now=202, notes=again)[0] == "stale"
+    noted = q.plan(H[3])[1]
+    assert noted.not_before == {url: 6000.5} and noted.dht_not_before == 0.0
+    assert 60 < client.ttl(keys.for_torrent(H[3]).tracker_min_interval(H[3])) <= 120
+
+
 def test_every_transition_of_the_table_is_a_script_beside_the_queue_and_a_method_of_it():
     import pathlib
 

@@ -13,7 +13,7 @@ agree; the rest and the DHT, when due (``crawler.sources.dht.dht_schedule``),
 are asked at once, each at its place in the announce cap or DHT budget,
 under one deadline that starts after those waits. Then, in this order:
 
-1. the visit's notes are made (``VisitPlan.note_call``), to be kept in one
+1. the visit's notes are made (``VisitPlan.note_args``), to be kept in one
    step: per tracker, now + its ``min interval`` (HTTP trackers), else now +
    ``tracker_floor`` (default 0: BEP 15 replies carry no min interval, and
    the revisit interval, 1800 s by default, already spaces announces); the
@@ -24,9 +24,9 @@ under one deadline that starts after those waits. Then, in this order:
    between the two leaves a lease that expires and a retry that counts only
    what was not yet counted; the score is then applied once (§2) by
    ``Queue.complete`` on the sources asked (a skipped DHT is not one), the
-   notes in its round trip, ahead of it (a visit a crash ends before then
-   keeps no notes: its retry may ask a tracker inside its min interval
-   once); and when the pool wants the greenlet's next torrent it is claimed
+   notes written first in its step (a visit a crash ends before then keeps
+   no notes: its retry may ask a tracker inside its min interval once); and
+   when the pool wants the greenlet's next torrent it is claimed
    with the other runners' next claims (``workers.claims``).
 
 A torrent whose trackers are all still inside their min interval and whose
@@ -35,7 +35,7 @@ cooling until the first of them may be asked again (``Visit.skipped``), which
 is neither a visit nor a failure.
 
 Redis steps of a visit: the plan, the recording (its batch's probe and
-record calls), the notes and the completion, the next claim (one claim for the runners
+record calls), the completion with the notes, the next claim (one claim for the runners
 asking together) and ``torrents.processed`` once per torrent and hour
 (skipped for a revisit inside the hour); each shares its round trip with
 other visits' steps (``crawler.store.coalesce``).
@@ -186,7 +186,7 @@ class Visitor:
         now = time.time()
         dht_next, note = self._note(h, plan, results, now, mirrored)
         if not any(r.ok for r in results):
-            self.queue.plans.send(note)  # a failure is kept by another script (Queue.fail)
+            self.queue.plans.send(h, note)  # a failure is kept by another script (Queue.fail)
             laps.lap("note")
             v = self._failed(lease, results, now)
             laps.lap("complete")
@@ -230,10 +230,10 @@ class Visitor:
         return Visit(lease.info_hash, "failed", lease.score, 0, 0, 0, len(results), error, network)
 
     def _settle(self, lease: Lease, plan: Plan, results: list[SourceResult], dht_next: float, now: float,
-                claim: Callable[[], int] | None, laps: Laps, note: tuple | None) -> tuple[Visit, list[Lease]]:
-        """Record the peers, score the visit and complete it, its source notes (``note``: a script call,
-        or None) in the completion's round trip (the next claim with it), then offer the peers to
-        the name fetcher."""
+                claim: Callable[[], int] | None, laps: Laps, note: list | None) -> tuple[Visit, list[Lease]]:
+        """Record the peers, score the visit and complete it, its source notes (``note``: note.lua's
+        arguments, or None) in the completion's step (the next claim after it), then offer the peers
+        to the name fetcher."""
         h, s = lease.info_hash, self.settings
         answered = [r for r in results if r.ok]
         vr = VisitResult(h, tuple(results))
@@ -256,7 +256,7 @@ class Visitor:
         n = claim() if claim is not None else 0
         state, score = self.queue.complete(lease, o, peers=len(ips), seeders=seeders, leechers=leechers,
                                            due=due, now=now, reported=reported, new=new, estimated=estimated,
-                                           before=() if note is None else (note,))
+                                           notes=note)
         laps.lap("complete")
         if self.names is not None and ips:  # a name from its peers, if it has none (workers.metadata_names)
             self.names.offer(h, {p for r in answered for p in r.peers})
@@ -275,10 +275,10 @@ class Visitor:
         return vr.seeders, vr.leechers, vr.reported, False
 
     def _note(self, h: str, plan: Plan, results: list[SourceResult], now: float,
-              mirrored: dict[str, str]) -> tuple[float, tuple | None]:
+              mirrored: dict[str, str]) -> tuple[float, list | None]:
         """What this visit learned about ``h``'s sources (``crawler.queue.source_notes``): when the DHT
-        is next due (0: next visit), and the script call that keeps it in one step (None: nothing
-        to keep), for the caller to send.
+        is next due (0: next visit), and the arguments that keep it in one step (``VisitPlan.note_args``;
+        None: nothing to keep), for the caller to send.
 
         ``plan.noted.not_before`` is updated in place with the trackers' new times."""
         urls, noted, same, dht = plan.urls, plan.noted, plan.same, plan.dht
@@ -302,7 +302,7 @@ class Visitor:
         fields[notes.LAST] = notes.last(urls, codes, dht_code(self.dht is not None, dht, looked))
         # The notes live until the last time they hold has passed, and two revisit intervals at least.
         held = [t - now for t in noted.not_before.values()] + [dht_next - now]
-        return dht_next, self.queue.plans.note_call(h, fields, drop, max(held + [0.0]) + 2 * s.revisit_seconds)
+        return dht_next, self.queue.plans.note_args(fields, drop, max(held + [0.0]) + 2 * s.revisit_seconds)
 
     def _claim(self, n: int, laps: Laps) -> list[Lease]:
         """The next ``n`` leases; the visit's laps end here and are counted."""

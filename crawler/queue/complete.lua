@@ -32,7 +32,8 @@
 -- KEYS[11] history    STRING of this torrent's last visits
 -- KEYS[12] rates      HASH per-minute counts (crawler/queue/rates.py)
 -- KEYS[13] atrisk     ZSET info-hash -> time from which a visit without peers evicts it
--- KEYS[14..] (optional) member sets of the high, low or discovered lane (the
+-- KEYS[14] notes      HASH of this torrent's source notes (keys.tracker_min_interval)
+-- KEYS[15..] (optional) member sets of the high, low or discovered lane (the
 --          torrent's, or all three when its lane is not known): a torrent
 --          back to cooling gets its due time there (claim.lua's due index
 --          of its lane)
@@ -49,7 +50,11 @@
 -- ARGV[19] the IPs this visit counted for the first time in the dedupe
 -- window (the recorder's answer), ARGV[20] the visit's unix day, ARGV[21]
 -- '1' when the seeders and leechers are the DHT's estimates (BEP 33), else '0'
--- (the torrent hash's `counts_estimated` is kept only while they are)
+-- (the torrent hash's `counts_estimated` is kept only while they are),
+-- ARGV[22..] the visit's source notes as note.lua takes them from its ARGV[1]
+-- (notes_write.lua: life, n, n field-value pairs, fields to drop), or '' for
+-- none. They are written first, whatever the lease's state: the sources were
+-- asked, and a stale lease does not make their min intervals any shorter.
 --
 -- Coverage (crawler/queue/coverage.py): the torrent hash keeps `reported`
 -- (the last visit's, deleted when it had none) and `n:<day>`, the IPs first
@@ -64,6 +69,9 @@
 -- lease is not this holder's any more (nothing changed). Every argument is
 -- checked before the first write.
 
+--! include slices  (STEP, each, read)
+--! include notes_write  (notes_bad, write_notes)
+
 local h = ARGV[1]
 local mult, threshold = tonumber(ARGV[3]), tonumber(ARGV[4])
 local function number(v)  -- a number ZADD takes (tonumber accepts NaN, ZADD does not)
@@ -77,9 +85,10 @@ if not (mult and threshold and number(ARGV[5]) and number(ARGV[6]) and tonumber(
     or not number(ARGV[15]) or not number(ARGV[16]) or not number(ARGV[17])
     or (ARGV[18] ~= '' and not (number(ARGV[18]) and tonumber(ARGV[18]) >= 0))
     or not (number(ARGV[19]) and tonumber(ARGV[19]) >= 0) or not number(ARGV[20])
-    or (ARGV[21] ~= '0' and ARGV[21] ~= '1') then
+    or (ARGV[21] ~= '0' and ARGV[21] ~= '1') or not ARGV[22] or (ARGV[22] ~= '' and notes_bad(22)) then
   return redis.error_reply('complete.lua: bad arguments')
 end
+if ARGV[22] ~= '' then write_notes(KEYS[14], 22) end
 if redis.call('HGET', KEYS[3], h) ~= ARGV[2] or not redis.call('ZSCORE', KEYS[1], h) then
   return {'stale'}
 end
@@ -185,7 +194,7 @@ if evict then
 end
 redis.call('HSET', KEYS[2], h, text)
 redis.call('ZADD', KEYS[4], ARGV[6], h)
-for j = 14, #KEYS do redis.call('ZADD', KEYS[j], 'XX', ARGV[6], h) end  -- only its lane's set has it
+for j = 15, #KEYS do redis.call('ZADD', KEYS[j], 'XX', ARGV[6], h) end  -- only its lane's set has it
 if risk ~= (record[5] or '') then
   if risk ~= '' then
     redis.call('ZADD', KEYS[13], risk, h)

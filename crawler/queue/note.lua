@@ -1,6 +1,8 @@
 -- note.lua: what one visit learned about a torrent's sources, in one step
 -- (crawler/queue/source_notes.py): fields set, fields dropped, and the
--- hash's life renewed. Every argument is checked before the first write.
+-- hash's life renewed. Every argument is checked before the first write. A
+-- visit that completes writes its notes in its completion instead
+-- (complete.lua, the same include); this is for the others.
 --
 -- KEYS[1] notes HASH (keys.tracker_min_interval)
 --
@@ -11,22 +13,10 @@
 -- Returns the hash's field count.
 
 --! include slices  (STEP, each, read)
+--! include notes_write  (notes_bad, write_notes)
 
-local ttl, n = tonumber(ARGV[1]), tonumber(ARGV[2])
-if not ttl or ttl < 1 or ttl ~= math.floor(ttl) or not n or n < 0 or n ~= math.floor(n) or #ARGV < 2 + 2 * n then
+if notes_bad(1) then
   return redis.error_reply('note.lua: bad arguments')
 end
-if n > 0 then
-  local set = {}
-  for i = 3, 2 + 2 * n do set[#set + 1] = ARGV[i] end
-  each('HSET', KEYS[1], set)  -- a torrent may have 10,000 trackers: in slices
-end
-if #ARGV > 2 + 2 * n then
-  local drop = {}
-  for i = 3 + 2 * n, #ARGV do drop[#drop + 1] = ARGV[i] end
-  each('HDEL', KEYS[1], drop)
-end
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  redis.call('EXPIRE', KEYS[1], ttl)
-end
+write_notes(KEYS[1], 1)
 return redis.call('HLEN', KEYS[1])

@@ -129,16 +129,18 @@ def leases(flat: list, now: float) -> list[Lease]:
 
 def complete_args(k: Keys, settings: Settings, lease: Lease, result: Outcome, peers: int, seeders: int | None,
                   leechers: int | None, due: float | None, now: float, reported: int | None = None,
-                  new: int = 0, estimated: bool = False) -> dict:
+                  new: int = 0, estimated: bool = False, notes: list | None = None) -> dict:
     """KEYS and ARGV of the complete.lua call of ``lease`` in its shard ``k``; ``due``: when it
     may be visited again (None: now + revisit); ``reported``: the swarm size the sources reported
     (None: none did), ``new``: the IPs the visit counted for the first time (coverage); ``estimated``:
-    the seeders and leechers are the DHT's estimates (BEP 33), not a tracker's counts."""
+    the seeders and leechers are the DHT's estimates (BEP 33), not a tracker's counts; ``notes``:
+    the visit's source notes as note.lua takes them (``VisitPlan.note_args``), None for none."""
     due = now + settings.revisit_seconds if due is None else due
     h = lease.info_hash
     return dict(
         keys=[k.leases, k.held, k.claims, k.cooling, k.evicted, k.tombstones, k.torrent(h), k.trackers(h),
-              k.visits, k.expiries, k.history(h), k.rates, k.atrisk, *member_keys(k, lease)],
+              k.visits, k.expiries, k.history(h), k.rates, k.atrisk, k.tracker_min_interval(h),
+              *member_keys(k, lease)],
         args=[h, lease.token, repr(multiplier(result, settings)), repr(settings.evict_below),
               repr(now), repr(due), int(math.ceil(settings.tombstone_seconds)),
               "" if seeders is None else seeders, "" if leechers is None else leechers, peers, minute(now),
@@ -146,5 +148,5 @@ def complete_args(k: Keys, settings: Settings, lease: Lease, result: Outcome, pe
               rt_field(minute(now), now - lease.claimed) if 0 < lease.claimed <= now else "",
               repr(settings.evict_never_seen_seconds), repr(settings.evict_lost_seconds),
               repr(settings.multiplier_none), "" if reported is None else reported, new, int(now // 86400),
-              "1" if estimated else "0"],
+              "1" if estimated else "0", *(notes or ("",))],
     )

@@ -4,8 +4,8 @@
 the torrent's trackers (a random draw of a larger set, so a set stored before
 the bound is never announced whole) with the torrent's source notes (each
 tracker's not-before time, the DHT's schedule: ``source_notes``), in one
-round trip. The visit writes its notes back (``note``, one script call that
-shares its round trip with other visits' steps). Apart from the transitions
+round trip. The visit writes its notes back in its completion's step
+(``note_args``; ``note`` for a visit that does not complete). Apart from the transitions
 because a plan changes no torrent's state: it is the one read a visit needs,
 and its one write is a per-torrent hash that expires on its own.
 """
@@ -48,27 +48,29 @@ class VisitPlan:
     def note(self, info_hash: str, fields: dict[str, str], drop: tuple[str, ...], ttl: float) -> None:
         """Set ``fields`` and drop ``drop`` of the torrent's source notes in one step; they expire
         ``ttl`` seconds after this write."""
-        self.send(self.note_call(info_hash, fields, drop, ttl))
+        self.send(info_hash, self.note_args(fields, drop, ttl))
 
-    def send(self, call: tuple | None) -> None:
-        """Run a ``note_call`` in a round trip of its own (None: nothing to write)."""
-        if call is None:
+    def send(self, info_hash: str, args: list | None) -> None:
+        """Write ``info_hash``'s notes (``note_args``; None: nothing to write) with note.lua, in a
+        round trip of its own."""
+        if args is None:
             return
         try:
-            self.store.run([call])
+            self.store.run([(self._note, [self.keys.for_torrent(info_hash).tracker_min_interval(info_hash)], args)])
         except redis.RedisError as e:
             raise StoreError(f"writing the torrent's source notes failed: {e}") from e
 
-    def note_call(self, info_hash: str, fields: dict[str, str], drop: tuple[str, ...], ttl: float) -> tuple | None:
-        """``note`` as a script call ``(script, keys, args)`` for a round trip of the caller's (None: nothing to
-        write): a visit sends it with its completion (``Queue.complete``'s ``before``)."""
+    @staticmethod
+    def note_args(fields: dict[str, str], drop: tuple[str, ...], ttl: float) -> list | None:
+        """``note``'s arguments as note.lua takes them (None: nothing to write): for ``send``, or for
+        a visit's completion, which writes them in its own step (``Queue.complete``'s ``notes``)."""
         if not fields and not drop:
             return None
         args: list = [max(1, int(ttl)), len(fields)]
         for f, v in fields.items():
             args += [f, v]
         args += drop
-        return (self._note, [self.keys.for_torrent(info_hash).tracker_min_interval(info_hash)], args)
+        return args
 
     def hold_trackers(self, info_hash: str, not_before: dict[str, float], ttl: float) -> None:
         """Ask no tracker of ``not_before`` for ``info_hash`` before its time (what ``plan`` reads back)."""
