@@ -203,8 +203,9 @@ class Settings(SourceSettings, RedisSettings):
         "PEERCRAWL_FLUSH_SECONDS", 10.0, p.positive_float, "how often the worker's flusher posts")
 
     # --- Worker (§7) --------------------------------------------------------
-    # Visits at a time (greenlets); most of a visit is waiting on the network.
-    concurrency: int = p.setting("PEERCRAWL_CONCURRENCY", 50, p.bounded_int(1, 10_000), "pool size")
+    # Visits at a time (greenlets); most of a visit is waiting on the network, and a visit's
+    # recording and completion share their round trips with the others' (docs/operations.md).
+    concurrency: int = p.setting("PEERCRAWL_CONCURRENCY", 100, p.bounded_int(1, 10_000), "pool size")
     # Bounds of --concurrency auto (workers.autoscale); the worker's Redis
     # connection pool is sized for the max.
     concurrency_min: int = p.setting(

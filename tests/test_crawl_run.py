@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+from crawler.settings import Settings
 from tests.opentracker import opentracker, peer_address  # noqa: F401 (fixture)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -77,7 +78,7 @@ def test_procfile_worker_runs_under_honcho(test_env):
             out = subprocess.run([str(BIN / "peercrawl"), "status", "--json"], env=env, capture_output=True,
                                  text=True, timeout=30, check=False).stdout
             workers = json.loads(out)["workers"]
-        assert len(workers) == 1 and workers[0]["concurrency"] == 50
+        assert len(workers) == 1 and workers[0]["concurrency"] == Settings().concurrency
     finally:
         os.killpg(p.pid, signal.SIGTERM)
         out, _ = p.communicate(timeout=30)
