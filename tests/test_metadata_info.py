@@ -237,6 +237,7 @@ def _shaped():
 @example(b"d4:name" + b"l" * 70, 1, MAX_VALUES, 5)
 @example(b"d5:filesld1:x" + b"d1:x" * 70, 1, MAX_VALUES, 5)
 @example(b"d5:filesld1:x" + b"l" * 62 + b"e" * 62 + b"6:lengthi0eee4:name1:ae", 1, MAX_VALUES, 5)
+@example(b"d4:namedi1e1:aee", 0, 3, 1)  # the budget runs out at a key that is no string
 def test_read_in_slices_is_one_decode(info, max_files, max_values, slice_values):
     # Small caps and slices, so that inputs of a few bytes meet them: the files past MAX_FILES, the budget
     # running out anywhere, a pause after any step.

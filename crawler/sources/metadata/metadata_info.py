@@ -290,6 +290,9 @@ def _key(r: Reader, i: int, top: _Frame, depth: int) -> tuple[int, int]:
     c = r.data[i]
     if top.kind == _DICT:
         if not 0x30 <= c <= 0x39:
+            # counted first, as the reader's skip counts every value before it checks its place
+            if r.left < 1:
+                raise bencode.TooManyValues(r.limit, i)
             raise bencode.BencodeError(f"dictionary key at offset {i} is not a byte string")
         return _SKIP, r.skip(i, depth)
     key, i = r.key(i, c)
