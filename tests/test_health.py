@@ -43,6 +43,19 @@ def test_answers_are_batched_then_flushed(client, keys):
     assert tracker_report(client, keys, 20)["udp://a:1"]["answers"] == 5
 
 
+def test_a_closed_health_records_nothing_more(client, keys):
+    # a request that outlives its process's trackers (a scrape group still waiting at a stop) ends after
+    # the last flush: its failure, which is written at once, must not land in a namespace cleared since
+    h = TrackerHealth(client, keys, flush=3600)
+    h.record("udp://a:1", True)
+    h.close()
+    assert tracker_report(client, keys, 20)["udp://a:1"]["answers"] == 1
+    client.delete(keys.tracker_health, keys.tracker_used, keys.tracker_rank, keys.tracker_totals)
+    h.record("udp://a:1", False, message="late")
+    h.record("udp://b:2", True)
+    assert not client.exists(keys.tracker_health, keys.tracker_used, keys.tracker_rank, keys.tracker_totals)
+
+
 def test_backing_off_tracker_skipped_without_traffic(settings, client, keys):
     tr = HostileUdpTracker()
     t = Trackers(settings.replace(udp_timeout=0.2, udp_retries=1, tracker_backoff_base=60, tracker_backoff_after=2),

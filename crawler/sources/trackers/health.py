@@ -197,7 +197,12 @@ class TrackerHealth:
         entries in the reply, ``capped`` whether the reply showed the tracker
         capping (fewer than asked while its counts said the swarm was larger).
         ``True``/``False`` stand for ``ANSWER``/``FAILURE``. Raises ``StoreError``.
+
+        Once ``close`` has run nothing is recorded: a request that outlives its process's trackers
+        (a scrape group still waiting on a tracker at a stop) must not write after the last flush.
         """
+        if self._closed:
+            return
         if outcome is True or outcome is False:
             outcome = ANSWER if outcome else FAILURE
         if outcome == FAILURE:
