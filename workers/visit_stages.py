@@ -15,7 +15,8 @@ trips of well under one. The stages, in a visit's order:
 - ``scrape``: the scrape stage (a seat in a scrape asked ahead, or one sent);
 - ``announce``: the announces and the DHT lookup, each after its place in
   its budget;
-- ``note``: the source notes' round trip;
+- ``note``: the source notes made (a round trip only for a visit no source answered: an
+  answered one writes them with its completion);
 - ``record``: the peers' recording (its wait for its batch included), and
   ``torrents.processed`` when StatHat counts it;
 - ``size``: a DHT swarm's size from the nodes' bloom filters (BEP 33);

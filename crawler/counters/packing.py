@@ -38,9 +38,9 @@ def visit_part(shard: ShardKeys, h: str, t_fp: int, ips: Sequence[Met],
     fingerprint; ``n_buckets``: the shard's mark buckets).
 
     Returns the visit's part (None without IPs), with its rows ``(place
-    tuple, (PlaceInfo, metric lanes of this visit, its probe lane), IP
-    fingerprint, bucket of (IP, torrent), roster bucket, fresh key)`` in its
-    calls' order. The lanes are the whole record's, or with several shards
+    tuple, (PlaceInfo, metric lanes of this visit, its probe lane, whether
+    the place has a group record), IP fingerprint, bucket of (IP, torrent),
+    roster bucket, fresh key)`` in its calls' order. The lanes are the whole record's, or with several shards
     (``split``) the torrent part's (``PlaceInfo``); the probe lane (the group
     record, or the users mark without a country) is the same in both. The
     roster bucket is that of the IP's group record in the torrent's roster

@@ -297,9 +297,10 @@ class VisitPart:
     """A visit's distinct IPs and their probe.lua calls, in the shard that holds the
     counters of its torrent ``h``.
 
-    ``rows``: per IP ``(place tuple, (PlaceInfo, lanes, probe lane),
-    fingerprint, bucket of (IP, torrent), bucket of its group record in the
-    torrent's roster or None)``, in the calls' order.
+    ``rows``: per IP ``(place tuple, (PlaceInfo, lanes, probe lane, has a
+    group record), fingerprint, bucket of (IP, torrent), bucket of its group
+    record in the torrent's roster or None, its ``fresh_places`` key)``, in
+    the calls' order (``packing.visit_part``).
     """
 
     __slots__ = ("h", "probe", "probes", "rows", "shard", "t_fp")
