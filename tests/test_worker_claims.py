@@ -56,3 +56,19 @@ def test_a_claim_that_fails_answers_no_torrent_and_the_next_one_works(keys, sett
     assert [j.value for j in jobs] == [[]] * 4 and not claims.busy
     gevent.sleep(1.6)
     assert len(claims.claim(5)) == 5
+
+
+def test_a_claim_ahead_under_way_at_the_stop_is_handed_back_with_what_was_held(client, keys, settings):
+    q = Queue(client, keys, settings)
+    q.add([NewItem(h) for h in hashes(40)])
+    claims = Claims(q, ahead=lambda: 16)
+    assert len(claims.claim(1)) == 1 and len(claims.held) == 16  # the first claim holds 16 ahead
+    taken = [claims.claim(1)[0] for _ in range(9)]  # fewer than half left: a claim ahead is spawned
+    gevent.sleep(0)  # and sent
+    assert claims.busy
+    claims.release_held()  # the stop comes while it is under way
+    assert not claims.busy and not claims.held
+    leased = {m.decode() for m in client.zrange(keys.leases, 0, -1)}
+    # only the ten handed to runners are out; what the claim ahead brought went back to ready
+    assert len(leased) == 10 and {lease.info_hash for lease in taken} <= leased
+    assert claims.claim(1) and not claims.busy and not claims.held  # and nothing more is held ahead

@@ -60,6 +60,8 @@ log = logs.get("worker")
 # Seconds a lease is held unvisited, at most, before it goes back to ready (and never past a third of
 # the lease time: the worker extends the leases its runners hold that often).
 STALE_SECONDS = 30.0
+# Seconds ``release_held`` waits for a claim under way, whose leases it hands back too (past it, they expire).
+RELEASE_WAIT = 5.0
 
 
 class Claims(GroupCommit):
@@ -82,6 +84,7 @@ class Claims(GroupCommit):
         self.held: deque[tuple[Lease, float]] = deque()
         self.stale = min(STALE_SECONDS, queue.settings.lease_seconds / 3)
         self._more = True  # the last claim brought all it asked: ask for extra again
+        self._released = False  # release_held ran: nothing more is claimed ahead
 
     def claim(self, n: int) -> list[Lease]:
         """Up to ``n`` leases of the best ready torrents (none when the claim failed)."""
@@ -96,7 +99,7 @@ class Claims(GroupCommit):
         return out
 
     def _low(self) -> bool:
-        return self._more and not self.busy and len(self.held) < self.ahead() // 2
+        return self._more and not self._released and not self.busy and len(self.held) < self.ahead() // 2
 
     def refill(self) -> None:
         """Claim ahead now when less than half of ``ahead()`` is held (and the last claim found enough)."""
@@ -113,7 +116,8 @@ class Claims(GroupCommit):
         self.drop_stale()
         mine = [self._hand_out() for _ in range(min(want, len(self.held)))]
         short = want - len(mine)
-        extra = min(max(0, self.ahead() - len(self.held)), MAX_CLAIM - short) if self._more else 0
+        extra = min(max(0, self.ahead() - len(self.held)), MAX_CLAIM - short) \
+            if self._more and not self._released else 0
         try:
             leases = self.queue.claim(short + extra) if short + extra else []
         except StoreError as e:
@@ -157,7 +161,13 @@ class Claims(GroupCommit):
         return failed
 
     def release_held(self) -> None:
-        """Hand back every lease held (the worker stops claiming); one that cannot be handed back expires."""
+        """Hand back every lease held (the worker stops): nothing more is claimed ahead, and a claim
+        under way is waited for (at most ``RELEASE_WAIT`` seconds), so the leases it brings are handed
+        back too rather than held past the stop. A lease that cannot be handed back expires."""
+        self._released = True
+        end = time.monotonic() + RELEASE_WAIT
+        while self.busy and time.monotonic() < end:
+            gevent.sleep(0.02)
         held = [lease for lease, _ in self.held]
         self.held.clear()
         self._release(held)
