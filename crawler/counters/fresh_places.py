@@ -27,11 +27,10 @@ FRESH_PLACES = 500_000
 class FreshPlaces:
     """The oldest place mark time of each (IP, place) met, keyed by ``key(fingerprint, place)``."""
 
-    __slots__ = ("times",)
+    __slots__ = ("_times",)
 
     def __init__(self):
-        # key -> oldest place mark time; read as is by the recording's loops (``packing.add_visit``)
-        self.times: dict[int, int] = {}
+        self._times: dict[int, int] = {}
 
     @staticmethod
     def key(fingerprint: int, pkey: tuple) -> int:
@@ -41,15 +40,15 @@ class FreshPlaces:
     def since(self, key: int, cutoff: int) -> int:
         """The oldest time of the place marks of ``key`` when every one is fresh after ``cutoff``
         (now - window), else 0."""
-        t = self.times.get(key, 0)
+        t = self._times.get(key, 0)
         return t if t > cutoff else 0
 
     def learn(self, key: int, t: int) -> None:
         """The place marks of ``key`` are all fresh since ``t`` (the recording script's answer)."""
-        times = self.times
+        times = self._times
         if len(times) >= FRESH_PLACES:
             times.clear()
         times[key] = t
 
     def __len__(self) -> int:
-        return len(self.times)
+        return len(self._times)

@@ -69,12 +69,8 @@ def visit_part(shard: ShardKeys, h: str, t_fp: int, ips: Sequence[Met],
         hi = f >> 64
         bucket = (hi ^ t_fp) % n_buckets
         # the group record's bucket in the roster, or the users mark's without a country
-        if vp[3]:
-            rb = (roster + hi % width) % n_buckets
-            append((pkey, vp, f, bucket, rb, fkey))
-        else:
-            rb = None
-            append((pkey, vp, f, bucket, None, fkey))
+        rb = (roster + hi % width) % n_buckets if vp[3] else None
+        append((pkey, vp, f, bucket, rb, fkey))
         if not probe_ips:
             continue
         if n == probe_ips:
@@ -100,41 +96,31 @@ def add_visit(batches: RecordBatches, i: int, h: str, part: VisitPart, flags: by
     are fresh after ``cutoff`` goes as a torrent part carrying their time.
 
     The call an IP goes in is asked of ``batches`` only when the IP does not
-    fit in the one before; the IPs in between are added to it here, and a
-    torrent part's record (``RecordBatch.torrent_record``) is written out.
+    fit in the one before; the IPs in between are added to it here.
     """
     shard = part.shard
     country_keys, limit = shard.country_keys, batches.limit
     mixed, t_fp = batches.mixed, part.t_fp
-    times = fresh.times if mixed and fresh is not None else None
+    since_of = fresh.since if mixed and fresh is not None else None
     tlanes: dict[tuple, int] = {}  # place tuple -> its torrent part's lanes in this visit
     batch: RecordBatch | None = None
     for (pkey, (info, lanes, _, grouped), f, bucket, rb, fkey), flag in zip(part.rows, flags):
         if flag == FRESH:
             continue
-        since = 0
-        if times is not None and grouped:  # a place with a country: its place marks may be known fresh
-            since = times.get(fkey, 0)
-            if since <= cutoff:
-                since = 0
+        # a place with a country: its place marks may be known fresh
+        since = since_of(fkey, cutoff) if since_of is not None and grouped else 0
         pairs = info.t_k if since else info.k
         if batch is None or batch.pairs + pairs > limit:
             batch = batches.batch_for(shard, i, h, pairs)
-            numbers, heads, theads, visit = batch.bnumbers, batch.heads, batch.theads, batch.visits[-1]
-        else:  # RecordBatch.add_ip
-            visit[2] += 1
-            batch.pairs += pairs
+            numbers, heads = batch.bnumbers, batch.heads
+        else:
+            batch.add_ip(pairs)
         if since:
-            head = theads.get(pkey)
-            if head is None:
-                head = batch.torrent_head(pkey, info, country_keys)
             tl = tlanes.get(pkey)
             if tl is None:
                 tl = tlanes[pkey] = info.torrent_lanes(t_fp)
-            # its torrent part: its buckets, header and fields, its place time, form 1
-            rec = ((numbers.setdefault(bucket, len(numbers) + 1) << info.t_bshift)
-                   | (numbers.setdefault(rb, len(numbers) + 1) << info.t_rshift)
-                   | head | (tl ^ (f & LOW64) * info.t_r) | (since << info.t_oshift) | (1 << 8 * info.t_nbytes))
+            rec = batch.torrent_record(info, batch.torrent_head(pkey, info, country_keys), tl, f, bucket, rb)
+            rec |= (since << info.t_oshift) | (1 << 8 * info.t_nbytes)  # its place time; form 1
             batch.ips += rec.to_bytes(info.t_nbytes + 1, "big")
             continue
         head = heads.get(pkey)
