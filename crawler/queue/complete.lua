@@ -66,8 +66,8 @@
 -- `cc:<minute>` and `cr:<minute>`, the catalogue's coverage.
 --
 -- Returns {'cooling'|'evicted', new score as string} or {'stale'} when the
--- lease is not this holder's any more (nothing changed). Every argument is
--- checked before the first write.
+-- lease is not this holder's any more (nothing changed but the notes). Every
+-- argument is checked before the first write.
 
 --! include slices  (STEP, each, read)
 --! include notes_write  (notes_bad, write_notes)
