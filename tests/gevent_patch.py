@@ -1,7 +1,8 @@
 """pytest plugin: the whole suite runs under gevent's monkey patching, as the worker does.
 
 ``peercrawl worker``, ``run`` and ``dashboard`` call ``monkey.patch_all()``
-before anything imports redis-py or ssl (``crawler.cli.main``), so every
+(``crawler.cli.patching``) before anything imports redis-py or ssl
+(``crawler.cli.main``), so every
 socket, lock, sleep and thread of theirs is a greenlet's. The tests call the
 same code in process, and they exercise it as it runs only if they run
 patched too.
@@ -30,14 +31,15 @@ still ends the run with every greenlet's stack printed.
 
 from __future__ import annotations
 
-from gevent import monkey
+from crawler.cli.patching import patch
 
-monkey.patch_all()
+patch()
 
 import os  # noqa: E402
 import sys  # noqa: E402
 
 import pytest  # noqa: E402
+from gevent import monkey  # noqa: E402
 
 _start_thread = monkey.get_original("_thread", "start_new_thread")
 _new_lock = monkey.get_original("_thread", "allocate_lock")

@@ -7,6 +7,7 @@ sockets, which the worker never uses; these tests fail if the patch is lost.
 from __future__ import annotations
 
 import json
+import os
 import socket
 import ssl
 import subprocess
@@ -27,7 +28,7 @@ def _patched() -> list[str]:
 
 
 def test_the_suite_patches_what_the_worker_command_patches():
-    # crawler.cli.main calls monkey.patch_all() with its defaults; a fresh
+    # crawler.cli.main calls monkey.patch_all() with its defaults (crawler.cli.patching); a fresh
     # interpreter doing the same shows which modules that covers.
     fresh = subprocess.run(
         [sys.executable, "-c", "import json; from gevent import monkey; monkey.patch_all(); "
@@ -67,3 +68,52 @@ def test_a_stand_in_built_on_threads_still_serves_requests_at_once():
         gevent.joinall(posts, raise_error=True)
         assert all(p.value.status == 200 for p in posts)
         assert sink.requests == 4 and sink.most_at_once >= 2
+
+
+PLUGIN = '''
+import os
+def will_patch_all(event):
+    with open(os.environ["PLUGIN_SAW"], "a") as f:
+        f.write("will_patch_all\\n")
+def did_patch_module(event):
+    with open(os.environ["PLUGIN_SAW"], "a") as f:
+        f.write(event.module_name + "\\n")
+'''
+
+ENTRY_POINTS = """[gevent.plugins.monkey.will_patch_all]
+saw = peercrawl_test_plugin:will_patch_all
+
+[gevent.plugins.monkey.did_patch_module]
+saw = peercrawl_test_plugin:did_patch_module
+"""
+
+
+def test_the_patch_reads_the_plugins_once_and_still_calls_every_installed_one(tmp_path):
+    # A distribution installed on the path with gevent's plugin entry points, as a real plugin is.
+    (tmp_path / "peercrawl_test_plugin.py").write_text(PLUGIN)
+    info = tmp_path / "peercrawl_test_plugin-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: peercrawl-test-plugin\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(ENTRY_POINTS)
+    saw = tmp_path / "saw.txt"
+    code = ("import json, importlib.metadata as m\n"
+            "lookup = m.entry_points\n"
+            "calls = []\n"
+            "def counted(**kw):\n"
+            "    calls.append(kw)\n"
+            "    return lookup(**kw)\n"
+            "m.entry_points = counted\n"
+            "from crawler.cli.patching import patch\n"
+            "patch()\n"
+            "from gevent import monkey\n"
+            "print(json.dumps({'reads': len(calls), 'restored': m.entry_points is counted,"
+            " 'socket': monkey.is_module_patched('socket')}))\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.getcwd()]), "PLUGIN_SAW": str(saw)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env,
+                         check=True)
+    got = json.loads(out.stdout)
+    # one reading of every distribution's entry points, where gevent makes one per notice
+    assert got == {"reads": 1, "restored": True, "socket": True}
+    lines = saw.read_text().splitlines()
+    assert lines[0] == "will_patch_all"
+    assert {"socket", "ssl", "threading", "time"} <= set(lines[1:])

@@ -42,9 +42,9 @@ def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     if args[:1] in (["worker"], ["run"], ["dashboard"]):
         # gevent patches before redis-py and ssl are imported (crawler.cli.crawl).
-        from gevent import monkey
+        from crawler.cli.patching import patch
 
-        monkey.patch_all()
+        patch()
     _register()
     try:
         cli.main(args=argv, prog_name="peercrawl", standalone_mode=False)

@@ -16,10 +16,9 @@ import click
 
 
 def _patch() -> None:
-    from gevent import monkey
+    from crawler.cli.patching import patch
 
-    if not monkey.is_module_patched("socket"):
-        monkey.patch_all()
+    patch()
 
 
 def _concurrency(value: str | None) -> int | None | Literal["auto"]:

@@ -12,10 +12,9 @@ import click
               help="Port to listen on (0: any free port).")
 def command(host: str, port: int) -> None:
     """Serve the dashboard (analysts' map and tables, operators' view) and /metrics, read-only."""
-    from gevent import monkey
+    from crawler.cli.patching import patch
 
-    if not monkey.is_module_patched("socket"):
-        monkey.patch_all()
+    patch()
     from crawler.cli.context import open_context
     from crawler.dashboard.server import address, make_server
 
