@@ -160,8 +160,12 @@ def address(k: int) -> str:
 
 
 def worker_env(url: str, ns: str, tmp: Path, db: Path, concurrency: int) -> dict[str, str]:
-    """The worker's environment: this process's, without any peercrawl setting, and this bench's."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PEERCRAWL_", "STATHAT_", "GEOIP_", "REDIS_"))}
+    """The worker's environment: this process's, without any peercrawl setting, and this bench's.
+
+    Without ``PYTHONDONTWRITEBYTECODE`` as well: the warming run writes the code's compiled files, as
+    an installed package has them, so no run pays for compiling the source (a fifth of a start-up)."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PEERCRAWL_", "STATHAT_", "GEOIP_", "REDIS_")) and k != "PYTHONDONTWRITEBYTECODE"}
     env.update(REDIS_URL=url, PEERCRAWL_NAMESPACE=ns, PEERCRAWL_DATA_DIR=str(tmp / ns), PEERCRAWL_SECRET=SECRET,
                PEERCRAWL_ALLOW_PRIVATE="1", PEERCRAWL_TRACKERS="", PEERCRAWL_DHT="off", PEERCRAWL_METADATA="off",
                PEERCRAWL_PROCESSES="1", PEERCRAWL_CONCURRENCY=str(concurrency),
