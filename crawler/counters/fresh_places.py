@@ -33,9 +33,10 @@ class FreshPlaces:
         self._times: dict[int, int] = {}
 
     @staticmethod
-    def key(fingerprint: int, pkey: tuple) -> int:
-        """The key of an IP (its 128-bit fingerprint) at a place (its tuple of names)."""
-        return fingerprint ^ hash(pkey)
+    def key(fingerprint: int, where: int) -> int:
+        """The key of an IP (its 128-bit fingerprint) at a place (``Fingerprinter.where``): the same
+        in every process, so a sum of them fingerprints a swarm (``swarm_record``)."""
+        return fingerprint ^ where
 
     def since(self, key: int, cutoff: int) -> int:
         """The oldest time of the place marks of ``key`` when every one is fresh after ``cutoff``

@@ -45,6 +45,8 @@ ROSTER_MAX = 4096
 # again, in another swarm or on a revisit, is not parsed, located or hashed again. Both memos take
 # ~270 B an IP (measured), ~35 MB when full; past it each starts over.
 IP_MEMO = 1 << 17
+# Places whose ``Fingerprinter.where`` a process keeps (the world has ~100,000 cities).
+WHERE_MEMO = 200_000
 
 
 class Fingerprinter:
@@ -74,8 +76,11 @@ class Fingerprinter:
         self._ip = hashlib.blake2b(key=secret, digest_size=16, person=b"peercrawl-ip")
         self._torrent = hashlib.blake2b(key=secret, digest_size=8, person=b"peercrawl-t")
         self._place = hashlib.blake2b(key=secret, digest_size=8, person=b"peercrawl-place")
+        self._where = hashlib.blake2b(key=secret, digest_size=8, person=b"peercrawl-where")
+        self._swarm = hashlib.blake2b(key=secret, digest_size=8, person=b"peercrawl-swarm")
         # packed IP -> ``ip(packed)``, for loops that inline ``ip`` (at most IP_MEMO entries)
         self.known: dict[bytes, int] = {}
+        self._wheres: dict[tuple, int] = {}  # place tuple -> ``where(place)``
 
     def ip(self, packed_ip: bytes) -> int:
         """128-bit keyed fingerprint of one packed IP (high half: bucket, low half: field)."""
@@ -99,6 +104,30 @@ class Fingerprinter:
         h = self._place.copy()
         h.update(name.encode("utf-8"))
         return int.from_bytes(h.digest(), "big")
+
+    def where(self, pkey: tuple) -> int:
+        """64-bit keyed fingerprint of a place, its tuple of names (country, city, postcode; None:
+        unknown), the same in every process (kept per place: at most ``WHERE_MEMO``)."""
+        w = self._wheres.get(pkey)
+        if w is None:
+            if len(self._wheres) > WHERE_MEMO:
+                self._wheres.clear()
+            h = self._where.copy()
+            for part in pkey:
+                if part is None:
+                    h.update(b"\xff")
+                else:
+                    b = part.encode("utf-8", "surrogatepass")
+                    h.update(len(b).to_bytes(4, "big") + b)
+            w = self._wheres[pkey] = int.from_bytes(h.digest(), "big")
+        return w
+
+    def swarm(self, t_fp: int, total: int, n: int) -> bytes:
+        """The 8-byte keyed fingerprint of a torrent's swarm (``swarm_record``): ``t_fp`` the
+        torrent's fingerprint, ``total`` the sum of its ``n`` IPs' (IP, place) keys modulo 2**128."""
+        h = self._swarm.copy()
+        h.update(t_fp.to_bytes(8, "big") + total.to_bytes(16, "big") + n.to_bytes(4, "big"))
+        return h.digest()
 
 
 

@@ -37,7 +37,7 @@ def met(packed: bytes, place: Place, fingerprints: Fingerprinter) -> Met:
             known.clear()
         f = known[packed] = fingerprints.ip(packed)
     pkey = (place.country, place.city, place.postcode)
-    return packed, pkey, f, FreshPlaces.key(f, pkey)
+    return packed, pkey, f, FreshPlaces.key(f, fingerprints.where(pkey))
 
 
 class MetIPs:

@@ -1,4 +1,4 @@
--- probe.lua: which of a visit's peers might count, read-only.
+-- probe.lua: which of a visit's peers might count; a visit's swarm record.
 --
 -- KEYS[1]     torrents ZSET the lifetime torrents index ({ns}:ix:all:torrents)
 -- KEYS[2..]   marks   STRING of 12-byte records ({ns}:mk:<n>, see record.lua): the
@@ -9,6 +9,8 @@
 -- ARGV[3]     probes  binary, per IP: u16 bucket (1-based: KEYS[1 + b]), then the
 --                     8-byte field of the IP's group record for (torrent, place)
 --                     (its torrents.<h>.users mark when the IP has no country)
+-- ARGV[4]     swarm   optional, binary: u16 bucket, then the 8-byte field of the
+--                     visit's swarm record (crawler/counters/swarm_record.py)
 --
 -- Returns one byte per IP: "1" if its record is missing or expired (record.lua
 -- must look at the IP's marks), "0" if it is fresh: every mark it stands for
@@ -16,23 +18,50 @@
 -- no later write can change that (marks are only renewed once expired).
 -- A revisit whose peers are all known costs this call alone. A torrent never
 -- counted has no records at all: then every IP is "1" without reading a bucket.
-
---! include marks  (read_buckets)
+--
+-- With a swarm record and no probes, only the record is looked up: "0" when it
+-- is fresh (nothing of the visit can count), else "1". With both, when every IP
+-- is "0" the swarm record is written (unless fresh already) with the oldest of
+-- the IPs' record times: the one write of this script.
+--! include marks  (u32, read_buckets, find_record, check_mark, write_buckets)
 
 local byte, sub, find = string.byte, string.sub, string.find
-local cutoff, h, p = tonumber(ARGV[1]), ARGV[2], ARGV[3]
-if not redis.call('ZSCORE', KEYS[1], h) then
-  return string.rep('1', #p / 10)
+local cutoff, h, p, swarm = tonumber(ARGV[1]), ARGV[2], ARGV[3], ARGV[4]
+local nb = #KEYS - 1
+local sb, sf
+if swarm then
+  sb = #swarm == 10 and byte(swarm, 1) * 256 + byte(swarm, 2)
+  if not sb or sb < 1 or sb > nb then
+    return redis.error_reply('probe.lua: malformed swarm record')
+  end
+  sf = sub(swarm, 3, 10)
 end
 if #p % 10 ~= 0 then
   return redis.error_reply('probe.lua: probes of ' .. #p .. ' bytes are not whole 10-byte records')
 end
+if #p == 0 then
+  if not swarm then
+    return ''
+  end
+  local s = redis.call('GET', KEYS[1 + sb]) or ''
+  local x = find_record(s, sf)
+  if x then
+    local c1, c2, c3, c4 = byte(s, x + 8, x + 11)
+    if ((c1 * 256 + c2) * 256 + c3) * 256 + c4 > cutoff then
+      return '0'
+    end
+  end
+  return '1'
+end
+if not redis.call('ZSCORE', KEYS[1], h) then
+  return string.rep('1', #p / 10)
+end
 local got = read_buckets(2)
-local nb = #KEYS - 1
 -- A revisit's whole cost is this loop: the record search (marks.lua's
 -- find_record) and the time's decoding are written out in it (a Lua call
 -- costs about as much as either's work).
 local out, n = {}, 0
+local oldest, stale = nil, false  -- the oldest fresh record's time; whether any IP is "1"
 for o = 1, #p, 10 do
   local a, b = byte(p, o, o + 1)
   local bn = a * 256 + b
@@ -49,12 +78,20 @@ for o = 1, #p, 10 do
     end
     if x then
       local c1, c2, c3, c4 = byte(s, x + 8, x + 11)
-      if ((c1 * 256 + c2) * 256 + c3) * 256 + c4 > cutoff then
+      local t = ((c1 * 256 + c2) * 256 + c3) * 256 + c4
+      if t > cutoff then
         flag = '0'
+        if not oldest or t < oldest then oldest = t end
       end
     end
   end
+  if flag == '1' then stale = true end
   n = n + 1
   out[n] = flag
+end
+if swarm and not stale then
+  local dirty, adds = {}, {}
+  check_mark(got, dirty, adds, sb, sf, u32(oldest), cutoff)
+  write_buckets(2, got, dirty, adds)
 end
 return table.concat(out)

@@ -53,7 +53,13 @@
 --                        visits' counts, one string: per whole record with a group
 --                        record, in order, the oldest time of the IP's place marks
 --                        after this call (u32), what makes its next records torrent
---                        parts (recorder.py).
+--                        parts (recorder.py). Empty: as absent.
+-- ARGV[10]     swarms    optional, binary, per visit whose IPs are all in this call and
+--                        that has a swarm record (crawler/counters/swarm_record.py): u16
+--                        visit number (1-based, ARGV[3]'s order), u16 bucket (1-based:
+--                        KEYS[n + b]), the record's 8-byte field; the record is written
+--                        (unless fresh already) with the oldest time of the visit's IPs'
+--                        marks after the call.
 -- str = u16 length .. bytes; integers big endian.
 --
 -- Python sends only the IPs probe.lua found might count (their group record
@@ -85,7 +91,7 @@ local stamp = u32(now)
 -- marks); a malformed call fails with nothing written.
 -- names: countries {key position, name}; places {country, city, postcode}
 local tpart, mixed = ARGV[9] == 'T', ARGV[9] == 'M'
-if ARGV[9] and not tpart and not mixed then
+if ARGV[9] and ARGV[9] ~= '' and not tpart and not mixed then
   return redis.error_reply('record.lua: bad part ' .. ARGV[9])
 end
 -- positions after the outbox and the shared indexes: the visits' and countries' keys
@@ -129,6 +135,18 @@ end
 -- mark buckets: KEYS[nfixed + 1..], read with MGET (a missing one is '');
 -- every read and write goes through vals
 local nb = #KEYS - nfixed
+-- swarm records: visit number -> {bucket, field}
+local swarms, ws = {}, ARGV[10] or ''
+if #ws % 12 ~= 0 then
+  return redis.error_reply('record.lua: swarm records of ' .. #ws .. ' bytes are not whole 12-byte records')
+end
+for w = 1, #ws, 12 do
+  local v, b = u16(ws, w), u16(ws, w + 2)
+  if v < 1 or v > #visits or b < 1 or b > nb or swarms[v] then
+    return redis.error_reply('record.lua: malformed swarm record at byte ' .. w)
+  end
+  swarms[v] = {b, sub(ws, w + 4, w + 11)}
+end
 local vals = read_buckets(nfixed + 1)
 local p = ARGV[8]
 
@@ -164,6 +182,7 @@ for v = 1, #visits do
   local fresh = not seen[h] and not redis.call('ZSCORE', KEYS[2], h)
   seen[h] = true
   local t_users, counted = 0, {}
+  local vmin = now  -- the oldest mark time of the visit's IPs (its swarm record's)
   while left > 0 do
     left = left - 1
     local rb, tb, gb, pno, k
@@ -241,6 +260,7 @@ for v = 1, #visits do
         end
       end
     end
+    if oldest < vmin then vmin = oldest end
     if mixed and gf and not part then places_at[#places_at + 1] = u32(ptime) end
     if gf then
       -- the group record, missing or stale (or in a roster the swarm has left): now the oldest
@@ -251,6 +271,16 @@ for v = 1, #visits do
       else
         set_mark(vals, dirty, adds, rb, gf, at)
       end
+    end
+  end
+  local sw = swarms[v]
+  if sw then
+    -- nothing of these IPs can count until the oldest of their marks expires (swarm_record.py)
+    local at = vmin == now and stamp or u32(vmin)
+    if fresh then
+      add_record(adds, sw[1], sw[2], at)
+    else
+      check_mark(vals, dirty, adds, sw[1], sw[2], at, cutoff)
     end
   end
   users[v], counts[v] = t_users, counted

@@ -2,10 +2,13 @@
 
 Strategy: Python does the cheap, stateless part (normalise IPs, geolocate,
 derive the §4 metrics, fingerprint every (metric, IP) pair, group the keys).
-A read-only probe (``probe.lua``, one round trip) finds the IPs whose group
+A probe (``probe.lua``, one round trip) finds the IPs whose group
 record is fresh: nothing of theirs can count, so a revisit of known peers
-ends there. A visit the caller knows the probe would find nothing for (the
-worker: a torrent with no source notes, never visited) skips it. For the
+ends there; before it, a revisit of the very peers at the very places of a
+visit before it ends at their swarm record (``swarm_record``: one round
+trip, one bucket read, no IP packed). A visit the caller knows the probe
+would find nothing for (the worker: a torrent with no source notes, never
+visited) skips both. For the
 others, one Lua call (``record.lua``) per batch does the whole
 check-mark-increment atomically for up to ``batch_pairs`` pairs:
 marks for new pairs, the batch's total per (metric, index), and the StatHat
@@ -60,6 +63,7 @@ from crawler.counters.place_shards import PlaceShards
 from crawler.counters.places import PlaceInfo
 from crawler.counters.rollup import Rollup
 from crawler.counters.script_args import RecordBatch, RecordBatches, ShardKeys, VisitPart, bucket_keys
+from crawler.counters.swarm_record import check_call, probe_arg, swarm_of, swarms_in
 from crawler.errors import StoreError
 from crawler.keys import Keys, shard_of
 from crawler.store.replica_wait import Wait
@@ -137,6 +141,8 @@ class Recorder:
         self._wait = Wait.from_settings(settings)
         # the place marks this process knows are fresh (a crawl of one shard; PlaceShards keeps its own)
         self.fresh_places = FreshPlaces()
+        # visits whose swarm record settled them (``swarm_record``), for the worker's log and the benches
+        self.swarms_known = 0
         # torrent and place metrics in different shards (module note)
         self._place_shards = PlaceShards(
             self.store, self._shards, post_countries=self._post_countries, wait=self._wait, window=self.window,
@@ -197,15 +203,7 @@ class Recorder:
         now_i = int(now)
         if not 0 <= now_i < 1 << 32:
             raise ValueError(f"time {now!r} does not fit a mark (unix seconds, 32 bits)")
-        parts = []  # (position, info-hash, VisitPart, probed)
-        for i, (info_hash, ips) in enumerate(visits):
-            h = info_hash_hex(info_hash)
-            # 1. fingerprint every IP: a revisit whose peers are all known ends
-            # at the probe, and Python builds full records only for the others.
-            probed = probes is None or probes[i]
-            part = self._probe_calls(h, self.fingerprints.torrent(h), ips, probed)
-            if part is not None:
-                parts.append((i, h, part, probed))
+        parts = self._parts(visits, now_i, probes)
         # the locator's errors, and names left out of places (``_place_info``)
         self._geo_errors.publish(now)
         out = [0] * len(visits)
@@ -229,25 +227,64 @@ class Recorder:
             for i, h, part, f in todo:
                 add_visit(batches, i, h, part, f, self.fingerprints.buckets, self.fresh_places, now_i - self.window)
             calls = batches.calls
+            swarms_in(calls, todo)
         for i, new in self._run(now_i, calls):
             out[i] += new
         return out
+
+    def _parts(self, visits: Sequence[tuple[str, list[Met]]], now: int, probes: Sequence[bool] | None) -> list:
+        """Each visit's part, ``(position, info-hash, VisitPart, probed)``, in order, but for those their
+        swarm record settles (``swarm_record``): a revisit of the same peers at the same places ends
+        there; the others fingerprint every IP, and one whose peers are all known ends at the probe."""
+        fps = self.fingerprints
+        # (position, info-hash, torrent fingerprint, IPs, swarm record, probed)
+        todo: list[tuple] = []
+        asked: list[tuple] = []
+        for i, (info_hash, ips) in enumerate(visits):
+            h = info_hash_hex(info_hash)
+            if ips:
+                t_fp = fps.torrent(h)
+                probed = probes is None or probes[i]
+                (asked if probed else todo).append((i, h, t_fp, ips, swarm_of(fps, t_fp, ips, fps.buckets), probed))
+        if asked:
+            calls = [check_call(self._probe_script, self._home(a[1]), a[1], now - self.window, a[4]) for a in asked]
+            try:
+                known = [r == b"0" for r in self.store.run(calls)]
+            except redis.RedisError as e:
+                raise StoreError(f"recording peers failed: {e}") from e
+            self.swarms_known += sum(known)
+            todo += [a for a, k in zip(asked, known, strict=True) if not k]
+            todo.sort(key=lambda a: a[0])
+        parts = []
+        for i, h, t_fp, ips, swarm, probed in todo:
+            part = self._probe_calls(h, t_fp, ips, probed)
+            if part is not None:
+                part.swarm = swarm
+                parts.append((i, h, part, probed))
+        return parts
+
+    def _home(self, h: str) -> ShardKeys:
+        """The shard holding the counters of torrent ``h`` (its probes and swarm record)."""
+        return self._shards[shard_of(h, len(self._shards)) if self._place_shards is not None else 0]
 
     def _probe_calls(self, h: str, t_fp: int, ips: list[Met], probe: bool = True) -> VisitPart | None:
         """The visit's part in its torrent's shard, with its probe.lua calls of ``PROBE_IPS``
         IPs (``packing.visit_part``; ``ips``: distinct, as ``met_ips`` gives them; ``t_fp``: the
         torrent's fingerprint; ``probe`` False: none)."""
-        split = self._place_shards is not None
-        shard = self._shards[shard_of(h, len(self._shards)) if split else 0]
-        return visit_part(shard, h, t_fp, ips, self.fingerprints.buckets, self._place_info, split,
-                          PROBE_IPS if probe else 0)
+        return visit_part(self._home(h), h, t_fp, ips, self.fingerprints.buckets, self._place_info,
+                          self._place_shards is not None, PROBE_IPS if probe else 0)
 
     def _probe_many(self, now: int, parts: list[VisitPart]) -> list[bytes]:
-        """Run the probe.lua calls of ``parts`` in one round trip: per part one flag byte per IP."""
+        """Run the probe.lua calls of ``parts`` in one round trip: per part one flag byte per IP (a
+        part of one call with a swarm record has it written when every IP is fresh)."""
         cutoff = now - self.window
         script = self._probe_script
-        calls = [(script, [part.shard.torrents, *bucket_keys(p.bnumbers, part.shard)], [cutoff, part.h, bytes(p.args)])
-                 for part in parts for p in part.probes]
+        calls = []
+        for part in parts:
+            swarm = probe_arg(part)
+            for p in part.probes:
+                args = [cutoff, part.h, bytes(p.args), *swarm]
+                calls.append((script, [part.shard.torrents, *bucket_keys(p.bnumbers, part.shard)], args))
         try:
             replies = iter(self.store.run(calls))
         except redis.RedisError as e:
@@ -283,12 +320,7 @@ class Recorder:
             keys = b.all_keys()
             if len(keys) > 65535:  # pragma: no cover - batch_pairs keeps it far below
                 raise ValueError("batch too large")
-            args = [now, cutoff, b.visits_arg(), post, bytes(b.countries), bytes(b.places), len(b.keys), bytes(b.ips)]
-            if b.torrent_part:
-                args.append("T")
-            elif b.mixed:
-                args.append("M")
-            runs.append((script, keys, args))
+            runs.append((script, keys, b.args(now, cutoff, post)))
         if not runs:
             return []
         try:
@@ -364,3 +396,4 @@ class Recorder:
         if self.rollup is not None:
             self.rollup.settle(everything=False)
         return removed
+

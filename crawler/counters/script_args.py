@@ -60,7 +60,8 @@ class RecordBatch:
     """
 
     __slots__ = ("bnumbers", "countries", "country_numbers", "heads", "ips", "keys", "learn", "mixed",
-                 "month", "order", "pairs", "pending", "places", "shard", "theads", "torrent_part", "visits")
+                 "month", "order", "pairs", "pending", "places", "shard", "swarms", "theads", "torrent_part",
+                 "visits")
 
     def __init__(self, shard: "ShardKeys", month: str, torrent_part: bool = False, mixed: bool = False):
         self.shard, self.month, self.torrent_part, self.mixed = shard, month, torrent_part, mixed
@@ -77,6 +78,7 @@ class RecordBatch:
         self.pairs = 0
         self.visits: list = []  # per visit: [info-hash, key position of its indexes, IP records]
         self.order: list = []  # per visit: its position in the recording (what its count answers)
+        self.swarms = bytearray()  # record.lua's ARGV[10]: the swarm records it writes
 
     def begin_visit(self, i: int, h: str, torrent_keys: list) -> None:
         """The IPs added next are visit ``i``'s, of torrent ``h`` (``torrent_keys``: its six indexes)."""
@@ -88,6 +90,24 @@ class RecordBatch:
         """Count one more IP of the visit begun last, of ``pairs`` pairs."""
         self.visits[-1][2] += 1
         self.pairs += pairs
+
+    def add_swarm(self, i: int, bucket: int, field: bytes) -> None:
+        """Visit ``i``, whose IPs are all in this call, writes its swarm record (``swarm_record``:
+        its mark ``bucket`` of the shard and 8-byte ``field``)."""
+        v = self.order.index(i) + 1
+        b = self.bnumbers.setdefault(bucket, len(self.bnumbers) + 1)
+        self.swarms += v.to_bytes(2, "big") + b.to_bytes(2, "big") + field
+
+    def args(self, now: int, cutoff: int, post: str) -> list:
+        """record.lua's ARGV at time ``now`` (``cutoff``: now - window; ``post``: its ARGV[4])."""
+        args: list = [now, cutoff, self.visits_arg(), post, bytes(self.countries), bytes(self.places), len(self.keys),
+                      bytes(self.ips)]
+        part = "T" if self.torrent_part else "M" if self.mixed else ""
+        if part or self.swarms:
+            args.append(part)
+        if self.swarms:
+            args.append(bytes(self.swarms))
+        return args
 
     def visits_arg(self) -> bytes:
         """record.lua's ARGV[3]: per visit its info-hash, key position and number of IP records."""
@@ -300,13 +320,15 @@ class VisitPart:
     ``rows``: per IP ``(place tuple, (PlaceInfo, lanes, probe lane, has a
     group record), fingerprint, bucket of (IP, torrent), bucket of its group
     record in the torrent's roster or None, its ``fresh_places`` key)``, in
-    the calls' order (``packing.visit_part``).
+    the calls' order (``packing.visit_part``). ``swarm``: its swarm record
+    (``swarm_record.swarm_of``), written by the call that sees every IP.
     """
 
-    __slots__ = ("h", "probe", "probes", "rows", "shard", "t_fp")
+    __slots__ = ("h", "probe", "probes", "rows", "shard", "swarm", "t_fp")
 
     def __init__(self, shard: ShardKeys, h: str, t_fp: int = 0):
         self.shard, self.h, self.t_fp = shard, h, t_fp
         self.rows: list = []
         self.probe = ProbeCall()
         self.probes = [self.probe]
+        self.swarm: tuple[int, bytes] | None = None

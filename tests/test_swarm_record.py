@@ -1,0 +1,160 @@
+"""Swarm records (crawler/counters/swarm_record.py): a revisit of the same peers at the same places is
+settled by one lookup, and never while one of their marks could count again.
+
+Each test records through a real ``Recorder`` on the test Redis and reads the
+marks back; the counts are checked against what the marks alone would give.
+"""
+
+from __future__ import annotations
+
+import calendar
+import ipaddress
+
+import pytest
+import redis
+
+import geo
+from crawler.counters import Recorder
+from crawler.counters.marks import parse_bucket
+from crawler.counters.names import info_hash_hex
+from crawler.counters.swarm_record import swarm_of
+from crawler.keys import Keys
+from crawler.store.scripts import register
+from geo import Place
+from tests.mmdb import write_city_db
+
+T0 = calendar.timegm((2024, 5, 10, 12, 0, 0))
+DAY = 86400
+H = "ab" * 20
+A, B, C = "1.1.1.1", "1.1.1.2", "2.2.2.2"
+
+
+@pytest.fixture
+def locator(tmp_path):
+    return geo.open_locator(write_city_db(tmp_path / "city.mmdb"))
+
+
+def record_of(rec: Recorder, client, h: str, ips: list[str]) -> int | None:
+    """The time of the swarm record of a visit of ``ips`` on ``h`` (in shard 0), None: none."""
+    met = rec.met_ips.visit(ips)
+    t_fp = rec.fingerprints.torrent(info_hash_hex(h))
+    bucket, field = swarm_of(rec.fingerprints, t_fp, met, rec.fingerprints.buckets)
+    raw = client.get(rec._home(h).bucket(bucket)) or b""
+    return dict(parse_bucket(raw)).get(field)
+
+
+def test_a_revisit_of_the_same_swarm_ends_at_its_record(client, keys, settings, locator):
+    rec = Recorder(client, keys, settings, locator)
+    assert rec.record_visit(H, [A, B, C], T0, probe=False) == 3
+    # the first visit's IPs all went to one record call: it wrote the record, at the visit's time
+    assert record_of(rec, client, H, [A, B, C]) == T0
+    assert rec.record_visit(H, [C, A, B], T0 + 60) == 0  # the order of the peers does not matter
+    assert rec.swarms_known == 1
+    # a peer more or less is another swarm: probed, and the new peer counts
+    assert rec.record_visit(H, [A, B], T0 + 120) == 0
+    assert rec.record_visit(H, [A, B, C, "2.2.2.3"], T0 + 180) == 1
+    assert rec.swarms_known == 1
+    # the probe that found every IP of [A, B] fresh wrote that swarm's record, at its oldest record
+    assert record_of(rec, client, H, [A, B]) == T0
+    assert rec.record_visit(H, [B, A], T0 + 240) == 0
+    assert rec.swarms_known == 2
+
+
+def test_the_record_lasts_as_long_as_the_oldest_mark_of_its_peers(client, keys, settings, locator):
+    rec = Recorder(client, keys, settings, locator)
+    assert rec.record_visit(H, [A], T0, probe=False) == 1
+    # 20 days on, B joins: A is fresh (the probe leaves it out), so no call sees both: no record
+    assert rec.record_visit(H, [A, B], T0 + 20 * DAY) == 1
+    assert record_of(rec, client, H, [A, B]) is None
+    # the next revisit probes, finds both fresh and writes the record at A's time, not B's
+    assert rec.record_visit(H, [A, B], T0 + 20 * DAY + 60) == 0
+    assert record_of(rec, client, H, [A, B]) == T0
+    assert rec.record_visit(H, [A, B], T0 + 30 * DAY - 1) == 0
+    assert rec.swarms_known == 1
+    # once A's marks are a window old (30 days), the record is too: A counts again, B does not
+    assert rec.record_visit(H, [A, B], T0 + 30 * DAY) == 1
+    assert rec.swarms_known == 1
+    # that visit's probe found A stale, so no call saw both: the record is the stale one
+    assert record_of(rec, client, H, [A, B]) == T0
+    assert rec.record_visit(H, [A, B], T0 + 30 * DAY + 1) == 0
+    assert record_of(rec, client, H, [A, B]) == T0 + 20 * DAY  # renewed: B's marks are now the oldest
+    assert rec.record_visit(H, [A, B], T0 + 30 * DAY + 2) == 0
+    assert rec.swarms_known == 2
+
+
+def test_a_peer_placed_elsewhere_is_another_swarm(client, keys, settings, locator):
+    """A GeoIP update moves a peer: its new place's marks are missing, so the swarm record must not
+    vouch for them."""
+    rec = Recorder(client, keys, settings, locator)
+    ip = ipaddress.ip_address(A).packed
+    berlin, paris = Place("Germany", "Berlin", "10115"), Place("France", "Paris", "75001")
+    assert rec.record_places_many([(H, [(ip, berlin)])], T0, [False]) == [1]
+    assert rec.record_places_many([(H, [(ip, berlin)])], T0 + 60) == [0]
+    assert rec.swarms_known == 1
+    assert rec.record_places_many([(H, [(ip, paris)])], T0 + 120) == [0]  # the torrent's mark is fresh
+    assert rec.swarms_known == 1
+    france = client.zscore(keys.index("all", ("countries",)), "France")
+    assert france == 1  # but France counts the peer
+
+
+def test_a_visit_split_over_record_calls_writes_no_record_until_its_probe(client, keys, settings, locator):
+    rec = Recorder(client, keys, settings, locator, batch_pairs=8)  # an IP a call
+    ips = [f"1.1.1.{n}" for n in range(1, 6)]
+    assert rec.record_visit(H, ips, T0, probe=False) == 5
+    assert record_of(rec, client, H, ips) is None
+    assert rec.record_visit(H, ips, T0 + 60) == 0
+    assert rec.swarms_known == 0
+    assert record_of(rec, client, H, ips) == T0
+    assert rec.record_visit(H, ips, T0 + 120) == 0
+    assert rec.swarms_known == 1
+
+
+def test_several_counter_shards_write_the_record_at_the_probe(client, namespace, settings, locator):
+    keys = Keys(namespace, 3)
+    rec = Recorder(client, keys, settings, locator)
+    assert rec.record_visit(H, [A, B, C], T0, probe=False) == 3
+    assert rec.record_visit(H, [A, B, C], T0 + 60) == 0
+    assert rec.swarms_known == 0
+    assert rec.record_visit(H, [A, B, C], T0 + 120) == 0
+    assert rec.swarms_known == 1
+    assert rec.record_visit(H, [A, B, C], T0 + 30 * DAY) == 3
+
+
+def test_malformed_swarm_arguments_are_refused_before_any_write(client, keys, settings, locator):
+    rec = Recorder(client, keys, settings, locator)
+    probe = register(client, "probe", package="crawler.counters")
+    shard = rec._home(H)
+    before = sorted(client.scan_iter(match=keys.mark_buckets_match))
+    for swarm in (b"\x00\x01" + b"x" * 7, b"\x00\x02" + b"x" * 8, b"\x00\x00" + b"x" * 8):
+        with pytest.raises(redis.ResponseError, match="malformed swarm record"):
+            probe(keys=[shard.torrents, shard.bucket(0)], args=[T0 - 30 * DAY, H, b"", swarm])
+    record = register(client, "record", package="crawler.counters")
+    visit = H.encode() + (6).to_bytes(2, "big") + (1).to_bytes(4, "big")
+    fixed = [shard.outbox, *shard.shared("2024-05"), *shard.torrent_keys(H, "2024-05")]
+    for swarms in (b"\x00\x01\x00\x01" + b"x" * 7, b"\x00\x02\x00\x01" + b"x" * 8, b"\x00\x01\x00\x02" + b"x" * 8):
+        with pytest.raises(redis.ResponseError, match="swarm record"):
+            record(keys=[*fixed, shard.bucket(0)],
+                   args=[T0, T0 - 30 * DAY, visit, "--", b"", b"", len(fixed), b"", "", swarms])
+    assert sorted(client.scan_iter(match=keys.mark_buckets_match)) == before
+
+
+@pytest.mark.parametrize("same_process", [True, False])
+def test_a_first_visit_dates_its_record_by_the_peers_older_place_marks(client, keys, settings, locator,
+                                                                       same_process):
+    """record.lua writes a first visit's record at the oldest mark of its peers: a peer's place marks may
+    date from another swarm (sent whole, or as a torrent part when this process learned their time)."""
+    rec = Recorder(client, keys, settings, locator)
+    other = "cd" * 20
+    assert rec.record_visit(other, [A], T0, probe=False) == 1
+    if not same_process:
+        rec = Recorder(client, keys, settings, locator)
+    assert rec.record_visit(H, [A], T0 + 20 * DAY, probe=False) == 1
+    assert record_of(rec, client, H, [A]) == T0
+    germany = keys.index("all", ("countries",))
+    assert client.zscore(germany, "Germany") == 1
+    assert rec.record_visit(H, [A], T0 + 30 * DAY - 1) == 0
+    assert rec.swarms_known == 1
+    # the place marks expire with the window: Germany counts the peer again through this torrent
+    assert rec.record_visit(H, [A], T0 + 30 * DAY) == 0
+    assert rec.swarms_known == 1
+    assert client.zscore(germany, "Germany") == 2
