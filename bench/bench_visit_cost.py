@@ -34,7 +34,11 @@ the first warming the file caches and the code's compiled files, its CPU
 given as ``startup_cold_cpu_s``); ``first``: every torrent added, then one
 worker visits each once (every IP new to its torrent); ``revisit``: every
 torrent made due again with ``peercrawl add --due-now`` and a new worker
-visits each once more (nothing new).
+visits each once more (nothing new); ``churned``: every swarm gains one
+peer never seen (an address past the world's), every torrent is made due
+again and a new worker visits each once more: the swarms are not the ones
+the revisit met, so no swarm record settles a visit, and one IP a visit
+counts.
 
 Per run:
 
@@ -79,10 +83,12 @@ Per run:
   crawler/observer.py (the worker's /metrics has recording and claim
   histograms only, per live process);
 - ``recording_batches`` and ``peers_per_recording_batch``: how the visits'
-  recordings were shared (crawler/counters/batcher.py), from ``worker_stopped``;
+  recordings were shared (crawler/counters/batcher.py), and ``swarms_known``:
+  the visits their swarm record settled (crawler/counters/swarm_record.py),
+  from ``worker_stopped``;
 - ``counts_exact``: ``peercrawl stats torrents --json`` after the run shows
   exactly 50 unique IPs for every torrent (after ``revisit``: and the same
-  counts as after ``first``).
+  counts as after ``first``; after ``churned``: 51).
 
 The ``startup`` run has no visit: its figures are totals, under the same
 names without ``_per_visit``.
@@ -96,7 +102,7 @@ Redis connection, services, shutdown), on a Redis nobody else uses, so the
 Redis CPU, commands and bytes are all the worker's.
 
 Prints one JSON object: ``world``, ``startup``, ``first``, ``revisit``,
-``counts_exact``.
+``churned``, ``counts_exact``.
 """
 
 from __future__ import annotations
@@ -440,7 +446,7 @@ def figures(raw: dict, concurrency: int, startup_cpu: float | None) -> dict:
     # an older tree's worker logs none
     out.update(stages=stopped.get("stages"))
     shared = stopped.get("recordings") or {}
-    out.update(recording_batches=shared.get("batches"),
+    out.update(recording_batches=shared.get("batches"), swarms_known=shared.get("swarms_known"),
                peers_per_recording_batch=round(shared["peers"] / shared["batches"], 1) if shared.get("batches") else None)
     out.update(slot_s=raw["slot"], slot_s_little=round(concurrency / steady, 4) if steady else None,
                worker_exit=raw["status"], worker_warnings=ev["warnings"], worker_last_warning=ev["last_warning"])
@@ -458,19 +464,22 @@ def magnets(hashes: list[str], tracker: str) -> str:
     return "".join(f"magnet:?xt=urn:btih:{h}&tr={tr}\n" for h in hashes)
 
 
-def check_counts(cli: Cli, hashes: list[str], want: dict[str, int] | None = None) -> tuple[dict, dict]:
-    """Unique IPs per torrent as ``stats torrents --json`` prints them, against SWARM for every torrent
+def check_counts(cli: Cli, hashes: list[str], want: dict[str, int] | None = None,
+                 size: int = SWARM) -> tuple[dict, dict]:
+    """Unique IPs per torrent as ``stats torrents --json`` prints them, against ``size`` for every torrent
     (and ``want``, the counts of an earlier pass, when given)."""
     got = counted(cli, len(hashes))
-    wrong = {h: got.get(h) for h in hashes if got.get(h) != SWARM}
+    wrong = {h: got.get(h) for h in hashes if got.get(h) != size}
     changed = sum(1 for h in hashes if want is not None and got.get(h) != want.get(h))
     exact = not wrong and not changed and len(got) == len(hashes)
     return got, {"counts_exact": exact, "torrents_counted": len(got), "torrents_wrong": len(wrong),
                  "wrong_examples": dict(list(wrong.items())[:3]), "changed_since_first": changed}
 
 
-def passes(a, tmp: Path, client: redis.Redis, url: str, ot: OpenTracker, db: Path, hashes: list[str]) -> dict:
-    """The start-up runs, the first pass and the revisit pass."""
+def passes(a, tmp: Path, client: redis.Redis, url: str, ot: OpenTracker, db: Path, hashes: list[str],
+           addresses: int) -> dict:
+    """The start-up runs, the first pass, the revisit pass and the churned pass (``addresses``: the
+    world's, after which the new peers' are)."""
     out: dict = {}
     run_id = f"{time.time_ns() % 10**9:09d}"
     cold = warm = None
@@ -501,7 +510,17 @@ def passes(a, tmp: Path, client: redis.Redis, url: str, ot: OpenTracker, db: Pat
     out["revisit"] = figures(raw, a.concurrency, startup_cpu)
     out["revisit"]["made_due"] = made["made_due"]
     _, out["revisit"]["counts"] = check_counts(cli, hashes, first_counts)
-    out["counts_exact"] = out["first"]["counts"]["counts_exact"] and out["revisit"]["counts"]["counts_exact"]
+
+    for i, h in enumerate(hashes):  # one peer more in every swarm
+        k = addresses + i
+        ot.announce_many(address(k), [h], swarms.PORTS + k % 20000, left=1)
+    made = json.loads(cli.run("add", "--json", "--due-now", "--from", str(src)))
+    spy = a.profile / "churned.txt" if a.profile else None
+    raw = Run(cli, client, ns, ot.proc.pid, tmp / f"{ns}-churned.log", a.concurrency, hashes, a.timeout, spy).go()
+    out["churned"] = figures(raw, a.concurrency, startup_cpu)
+    out["churned"]["made_due"] = made["made_due"]
+    _, out["churned"]["counts"] = check_counts(cli, hashes, {h: n + 1 for h, n in first_counts.items()}, SWARM + 1)
+    out["counts_exact"] = all(out[p]["counts"]["counts_exact"] for p in ("first", "revisit", "churned"))
     return out
 
 
@@ -544,7 +563,7 @@ def main() -> None:
                 if a.profile:  # every command into the SLOWLOG, to split Redis's time by script
                     client.config_set("slowlog-max-len", SLOWLOG_LEN)
                     client.config_set("slowlog-log-slower-than", 0)
-                out.update(passes(a, tmp, client, tp.url, ot, db, hashes))
+                out.update(passes(a, tmp, client, tp.url, ot, db, hashes, addresses))
                 client.close()
         finally:
             ot.stop()
