@@ -19,10 +19,10 @@
 -- A revisit whose peers are all known costs this call alone. A torrent never
 -- counted has no records at all: then every IP is "1" without reading a bucket.
 --
--- With a swarm record and no probes, only the record is looked up: "0" when it
--- is fresh (nothing of the visit can count), else "1". With both, when every IP
--- is "0" the swarm record is written (unless fresh already) with the oldest of
--- the IPs' record times: the one write of this script.
+-- With a swarm record, it is looked up first: fresh, the call answers "S" alone
+-- (nothing of the visit can count) and reads no other bucket. Else, when every
+-- IP is "0", it is written (unless fresh already) with the oldest of the IPs'
+-- record times: the one write of this script.
 --! include marks  (u32, read_buckets, find_record, check_mark, write_buckets)
 
 local byte, sub, find = string.byte, string.sub, string.find
@@ -39,22 +39,18 @@ end
 if #p % 10 ~= 0 then
   return redis.error_reply('probe.lua: probes of ' .. #p .. ' bytes are not whole 10-byte records')
 end
-if #p == 0 then
-  if not swarm then
-    return ''
-  end
+if not redis.call('ZSCORE', KEYS[1], h) then
+  return string.rep('1', #p / 10)
+end
+if swarm then
   local s = redis.call('GET', KEYS[1 + sb]) or ''
   local x = find_record(s, sf)
   if x then
     local c1, c2, c3, c4 = byte(s, x + 8, x + 11)
     if ((c1 * 256 + c2) * 256 + c3) * 256 + c4 > cutoff then
-      return '0'
+      return 'S'
     end
   end
-  return '1'
-end
-if not redis.call('ZSCORE', KEYS[1], h) then
-  return string.rep('1', #p / 10)
 end
 local got = read_buckets(2)
 -- A revisit's whole cost is this loop: the record search (marks.lua's

@@ -4,11 +4,10 @@ Strategy: Python does the cheap, stateless part (normalise IPs, geolocate,
 derive the §4 metrics, fingerprint every (metric, IP) pair, group the keys).
 A probe (``probe.lua``, one round trip) finds the IPs whose group
 record is fresh: nothing of theirs can count, so a revisit of known peers
-ends there; before it, a revisit of the very peers at the very places of a
-visit before it ends at their swarm record (``swarm_record``: one round
-trip, one bucket read, no IP packed). A visit the caller knows the probe
-would find nothing for (the worker: a torrent with no source notes, never
-visited) skips both. For the
+ends there, and one of the very peers at the very places of a visit before
+it at their swarm record (``swarm_record``: one bucket read). A visit the
+caller knows the probe would find nothing for (the worker: a torrent with
+no source notes, never visited) skips it. For the
 others, one Lua call (``record.lua``) per batch does the whole
 check-mark-increment atomically for up to ``batch_pairs`` pairs:
 marks for new pairs, the batch's total per (metric, index), and the StatHat
@@ -63,7 +62,7 @@ from crawler.counters.place_shards import PlaceShards
 from crawler.counters.places import PlaceInfo
 from crawler.counters.rollup import Rollup
 from crawler.counters.script_args import RecordBatch, RecordBatches, ShardKeys, VisitPart, bucket_keys
-from crawler.counters.swarm_record import check_call, probe_arg, swarm_of, swarms_in
+from crawler.counters.swarm_record import SETTLED, probe_arg, swarm_of, swarms_in
 from crawler.errors import StoreError
 from crawler.keys import Keys, shard_of
 from crawler.store.replica_wait import Wait
@@ -203,7 +202,7 @@ class Recorder:
         now_i = int(now)
         if not 0 <= now_i < 1 << 32:
             raise ValueError(f"time {now!r} does not fit a mark (unix seconds, 32 bits)")
-        parts = self._parts(visits, now_i, probes)
+        parts = self._parts(visits, probes)
         # the locator's errors, and names left out of places (``_place_info``)
         self._geo_errors.publish(now)
         out = [0] * len(visits)
@@ -232,34 +231,17 @@ class Recorder:
             out[i] += new
         return out
 
-    def _parts(self, visits: Sequence[tuple[str, list[Met]]], now: int, probes: Sequence[bool] | None) -> list:
-        """Each visit's part, ``(position, info-hash, VisitPart, probed)``, in order, but for those their
-        swarm record settles (``swarm_record``): a revisit of the same peers at the same places ends
-        there; the others fingerprint every IP, and one whose peers are all known ends at the probe."""
-        fps = self.fingerprints
-        # (position, info-hash, torrent fingerprint, IPs, swarm record, probed)
-        todo: list[tuple] = []
-        asked: list[tuple] = []
+    def _parts(self, visits: Sequence[tuple[str, list[Met]]], probes: Sequence[bool] | None) -> list:
+        """Each visit's part, ``(position, info-hash, VisitPart, probed)``, with its swarm record
+        (``swarm_record``)."""
+        fps, parts = self.fingerprints, []
         for i, (info_hash, ips) in enumerate(visits):
             h = info_hash_hex(info_hash)
-            if ips:
-                t_fp = fps.torrent(h)
-                probed = probes is None or probes[i]
-                (asked if probed else todo).append((i, h, t_fp, ips, swarm_of(fps, t_fp, ips, fps.buckets), probed))
-        if asked:
-            calls = [check_call(self._probe_script, self._home(a[1]), a[1], now - self.window, a[4]) for a in asked]
-            try:
-                known = [r == b"0" for r in self.store.run(calls)]
-            except redis.RedisError as e:
-                raise StoreError(f"recording peers failed: {e}") from e
-            self.swarms_known += sum(known)
-            todo += [a for a, k in zip(asked, known, strict=True) if not k]
-            todo.sort(key=lambda a: a[0])
-        parts = []
-        for i, h, t_fp, ips, swarm, probed in todo:
+            t_fp = fps.torrent(h)
+            probed = probes is None or probes[i]
             part = self._probe_calls(h, t_fp, ips, probed)
             if part is not None:
-                part.swarm = swarm
+                part.swarm = swarm_of(fps, t_fp, ips, fps.buckets)
                 parts.append((i, h, part, probed))
         return parts
 
@@ -275,8 +257,9 @@ class Recorder:
                           self._place_shards is not None, PROBE_IPS if probe else 0)
 
     def _probe_many(self, now: int, parts: list[VisitPart]) -> list[bytes]:
-        """Run the probe.lua calls of ``parts`` in one round trip: per part one flag byte per IP (a
-        part of one call with a swarm record has it written when every IP is fresh)."""
+        """Run the probe.lua calls of ``parts`` in one round trip: per part one flag byte per IP (a part
+        of one call looks its swarm record up first, all "0" when fresh, and has it written when every
+        IP is)."""
         cutoff = now - self.window
         script = self._probe_script
         calls = []
@@ -289,7 +272,14 @@ class Recorder:
             replies = iter(self.store.run(calls))
         except redis.RedisError as e:
             raise StoreError(f"recording peers failed: {e}") from e
-        return [b"".join(next(replies) for _ in part.probes) for part in parts]
+        out = []
+        for part in parts:
+            flags = b"".join(next(replies) for _ in part.probes)
+            if flags == SETTLED:  # its swarm record is fresh: nothing of it can count
+                self.swarms_known += 1
+                flags = b"0" * len(part.rows)
+            out.append(flags)
+        return out
 
     def _run_places(self, now: int, month: str, calls: list) -> None:
         """Run the place calls of a crawl of several shards (``PlaceShards.run``): one round

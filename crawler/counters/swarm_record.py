@@ -12,9 +12,9 @@ group record of such a swarm would (``marks.roster_width``), its time the
 oldest of those IPs' records when it was written. While that time is inside
 the window every mark of every one of those IPs at those places is fresh
 (marks are only renewed once expired, and only expired ones are swept), so
-nothing of the visit can count: the recorder asks for the record first
-(``probe.lua`` without IPs, one bucket read), and a fresh one ends the
-recording there, with no IP packed and no group record read.
+nothing of the visit can count: ``probe.lua`` looks it up first, and a
+fresh one ends the recording there with one bucket read, no group record
+read (a swarm of 50 spreads over four roster buckets and 50 searches).
 
 The record is written by the script that last saw every IP of the visit:
 ``probe.lua`` when it found every IP's group record fresh, ``record.lua``
@@ -22,8 +22,8 @@ when the visit's IPs all went to one of its calls (a first visit); a visit
 of several calls, or of a crawl of several counter shards past the probe,
 writes none, and its next revisit probes and writes it. A swarm that
 changed by one peer, or an IP placed elsewhere (another GeoIP database),
-has another fingerprint: its record is not found and the visit goes on as
-before, one round trip later. Like a group record it is a shortcut kept in
+has another fingerprint: its record is not found and the probe goes on as
+before, one bucket search later. Like a group record it is a shortcut kept in
 the torrent's shard, trusted as Redis keeps what it acknowledged
 (docs/redis.md, "What a failover can lose").
 """
@@ -34,9 +34,11 @@ from collections.abc import Sequence
 
 from crawler.counters.marks import Fingerprinter, roster_width
 from crawler.counters.met_ips import Met
-from crawler.counters.script_args import FRESH, RecordBatch, ShardKeys, VisitPart
+from crawler.counters.script_args import FRESH, RecordBatch, VisitPart
 
 MOD128 = (1 << 128) - 1
+# probe.lua's answer for a visit its swarm record settles
+SETTLED = b"S"
 
 
 def swarm_of(fingerprints: Fingerprinter, t_fp: int, ips: Sequence[Met], n_buckets: int) -> tuple[int, bytes]:
@@ -48,16 +50,9 @@ def swarm_of(fingerprints: Fingerprinter, t_fp: int, ips: Sequence[Met], n_bucke
     return (t_fp % n_buckets + int.from_bytes(field, "big") % width) % n_buckets, field
 
 
-def check_call(script, shard: ShardKeys, h: str, cutoff: int, swarm: tuple[int, bytes]) -> tuple:
-    """The probe.lua call that looks up swarm record ``swarm`` (``swarm_of``) of torrent ``h`` in
-    ``shard`` (``cutoff``: now - window): it answers "0" when the record is fresh."""
-    bucket, field = swarm
-    return script, [shard.torrents, shard.bucket(bucket)], [cutoff, h, b"", b"\x00\x01" + field]
-
-
 def probe_arg(part: VisitPart) -> list[bytes]:
-    """probe.lua's ARGV[4] for ``part`` (empty: none), which has the record written when every IP is
-    fresh: only for a part of one probe call, which sees every IP."""
+    """probe.lua's ARGV[4] for ``part`` (empty: none): its record, looked up before any IP's, and
+    written when every IP is fresh; only for a part of one probe call, which sees every IP."""
     if part.swarm is None or len(part.probes) != 1:
         return []
     bucket, field = part.swarm
