@@ -386,4 +386,3 @@ class Recorder:
         if self.rollup is not None:
             self.rollup.settle(everything=False)
         return removed
-
