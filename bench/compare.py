@@ -6,9 +6,12 @@ Checks BASE and HEAD (default: the work tree's HEAD) out into temporary git
 worktrees and runs ``python bench/<bench> ARGS`` in each, alternating
 (base, head, base, head, ...) so that both see the same moments of a shared
 machine. Each run's JSON is flattened to its numeric leaves; the output is
-JSON with, per leaf, the median of each side, head/base, and the base
-side's spread ((largest - smallest) / median): the run-to-run noise a
-head/base ratio has to be read against. The benchmarks
+JSON with, per leaf, the median of each side, head/base, each side's
+spread ((largest - smallest) / median: the run-to-run noise a head/base
+ratio has to be read against), and ``paired``: the median over rounds of
+each round's head/base, its two runs next to each other in time, which a
+machine whose speed drifts between rounds moves less. A leaf only one side
+prints (a figure the base's code has not) is given with that side's median. The benchmarks
 import the project from their working directory, so each side runs its own
 code with this interpreter's installed dependencies.
 
@@ -62,6 +65,19 @@ def _spread(values: list[float]) -> float | None:
     return round((max(values) - min(values)) / abs(m), 3) if m else None
 
 
+def figure(name: str, runs: dict[str, list[dict[str, float]]]) -> dict:
+    """One leaf's medians, ratio, spreads and per-round ratio (module note); a side without it is None."""
+    got = {side: [r.get(name) for r in runs[side]] for side in ("base", "head")}
+    med = {side: statistics.median(v for v in got[side] if v is not None) if any(v is not None for v in got[side])
+           else None for side in got}
+    b, h = med["base"], med["head"]
+    rounds = [y / x for x, y in zip(got["base"], got["head"]) if x and y is not None]
+    return {"base": b, "head": h, "head_over_base": round(h / b, 3) if b and h is not None else None,
+            "base_spread": _spread([v for v in got["base"] if v is not None]) if b is not None else None,
+            "head_spread": _spread([v for v in got["head"] if v is not None]) if h is not None else None,
+            "paired": round(statistics.median(rounds), 3) if rounds else None}
+
+
 def main() -> None:
     """Parse the command line, run base and head interleaved, print medians and head/base."""
     argv = sys.argv[1:]
@@ -96,13 +112,7 @@ def main() -> None:
         finally:
             for tree in trees.values():
                 subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT)
-    names = sorted(set().union(*runs["base"]) & set().union(*runs["head"]))
-    result = {}
-    for name in names:
-        b = statistics.median(r[name] for r in runs["base"] if name in r)
-        h = statistics.median(r[name] for r in runs["head"] if name in r)
-        result[name] = {"base": b, "head": h, "head_over_base": round(h / b, 3) if b else None,
-                        "base_spread": _spread([r[name] for r in runs["base"] if name in r])}
+    result = {name: figure(name, runs) for name in sorted(set().union(*runs["base"], *runs["head"]))}
     print(json.dumps({"bench": a.bench, "base": commits["base"], "head": commits["head"], "runs": a.runs, "figures": result},
                      indent=2))
 
