@@ -17,7 +17,7 @@ import geo
 from crawler.counters import Recorder
 from crawler.counters.marks import parse_bucket
 from crawler.counters.names import info_hash_hex
-from crawler.counters.swarm_record import swarm_of
+from crawler.counters.swarm_record import Lookups, swarm_of
 from crawler.keys import Keys
 from crawler.store.scripts import register
 from geo import Place
@@ -158,3 +158,47 @@ def test_a_first_visit_dates_its_record_by_the_peers_older_place_marks(client, k
     assert rec.record_visit(H, [A], T0 + 30 * DAY) == 0
     assert rec.swarms_known == 1
     assert client.zscore(germany, "Germany") == 2
+
+
+def test_lookups_follow_whether_records_are_found():
+    looks = Lookups()
+    assert looks.first()  # at the start the records are asked for first
+    looks.saw(1, 10)  # a batch of swarms that changed
+    assert not looks.first()
+    looks.saw(0, 0)  # no probed visit: nothing learned
+    assert not looks.first()
+    flips = 0
+    while not looks.first():
+        looks.saw(10, 10)
+        flips += 1
+    assert flips == 1
+
+
+def test_where_few_records_are_found_they_travel_with_the_probes(client, keys, settings, locator):
+    rec = Recorder(client, keys, settings, locator)
+    sent: list[int] = []
+    send = rec._send  # a spy on the recorder's round trips: the calls still reach Redis
+
+    def counted(calls, wait=None):
+        sent.append(len(calls))
+        return send(calls, wait)
+
+    rec._send = counted
+    assert rec.record_visit(H, [A, B, C], T0, probe=False) == 3
+    rec.lookups.saw(0, 10)  # lately, no probed visit found its record
+    sent.clear()
+    assert rec.record_visit(H, [A, B, C], T0 + 60) == 0
+    assert rec.swarms_known == 1 and sent == [1]  # one call, the probe, which the record answered
+    # a swarm that changed: still the probe alone, and the new peer counts
+    sent.clear()
+    assert rec.record_visit(H, [A, B, C, "2.2.2.3"], T0 + 90) == 1
+    assert sent == [1, 1]  # the probe, then the record call
+    # records found again: after a few, they are asked for first again, one call a visit
+    hits = 0
+    while not rec.lookups.first():
+        assert rec.record_visit(H, [A, B, C], T0 + 120 + hits) == 0
+        hits += 1
+        assert hits < 10
+    sent.clear()
+    assert rec.record_visit(H, [C, B, A], T0 + 200) == 0
+    assert sent == [1] and rec.swarms_known == 2 + hits

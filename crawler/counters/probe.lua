@@ -20,9 +20,10 @@
 -- counted has no records at all: then every IP is "1" without reading a bucket.
 --
 -- With a swarm record, it is looked up first: fresh, the call answers "S" alone
--- (nothing of the visit can count) and reads no other bucket. Else, when every
--- IP is "0", it is written (unless fresh already) with the oldest of the IPs'
--- record times: the one write of this script.
+-- (nothing of the visit can count) and reads no other bucket. Else, without
+-- probes, it answers ""; with them, when every IP is "0", the record is written
+-- (unless fresh already) with the oldest of the IPs' record times: the one
+-- write of this script.
 --! include marks  (u32, read_buckets, find_record, check_mark, write_buckets)
 
 local byte, sub, find = string.byte, string.sub, string.find
@@ -51,6 +52,9 @@ if swarm then
       return 'S'
     end
   end
+end
+if #p == 0 then
+  return ''
 end
 local got = read_buckets(2)
 -- A revisit's whole cost is this loop: the record search (marks.lua's

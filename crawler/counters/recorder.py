@@ -62,7 +62,7 @@ from crawler.counters.place_shards import PlaceShards
 from crawler.counters.places import PlaceInfo
 from crawler.counters.rollup import Rollup
 from crawler.counters.script_args import RecordBatch, RecordBatches, ShardKeys, VisitPart, bucket_keys
-from crawler.counters.swarm_record import SETTLED, probe_arg, swarm_of, swarms_in
+from crawler.counters.swarm_record import SETTLED, Lookups, check_call, probe_arg, swarm_of, swarms_in
 from crawler.errors import StoreError
 from crawler.keys import Keys, shard_of
 from crawler.store.replica_wait import Wait
@@ -142,6 +142,7 @@ class Recorder:
         self.fresh_places = FreshPlaces()
         # visits whose swarm record settled them (``swarm_record``), for the worker's log and the benches
         self.swarms_known = 0
+        self.lookups = Lookups()  # whether they are asked for before the probes or with them
         # torrent and place metrics in different shards (module note)
         self._place_shards = PlaceShards(
             self.store, self._shards, post_countries=self._post_countries, wait=self._wait, window=self.window,
@@ -178,20 +179,14 @@ class Recorder:
         """``record_visits`` with IPs already packed and located: each visit an info-hash and its
         ``(packed_ip, Place)`` pairs, the visits of distinct torrents, all at time ``now``.
 
-        An IP given twice in one visit counts once (its first place is kept):
-        two records of one IP in one record.lua call would each miss the
-        other's new marks. Every visit's probe calls go out in one round
-        trip; then the record calls of every visit with IPs that might count
-        in the next (with several shards: first the place calls of every
-        visit, an IP and place met in two visits sent once, then the torrent
-        parts). A record call holds the IPs of several visits of one shard,
-        taken one after the other in one atomic step, so the visits count as
-        if recorded one after the other (two visits of one torrent are never
-        in one call). A visit whose ``probes`` entry is False skips the probe:
-        its IPs all go to record.lua, which checks them as it checks every IP.
-        Returns each visit's ``new`` (contract §2), summed over the
-        counter shards; raises ``ValueError`` for a bad info-hash or time
-        before anything is sent.
+        An IP given twice in one visit counts once (its first place is kept): two records of one IP
+        in one record.lua call would each miss the other's new marks. The visits' probe calls share
+        a round trip, their record calls the next (with several shards, the place calls first, an
+        IP and place met in two visits sent once). A record call takes its visits one after the
+        other in one atomic step, so they count as if recorded one by one (never two visits of one
+        torrent in a call). A visit whose ``probes`` entry is False skips the probe. Returns each
+        visit's ``new`` (contract §2), summed over the counter shards; raises ``ValueError`` for a
+        bad info-hash or time before anything is sent.
         """
         met = self.met_ips.located
         return self._record_met([(h, met(located)) for h, located in visits], now, probes)
@@ -202,7 +197,7 @@ class Recorder:
         now_i = int(now)
         if not 0 <= now_i < 1 << 32:
             raise ValueError(f"time {now!r} does not fit a mark (unix seconds, 32 bits)")
-        parts = self._parts(visits, probes)
+        parts = self._parts(visits, now_i, probes)
         # the locator's errors, and names left out of places (``_place_info``)
         self._geo_errors.publish(now)
         out = [0] * len(visits)
@@ -231,17 +226,30 @@ class Recorder:
             out[i] += new
         return out
 
-    def _parts(self, visits: Sequence[tuple[str, list[Met]]], probes: Sequence[bool] | None) -> list:
-        """Each visit's part, ``(position, info-hash, VisitPart, probed)``, with its swarm record
-        (``swarm_record``)."""
-        fps, parts = self.fingerprints, []
+    def _parts(self, visits: Sequence[tuple[str, list[Met]]], now: int, probes: Sequence[bool] | None) -> list:
+        """Each visit's part, ``(position, info-hash, VisitPart, probed)``, with its swarm record, but for
+        those it settles when it is asked for first (``swarm_record.Lookups``)."""
+        fps, first = self.fingerprints, self.lookups.first()
+        todo: list[tuple] = []  # (position, info-hash, torrent fingerprint, IPs, swarm record, probed)
+        asked: list[tuple] = []
         for i, (info_hash, ips) in enumerate(visits):
             h = info_hash_hex(info_hash)
-            t_fp = fps.torrent(h)
-            probed = probes is None or probes[i]
-            part = self._probe_calls(h, t_fp, ips, probed)
-            if part is not None:
-                part.swarm = swarm_of(fps, t_fp, ips, fps.buckets)
+            if ips:
+                t_fp = fps.torrent(h)
+                probed = probes is None or probes[i]
+                (asked if probed and first else todo).append(
+                    (i, h, t_fp, ips, swarm_of(fps, t_fp, ips, fps.buckets), probed))
+        if asked:
+            known = [r == SETTLED for r in self._send(
+                [check_call(self._probe_script, self._home(a[1]), a[1], now - self.window, a[4]) for a in asked])]
+            self.swarms_known += sum(known)
+            self.lookups.saw(sum(known), len(asked))
+            todo += [a for a, k in zip(asked, known, strict=True) if not k]
+            todo.sort(key=lambda a: a[0])
+        parts = []
+        for i, h, t_fp, ips, swarm, probed in todo:
+            if (part := self._probe_calls(h, t_fp, ips, probed)) is not None:
+                part.swarm = swarm
                 parts.append((i, h, part, probed))
         return parts
 
@@ -268,18 +276,25 @@ class Recorder:
             for p in part.probes:
                 args = [cutoff, part.h, bytes(p.args), *swarm]
                 calls.append((script, [part.shard.torrents, *bucket_keys(p.bnumbers, part.shard)], args))
-        try:
-            replies = iter(self.store.run(calls))
-        except redis.RedisError as e:
-            raise StoreError(f"recording peers failed: {e}") from e
-        out = []
+        replies = iter(self._send(calls))
+        out, found = [], 0
         for part in parts:
             flags = b"".join(next(replies) for _ in part.probes)
             if flags == SETTLED:  # its swarm record is fresh: nothing of it can count
-                self.swarms_known += 1
+                found += 1
                 flags = b"0" * len(part.rows)
             out.append(flags)
+        self.swarms_known += found
+        if not self.lookups.first():  # the records travelled with the probes
+            self.lookups.saw(found, sum(1 for part in parts if part.swarm is not None and len(part.probes) == 1))
         return out
+
+    def _send(self, calls: list, wait=None) -> list:
+        """``Store.run`` of the recording's script ``calls``; raises ``StoreError``."""
+        try:
+            return self.store.run(calls, wait=wait)
+        except redis.RedisError as e:
+            raise StoreError(f"recording peers failed: {e}") from e
 
     def _run_places(self, now: int, month: str, calls: list) -> None:
         """Run the place calls of a crawl of several shards (``PlaceShards.run``): one round
@@ -313,10 +328,7 @@ class Recorder:
             runs.append((script, keys, b.args(now, cutoff, post)))
         if not runs:
             return []
-        try:
-            replies = self.store.run(runs, wait=self._wait)
-        except redis.RedisError as e:
-            raise StoreError(f"recording peers failed: {e}") from e
+        replies = self._send(runs, self._wait)
         out = []
         for b, r in zip(calls, replies, strict=True):
             if b.mixed:  # the visits' counts, then the place mark times of its whole records

@@ -16,6 +16,12 @@ nothing of the visit can count: ``probe.lua`` looks it up first, and a
 fresh one ends the recording there with one bucket read, no group record
 read (a swarm of 50 spreads over four roster buckets and 50 searches).
 
+Where most revisits find their record, it is asked for in a call of its
+own before any IP is packed for the probe, which a fresh one spares; where
+few do (swarms that change), that call would only add a round trip, so it
+travels with the probe. ``Lookups`` follows which is the case from the
+answers.
+
 The record is written by the script that last saw every IP of the visit:
 ``probe.lua`` when it found every IP's group record fresh, ``record.lua``
 when the visit's IPs all went to one of its calls (a first visit); a visit
@@ -34,7 +40,7 @@ from collections.abc import Sequence
 
 from crawler.counters.marks import Fingerprinter, roster_width
 from crawler.counters.met_ips import Met
-from crawler.counters.script_args import FRESH, RecordBatch, VisitPart
+from crawler.counters.script_args import FRESH, RecordBatch, ShardKeys, VisitPart
 
 MOD128 = (1 << 128) - 1
 # probe.lua's answer for a visit its swarm record settles
@@ -48,6 +54,34 @@ def swarm_of(fingerprints: Fingerprinter, t_fp: int, ips: Sequence[Met], n_bucke
     field = fingerprints.swarm(t_fp, sum(m[3] for m in ips) & MOD128, len(ips))
     width = roster_width(len(ips))
     return (t_fp % n_buckets + int.from_bytes(field, "big") % width) % n_buckets, field
+
+
+class Lookups:
+    """How often the probed visits of a process found their swarm record fresh, lately: each batch's
+    share weighs ``1 - DECAY`` of the figure. ``first()``: whether to ask for the records in a call of
+    their own before packing the probes (at least half found theirs; so at the start)."""
+
+    DECAY = 0.8
+
+    def __init__(self):
+        self.found = self.asked = 0.0
+
+    def first(self) -> bool:
+        """Whether the next batch asks for its records before its probes."""
+        return 2 * self.found >= self.asked
+
+    def saw(self, found: int, asked: int) -> None:
+        """``found`` of ``asked`` probed visits found their swarm record fresh."""
+        if asked:
+            self.found = self.found * self.DECAY + found
+            self.asked = self.asked * self.DECAY + asked
+
+
+def check_call(script, shard: ShardKeys, h: str, cutoff: int, swarm: tuple[int, bytes]) -> tuple:
+    """The probe.lua call that only looks up swarm record ``swarm`` (``swarm_of``) of torrent ``h`` in
+    ``shard`` (``cutoff``: now - window): it answers ``SETTLED`` when the record is fresh."""
+    bucket, field = swarm
+    return script, [shard.torrents, shard.bucket(bucket)], [cutoff, h, b"", b"\x00\x01" + field]
 
 
 def probe_arg(part: VisitPart) -> list[bytes]:
