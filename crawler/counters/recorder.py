@@ -268,11 +268,11 @@ class Recorder:
         """Run the probe.lua calls of ``parts`` in one round trip: per part one flag byte per IP (a part
         of one call looks its swarm record up first, all "0" when fresh, and has it written when every
         IP is)."""
-        cutoff = now - self.window
-        script = self._probe_script
-        calls = []
+        cutoff, script = now - self.window, self._probe_script
+        calls, carried = [], 0
         for part in parts:
             swarm = probe_arg(part)
+            carried += bool(swarm)
             for p in part.probes:
                 args = [cutoff, part.h, bytes(p.args), *swarm]
                 calls.append((script, [part.shard.torrents, *bucket_keys(p.bnumbers, part.shard)], args))
@@ -286,7 +286,7 @@ class Recorder:
             out.append(flags)
         self.swarms_known += found
         if not self.lookups.first():  # the records travelled with the probes
-            self.lookups.saw(found, sum(1 for part in parts if part.swarm is not None and len(part.probes) == 1))
+            self.lookups.saw(found, carried)
         return out
 
     def _send(self, calls: list, wait=None) -> list:
