@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from enum import Enum
+from operator import itemgetter
 from typing import Final
 
 from crawler.counters.fresh_places import FreshPlaces
@@ -54,6 +55,11 @@ class MetIPs:
         texts = self.texts
         if len(texts) > IP_MEMO:
             texts.clear()
+        # Most often every IP was met before, each text its own IP: looked up in C loops alone.
+        distinct = ips if isinstance(ips, (set, frozenset)) else dict.fromkeys(ips)
+        known: list = list(map(texts.get, distinct))  # of Met, once None is found not in it
+        if None not in known and len(set(map(_PACKED, known))) == len(known):
+            return known
         locator, fps = self.locator, self.fingerprints
         out: list[Met] = []
         seen: set[bytes] = set()
@@ -87,5 +93,6 @@ class _Unseen(Enum):
     UNSEEN = 0
 
 
+_PACKED = itemgetter(0)
 # A text not met yet (an Enum member: a type checker narrows ``is`` on it).
 _UNSEEN: Final = _Unseen.UNSEEN

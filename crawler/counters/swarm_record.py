@@ -37,12 +37,14 @@ the torrent's shard, trusted as Redis keeps what it acknowledged
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import itemgetter
 
 from crawler.counters.marks import Fingerprinter, roster_width
 from crawler.counters.met_ips import Met
 from crawler.counters.script_args import FRESH, RecordBatch, ShardKeys, VisitPart
 
 MOD128 = (1 << 128) - 1
+_FRESH_KEY = itemgetter(3)  # a Met's fresh_places key
 # probe.lua's answer for a visit its swarm record settles
 SETTLED = b"S"
 
@@ -51,7 +53,7 @@ def swarm_of(fingerprints: Fingerprinter, t_fp: int, ips: Sequence[Met], n_bucke
     """The swarm record of a visit of the torrent of fingerprint ``t_fp`` whose distinct IPs are ``ips``
     (as ``met_ips`` meets them): ``(bucket, field)``, its mark bucket among the shard's ``n_buckets``
     and its 8-byte field."""
-    field = fingerprints.swarm(t_fp, sum(m[3] for m in ips) & MOD128, len(ips))
+    field = fingerprints.swarm(t_fp, sum(map(_FRESH_KEY, ips)) & MOD128, len(ips))
     width = roster_width(len(ips))
     return (t_fp % n_buckets + int.from_bytes(field, "big") % width) % n_buckets, field
 

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field, replace
+from operator import itemgetter
+
+_IP = itemgetter(0)  # a peer's IP text
 
 
 @dataclass(frozen=True)
@@ -73,7 +76,7 @@ class VisitResult:
     @property
     def peer_ips(self) -> frozenset[str]:
         """Distinct peer IPs from every source that answered."""
-        return frozenset(ip for s in self.sources if s.ok for ip, _ in s.peers)
+        return frozenset(map(_IP, itertools.chain.from_iterable(s.peers for s in self.sources if s.ok)))
 
     @property
     def seeders(self) -> int | None:
