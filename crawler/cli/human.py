@@ -1,5 +1,5 @@
-"""Figures as a person reads them: moments as UTC dates with their age, durations in words, sizes in
-bytes' units, long URLs shortened in the middle. What every command's human output uses; ``--json``
+"""Figures as a person reads them: UTC dates with their age, durations in words, byte units, long
+URLs shortened in the middle. What every command's human output uses; ``--json``
 keeps the raw values.
 """
 

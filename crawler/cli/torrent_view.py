@@ -1,5 +1,5 @@
-"""``peercrawl torrent HASH`` for people: what the torrent is, where it stands, what its sources said
-last, its swarm, and its visits as a table (``--json`` prints ``QueueView.torrent``'s answer instead).
+"""``peercrawl torrent HASH`` for people: what the torrent is, where it stands, its sources' last
+answers, its swarm, its visits as a table (``--json``: ``QueueView.torrent``'s answer).
 
 Tracker URLs, names and visit errors are others' text: every one goes through ``safe_text.terminal``
 and is escaped for rich's markup.

@@ -18,6 +18,10 @@ import sys
 
 import redis
 
+from crawler.store.command_packer import ArgsPacker
+
+# One packer for every connection: it holds no state of a command.
+PACKER = ArgsPacker()
 
 class CheckedPool(redis.BlockingConnectionPool):
     """A blocking pool that notes whether each connection came back cleanly (see the module note).
@@ -35,10 +39,15 @@ class CheckedPool(redis.BlockingConnectionPool):
 
 def checked_when_dirty(cls: type) -> type:
     """``cls`` (a redis-py connection class) whose pool-time ``can_read()`` probe is skipped
-    after a clean release."""
+    after a clean release, and whose commands ``ArgsPacker`` packs."""
 
     class CheckedConnection(cls):
         released_clean = False
+
+        def __init__(self, *args, **kwargs):
+            # hiredis packs the commands as they are (crawler.store.command_packer)
+            kwargs.setdefault("command_packer", PACKER)
+            super().__init__(*args, **kwargs)
 
         def can_read(self, timeout: float = 0) -> bool:
             if timeout == 0 and self.released_clean:

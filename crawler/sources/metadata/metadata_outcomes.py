@@ -1,5 +1,5 @@
-"""How a metadata fetch ends: the ``Fetch`` record of what libtorrent reported while it ran, the ``NoMetadata``
-kinds, and the one line that says why a fetch brought no info dictionary.
+"""How a metadata fetch ends: ``Fetch`` (what libtorrent reported), the ``NoMetadata`` kinds, and the
+line saying why no info dictionary came.
 
 ``crawler.sources.metadata.metadata_fetch`` fills a ``Fetch`` from libtorrent's
 alerts (in the hub) and reads it when the fetch's wait is over. One fetch
