@@ -275,7 +275,12 @@ def test_held_trackers_come_back_in_the_plan_until_the_hold_expires(q, view, cli
     not_before = noted.not_before
     assert sorted(own) == [b, a] and not_before == {a: 1234.5, b: 99.0}
     assert view.torrent(H[0], 100)["tracker_not_before"] == not_before
-    assert 0 < client.ttl(keys.for_torrent(H[0]).tracker_min_interval(H[0])) <= 60
+    notes = keys.for_torrent(H[0]).tracker_min_interval(H[0])
+    assert 0 < client.ttl(notes) <= 60
+    q.plans.note(H[0], {a: "1300.0"}, (b,), 3600)  # a write renews the notes' life
+    assert 60 < client.ttl(notes) <= 3600 and q.plan(H[0])[1].not_before == {a: 1300.0}
+    q.plans.note(H[0], {}, (a,), 60)  # the last field dropped: no notes left to keep
+    assert not client.exists(notes) and q.plan(H[0])[1].not_before == {}
 
 
 def test_a_torrent_keeps_its_last_visits_oldest_first(client, keys, settings, view):

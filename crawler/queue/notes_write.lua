@@ -27,7 +27,5 @@ local function write_notes(key, from)
     for i = from + 2 + 2 * n, #ARGV do drop[#drop + 1] = ARGV[i] end
     each('HDEL', key, drop)
   end
-  if redis.call('EXISTS', key) == 1 then
-    redis.call('EXPIRE', key, ARGV[from])
-  end
+  redis.call('EXPIRE', key, ARGV[from])  -- a hash the drops emptied is gone: EXPIRE then does nothing
 end
