@@ -15,9 +15,7 @@ it is read, and tallied, again the next time.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from enum import Enum
 from operator import itemgetter
-from typing import Final
 
 from crawler.counters.fresh_places import FreshPlaces
 from crawler.counters.ip_forms import canonical_ip
@@ -55,27 +53,32 @@ class MetIPs:
         texts = self.texts
         if len(texts) > IP_MEMO:
             texts.clear()
-        # Most often every IP was met before, each text its own IP: looked up in C loops alone.
+        # Looked up in C loops: most often every IP was met before, each text its own IP; the
+        # Python loop runs only over the texts not met yet.
         distinct = ips if isinstance(ips, (set, frozenset)) else dict.fromkeys(ips)
-        known: list = list(map(texts.get, distinct))  # of Met, once None is found not in it
-        if None not in known and len(set(map(_PACKED, known))) == len(known):
-            return known
-        locator, fps = self.locator, self.fingerprints
-        out: list[Met] = []
-        seen: set[bytes] = set()
-        for ip in ips:
-            got = texts.get(ip, _UNSEEN)
-            if got is _UNSEEN:
-                canonical = canonical_ip(ip)
-                errors = locator.read_errors
-                got = None if canonical is None else met(canonical[0], locator.locate(canonical[1]), fps)
-                if locator.read_errors == errors:  # a failed read is tried (and tallied) again
-                    texts[ip] = got
-            if got is None or got[0] in seen:
-                continue
-            seen.add(got[0])
-            out.append(got)
-        return out
+        got: list = list(map(texts.get, distinct))
+        if None in got:  # a text not met yet, or one that is no IP
+            for i, (ip, m) in enumerate(zip(distinct, got)):
+                if m is None and ip not in texts:
+                    got[i] = self._meet(ip)
+            got = [m for m in got if m is not None]
+        if len(set(map(_PACKED, got))) < len(got):  # one IP in two spellings: its first kept
+            first: dict[bytes, Met] = {}
+            for m in got:
+                first.setdefault(m[0], m)
+            got = list(first.values())
+        return got
+
+    def _meet(self, ip: str) -> Met | None:
+        """``ip`` parsed, located and fingerprinted, kept unless its place could not be read (None:
+        no IP)."""
+        canonical = canonical_ip(ip)
+        locator = self.locator
+        errors = locator.read_errors
+        m = None if canonical is None else met(canonical[0], locator.locate(canonical[1]), self.fingerprints)
+        if locator.read_errors == errors:  # a failed read is tried (and tallied) again
+            self.texts[ip] = m
+        return m
 
     def located(self, located: Iterable[tuple[bytes, Place]]) -> list[Met]:
         """``(packed_ip, Place)`` pairs as met, an IP given twice kept once, at its first place."""
@@ -89,10 +92,4 @@ class MetIPs:
         return out
 
 
-class _Unseen(Enum):
-    UNSEEN = 0
-
-
-_PACKED = itemgetter(0)
-# A text not met yet (an Enum member: a type checker narrows ``is`` on it).
-_UNSEEN: Final = _Unseen.UNSEEN
+_PACKED = itemgetter(0)  # a Met's packed IP
