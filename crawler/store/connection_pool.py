@@ -23,6 +23,7 @@ from crawler.store.command_packer import ArgsPacker
 # One packer for every connection: it holds no state of a command.
 PACKER = ArgsPacker()
 
+
 class CheckedPool(redis.BlockingConnectionPool):
     """A blocking pool that notes whether each connection came back cleanly (see the module note).
 

@@ -64,7 +64,7 @@ class Trackers:
         self.resolver = resolver
         # Default trust store plus Settings.tracker_ca_file, built once: at start with a CA file (a
         # file that does not load is a SettingsError there), else at the first HTTPS request (loading
-        # the system store is ~30 ms of CPU, which a worker asking no HTTPS tracker never spends).
+        # the system store is ~25 ms of CPU, which a worker asking no HTTPS tracker never spends).
         self._tls = tls_context(settings.tracker_ca_file) if settings.tracker_ca_file is not None else None
         self.udp = udp or UdpTrackerClient(settings.udp_timeout, settings.udp_retries,
                                              cache_size=settings.tracker_cache_size)
