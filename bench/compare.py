@@ -8,7 +8,7 @@ worktrees and runs ``python bench/<bench> ARGS`` in each, alternating
 machine. Each run's JSON is flattened to its numeric leaves; the output is
 JSON with, per leaf, the median of each side, head/base, each side's
 spread ((largest - smallest) / median: the run-to-run noise a head/base
-ratio has to be read against), and ``paired``: the median over rounds of
+ratio has to be read against), each side's runs in order, and ``paired``: the median over rounds of
 each round's head/base, its two runs next to each other in time, which a
 machine whose speed drifts between rounds moves less. A leaf only one side
 prints (a figure the base's code has not) is given with that side's median. The benchmarks
@@ -66,7 +66,8 @@ def _spread(values: list[float]) -> float | None:
 
 
 def figure(name: str, runs: dict[str, list[dict[str, float]]]) -> dict:
-    """One leaf's medians, ratio, spreads and per-round ratio (module note); a side without it is None."""
+    """One leaf's medians, ratio, spreads and per-round ratio (module note), and each side's runs in
+    order (an outlier or a drift shows there); a side without it is None."""
     got = {side: [r.get(name) for r in runs[side]] for side in ("base", "head")}
     med = {side: statistics.median(v for v in got[side] if v is not None) if any(v is not None for v in got[side])
            else None for side in got}
@@ -75,7 +76,8 @@ def figure(name: str, runs: dict[str, list[dict[str, float]]]) -> dict:
     return {"base": b, "head": h, "head_over_base": round(h / b, 3) if b and h is not None else None,
             "base_spread": _spread([v for v in got["base"] if v is not None]) if b is not None else None,
             "head_spread": _spread([v for v in got["head"] if v is not None]) if h is not None else None,
-            "paired": round(statistics.median(rounds), 3) if rounds else None}
+            "paired": round(statistics.median(rounds), 3) if rounds else None,
+            "base_runs": got["base"], "head_runs": got["head"]}
 
 
 def main() -> None:
