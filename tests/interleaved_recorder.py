@@ -15,8 +15,8 @@ class InterleavedRecorder(Recorder):
     after_probe: Callable[[], object] | None = None
     after_places: Callable[[], object] | None = None
 
-    def _probe_many(self, now, parts):
-        flags = super()._probe_many(now, parts)
+    def _probe_many(self, now, parts, first):
+        flags = super()._probe_many(now, parts, first)
         if self.after_probe is not None:
             self.after_probe()
         return flags

@@ -202,3 +202,14 @@ def test_where_few_records_are_found_they_travel_with_the_probes(client, keys, s
     sent.clear()
     assert rec.record_visit(H, [C, B, A], T0 + 200) == 0
     assert sent == [1] and rec.swarms_known == 2 + hits
+
+
+def test_a_batch_counts_its_records_answers_once_where_it_asked_for_them(client, keys, settings, locator):
+    """A batch whose records, asked for first, are not found (which turns the lookups to the probes)
+    counts those answers once: its probes, which carry the records too, add nothing to the figure."""
+    rec = Recorder(client, keys, settings, locator)
+    assert rec.record_visit(H, [A, B], T0, probe=False) == 2
+    assert rec.lookups.first() and rec.lookups.asked == 0
+    # the swarm gained a peer: its record is not found, and the visit goes on to its probe
+    assert rec.record_visit(H, [A, B, C], T0 + 60) == 1
+    assert (rec.lookups.found, rec.lookups.asked) == (0, 1) and not rec.lookups.first()

@@ -1,47 +1,39 @@
 """Recording one visit's peers into the unique-IP counters (contract §4, §6).
 
-Strategy: Python does the cheap, stateless part (normalise IPs, geolocate,
-derive the §4 metrics, fingerprint every (metric, IP) pair, group the keys).
-A probe (``probe.lua``, one round trip) finds the IPs whose group
-record is fresh: nothing of theirs can count, so a revisit of known peers
-ends there, and one of the very peers at the very places of a visit before
-it at their swarm record (``swarm_record``: one bucket read). A visit the
-caller knows the probe would find nothing for (the worker: a torrent with
-no source notes, never visited) skips it. For the
-others, one Lua call (``record.lua``) per batch does the whole
-check-mark-increment atomically for up to ``batch_pairs`` pairs:
-marks for new pairs, the batch's total per (metric, index), and the StatHat
-outbox increment. A batch never splits an IP's metrics. A visit's batches go
-out in one pipeline: a visit of 1,000 new peers (~6,000 pairs, three
-batches) costs one round trip after the probe, while each call holds Redis
-for a bounded time (other clients' commands run between them). A crash between
-batches leaves every finished batch counted and the rest not: a retry counts
-exactly the rest (its pairs' marks are already there).
+Strategy: Python does the cheap, stateless part (normalise IPs, geolocate, derive the §4 metrics,
+fingerprint every (metric, IP) pair, group the keys). A probe (``probe.lua``, one round trip) finds
+the IPs whose group record is fresh: nothing of theirs can count, so a revisit of known peers ends
+there, and one of the very peers at the very places of a visit before it at their swarm record
+(``swarm_record``: one bucket read). A visit the caller knows the probe would find nothing for (the
+worker: a torrent with no source notes, never visited) skips it. For the others, one Lua call
+(``record.lua``) per batch does the whole check-mark-increment atomically for up to ``batch_pairs``
+pairs: marks for new pairs, the batch's total per (metric, index), and the StatHat outbox increment.
+A batch never splits an IP's metrics. A visit's batches go out in one pipeline: a visit of 1,000 new
+peers (~6,000 pairs, three batches) costs one round trip after the probe, while each call holds
+Redis for a bounded time (other clients' commands run between them). A crash between batches leaves
+every finished batch counted and the rest not: a retry counts exactly the rest (its pairs' marks are
+already there).
 
-Shards (contract §9): with several counter shards a torrent's metrics live whole
-in the torrent's shard and only the place metrics are split by IP; the
-probe and record calls above then go to the torrent's shard, after the
-place calls of the IPs' own shards (``place_shards.PlaceShards``, whose module note
-tells how and why). With one shard, shard 0 is the home and one record.lua
-call does both parts; an IP whose place marks the process knows are fresh
-(``fresh_places``: it met the IP in another swarm) goes in it as a torrent
-part carrying their time, its place marks neither read nor written, and the
-call answers the place mark times of the other IPs.
+Shards (contract §9): with several counter shards a torrent's metrics live whole in the torrent's
+shard and only the place metrics are split by IP; the probe and record calls above then go to the
+torrent's shard, after the place calls of the IPs' own shards (``place_shards.PlaceShards``, whose
+module note tells how and why). With one shard, shard 0 is the home and one record.lua call does
+both parts; an IP whose place marks the process knows are fresh (``fresh_places``: it met the IP in
+another swarm) goes in it as a torrent part carrying their time, its place marks neither read nor
+written, and the call answers the place mark times of the other IPs.
 
-Several visits at once (``record_visits``, the worker's ``Batcher``): each
-distinct IP text is parsed, located and fingerprinted once while the
-process keeps it (``met_ips``), every visit's probes share one
-round trip and every record call the next (with several shards, the place
-calls of the whole batch come first, one per shard). A record call holds
-the IPs of several visits of one shard (``script_args.RecordBatches``: seven
-first visits of 50 peers fill one), which it takes one after the other, so
-the visits count as if recorded one after the other while sharing the
-call's fixed cost and the indexes they have in common; an IP met at two
-places in one batch goes in two place calls.
+Several visits at once (``record_visits``, the worker's ``Batcher``): each distinct IP text is
+parsed, located and fingerprinted once while the process keeps it (``met_ips``), every visit's
+probes share one round trip and every record call the next (with several shards, the place calls of
+the whole batch come first, one per shard). A record call holds the IPs of several visits of one
+shard (``script_args.RecordBatches``: seven first visits of 50 peers fill one), which it takes one
+after the other, so the visits count as if recorded one after the other while sharing the call's
+fixed cost and the indexes they have in common; an IP met at two places in one batch goes in two
+place calls.
 
-The calls' arguments are built in ``calls``, each IP packed into them by
-``packing`` (a place's part of them in ``places``); the locator's errors
-(read errors, names over the bound) are published by ``geo_errors``.
+The calls' arguments are built in ``calls``, each IP packed into them by ``packing`` (a place's part
+of them in ``places``); the locator's errors (read errors, names over the bound) are published by
+``geo_errors``.
 """
 
 from __future__ import annotations
@@ -197,14 +189,15 @@ class Recorder:
         now_i = int(now)
         if not 0 <= now_i < 1 << 32:
             raise ValueError(f"time {now!r} does not fit a mark (unix seconds, 32 bits)")
-        parts = self._parts(visits, now_i, probes)
+        first = self.lookups.first()  # once a batch: other batches move it (``swarm_record.Lookups``)
+        parts = self._parts(visits, now_i, probes, first)
         # the locator's errors, and names left out of places (``_place_info``)
         self._geo_errors.publish(now)
         out = [0] * len(visits)
         if not parts:
             return out
         probed_parts = [part for _, _, part, probed in parts if probed]
-        answers = iter(self._probe_many(now_i, probed_parts) if probed_parts else [])
+        answers = iter(self._probe_many(now_i, probed_parts, first) if probed_parts else [])
         flags = [next(answers) if probed else b"1" * len(part.rows) for _, _, part, probed in parts]
         # 2. record the IPs that might count (the scripts check again, atomically)
         todo = [(i, h, part, f) for (i, h, part, _), f in zip(parts, flags) if b"1" in f]
@@ -226,10 +219,11 @@ class Recorder:
             out[i] += new
         return out
 
-    def _parts(self, visits: Sequence[tuple[str, list[Met]]], now: int, probes: Sequence[bool] | None) -> list:
+    def _parts(self, visits: Sequence[tuple[str, list[Met]]], now: int, probes: Sequence[bool] | None,
+               first: bool) -> list:
         """Each visit's part, ``(position, info-hash, VisitPart, probed)``, with its swarm record, but for
-        those it settles when it is asked for first (``swarm_record.Lookups``)."""
-        fps, first = self.fingerprints, self.lookups.first()
+        those it settles when it is asked for ``first``, before the probes (``swarm_record.Lookups``)."""
+        fps = self.fingerprints
         todo: list[tuple] = []  # (position, info-hash, torrent fingerprint, IPs, swarm record, probed)
         asked: list[tuple] = []
         for i, (info_hash, ips) in enumerate(visits):
@@ -264,10 +258,10 @@ class Recorder:
         return visit_part(self._home(h), h, t_fp, ips, self.fingerprints.buckets, self._place_info,
                           self._place_shards is not None, PROBE_IPS if probe else 0)
 
-    def _probe_many(self, now: int, parts: list[VisitPart]) -> list[bytes]:
+    def _probe_many(self, now: int, parts: list[VisitPart], first: bool) -> list[bytes]:
         """Run the probe.lua calls of ``parts`` in one round trip: per part one flag byte per IP (a part
         of one call looks its swarm record up first, all "0" when fresh, and has it written when every
-        IP is)."""
+        IP is); the records' answers count in ``lookups`` unless the batch asked for them ``first``."""
         cutoff, script = now - self.window, self._probe_script
         calls, carried = [], 0
         for part in parts:
@@ -285,7 +279,7 @@ class Recorder:
                 flags = b"0" * len(part.rows)
             out.append(flags)
         self.swarms_known += found
-        if not self.lookups.first():  # the records travelled with the probes
+        if not first:  # the records travelled with the probes: their answers are counted here
             self.lookups.saw(found, carried)
         return out
 
