@@ -250,7 +250,7 @@ class Queue:
         try:
             done = bool(self._defer(
                 keys=[k.leases, k.claims, k.cooling, k.expiries, k.torrent(lease.info_hash), k.failed_visits,
-                      *member_keys(k, lease)],
+                      *member_keys(k, lease.lane)],
                 args=[lease.info_hash, lease.token, repr(due), repr(now), minute(now), error[:200]]))
         except redis.RedisError as e:
             raise StoreError(f"recording a failed visit failed: {e}") from e
@@ -265,7 +265,7 @@ class Queue:
         """
         k = self.keys.for_torrent(lease.info_hash)
         try:
-            done = bool(self._defer(keys=[k.leases, k.claims, k.cooling, k.expiries, *member_keys(k, lease)],
+            done = bool(self._defer(keys=[k.leases, k.claims, k.cooling, k.expiries, *member_keys(k, lease.lane)],
                                     args=[lease.info_hash, lease.token, repr(due)]))
         except redis.RedisError as e:
             raise StoreError(f"deferring a torrent failed: {e}") from e

@@ -61,14 +61,16 @@ def lane_keys(k: Keys) -> list[str]:
     return [k.ready_in(lane) for lane in MARKED] + [k.lane_members(lane) for lane in MARKED]
 
 
-def member_keys(k: Keys, lease: Lease) -> list[str]:
-    """The member sets a script that puts ``lease``'s torrent back to cooling writes its due time
-    to (each is also its lane's due index, ``claim.lua``): its lane's, none for the normal lane,
-    all three when its lane is unknown. A torrent moved to another lane while in flight is
-    then left out of its new lane's index: claims find it in the due queue's order."""
-    if lease.lane == "normal":
-        return []
-    return [k.lane_members(lease.lane)] if lease.lane in MARKED else [k.lane_members(x) for x in MARKED]
+@lru_cache(maxsize=256)
+def member_keys(k: Keys, lane: str) -> tuple[str, ...]:
+    """The member sets a script that puts a torrent leased in ``lane`` (``Lease.lane``) back to cooling
+    writes its due time to (each is also its lane's due index, ``claim.lua``): its lane's, none for
+    the normal lane, all three when its lane is unknown. A torrent moved to another lane while in
+    flight is then left out of its new lane's index: claims find it in the due queue's order. Made
+    once per shard and lane (every completion, deferral and failure asks)."""
+    if lane == "normal":
+        return ()
+    return (k.lane_members(lane),) if lane in MARKED else tuple(k.lane_members(x) for x in MARKED)
 
 
 def add_args(k: Keys, items: Sequence[NewItem], readmit: bool, now: float, cap: int, lane: str | None,
@@ -146,7 +148,7 @@ def complete_args(k: Keys, settings: Settings, lease: Lease, result: Outcome, pe
     at = minute(now)
     return dict(
         keys=[*first, k.torrent(h), k.trackers(h), *middle, k.history(h), *last, k.tracker_min_interval(h),
-              *_members(k, lease.lane)],
+              *member_keys(k, lease.lane)],
         args=[h, lease.token, repr(multiplier(result, s)), threshold, repr(now), repr(due), tombstone,
               "" if seeders is None else seeders, "" if leechers is None else leechers, peers, at,
               result.value, kept, rt_field(at, now - lease.claimed) if 0 < lease.claimed <= now else "",
@@ -156,18 +158,12 @@ def complete_args(k: Keys, settings: Settings, lease: Lease, result: Outcome, pe
 
 
 # What a completion's call takes of its shard's keys and of the settings is the same in every call:
-# made once (a completion's arguments were ~8 us of a worker's CPU, half of it these).
+# made once (building them again was half of the ~8.7 us a completion's arguments cost).
 @lru_cache(maxsize=256)
 def _completion_keys(k: Keys) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
     """complete.lua's shard keys, in the three runs its KEYS interleave with the torrent's."""
     return ((k.leases, k.held, k.claims, k.cooling, k.evicted, k.tombstones), (k.visits, k.expiries),
             (k.rates, k.atrisk))
-
-
-@lru_cache(maxsize=256)
-def _members(k: Keys, lane: str) -> tuple[str, ...]:
-    """``member_keys`` of a lease of ``lane`` in shard ``k``."""
-    return tuple(member_keys(k, Lease("", 0.0, 0, lane=lane)))
 
 
 @lru_cache(maxsize=64)
