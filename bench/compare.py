@@ -69,13 +69,12 @@ def figure(name: str, runs: dict[str, list[dict[str, float]]]) -> dict:
     """One leaf's medians, ratio, spreads and per-round ratio (module note), and each side's runs in
     order (an outlier or a drift shows there); a side without it is None."""
     got = {side: [r.get(name) for r in runs[side]] for side in ("base", "head")}
-    med = {side: statistics.median(v for v in got[side] if v is not None) if any(v is not None for v in got[side])
-           else None for side in got}
-    b, h = med["base"], med["head"]
+    have = {side: [v for v in got[side] if v is not None] for side in got}
+    b, h = (statistics.median(have[side]) if have[side] else None for side in ("base", "head"))
     rounds = [y / x for x, y in zip(got["base"], got["head"]) if x and y is not None]
     return {"base": b, "head": h, "head_over_base": round(h / b, 3) if b and h is not None else None,
-            "base_spread": _spread([v for v in got["base"] if v is not None]) if b is not None else None,
-            "head_spread": _spread([v for v in got["head"] if v is not None]) if h is not None else None,
+            "base_spread": _spread(have["base"]) if have["base"] else None,
+            "head_spread": _spread(have["head"]) if have["head"] else None,
             "paired": round(statistics.median(rounds), 3) if rounds else None,
             "base_runs": got["base"], "head_runs": got["head"]}
 
