@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import random
-import ssl
 import time
 
 import gevent
@@ -62,10 +61,11 @@ class Trackers:
         self.check = address_check or policy(settings.allow_private)
         # None: the system resolver; tests inject names with several addresses.
         self.resolver = resolver
-        # Default trust store plus Settings.tracker_ca_file, built once: at start with a CA file (a
-        # file that does not load is a SettingsError there), else at the first HTTPS request (loading
-        # the system store is ~25 ms of CPU, which a worker asking no HTTPS tracker never spends).
-        self._tls = tls_context(settings.tracker_ca_file) if settings.tracker_ca_file is not None else None
+        # Default trust store plus Settings.tracker_ca_file, built at start (a file that does not load
+        # is a SettingsError there). Without a CA file None: http_get makes the default context at the
+        # first HTTPS handshake (loading the system store is ~25 ms of CPU, which a worker asking no
+        # HTTPS tracker never spends).
+        self.tls = tls_context(settings.tracker_ca_file) if settings.tracker_ca_file is not None else None
         self.udp = udp or UdpTrackerClient(settings.udp_timeout, settings.udp_retries,
                                              cache_size=settings.tracker_cache_size)
         self.health = TrackerHealth(
@@ -87,13 +87,6 @@ class Trackers:
         self.on_close: list = []  # called first by close(): the scrapes asked ahead hand back what they hold
         self.scrapes = TrackerScrapes(settings.scrape_first, self.udp, self.udp_targets, self._http_body,
                                       self.health, settings.tracker_cache_size, self.outcomes.note, self.requests)
-
-    @property
-    def tls(self) -> ssl.SSLContext:
-        """The TLS context of HTTPS trackers (made at the first request when no CA file is set)."""
-        if self._tls is None:
-            self._tls = tls_context()
-        return self._tls
 
     @property
     def http_announces_sent(self) -> int:
