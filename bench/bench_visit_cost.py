@@ -68,20 +68,17 @@ Per run:
   their replies (a few KB) stay in the bytes;
 - ``opentracker_cpu_ms_per_visit`` (its /proc stat, 10 ms ticks);
 - ``cores_busy``: (worker + Redis + opentracker CPU) / wall_s, and each part;
-- the time a visit holds its slot, ``slot_s``: p50 and p99 of the queue's own
-  round-trip histogram (crawler/queue/rates.py: what the worker measured
-  from handing the claimed torrent to a slot to sending its completion,
-  recording included; visits some source answered only; buckets of 9 %,
-  a bucket's midpoint given), the histogram's difference over the run; and
-  ``slot_s_little``: concurrency / visits_per_s_steady (Little's law: the
-  mean time a slot is taken per visit, which also holds the wait for the
-  visit's completion and next claim, each a round trip shared with other
-  visits, and counts a slot left empty as taken; ``slot_s.mean`` times
-  the rate is how many slots the measured part fills). Where a visit
-  spends that time (announce, recording, completion) is left out: it
-  needs a per-stage hook in the product, whose place is the Observer of
-  crawler/observer.py (the worker's /metrics has recording and claim
-  histograms only, per live process);
+- the time a visit holds its slot, ``slot_s``: p50, p99 and mean of the
+  worker's own ``slot`` stage (workers/visit_stages.py: each visit's time
+  from the hand-out of its torrent to a runner until the runner holds its
+  next, every stage summed per visit; buckets of 9 %, a bucket's midpoint
+  given; a tree whose worker logs no such stage gives None); ``stages``:
+  each stage apart, as the worker logged them when it stopped;
+  ``round_trip_s``: the queue's own round-trip histogram over the run
+  (crawler/queue/rates.py: from the claim to the completion's send, visits
+  some source answered only; ``status`` shows it); and ``slot_s_little``:
+  concurrency / visits_per_s_steady (Little's law: the mean time a slot is
+  taken per visit, which also counts a slot left empty as taken);
 - ``recording_batches`` and ``peers_per_recording_batch``: how the visits'
   recordings were shared (crawler/counters/batcher.py), and ``swarms_known``:
   the visits their swarm record settled (crawler/counters/swarm_record.py),
@@ -273,6 +270,15 @@ def slot_times(before: dict[str, int], after: dict[str, int]) -> dict:
             "mean": round(sum(middle(k) * c for k, c in hist.items()) / n, 4) if n else None}
 
 
+def whole_slot(stages: dict | None) -> dict | None:
+    """The worker's ``slot`` stage (each visit's whole time in its slot) in seconds, as ``slot_times``
+    gives the round trips; None from a tree whose worker logs no such stage."""
+    slot = (stages or {}).get("slot")
+    if not slot:
+        return None
+    return {"visits": slot["visits"], **{k: round(slot[f"{k}_ms"] / 1000, 4) for k in ("p50", "p99", "mean")}}
+
+
 def visit_fields(client: redis.Redis, ns: str, hashes: list[str]) -> list[tuple[int, float]]:
     """Each torrent's ``visits`` and ``last_visit`` (0 when missing)."""
     if not hashes:
@@ -326,7 +332,7 @@ class Run:
         return {"t0": t0, "wall": wall, "status": status, "redis": (r0, r1), "ot_cpu": ot1 - ot0,
                 "worker_cpu": (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime),
                 "worker_user": ru1.ru_utime - ru0.ru_utime, "worker_sys": ru1.ru_stime - ru0.ru_stime,
-                "slot": slot_times(rt0, rt1), "events": log_events(self.log),
+                "round_trip": slot_times(rt0, rt1), "events": log_events(self.log),
                 "visited": [t for (v0, _), (v1, t) in zip(before_fields, after_fields) if v1 == v0 + 1],
                 **({"profile": profile_figures(spy, self.profile, self.client)} if spy is not None else {})}
 
@@ -448,7 +454,8 @@ def figures(raw: dict, concurrency: int, startup_cpu: float | None) -> dict:
     shared = stopped.get("recordings") or {}
     out.update(recording_batches=shared.get("batches"), swarms_known=shared.get("swarms_known"),
                peers_per_recording_batch=round(shared["peers"] / shared["batches"], 1) if shared.get("batches") else None)
-    out.update(slot_s=raw["slot"], slot_s_little=round(concurrency / steady, 4) if steady else None,
+    out.update(slot_s=whole_slot(stopped.get("stages")), round_trip_s=raw["round_trip"],
+               slot_s_little=round(concurrency / steady, 4) if steady else None,
                worker_exit=raw["status"], worker_warnings=ev["warnings"], worker_last_warning=ev["last_warning"])
     if "profile" in raw:
         out["profile"] = raw["profile"]

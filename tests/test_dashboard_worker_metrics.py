@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from crawler import redact
 from tests.cli import run
 from tests.opentracker import free_port, opentracker, peer_address  # noqa: F401 (fixture)
-from workers.visit_stages import STAGES
+from workers.visit_stages import SLOT, STAGES
 
 PASSKEY = "0123456789abcdef0123456789abcdef"
 
@@ -78,7 +78,7 @@ def test_worker_metrics_count_a_real_crawl(test_env, opentracker):  # noqa: F811
     assert p.returncode == 0, err[-2000:]
     # and the worker says so as it stops, with each stage's median
     stopped = next(json.loads(line) for line in err.splitlines() if '"worker_stopped"' in line)
-    assert set(stopped["stages"]) == set(STAGES)
+    assert set(stopped["stages"]) == {*STAGES, SLOT}
     assert all(s["visits"] == 1 and s["p50_ms"] > 0 for s in stopped["stages"].values())
     # the one visit's peers, recorded in one batch; a first visit is never settled by a swarm record
     assert stopped["recordings"] == {"batches": 1, "peers": 5, "swarms_known": 0}

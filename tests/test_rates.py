@@ -83,6 +83,20 @@ def test_a_lease_without_a_claim_time_counts_no_round_trip(client, keys, setting
     assert QueueView(client, keys).rates()["visit_round_trip_s"]["visits"] == 0
 
 
+def test_a_round_trip_ends_when_the_completion_is_sent_not_when_the_sources_answered(client, keys, settings):
+    # a worker's visit time (``now``) is taken when its sources answer; its recording comes after,
+    # and the slot is held until the completion leaves (``sent``)
+    from dataclasses import replace
+
+    q = Queue(client, keys, settings)
+    q.add([NewItem(h) for h in hashes(1, "sent")])
+    (lease,) = q.claim(1)
+    claimed = time.time() - 10
+    q.complete(replace(lease, claimed=claimed), Outcome.SOME, now=claimed + 0.5, sent=claimed + 4.0)
+    rt = QueueView(client, keys).rates()["visit_round_trip_s"]
+    assert rt["visits"] == 1 and rt["p50"] == pytest.approx(4.0, rel=0.045)
+
+
 def test_buckets_bound_a_percentile_to_four_and_a_half_percent():
     for seconds in (0.0011, 0.05, 0.999, 1.0, 2.5, 29.9, 30.0, 3600.0):
         k = bucket(seconds)

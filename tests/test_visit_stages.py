@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from workers.visit_stages import STAGES, Laps, StageTimes
+from workers.visit_stages import SLOT, STAGES, Laps, StageTimes
 
 
 def test_laps_measure_each_stage_from_the_last():
@@ -24,7 +24,7 @@ def test_summary_gives_each_reached_stage_within_a_bucket():
         laps.times.update(plan=0.0002, record=ms / 1000)
         st.add(laps)
     out = st.summary()
-    assert set(out) == {"wait", "plan", "record"} and set(out) <= set(STAGES)
+    assert set(out) == {"wait", "plan", "record", SLOT} and set(out) - {SLOT} <= set(STAGES)
     assert out["record"]["visits"] == 100
     assert abs(out["record"]["p50_ms"] - 50) <= 50 * 0.09
     assert abs(out["record"]["p99_ms"] - 99) <= 99 * 0.09
@@ -32,3 +32,18 @@ def test_summary_gives_each_reached_stage_within_a_bucket():
     assert abs(out["plan"]["p50_ms"] - 0.2) <= 0.2 * 0.09
     # a stage under a microsecond is in the first bucket, not lost
     assert out["wait"]["visits"] == 100 and out["wait"]["p99_ms"] < 0.002
+
+
+def test_slot_is_each_visits_whole_time_not_a_sum_of_medians():
+    st = StageTimes()
+    # half the visits wait long and record fast, half the other way round: each stage's median is
+    # ~1 ms, every visit's whole time 41 ms
+    for i in range(100):
+        laps = Laps(waited=0.040 if i % 2 else 0.001)
+        laps.times["record"] = 0.001 if i % 2 else 0.040
+        st.add(laps)
+    out = st.summary()
+    assert out[SLOT]["visits"] == 100
+    assert abs(out[SLOT]["p50_ms"] - 41) <= 41 * 0.09 and abs(out[SLOT]["p99_ms"] - 41) <= 41 * 0.09
+    assert out[SLOT]["mean_ms"] == 41.0
+    assert out["record"]["mean_ms"] == out["wait"]["mean_ms"] == 20.5

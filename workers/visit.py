@@ -256,7 +256,7 @@ class Visitor:
         n = claim() if claim is not None else 0
         state, score = self.queue.complete(lease, o, peers=len(ips), seeders=seeders, leechers=leechers,
                                            due=due, now=now, reported=reported, new=new, estimated=estimated,
-                                           notes=note)
+                                           notes=note, sent=time.time())
         laps.lap("complete")
         if self.names is not None and ips:  # a name from its peers, if it has none (workers.metadata_names)
             self.names.offer(h, {p for r in answered for p in r.peers})

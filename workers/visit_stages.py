@@ -25,7 +25,8 @@ trips of well under one. The stages, in a visit's order:
 - ``next``: the next torrent's claim (from what is held, or a claim sent).
 
 A stage a visit does not reach is not counted for it, so each stage's
-figures are over the visits that had it.
+figures are over the visits that had it. ``slot`` is each visit's whole
+time, the sum of its stages (the median of the sums, not a sum of medians).
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ import time
 from crawler.queue import rates
 
 STAGES = ("wait", "plan", "scrape", "announce", "note", "record", "size", "complete", "next")
+# A visit's whole time in its slot, every stage it had.
+SLOT = "slot"
 
 
 class Laps:
@@ -57,21 +60,27 @@ class StageTimes:
     """Every visit's stage times of one process, as histograms (module note)."""
 
     def __init__(self) -> None:
-        self.histograms: dict[str, dict[int, int]] = {s: {} for s in STAGES}
-        self.sums = dict.fromkeys(STAGES, 0.0)
+        self.histograms: dict[str, dict[int, int]] = {s: {} for s in (*STAGES, SLOT)}
+        self.sums = dict.fromkeys((*STAGES, SLOT), 0.0)
 
     def add(self, laps: Laps) -> None:
-        """Count one visit's laps."""
+        """Count one visit's laps, and their sum as its ``slot``."""
+        total = 0.0
         for stage, seconds in laps.times.items():
-            h = self.histograms[stage]
-            k = bucket(seconds)
-            h[k] = h.get(k, 0) + 1
-            self.sums[stage] += seconds
+            self._count(stage, seconds)
+            total += seconds
+        self._count(SLOT, total)
+
+    def _count(self, stage: str, seconds: float) -> None:
+        h = self.histograms[stage]
+        k = bucket(seconds)
+        h[k] = h.get(k, 0) + 1
+        self.sums[stage] += seconds
 
     def summary(self) -> dict[str, dict]:
         """Per stage reached: the visits that had it, their median, 99th percentile and mean, in ms."""
         out = {}
-        for stage in STAGES:
+        for stage in (*STAGES, SLOT):
             h = self.histograms[stage]
             n = sum(h.values())
             if n:

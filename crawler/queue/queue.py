@@ -204,10 +204,10 @@ class Queue:
 
     def _complete_args(self, lease: Lease, result: Outcome, peers: int, seeders: int | None, leechers: int | None,
                        due: float | None, now: float, reported: int | None = None, new: int = 0,
-                       estimated: bool = False, notes: list | None = None) -> dict:
+                       estimated: bool = False, notes: list | None = None, sent: float | None = None) -> dict:
         """``script_calls.complete_args`` in ``lease``'s shard."""
         return script_calls.complete_args(self.keys.for_torrent(lease.info_hash), self.settings, lease, result,
-                                          peers, seeders, leechers, due, now, reported, new, estimated, notes)
+                                          peers, seeders, leechers, due, now, reported, new, estimated, notes, sent)
 
     def _completed(self, lease: Lease, reply: list, due: float | None, now: float) -> tuple[str, float | None]:
         """A complete.lua reply as ``complete`` returns it; a torrent back to cooling is noted in its shard."""
@@ -219,16 +219,18 @@ class Queue:
     def complete(self, lease: Lease, result: Outcome, *, peers: int = 0, seeders: int | None = None,
                  leechers: int | None = None, due: float | None = None, now: float | None = None,
                  reported: int | None = None, new: int = 0, estimated: bool = False,
-                 notes: list | None = None) -> tuple[str, float | None]:
+                 notes: list | None = None, sent: float | None = None) -> tuple[str, float | None]:
         """Apply a scored visit: ("cooling"|"evicted", new score) or ("stale", None).
 
         ``due``: when the torrent may be visited again (default now + revisit); ``reported``, ``new``
         and ``estimated``: the coverage figures (``crawler.queue.coverage``); ``notes``: the visit's
         source notes (``VisitPlan.note_args``), written in the same step, first, whatever the
-        lease's state.
+        lease's state; ``sent``: when the completion leaves (the end of the visit's round trip; None:
+        ``now``).
         """
         now = time.time() if now is None else now
-        a = self._complete_args(lease, result, peers, seeders, leechers, due, now, reported, new, estimated, notes)
+        a = self._complete_args(lease, result, peers, seeders, leechers, due, now, reported, new, estimated, notes,
+                                sent)
         try:
             reply = self.store.run([(self._complete, a["keys"], a["args"])])[0]
         except redis.RedisError as e:

@@ -132,13 +132,16 @@ def leases(flat: list, now: float) -> list[Lease]:
 
 def complete_args(k: Keys, settings: Settings, lease: Lease, result: Outcome, peers: int, seeders: int | None,
                   leechers: int | None, due: float | None, now: float, reported: int | None = None,
-                  new: int = 0, estimated: bool = False, notes: list | None = None) -> dict:
+                  new: int = 0, estimated: bool = False, notes: list | None = None, sent: float | None = None) -> dict:
     """KEYS and ARGV of the complete.lua call of ``lease`` in its shard ``k``; ``due``: when it
     may be visited again (None: now + revisit); ``reported``: the swarm size the sources reported
     (None: none did), ``new``: the IPs the visit counted for the first time (coverage); ``estimated``:
     the seeders and leechers are the DHT's estimates (BEP 33), not a tracker's counts; ``notes``:
-    the visit's source notes as note.lua takes them (``VisitPlan.note_args``), None for none."""
+    the visit's source notes as note.lua takes them (``VisitPlan.note_args``), None for none;
+    ``sent``: when the completion leaves, which ends the visit's round trip (None: ``now``; a
+    worker's ``now`` is when the sources answered, before the recording)."""
     due = now + settings.revisit_seconds if due is None else due
+    sent = now if sent is None else sent
     h = lease.info_hash
     first, middle, last = _completion_keys(k)
     s = settings
@@ -151,7 +154,7 @@ def complete_args(k: Keys, settings: Settings, lease: Lease, result: Outcome, pe
               *member_keys(k, lease.lane)],
         args=[h, lease.token, repr(multiplier(result, s)), threshold, repr(now), repr(due), tombstone,
               "" if seeders is None else seeders, "" if leechers is None else leechers, peers, at,
-              result.value, kept, rt_field(at, now - lease.claimed) if 0 < lease.claimed <= now else "",
+              result.value, kept, rt_field(at, sent - lease.claimed) if 0 < lease.claimed <= sent else "",
               never_seen, lost, none, "" if reported is None else reported, new, int(now // 86400),
               "1" if estimated else "0", *(notes or ("",))],
     )
