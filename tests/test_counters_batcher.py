@@ -63,6 +63,31 @@ def test_visits_of_many_greenlets_are_recorded_in_few_batches_as_one_by_one(clie
         delete_namespace(client, together.namespace)
 
 
+@pytest.mark.parametrize("shards", [1, 3])
+def test_a_worker_store_sends_recordings_in_round_trips_of_their_own(client, namespace, settings, locator, shards):
+    # a worker's store shares round trips among its visits' short calls; a recording's calls (each
+    # milliseconds of Redis, already gathered by the batch) would hold those behind them
+    keys = Keys(namespace, shards)
+    store = Store.coalesced(client)
+    alone = Keys(namespace + "-one", shards)
+    try:
+        batcher = Batcher(Recorder(store, keys, settings, locator))
+        short = client.register_script("return 1")  # a completion, say
+        one = Recorder(client, alone, settings.replace(namespace=alone.namespace), locator)
+        for now in (T0, T0 + 60):  # first visits (record calls, place calls), then revisits (probes)
+            peers = swarms(7)
+            jobs = [gevent.spawn(batcher.record_visit, h, ips, now) for h, ips in zip(TORRENTS, peers)]
+            shared = [gevent.spawn(store.run, [(short, [keys.counter_shard(0).outbox], [])]) for _ in range(5)]
+            gevent.joinall(jobs + shared, raise_error=True)
+            assert [j.value for j in shared] == [[1]] * 5
+            assert [j.value for j in jobs] == [one.record_visit(h, ips, now) for h, ips in zip(TORRENTS, peers)]
+        assert store.coalescer.units == 10  # the five short calls of each round, nothing of the recordings
+        assert every_ranking(client, keys, 50) == every_ranking(client, alone, 50)
+    finally:
+        delete_namespace(client, namespace)
+        delete_namespace(client, alone.namespace)
+
+
 def test_a_bad_info_hash_fails_its_own_visit_only(client, keys, settings, locator):
     batcher = Batcher(Recorder(client, keys, settings, locator))
     jobs = [gevent.spawn(batcher.record_visit, h, POOL[:5], T0) for h in (TORRENTS[0], "not-a-hash", TORRENTS[1])]

@@ -157,7 +157,7 @@ class PlaceShards:
                  [now, now - self.window, self.post, month, bytes(c.countries), bytes(c.places), bytes(c.ips)])
                 for c in calls]
         try:
-            replies = self.store.run(runs, wait=self.wait)
+            replies = self.store.run(runs, wait=self.wait, own=True)  # a recording batch's (Store.run)
         except redis.RedisError as e:
             raise StoreError(f"recording peers failed: {e}") from e
         for c, r in zip(calls, replies):

@@ -284,9 +284,10 @@ class Recorder:
         return out
 
     def _send(self, calls: list, wait=None) -> list:
-        """``Store.run`` of the recording's script ``calls``; raises ``StoreError``."""
+        """``Store.run`` of the recording's script ``calls`` in a round trip of their own (the
+        batch gathered them); raises ``StoreError``."""
         try:
-            return self.store.run(calls, wait=wait)
+            return self.store.run(calls, wait=wait, own=True)
         except redis.RedisError as e:
             raise StoreError(f"recording peers failed: {e}") from e
 

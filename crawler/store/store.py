@@ -37,14 +37,19 @@ class Store:
         """A worker process's store: every ``run`` shares round trips with other greenlets' calls."""
         return cls(client, Coalescer(client))
 
-    def run(self, calls: list, wait: Wait | None = None) -> list:
+    def run(self, calls: list, wait: Wait | None = None, *, own: bool = False) -> list:
         """Run ``(script, keys, args)`` calls; their replies in order (``scripts.run_pipelined``).
 
-        Through the coalescer when there is one. Raises ``redis.RedisError``:
-        a script's error reply (the first of them, after every call ran) or
+        Through the coalescer when there is one, unless ``own``: calls their
+        caller already gathers from many greenlets (a recording batch's, each
+        milliseconds of Redis) take a round trip of their own, so the short
+        calls sharing the coalescer's round trips (plans, completions,
+        claims) never queue behind them. Raises ``redis.RedisError``: a
+        script's error reply (the first of them, after every call ran) or
         what failed the round trip.
         """
-        replies = self.coalescer.run(calls, wait) if self.coalescer is not None else replies_of(self.client, calls, wait)
+        shared = self.coalescer is not None and not own
+        replies = self.coalescer.run(calls, wait) if shared else replies_of(self.client, calls, wait)
         for reply in replies:
             if isinstance(reply, Exception):
                 raise reply
