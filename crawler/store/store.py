@@ -48,8 +48,8 @@ class Store:
         script's error reply (the first of them, after every call ran) or
         what failed the round trip.
         """
-        shared = self.coalescer is not None and not own
-        replies = self.coalescer.run(calls, wait) if shared else replies_of(self.client, calls, wait)
+        co = None if own else self.coalescer
+        replies = co.run(calls, wait) if co is not None else replies_of(self.client, calls, wait)
         for reply in replies:
             if isinstance(reply, Exception):
                 raise reply
