@@ -64,24 +64,31 @@ def test_visits_of_many_greenlets_are_recorded_in_few_batches_as_one_by_one(clie
 
 
 @pytest.mark.parametrize("shards", [1, 3])
-def test_a_worker_store_sends_recordings_in_round_trips_of_their_own(client, namespace, settings, locator, shards):
-    # a worker's store shares round trips among its visits' short calls; a recording's calls (each
-    # milliseconds of Redis, already gathered by the batch) would hold those behind them
+def test_a_worker_store_sends_record_calls_in_round_trips_of_their_own(client, namespace, settings, locator, shards):
+    # a worker's store shares round trips among its visits' short calls (a completion, a probe); a
+    # recording's record and place calls (each milliseconds of Redis, already gathered by the
+    # batch) would hold those behind them
     keys = Keys(namespace, shards)
     store = Store.coalesced(client)
     alone = Keys(namespace + "-one", shards)
+    shared: list = []  # the scripts of the calls that went through the coalescer
+    run = store.coalescer.run
+    store.coalescer.run = lambda calls, wait=None: (shared.extend(c[0] for c in calls), run(calls, wait))[1]
     try:
-        batcher = Batcher(Recorder(store, keys, settings, locator))
+        recorder = Recorder(store, keys, settings, locator)
+        batcher = Batcher(recorder)
         short = client.register_script("return 1")  # a completion, say
         one = Recorder(client, alone, settings.replace(namespace=alone.namespace), locator)
         for now in (T0, T0 + 60):  # first visits (record calls, place calls), then revisits (probes)
             peers = swarms(7)
             jobs = [gevent.spawn(batcher.record_visit, h, ips, now) for h, ips in zip(TORRENTS, peers)]
-            shared = [gevent.spawn(store.run, [(short, [keys.counter_shard(0).outbox], [])]) for _ in range(5)]
-            gevent.joinall(jobs + shared, raise_error=True)
-            assert [j.value for j in shared] == [[1]] * 5
+            others = [gevent.spawn(store.run, [(short, [keys.counter_shard(0).outbox], [])]) for _ in range(5)]
+            gevent.joinall(jobs + others, raise_error=True)
+            assert [j.value for j in others] == [[1]] * 5
             assert [j.value for j in jobs] == [one.record_visit(h, ips, now) for h, ips in zip(TORRENTS, peers)]
-        assert store.coalescer.units == 10  # the five short calls of each round, nothing of the recordings
+        assert shared.count(short) == 10 and recorder._probe_script in shared
+        places = recorder._place_shards.script if recorder._place_shards is not None else None
+        assert recorder._record not in shared and (places is None or places not in shared)
         assert every_ranking(client, keys, 50) == every_ranking(client, alone, 50)
     finally:
         delete_namespace(client, namespace)

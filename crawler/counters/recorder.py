@@ -283,11 +283,11 @@ class Recorder:
             self.lookups.saw(found, carried)
         return out
 
-    def _send(self, calls: list, wait=None) -> list:
-        """``Store.run`` of the recording's script ``calls`` in a round trip of their own (the
-        batch gathered them); raises ``StoreError``."""
+    def _send(self, calls: list, wait=None, own: bool = False) -> list:
+        """``Store.run`` of the recording's script ``calls``, the record calls (``own``: each
+        milliseconds of Redis) in a round trip of their own; raises ``StoreError``."""
         try:
-            return self.store.run(calls, wait=wait, own=True)
+            return self.store.run(calls, wait=wait, own=own)
         except redis.RedisError as e:
             raise StoreError(f"recording peers failed: {e}") from e
 
@@ -323,7 +323,7 @@ class Recorder:
             runs.append((script, keys, b.args(now, cutoff, post)))
         if not runs:
             return []
-        replies = self._send(runs, self._wait)
+        replies = self._send(runs, self._wait, own=True)
         out = []
         for b, r in zip(calls, replies, strict=True):
             if b.mixed:  # the visits' counts, then the place mark times of its whole records

@@ -1,7 +1,7 @@
 """Script calls of many greenlets sent in shared round trips (group commit).
 
 Strategy. A worker process runs dozens of visits at once, and each visit's
-Redis steps (plan, completion, next claim) are short script calls. Sent
+Redis steps (plan, probe, completion, next claim) are short script calls. Sent
 alone, each costs a round trip: ~100 µs of redis-py and gevent work in the worker (the profile in bench/results/2026-11-24-bench_worker.md) and a read, parse
 and write in Redis, which for a revisit is more than the scripts' own work.
 With a ``Coalescer`` in a process's ``Store``, ``Store.run`` queues a greenlet's
@@ -12,11 +12,12 @@ may each have a round trip under way. There is no timer: a call waits at
 most for the round trips already in flight, so a batch is as large as the
 load makes it (a lone call when the worker is idle, dozens when it is
 busy), and nothing waits for a batch to fill (``crawler.store.group_commit``).
-A visit's recording is not among them: the recording batches
-(``crawler.counters.batcher``) gather it with others already, and their
-calls, each milliseconds of Redis, go in round trips of their own
-(``Store.run``'s ``own``), so a completion never waits behind them (in a
-shared round trip they made the recording stage twice as long).
+A recording's record and place calls are not among them: the recording
+batches (``crawler.counters.batcher``) gather many visits already, and
+those calls, each milliseconds of Redis, go in round trips of their own
+(``Store.run``'s ``own``), so a completion never waits behind them (in
+shared round trips they made a first visit's recording stage twice as
+long).
 
 What stays as it was. Every call is still its own atomic script with all its
 keys in one slot, so a process killed at any line leaves each call done or
