@@ -91,6 +91,8 @@ function redis.call(cmd, ...)
   elseif cmd == 'ZSCORE' then
     local t = db[a[1]]
     return t and t[a[2]] or false
+  elseif cmd == 'GET' then
+    return db[a[1]] or false
   elseif cmd == 'MSET' then
     for i = 1, #a, 2 do db[a[i]] = a[i + 1] end
   elseif cmd == 'ZADD' then
@@ -167,13 +169,13 @@ def main() -> None:
     class Capturing(Store):
         """The recorder's store, keeping every probe.lua and record.lua call it runs."""
 
-        def run(self, batch, wait=None):
+        def run(self, batch, wait=None, *, own=False):
             for script, keys, args in batch:
                 kind = "R" if script is rec._record else "P" if script is rec._probe_script else None
                 if kind:
                     calls.append((kind, phase[0], [k if isinstance(k, bytes) else str(k).encode() for k in keys],
                                   [x if isinstance(x, bytes) else str(x).encode() for x in args]))
-            return super().run(batch, wait)
+            return super().run(batch, wait, own=own)
 
     rec = Recorder(Capturing(client), Keys(ns), settings, Locator(settings))
     n_addr = a.visits * SWARM // OVERLAP
@@ -211,8 +213,8 @@ def main() -> None:
                         + ",".join(map(lua_bytes, args)) + "}},\n")
             f.write("}\n")
         got = subprocess.run([lua, str(tmp / "harness.lua"), str(tmp / "calls.lua"), str(tmp / "record.lua"),
-                              str(tmp / "probe.lua"), str(a.reps)], capture_output=True, text=True, check=True)
-        out["replay"] = json.loads(got.stdout)
+                              str(tmp / "probe.lua"), str(a.reps)], capture_output=True, text=True)
+        out["replay"] = json.loads(got.stdout) if got.returncode == 0 else {"failed": got.stderr.strip()[-500:]}
     shutil.rmtree(tmp, ignore_errors=True)
     print(json.dumps(out, indent=2))
 

@@ -62,10 +62,10 @@ class Counted(Store):
         super().__init__(client)
         self.wait, self.calls = wait, 0
 
-    def run(self, calls, wait=None):
+    def run(self, calls, wait=None, *, own=False):
         """The recorder's ``Store.run(calls)``."""
         self.calls += len(calls)
-        return super().run(calls, wait=self.wait)
+        return super().run(calls, wait=self.wait, own=own)
 
 
 class Pipelined:
