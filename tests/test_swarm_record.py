@@ -179,9 +179,9 @@ def test_where_few_records_are_found_they_travel_with_the_probes(client, keys, s
     sent: list[int] = []
     send = rec._send  # a spy on the recorder's round trips: the calls still reach Redis
 
-    def counted(calls, wait=None):
+    def counted(calls, wait=None, own=False):
         sent.append(len(calls))
-        return send(calls, wait)
+        return send(calls, wait, own)
 
     rec._send = counted
     assert rec.record_visit(H, [A, B, C], T0, probe=False) == 3
