@@ -1,9 +1,11 @@
 """Script calls of many greenlets sent in shared round trips (group commit).
 
 Strategy. A worker process runs dozens of visits at once, and each visit's
-Redis steps (plan, probe, completion, next claim) are short script calls. Sent
-alone, each costs a round trip: ~100 µs of redis-py and gevent work in the worker (the profile in bench/results/2026-11-24-bench_worker.md) and a read, parse
-and write in Redis, which for a revisit is more than the scripts' own work.
+Redis steps (plan, probe, completion, next claim) are short script calls.
+Sent alone, each costs a round trip: ~100 µs of redis-py and gevent work in
+the worker (the profile in bench/results/2026-11-24-bench_worker.md) and a
+read, parse and write in Redis, which for a revisit is more than the
+scripts' own work.
 With a ``Coalescer`` in a process's ``Store``, ``Store.run`` queues a greenlet's
 calls and parks the greenlet; one sender greenlet sends everything queued
 in one pipeline (at most ``MAX_CALLS`` calls), hands each caller its

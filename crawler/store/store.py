@@ -43,8 +43,8 @@ class Store:
         Through the coalescer when there is one, unless ``own``: calls their
         caller already gathers from many greenlets (a recording batch's, each
         milliseconds of Redis) take a round trip of their own, so the short
-        calls sharing the coalescer's round trips (plans, completions,
-        claims) never queue behind them. Raises ``redis.RedisError``: a
+        calls sharing the coalescer's round trips (plans, probes,
+        completions, claims) never queue behind them. Raises ``redis.RedisError``: a
         script's error reply (the first of them, after every call ran) or
         what failed the round trip.
         """
