@@ -10,6 +10,7 @@ import time
 import urllib.parse
 import urllib.request
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from crawler import redact
@@ -61,8 +62,11 @@ def test_worker_metrics_count_a_real_crawl(test_env, opentracker):  # noqa: F811
         assert PASSKEY not in str(m) and "<redacted:" in redact.url(url)
         assert m[("peercrawl_worker_recording_seconds_count", ())] == 1
         # the visit's slot, stage by stage: each stage a settled visit passes, once
-        assert {st: m.get(("peercrawl_worker_visit_stage_seconds_count", (("stage", st),))) for st in STAGES} == \
-            dict.fromkeys(STAGES, 1)
+        assert {st: m.get(("peercrawl_worker_visit_stage_seconds_count", (("stage", st),))) for st in (*STAGES, SLOT)} \
+            == dict.fromkeys((*STAGES, SLOT), 1)
+        # the whole slot is the sum of the stages
+        sums = {st: m[("peercrawl_worker_visit_stage_seconds_sum", (("stage", st),))] for st in STAGES}
+        assert m[("peercrawl_worker_visit_stage_seconds_sum", (("stage", SLOT),))] == pytest.approx(sum(sums.values()))
         # what the visit cost the tracker: one connect, the scrape, the announce and its withdrawal
         assert {k: m[("peercrawl_worker_tracker_requests_total", (("kind", k), ("url", redact.url(url))))]
                 for k in ("connect", "scrape", "announce", "withdrawal")} == dict.fromkeys(

@@ -33,6 +33,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from crawler import logs, redact
 from crawler.observer import Observer
+from workers.visit_stages import SLOT
 
 log = logs.get("worker.metrics")
 
@@ -110,7 +111,8 @@ class WorkerMetrics(Observer):
                                   "Time of one claim call (alone, or with the previous visit's completion).",
                                   ["call"], buckets=LATENCY_BUCKETS, registry=r)
         self.stages = Histogram("peercrawl_worker_visit_stage_seconds",
-                                "Time a visit held its slot in each stage (workers/visit_stages.py names them).",
+                                "Time a visit held its slot in each stage (workers/visit_stages.py names them), "
+                                "and in all (stage \"slot\").",
                                 ["stage"], buckets=LATENCY_BUCKETS, registry=r)
         self.pool = Gauge("peercrawl_worker_pool_size", "Visits the pool runs at a time (autoscale's size).",
                           registry=r)
@@ -153,9 +155,10 @@ class WorkerMetrics(Observer):
         self.recording.observe(seconds)
 
     def visit_stages(self, seconds: dict[str, float]) -> None:
-        """Into the stage histogram, by stage."""
+        """Into the stage histogram, by stage, and their sum as ``slot``."""
         for stage, s in seconds.items():
             self.stages.labels(stage).observe(s)
+        self.stages.labels(SLOT).observe(sum(seconds.values()))
 
     def watch_pool(self, slots) -> None:
         """The pool's size and its running visits, read from the worker's ``Slots`` when scraped."""
