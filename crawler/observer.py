@@ -35,7 +35,8 @@ class Observer:
         """Recording one visit's peers took ``seconds`` (its wait for its batch included)."""
 
     def visit_stages(self, seconds: dict[str, float]) -> None:
-        """A visit held its slot ``seconds[stage]`` in each stage it reached (``workers.visit_stages``)."""
+        """A visit held its slot ``seconds[stage]`` in each stage it reached, and ``seconds["slot"]`` in all
+        (``workers.visit_stages.Laps.whole``)."""
 
 
 # The observer of a process nobody watches.

@@ -308,8 +308,9 @@ class Visitor:
         """The next ``n`` leases; the visit's laps end here and are counted."""
         leases = self.claims.claim(n)
         laps.lap("next")
-        self.stages.add(laps)
-        self.observer.visit_stages(laps.times)
+        times = laps.whole()
+        self.stages.add(times)
+        self.observer.visit_stages(times)
         return leases
 
     def _processed(self, h: str, now: float) -> None:

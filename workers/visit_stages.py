@@ -55,6 +55,10 @@ class Laps:
         self.times[stage] = now - self.at
         self.at = now
 
+    def whole(self) -> dict[str, float]:
+        """The stages' times and, as ``slot``, their sum: what the process's figures count."""
+        return {**self.times, SLOT: sum(self.times.values())}
+
 
 class StageTimes:
     """Every visit's stage times of one process, as histograms (module note)."""
@@ -63,19 +67,13 @@ class StageTimes:
         self.histograms: dict[str, dict[int, int]] = {s: {} for s in (*STAGES, SLOT)}
         self.sums = dict.fromkeys((*STAGES, SLOT), 0.0)
 
-    def add(self, laps: Laps) -> None:
-        """Count one visit's laps, and their sum as its ``slot``."""
-        total = 0.0
-        for stage, seconds in laps.times.items():
-            self._count(stage, seconds)
-            total += seconds
-        self._count(SLOT, total)
-
-    def _count(self, stage: str, seconds: float) -> None:
-        h = self.histograms[stage]
-        k = bucket(seconds)
-        h[k] = h.get(k, 0) + 1
-        self.sums[stage] += seconds
+    def add(self, times: dict[str, float]) -> None:
+        """Count one visit's times (``Laps.whole``: its stages and its ``slot``)."""
+        for stage, seconds in times.items():
+            h = self.histograms[stage]
+            k = bucket(seconds)
+            h[k] = h.get(k, 0) + 1
+            self.sums[stage] += seconds
 
     def summary(self) -> dict[str, dict]:
         """Per stage reached: the visits that had it, their median, 99th percentile and mean, in ms."""

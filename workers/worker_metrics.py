@@ -33,7 +33,6 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from crawler import logs, redact
 from crawler.observer import Observer
-from workers.visit_stages import SLOT
 
 log = logs.get("worker.metrics")
 
@@ -155,10 +154,9 @@ class WorkerMetrics(Observer):
         self.recording.observe(seconds)
 
     def visit_stages(self, seconds: dict[str, float]) -> None:
-        """Into the stage histogram, by stage, and their sum as ``slot``."""
+        """Into the stage histogram, by stage (``Laps.whole``: with their sum as ``slot``)."""
         for stage, s in seconds.items():
             self.stages.labels(stage).observe(s)
-        self.stages.labels(SLOT).observe(sum(seconds.values()))
 
     def watch_pool(self, slots) -> None:
         """The pool's size and its running visits, read from the worker's ``Slots`` when scraped."""
