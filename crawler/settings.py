@@ -178,7 +178,7 @@ class Settings(SourceSettings, RedisSettings):
     # Peers repeat across torrents and visits: an LRU of places spares most
     # database reads while its memory stays bounded.
     geo_cache_size: int = p.setting(
-        "PEERCRAWL_GEO_CACHE_SIZE", 100_000, p.bounded_int(0, 10_000_000), "LRU entries of IP → place")
+        "PEERCRAWL_GEO_CACHE_SIZE", 100_000, p.bounded_int(0, 10_000_000), "database networks (and addresses) kept")
     # Dedupe window of the unique-IP counters (contract §4: 30 days).
     dedupe_seconds: float = p.setting(
         "PEERCRAWL_DEDUPE_SECONDS", 30 * DAY, p.positive_float, "unique-IP window", shown="30 days")

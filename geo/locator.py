@@ -150,6 +150,23 @@ class Locator:
             self.last_read_error = str(e)
             return NOWHERE
 
+    def locate_parsed(self, packed: bytes, text: str) -> Place:
+        """``locate`` of an address already parsed: its packed form (4 or 16 bytes, an IPv4-mapped
+        IPv6 address as its IPv4) and canonical text, as ``crawler.counters.ip_forms.canonical_ip``
+        gives them. Not through the LRU of texts: a caller that keeps its own memory of the
+        addresses met (the recorder's) would only pay for a second one that always misses; the
+        networks' places still answer."""
+        try:
+            if len(packed) == 4:
+                return self._in_network(self._v4, int.from_bytes(packed, "big"), text, text)
+            if self.ip_version == 4:
+                return NOWHERE
+            return self._in_network(self._v6, int.from_bytes(packed, "big"), text, text)
+        except _ReadError as e:
+            self.read_errors += 1
+            self.last_read_error = str(e)
+            return NOWHERE
+
     def _locate(self, ip: str) -> Place:
         try:
             packed = _pton(_AF_INET, ip)  # dotted-quad IPv4: straight to the database's C reader

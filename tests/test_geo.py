@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
 import geo
+from crawler.counters.ip_forms import canonical_ip
 from crawler.errors import GeoError
 from tests.mmdb import UNMAPPED, write_city_db, write_country_db
 
@@ -44,6 +45,8 @@ def test_ipv6_and_ipv4_mapped(db):
     loc = geo.open_locator(db)
     assert loc.locate("2001:db8:2::99") == geo.Place("Brasil", "São Paulo", "01000-000")
     assert loc.locate("::ffff:1.1.2.3") == geo.Place("Germany", "Berlin", "10115")
+    for ip in ("2001:db8:2::99", "::ffff:1.1.2.3", "1.1.2.3"):
+        assert loc.locate_parsed(*canonical_ip(ip)) == loc.locate(ip), ip
 
 
 def test_not_an_ip_raises_value_error(db):
@@ -138,7 +141,8 @@ def test_a_damaged_database_opens_then_failing_lookups_are_unplaced_and_tallied(
             ip = f"127.1.0.{i + 1}"
             want = geo.Place() if ip in bad_ips else geo.Place("Germany", "Berlin", f"{10100 + i:05d}")
             assert loc.locate(ip) == want, ip
-    assert loc.read_errors == 2 * len(bad_ips) == 20
+            assert loc.locate_parsed(*canonical_ip(ip)) == want, ip
+    assert loc.read_errors == 4 * len(bad_ips) == 40
     assert "InvalidDatabaseError" in loc.last_read_error and str(db) in loc.last_read_error
     assert "127.1.0." not in loc.last_read_error  # no peer address at rest
     with pytest.raises(ValueError):
@@ -203,6 +207,9 @@ def test_an_address_takes_its_own_network_s_place_whatever_was_read_before(neste
         assert mapped.locate(ip) == small.locate(ip) == plain.locate(ip), ip
         # past the LRU of addresses: straight to the networks
         assert mapped._locate(ip) == plain.locate(ip), ip
+        # an address already parsed (the recorder's, which keeps its own memory of addresses)
+        packed, text = canonical_ip(ip)
+        assert mapped.locate_parsed(packed, text) == small.locate_parsed(packed, text) == plain.locate(ip), ip
 
 
 def test_another_address_of_a_network_read_is_not_read_again(nested_db):

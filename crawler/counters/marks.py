@@ -41,9 +41,10 @@ DEFAULT_BUCKETS = 1 << 18
 # 4x at a time (a swarm's size moves the roster only when it crosses one), at most ROSTER_MAX buckets.
 ROSTER_IPS = 16
 ROSTER_MAX = 4096
-# IPs a process keeps (``Fingerprinter.known``, the recorder's parsed and located forms): a peer met
-# again, in another swarm or on a revisit, is not parsed, located or hashed again. Both memos take
-# ~270 B an IP (measured), ~35 MB when full; past it each starts over.
+# IPs a process keeps (the recorder's parsed, located and fingerprinted forms by text, ``met_ips``;
+# ``Fingerprinter.known`` for IPs handed in packed): a peer met again, in another swarm or on a
+# revisit, is not parsed, located or hashed again. The recorder's memo takes ~290 B an IP
+# (measured), ~38 MB when full; past it each starts over.
 IP_MEMO = 1 << 17
 # Places whose ``Fingerprinter.where`` a process keeps (the world has ~100,000 cities).
 WHERE_MEMO = 200_000

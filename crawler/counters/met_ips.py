@@ -26,15 +26,8 @@ from geo.locator import Place
 Met = tuple[bytes, tuple, int, int]
 
 
-def met(packed: bytes, place: Place, fingerprints: Fingerprinter) -> Met:
-    """``packed`` at ``place`` as the recording meets it, its fingerprint from
-    ``Fingerprinter.known`` when the process has it."""
-    known = fingerprints.known
-    f = known.get(packed)
-    if f is None:
-        if len(known) > IP_MEMO:
-            known.clear()
-        f = known[packed] = fingerprints.ip(packed)
+def met(packed: bytes, place: Place, f: int, fingerprints: Fingerprinter) -> Met:
+    """``packed`` at ``place`` as the recording meets it, ``f`` its ``Fingerprinter.ip``."""
     pkey = (place.country, place.city, place.postcode)
     return packed, pkey, f, FreshPlaces.key(f, fingerprints.where(pkey))
 
@@ -73,22 +66,33 @@ class MetIPs:
         """``ip`` parsed, located and fingerprinted, kept unless its place could not be read (None:
         no IP)."""
         canonical = canonical_ip(ip)
-        locator = self.locator
+        locator, fps = self.locator, self.fingerprints
         errors = locator.read_errors
-        m = None if canonical is None else met(canonical[0], locator.locate(canonical[1]), self.fingerprints)
+        if canonical is None:
+            m = None
+        else:
+            packed = canonical[0]
+            m = met(packed, locator.locate_parsed(packed, canonical[1]), fps.ip(packed), fps)
         if locator.read_errors == errors:  # a failed read is tried (and tallied) again
             self.texts[ip] = m
         return m
 
     def located(self, located: Iterable[tuple[bytes, Place]]) -> list[Met]:
-        """``(packed_ip, Place)`` pairs as met, an IP given twice kept once, at its first place."""
+        """``(packed_ip, Place)`` pairs as met, an IP given twice kept once, at its first place; each
+        IP's fingerprint from ``Fingerprinter.known`` when the process has it."""
         out: list[Met] = []
         seen: set[bytes] = set()
         fps = self.fingerprints
+        known = fps.known
         for packed, place in located:
             if packed not in seen:
                 seen.add(packed)
-                out.append(met(packed, place, fps))
+                f = known.get(packed)
+                if f is None:
+                    if len(known) > IP_MEMO:
+                        known.clear()
+                    f = known[packed] = fps.ip(packed)
+                out.append(met(packed, place, f, fps))
         return out
 
 
