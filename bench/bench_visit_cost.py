@@ -1,6 +1,6 @@
 """What one visit costs, everything counted: a real ``peercrawl worker`` process on a Redis of its own.
 
-Usage: python bench/bench_visit_cost.py [--quick] [--torrents 3000] [--concurrency 64] [--overlap 4]
+Usage: python bench/bench_visit_cost.py [--quick] [--torrents 3000] [--concurrency 64|auto] [--overlap 4]
                                         [--code DIR] [--timeout 600]
 
 The world, on loopback:
@@ -21,7 +21,9 @@ The world, on loopback:
 - a private ``redis-server`` (bench/cluster_nodes.py's single topology:
   Debian's, on a free port, in its own directory, ``--save ''
   --appendonly no``), so its CPU and command counts are this bench's alone;
-- one ``peercrawl worker --until-idle --concurrency 64`` at a time, a
+- one ``peercrawl worker --until-idle --concurrency 64`` at a time (with
+  ``--concurrency auto``: the pool's start, each resize and its end in
+  ``pool``), a
   subprocess run from ``--code`` (default: the working directory, so
   ``compare.py --bench-from-head`` measures an older tree's code), with the
   DHT, metadata fetches and StatHat off (no ``STATHAT_EZKEY``), loopback
@@ -162,7 +164,7 @@ def address(k: int) -> str:
     return f"127.{10 + k % SUBNETS}.{q // 250}.{q % 250 + 1}"
 
 
-def worker_env(url: str, ns: str, tmp: Path, db: Path, concurrency: int) -> dict[str, str]:
+def worker_env(url: str, ns: str, tmp: Path, db: Path, concurrency: int | str) -> dict[str, str]:
     """The worker's environment: this process's, without any peercrawl setting, and this bench's.
 
     Without ``PYTHONDONTWRITEBYTECODE`` as well: the warming run writes the code's compiled files, as
@@ -171,9 +173,11 @@ def worker_env(url: str, ns: str, tmp: Path, db: Path, concurrency: int) -> dict
            if not k.startswith(("PEERCRAWL_", "STATHAT_", "GEOIP_", "REDIS_")) and k != "PYTHONDONTWRITEBYTECODE"}
     env.update(REDIS_URL=url, PEERCRAWL_NAMESPACE=ns, PEERCRAWL_DATA_DIR=str(tmp / ns), PEERCRAWL_SECRET=SECRET,
                PEERCRAWL_ALLOW_PRIVATE="1", PEERCRAWL_TRACKERS="", PEERCRAWL_DHT="off", PEERCRAWL_METADATA="off",
-               PEERCRAWL_PROCESSES="1", PEERCRAWL_CONCURRENCY=str(concurrency),
+               PEERCRAWL_PROCESSES="1",
                PEERCRAWL_REVISIT_SECONDS=str(REVISIT_SECONDS), GEOIP_DB=str(db),
                PEERCRAWL_LOG_LEVEL="info", PEERCRAWL_LOG_FORMAT="json")
+    if concurrency != "auto":
+        env.update(PEERCRAWL_CONCURRENCY=str(concurrency))
     return env
 
 
@@ -229,6 +233,9 @@ def log_events(log: Path) -> dict:
             out["warnings"] += 1
             out["last_warning"] = line[:300]
             continue
+        if rec.get("event") == "pool_resized":  # --concurrency auto's decisions
+            fields = ("size", "was", "why", "visits_per_s", "cpu", "lag_ms", "rtt_ms")
+            out.setdefault("pool", []).append({k: rec.get(k) for k in fields})
         if rec.get("event") in ("worker_started", "worker_idle", "worker_stopped"):
             rec["t"] = datetime.datetime.fromisoformat(rec["timestamp"].replace("Z", "+00:00")).timestamp()
             out[rec["event"]] = rec
@@ -305,7 +312,7 @@ def steady_rate(times: list[float]) -> float | None:
 class Run:
     """One worker process to its exit, and the counters around it."""
 
-    def __init__(self, cli: Cli, client: redis.Redis, ns: str, ot_pid: int, log: Path, concurrency: int,
+    def __init__(self, cli: Cli, client: redis.Redis, ns: str, ot_pid: int, log: Path, concurrency: int | str,
                  hashes: list[str], timeout: float, profile: Path | None = None):
         self.cli, self.client, self.ns, self.ot_pid, self.log = cli, client, ns, ot_pid, log
         self.concurrency, self.hashes, self.timeout, self.profile = concurrency, hashes, timeout, profile
@@ -433,7 +440,7 @@ def cpu_figures(raw: dict, redis_cpu_s: float, per: int, startup_cpu: float | No
     }
 
 
-def figures(raw: dict, concurrency: int, startup_cpu: float | None) -> dict:
+def figures(raw: dict, concurrency: int | str, startup_cpu: float | None) -> dict:
     """The per-visit figures of one ``Run.go`` (a run without visits: its totals, ``_per_visit`` dropped)."""
     ev = raw["events"]
     stopped = ev.get("worker_stopped", {})
@@ -455,14 +462,27 @@ def figures(raw: dict, concurrency: int, startup_cpu: float | None) -> dict:
     out.update(recording_batches=shared.get("batches"), swarms_known=shared.get("swarms_known"),
                peers_per_recording_batch=round(shared["peers"] / shared["batches"], 1) if shared.get("batches") else None)
     out.update(slot_s=whole_slot(stopped.get("stages")), round_trip_s=raw["round_trip"],
-               slot_s_little=round(concurrency / steady, 4) if steady else None,
+               slot_s_little=round(concurrency / steady, 4) if steady and isinstance(concurrency, int) else None,
                worker_exit=raw["status"], worker_warnings=ev["warnings"], worker_last_warning=ev["last_warning"])
     if "profile" in raw:
         out["profile"] = raw["profile"]
+    if concurrency == "auto":  # where the pool started, each resize, and where it ended
+        started, resized = ev.get("worker_started", {}).get("concurrency"), ev.get("pool", [])
+        out["pool"] = {"started": started, "resized": resized, "ended": resized[-1]["size"] if resized else started}
     if visits:
         return out
     # No visit: per visit is per 1, so the figures are the run's totals.
     return json.loads(json.dumps(out).replace("_per_visit", ""))
+
+
+def pool_size(text: str) -> int | str:
+    """``--concurrency``: a number of runners, or auto."""
+    if text == "auto":
+        return text
+    try:
+        return max(1, int(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number or auto, not {text!r}") from None
 
 
 def magnets(hashes: list[str], tracker: str) -> str:
@@ -536,7 +556,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="300 torrents (about 15 s; full: under a minute)")
     ap.add_argument("--torrents", type=int, default=3000)
-    ap.add_argument("--concurrency", type=int, default=64)
+    ap.add_argument("--concurrency", type=pool_size, default=64, help="runners (default 64), or auto")
     ap.add_argument("--overlap", type=int, default=4, help="swarms each peer address is in (default 4)")
     ap.add_argument("--code", type=Path, default=Path.cwd(), help="the tree whose peercrawl runs (default: cwd)")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds one worker run may take before SIGTERM")
