@@ -175,8 +175,9 @@ class Settings(SourceSettings, RedisSettings):
     geoip_db: Path | None = p.setting(
         "GEOIP_DB", None, p.path, "GeoIP2/GeoLite2 City database (see `GeoLite2.mmdb.README`)",
         shown="bundled 2018 GeoLite2 (with a warning)")
-    # Peers repeat across torrents and visits: an LRU of places spares most
-    # database reads while its memory stays bounded.
+    # Peers crowd into a few ISPs' networks and repeat across torrents and visits:
+    # the places of the networks read (and, for lookups but the recorder's, an LRU
+    # of addresses) spare most database reads while memory stays bounded.
     geo_cache_size: int = p.setting(
         "PEERCRAWL_GEO_CACHE_SIZE", 100_000, p.bounded_int(0, 10_000_000), "database networks (and addresses) kept")
     # Dedupe window of the unique-IP counters (contract §4: 30 days).
