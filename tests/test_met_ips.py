@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import geo
 from crawler.counters.marks import Fingerprinter
-from crawler.counters.met_ips import MetIPs
+from crawler.counters.met_ips import SKIP_FILLS, MetIPs
 from tests.mmdb import write_city_db
 
 LOCATOR = geo.open_locator(write_city_db(Path(tempfile.mkdtemp()) / "city.mmdb"))
@@ -42,3 +42,31 @@ def test_an_ip_met_before_is_answered_as_if_met_now(met_before, visits, as_set):
         got = met.visit(texts)
         assert got == one_by_one(texts)
         assert len({m[0] for m in got}) == len(got)  # each packed IP once
+
+
+@given(st.lists(st.lists(TEXT, max_size=12), min_size=1, max_size=30))
+def test_a_small_memory_that_starts_over_and_leaves_meets_unkept_answers_the_same(visits):
+    met = MetIPs(LOCATOR, Fingerprinter(SECRET, 64), memo=4)
+    for v in visits:
+        assert met.visit(v) == one_by_one(v)
+        assert len(met.texts) <= 4 + len(v)
+
+
+def test_a_memory_seldom_found_keeps_nothing_for_a_while_then_keeps_again():
+    met = MetIPs(LOCATOR, Fingerprinter(SECRET, 64), memo=10)
+    texts = [f"1.1.{i // 250}.{i % 250 + 1}" for i in range(2000)]
+    met.visit(texts[:11])  # a fill, every meet a miss
+    met.visit(texts[11:12])  # past the memory: it starts over, and keeps nothing ...
+    assert met.texts == {} and met.unkept == SKIP_FILLS * 10 - 1
+    for t in texts[12:12 + SKIP_FILLS * 10 - 1]:
+        met.visit([t])
+    assert met.texts == {} and met.unkept == 0
+    met.visit(texts[:3])  # ... then keeps again
+    assert len(met.texts) == 3
+    # a fill whose meets mostly found the memory goes on keeping
+    again = MetIPs(LOCATOR, Fingerprinter(SECRET, 64), memo=10)
+    for _ in range(4):
+        again.visit(texts[:9])
+    again.visit(texts[9:12])  # full: 27 of 39 meets found it
+    again.visit(texts[12:13])
+    assert again.unkept == 0 and len(again.texts) == 1

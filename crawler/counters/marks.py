@@ -44,7 +44,8 @@ ROSTER_MAX = 4096
 # IPs a process keeps (the recorder's parsed, located and fingerprinted forms by text, ``met_ips``;
 # ``Fingerprinter.known`` for IPs handed in packed): a peer met again, in another swarm or on a
 # revisit, is not parsed, located or hashed again. The recorder's memo takes ~290 B an IP
-# (measured), ~38 MB when full; past it each starts over.
+# (measured), ~38 MB when full; past it each starts over (the recorder's keeps nothing for a
+# while when it was seldom found: ``met_ips``).
 IP_MEMO = 1 << 17
 # Places whose ``Fingerprinter.where`` a process keeps (the world has ~100,000 cities).
 WHERE_MEMO = 200_000
