@@ -146,9 +146,7 @@ class Locator:
         try:
             return self._cached(ip)
         except _ReadError as e:
-            self.read_errors += 1
-            self.last_read_error = str(e)
-            return NOWHERE
+            return self._read_failed(e)
 
     def locate_parsed(self, packed: bytes, text: str) -> Place:
         """``locate`` of an address already parsed: its packed form (4 or 16 bytes, an IPv4-mapped
@@ -157,15 +155,15 @@ class Locator:
         addresses met (the recorder's) would only pay for a second one that always misses; the
         networks' places still answer."""
         try:
-            if len(packed) == 4:
-                return self._in_network(self._v4, int.from_bytes(packed, "big"), text, text)
-            if self.ip_version == 4:
-                return NOWHERE
-            return self._in_network(self._v6, int.from_bytes(packed, "big"), text, text)
+            return self._place_of(packed, text, text)
         except _ReadError as e:
-            self.read_errors += 1
-            self.last_read_error = str(e)
-            return NOWHERE
+            return self._read_failed(e)
+
+    def _read_failed(self, e: _ReadError) -> Place:
+        """A lookup that hit damaged data: tallied, answered ``NOWHERE``."""
+        self.read_errors += 1
+        self.last_read_error = str(e)
+        return NOWHERE
 
     def _locate(self, ip: str) -> Place:
         try:
@@ -173,13 +171,21 @@ class Locator:
         except (OSError, TypeError, ValueError):  # ValueError: a NUL or a lone surrogate
             pass
         else:
-            return self._in_network(self._v4, int.from_bytes(packed, "big"), ip, ip)
+            return self._place_of(packed, ip, ip)
         addr = ipaddress.ip_address(ip)
         if addr.version == 6 and addr.ipv4_mapped is not None:
             addr = addr.ipv4_mapped
-        if addr.version == 6 and self.ip_version == 4:
+        return self._place_of(addr.packed, str(addr), ip)
+
+    def _place_of(self, packed: bytes, addr: str, ip: str) -> Place:
+        """The place of an address: ``packed`` (an IPv4-mapped IPv6 address as its IPv4), ``addr``
+        its canonical text, ``ip`` as given (for the error text); an IPv6 address in an IPv4-only
+        database is unplaced."""
+        if len(packed) == 4:
+            return self._in_network(self._v4, int.from_bytes(packed, "big"), addr, ip)
+        if self.ip_version == 4:
             return NOWHERE
-        return self._in_network(self._v4 if addr.version == 4 else self._v6, int(addr), str(addr), ip)
+        return self._in_network(self._v6, int.from_bytes(packed, "big"), addr, ip)
 
     def _in_network(self, networks: NetworkPlaces[Place] | None, x: int, addr: str, ip: str) -> Place:
         """The place of ``addr`` (canonical text, ``x`` as an integer; ``ip`` as given): from the
