@@ -236,6 +236,11 @@ def test_scripts_refuse_bad_arguments_before_writing(client, namespace, settings
         args = q._complete_args(lease, Outcome.SOME, 1, None, None, None, 100.0, notes=notes)
         with pytest.raises(Exception, match="complete.lua: bad arguments"):
             complete_lua(**args)
+    for kept in ("10001", "-1", "2.5"):  # the history's length, refused before the (good) notes are written
+        args = q._complete_args(lease, Outcome.SOME, 1, None, None, None, 100.0, notes=[60, "1", "f", "v"])
+        args["args"][12] = kept
+        with pytest.raises(Exception, match="complete.lua: bad arguments"):
+            complete_lua(**args)
     assert not client.exists(notes_key)
     with pytest.raises(Exception, match="defer.lua: bad arguments"):
         q.defer(lease, float("nan"))

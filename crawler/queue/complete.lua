@@ -80,6 +80,7 @@ local function number(v)  -- a number ZADD takes (tonumber accepts NaN, ZADD doe
 end
 if not (mult and threshold and number(ARGV[5]) and number(ARGV[6]) and tonumber(ARGV[7])
     and tonumber(ARGV[10]) and tonumber(ARGV[11]) and tonumber(ARGV[13]))
+    or tonumber(ARGV[13]) < 0 or tonumber(ARGV[13]) > 10000 or tonumber(ARGV[13]) % 1 ~= 0
     or (ARGV[8] ~= '' and not tonumber(ARGV[8])) or (ARGV[9] ~= '' and not tonumber(ARGV[9]))
     or not ARGV[14] or (ARGV[14] ~= '' and not string.match(ARGV[14], '^rt:%d+:%d+$'))
     or not number(ARGV[15]) or not number(ARGV[16]) or not number(ARGV[17])
@@ -103,9 +104,6 @@ if not score or not visits
   return redis.error_reply('complete.lua: a stored score or count of ' .. h .. ' is not a number')
 end
 local kept = tonumber(ARGV[13])
-if kept < 0 or kept > 10000 or kept % 1 ~= 0 then
-  return redis.error_reply('complete.lua: bad arguments')
-end
 local hist = kept > 0 and (redis.call('GET', KEYS[11]) or '') or ''
 if #hist % 20 ~= 0 then hist = '' end  -- not a history this script wrote: start again
 local now = tonumber(ARGV[5])
