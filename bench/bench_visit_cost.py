@@ -234,7 +234,7 @@ def log_events(log: Path) -> dict:
             out["last_warning"] = line[:300]
             continue
         if rec.get("event") == "pool_resized":  # --concurrency auto's decisions
-            fields = ("size", "was", "why", "visits_per_s", "cpu", "lag_ms", "rtt_ms")
+            fields = ("size", "was", "why", "visits_per_s", "cpu", "lag_ms", "rtt_ms", "slot_ms")
             out.setdefault("pool", []).append({k: rec.get(k) for k in fields})
         if rec.get("event") in ("worker_started", "worker_idle", "worker_stopped"):
             rec["t"] = datetime.datetime.fromisoformat(rec["timestamp"].replace("Z", "+00:00")).timestamp()

@@ -142,19 +142,39 @@ def test_autoscaler_remembers_the_sizes_that_overloaded_and_fell_behind(client):
     assert b.decide(5, busy=2, latency=0.0, cpu=0.3, rtt=None) == (4, "idle")
 
 
-def test_autoscaler_steps_back_when_growing_did_not_visit_faster(client):
-    a = Autoscaler(None, low=2, high=100, memory_steps=3)
-    assert a.decide(8, busy=8, latency=9.0, cpu=0.5, rtt=None, rate=400.0) == (10, "behind")
-    # 10 runners visit no faster than 8 (the CPU is shared, Redis or a tracker limits): back to 8.
-    assert a.decide(10, busy=10, latency=9.0, cpu=0.5, rtt=None, rate=405.0) == (8, "plateau")
-    assert a.ceiling == 10
-    assert a.decide(8, busy=8, latency=9.0, cpu=0.5, rtt=None, rate=400.0) == (9, "behind")
-    assert a.decide(9, busy=9, latency=9.0, cpu=0.5, rtt=None, rate=398.0) == (8, "plateau")
-    assert a.decide(8, busy=8, latency=9.0, cpu=0.5, rtt=None, rate=401.0) == (8, "hold: under a ceiling")
-    # A growth that helped goes on.
-    b = Autoscaler(None, low=2, high=100)
-    assert b.decide(8, busy=8, latency=9.0, cpu=0.5, rtt=None, rate=300.0) == (10, "behind")
-    assert b.decide(10, busy=10, latency=9.0, cpu=0.5, rtt=None, rate=360.0) == (13, "behind")
+def test_autoscaler_grows_on_a_full_core_until_visits_queue(client):
+    a = Autoscaler(None, low=2, high=100)
+    # A full core, each visit holding its runner 20 ms: nothing queues yet, and a larger pool shares
+    # its batches among more visits (the lowest slot becomes 20 ms).
+    assert a.decide(8, busy=8, latency=9.0, cpu=0.98, rtt=None, slot=0.020) == (10, "behind")
+    assert a.best_slot == 0.020
+    assert a.decide(10, busy=10, latency=9.0, cpu=0.98, rtt=None, slot=0.022) == (13, "behind")
+    assert a.decide(13, busy=13, latency=9.0, cpu=0.98, rtt=None, slot=0.026) == (17, "behind")
+    # Past twice the lowest slot visits wait for the process: hold, whatever the core (the trackers'
+    # budget or Redis may be what they wait for).
+    assert a.decide(17, busy=17, latency=9.0, cpu=0.98, rtt=None, slot=0.041) == (17, "hold: queued")
+    assert a.decide(17, busy=17, latency=9.0, cpu=0.3, rtt=None, slot=0.041) == (17, "hold: queued")
+    assert a.best_slot == 0.020
+    # An interval too short to give a slot: a full core holds (a guess), one with room grows.
+    assert a.decide(17, busy=17, latency=9.0, cpu=0.98, rtt=None) == (17, "hold: saturated")
+    assert a.decide(17, busy=17, latency=9.0, cpu=0.5, rtt=None) == (22, "behind")
+    # On time, nothing queues: the slot is the trackers' and Redis's latency now, the new lowest
+    # (slower trackers: growth goes on from it once the crawl falls behind again).
+    assert a.decide(22, busy=16, latency=0.0, cpu=0.3, rtt=None, slot=0.060) == (22, "hold")
+    assert a.best_slot == 0.060
+    assert a.decide(22, busy=22, latency=9.0, cpu=0.98, rtt=None, slot=0.070) == (28, "behind")
+
+
+def test_autoscaler_bounds_the_slot_where_more_runners_do_not_visit_faster(client):
+    # Visits/s capped at 400 (a tracker's budget, Redis): each growth lengthens the slot by Little's
+    # law until it passes twice its lowest, and the pool holds there however long it stays behind.
+    a = Autoscaler(None, low=2, high=500)
+    size, sizes = 8, []
+    for _ in range(30):
+        size, _why = a.decide(size, busy=size, latency=60.0, cpu=0.6, rtt=None, slot=size / 400.0)
+        sizes.append(size)
+    assert sizes[3:] == [17] * 27  # the first size whose slot passed twice the lowest, for good
+    assert a.best_slot == 8 / 400.0
 
 
 def test_autoscaler_steps_from_a_sample_of_the_pools_figures(client):

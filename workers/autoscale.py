@@ -14,31 +14,46 @@ latency), and the controller measures the rest itself. It weighs
   average (how long a greenlet ready to run waits for the others);
 - the Redis round trip, timed on a plain blocking socket outside the gevent
   loop (so it measures Redis and the network, not our own lag), against the
-  best seen.
+  best seen;
+- the *slot*: how long a visit holds its runner, by Little's law (mean busy
+  runners / visits per second, from an interval of at least
+  ``MIN_SLOT_VISITS`` visits), against the lowest seen since the queue was
+  last on time (then nothing queues: the slot is the trackers' and Redis's
+  latency, measured again each time the crawl catches up, so it follows
+  them without the drift a lowest that fades by itself would give a pool
+  that stays behind).
 
-*Saturated*: CPU share at least ``cpu_busy``, lag above ``lag_high`` or the
-round trip above ``rtt_factor`` × best + 2 ms. *Overloaded*: lag above
+*Queued*: the slot past ``slot_factor`` × its lowest: visits wait for the
+process (its core, Redis, a tracker's budget), not for the network. A full
+core alone is no reason to stop: a larger pool shares its batches
+(recording, announces, completions) among more visits, each costing less
+CPU (on loopback a process fills its core at 8 runners and still visits
+15-30 % faster at 24). Nor is a rate that did not rise at once after a
+growth: it moves by 10-25 % from one interval to the next at one size, more
+than a step gains; where more runners cannot visit faster, each holds its
+slot longer (busy grows, the rate does not), which the slot shows within a
+few steps, bounded. *Saturated*: lag above ``lag_high``, the round trip
+above ``rtt_factor`` × best + 2 ms, or, in an interval too short to give a
+slot, CPU share at least ``cpu_busy``. *Overloaded*: lag above
 ``lag_max`` (tracker replies would wait long enough to risk their timeouts)
 or the round trip above ``overload_factor`` × best + 20 ms (Redis, shared by
 every worker, is struggling). Then, in this order:
 
 - overloaded: shrink by a fifth; the size that overloaded is a *ceiling*;
-- the last decision grew the pool, the queue is still behind, and visits per
-  second did not rise by ``gain_min`` (5 %): growing did not help (the CPU
-  is shared with other processes, Redis or the trackers limit): back to the
-  size before, and the grown size is a ceiling (*plateau*);
-- behind (latency above ``latency_target``), ≥ 90 % of the pool busy, not
-  saturated: grow by a quarter, staying under any ceiling;
+- behind (latency above ``latency_target``), ≥ 90 % of the pool busy,
+  neither queued nor saturated: grow by a quarter, staying under any
+  ceiling;
 - less than half the pool busy and not behind: shrink by a tenth (*idle*),
   but not back to a size that fell behind (a *floor*);
-- otherwise hold: keeping up, or saturated while behind (the most this
-  process can do: growing would not visit faster, shrinking would leave the
-  CPU idle while visits wait on the network).
+- otherwise hold: keeping up, or queued or saturated while behind (the
+  most this process can do without a backlog: growing would only lengthen
+  slots, shrinking would leave the process idle while visits wait on the
+  network).
 
 Ceilings and floors are forgotten after ``memory_steps`` decisions, so the
 controller probes again once conditions may have changed. Without them the
 size would saw for ever between two neighbours: one that is too small and
-one that does not help (or overloads).
+one that overloads.
 
 ``settled`` tells from the history whether the size settled: it did not
 change during the last ``STABLE_STEPS`` decisions. The size always stays
@@ -68,6 +83,8 @@ LAG_PERIOD = 0.05
 # A blocking round trip longer than this counts as this long (the probe must
 # not stall the process while Redis is unreachable).
 RAW_TIMEOUT = 0.25
+# The fewest visits in an interval whose slot counts (fewer: too noisy to weigh).
+MIN_SLOT_VISITS = 50
 
 
 @dataclass(frozen=True)
@@ -97,7 +114,8 @@ class Autoscaler:
     def __init__(self, client: redis.Redis, low: int, high: int, *, interval: float = 5.0,
                  latency_target: float = 5.0, cpu_busy: float = 0.85, lag_high: float = 0.1,
                  lag_max: float = 1.0, rtt_factor: float = 4.0, overload_factor: float = 10.0,
-                 gain_min: float = 0.05, memory_steps: int = 60, start: int | None = None):
+                 memory_steps: int = 60, slot_factor: float = 2.0,
+                 start: int | None = None):
         self.client = client
         self.low, self.high = low, high
         self.size = max(low, min(high, start if start is not None else max(low, 8)))
@@ -105,12 +123,13 @@ class Autoscaler:
         self.latency_target = latency_target
         self.cpu_busy, self.lag_high, self.lag_max = cpu_busy, lag_high, lag_max
         self.rtt_factor, self.overload_factor = rtt_factor, overload_factor
-        self.gain_min, self.memory_steps = gain_min, memory_steps
-        self.ceiling: int | None = None  # a size that overloaded or did not help: not grown back to
+        self.memory_steps = memory_steps
+        self.slot_factor = slot_factor
+        self.best_slot: float | None = None  # the lowest slot (seconds) since the queue was last on time
+        self.ceiling: int | None = None  # a size that overloaded: not grown back to
         self._ceiling_left = 0
         self.floor: int | None = None  # a size that fell behind: not shrunk back to
         self._floor_left = 0
-        self._grew: tuple[int, float] | None = None  # (size, visits/s) before the last growth
         self._visits = (time.monotonic(), 0)
         self._busy_sum, self._busy_n = 0, 0
         self.best_rtt: float | None = None
@@ -221,25 +240,30 @@ class Autoscaler:
         self._visits = (now, visits)
         return (visits - v0) / max(now - t0, 1e-6)
 
-    def _pressure(self, cpu: float, rtt: float | None, lag: float) -> tuple[bool, bool]:
+    def _queued(self, slot: float | None, behind: bool) -> bool:
+        """Visits wait for the process: ``slot`` past ``slot_factor`` x the lowest since the queue was
+        last on time, which it may lower (on time: it is the lowest; None: no slot to weigh)."""
+        if slot is None:
+            return False
+        best = self.best_slot
+        self.best_slot = best = slot if best is None or not behind else min(best, slot)
+        return slot > self.slot_factor * best
+
+    def _pressure(self, cpu: float, rtt: float | None, lag: float, slot: float | None) -> tuple[bool, bool]:
         """(overloaded, saturated), as the strategy above defines them."""
+        full = slot is None and cpu >= self.cpu_busy  # no slot to tell whether visits queue: a guess
         best = self.best_rtt
         if rtt is None or best is None:  # no round trip to weigh: the lag and the CPU alone
-            return lag > self.lag_max, cpu >= self.cpu_busy or lag > self.lag_high
+            return lag > self.lag_max, full or lag > self.lag_high
         overloaded = lag > self.lag_max or rtt > self.overload_factor * best + 0.020
-        saturated = cpu >= self.cpu_busy or lag > self.lag_high or rtt > self.rtt_factor * best + 0.002
+        saturated = full or lag > self.lag_high or rtt > self.rtt_factor * best + 0.002
         return overloaded, saturated
-
-    def _plateaued(self, grew: tuple[int, float] | None, size: int, rate: float | None) -> bool:
-        """The last growth (``grew``: the size and visits/s before it) did not raise visits/s by ``gain_min``."""
-        return (grew is not None and rate is not None and size > grew[0]
-                and rate < grew[1] * (1 + self.gain_min))
 
     def _cap(self, size: int) -> None:
         """Remember ``size`` as a ceiling for ``memory_steps`` decisions."""
         self.ceiling, self._ceiling_left = size, self.memory_steps
 
-    def _grow(self, size: int, rate: float | None) -> tuple[int, str]:
+    def _grow(self, size: int) -> tuple[int, str]:
         """Behind with the pool busy: a quarter more, under any ceiling; ``size`` becomes a floor."""
         new, why = size + max(1, math.ceil(size * 0.25)), "behind"
         self.floor, self._floor_left = size, self.memory_steps
@@ -247,8 +271,6 @@ class Autoscaler:
             new = min(new, self.ceiling - 1)
             if new <= size:
                 new, why = size, "hold: under a ceiling"
-        if new > size and rate is not None:
-            self._grew = (size, rate)
         return new, why
 
     def _shrink(self, size: int) -> tuple[int, str]:
@@ -260,7 +282,7 @@ class Autoscaler:
 
     def _age(self, why: str) -> None:
         """One decision older: ceilings and floors not renewed by it are forgotten after ``memory_steps``."""
-        if self._ceiling_left > 0 and why not in ("overloaded", "plateau"):
+        if self._ceiling_left > 0 and why != "overloaded":
             self._ceiling_left -= 1
             if self._ceiling_left == 0:
                 self.ceiling = None
@@ -270,24 +292,23 @@ class Autoscaler:
                 self.floor = None
 
     def decide(self, size: int, busy: float, latency: float, cpu: float, rtt: float | None,
-               lag: float = 0.0, rate: float | None = None) -> tuple[int, str]:
-        """The next size and why, from one sample (pure but for the memories: ceiling, floor, last growth)."""
-        overloaded, saturated = self._pressure(cpu, rtt, lag)
+               lag: float = 0.0, slot: float | None = None) -> tuple[int, str]:
+        """The next size and why, from one sample (pure but for the memories: ceiling, floor, lowest
+        slot). ``slot``: seconds a visit held its runner, None when the interval had too few visits."""
+        overloaded, saturated = self._pressure(cpu, rtt, lag, slot)
         behind = latency > self.latency_target
-        grew, self._grew = self._grew, None
+        queued = self._queued(slot, behind)
         if overloaded:
             new, why = size - max(1, math.ceil(size * 0.2)), "overloaded"
             self._cap(size)
-        elif behind and self._plateaued(grew, size, rate):
-            assert grew is not None  # a plateau is after a growth
-            new, why = grew[0], "plateau"
-            self._cap(size)
-        elif behind and busy >= 0.9 * size and not saturated:
-            new, why = self._grow(size, rate)
+        elif behind and busy >= 0.9 * size and not saturated and not queued:
+            new, why = self._grow(size)
         elif busy < 0.5 * size and not behind:
             new, why = self._shrink(size)
+        elif behind:
+            new, why = size, "hold: saturated" if saturated else "hold: queued" if queued else "hold"
         else:
-            new, why = size, "hold: saturated" if behind else "hold"
+            new, why = size, "hold"
         self._age(why)
         return max(self.low, min(self.high, new)), why
 
@@ -295,21 +316,24 @@ class Autoscaler:
         """Weigh ``sample`` with this process's own measures (CPU, lag, round trip); the new size."""
         cpu = self._cpu_share()
         lag = self._lag()
+        visited = sample.visits - self._visits[1]
         rate = self._rate(sample.visits)
         rtt = self._rtt()
         latency = sample.latency
         if latency is None:  # Redis trouble: hold the size rather than guess
             return self.size
         busy = self._busy(sample.busy)
-        new, why = self.decide(sample.size, busy, latency, cpu, rtt, lag, rate)
+        slot = busy / rate if visited >= MIN_SLOT_VISITS and rate > 0 else None  # Little's law
+        new, why = self.decide(sample.size, busy, latency, cpu, rtt, lag, slot)
+        slot_ms = None if slot is None else round(slot * 1000, 1)
         if new != self.size:
             log.info("pool_resized", size=new, was=self.size, why=why, latency_s=latency,
                      visits_per_s=round(rate, 1), cpu=round(cpu, 2), lag_ms=round(lag * 1000, 1),
-                     rtt_ms=None if rtt is None else round(rtt * 1000, 2))
+                     rtt_ms=None if rtt is None else round(rtt * 1000, 2), slot_ms=slot_ms)
         self.history.append({"t": round(time.monotonic() - self._t0, 1), "size": new, "was": self.size, "why": why,
                              "busy": round(busy, 1), "latency_s": latency, "visits_per_s": round(rate, 1),
                              "cpu": round(cpu, 2), "lag_ms": round(lag * 1000, 1),
-                             "rtt_ms": None if rtt is None else round(rtt * 1000, 3)})
+                             "rtt_ms": None if rtt is None else round(rtt * 1000, 3), "slot_ms": slot_ms})
         del self.history[:-1000]
         self.size = new
         return new
