@@ -185,11 +185,14 @@ def fraction(v: str) -> float:
     return x
 
 
-def processes(v: str) -> int | str:
-    """``auto`` or a whole number of worker processes from 1 to 256."""
-    if v.strip().lower() == "auto":
-        return "auto"
-    return bounded_int(1, 256)(v)
+def auto_or(lo: int, hi: int) -> Callable[[str], int | str]:
+    """A parser of ``auto`` (any case) or a whole number from ``lo`` to ``hi``."""
+    number = bounded_int(lo, hi)
+    return lambda v: "auto" if v.strip().lower() == "auto" else number(v)
+
+
+pool_size = auto_or(1, 10_000)  # visits at a time
+processes = auto_or(1, 256)  # worker processes
 
 
 def on_off(v: str) -> bool:

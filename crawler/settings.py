@@ -205,8 +205,11 @@ class Settings(SourceSettings, RedisSettings):
 
     # --- Worker (§7) --------------------------------------------------------
     # Visits at a time (greenlets); most of a visit is waiting on the network, and a visit's
-    # recording and completion share their round trips with the others' (docs/operations.md).
-    concurrency: int = p.setting("PEERCRAWL_CONCURRENCY", 100, p.bounded_int(1, 10_000), "pool size")
+    # recording and completion share their round trips with the others' (docs/operations.md). auto:
+    # the pool grows while visits do not queue for the process (workers.autoscale), from 8 runners
+    # on loopback to what trackers 50-300 ms away need.
+    concurrency: int | str = p.setting(
+        "PEERCRAWL_CONCURRENCY", "auto", p.pool_size, "pool size, or `auto`: grown until visits queue")
     # Bounds of --concurrency auto (workers.autoscale); the worker's Redis
     # connection pool is sized for the max.
     concurrency_min: int = p.setting(

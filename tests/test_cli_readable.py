@@ -144,3 +144,13 @@ def test_reshard_export_secret_and_flush_speak_in_sentences(test_env, tmp_path):
     for text in (exported.stdout, run(test_env, "secret").stdout, run(test_env, "flush").stdout):
         readable(text)
         assert text.strip() and "Traceback" not in text
+
+
+def test_a_pool_size_out_of_bounds_is_one_line_naming_the_option_or_the_setting(test_env):
+    for args, env, names in ((["--concurrency", "0"], {}, "--concurrency"),
+                             (["--concurrency", "many"], {}, "--concurrency"),
+                             ([], {"PEERCRAWL_CONCURRENCY": "20000"}, "PEERCRAWL_CONCURRENCY")):
+        p = run(dict(test_env, **env), "worker", "--until-idle", *args, timeout=60)
+        lines = [x for x in p.stderr.splitlines() if x.strip()]
+        assert p.returncode != 0 and "Traceback" not in p.stderr, p.stderr
+        assert any(names in x and "1 to 10000" in x for x in lines), p.stderr

@@ -40,6 +40,12 @@ def test_parsing():
     assert v6 == (TrackerSpec("udp://[2001:db8::1]:6969/announce", 80),)
 
 
+def test_the_pool_is_auto_unless_a_size_is_given():
+    assert Settings().concurrency == "auto" and Settings.from_env({"PEERCRAWL_CONCURRENCY": " AUTO "}).concurrency == "auto"
+    assert Settings.from_env({"PEERCRAWL_CONCURRENCY": "10000"}).concurrency == 10_000
+    assert Settings.from_env({"PEERCRAWL_PROCESSES": "Auto"}).processes == "auto"
+
+
 @pytest.mark.parametrize("spelling", ["0", "0.00", "0e0", "-0", "+0.0", " 0 ", "0E-5"])
 @pytest.mark.parametrize("name, field", [
     ("PEERCRAWL_REVISIT_SECONDS", "revisit_seconds"),
@@ -74,6 +80,9 @@ def test_nonnegative_settings_take_any_spelling_of_zero(spelling, name, field):
     ("PEERCRAWL_DHT_UPLOAD_RATE_LIMIT", "500000", "from 1024 to 420000"),
     ("STATHAT_URL", "api.stathat.com", "http"),
     ("PEERCRAWL_SECRET", "short", "16 characters"),
+    ("PEERCRAWL_CONCURRENCY", "10001", "from 1 to 10000"),
+    ("PEERCRAWL_CONCURRENCY", "automatic", "from 1 to 10000"),
+    ("PEERCRAWL_PROCESSES", "0", "from 1 to 256"),
 ])
 def test_bad_values_name_the_variable(name, value, says):
     with pytest.raises(SettingsError) as e:

@@ -10,8 +10,6 @@ connects, and no connection of it exists before the patch.
 
 from __future__ import annotations
 
-from typing import Literal
-
 import click
 
 
@@ -21,19 +19,22 @@ def _patch() -> None:
     patch()
 
 
-def _concurrency(value: str | None) -> int | None | Literal["auto"]:
-    """None: the settings' fixed size; "auto"; or a positive int. Raises BadParameter."""
+def _concurrency(value: str | None) -> int | str | None:
+    """None: the settings' size; "auto"; or 1 to 10,000. Raises BadParameter."""
+    from crawler.envparse import pool_size
+
     if value is None:
         return None
-    if value.lower() == "auto":
-        return "auto"
     try:
-        n = int(value)
-    except ValueError:
-        raise click.BadParameter("expected a whole number or auto", param_hint="--concurrency") from None
-    if not 1 <= n <= 10_000:
-        raise click.BadParameter("expected 1 to 10000 or auto", param_hint="--concurrency")
-    return n
+        return pool_size(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--concurrency") from None
+
+
+def _pool_size(c: int | str | None, settings) -> int | None:
+    """The pool's fixed size from ``--concurrency`` (``c``, None: not given) or the settings; None: auto."""
+    chosen = settings.concurrency if c is None else c
+    return None if chosen == "auto" else int(chosen)
 
 
 def _client(ctx, size: int | None):
@@ -51,8 +52,8 @@ def _options(f):
     f = click.option("--max-visits", type=click.IntRange(min=1), metavar="N",
                      help="Stop after claiming N torrents; running visits finish.")(f)
     f = click.option("--concurrency", metavar="N|auto",
-                     help="Visits at a time (default PEERCRAWL_CONCURRENCY), or auto to adapt the pool "
-                          "between PEERCRAWL_CONCURRENCY_MIN and _MAX.")(f)
+                     help="Visits at a time, or auto (the default, PEERCRAWL_CONCURRENCY) to grow the "
+                          "pool between PEERCRAWL_CONCURRENCY_MIN and _MAX until visits queue.")(f)
     return f
 
 
@@ -123,7 +124,7 @@ def worker(concurrency, max_visits, until_idle, duration, processes) -> None:
     # Imported after logging is configured: logs.get binds at import time.
     from workers.process import Process, tune_gc
 
-    size = None if c == "auto" else (c or ctx.settings.concurrency)
+    size = _pool_size(c, ctx.settings)
     proc = Process(ctx.settings, _client(ctx, size), ctx.keys, concurrency=size, max_visits=max_visits,
                    until_idle=until_idle, duration=duration)
     tune_gc()
@@ -161,7 +162,7 @@ def run(items, concurrency, max_visits, until_idle, duration, dashboard_host, da
     from workers.process import Process, tune_gc
 
     bad = add_items(ctx, items)
-    size = None if c == "auto" else (c or ctx.settings.concurrency)
+    size = _pool_size(c, ctx.settings)
     progress = Progress(ctx.client, ctx.keys, live=sys.stderr.isatty())
     server = None if no_dashboard else _dashboard(ctx, dashboard_host, dashboard_port)
     proc = Process(ctx.settings, _client(ctx, size), ctx.keys, concurrency=size, max_visits=max_visits,

@@ -55,7 +55,9 @@ def queue_report(queue: Queue, now: float) -> dict:
                                  report["tracked"] - report.get("quarantined", 0), queue.settings.revisit_seconds)
     report["discovery"] = discovery_report(c, k, queue.settings, now)
     report["costs"] = costs_report(c, k, queue.settings.top_trackers, now, report["visits_last_hour"])
-    report.update(capacity_report(report, workers, queue.settings.revisit_seconds, queue.settings.concurrency))
+    size = queue.settings.concurrency  # auto: the pool may grow to its bound
+    size = queue.settings.concurrency_max if size == "auto" else size
+    report.update(capacity_report(report, workers, queue.settings.revisit_seconds, int(size)))
     return report
 
 
