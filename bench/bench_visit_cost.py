@@ -138,6 +138,7 @@ from tests.opentracker import OpenTracker
 
 SWARM = 50
 SUBNETS = 10  # 127.10.0.0/16 to 127.19.0.0/16
+ADDRESSES = SUBNETS * 256 * 250  # ``address(k)`` for k below this: 250 hosts in each /24 of the ten /16s
 PLACES = {
     "127.10.0.0/16": ("Germany", "Berlin", "10115"),
     "127.11.0.0/16": ("Germany", "München", "80331"),
@@ -567,6 +568,13 @@ def main() -> None:
     if a.profile:
         a.profile.mkdir(parents=True, exist_ok=True)
     n = 300 if a.quick else a.torrents
+    if n < 1 or a.overlap < 1:
+        ap.error("--torrents and --overlap must be at least 1")
+    needed = max(SWARM, n * SWARM // a.overlap) + n  # swarms.populate's, then one more a swarm (churned)
+    if needed > ADDRESSES:
+        most = ADDRESSES * a.overlap // (SWARM + a.overlap)
+        ap.error(f"--torrents {n} with --overlap {a.overlap} needs {needed:,} peer addresses; "
+                 f"the loopback world has {ADDRESSES:,} (at most about {most:,} torrents)")
     t_start = time.monotonic()
     code = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=7"], cwd=a.code, capture_output=True,
                           text=True)
