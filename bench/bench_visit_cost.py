@@ -570,7 +570,7 @@ def main() -> None:
     n = 300 if a.quick else a.torrents
     if n < 1 or a.overlap < 1:
         ap.error("--torrents and --overlap must be at least 1")
-    needed = max(SWARM, n * SWARM // a.overlap) + n  # swarms.populate's, then one more a swarm (churned)
+    needed = swarms.addresses_for(n, a.overlap, SWARM) + n  # then one more a swarm (churned)
     if needed > ADDRESSES:
         most = ADDRESSES * a.overlap // (SWARM + a.overlap)
         ap.error(f"--torrents {n} with --overlap {a.overlap} needs {needed:,} peer addresses; "

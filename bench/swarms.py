@@ -16,11 +16,16 @@ def hashes_for(tag: str, n: int) -> list[str]:
     return [hashlib.sha1(f"{tag}-{i}".encode()).hexdigest() for i in range(n)]
 
 
+def addresses_for(torrents: int, overlap: int, swarm: int) -> int:
+    """How many peer addresses ``populate`` gives ``torrents`` swarms of ``swarm`` (no ``limit``)."""
+    return max(swarm, torrents * swarm // max(overlap, 1))
+
+
 def populate(ot, hashes: list[str], overlap: int, address: Callable[[int], str], swarm: int,
              limit: int | None = None) -> int:
     """Give every torrent ``swarm`` distinct peers, the ``k``-th at ``address(k)``, each address in
     ``overlap`` swarms (at most ``limit`` addresses); returns how many addresses there are."""
-    n_addr = max(swarm, len(hashes) * swarm // max(overlap, 1))
+    n_addr = addresses_for(len(hashes), overlap, swarm)
     if limit is not None:
         n_addr = min(limit, n_addr)
     swarms: dict[int, list[str]] = {}

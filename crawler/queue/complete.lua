@@ -73,14 +73,14 @@
 --! include notes_write  (notes_bad, write_notes)
 
 local h = ARGV[1]
-local mult, threshold = tonumber(ARGV[3]), tonumber(ARGV[4])
+local mult, threshold, kept = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[13])
 local function number(v)  -- a number ZADD takes (tonumber accepts NaN, ZADD does not)
   local x = tonumber(v)
   return x ~= nil and x == x
 end
 if not (mult and threshold and number(ARGV[5]) and number(ARGV[6]) and tonumber(ARGV[7])
-    and tonumber(ARGV[10]) and tonumber(ARGV[11]) and tonumber(ARGV[13]))
-    or tonumber(ARGV[13]) < 0 or tonumber(ARGV[13]) > 10000 or tonumber(ARGV[13]) % 1 ~= 0
+    and tonumber(ARGV[10]) and tonumber(ARGV[11]) and kept)
+    or kept < 0 or kept > 10000 or kept % 1 ~= 0
     or (ARGV[8] ~= '' and not tonumber(ARGV[8])) or (ARGV[9] ~= '' and not tonumber(ARGV[9]))
     or not ARGV[14] or (ARGV[14] ~= '' and not string.match(ARGV[14], '^rt:%d+:%d+$'))
     or not number(ARGV[15]) or not number(ARGV[16]) or not number(ARGV[17])
@@ -103,7 +103,6 @@ if not score or not visits
     or not tonumber(redis.call('HGET', KEYS[9], ARGV[11]) or '0') then
   return redis.error_reply('complete.lua: a stored score or count of ' .. h .. ' is not a number')
 end
-local kept = tonumber(ARGV[13])
 local hist = kept > 0 and (redis.call('GET', KEYS[11]) or '') or ''
 if #hist % 20 ~= 0 then hist = '' end  -- not a history this script wrote: start again
 local now = tonumber(ARGV[5])
