@@ -290,6 +290,12 @@ class Settings(SourceSettings, RedisSettings):
         return "Settings(" + ", ".join(f"{name}={_shown_value(var, getattr(self, name))}"
                                        for name, var in declarations()) + ")"
 
+    def pool_size(self, given: int | str | None = None) -> int | None:
+        """The pool's fixed size: ``given`` (``--concurrency``; None: not given), else
+        ``concurrency``; None when it is ``auto`` (``workers.autoscale`` sizes it)."""
+        chosen = self.concurrency if given is None else given
+        return None if chosen == "auto" else int(chosen)
+
     def replace(self, **changes) -> "Settings":
         """A copy with ``changes`` (command-line flags, tests), cross-checked again."""
         s = dataclasses.replace(self, **changes)

@@ -236,12 +236,12 @@ class Autoscaler:
         self._raw = None
 
     # --- the decision -----------------------------------------------------------
-    def _rate(self, visits: int) -> float:
-        """Visits per second since the last step, from the worker's visit count."""
+    def _rate(self, visits: int) -> tuple[float, int]:
+        """Visits per second since the last step, and how many, from the worker's visit count."""
         now = time.monotonic()
         t0, v0 = self._visits
         self._visits = (now, visits)
-        return (visits - v0) / max(now - t0, 1e-6)
+        return (visits - v0) / max(now - t0, 1e-6), visits - v0
 
     def _queued(self, slot: float | None, behind: bool) -> bool:
         """Visits wait for the process: ``slot`` past ``slot_factor`` x the lowest since the queue was
@@ -319,8 +319,7 @@ class Autoscaler:
         """Weigh ``sample`` with this process's own measures (CPU, lag, round trip); the new size."""
         cpu = self._cpu_share()
         lag = self._lag()
-        visited = sample.visits - self._visits[1]
-        rate = self._rate(sample.visits)
+        rate, visited = self._rate(sample.visits)
         rtt = self._rtt()
         latency = sample.latency
         if latency is None:  # Redis trouble: hold the size rather than guess

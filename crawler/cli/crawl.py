@@ -19,22 +19,15 @@ def _patch() -> None:
     patch()
 
 
-def _concurrency(value: str | None) -> int | str | None:
-    """None: the settings' size; "auto"; or 1 to 10,000. Raises BadParameter."""
-    from crawler.envparse import pool_size
-
+def _auto_or(value: str | None, parse, option: str) -> int | str | None:
+    """``value`` of ``option`` through ``parse`` (``crawler.envparse.auto_or``'s): "auto" or a
+    bounded number; None when not given. Raises BadParameter."""
     if value is None:
         return None
     try:
-        return pool_size(value)
+        return parse(value)
     except ValueError as e:
-        raise click.BadParameter(str(e), param_hint="--concurrency") from None
-
-
-def _pool_size(c: int | str | None, settings) -> int | None:
-    """The pool's fixed size from ``--concurrency`` (``c``, None: not given) or the settings; None: auto."""
-    chosen = settings.concurrency if c is None else c
-    return None if chosen == "auto" else int(chosen)
+        raise click.BadParameter(str(e), param_hint=option) from None
 
 
 def _client(ctx, size: int | None):
@@ -55,18 +48,6 @@ def _options(f):
                      help="Visits at a time, or auto (the default, PEERCRAWL_CONCURRENCY) to grow the "
                           "pool between PEERCRAWL_CONCURRENCY_MIN and _MAX until visits queue.")(f)
     return f
-
-
-def _processes(value: str | None) -> int | str | None:
-    """None: the settings' value; "auto"; or 1 to 256. Raises BadParameter."""
-    from crawler.envparse import processes
-
-    if value is None:
-        return None
-    try:
-        return processes(value)
-    except ValueError as e:
-        raise click.BadParameter(str(e), param_hint="--processes") from None
 
 
 def _supervise(ctx, n: int, concurrency, max_visits, until_idle, duration) -> int:
@@ -107,8 +88,10 @@ def worker(concurrency, max_visits, until_idle, duration, processes) -> None:
     wants this torrent's metadata, and that it runs libtorrent
     (docs/metadata.md).
     """
-    c = _concurrency(concurrency)
-    n = _processes(processes)
+    from crawler import envparse
+
+    c = _auto_or(concurrency, envparse.pool_size, "--concurrency")
+    n = _auto_or(processes, envparse.processes, "--processes")
     _patch()
     from crawler.cli.context import open_context
 
@@ -124,7 +107,7 @@ def worker(concurrency, max_visits, until_idle, duration, processes) -> None:
     # Imported after logging is configured: logs.get binds at import time.
     from workers.process import Process, tune_gc
 
-    size = _pool_size(c, ctx.settings)
+    size = ctx.settings.pool_size(c)
     proc = Process(ctx.settings, _client(ctx, size), ctx.keys, concurrency=size, max_visits=max_visits,
                    until_idle=until_idle, duration=duration)
     tune_gc()
@@ -147,7 +130,9 @@ def run(items, concurrency, max_visits, until_idle, duration, dashboard_host, da
     embedded Redis when REDIS_URL is unset). On a terminal it shows live
     progress: visits, peers found and countries so far.
     """
-    c = _concurrency(concurrency)
+    from crawler import envparse
+
+    c = _auto_or(concurrency, envparse.pool_size, "--concurrency")
     _patch()
     import sys
 
@@ -162,7 +147,7 @@ def run(items, concurrency, max_visits, until_idle, duration, dashboard_host, da
     from workers.process import Process, tune_gc
 
     bad = add_items(ctx, items)
-    size = _pool_size(c, ctx.settings)
+    size = ctx.settings.pool_size(c)
     progress = Progress(ctx.client, ctx.keys, live=sys.stderr.isatty())
     server = None if no_dashboard else _dashboard(ctx, dashboard_host, dashboard_port)
     proc = Process(ctx.settings, _client(ctx, size), ctx.keys, concurrency=size, max_visits=max_visits,

@@ -55,9 +55,8 @@ def queue_report(queue: Queue, now: float) -> dict:
                                  report["tracked"] - report.get("quarantined", 0), queue.settings.revisit_seconds)
     report["discovery"] = discovery_report(c, k, queue.settings, now)
     report["costs"] = costs_report(c, k, queue.settings.top_trackers, now, report["visits_last_hour"])
-    size = queue.settings.concurrency  # auto: the pool may grow to its bound
-    size = queue.settings.concurrency_max if size == "auto" else size
-    report.update(capacity_report(report, workers, queue.settings.revisit_seconds, int(size)))
+    size = queue.settings.pool_size() or queue.settings.concurrency_max  # auto: it may grow to its bound
+    report.update(capacity_report(report, workers, queue.settings.revisit_seconds, size))
     return report
 
 
