@@ -187,7 +187,7 @@ for v = 1, #visits do
     left = left - 1
     local rb, tb, gb, pno, k
     local oldest, ptime = now, nil
-    local part = tpart
+    local part, pat, pv = tpart, nil, nil
     if mixed then  -- this IP's form: 0 whole, 1 torrent part
       local form = byte(p, o)
       if form == 1 then
@@ -204,7 +204,7 @@ for v = 1, #visits do
       if kk then
         rb, tb, gb, pno, k = r1 * 256 + r2, t1 * 256 + t2, 1, p1 * 256 + p2, kk
         local po = ((o1 * 256 + o2) * 256 + o3) * 256 + o4
-        if k > 1 and po < oldest then oldest = po end
+        if k > 1 and po < oldest then oldest, pat, pv = po, o + 4, po end  -- pat: where its 4 bytes are
         -- mixed: the place marks must still be fresh (else they would count: a whole record)
         if mixed and k > 1 and po <= cutoff then k = nil end
       end
@@ -231,32 +231,60 @@ for v = 1, #visits do
       o = o + 8
     end
     local pc
-    for i = 1, k do
-      local f = sub(p, o, o + 7)
-      o = o + 8
-      -- odd slots are the torrent's metrics (bucket tb), even ones the place's (gb)
-      local j = step * i - step + 1
-      local b = tb
-      if j % 2 == 0 then b = gb end
-      local t
-      if not fresh or j % 2 == 0 then
-        t = check_mark(vals, dirty, adds, b, f, stamp, cutoff)
+    if part and fresh then
+      -- a torrent part of a torrent never counted here: its k marks are all the torrent's, all new
+      -- (added to bucket tb without a search) and all count; the loop below, written out
+      local a = adds[tb]
+      local n = 0
+      if a then
+        n = #a
       else
-        add_record(adds, b, f, stamp)
+        a = {}
+        adds[tb] = a
       end
-      if j % 2 == 0 and (t or now) < (ptime or now + 1) then ptime = t or now end
-      if t then
-        if t < oldest then oldest = t end
-      else
-        if j == 1 then
-          t_users = t_users + 1
-        else
-          pc = pc or counted[pno]
-          if not pc then
-            pc = {0, 0, 0, 0, 0, 0, 0}
-            counted[pno] = pc
-          end
+      for _ = 1, k do
+        a[n + 1], a[n + 2] = sub(p, o, o + 7), stamp
+        n, o = n + 2, o + 8
+      end
+      t_users = t_users + 1
+      if k > 1 then
+        pc = counted[pno]
+        if not pc then
+          pc = {0, 0, 0, 0, 0, 0, 0}
+          counted[pno] = pc
+        end
+        for j = 3, 2 * k - 1, 2 do
           pc[j] = pc[j] + 1
+        end
+      end
+    else
+      for i = 1, k do
+        local f = sub(p, o, o + 7)
+        o = o + 8
+        -- odd slots are the torrent's metrics (bucket tb), even ones the place's (gb)
+        local j = step * i - step + 1
+        local b = tb
+        if j % 2 == 0 then b = gb end
+        local t
+        if not fresh or j % 2 == 0 then
+          t = check_mark(vals, dirty, adds, b, f, stamp, cutoff)
+        else
+          add_record(adds, b, f, stamp)
+        end
+        if j % 2 == 0 and (t or now) < (ptime or now + 1) then ptime = t or now end
+        if t then
+          if t < oldest then oldest = t end
+        else
+          if j == 1 then
+            t_users = t_users + 1
+          else
+            pc = pc or counted[pno]
+            if not pc then
+              pc = {0, 0, 0, 0, 0, 0, 0}
+              counted[pno] = pc
+            end
+            pc[j] = pc[j] + 1
+          end
         end
       end
     end
@@ -265,7 +293,11 @@ for v = 1, #visits do
     if gf then
       -- the group record, missing or stale (or in a roster the swarm has left): now the oldest
       -- of the k marks, in the torrent's roster. A torrent never counted has no record there.
-      local at = oldest == now and stamp or u32(oldest)
+      local at = stamp
+      if oldest ~= now then
+        -- a torrent part whose place time is the oldest carries its bytes (no u32 to build)
+        at = oldest == pv and sub(p, pat, pat + 3) or u32(oldest)
+      end
       if fresh then
         add_record(adds, rb, gf, at)
       else
