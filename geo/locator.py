@@ -40,7 +40,7 @@ import maxminddb
 
 from crawler import logs
 from crawler.errors import GeoError
-from geo.name_bound import NameTooLong, escaped_bytes, fits
+from geo.name_bound import MAX_NAME_BYTES, NameTooLong, escaped_bytes, fits
 from geo.network_places import NetworkPlaces
 
 log = logs.get("geo")
@@ -118,6 +118,12 @@ class Locator:
             )
         self.built = _dt.datetime.fromtimestamp(meta.build_epoch, _dt.UTC)
         self.ip_version = meta.ip_version
+        # What decides the place of every address: the database (its metadata, size and modification
+        # time; reading all of it would cost a start ~0.1 s) and the bound on names. A swarm record
+        # keyed by its peers' addresses alone carries it (crawler.counters.swarm_record).
+        st = self.path.stat()
+        self.identity = "\0".join(map(str, (meta.database_type, meta.build_epoch, meta.node_count, meta.ip_version,
+                                            meta.record_size, st.st_size, st.st_mtime_ns, MAX_NAME_BYTES))).encode()
         if self.bundled:
             log.warning(
                 "geoip_bundled_database",

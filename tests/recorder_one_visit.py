@@ -31,4 +31,4 @@ def probe(rec: Recorder, info_hash: str, located: Iterable[tuple[bytes, object]]
     """
     h = info_hash_hex(info_hash)
     part = rec._probe_calls(h, rec.fingerprints.torrent(h), rec.met_ips.located(located))
-    return "" if part is None else rec._probe_many(int(now), [part], rec.lookups.first())[0].decode()
+    return "" if part is None else rec._probe_many(int(now), [part], rec.swarms.lookups.first())[0].decode()

@@ -12,12 +12,16 @@ import ipaddress
 
 import pytest
 import redis
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 import geo
 from crawler.counters import Recorder
+from crawler.counters.ip_forms import packed_ips
 from crawler.counters.marks import parse_bucket
 from crawler.counters.names import info_hash_hex
-from crawler.counters.swarm_record import Lookups, swarm_of
+from crawler.counters.swarm_record import Lookups, swarm_of_ips
 from crawler.keys import Keys
 from crawler.store.scripts import register
 from geo import Place
@@ -36,9 +40,9 @@ def locator(tmp_path):
 
 def record_of(rec: Recorder, client, h: str, ips: list[str]) -> int | None:
     """The time of the swarm record of a visit of ``ips`` on ``h`` (in shard 0), None: none."""
-    met = rec.met_ips.visit(ips)
     t_fp = rec.fingerprints.torrent(info_hash_hex(h))
-    bucket, field = swarm_of(rec.fingerprints, t_fp, met, rec.fingerprints.buckets)
+    bucket, field = swarm_of_ips(rec.fingerprints, t_fp, packed_ips(ips), rec.fingerprints.buckets,
+                                 rec.locator.identity)
     raw = client.get(rec._home(h).bucket(bucket)) or b""
     return dict(parse_bucket(raw)).get(field)
 
@@ -49,15 +53,15 @@ def test_a_revisit_of_the_same_swarm_ends_at_its_record(client, keys, settings, 
     # the first visit's IPs all went to one record call: it wrote the record, at the visit's time
     assert record_of(rec, client, H, [A, B, C]) == T0
     assert rec.record_visit(H, [C, A, B], T0 + 60) == 0  # the order of the peers does not matter
-    assert rec.swarms_known == 1
+    assert rec.swarms.known == 1
     # a peer more or less is another swarm: probed, and the new peer counts
     assert rec.record_visit(H, [A, B], T0 + 120) == 0
     assert rec.record_visit(H, [A, B, C, "2.2.2.3"], T0 + 180) == 1
-    assert rec.swarms_known == 1
+    assert rec.swarms.known == 1
     # the probe that found every IP of [A, B] fresh wrote that swarm's record, at its oldest record
     assert record_of(rec, client, H, [A, B]) == T0
     assert rec.record_visit(H, [B, A], T0 + 240) == 0
-    assert rec.swarms_known == 2
+    assert rec.swarms.known == 2
 
 
 def test_the_record_lasts_as_long_as_the_oldest_mark_of_its_peers(client, keys, settings, locator):
@@ -70,16 +74,16 @@ def test_the_record_lasts_as_long_as_the_oldest_mark_of_its_peers(client, keys, 
     assert rec.record_visit(H, [A, B], T0 + 20 * DAY + 60) == 0
     assert record_of(rec, client, H, [A, B]) == T0
     assert rec.record_visit(H, [A, B], T0 + 30 * DAY - 1) == 0
-    assert rec.swarms_known == 1
+    assert rec.swarms.known == 1
     # once A's marks are a window old (30 days), the record is too: A counts again, B does not
     assert rec.record_visit(H, [A, B], T0 + 30 * DAY) == 1
-    assert rec.swarms_known == 1
+    assert rec.swarms.known == 1
     # that visit's probe found A stale, so no call saw both: the record is the stale one
     assert record_of(rec, client, H, [A, B]) == T0
     assert rec.record_visit(H, [A, B], T0 + 30 * DAY + 1) == 0
     assert record_of(rec, client, H, [A, B]) == T0 + 20 * DAY  # renewed: B's marks are now the oldest
     assert rec.record_visit(H, [A, B], T0 + 30 * DAY + 2) == 0
-    assert rec.swarms_known == 2
+    assert rec.swarms.known == 2
 
 
 def test_a_peer_placed_elsewhere_is_another_swarm(client, keys, settings, locator):
@@ -90,9 +94,9 @@ def test_a_peer_placed_elsewhere_is_another_swarm(client, keys, settings, locato
     berlin, paris = Place("Germany", "Berlin", "10115"), Place("France", "Paris", "75001")
     assert rec.record_places_many([(H, [(ip, berlin)])], T0, [False]) == [1]
     assert rec.record_places_many([(H, [(ip, berlin)])], T0 + 60) == [0]
-    assert rec.swarms_known == 1
+    assert rec.swarms.known == 1
     assert rec.record_places_many([(H, [(ip, paris)])], T0 + 120) == [0]  # the torrent's mark is fresh
-    assert rec.swarms_known == 1
+    assert rec.swarms.known == 1
     france = client.zscore(keys.index("all", ("countries",)), "France")
     assert france == 1  # but France counts the peer
 
@@ -103,10 +107,10 @@ def test_a_visit_split_over_record_calls_writes_no_record_until_its_probe(client
     assert rec.record_visit(H, ips, T0, probe=False) == 5
     assert record_of(rec, client, H, ips) is None
     assert rec.record_visit(H, ips, T0 + 60) == 0
-    assert rec.swarms_known == 0
+    assert rec.swarms.known == 0
     assert record_of(rec, client, H, ips) == T0
     assert rec.record_visit(H, ips, T0 + 120) == 0
-    assert rec.swarms_known == 1
+    assert rec.swarms.known == 1
 
 
 def test_several_counter_shards_write_the_record_at_the_probe(client, namespace, settings, locator):
@@ -114,9 +118,9 @@ def test_several_counter_shards_write_the_record_at_the_probe(client, namespace,
     rec = Recorder(client, keys, settings, locator)
     assert rec.record_visit(H, [A, B, C], T0, probe=False) == 3
     assert rec.record_visit(H, [A, B, C], T0 + 60) == 0
-    assert rec.swarms_known == 0
+    assert rec.swarms.known == 0
     assert rec.record_visit(H, [A, B, C], T0 + 120) == 0
-    assert rec.swarms_known == 1
+    assert rec.swarms.known == 1
     assert rec.record_visit(H, [A, B, C], T0 + 30 * DAY) == 3
 
 
@@ -153,10 +157,10 @@ def test_a_first_visit_dates_its_record_by_the_peers_older_place_marks(client, k
     germany = keys.index("all", ("countries",))
     assert client.zscore(germany, "Germany") == 1
     assert rec.record_visit(H, [A], T0 + 30 * DAY - 1) == 0
-    assert rec.swarms_known == 1
+    assert rec.swarms.known == 1
     # the place marks expire with the window: Germany counts the peer again through this torrent
     assert rec.record_visit(H, [A], T0 + 30 * DAY) == 0
-    assert rec.swarms_known == 1
+    assert rec.swarms.known == 1
     assert client.zscore(germany, "Germany") == 2
 
 
@@ -185,23 +189,23 @@ def test_where_few_records_are_found_they_travel_with_the_probes(client, keys, s
 
     rec._send = counted
     assert rec.record_visit(H, [A, B, C], T0, probe=False) == 3
-    rec.lookups.saw(0, 10)  # lately, no probed visit found its record
+    rec.swarms.lookups.saw(0, 10)  # lately, no probed visit found its record
     sent.clear()
     assert rec.record_visit(H, [A, B, C], T0 + 60) == 0
-    assert rec.swarms_known == 1 and sent == [1]  # one call, the probe, which the record answered
+    assert rec.swarms.known == 1 and sent == [1]  # one call, the probe, which the record answered
     # a swarm that changed: still the probe alone, and the new peer counts
     sent.clear()
     assert rec.record_visit(H, [A, B, C, "2.2.2.3"], T0 + 90) == 1
     assert sent == [1, 1]  # the probe, then the record call
     # records found again: after a few, they are asked for first again, one call a visit
     hits = 0
-    while not rec.lookups.first():
+    while not rec.swarms.lookups.first():
         assert rec.record_visit(H, [A, B, C], T0 + 120 + hits) == 0
         hits += 1
         assert hits < 10
     sent.clear()
     assert rec.record_visit(H, [C, B, A], T0 + 200) == 0
-    assert sent == [1] and rec.swarms_known == 2 + hits
+    assert sent == [1] and rec.swarms.known == 2 + hits
 
 
 def test_a_batch_counts_its_records_answers_once_where_it_asked_for_them(client, keys, settings, locator):
@@ -209,7 +213,90 @@ def test_a_batch_counts_its_records_answers_once_where_it_asked_for_them(client,
     counts those answers once: its probes, which carry the records too, add nothing to the figure."""
     rec = Recorder(client, keys, settings, locator)
     assert rec.record_visit(H, [A, B], T0, probe=False) == 2
-    assert rec.lookups.first() and rec.lookups.asked == 0
+    assert rec.swarms.lookups.first() and rec.swarms.lookups.asked == 0
     # the swarm gained a peer: its record is not found, and the visit goes on to its probe
     assert rec.record_visit(H, [A, B, C], T0 + 60) == 1
-    assert (rec.lookups.found, rec.lookups.asked) == (0, 1) and not rec.lookups.first()
+    assert (rec.swarms.lookups.found, rec.swarms.lookups.asked) == (0, 1) and not rec.swarms.lookups.first()
+
+
+def test_a_revisit_by_another_process_is_settled_before_any_peer_is_met(client, keys, settings, locator):
+    """A record keyed by the IPs alone is asked for before they are located or fingerprinted: a new
+    process settles the revisit having met no peer."""
+    assert Recorder(client, keys, settings, locator).record_visit(H, [A, B, C, "::ffff:2.2.2.3"], T0, probe=False) == 4
+    rec = Recorder(client, keys, settings, locator)
+    # the same swarm, in another order and spelling
+    assert rec.record_visits([(H, [C, "2.2.2.3", B, A, "not an ip"])], T0 + 60) == [0]
+    assert rec.swarms.known == 1
+    assert rec.met_ips.texts == {}  # nobody met
+    # another swarm is met and probed as before
+    assert rec.record_visits([(H, [A, B])], T0 + 120) == [0]
+    assert rec.swarms.known == 1 and set(rec.met_ips.texts) == {A, B}
+
+
+def test_another_database_is_another_swarm(client, keys, settings, locator, tmp_path):
+    """The key carries the locator's identity: under a database that places the peer elsewhere the
+    record does not vouch for it, and its new place counts it."""
+    assert Recorder(client, keys, settings, locator).record_visit(H, [A], T0, probe=False) == 1
+    moved = geo.open_locator(write_city_db(tmp_path / "moved.mmdb", {"1.1.1.0/24": ("France", "Paris", "75001")}))
+    assert moved.identity != locator.identity
+    rec = Recorder(client, keys, settings, moved)
+    assert rec.record_visit(H, [A], T0 + 60) == 0  # the torrent's mark is fresh
+    assert rec.swarms.known == 0
+    assert client.zscore(keys.index("all", ("countries",)), "France") == 1
+    # the same database again is the same swarm
+    again = Recorder(client, keys, settings, locator)
+    assert again.record_visit(H, [A], T0 + 120) == 0 and again.swarms.known == 1
+
+
+def test_a_batch_that_met_a_read_error_writes_no_record(client, keys, settings, tmp_path):
+    """An IP read in error is recorded without a place: no record may vouch for its place marks."""
+    from tests.test_geo import damaged_networks, write_damaged_city_db
+
+    nets, bad_ips, bad_codes = damaged_networks(30)
+    damaged = geo.open_locator(write_damaged_city_db(tmp_path / "damaged.mmdb", nets, bad_codes))
+    ips = [f"127.1.0.{i + 1}" for i in range(30)]
+    rec = Recorder(client, keys, settings, damaged)
+    assert rec.record_visit(H, ips, T0, probe=False) == 30
+    assert damaged.read_errors > 0
+    assert record_of(rec, client, H, ips) is None
+    # the next visit probes again (and its read errors again write no record)
+    assert rec.record_visit(H, ips, T0 + 60) == 0
+    assert rec.swarms.known == 0 and record_of(rec, client, H, ips) is None
+
+
+def test_a_swarm_key_joins_no_two_lists_of_addresses_alike(locator):
+    """An IPv6 address among IPv4 ones gives each its length: a 16-byte address and a 4-byte one cannot
+    join as a 4-byte one and a 16-byte one do."""
+    from crawler.counters.marks import Fingerprinter
+
+    fps = Fingerprinter(b"k" * 32)
+    x, y = bytes(4), bytes(15) + b"\x01"
+    p, q = (x + y)[:16], (x + y)[16:]  # x + y == p + q, sorted either way
+    assert sorted([x, y]) == [x, y] and sorted([p, q]) == [p, q]
+    assert fps.swarm_ips(7, [x, y], locator.identity) != fps.swarm_ips(7, [p, q], locator.identity)
+    assert fps.swarm_ips(7, [x, y], locator.identity) == fps.swarm_ips(7, [y, x], locator.identity)
+    assert fps.swarm_ips(7, [x], locator.identity) != fps.swarm_ips(7, [x], locator.identity + b"!")
+
+
+_TEXTS = st.lists(st.one_of(st.ip_addresses().map(str), st.ip_addresses(v=4).map(lambda a: f"::ffff:{a}"),
+                            st.text(max_size=20)), max_size=300)
+
+
+@given(texts=_TEXTS)
+@hsettings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_the_key_read_before_meeting_is_the_key_written_after(texts, locator):
+    """The record asked for from the IP texts alone is the one written from the met IPs, however they
+    are spelt: else a revisit would never find it."""
+    from crawler.counters.marks import Fingerprinter
+    from crawler.counters.met_ips import MetIPs
+    from crawler.counters.swarm_record import Swarms
+
+    fps = Fingerprinter(b"k" * 32, buckets=1 << 18)
+    swarms = Swarms(fps, locator)
+    met = MetIPs(locator, fps).visit(texts)
+    asked = swarms.of_texts([(H, texts)], None)
+    if not met:
+        assert asked == []
+        return
+    [(position, h, swarm)] = asked
+    assert (position, h) == (0, H) and swarm == swarms.of_ips(fps.torrent(H), met)

@@ -104,3 +104,22 @@ def test_normalize_ip_fast_path_accepts_exactly_what_ipaddress_accepts(text):
         pass
     if fast is not None:  # what inet_pton takes is canonical dotted text
         assert str(ipaddress.IPv4Address(fast)) == text
+
+
+_IP_TEXT = st.one_of(
+    st.lists(_OCTETS, min_size=1, max_size=6).map(".".join),
+    st.ip_addresses().map(str),
+    st.ip_addresses(v=4).map(lambda a: f"::ffff:{a}"),  # the same IPv4 address spelt as IPv6
+    st.text(max_size=45),
+)
+
+
+@given(st.lists(_IP_TEXT, max_size=300))
+def test_packed_ips_are_the_distinct_normalized_ips(texts):
+    """``packed_ips`` (the swarm record's key, read before any peer is met) takes exactly the IPs
+    ``normalize_ip`` takes, each once however it is spelt, past any list size a reply gives."""
+    from crawler.counters.ip_forms import normalize_ip, packed_ips
+
+    want = {normalize_ip(t) for t in texts} - {None}
+    assert packed_ips(texts) == want
+    assert packed_ips(frozenset(texts)) == want

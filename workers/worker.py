@@ -348,6 +348,6 @@ class Worker:
         # how many their swarm record settled (crawler.counters.swarm_record)
         recorder = self.visitor.recorder
         shared = {"batches": recorder.batches, "peers": recorder.units,
-                  "swarms_known": recorder.recorder.swarms_known} if isinstance(recorder, Batcher) else None
+                  "swarms_known": recorder.recorder.swarms.known} if isinstance(recorder, Batcher) else None
         log.info("worker_stopped", visits=self.health.visits, failed=self.health.failed,
                  claimed=self.slots.claimed, stages=self.visitor.stages.summary(), recordings=shared)

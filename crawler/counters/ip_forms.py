@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+from collections.abc import Iterable
+from functools import partial
 
 
 def normalize_ip(ip: str) -> bytes | None:
@@ -32,6 +34,15 @@ def canonical_ip(ip: str) -> tuple[bytes, str] | None:
     return None if packed is None else (packed, ip_text(packed))
 
 
+def packed_ips(ips: Iterable[str]) -> set[bytes]:
+    """The distinct packed forms of the IP texts ``ips`` (``normalize_ip``), text that is no IP left out.
+    Dotted-quad IPv4 texts, what compact lists give, are read in one C loop."""
+    try:
+        return set(map(_pton4, ips))
+    except (OSError, TypeError, ValueError):
+        return {c[0] for c in map(canonical_ip, ips) if c is not None}
+
+
 def ip_text(packed: bytes) -> str:
     """The canonical text of a packed IP (C's inet_ntop for IPv4: ~10x ipaddress)."""
     return _ntop(_AF_INET, packed) if len(packed) == 4 else str(ipaddress.ip_address(packed))
@@ -49,3 +60,4 @@ def normalize_any_ip(ip: str) -> bytes | None:
 
 
 _pton, _ntop, _AF_INET = socket.inet_pton, socket.inet_ntop, socket.AF_INET
+_pton4 = partial(_pton, _AF_INET)

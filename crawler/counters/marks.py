@@ -35,6 +35,7 @@ mark (IPs would count again within the window), so pick it once.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Collection
 
 DEFAULT_BUCKETS = 1 << 18
 # A torrent's roster (module note): ~ROSTER_IPS IPs of the torrent to a bucket, in widths that grow
@@ -80,6 +81,7 @@ class Fingerprinter:
         self._place = hashlib.blake2b(key=secret, digest_size=8, person=b"peercrawl-place")
         self._where = hashlib.blake2b(key=secret, digest_size=8, person=b"peercrawl-where")
         self._swarm = hashlib.blake2b(key=secret, digest_size=8, person=b"peercrawl-swarm")
+        self._swarm_ips = hashlib.blake2b(key=secret, digest_size=8, person=b"peercrawl-swip")
         # packed IP -> ``ip(packed)``, for loops that inline ``ip`` (at most IP_MEMO entries)
         self.known: dict[bytes, int] = {}
         self._wheres: dict[tuple, int] = {}  # place tuple -> ``where(place)``
@@ -129,6 +131,21 @@ class Fingerprinter:
         torrent's fingerprint, ``total`` the sum of its ``n`` IPs' (IP, place) keys modulo 2**128."""
         h = self._swarm.copy()
         h.update(t_fp.to_bytes(8, "big") + total.to_bytes(16, "big") + n.to_bytes(4, "big"))
+        return h.digest()
+
+    def swarm_ips(self, t_fp: int, packed: Collection[bytes], identity: bytes) -> bytes:
+        """The 8-byte keyed fingerprint of a torrent's swarm by its distinct packed IPs alone, each placed by
+        the locator of ``identity`` (``swarm_record.swarm_of_ips``). IPv4 addresses are joined as they are
+        (each 4 bytes); a list with an IPv6 one gives each address its length first, so no two lists
+        join alike."""
+        ordered = sorted(packed)
+        joined = b"".join(ordered)
+        form = b"4"
+        if len(joined) != 4 * len(ordered):
+            joined, form = b"".join(len(p).to_bytes(1, "big") + p for p in ordered), b"*"
+        h = self._swarm_ips.copy()
+        h.update(t_fp.to_bytes(8, "big") + len(ordered).to_bytes(4, "big") + len(identity).to_bytes(2, "big")
+                 + identity + form + joined)
         return h.digest()
 
 

@@ -39,13 +39,14 @@ of them in ``places``); the locator's errors (read errors, names over the bound)
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 
 import redis
 
 from crawler.counters.fingerprint_key import load_secret
 from crawler.counters.fresh_places import FreshPlaces
 from crawler.counters.geo_errors import GeoErrorTally
+from crawler.counters.mark_sweep import MarkSweep
 from crawler.counters.marks import DEFAULT_BUCKETS, Fingerprinter
 from crawler.counters.met_ips import Met, MetIPs
 from crawler.counters.names import info_hash_hex, month_of
@@ -54,7 +55,7 @@ from crawler.counters.place_shards import PlaceShards
 from crawler.counters.places import PlaceInfo
 from crawler.counters.rollup import Rollup
 from crawler.counters.script_args import RecordBatch, RecordBatches, ShardKeys, VisitPart, bucket_keys
-from crawler.counters.swarm_record import SETTLED, Lookups, check_call, probe_arg, swarm_of, swarms_in
+from crawler.counters.swarm_record import SETTLED, Swarms, check_call, probe_arg, swarms_in
 from crawler.errors import StoreError
 from crawler.keys import Keys, shard_of
 from crawler.store.replica_wait import Wait
@@ -69,8 +70,13 @@ from geo.locator import Place
 DEFAULT_BATCH_PAIRS = 2400
 # IPs one probe.lua call looks up (its MGET has at most as many keys).
 PROBE_IPS = 2000
-# Buckets one sweep call examines (~100 fields each): ~1-2 ms of Redis.
-SWEEP_CALL_BUCKETS = 64
+
+
+def _time(now: float) -> int:
+    """``now`` as a mark's time (unix seconds, 32 bits); raises ``ValueError`` before anything is sent."""
+    if not 0 <= int(now) < 1 << 32:
+        raise ValueError(f"time {now!r} does not fit a mark (unix seconds, 32 bits)")
+    return int(now)
 
 
 class Recorder:
@@ -123,7 +129,6 @@ class Recorder:
         self.rollup = Rollup(self.store, keys) if len(shards) > 1 else None
         self._record = register(client, "record", package=__package__)
         self._probe_script = register(client, "probe", package=__package__)
-        self._sweep = register(client, "sweep", package=__package__)
         self._visited = register(client, "visited", package=__package__)
         self._places: dict = {}
         self._post = ("c" if self._post_countries else "-") + ("t" if self._post_torrents else "-")
@@ -132,9 +137,10 @@ class Recorder:
         self._wait = Wait.from_settings(settings)
         # the place marks this process knows are fresh (a crawl of one shard; PlaceShards keeps its own)
         self.fresh_places = FreshPlaces()
-        # visits whose swarm record settled them (``swarm_record``), for the worker's log and the benches
-        self.swarms_known = 0
-        self.lookups = Lookups()  # whether they are asked for before the probes or with them
+        # how a visit's swarm record is keyed, and the visits they settled (the worker's log, the benches)
+        self.swarms = Swarms(self.fingerprints, locator)
+        # expired marks removed, ``budget`` buckets a call (``mark_sweep``)
+        self.sweep = MarkSweep(client, keys, self._shards, self.fingerprints.buckets, self.window, self.rollup).sweep
         # torrent and place metrics in different shards (module note)
         self._place_shards = PlaceShards(
             self.store, self._shards, post_countries=self._post_countries, wait=self._wait, window=self.window,
@@ -161,10 +167,18 @@ class Recorder:
 
         Each distinct IP text is parsed, located and fingerprinted once while
         the process keeps it (``met_ips``); the visits' probes share one round trip and their recordings the next (module
-        note). Returns each visit's ``new``.
+        note). Their swarm records are keyed by their IPs alone (``swarm_record.swarm_of_ips``): asked for
+        first, those they settle are not met at all. Returns each visit's ``new``.
         """
-        met = self.met_ips.visit
-        return self._record_met([(h, met(ips)) for h, ips in visits], now, probes)
+        given: list[tuple[str, Collection[str]]] = [
+            (h, ips if isinstance(ips, Collection) else list(ips)) for h, ips in visits]
+        first = self.swarms.lookups.first()
+        settled = self._settled(_time(now), self.swarms.of_texts(given, probes)) if first else set()
+        errors, met = self.locator.read_errors, self.met_ips.visit
+        met_visits = [(h, [] if i in settled else met(ips)) for i, (h, ips) in enumerate(given)]
+        # an IP read in error has no place to vouch for: such a batch writes no swarm record
+        return self._record_met(met_visits, now, probes, first, asked=True,
+                                key=self.swarms.of_ips if self.locator.read_errors == errors else None)
 
     def record_places_many(self, visits: Sequence[tuple[str, Iterable[tuple[bytes, Place]]]],
                            now: float, probes: Sequence[bool] | None = None) -> list[int]:
@@ -181,16 +195,16 @@ class Recorder:
         bad info-hash or time before anything is sent.
         """
         met = self.met_ips.located
-        return self._record_met([(h, met(located)) for h, located in visits], now, probes)
+        return self._record_met([(h, met(located)) for h, located in visits], now, probes,
+                                self.swarms.lookups.first(), key=self.swarms.of_places)
 
-    def _record_met(self, visits: Sequence[tuple[str, list[Met]]], now: float,
-                    probes: Sequence[bool] | None) -> list[int]:
-        """``record_places_many`` of visits whose distinct IPs are already met (``met_ips``)."""
-        now_i = int(now)
-        if not 0 <= now_i < 1 << 32:
-            raise ValueError(f"time {now!r} does not fit a mark (unix seconds, 32 bits)")
-        first = self.lookups.first()  # once a batch: other batches move it (``swarm_record.Lookups``)
-        parts = self._parts(visits, now_i, probes, first)
+    def _record_met(self, visits: Sequence[tuple[str, list[Met]]], now: float, probes: Sequence[bool] | None,
+                    first: bool, asked: bool = False, key: Callable | None = None) -> list[int]:
+        """``record_places_many`` of visits whose distinct IPs are already met (``met_ips``); ``first``:
+        the batch's ``Lookups.first`` (taken once a batch: other batches move it), ``asked``: the swarm
+        records were asked for already; ``key(t_fp, ips)``: a visit's swarm record (None: none)."""
+        now_i = _time(now)
+        parts = self._parts(visits, now_i, probes, first and not asked, key)
         # the locator's errors, and names left out of places (``_place_info``)
         self._geo_errors.publish(now)
         out = [0] * len(visits)
@@ -220,9 +234,10 @@ class Recorder:
         return out
 
     def _parts(self, visits: Sequence[tuple[str, list[Met]]], now: int, probes: Sequence[bool] | None,
-               first: bool) -> list:
-        """Each visit's part, ``(position, info-hash, VisitPart, probed)``, with its swarm record, but for
-        those it settles when it is asked for ``first``, before the probes (``swarm_record.Lookups``)."""
+               first: bool, key: Callable | None) -> list:
+        """Each visit's part, ``(position, info-hash, VisitPart, probed)``, with its swarm record
+        (``key(t_fp, ips)``; None: none), but for those it settles when it is asked for ``first``, before
+        the probes (``swarm_record.Lookups``)."""
         fps = self.fingerprints
         todo: list[tuple] = []  # (position, info-hash, torrent fingerprint, IPs, swarm record, probed)
         asked: list[tuple] = []
@@ -231,14 +246,11 @@ class Recorder:
             if ips:
                 t_fp = fps.torrent(h)
                 probed = probes is None or probes[i]
-                (asked if probed and first else todo).append(
-                    (i, h, t_fp, ips, swarm_of(fps, t_fp, ips, fps.buckets), probed))
+                swarm = None if key is None else key(t_fp, ips)
+                (asked if probed and first and swarm else todo).append((i, h, t_fp, ips, swarm, probed))
         if asked:
-            known = [r == SETTLED for r in self._send(
-                [check_call(self._probe_script, self._home(a[1]), a[1], now - self.window, a[4]) for a in asked])]
-            self.swarms_known += sum(known)
-            self.lookups.saw(sum(known), len(asked))
-            todo += [a for a, k in zip(asked, known, strict=True) if not k]
+            settled = self._settled(now, [(a[0], a[1], a[4]) for a in asked])
+            todo += [a for a in asked if a[0] not in settled]
             todo.sort(key=lambda a: a[0])
         parts = []
         for i, h, t_fp, ips, swarm, probed in todo:
@@ -246,6 +258,17 @@ class Recorder:
                 part.swarm = swarm
                 parts.append((i, h, part, probed))
         return parts
+
+    def _settled(self, now: int, asked: list[tuple]) -> set[int]:
+        """The positions of the visits ``asked`` (position, info-hash, swarm record) whose record is fresh,
+        asked for in one round trip before their probes."""
+        if not asked:
+            return set()
+        cutoff, script = now - self.window, self._probe_script
+        replies = self._send([check_call(script, self._home(h), h, cutoff, swarm) for _, h, swarm in asked])
+        settled = {a[0] for a, r in zip(asked, replies, strict=True) if r == SETTLED}
+        self.swarms.saw(len(settled), len(asked))
+        return settled
 
     def _home(self, h: str) -> ShardKeys:
         """The shard holding the counters of torrent ``h`` (its probes and swarm record)."""
@@ -278,9 +301,8 @@ class Recorder:
                 found += 1
                 flags = b"0" * len(part.rows)
             out.append(flags)
-        self.swarms_known += found
-        if not first:  # the records travelled with the probes: their answers are counted here
-            self.lookups.saw(found, carried)
+        # the records travelled with the probes unless asked for first: their answers are counted here
+        self.swarms.saw(found, 0 if first else carried)
         return out
 
     def _send(self, calls: list, wait=None, own: bool = False) -> list:
@@ -354,42 +376,3 @@ class Recorder:
             return bool(self.store.run([(self._visited, keys, args)], wait=self._wait)[0])
         except redis.RedisError as e:
             raise StoreError(f"recording a visit failed: {e}") from e
-
-    # --- memory -----------------------------------------------------------
-    def sweep(self, budget: int = 1024, now: float | None = None) -> int:
-        """Remove expired marks from the next ``budget`` buckets; returns fields removed.
-
-        Workers share one cursor (INCRBY on the home's ``mk:sweep``) over the
-        buckets of every shard, shard by shard, so concurrent sweepers take
-        different buckets and each sweep.lua call reads one shard's; a full
-        pass over 2**18 buckets at 1,024 per flush cycle of 10 s takes ~45
-        minutes, well inside the 30-day window. With several shards it then
-        adds the shards' rollup outboxes to the totals (``rollup.Rollup``), so
-        they stay short between reads. ``now`` defaults to the Redis server's
-        clock.
-        """
-        per = self.fingerprints.buckets
-        n = per * len(self._shards)
-        budget = max(1, min(budget, n))
-        try:
-            if now is None:
-                now = self.client.time()[0]
-            start = self.client.incrby(self.keys.sweep_cursor, budget) - budget
-            cutoff = int(now) - self.window
-            removed = 0
-            chunk: list[bytes] = []
-            at = None
-            for i in range(budget):
-                g = (start + i) % n
-                s, b = divmod(g, per)
-                if chunk and (s != at or len(chunk) == SWEEP_CALL_BUCKETS):
-                    removed += self._sweep(keys=chunk, args=[cutoff])
-                    chunk = []
-                at = s
-                chunk.append(self._shards[s].bucket(b))
-            removed += self._sweep(keys=chunk, args=[cutoff])
-        except redis.RedisError as e:
-            raise StoreError(f"sweeping dedupe marks failed: {e}") from e
-        if self.rollup is not None:
-            self.rollup.settle(everything=False)
-        return removed

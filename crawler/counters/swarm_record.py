@@ -16,8 +16,19 @@ nothing of the visit can count: ``probe.lua`` looks it up first, and a
 fresh one ends the recording there with one bucket read, no group record
 read (a swarm of 50 spreads over four roster buckets and 50 searches).
 
+The IPs of a visit the recorder locates itself (``Recorder.record_visits``) have
+their places from its locator, so their record is keyed by the IPs alone and
+that locator's identity (its database and name bound:
+``Fingerprinter.swarm_ips``, ``swarm_of_ips``), and a revisit it settles is
+neither located nor fingerprinted, only parsed: on a revisit of peers the
+process has not met (a new process, a crawl of more addresses than it keeps)
+meeting them was most of the recording's cost. A batch whose meeting met a
+database read error writes no record (an IP read in error has no place
+marks to vouch for). Visits given with their places (``record_places_many``)
+keep the key of their (IP, place) pairs above.
+
 Where most revisits find their record, it is asked for in a call of its
-own before any IP is packed for the probe, which a fresh one spares; where
+own before any IP is met or packed for the probe, which a fresh one spares; where
 few do (swarms that change), that call would only add a round trip, so it
 travels with the probe. ``Lookups`` follows which is the case from the
 answers.
@@ -36,26 +47,75 @@ the torrent's shard, trusted as Redis keeps what it acknowledged
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from operator import itemgetter
 
+from crawler.counters.ip_forms import packed_ips
 from crawler.counters.marks import Fingerprinter, roster_width
 from crawler.counters.met_ips import Met
+from crawler.counters.names import info_hash_hex
 from crawler.counters.script_args import FRESH, RecordBatch, ShardKeys, VisitPart
 
 MOD128 = (1 << 128) - 1
 _FRESH_KEY = itemgetter(3)  # a Met's fresh_places key
+_PACKED = itemgetter(0)  # a Met's packed IP
 # probe.lua's answer for a visit its swarm record settles
 SETTLED = b"S"
 
 
 def swarm_of(fingerprints: Fingerprinter, t_fp: int, ips: Sequence[Met], n_buckets: int) -> tuple[int, bytes]:
     """The swarm record of a visit of the torrent of fingerprint ``t_fp`` whose distinct IPs are ``ips``
-    (as ``met_ips`` meets them): ``(bucket, field)``, its mark bucket among the shard's ``n_buckets``
-    and its 8-byte field."""
-    field = fingerprints.swarm(t_fp, sum(map(_FRESH_KEY, ips)) & MOD128, len(ips))
-    width = roster_width(len(ips))
-    return (t_fp % n_buckets + int.from_bytes(field, "big") % width) % n_buckets, field
+    (as ``met_ips`` meets them, at the places the caller gave): ``(bucket, field)``, its mark bucket
+    among the shard's ``n_buckets`` and its 8-byte field."""
+    return _at(t_fp, fingerprints.swarm(t_fp, sum(map(_FRESH_KEY, ips)) & MOD128, len(ips)), len(ips), n_buckets)
+
+
+def swarm_of_ips(fingerprints: Fingerprinter, t_fp: int, packed: Collection[bytes], n_buckets: int,
+                 identity: bytes) -> tuple[int, bytes]:
+    """``swarm_of`` for a visit whose IPs the recorder's own locator places: keyed by its distinct packed
+    IPs ``packed`` and the locator's ``identity`` (``geo.Locator.identity``), which decide every place."""
+    return _at(t_fp, fingerprints.swarm_ips(t_fp, packed, identity), len(packed), n_buckets)
+
+
+def _at(t_fp: int, field: bytes, n: int, n_buckets: int) -> tuple[int, bytes]:
+    """The record ``field`` of a swarm of ``n`` IPs in its torrent's roster: ``(bucket, field)``."""
+    return (t_fp % n_buckets + int.from_bytes(field, "big") % roster_width(n)) % n_buckets, field
+
+
+class Swarms:
+    """A recorder's swarm records: each visit's (``of_ips`` where the recorder's own locator placed its IPs,
+    ``of_places`` where the caller gave their places) and what asking for them found: ``known``, the
+    visits they settled, and ``lookups``. ``locator``: the recorder's (its ``identity`` read when a record
+    is keyed by IPs: a recorder given every place may have a placeholder)."""
+
+    def __init__(self, fingerprints: Fingerprinter, locator):
+        self.fingerprints, self.locator = fingerprints, locator
+        self.known = 0
+        self.lookups = Lookups()  # whether they are asked for before the probes or with them
+
+    def of_ips(self, t_fp: int, ips: list[Met]) -> tuple[int, bytes]:
+        """The record of a visit of met ``ips`` placed by the recorder's locator (``swarm_of_ips``)."""
+        fps = self.fingerprints
+        return swarm_of_ips(fps, t_fp, list(map(_PACKED, ips)), fps.buckets, self.locator.identity)
+
+    def of_places(self, t_fp: int, ips: list[Met]) -> tuple[int, bytes]:
+        """The record of a visit of met ``ips`` at the places the caller gave (``swarm_of``)."""
+        return swarm_of(self.fingerprints, t_fp, ips, self.fingerprints.buckets)
+
+    def of_texts(self, visits: Sequence[tuple[str, Collection[str]]], probes: Sequence[bool] | None) -> list[tuple]:
+        """``(position, info-hash, record)`` of each probed visit of ``visits`` (info-hash, IP texts) with
+        an IP, keyed by its IPs parsed alone (``ip_forms.packed_ips``): none located or fingerprinted."""
+        fps, identity, asked = self.fingerprints, self.locator.identity, []
+        for i, (info_hash, ips) in enumerate(visits):
+            if ips and (probes is None or probes[i]) and (packed := packed_ips(ips)):
+                h = info_hash_hex(info_hash)
+                asked.append((i, h, swarm_of_ips(fps, fps.torrent(h), packed, fps.buckets, identity)))
+        return asked
+
+    def saw(self, found: int, asked: int) -> None:
+        """``found`` of ``asked`` visits' records were fresh (asked before or with the probes)."""
+        self.known += found
+        self.lookups.saw(found, asked)
 
 
 class Lookups:
