@@ -607,3 +607,16 @@ def test_a_peer_met_again_by_the_process_goes_without_its_place_marks(client, ke
     # and the worker's path agrees: a third torrent counts its five, Germany stays at five
     assert rec.record_places_many([("12" * 20, located)], T0 + 120) == [5]
     assert counts(client, keys, "countries") == {"countries.Germany.users": 5}
+
+
+def test_the_marks_a_torrent_part_adds_in_one_piece_hold_to_the_second(client, keys, settings, locator):
+    """A peer met in one swarm, then in a torrent never counted, has its marks for that torrent written
+    in one piece (record.lua's fresh torrent part): they hold the visit's second, so they expire one
+    window later to the second, not before."""
+    a, b, c = "1.1.1.1", "1.1.2.2", "2.2.2.2"
+    rec = Recorder(client, keys, settings, locator)
+    assert rec.record_visit("cd" * 20, [a], T0, probe=False) == 1  # a's place marks, at T0
+    assert rec.record_visit(H, [a], T0 + 60, probe=False) == 1  # a torrent part: place marks known fresh
+    end = T0 + 60 + rec.window
+    assert rec.record_visit(H, [a, b], end - 1) == 1  # a's mark for H holds: b alone counts
+    assert rec.record_visit(H, [a, c], end) == 2  # now it has expired: a counts again, and c

@@ -154,6 +154,13 @@ local p = ARGV[8]
 -- in vals, new records wait in adds; changed buckets are written back with
 -- one MSET at the end)
 local dirty, adds = {}, {}
+-- raw: bucket -> the fields (8 bytes each, no time) of the fresh torrent parts' marks, stamped when
+-- they join the bucket (one gsub a bucket rather than a string per field)
+local raw = {}
+local stamp_rep = '%0' .. stamp:gsub('%%', '%%%%')
+local function stamped(chunks)
+  return (table.concat(chunks):gsub('........', stamp_rep))
+end
 local o, np = 1, #p
 -- the torrent part: slot j of the whole record is 2j - 1 (the torrent's metrics)
 local step, grouped, head, kmax = 1, 3, 9, 7
@@ -170,7 +177,11 @@ for v = 1, #visits do
       vals[b] = vals[b] .. table.concat(a)
       dirty[b] = true
     end
-    adds = {}
+    for b, r in pairs(raw) do
+      vals[b] = vals[b] .. stamped(r)
+      dirty[b] = true
+    end
+    adds, raw = {}, {}
   end
   -- A torrent never counted in this shard has no marks here: its first marks
   -- and its entry in the lifetime torrents index (KEYS[2]) are written by one
@@ -233,19 +244,14 @@ for v = 1, #visits do
     local pc
     if part and fresh then
       -- a torrent part of a torrent never counted here: its k marks are all the torrent's, all new
-      -- (added to bucket tb without a search) and all count; the loop below, written out
-      local a = adds[tb]
-      local n = 0
-      if a then
-        n = #a
-      else
-        a = {}
-        adds[tb] = a
+      -- (added to bucket tb without a search, their fields in one piece) and all count
+      local r = raw[tb]
+      if not r then
+        r = {}
+        raw[tb] = r
       end
-      for _ = 1, k do
-        a[n + 1], a[n + 2] = sub(p, o, o + 7), stamp
-        n, o = n + 2, o + 8
-      end
+      r[#r + 1] = sub(p, o, o + 8 * k - 1)
+      o = o + 8 * k
       t_users = t_users + 1
       if k > 1 then
         pc = counted[pno]
@@ -319,6 +325,14 @@ for v = 1, #visits do
 end
 if o <= np then
   return redis.error_reply('record.lua: malformed peer record at byte ' .. o .. ' (after the last visit)')
+end
+for b, r in pairs(raw) do
+  local a = adds[b]
+  if not a then
+    a = {}
+    adds[b] = a
+  end
+  a[#a + 1] = stamped(r)
 end
 write_buckets(nfixed + 1, vals, dirty, adds)
 
