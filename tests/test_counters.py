@@ -505,6 +505,43 @@ def test_two_visits_of_one_torrent_recorded_together_count_as_one_after_the_othe
     assert counts(client, keys, "torrents")[f"torrents.{g}.users"] == 5
 
 
+@pytest.mark.parametrize("first_keys_last", [True, False])
+def test_two_visits_of_a_new_torrent_in_one_call_add_up_in_its_indexes(client, keys, settings, locator,
+                                                                       first_keys_last):
+    # record.lua writes a never-counted torrent's indexes without reading them, but only when the
+    # torrent is alone in its call: two visits of it, each at its own key positions, add up.
+    from crawler.counters.script_args import RecordBatches
+    from geo import Place
+
+    rec = Recorder(client, keys, settings, locator)
+    places = [Place("Germany", "Berlin", "10115"), Place("United States", "St. Louis", "63101")]
+    located = [(bytes([10, 0, 5, n]), places[n % 2]) for n in range(6)]  # two members an index: no INCRBY
+    g, t_fp, month = "fe" * 20, rec.fingerprints.torrent("fe" * 20), month_of(T0)
+    calls = []
+    for i, some in enumerate((located[:4], located)):  # the first 4 IPs number their buckets alike in both
+        batches = RecordBatches(800, month)
+        add_visit(batches, i, g, rec._probe_calls(g, t_fp, rec.met_ips.located(some)), b"1" * len(some),
+                  rec.fingerprints.buckets)
+        calls += batches.calls
+    small, whole = calls
+    # the 4 IPs first, each visit at key positions of its own (the script writes them in either order)
+    own = len(whole.keys) + 1
+    whole.keys += whole.shard.torrent_keys(g, month)
+    if first_keys_last:
+        whole.visits.insert(0, [g, own, small.visits[0][2]])
+    else:
+        whole.visits = [[g, whole.visits[0][1], small.visits[0][2]], [g, own, whole.visits[0][2]]]
+    whole.ips = small.ips + whole.ips
+    whole.order = [0, 1]
+    assert rec._run(int(T0), [whole]) == [(0, 4), (1, 2)]
+    assert counts(client, keys, "torrents")[f"torrents.{g}.users"] == 6
+    assert counts(client, keys, "countries", torrent=g) == {
+        f"torrents.{g}.countries.Germany.users": 3, f"torrents.{g}.countries.United States.users": 3}
+    assert counts(client, keys, "cities", torrent=g) == {
+        f"torrents.{g}.countries.Germany.cities.Berlin.users": 3,
+        f"torrents.{g}.countries.United States.cities.St%2E Louis.users": 3}
+
+
 def test_a_visit_larger_than_one_probe_call(client, keys, settings, locator):
     # 2,500 peers: two probe calls in one round trip; the flags must line up with the IPs.
     from crawler.counters.recorder import PROBE_IPS

@@ -101,7 +101,7 @@ if not nfixed or nfixed < first_own - 1 or nfixed > #KEYS then
   return redis.error_reply('record.lua: bad key count ' .. tostring(ARGV[7]))
 end
 -- visits: {info-hash, key position of its indexes, IP records}
-local visits, vs = {}, ARGV[3]
+local visits, vs, occurs = {}, ARGV[3], {}
 if #vs == 0 or #vs % 46 ~= 0 then
   return redis.error_reply('record.lua: visits of ' .. #vs .. ' bytes are not whole 46-byte records')
 end
@@ -112,6 +112,7 @@ for v = 1, #vs, 46 do
     return redis.error_reply('record.lua: malformed visit at byte ' .. v)
   end
   visits[#visits + 1] = {vh, pos, count}
+  occurs[vh] = (occurs[vh] or 0) + 1
 end
 local countries, cs, i = {}, ARGV[5], 1
 while i <= #cs do
@@ -168,7 +169,7 @@ if tpart then step, grouped, head, kmax = 2, 2, 11, 4 end
 local places_at = {}  -- mixed: the oldest place mark time of each whole record with a group record
 -- per visit: torrents.<h>.users and the counts per place number ({[j] = count}
 -- for metric slot j, created when one counts)
-local users, counts, seen = {}, {}, {}
+local users, counts, seen, alone = {}, {}, {}, {}
 for v = 1, #visits do
   local h, left = visits[v][1], visits[v][3]
   if v > 1 then
@@ -322,6 +323,8 @@ for v = 1, #visits do
     end
   end
   users[v], counts[v] = t_users, counted
+  -- a torrent never counted here, alone in this call: its indexes hold nothing yet
+  alone[v] = fresh and occurs[h] == 1
 end
 if o <= np then
   return redis.error_reply('record.lua: malformed peer record at byte ' .. o .. ' (after the last visit)')
@@ -349,6 +352,12 @@ write_buckets(nfixed + 1, vals, dirty, adds)
 -- (ARGV[5]) its torrents at pos, cities pos + 2, postcodes pos + 4.
 local post_c, post_t = sub(post, 1, 1) == 'c', sub(post, 2, 2) == 't'
 local zinc, box, hashes = {}, {}, {}  -- lifetime key position -> {member -> n}; stat -> n; HASH positions
+-- bare: key positions whose members this call adds are known absent from the index (lifetime and
+-- month): a torrent never counted in this shard, alone in the call, is in no index yet (its first
+-- count writes it to the lifetime torrents index in the same call, and nothing removes it), so its
+-- own indexes, and a torrents index (the crawl's, a country's) that only such torrents join, are
+-- written unread
+local bare = {}
 local function incr(q, member, n)
   local t = zinc[q]
   if not t then
@@ -367,11 +376,14 @@ local families = {'cities', 'postcodes'}
 local UNPLACED = '%unplaced'
 for v = 1, #visits do
   local h, tpos = visits[v][1], visits[v][2]
+  local new_t = alone[v]
+  if new_t then bare[tpos], bare[tpos + 2], bare[tpos + 4] = true, true, true end
   local t_users = users[v]
   hashes[tpos], hashes[tpos + 2], hashes[tpos + 4] = true, true, true
   local th = 'torrents.' .. h
   if t_users > 0 then
     incr(2, h, t_users)
+    bare[2] = new_t and bare[2] ~= false
     if post_t then out(th .. '.users', t_users) end
   end
   for pno, pc in pairs(counts[v]) do
@@ -388,6 +400,7 @@ for v = 1, #visits do
     if n > 0 then
       incr(tpos, cname, n)
       incr(pos, h, n)
+      bare[pos] = new_t and bare[pos] ~= false  -- the country's torrents: all new to it, or not
       if post_t and posted then out(th .. '.countries.' .. cname .. '.users', n) end
     end
     -- slots: city 4 and 5 when the place has a city, then postcode
@@ -415,7 +428,7 @@ end
 -- add counts[m] to each member m of ms in key (counts go as Lua numbers,
 -- which Redis writes exactly up to 2^53); members in slices, since unpack()
 -- of a huge list would overflow Lua's stack
-local function apply(key, ms, counts, read, write)
+local function apply(key, ms, counts, read, write, empty)
   local n = #ms
   if n == 1 then
     local m = ms[1]
@@ -429,7 +442,7 @@ local function apply(key, ms, counts, read, write)
   for i = 1, n, 1000 do
     local part, last = ms, math.min(i + 999, n)
     if i > 1 or last < n then part = {unpack(ms, i, last)} end
-    local old = redis.call(read, key, unpack(part))
+    local old = empty and {} or redis.call(read, key, unpack(part))
     local args, a = {}, 0
     for j = 1, #part do
       local m = part[j]
@@ -456,8 +469,8 @@ for q, counts in pairs(zinc) do
   local ms = members(counts)
   local read, write = 'ZMSCORE', 'ZADD'
   if hashes[q] then read, write = 'HMGET', 'HSET' end
-  apply(KEYS[q], ms, counts, read, write)
-  apply(KEYS[q + 1], ms, counts, read, write)
+  apply(KEYS[q], ms, counts, read, write, bare[q])
+  apply(KEYS[q + 1], ms, counts, read, write, bare[q])
 end
 if next(box) then
   apply(KEYS[1], members(box), box, 'HMGET', 'HSET')
