@@ -24,6 +24,7 @@ import redis
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS
 
 from tests.redis_cluster import _free_ports, stop
+from tests.redis_servers import server_binary
 
 START_SECONDS = 20.0
 HEALTHY_SECONDS = 60.0
@@ -76,7 +77,7 @@ class Topology:
         cluster = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
                    "--cluster-node-timeout", "5000"] if self.masters else []
         self.procs[port] = subprocess.Popen(
-            ["redis-server", "--port", str(port), "--bind", "127.0.0.1", *cluster, "--dir", str(d),
+            [server_binary(), "--port", str(port), "--bind", "127.0.0.1", *cluster, "--dir", str(d),
              "--save", "", "--appendonly", "no", "--maxmemory-policy", "noeviction", "--logfile", "redis.log"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         if self.cpus:

