@@ -28,6 +28,7 @@ lookup's cost.
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import ipaddress
 import socket
 from dataclasses import dataclass
@@ -46,6 +47,8 @@ from geo.network_places import NetworkPlaces
 log = logs.get("geo")
 
 _README = "see GeoLite2.mmdb.README"
+# Bytes read from each end of the database for its identity (``_identity``).
+IDENTITY_SPAN = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -118,12 +121,7 @@ class Locator:
             )
         self.built = _dt.datetime.fromtimestamp(meta.build_epoch, _dt.UTC)
         self.ip_version = meta.ip_version
-        # What decides the place of every address: the database (its metadata, size and modification
-        # time; reading all of it would cost a start ~0.1 s) and the bound on names. A swarm record
-        # keyed by its peers' addresses alone carries it (crawler.counters.swarm_record).
-        st = self.path.stat()
-        self.identity = "\0".join(map(str, (meta.database_type, meta.build_epoch, meta.node_count, meta.ip_version,
-                                            meta.record_size, st.st_size, st.st_mtime_ns, MAX_NAME_BYTES))).encode()
+        self.identity = _identity(self.path, meta)
         if self.bundled:
             log.warning(
                 "geoip_bundled_database",
@@ -268,6 +266,23 @@ class Locator:
 
 class _ReadError(Exception):
     """A lookup hit damaged data (never cached: ``locate`` turns it into NOWHERE)."""
+
+
+def _identity(path: Path, meta) -> bytes:
+    """What decides the place of every address a locator gives: its database's metadata, size and
+    first and last ``IDENTITY_SPAN`` bytes (its search tree's top and its data and metadata's end;
+    hashing all of it would cost a start ~0.1 s), and the bound on names. The same file gives the same
+    identity on every machine, wherever it lies and whatever its modification time, so a swarm record
+    keyed by its peers' addresses and this (``crawler.counters.swarm_record``) serves a whole fleet."""
+    h = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as f:
+        h.update(f.read(IDENTITY_SPAN))
+        size = f.seek(0, 2)
+        f.seek(max(0, size - IDENTITY_SPAN))
+        h.update(f.read())
+    parts = (meta.database_type, meta.build_epoch, meta.node_count, meta.ip_version, meta.record_size, size,
+             MAX_NAME_BYTES, h.hexdigest())
+    return "\0".join(map(str, parts)).encode()
 
 
 def open_locator(path: Path | str | None = None, cache_size: int = 100_000) -> Locator:

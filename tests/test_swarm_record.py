@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import calendar
 import ipaddress
+import os
+import shutil
 
 import pytest
 import redis
@@ -243,8 +245,15 @@ def test_another_database_is_another_swarm(client, keys, settings, locator, tmp_
     assert rec.record_visit(H, [A], T0 + 60) == 0  # the torrent's mark is fresh
     assert rec.swarms.known == 0
     assert client.zscore(keys.index("all", ("countries",)), "France") == 1
-    # the same database again is the same swarm
-    again = Recorder(client, keys, settings, locator)
+    # the same database again is the same swarm, wherever its file lies and whatever its time (a fleet's
+    # machines each install their own copy)
+    copied = tmp_path / "copy" / "city.mmdb"
+    copied.parent.mkdir()
+    shutil.copy(locator.path, copied)
+    os.utime(copied, (T0, T0))
+    same = geo.open_locator(copied)
+    assert same.identity == locator.identity
+    again = Recorder(client, keys, settings, same)
     assert again.record_visit(H, [A], T0 + 120) == 0 and again.swarms.known == 1
 
 
