@@ -41,6 +41,7 @@ from __future__ import annotations
 import time
 from collections.abc import Collection, Iterable
 
+from crawler.counters.marks import mark_time
 from crawler.counters.names import info_hash_hex
 from crawler.errors import StoreError
 from crawler.observer import QUIET, Observer
@@ -72,8 +73,7 @@ class Batcher(GroupCommit):
         """``Recorder.record_visit``, recorded with whatever other visits are handed over meanwhile
         (the observer is told how long it waited)."""
         h = info_hash_hex(info_hash)
-        if not 0 <= int(now) < 1 << 32:
-            raise ValueError(f"time {now!r} does not fit a mark (unix seconds, 32 bits)")
+        mark_time(now)  # a time no mark holds is refused here, not in the batch it would fail
         if not isinstance(ips, Collection):  # a batch is sized by its peers
             ips = list(ips)
         t = time.perf_counter()

@@ -40,7 +40,7 @@ def packed_ips(ips: Iterable[str]) -> set[bytes]:
     try:
         return set(map(_pton4, ips))
     except (OSError, TypeError, ValueError):
-        return {c[0] for c in map(canonical_ip, ips) if c is not None}
+        return {p for p in map(normalize_ip, ips) if p is not None}
 
 
 def ip_text(packed: bytes) -> str:

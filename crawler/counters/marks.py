@@ -153,6 +153,14 @@ class Fingerprinter:
 RECORD = 12  # bytes per mark: 8-byte field, u32 unix second
 
 
+def mark_time(now: float) -> int:
+    """``now`` as a mark's time (unix seconds, 32 bits); raises ``ValueError`` when it does not fit, for
+    callers to check before anything is sent."""
+    if not 0 <= int(now) < 1 << 32:
+        raise ValueError(f"time {now!r} does not fit a mark (unix seconds, 32 bits)")
+    return int(now)
+
+
 def parse_bucket(raw: bytes) -> list[tuple[bytes, int]]:
     """The ``(field, unix second)`` records of one mark bucket's value."""
     if len(raw) % RECORD:

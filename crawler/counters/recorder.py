@@ -47,7 +47,7 @@ from crawler.counters.fingerprint_key import load_secret
 from crawler.counters.fresh_places import FreshPlaces
 from crawler.counters.geo_errors import GeoErrorTally
 from crawler.counters.mark_sweep import MarkSweep
-from crawler.counters.marks import DEFAULT_BUCKETS, Fingerprinter
+from crawler.counters.marks import DEFAULT_BUCKETS, Fingerprinter, mark_time
 from crawler.counters.met_ips import Met, MetIPs
 from crawler.counters.names import info_hash_hex, month_of
 from crawler.counters.packing import add_visit, visit_part
@@ -71,12 +71,6 @@ DEFAULT_BATCH_PAIRS = 2400
 # IPs one probe.lua call looks up (its MGET has at most as many keys).
 PROBE_IPS = 2000
 
-
-def _time(now: float) -> int:
-    """``now`` as a mark's time (unix seconds, 32 bits); raises ``ValueError`` before anything is sent."""
-    if not 0 <= int(now) < 1 << 32:
-        raise ValueError(f"time {now!r} does not fit a mark (unix seconds, 32 bits)")
-    return int(now)
 
 
 class Recorder:
@@ -173,7 +167,7 @@ class Recorder:
         given: list[tuple[str, Collection[str]]] = [
             (h, ips if isinstance(ips, Collection) else list(ips)) for h, ips in visits]
         first = self.swarms.lookups.first()
-        settled = self._settled(_time(now), self.swarms.of_texts(given, probes)) if first else set()
+        settled = self._settled(mark_time(now), self.swarms.of_texts(given, probes)) if first else set()
         errors, met = self.locator.read_errors, self.met_ips.visit
         met_visits = [(h, [] if i in settled else met(ips)) for i, (h, ips) in enumerate(given)]
         # an IP read in error has no place to vouch for: such a batch writes no swarm record
@@ -203,7 +197,7 @@ class Recorder:
         """``record_places_many`` of visits whose distinct IPs are already met (``met_ips``); ``first``:
         the batch's ``Lookups.first`` (taken once a batch: other batches move it), ``asked``: the swarm
         records were asked for already; ``key(t_fp, ips)``: a visit's swarm record (None: none)."""
-        now_i = _time(now)
+        now_i = mark_time(now)
         parts = self._parts(visits, now_i, probes, first and not asked, key)
         # the locator's errors, and names left out of places (``_place_info``)
         self._geo_errors.publish(now)
