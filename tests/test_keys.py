@@ -264,8 +264,11 @@ def test_no_lua_script_builds_a_key():
 
 
 def test_the_recorder_builds_bucket_keys_as_keys_names_them():
-    from crawler.counters.script_args import ShardKeys
+    from crawler.counters.script_args import ShardKeys, bucket_keys
 
-    for k in (K, Keys("ns", shards=4, counters=2).counter_shard(1)):
+    # a name with a % in it (the settings allow none) is still its own, not a format
+    for k in (K, Keys("ns", shards=4, counters=2).counter_shard(1), Keys("a%d%%s")):
         sk = ShardKeys(k)
         assert [sk.bucket(n) for n in (0, 7, 262143, 7)] == [k.mark_bucket(n).encode() for n in (0, 7, 262143, 7)]
+        numbered = {262143: 1, 0: 2, 7: 3}  # a call's bucket numbers, in the order it met them
+        assert bucket_keys(numbered, sk) == [k.mark_bucket(n).encode() for n in (262143, 0, 7)]
