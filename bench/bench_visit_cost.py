@@ -29,7 +29,10 @@ The world, on loopback:
   DHT, metadata fetches and StatHat off (no ``STATHAT_EZKEY``), loopback
   trackers and peers allowed (``PEERCRAWL_ALLOW_PRIVATE``), a fixed
   ``PEERCRAWL_SECRET``, no default trackers (each torrent is added as a
-  magnet naming the one tracker) and a revisit of a day.
+  magnet naming the one tracker) and a revisit of a day. ``--named``:
+  metadata fetches on (``PEERCRAWL_METADATA``) and each magnet with a name
+  (``dn``), as most torrents have once such a crawl has run: what a named
+  torrent's visits cost the fetcher.
 
 Runs, in order: two with no torrent at all (``startup``: the second one,
 the first warming the file caches and the code's compiled files, its CPU
@@ -165,7 +168,7 @@ def address(k: int) -> str:
     return f"127.{10 + k % SUBNETS}.{q // 250}.{q % 250 + 1}"
 
 
-def worker_env(url: str, ns: str, tmp: Path, db: Path, concurrency: int | str) -> dict[str, str]:
+def worker_env(url: str, ns: str, tmp: Path, db: Path, concurrency: int | str, named: bool = False) -> dict[str, str]:
     """The worker's environment: this process's, without any peercrawl setting, and this bench's.
 
     Without ``PYTHONDONTWRITEBYTECODE`` as well: the warming run writes the code's compiled files, as
@@ -173,7 +176,8 @@ def worker_env(url: str, ns: str, tmp: Path, db: Path, concurrency: int | str) -
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("PEERCRAWL_", "STATHAT_", "GEOIP_", "REDIS_")) and k != "PYTHONDONTWRITEBYTECODE"}
     env.update(REDIS_URL=url, PEERCRAWL_NAMESPACE=ns, PEERCRAWL_DATA_DIR=str(tmp / ns), PEERCRAWL_SECRET=SECRET,
-               PEERCRAWL_ALLOW_PRIVATE="1", PEERCRAWL_TRACKERS="", PEERCRAWL_DHT="off", PEERCRAWL_METADATA="off",
+               PEERCRAWL_ALLOW_PRIVATE="1", PEERCRAWL_TRACKERS="", PEERCRAWL_DHT="off",
+               PEERCRAWL_METADATA="on" if named else "off",
                PEERCRAWL_PROCESSES="1",
                PEERCRAWL_REVISIT_SECONDS=str(REVISIT_SECONDS), GEOIP_DB=str(db),
                PEERCRAWL_LOG_LEVEL="info", PEERCRAWL_LOG_FORMAT="json")
@@ -486,10 +490,11 @@ def pool_size(text: str) -> int | str:
         raise argparse.ArgumentTypeError(f"expected a number or auto, not {text!r}") from None
 
 
-def magnets(hashes: list[str], tracker: str) -> str:
-    """One magnet line per torrent, naming ``tracker``."""
+def magnets(hashes: list[str], tracker: str, named: bool = False) -> str:
+    """One magnet line per torrent, naming ``tracker`` (``named``: and a name of its own)."""
     tr = urllib.parse.quote(tracker, safe="")
-    return "".join(f"magnet:?xt=urn:btih:{h}&tr={tr}\n" for h in hashes)
+    return "".join(f"magnet:?xt=urn:btih:{h}&tr={tr}" + (f"&dn=bench+{i}" if named else "") + "\n"
+                   for i, h in enumerate(hashes))
 
 
 def check_counts(cli: Cli, hashes: list[str], want: dict[str, int] | None = None,
@@ -513,7 +518,7 @@ def passes(a, tmp: Path, client: redis.Redis, url: str, ot: OpenTracker, db: Pat
     cold = warm = None
     for i in range(2):  # no torrents: the first warms the caches, the second is the start-up figure
         ns = f"vcstart{run_id}{i}"
-        cli = Cli(a.code, worker_env(url, ns, tmp, db, a.concurrency))
+        cli = Cli(a.code, worker_env(url, ns, tmp, db, a.concurrency, a.named))
         raw = Run(cli, client, ns, ot.proc.pid, tmp / f"{ns}.log", a.concurrency, [], a.timeout).go()
         cold, warm = (raw, warm) if i == 0 else (cold, raw)
     assert cold is not None and warm is not None
@@ -522,9 +527,9 @@ def passes(a, tmp: Path, client: redis.Redis, url: str, ot: OpenTracker, db: Pat
     startup_cpu = warm["worker_cpu"]
 
     ns = f"vc{run_id}"
-    cli = Cli(a.code, worker_env(url, ns, tmp, db, a.concurrency))
+    cli = Cli(a.code, worker_env(url, ns, tmp, db, a.concurrency, a.named))
     src = tmp / "magnets.txt"
-    src.write_text(magnets(hashes, ot.udp_url))
+    src.write_text(magnets(hashes, ot.udp_url, a.named))
     added = json.loads(cli.run("add", "--json", "--from", str(src)))
     spy = a.profile / "first.txt" if a.profile else None
     raw = Run(cli, client, ns, ot.proc.pid, tmp / f"{ns}-first.log", a.concurrency, hashes, a.timeout, spy).go()
@@ -559,6 +564,7 @@ def main() -> None:
     ap.add_argument("--torrents", type=int, default=3000)
     ap.add_argument("--concurrency", type=pool_size, default=64, help="runners (default 64), or auto")
     ap.add_argument("--overlap", type=int, default=4, help="swarms each peer address is in (default 4)")
+    ap.add_argument("--named", action="store_true", help="metadata fetches on and every torrent named (module note)")
     ap.add_argument("--code", type=Path, default=Path.cwd(), help="the tree whose peercrawl runs (default: cwd)")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds one worker run may take before SIGTERM")
     ap.add_argument("--profile", type=Path, help="sample the worker with py-spy (collapsed stacks into this "
@@ -590,7 +596,7 @@ def main() -> None:
             out["world"] = {"mode": "quick" if a.quick else "full", "torrents": n, "peers_per_swarm": SWARM,
                             "peer_addresses": addresses, "swarms_per_address": a.overlap,
                             "subnets": f"127.10.0.0/16 to 127.{10 + SUBNETS - 1}.0.0/16",
-                            "trackers": 1, "concurrency": a.concurrency, "revisit_s": REVISIT_SECONDS,
+                            "trackers": 1, "concurrency": a.concurrency, "revisit_s": REVISIT_SECONDS, "named": a.named,
                             "populate_s": round(time.monotonic() - t, 1), "cpus": os.cpu_count()}
             with Topology(None) as tp:
                 client = redis.Redis.from_url(tp.url)
