@@ -16,7 +16,7 @@ import gevent
 import pytest
 
 from tests.metadata_peers import Seeder, make_torrent
-from tests.opentracker import opentracker  # noqa: F401 (fixture)
+from tests.opentracker import opentracker, peer_address  # noqa: F401 (fixture)
 from tests.test_metadata_fetch import closed_port
 from tests.test_worker_e2e import env, pc, pcj  # noqa: F401 (fixture)
 
@@ -61,7 +61,12 @@ def test_the_metadata_state_keeps_one_success_never_replaces_a_name_and_widens_w
     from crawler.torrents.items import NewItem
 
     named, bare, gone = "a1" * 20, "b2" * 20, "c3" * 20
-    Queue(client, keys, settings).add([NewItem(named, name="kept"), NewItem(bare)], now=1.0)
+    q = Queue(client, keys, settings.replace(metadata=True))
+    q.add([NewItem(named, name="kept"), NewItem(bare)], now=1.0)
+    # a visit's plan reads from when a fetch may start: a first visit offers its peers, a named torrent's never;
+    # a process that fetches nothing does not read it
+    assert q.plan(named).fetch_from is None and q.plan(bare).fetch_from == 0.0
+    assert Queue(client, keys, settings.replace(metadata=False)).plan(bare).fetch_from is None
     # a visit makes the torrent's record; due wants a tracked one (a visits field) without a name
     for h in (named, bare):
         client.hset(keys.for_torrent(h).torrent(h), "visits", 1)
@@ -73,7 +78,9 @@ def test_the_metadata_state_keeps_one_success_never_replaces_a_name_and_widens_w
         waits.append(float(client.hget(keys.for_torrent(bare).torrent(bare), "md_next")) - now)
     assert waits[:3] == [FIRST_WAIT, 2 * FIRST_WAIT, 4 * FIRST_WAIT] and waits[-1] == LONGEST_WAIT
     assert not state.due(bare, now) and state.due(bare, now + LONGEST_WAIT)
+    assert q.plan(bare).fetch_from == now + LONGEST_WAIT
     assert state.found(bare, "from peers", 10, 2, now) and state.found(named, "from peers", 5, 1, now)
+    assert q.plan(bare).fetch_from is None
     assert not state.found(gone, "x", 1, 1, now) and not client.exists(keys.for_torrent(gone).torrent(gone))
     got = {h: client.hmget(keys.for_torrent(h).torrent(h), "name", "size", "files", "md_fails", "md_next")
            for h in (named, bare)}
@@ -81,3 +88,36 @@ def test_the_metadata_state_keeps_one_success_never_replaces_a_name_and_widens_w
     assert not state.due(bare, now + 10 * LONGEST_WAIT)  # one success, ever
     with pytest.raises(Exception, match="metadata_note.lua: bad arguments"):
         state._script(keys=[keys.for_torrent(bare).torrent(bare)], args=["found", "1", "x" * 801, "", "1"])
+
+
+def test_a_visit_offers_its_peers_for_a_name_only_where_its_plan_says_a_fetch_may_start(opentracker, settings,  # noqa: F811
+                                                                                        client, keys):
+    from crawler.counters.recorder import Recorder
+    from crawler.queue.queue import Queue
+    from crawler.sources.trackers.trackers import Trackers
+    from crawler.torrents.items import NewItem
+    from workers.visit import Visitor
+
+    named, bare, waiting = "d4" * 20, "e5" * 20, "f6" * 20
+    ot = opentracker([named, bare, waiting])
+    for i in range(3):
+        ot.announce_many(peer_address(i), [named, bare, waiting], 6881 + i)
+    s = settings.replace(metadata=True)
+    q = Queue(client, keys, s)
+    q.add([NewItem(named, (ot.udp_url,), name="kept"), NewItem(bare, (ot.udp_url,)),
+           NewItem(waiting, (ot.udp_url,))])
+    client.hset(keys.for_torrent(waiting).torrent(waiting), "md_next", time.time() + 3600)  # a failed fetch's wait
+    offers: list = []
+
+    class Offers:  # in the fetcher's place (workers.metadata_names): what is tested is the visit's choice
+        def offer(self, h, peers):
+            offers.append((h, len(peers)))
+
+    trackers = Trackers(s, client, keys)
+    try:
+        visitor = Visitor(q, keys, s, trackers, Recorder(client, keys, s), names=Offers())
+        visits = [visitor.visit(lease) for lease in q.claim(3)]
+        assert sorted(v.peers for v in visits) == [3, 3, 3]
+        assert offers == [(bare, 3)]  # the named torrent and the one still waiting cost no read and no fetch
+    finally:
+        trackers.close()

@@ -302,10 +302,11 @@ def test_a_plan_read_ahead_is_taken_once_by_the_visit_of_its_lease_only(settings
         assert visitor.ahead.plan_read(h, lease.token + 1) is None  # another lease's visit: not this plan
         visitor.ahead.held([lease])
         visitor.ahead.peek()
-        urls, noted = visitor.ahead.plan_read(h, lease.token)
-        own, now_read = q.plan(h)  # what the visit would have read itself
-        assert urls == tracker_list(tuple(t.url for t in s.trackers), own)
-        assert noted.not_before == now_read.not_before and noted.not_before
+        urls, planned = visitor.ahead.plan_read(h, lease.token)
+        now_read = q.plan(h)  # what the visit would have read itself
+        assert urls == tracker_list(tuple(t.url for t in s.trackers), now_read.own)
+        assert planned.notes.not_before == now_read.notes.not_before and planned.notes.not_before
+        assert planned.fetch_from is now_read.fetch_from is None  # metadata off: not read
         assert visitor.ahead.plan_read(h, lease.token) is None  # taken once
     finally:
         trackers.close()

@@ -61,7 +61,8 @@ from gevent.event import Event
 
 from crawler import logs
 from crawler.errors import StoreError
-from crawler.queue.source_notes import SourceNotes, decode, tracker_list
+from crawler.queue.source_notes import tracker_list
+from crawler.queue.visit_plan import Planned
 from crawler.sources.result import SourceResult
 from crawler.sources.trackers.scrape_groups import Seat
 from crawler.sources.trackers.tracker_urls import by_tracker, preferred
@@ -132,7 +133,7 @@ class ScrapeAhead:
         self._new: list[tuple[str, int]] = []  # claimed ahead, not yet read: (info-hash, lease token)
         # info-hash -> (lease token, trackers a visit asks, source notes): the plans read for the torrents
         # claimed ahead, each taken by the visit of that lease (``plan_read``)
-        self.plans_read: dict[str, tuple[int, list[str], SourceNotes]] = {}
+        self.plans_read: dict[str, tuple[int, list[str], Planned]] = {}
         self._visits: deque[float] = deque()
         self._visited: set[str] = set()  # visits begun since the peek under way began
         self._loop: gevent.Greenlet | None = None
@@ -157,10 +158,11 @@ class ScrapeAhead:
         self._new += [(lease.info_hash, lease.token) for lease in leases]
         self._wake()
 
-    def plan_read(self, h: str, token: int) -> tuple[list[str], SourceNotes] | None:
-        """The trackers and source notes of ``h`` read for the lease ``token`` after it was claimed
-        ahead (what ``Queue.plan`` would answer its visit now: only a visit holding the lease writes
-        the notes), taken once; None when none was read for that lease."""
+    def plan_read(self, h: str, token: int) -> tuple[list[str], Planned] | None:
+        """The trackers a visit of ``h`` asks (the defaults, then its own) and its plan, read for the
+        lease ``token`` after it was claimed ahead (what ``Queue.plan`` would answer its visit now:
+        only a visit holding the lease writes the notes), taken once; None when none was read for
+        that lease."""
         got = self.plans_read.pop(h, None)
         return (got[1], got[2]) if got is not None and got[0] == token else None
 
@@ -255,11 +257,12 @@ class ScrapeAhead:
         due = list(dict(due).items())
         plans = self._plans([h for h, _ in due])
         s, health = self.settings, self.trackers.health
-        for (h, at), (urls, noted) in zip(due, plans):
+        for (h, at), (urls, planned) in zip(due, plans):
             if h in self._visited:  # its visit began meanwhile and asks for itself
                 continue
             if h in tokens:  # claimed ahead: its visit takes this plan rather than reading it again
-                self.plans_read[h] = (tokens[h], urls, noted)
+                self.plans_read[h] = (tokens[h], urls, planned)
+            noted = planned.notes
             *_, eligible, _ = asked(urls, noted.not_before, at, s.one_ask_per_tracker, health.backing_off_until)
             eligible = [u for u in eligible if health.no_scrape_until(u) is None]
             for u in eligible:
@@ -287,20 +290,15 @@ class ScrapeAhead:
         due = sorted(((h.decode(), float(t)) for part in p.execute() for h, t in part), key=lambda x: x[1])
         return due[:MAX_AHEAD]
 
-    def _plans(self, hashes: list[str]) -> list:
-        """Each torrent's (trackers a visit asks, its source notes), as ``Queue.plan`` reads them,
-        ``PLAN_CALLS`` to a shared round trip."""
+    def _plans(self, hashes: list[str]) -> list[tuple[list[str], Planned]]:
+        """Each torrent's trackers a visit asks (the defaults, then its own) and its plan as
+        ``Queue.plan`` reads it, ``PLAN_CALLS`` to a shared round trip."""
         plans = self.queue.plans
-        cap = self.settings.max_trackers_per_torrent
         out = []
         for start in range(0, len(hashes), PLAN_CALLS):
-            calls = []
-            for h in hashes[start:start + PLAN_CALLS]:
-                k = self.queue.keys.for_torrent(h)
-                calls.append((plans.script, [k.trackers(h), k.tracker_min_interval(h)], [cap]))
-            for own, flat, _ in plans.store.run(calls):
-                notes = decode({flat[i].decode(): flat[i + 1].decode() for i in range(0, len(flat), 2)})
-                out.append((tracker_list(self.defaults, [u.decode() for u in own[:cap]]), notes))
+            for reply in plans.store.run([plans.call(h) for h in hashes[start:start + PLAN_CALLS]]):
+                planned = plans.read(reply)
+                out.append((tracker_list(self.defaults, planned.own), planned))
         return out
 
     def _forget(self, now: float) -> None:

@@ -96,7 +96,8 @@ class Visit:
 class Plan(NamedTuple):
     """What a visit may ask: every tracker URL of the torrent and its source notes; the trackers by
     group (one per tracker), when the held ones may be asked again, the URL to ask of each eligible
-    one and the URLs it stands for (``same``); and whether the DHT is due."""
+    one and the URLs it stands for (``same``); whether the DHT is due; and from when the torrent's
+    metadata may be fetched (None: never)."""
 
     urls: list[str]
     noted: notes.SourceNotes
@@ -105,6 +106,7 @@ class Plan(NamedTuple):
     eligible: list[str]
     same: dict[str, str]
     dht: bool
+    fetch_from: float | None
 
 
 class Visitor:
@@ -202,14 +204,15 @@ class Visitor:
         h = lease.info_hash
         got = self.ahead.plan_read(h, lease.token)
         if got is None:
-            own, noted = self.queue.plan(h)
-            urls = notes.tracker_list(self._defaults, own)
+            planned = self.queue.plan(h)
+            urls = notes.tracker_list(self._defaults, planned.own)
         else:
-            urls, noted = got
+            urls, planned = got
+        noted = planned.notes
         groups, held_until, eligible, same = asked(urls, noted.not_before, start, self.settings.one_ask_per_tracker,
                                                    self.trackers.health.backing_off_until)
         return Plan(urls, noted, groups, held_until, eligible, same,
-                    self.dht is not None and noted.dht_not_before <= start)
+                    self.dht is not None and noted.dht_not_before <= start, planned.fetch_from)
 
     def _skip(self, lease: Lease, plan: Plan, start: float) -> Visit:
         """Nothing may be asked yet: back to cooling until the first source may be, score kept,
@@ -258,7 +261,9 @@ class Visitor:
                                            due=due, now=now, reported=reported, new=new, estimated=estimated,
                                            notes=note, sent=time.time())
         laps.lap("complete")
-        if self.names is not None and ips:  # a name from its peers, if it has none (workers.metadata_names)
+        # a name from its peers, if it has none (workers.metadata_names): where the plan read one, or a
+        # fetch that succeeded, the peers are not offered (most visits, once a crawl has run)
+        if self.names is not None and ips and plan.fetch_from is not None and plan.fetch_from <= now:
             self.names.offer(h, {p for r in answered for p in r.peers})
         v = Visit(h, state, score, len(ips), new, len(answered), len(results))
         return v, self._claim(n, laps)

@@ -4,10 +4,13 @@
 --
 -- KEYS[1] trackers             SET of the torrent's own tracker URLs
 -- KEYS[2] tracker_min_interval HASH tracker URL -> not-before unix time
+-- KEYS[3] torrent              HASH of the torrent
 --
 -- ARGV[1] most trackers one visit announces to
+-- ARGV[2..] fields of the torrent hash to read (what says whether its metadata may be fetched:
+--           crawler/queue/torrent_metadata.py)
 --
--- Returns {trackers, {url, time, url, time, ...}, size of the whole set}.
+-- Returns {trackers, {url, time, url, time, ...}, size of the whole set, {those fields' values}}.
 -- A set larger than ARGV[1] (stored before the cap, or the cap lowered
 -- since) gives a random ARGV[1] of its members, a different draw each
 -- visit, so over many visits every tracker is still asked. One script call
@@ -26,4 +29,8 @@ elseif cap == 0 then
 else
   own = redis.call('SRANDMEMBER', KEYS[1], cap)
 end
-return {own, redis.call('HGETALL', KEYS[2]), size}
+local fields = {}
+if #ARGV > 1 then
+  fields = redis.call('HMGET', KEYS[3], unpack(ARGV, 2))
+end
+return {own, redis.call('HGETALL', KEYS[2]), size, fields}

@@ -47,9 +47,8 @@ from crawler.queue.rates import asked_field
 from crawler.queue.scoring import Outcome
 from crawler.queue.script_calls import ADD_STATUS, Lease, lane_keys, member_keys, minute
 from crawler.queue.shard_tops import ShardTops
-from crawler.queue.source_notes import SourceNotes
 from crawler.queue.visit_buckets import trim_visit_buckets
-from crawler.queue.visit_plan import VisitPlan
+from crawler.queue.visit_plan import Planned, VisitPlan
 from crawler.settings import Settings
 from crawler.store import scripts
 from crawler.store.store import Store
@@ -303,8 +302,9 @@ class Queue:
         return done
 
     # --- trackers and visit counts ------------------------------------------
-    def plan(self, info_hash: str) -> tuple[list[str], SourceNotes]:
-        """The trackers a visit of ``info_hash`` may ask and its source notes (``VisitPlan.plan``)."""
+    def plan(self, info_hash: str) -> Planned:
+        """The trackers a visit of ``info_hash`` may ask, its source notes and when its metadata may be
+        fetched (``VisitPlan.plan``)."""
         return self.plans.plan(info_hash)
 
     def hold_trackers(self, info_hash: str, not_before: dict[str, float], ttl: float) -> None:

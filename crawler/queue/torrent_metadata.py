@@ -22,7 +22,10 @@ HASH beside its name:
   an immediate retry from the same worker fails against it. The cut's
   peers are not kept: a visit finds them again.
 
-``due`` is the worker's question before a fetch (one read); ``found``,
+``due`` is the worker's question before a fetch (one read); ``FETCH_FIELDS``
+and ``fetch_from`` let a visit's plan read the same fields beforehand, so
+that a visit of a torrent that has its name (most, once a crawl has run)
+neither offers its peers nor asks; ``found``,
 ``failed`` and ``cut`` are one atomic step each (``metadata_note.lua``),
 which writes nothing for a torrent whose hash is gone; ``cut`` then brings
 the torrent's due time forward (``due_now.lua``, a step of its own: a
@@ -41,9 +44,18 @@ from crawler.torrents.torrent_names import MAX_BYTES
 
 # The first wait after a failed fetch, doubling with each failure in a row, at most a week.
 FIRST_WAIT, LONGEST_WAIT = 3600.0, 7 * 86400.0
+# The torrent hash's fields that say from when its metadata may be fetched (``fetch_from``).
+FETCH_FIELDS = ("name", "md_done", "md_next")
 # Fetches cut by a stop, in a row, after which the torrent is no longer brought forward but waits for its
 # own next visit: a fetch that always outlasts its process's stop costs an early visit only this often.
 MAX_CUTS = 3
+
+
+def fetch_from(fields) -> float | None:
+    """The unix time from which a fetch of a torrent may start, from its hash's ``FETCH_FIELDS`` (as
+    HMGET answers them); None: never (it has a name, or a fetch succeeded)."""
+    name, done, after = fields
+    return None if name is not None or done is not None else float(after or 0)
 
 
 class TorrentMetadata:
@@ -57,11 +69,12 @@ class TorrentMetadata:
     def due(self, info_hash: str, now: float) -> bool:
         """Whether a fetch of ``info_hash`` may start now: tracked, no name, no success yet, past its wait."""
         try:
-            name, done, after, tracked = self.client.hmget(
-                self.keys.for_torrent(info_hash).torrent(info_hash), "name", "md_done", "md_next", "visits")
+            *fields, tracked = self.client.hmget(
+                self.keys.for_torrent(info_hash).torrent(info_hash), *FETCH_FIELDS, "visits")
         except redis.RedisError as e:
             raise StoreError(f"reading {info_hash}'s metadata state failed: {e}") from e
-        return tracked is not None and name is None and done is None and float(after or 0) <= now
+        start = fetch_from(fields)
+        return tracked is not None and start is not None and start <= now
 
     def found(self, info_hash: str, name: str | None, total_size: int | None, file_count: int, now: float) -> bool:
         """Keep what a fetch learned; False when the torrent is gone (nothing written)."""

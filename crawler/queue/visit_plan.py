@@ -3,8 +3,9 @@
 ``plan.lua`` hands a visit at most ``PEERCRAWL_MAX_TRACKERS_PER_TORRENT`` of
 the torrent's trackers (a random draw of a larger set, so a set stored before
 the bound is never announced whole) with the torrent's source notes (each
-tracker's not-before time, the DHT's schedule: ``source_notes``), in one
-round trip. The visit writes its notes back in its completion's step
+tracker's not-before time, the DHT's schedule: ``source_notes``) and from
+when its metadata may be fetched (``torrent_metadata.fetch_from``, read
+only where ``PEERCRAWL_METADATA`` is on), in one round trip. The visit writes its notes back in its completion's step
 (``note_args``; ``note`` for a visit that does not complete). Apart from the transitions
 because a plan changes no torrent's state: it is the one read a visit needs,
 and its one write is a per-torrent hash that expires on its own.
@@ -12,14 +13,27 @@ and its one write is a per-torrent hash that expires on its own.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import redis
 
 from crawler.errors import StoreError
 from crawler.keys import Keys
 from crawler.queue.source_notes import SourceNotes, decode
+from crawler.queue.torrent_metadata import FETCH_FIELDS, fetch_from
 from crawler.settings import Settings
 from crawler.store import scripts
 from crawler.store.store import Store
+
+
+class Planned(NamedTuple):
+    """What ``plan.lua`` read of one torrent: its own trackers (at most the per-torrent bound), its
+    source notes, and the unix time from which its metadata may be fetched (None: never, or the
+    process fetches none)."""
+
+    own: list[str]
+    notes: SourceNotes
+    fetch_from: float | None
 
 
 class VisitPlan:
@@ -33,17 +47,28 @@ class VisitPlan:
         self.script = scripts.register(client, "plan", __package__)
         self._note = scripts.register(client, "note", __package__)
 
-    def plan(self, info_hash: str) -> tuple[list[str], SourceNotes]:
+    def plan(self, info_hash: str) -> Planned:
         """The torrent's own trackers (at most the per-torrent bound, a random draw of a larger
-        set) and its source notes, in one round trip."""
-        k = self.keys.for_torrent(info_hash)
-        cap = self.settings.max_trackers_per_torrent
+        set), its source notes and when its metadata may be fetched, in one round trip."""
         try:
-            [(own, flat, _)] = self.store.run([(self.script, [k.trackers(info_hash), k.tracker_min_interval(info_hash)], [cap])])
+            [reply] = self.store.run([self.call(info_hash)])
         except redis.RedisError as e:
             raise StoreError(f"reading the torrent's trackers failed: {e}") from e
-        return ([u.decode() for u in own[:cap]],
-                decode({flat[i].decode(): flat[i + 1].decode() for i in range(0, len(flat), 2)}))
+        return self.read(reply)
+
+    def call(self, info_hash: str) -> tuple:
+        """The plan.lua call of ``info_hash`` (script, keys, args), for ``Store.run``; ``read`` reads its reply."""
+        k = self.keys.for_torrent(info_hash)
+        fields = FETCH_FIELDS if self.settings.metadata else ()
+        return (self.script, [k.trackers(info_hash), k.tracker_min_interval(info_hash), k.torrent(info_hash)],
+                [self.settings.max_trackers_per_torrent, *fields])
+
+    def read(self, reply) -> Planned:
+        """A plan.lua reply (``call``) as a ``Planned``."""
+        own, flat, _, fields = reply
+        return Planned([u.decode() for u in own[: self.settings.max_trackers_per_torrent]],
+                       decode({flat[i].decode(): flat[i + 1].decode() for i in range(0, len(flat), 2)}),
+                       fetch_from(fields) if fields else None)
 
     def note(self, info_hash: str, fields: dict[str, str], drop: tuple[str, ...], ttl: float) -> None:
         """Set ``fields`` and drop ``drop`` of the torrent's source notes in one step; they expire
