@@ -29,27 +29,17 @@ def test_ipv4_entries_are_ipaddress_canonical_text(data):
     assert parse_compact(data) == ipaddress_reading(data)
 
 
-# Entries from a few addresses (so the texts met before are taken from memory) and ports often 0,
-# lists past the size unpacked by one format of their own, and a memory of texts held to a few
-# entries, so it starts over inside a list as well as between lists.
+# Entries from a few addresses and ports often 0, and lists past the size unpacked by one format of
+# their own.
 ENTRY = st.tuples(st.sampled_from([bytes([10, 0, 0, i]) for i in range(8)]) | st.binary(min_size=4, max_size=4),
                   st.sampled_from([0, 1, 6881, 65535]) | st.integers(0, 65535))
 
 
-@given(st.lists(st.lists(ENTRY, max_size=p.WHOLE_FORMS + 60), max_size=4), st.sampled_from([0, 3, 1 << 17]))
-def test_ipv4_texts_from_memory_agree_with_ipaddress_at_any_size(lists, memo):
-    kept = p.TEXT_MEMO
-    p.TEXT_MEMO = memo
-    p._texts.clear()
-    longest = 0
-    try:
-        for entries in lists:
-            data = b"".join(ip + port.to_bytes(2, "big") for ip, port in entries)
-            assert parse_compact(data) == ipaddress_reading(data)
-            longest = max(longest, len(entries))
-            assert len(p._texts) <= memo + longest  # starts over once past its size
-    finally:
-        p.TEXT_MEMO = kept
+@given(st.lists(st.lists(ENTRY, max_size=p.WHOLE_FORMS + 60), max_size=4))
+def test_ipv4_texts_agree_with_ipaddress_at_any_size(lists):
+    for entries in lists:
+        data = b"".join(ip + port.to_bytes(2, "big") for ip, port in entries)
+        assert parse_compact(data) == ipaddress_reading(data)
 
 
 @given(st.binary(max_size=100), st.sampled_from([socket.AF_INET, socket.AF_INET6]))

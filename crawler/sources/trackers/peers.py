@@ -12,18 +12,13 @@ from __future__ import annotations
 import ipaddress
 import socket
 import struct
+from itertools import repeat
 
 from crawler.errors import RemoteProtocolError
 
 Peer = tuple[str, int]
 _V4 = struct.Struct(">4sH")
 _ntop, _AF_INET = socket.inet_ntop, socket.AF_INET
-# The texts of the IPv4 addresses met lately (4 packed bytes -> dotted decimal), at most
-# ``TEXT_MEMO``, after which the memory starts over: a crawl meets the same peers in many swarms and
-# on every revisit, and a dictionary lookup costs a fifth of ``inet_ntop``, the largest cost of
-# parsing a reply (~20 MB when full).
-TEXT_MEMO = 1 << 17
-_texts: dict[bytes, str] = {}
 # Lists of at most this many IPv4 entries (a whole reply of most trackers, which cap numwant at 200)
 # are unpacked by a format of their size, kept once made (~70 bytes an entry: ~2 MB if all are).
 WHOLE_FORMS = 256
@@ -58,8 +53,10 @@ def parse_compact(data: bytes, family: int = socket.AF_INET) -> tuple[Peer, ...]
 
 def _parse_v4(data: bytes) -> tuple[Peer, ...]:
     """``parse_compact`` of whole 6-byte entries. Dotted decimal is IPv4's canonical text, which
-    C's inet_ntop writes (~5x ipaddress); an address met lately takes its text from ``_texts``. The
-    loops run in C (``map``, ``zip``, the slices): per entry, this is the announce path's largest cost."""
+    C's inet_ntop writes (~5x ipaddress). The loops run in C (``map``, ``zip``, the slices): per
+    entry, this is the announce path's largest cost. No memory of texts made before: a crawl meets
+    more addresses than one could hold, and a lookup that misses, then the text made and kept, costs
+    twice ``inet_ntop`` alone (a hit costs three quarters of it)."""
     n = len(data) // 6
     if not n:
         return ()
@@ -69,13 +66,7 @@ def _parse_v4(data: bytes) -> tuple[Peer, ...]:
         ips, ports = fields[0::2], fields[1::2]
     else:
         ips, ports = zip(*_V4.iter_unpack(data))
-    texts: list = list(map(_texts.get, ips))  # of str, once every None is filled
-    if None in texts:
-        if len(_texts) > TEXT_MEMO:
-            _texts.clear()
-        for i, text in enumerate(texts):
-            if text is None:
-                texts[i] = _texts[ips[i]] = _ntop(_AF_INET, ips[i])
+    texts = map(_ntop, repeat(_AF_INET, n), ips)
     if 0 in ports:
         return tuple(peer for peer in zip(texts, ports) if peer[1])
     return tuple(zip(texts, ports))
