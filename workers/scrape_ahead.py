@@ -131,7 +131,7 @@ class ScrapeAhead:
         # info-hash -> (unix time its entry lapses, the URLs it is pending or seated at): not read again
         self.known: dict[str, tuple[float, tuple[str, ...]]] = {}
         self._new: list[tuple[str, int]] = []  # claimed ahead, not yet read: (info-hash, lease token)
-        # info-hash -> (lease token, trackers a visit asks, source notes): the plans read for the torrents
+        # info-hash -> (lease token, trackers a visit asks, its plan): the plans read for the torrents
         # claimed ahead, each taken by the visit of that lease (``plan_read``)
         self.plans_read: dict[str, tuple[int, list[str], Planned]] = {}
         self._visits: deque[float] = deque()

@@ -5,8 +5,9 @@ the torrent's trackers (a random draw of a larger set, so a set stored before
 the bound is never announced whole) with the torrent's source notes (each
 tracker's not-before time, the DHT's schedule: ``source_notes``) and from
 when its metadata may be fetched (``torrent_metadata.fetch_from``, read
-only where ``PEERCRAWL_METADATA`` is on), in one round trip. The visit writes its notes back in its completion's step
-(``note_args``; ``note`` for a visit that does not complete). Apart from the transitions
+only where ``PEERCRAWL_METADATA`` is on), in one round trip. The visit
+writes its notes back in its completion's step (``note_args``; ``note`` for
+a visit that does not complete). Apart from the transitions
 because a plan changes no torrent's state: it is the one read a visit needs,
 and its one write is a per-torrent hash that expires on its own.
 """
