@@ -221,6 +221,19 @@ def test_a_batch_counts_its_records_answers_once_where_it_asked_for_them(client,
     assert (rec.swarms.lookups.found, rec.swarms.lookups.asked) == (0, 1) and not rec.swarms.lookups.first()
 
 
+def test_a_record_asked_for_and_not_found_is_written_under_the_key_it_was_asked_by(client, keys, settings,
+                                                                                   locator):
+    """A first visit asks for its record (not found), then counts its peers and writes the record, keyed
+    as it was asked for: another process's revisit of the swarm finds it having met nobody."""
+    rec = Recorder(client, keys, settings, locator)
+    assert rec.swarms.lookups.first()
+    assert rec.record_visits([(H, [A, B, C])], T0) == [3]
+    assert (rec.swarms.lookups.found, rec.swarms.lookups.asked) == (0, 1)
+    again = Recorder(client, keys, settings, locator)
+    assert again.record_visits([(H, [C, "::ffff:1.1.1.2", A])], T0 + 60) == [0] and again.swarms.known == 1
+    assert again.met_ips.texts == {}
+
+
 def test_a_revisit_by_another_process_is_settled_before_any_peer_is_met(client, keys, settings, locator):
     """A record keyed by the IPs alone is asked for before they are located or fingerprinted: a new
     process settles the revisit having met no peer."""

@@ -72,7 +72,6 @@ DEFAULT_BATCH_PAIRS = 2400
 PROBE_IPS = 2000
 
 
-
 class Recorder:
     """Records visits' peers into the §4 counters.
 
@@ -167,12 +166,19 @@ class Recorder:
         given: list[tuple[str, Collection[str]]] = [
             (h, ips if isinstance(ips, Collection) else list(ips)) for h, ips in visits]
         first = self.swarms.lookups.first()
-        settled = self._settled(mark_time(now), self.swarms.of_texts(given, probes)) if first else set()
+        asked = self.swarms.of_texts(given, probes) if first else []
+        settled = self._settled(mark_time(now), asked)
         errors, met = self.locator.read_errors, self.met_ips.visit
         met_visits = [(h, [] if i in settled else met(ips)) for i, (h, ips) in enumerate(given)]
+        # a record asked for is the one its met IPs key (the same distinct addresses): not keyed again
+        keyed = {i: swarm for i, _, swarm in asked}
+
+        def key(i: int, t_fp: int, ips: list[Met]) -> tuple[int, bytes]:
+            return keyed.get(i) or self.swarms.of_ips(t_fp, ips)
+
         # an IP read in error has no place to vouch for: such a batch writes no swarm record
         return self._record_met(met_visits, now, probes, first, asked=True,
-                                key=self.swarms.of_ips if self.locator.read_errors == errors else None)
+                                key=key if self.locator.read_errors == errors else None)
 
     def record_places_many(self, visits: Sequence[tuple[str, Iterable[tuple[bytes, Place]]]],
                            now: float, probes: Sequence[bool] | None = None) -> list[int]:
@@ -190,13 +196,13 @@ class Recorder:
         """
         met = self.met_ips.located
         return self._record_met([(h, met(located)) for h, located in visits], now, probes,
-                                self.swarms.lookups.first(), key=self.swarms.of_places)
+                                self.swarms.lookups.first(), key=lambda _, t_fp, ips: self.swarms.of_places(t_fp, ips))
 
     def _record_met(self, visits: Sequence[tuple[str, list[Met]]], now: float, probes: Sequence[bool] | None,
                     first: bool, asked: bool = False, key: Callable | None = None) -> list[int]:
         """``record_places_many`` of visits whose distinct IPs are already met (``met_ips``); ``first``:
         the batch's ``Lookups.first`` (taken once a batch: other batches move it), ``asked``: the swarm
-        records were asked for already; ``key(t_fp, ips)``: a visit's swarm record (None: none)."""
+        records were asked for already; ``key(position, t_fp, ips)``: a visit's swarm record (None: none)."""
         now_i = mark_time(now)
         parts = self._parts(visits, now_i, probes, first and not asked, key)
         # the locator's errors, and names left out of places (``_place_info``)
@@ -230,7 +236,7 @@ class Recorder:
     def _parts(self, visits: Sequence[tuple[str, list[Met]]], now: int, probes: Sequence[bool] | None,
                first: bool, key: Callable | None) -> list:
         """Each visit's part, ``(position, info-hash, VisitPart, probed)``, with its swarm record
-        (``key(t_fp, ips)``; None: none), but for those it settles when it is asked for ``first``, before
+        (``key(position, t_fp, ips)``; None: none), but for those it settles when it is asked for ``first``, before
         the probes (``swarm_record.Lookups``)."""
         fps = self.fingerprints
         todo: list[tuple] = []  # (position, info-hash, torrent fingerprint, IPs, swarm record, probed)
@@ -240,7 +246,7 @@ class Recorder:
             if ips:
                 t_fp = fps.torrent(h)
                 probed = probes is None or probes[i]
-                swarm = None if key is None else key(t_fp, ips)
+                swarm = None if key is None else key(i, t_fp, ips)
                 (asked if probed and first and swarm else todo).append((i, h, t_fp, ips, swarm, probed))
         if asked:
             settled = self._settled(now, [(a[0], a[1], a[4]) for a in asked])
