@@ -17,10 +17,34 @@ import json
 import logging
 import sys
 import traceback
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 
-import structlog
-from structlog.typing import EventDict, Processor
+
+@contextmanager
+def _rich_hidden() -> Iterator[None]:
+    """While it holds, ``import rich`` fails as if rich were not installed, unless rich is imported
+    already. structlog imports rich when it can, for tracebacks with local variables that this
+    module never renders (its console lines take ``plain_traceback``), and that import is a sixth
+    of a worker's start-up; rich stays importable afterwards for the commands that draw with it.
+    structlog treats a failed import as rich's absence (were it to need rich, it is imported again
+    with rich)."""
+    if "rich" in sys.modules:
+        yield
+        return
+    sys.modules["rich"] = None  # type: ignore[assignment]  # Python's mark of a module that fails to import
+    try:
+        yield
+    finally:
+        del sys.modules["rich"]
+
+
+try:
+    with _rich_hidden():
+        import structlog
+except ImportError:  # a structlog that needs rich after all
+    import structlog
+from structlog.typing import EventDict, Processor  # noqa: E402 (structlog first, above)
 
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 FORMATS = ("json", "console")

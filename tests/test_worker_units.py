@@ -4,6 +4,8 @@ the outage flag, heartbeats in ``status``, and the autoscaler's decisions."""
 from __future__ import annotations
 
 import hashlib
+import subprocess
+import sys
 import time
 
 import pytest
@@ -246,13 +248,48 @@ def test_a_worker_process_collects_garbage_less_often_and_leaves_its_start_up_he
     from workers.process import GC_FIRST_GENERATION, tune_gc
 
     before = gc.get_threshold()
+    gc.disable()  # as `peercrawl worker` starts (crawler.cli.main)
     try:
         tune_gc()
+        assert gc.isenabled()
         assert gc.get_threshold() == (GC_FIRST_GENERATION, *before[1:])
         assert gc.get_freeze_count() > 1000  # modules, classes, settings: out of every later collection
     finally:
+        gc.enable()
         gc.unfreeze()
         gc.set_threshold(*before)
+
+
+def test_a_worker_starts_without_rich_or_the_other_commands_yet_rich_still_draws_after():
+    """structlog is imported with rich hidden (crawler.logs), and `peercrawl worker` imports only its
+    own command's module; rich imports as before for whoever draws with it, and console logs still
+    render a traceback."""
+    code = """
+import gc, io, sys
+sys.argv = ["peercrawl", "worker", "--help"]
+from crawler.cli import main
+try:
+    main()
+except SystemExit:
+    pass
+assert gc.isenabled()
+import crawler.cli.context, workers.process  # what the command imports once it runs
+assert "rich" not in sys.modules, sorted(m for m in sys.modules if m.startswith("rich"))
+assert "crawler.cli.torrent_view" not in sys.modules and "crawler.dashboard.server" not in sys.modules
+from crawler import logs
+import rich.console
+out = io.StringIO()
+logs.configure(fmt="console", stream=out)
+try:
+    1 / 0
+except ZeroDivisionError:
+    logs.get("t").exception("boom")
+assert "ZeroDivisionError" in out.getvalue() and "boom" in out.getvalue(), out.getvalue()
+print("ok")
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().endswith("ok")
 
 
 def test_torrent_shows_which_sources_the_last_visit_asked_and_why_it_skipped_the_others(  # noqa: F811 (fixtures)

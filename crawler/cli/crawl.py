@@ -10,6 +10,8 @@ connects, and no connection of it exists before the patch.
 
 from __future__ import annotations
 
+import gc
+
 import click
 
 
@@ -103,6 +105,7 @@ def worker(concurrency, max_visits, until_idle, duration, processes) -> None:
         n = usable_cpus()
     assert isinstance(n, int)  # a count, or "auto" made one just above
     if n > 1:
+        gc.enable()  # the supervisor runs for as long as its workers (crawler.cli.main)
         raise SystemExit(_supervise(ctx, n, concurrency, max_visits, until_idle, duration))
     # Imported after logging is configured: logs.get binds at import time.
     from workers.process import Process, tune_gc
@@ -177,5 +180,3 @@ def _dashboard(ctx, host: str, port: int):
     click.echo(f"peercrawl run: dashboard at {address(server)}", err=True)
     return server
 
-
-commands = [worker, run]
