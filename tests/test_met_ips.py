@@ -70,3 +70,18 @@ def test_a_memory_seldom_found_keeps_nothing_for_a_while_then_keeps_again():
     again.visit(texts[9:12])  # full: 27 of 39 meets found it
     again.visit(texts[12:13])
     assert again.unkept == 0 and len(again.texts) == 1
+
+
+@given(st.lists(TEXT, max_size=30), st.lists(st.lists(TEXT, max_size=30), min_size=1, max_size=4))
+def test_packed_ips_are_met_as_their_texts_would_be_whichever_form_came_first(met_before, visits):
+    """A compact list's IPs come packed (``ip_forms.PackedIPs``): each met as its texts are, in a
+    process that met some of them as texts before, and the other way round."""
+    from crawler.counters.ip_forms import PackedIPs, normalize_ip
+
+    met = MetIPs(LOCATOR, Fingerprinter(SECRET, 64))
+    met.visit(met_before)
+    for v in visits:
+        packed = PackedIPs(p for p in map(normalize_ip, v) if p is not None)
+        got = met.visit(packed)
+        assert sorted(got) == sorted(one_by_one(v))
+        assert sorted(met.visit(v)) == sorted(got)

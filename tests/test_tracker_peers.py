@@ -113,3 +113,47 @@ def test_packed_ips_are_the_distinct_normalized_ips(texts):
     want = {normalize_ip(t) for t in texts} - {None}
     assert packed_ips(texts) == want
     assert packed_ips(frozenset(texts)) == want
+
+
+# --- packed pairs (crawler.sources.compact_peers): the same peers without their texts ------------
+
+_V6_ENTRY = st.binary(min_size=16, max_size=16).flatmap(
+    lambda ip: st.sampled_from([ip, b"\0" * 10 + b"\xff\xff" + ip[:4]])).flatmap(
+    lambda ip: st.integers(0, 65535).map(lambda port: ip + struct.pack(">H", port)))
+
+
+@given(st.one_of(
+    st.tuples(st.lists(ENTRY, max_size=p.WHOLE_FORMS + 60).map(
+        lambda es: b"".join(ip + port.to_bytes(2, "big") for ip, port in es)), st.just(socket.AF_INET)),
+    st.tuples(st.lists(_V6_ENTRY, max_size=40).map(b"".join), st.just(socket.AF_INET6)),
+    st.tuples(st.binary(max_size=6 * p.WHOLE_FORMS + 100), st.sampled_from([socket.AF_INET, socket.AF_INET6]))))
+@example((b"\x01\x02\x03\x04\x00\x00", socket.AF_INET))
+@example((b"\0" * 10 + b"\xff\xff\x01\x02\x03\x04\x1a\xe1", socket.AF_INET6))
+def test_packed_pairs_are_the_texts_peers_packed(case):
+    """Any bytes: ``parse_pairs`` fails exactly where ``parse_compact`` does, else gives the same peers
+    packed (an IPv4-mapped address as its IPv4), and ``CompactPeers`` of them is the set of their
+    texts, its ``ips`` the distinct normalized IPs the recorder would parse from those texts."""
+    from crawler.counters.ip_forms import packed_ips
+    from crawler.sources.compact_peers import CompactPeers
+
+    data, family = case
+    try:
+        texts = parse_compact(data, family)
+    except PeerListError:
+        with pytest.raises(PeerListError):
+            p.parse_pairs(data, family)
+        return
+    pairs = p.parse_pairs(data, family)
+    assert len(pairs) == len(texts)
+    for (ip, port), (text, tport) in zip(pairs, texts):
+        addr = ipaddress.ip_address(text)
+        if addr.version == 6 and addr.ipv4_mapped is not None:
+            addr = addr.ipv4_mapped
+        assert (ip, port) == (addr.packed, tport)
+    peers = CompactPeers(pairs)
+    assert len(peers) == len(set(pairs))
+    assert peers.ips() == packed_ips([t for t, _ in texts])
+    if family == socket.AF_INET or all(len(ip) == 16 for ip, _ in pairs):  # where no address was mapped
+        assert peers == frozenset(texts) and frozenset(texts) == peers and hash(peers) == hash(frozenset(texts))
+        assert set(peers) == set(texts) and all(t in peers for t in texts)
+    assert peers == CompactPeers(reversed(pairs)) and (peers | set()) == frozenset(peers)

@@ -7,6 +7,8 @@ import os
 import gevent
 import pytest
 
+from crawler.counters.ip_forms import PackedIPs, packed_ips
+from crawler.sources.result import SourceResult, VisitResult
 from crawler.sources.trackers.trackers import Trackers
 from tests.opentracker import opentracker, peer_address  # noqa: F401 (fixture)
 
@@ -39,6 +41,12 @@ def test_exactly_the_announced_peers_with_counts(opentracker, trackers, scheme):
     assert (r.seeders, r.leechers) == (3, 4)
     assert r.max_peers == 200 and r.interval and r.interval > 0
     assert not r.full
+    # the visit's IPs as the recorder takes them: a UDP tracker's packed, no text made; HTTP's texts
+    ips = VisitResult(ih, (r,)).distinct_ips
+    assert isinstance(ips, PackedIPs) == (scheme == "udp")
+    assert packed_ips(ips) == packed_ips([ip for ip, _ in expected])
+    both = VisitResult(ih, (r, SourceResult("dht", True, frozenset({("127.9.9.9", 1)})))).distinct_ips
+    assert not isinstance(both, PackedIPs) and both == {ip for ip, _ in expected} | {"127.9.9.9"}
 
 
 @pytest.mark.parametrize("scheme", ["udp", "http"])

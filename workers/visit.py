@@ -240,7 +240,7 @@ class Visitor:
         h, s = lease.info_hash, self.settings
         answered = [r for r in results if r.ok]
         vr = VisitResult(h, tuple(results))
-        ips = vr.peer_ips
+        ips = vr.distinct_ips
         # a torrent without notes was never visited (or not for two revisit intervals): the probe
         # would find no group record of it, so its peers go straight to record.lua
         new = self.recorder.record_visit(h, ips, now, probe=plan.noted.last is not None) if ips else 0

@@ -2,11 +2,11 @@
 
 ``main`` is the one boundary where peercrawl's own errors become a single
 line on stderr and a non-zero exit, never a traceback; it patches gevent
-first for the commands that crawl or serve, and imports the one command it
-runs. ``context`` is what every command does first (settings, logging, the
-Redis connection, secrets hidden); ``crawl`` holds ``worker`` and ``run``,
-``progress`` is ``run``'s intake and live line; every other module is one
-command. See the contract, §7.
+first for the commands that crawl or serve. ``context`` is what every
+command does first (settings, logging, the Redis connection, secrets
+hidden); ``crawl`` holds ``worker`` and ``run``, ``progress`` is ``run``'s
+intake and live line; every other module is one command. See the
+contract, §7.
 """
 
 from __future__ import annotations

@@ -34,9 +34,20 @@ def canonical_ip(ip: str) -> tuple[bytes, str] | None:
     return None if packed is None else (packed, ip_text(packed))
 
 
-def packed_ips(ips: Iterable[str]) -> set[bytes]:
-    """The distinct packed forms of the IP texts ``ips`` (``normalize_ip``), text that is no IP left out.
-    Dotted-quad IPv4 texts, what compact lists give, are read in one C loop."""
+class PackedIPs(frozenset):
+    """Distinct IPs already in their packed form (``normalize_ip``'s: an IPv4-mapped IPv6 address as
+    its IPv4), as a tracker's compact peer list gives them: the recorder takes them as they are,
+    where IP texts are parsed first. A frozenset of bytes; the type says they need no parsing."""
+
+    __slots__ = ()
+
+
+def packed_ips(ips: Iterable[str] | PackedIPs) -> set[bytes] | PackedIPs:
+    """The distinct packed forms of the IP texts ``ips`` (``normalize_ip``), text that is no IP left out;
+    ``ips`` itself when packed already. Dotted-quad IPv4 texts, what compact lists give, are read in
+    one C loop."""
+    if isinstance(ips, PackedIPs):
+        return ips
     try:
         return set(map(_pton4, ips))
     except (OSError, TypeError, ValueError):

@@ -27,7 +27,7 @@ from collections.abc import Iterable
 from operator import itemgetter
 
 from crawler.counters.fresh_places import FreshPlaces
-from crawler.counters.ip_forms import canonical_ip
+from crawler.counters.ip_forms import PackedIPs, canonical_ip, ip_text
 from crawler.counters.marks import IP_MEMO, Fingerprinter
 from geo.locator import Place
 
@@ -51,13 +51,14 @@ class MetIPs:
 
     def __init__(self, locator, fingerprints: Fingerprinter, memo: int = IP_MEMO):
         self.locator, self.fingerprints, self.memo = locator, fingerprints, memo
-        self.texts: dict[str, Met | None] = {}  # IP text -> Met, or None for text that is no IP
+        self.texts: dict[str | bytes, Met | None] = {}  # IP text (or packed) -> Met; None: text that is no IP
         self.hits = self.misses = 0  # meets of the current fill that found the memory, and not
         self.unkept = 0  # meets still to leave unkept after a fill that seldom found the memory
 
-    def visit(self, ips: Iterable[str]) -> list[Met]:
-        """One visit's IP texts as met, each distinct IP once (in the order given); text that is
-        no IP left out."""
+    def visit(self, ips: Iterable[str] | PackedIPs) -> list[Met]:
+        """One visit's IP texts (or ``PackedIPs``) as met, each distinct IP once (in the order
+        given); text that is no IP left out. Kept by the form given: a packed IP and its text
+        never meet as one key, and a process meets one form from each source."""
         texts = self.texts
         if len(texts) > self.memo:
             self._filled()
@@ -81,10 +82,10 @@ class MetIPs:
             got = list(first.values())
         return got
 
-    def _meet(self, ip: str) -> Met | None:
-        """``ip`` parsed, located and fingerprinted, kept unless its place could not be read (None:
-        no IP)."""
-        canonical = canonical_ip(ip)
+    def _meet(self, ip: str | bytes) -> Met | None:
+        """``ip`` parsed (unless packed), located and fingerprinted, kept unless its place could not
+        be read (None: no IP)."""
+        canonical = (ip, ip_text(ip)) if isinstance(ip, bytes) else canonical_ip(ip)
         locator, fps = self.locator, self.fingerprints
         errors = locator.read_errors
         if canonical is None:

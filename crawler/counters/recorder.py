@@ -141,7 +141,7 @@ class Recorder:
 
     # --- recording --------------------------------------------------------
     def record_visit(self, info_hash: str, ips: Iterable[str], now: float, probe: bool = True) -> int:
-        """Record ``ips`` (text form) seen on ``info_hash`` at unix time ``now``.
+        """Record ``ips`` (text form, or ``ip_forms.PackedIPs``) seen on ``info_hash`` at unix time ``now``.
 
         Returns how many IPs were new for ``torrents.<info-hash>.users`` (the
         ``new`` of §2). Strings that are not IPs are ignored. ``probe`` False:

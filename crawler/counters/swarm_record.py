@@ -103,8 +103,9 @@ class Swarms:
         return swarm_of(self.fingerprints, t_fp, ips, self.fingerprints.buckets)
 
     def of_texts(self, visits: Sequence[tuple[str, Collection[str]]], probes: Sequence[bool] | None) -> list[tuple]:
-        """``(position, info-hash, record)`` of each probed visit of ``visits`` (info-hash, IP texts) with
-        an IP, keyed by its IPs parsed alone (``ip_forms.packed_ips``): none located or fingerprinted."""
+        """``(position, info-hash, record)`` of each probed visit of ``visits`` (info-hash, IP texts or
+        ``PackedIPs``) with an IP, keyed by its IPs parsed alone (``ip_forms.packed_ips``): none located
+        or fingerprinted."""
         fps, identity, asked = self.fingerprints, self.locator.identity, []
         for i, (info_hash, ips) in enumerate(visits):
             if ips and (probes is None or probes[i]) and (packed := packed_ips(ips)):

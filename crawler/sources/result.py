@@ -7,8 +7,12 @@ A source that failed is ``ok=False`` with an ``error``; it never reads as
 from __future__ import annotations
 
 import itertools
+from collections.abc import Set
 from dataclasses import dataclass, field, replace
 from operator import itemgetter
+
+from crawler.counters.ip_forms import PackedIPs
+from crawler.sources.compact_peers import CompactPeers
 
 _IP = itemgetter(0)  # a peer's IP text
 
@@ -19,8 +23,9 @@ class SourceResult:
 
     source: str
     ok: bool
-    # (ip, port) pairs, ip as the canonical text form (ipaddress's str()).
-    peers: frozenset[tuple[str, int]] = frozenset()
+    # (ip, port) pairs, ip as the canonical text form (ipaddress's str()); a frozenset, or a UDP
+    # tracker's ``CompactPeers`` (the same set, its addresses kept packed).
+    peers: Set[tuple[str, int]] = frozenset()
     # The most peers this source hands out per request (its "max").
     max_peers: int = 0
     seeders: int | None = None
@@ -58,6 +63,8 @@ class SourceResult:
         """This result with at most ``limit`` peers (which ones is arbitrary; the count is what matters)."""
         if len(self.peers) <= limit:
             return self
+        if isinstance(self.peers, CompactPeers):
+            return replace(self, peers=CompactPeers(itertools.islice(self.peers.pairs, max(0, limit))))
         return replace(self, peers=frozenset(itertools.islice(self.peers, max(0, limit))))
 
 
@@ -77,6 +84,18 @@ class VisitResult:
     def peer_ips(self) -> frozenset[str]:
         """Distinct peer IPs from every source that answered."""
         return frozenset(map(_IP, itertools.chain.from_iterable(s.peers for s in self.sources if s.ok)))
+
+    @property
+    def distinct_ips(self) -> PackedIPs | frozenset[str]:
+        """``peer_ips`` as the recorder takes them: packed when every source that answered with peers
+        gave them packed (``CompactPeers``: no text made), else their texts."""
+        given = [s.peers for s in self.sources if s.ok and s.peers]
+        packed = [p for p in given if isinstance(p, CompactPeers)]
+        if len(packed) < len(given):
+            return self.peer_ips
+        if len(packed) == 1:
+            return packed[0].ips()
+        return PackedIPs(itertools.chain.from_iterable(p.ips() for p in packed))
 
     @property
     def seeders(self) -> int | None:

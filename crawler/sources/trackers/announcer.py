@@ -42,6 +42,7 @@ from crawler import redact
 from crawler.errors import StoreError
 from crawler.settings import Settings
 from crawler.sources.addresses import share_of_time
+from crawler.sources.compact_peers import CompactPeers
 from crawler.sources.result import SourceResult
 from crawler.sources.trackers import udp_codec
 from crawler.sources.trackers.health import ANSWER
@@ -136,7 +137,7 @@ class Announcer:
                 else:
                     final(i, self.result(url, hashes[i], configured, asked, answer.peers, answer.cut,
                                           answer.seeders, answer.leechers, withdrawn, float(answer.interval),
-                                          None, None))
+                                          None, None, packed=True))
 
             replies = self.udp.announce_many(
                 addr, family, [hashes[i] for i in todo],
@@ -148,8 +149,9 @@ class Announcer:
                 break
 
     def result(self, url, info_hash, configured, asked, peers, cut, seeders, leechers, stopped, interval,
-                min_interval, warning):
-        """The answer's ``SourceResult``, its health recorded (cut peers, cap evidence)."""
+               min_interval, warning, packed: bool = False):
+        """The answer's ``SourceResult``, its health recorded (cut peers, cap evidence). ``peers``: (ip
+        text, port) pairs, or (packed ip, port) pairs when ``packed`` (kept so: ``CompactPeers``)."""
         returned = len(peers) + cut  # every entry the tracker handed out, ours included
         peers, own_listed = self.self_filter.strip(peers)
         capped = (
@@ -165,7 +167,7 @@ class Announcer:
         elif own_listed and leechers:
             leechers -= 1
         return SourceResult(
-            source=url, ok=True, peers=frozenset(peers), max_peers=max_peers,
+            source=url, ok=True, peers=CompactPeers(peers) if packed else frozenset(peers), max_peers=max_peers,
             seeders=seeders, leechers=leechers, interval=interval, min_interval=min_interval,
             warning=None if warning is None else redact.text(warning, url), returned=returned,
         )

@@ -182,10 +182,11 @@ class AnnounceBatch:
                 self._done(i)
 
     def _parse(self, data: bytes, peers: bool):
-        """One datagram as the client's single requests parse it: the reply (its ``cut`` set), or the exception."""
+        """One datagram as the client's single requests parse it: the reply (its ``cut`` set, its peers
+        packed: ``crawler.sources.compact_peers``), or the exception."""
         try:
             data, cut = _cut(data, self.family, self.limit) if peers and self.limit is not None else (data, 0)
-            reply = codec.parse_reply(data, self.family, peers)
+            reply = codec.parse_reply(data, self.family, peers, packed=True)
         except codec.UdpPacketError as e:
             return e
         if isinstance(reply, codec.ErrorReply):

@@ -263,7 +263,7 @@ class UdpTrackerClient:
         """Announce each of ``info_hashes`` to the tracker at ``addr`` (a resolved sockaddr), all in
         flight at once, from this greenlet.
 
-        Per hash, in order: its ``AnnounceReply``, or the tracker's fault as a
+        Per hash, in order: its ``AnnounceReply`` (peers packed), or the tracker's fault as a
         value (``TrackerTimeout``, ``TrackerRefused``, ``UdpPacketError``).
         One greenlet waits for the whole batch (``AnnounceBatch``): each request is
         tried ``retries`` times of ``timeout`` seconds, never past

@@ -16,7 +16,7 @@ import struct
 from dataclasses import dataclass
 
 from crawler.errors import RemoteProtocolError, one_line
-from crawler.sources.trackers.peers import Peer, PeerListError, check_compact, parse_compact
+from crawler.sources.trackers.peers import Peer, PeerListError, check_compact, parse_compact, parse_pairs
 
 PROTOCOL_ID = 0x41727101980
 
@@ -97,12 +97,13 @@ class ConnectReply:
 
 @dataclass(frozen=True)
 class AnnounceReply:
-    """A BEP 15 announce reply, its compact peers decoded."""
+    """A BEP 15 announce reply, its compact peers decoded: (ip text, port) pairs, or (packed ip, port)
+    pairs when parsed ``packed`` (``peers.parse_pairs``)."""
     transaction_id: int
     interval: int
     leechers: int
     seeders: int
-    peers: tuple[Peer, ...]
+    peers: tuple[Peer, ...] | tuple[tuple[bytes, int], ...]
     # peer entries past the client's limit, cut before decoding
     cut: int = 0
 
@@ -139,12 +140,12 @@ def peek(data: bytes) -> tuple[int, int]:
     return _HEAD.unpack_from(data)
 
 
-def parse_reply(data: bytes, family: int = socket.AF_INET, peers: bool = True) -> Reply:
+def parse_reply(data: bytes, family: int = socket.AF_INET, peers: bool = True, packed: bool = False) -> Reply:
     """Parse any tracker reply; ``family`` is the address family the tracker was reached over.
 
     ``peers=False`` checks an announce reply's peer list but leaves
     ``AnnounceReply.peers`` empty (a withdrawal's reply is read for its
-    counts only). Raises ``UdpPacketError`` for a short packet, an unknown
+    counts only); ``packed``: its peers as (packed ip, port) pairs. Raises ``UdpPacketError`` for a short packet, an unknown
     action or a peer list that is not whole entries.
     """
     action, tid = peek(data)
@@ -158,7 +159,7 @@ def parse_reply(data: bytes, family: int = socket.AF_INET, peers: bool = True) -
         interval, leechers, seeders = struct.unpack_from(">III", data, 8)
         try:
             if peers:
-                entries = parse_compact(data[20:], family)
+                entries = parse_pairs(data[20:], family) if packed else parse_compact(data[20:], family)
             else:
                 check_compact(data[20:], family)
                 entries = ()
