@@ -157,3 +157,13 @@ def test_packed_pairs_are_the_texts_peers_packed(case):
         assert peers == frozenset(texts) and frozenset(texts) == peers and hash(peers) == hash(frozenset(texts))
         assert set(peers) == set(texts) and all(t in peers for t in texts)
     assert peers == CompactPeers(reversed(pairs)) and (peers | set()) == frozenset(peers)
+
+
+@given(st.lists(st.tuples(st.sampled_from(["1.2.3.4", b"\x01\x02\x03\x04", "::1"]), st.integers(0, 8)),
+                max_size=300), st.integers(0, 8))
+def test_the_crawlers_own_entries_are_dropped_by_port_whatever_the_ip_form(peers, port):
+    from crawler.sources.trackers.self_filter import SelfFilter
+
+    kept, listed = SelfFilter(port).strip(tuple(peers))
+    assert list(kept) == [q for q in peers if q[1] != port]
+    assert listed == any(q[1] == port for q in peers)

@@ -18,16 +18,18 @@ that port, chosen once per namespace.
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
+from operator import itemgetter
 
 import redis
 
 from crawler.errors import StoreError
 from crawler.keys import Keys
-from crawler.sources.trackers.peers import Peer
 
 # The range of the shared port announced when Settings.announce_port is 0: above the ports real
 # clients commonly use (6881-6999, 51413) and the ephemeral range's start.
 RANDOM_PORT_RANGE = (49152, 65535)
+_PORT = itemgetter(1)  # an entry's port
 
 
 def shared_port(client: redis.Redis, keys: Keys) -> int:
@@ -46,8 +48,10 @@ class SelfFilter:
     def __init__(self, port: int):
         self.port = port
 
-    def strip(self, peers) -> tuple[list[Peer], bool]:
-        """(peers without the crawler's entries, whether any was listed)."""
+    def strip(self, peers: Sequence[tuple]) -> tuple[Sequence[tuple], bool]:
+        """(peers without the crawler's entries, whether any was listed). ``peers``: (ip, port) pairs,
+        the ip as text or packed; returned as given when none is ours (most lists: one C loop)."""
         port = self.port
-        kept = [p for p in peers if p[1] != port]
-        return kept, len(kept) != len(peers)
+        if port not in map(_PORT, peers):
+            return peers, False
+        return [p for p in peers if p[1] != port], True
