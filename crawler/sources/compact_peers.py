@@ -66,4 +66,3 @@ class CompactPeers(Set):
     def _from_iterable(cls, it: Iterable) -> frozenset:
         # What the set operators (|, &, -) give: a frozenset of the text pairs.
         return frozenset(it)
-
