@@ -167,3 +167,28 @@ def test_the_crawlers_own_entries_are_dropped_by_port_whatever_the_ip_form(peers
     kept, listed = SelfFilter(port).strip(tuple(peers))
     assert list(kept) == [q for q in peers if q[1] != port]
     assert listed == any(q[1] == port for q in peers)
+
+
+# Packed as parse_pairs gives them: an IPv4-mapped IPv6 address as its IPv4.
+_PAIR = st.tuples((st.sampled_from([bytes([10, 0, 0, i]) for i in range(6)]) | st.binary(min_size=4, max_size=4)
+                   | st.binary(min_size=16, max_size=16)).map(lambda ip: ip[12:] if ip[:12] == b"\0" * 10 + b"\xff\xff" else ip),
+                  st.integers(1, 65535))
+
+
+@given(st.lists(st.tuples(st.booleans(), st.booleans(), st.lists(_PAIR, max_size=30)), max_size=5))
+def test_a_visits_distinct_ips_are_its_peers_ips_whichever_form_each_source_gave(sources):
+    """``VisitResult.distinct_ips`` (what the recorder takes) holds the same IPs as ``peer_ips`` (their
+    texts) whatever mix of packed and text peers, answered or not, the sources gave."""
+    from crawler.counters.ip_forms import PackedIPs, ip_text, packed_ips
+    from crawler.sources.compact_peers import CompactPeers
+    from crawler.sources.result import SourceResult, VisitResult
+
+    results = []
+    for i, (ok, packed, pairs) in enumerate(sources):
+        peers = CompactPeers(pairs) if packed else frozenset((ip_text(ip), port) for ip, port in pairs)
+        results.append(SourceResult(f"s{i}", ok, peers if ok else frozenset()))
+    vr = VisitResult("h", tuple(results))
+    got = vr.distinct_ips
+    assert packed_ips(got) == packed_ips(list(vr.peer_ips))
+    with_peers = [r.peers for r in results if r.ok and r.peers]
+    assert isinstance(got, PackedIPs) == all(isinstance(p, CompactPeers) for p in with_peers)
