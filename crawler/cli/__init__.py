@@ -35,7 +35,7 @@ COMMANDS = {name: (name, "command") for name in
 COMMANDS |= {"worker": ("crawl", "worker"), "run": ("crawl", "run")}
 
 
-def _register(names=None) -> None:
+def _register(names: list[str] | None = None) -> None:
     """Adds the commands ``names`` (default: every one) to ``cli``, importing only their modules: a
     worker starts without the other commands' imports (rich's tables, the dashboard's server)."""
     for name in COMMANDS if names is None else names:
