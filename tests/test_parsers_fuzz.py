@@ -538,14 +538,21 @@ u32 = st.integers(0, 2**32 - 1)
 
 @BOUNDED
 @given(st.binary(max_size=20 * 300 + 19))
-def test_any_history_bytes_give_one_visit_per_whole_entry(raw):
-    assert len(history(raw)) == len(raw) // HISTORY_ENTRY.size
+def test_any_history_bytes_give_one_visit_per_whole_entry_of_a_time(raw):
+    whole = raw[: len(raw) - len(raw) % HISTORY_ENTRY.size]
+    times = [e[0] for e in HISTORY_ENTRY.iter_unpack(whole)]
+    got = history(raw)
+    assert len(got) == sum(1 for t in times if t) and [g["at"] for g in got] == sorted(float(t) for t in times if t)
 
 
 @BOUNDED
-@given(st.lists(st.tuples(u32, st.floats(0.0, 2.0**100, width=32), u32, u32, u32), max_size=300))
-def test_a_packed_history_reads_back(visits):
-    got = history(b"".join(HISTORY_ENTRY.pack(*v) for v in visits))
-    assert [(g["at"], g["peers"]) for g in got] == [(float(t), p) for t, _, p, _, _ in visits]
-    assert [g["seeders"] for g in got] == [None if s == NOT_REPORTED else s for _, _, _, s, _ in visits]
-    assert [g["score"] for g in got] == [pytest.approx(f, rel=1e-6) for _, f, _, _, _ in visits]
+@given(st.lists(st.tuples(u32, st.floats(0.0, 2.0**100, width=32), u32, u32, u32), max_size=300), st.randoms())
+def test_a_packed_history_reads_back_in_time_order_whatever_its_ring_order(visits, rnd):
+    # a ring holds its entries in any rotation (and a history of any age in any order): read back by time
+    stored = list(visits)
+    rnd.shuffle(stored)
+    got = history(b"".join(HISTORY_ENTRY.pack(*v) for v in stored))
+    want = sorted((v for v in stored if v[0]), key=lambda v: v[0])
+    assert [(g["at"], g["peers"]) for g in got] == [(float(t), p) for t, _, p, _, _ in want]
+    assert [g["seeders"] for g in got] == [None if s == NOT_REPORTED else s for _, _, _, s, _ in want]
+    assert [g["score"] for g in got] == [pytest.approx(f, rel=1e-6) for _, f, _, _, _ in want]

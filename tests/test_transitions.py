@@ -301,6 +301,41 @@ def test_a_torrent_keeps_its_last_visits_oldest_first(client, keys, settings, vi
     assert view.torrent(H[0])["visits"] == 4  # the count is every visit, the history the last ones
 
 
+def test_the_history_is_a_ring_read_oldest_first_whatever_its_size_was(client, keys, settings, view):
+    """Each visit overwrites the oldest entry: after any number of visits the last ``kept`` are read,
+    oldest first; fewer kept than when written cuts the ring, more pads it, and a key of another type
+    is replaced with the completion whole (its score, visit count and due time all applied)."""
+    hkey = keys.for_torrent(H[2]).history(H[2])
+
+    def visit(kept: int, at: int, peers: int) -> None:
+        q = Queue(client, keys, settings.replace(torrent_history=kept))
+        (lease,) = q.claim(1, now=at)
+        assert q.complete(lease, Outcome.FULL, peers=peers, due=0, now=at)[0] == "cooling"
+
+    Queue(client, keys, settings).add([NewItem(H[2])], now=100)
+    for i in range(1, 8):  # past two turns of a ring of three
+        visit(3, 1000 * i, i)
+        assert [v["peers"] for v in view.torrent(H[2])["history"]] == list(range(max(1, i - 2), i + 1))
+    assert client.strlen(hkey) == 3 * 20
+    for i in range(8, 12):  # more kept than written: the ring grows to five, its first turn a mix
+        visit(5, 1000 * i, i)
+    hist = [v["peers"] for v in view.torrent(H[2])["history"]]
+    assert len(hist) == 5 and hist[1:] == [8, 9, 10, 11]
+    visit(5, 11_500, 115)  # one turn at the new size: the last five
+    assert [v["peers"] for v in view.torrent(H[2])["history"]] == [8, 9, 10, 11, 115]
+    visit(2, 12_000, 12)  # fewer kept: cut to two at once, this visit one of them
+    hist = [v["peers"] for v in view.torrent(H[2])["history"]]
+    assert len(hist) == 2 and hist[-1] == 12 and client.strlen(hkey) == 2 * 20
+    visit(2, 13_000, 13)
+    assert [v["peers"] for v in view.torrent(H[2])["history"]] == [12, 13]
+    visits = view.torrent(H[2])["visits"]
+    client.delete(hkey)
+    client.hset(hkey, "not", "a history")  # another type: the completion is not cut short by it
+    visit(2, 14_000, 14)
+    t = view.torrent(H[2])
+    assert [v["peers"] for v in t["history"]] == [14] and t["visits"] == visits + 1 and t["state"] == "ready"
+
+
 def test_the_history_at_its_largest_drops_one_per_visit_and_off_forgets_it(client, keys, settings, view):
     from crawler.queue.torrent_record import HISTORY_ENTRY
 

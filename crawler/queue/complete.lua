@@ -15,9 +15,13 @@
 -- A completion ends the torrent's streak of expired leases. The history
 -- string keeps the torrent's last ARGV[13] visits, 20 bytes each
 -- (little-endian u32 time, f32 new score, u32 peers, u32 seeders, u32
--- leechers; 0xFFFFFFFF: not reported), oldest first; 0 keeps none. A string
--- of its own: as a field of the torrent hash it would pass the 64-byte
--- listpack limit and cost the hash ~700 bytes more in a hashtable.
+-- leechers; 0xFFFFFFFF: not reported); 0 keeps none. A ring: a visit
+-- overwrites entry `visits mod ARGV[13]` with one SETRANGE, unread (readers
+-- order the entries by time and skip those of time 0, the padding of a ring
+-- begun past its start), so a completion copies 20 bytes, not the whole
+-- history twice. A string of its own: as a field of the torrent hash it would
+-- pass the 64-byte listpack limit and cost the hash ~700 bytes more in a
+-- hashtable.
 --
 -- KEYS[1]  leases     ZSET info-hash -> lease deadline
 -- KEYS[2]  held       HASH info-hash -> score while out of ready
@@ -103,8 +107,6 @@ if not score or not visits
     or not tonumber(redis.call('HGET', KEYS[9], ARGV[11]) or '0') then
   return redis.error_reply('complete.lua: a stored score or count of ' .. h .. ' is not a number')
 end
-local hist = kept > 0 and (redis.call('GET', KEYS[11]) or '') or ''
-if #hist % 20 ~= 0 then hist = '' end  -- not a history this script wrote: start again
 local now = tonumber(ARGV[5])
 local first_visit = tonumber(record[2]) or now
 local last_peers = tonumber(record[3])
@@ -173,8 +175,15 @@ if kept > 0 then
     return math.floor(x)
   end
   local t = math.max(0, math.min(math.floor(tonumber(ARGV[5])), 4294967295))
-  hist = hist .. struct.pack('<IfIII', t, new, u32(ARGV[10]), u32(ARGV[8]), u32(ARGV[9]))
-  redis.call('SET', KEYS[11], string.sub(hist, -20 * kept))
+  local entry = struct.pack('<IfIII', t, new, u32(ARGV[10]), u32(ARGV[8]), u32(ARGV[9]))
+  -- pcall: a key of another type fails here, after the writes above, so it is replaced whole
+  local len = redis.pcall('SETRANGE', KEYS[11], 20 * (visits % kept), entry)
+  if type(len) ~= 'number' or len % 20 ~= 0 then
+    redis.call('SET', KEYS[11], entry)  -- not a history this script wrote: started again
+  elseif len > 20 * kept then
+    -- written when more visits were kept: cut to the ring's new size
+    redis.call('SET', KEYS[11], redis.call('GETRANGE', KEYS[11], 0, 20 * kept - 1))
+  end
 else
   redis.call('DEL', KEYS[11])
 end

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import struct
+from operator import itemgetter
 
 from crawler import redact
 from crawler.queue import coverage
@@ -27,12 +28,17 @@ NOT_REPORTED = 0xFFFFFFFF
 
 
 def unpack_history(raw: bytes) -> list[dict]:
-    """The visits packed in a torrent's history string, oldest first (a partial entry ignored)."""
+    """The visits packed in a torrent's history string, oldest first (a partial entry ignored).
+
+    complete.lua writes the string as a ring (each visit over the oldest entry), so the entries
+    are ordered here by their time, ties as stored; an entry of time 0 is the padding of a ring
+    begun past its start, not a visit."""
     whole = raw[: len(raw) - len(raw) % HISTORY_ENTRY.size]
+    entries = sorted((e for e in HISTORY_ENTRY.iter_unpack(whole) if e[0]), key=itemgetter(0))
     return [{"at": float(t), "score": float(f"{score:.7g}"), "peers": peers,
              "seeders": None if seeders == NOT_REPORTED else seeders,
              "leechers": None if leechers == NOT_REPORTED else leechers}
-            for t, score, peers, seeders, leechers in HISTORY_ENTRY.iter_unpack(whole)]
+            for t, score, peers, seeders, leechers in entries]
 
 
 def pin_shown(raw: str | None, now: float) -> str | float | None:
