@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import time
 
-from workers.visit_stages import SLOT, STAGES, Laps, StageTimes
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from workers.visit_stages import SLOT, STAGES, Laps, StageTimes, bucket
 
 
 def test_laps_measure_each_stage_from_the_last():
@@ -47,3 +50,13 @@ def test_slot_is_each_visits_whole_time_not_a_sum_of_medians():
     assert abs(out[SLOT]["p50_ms"] - 41) <= 41 * 0.09 and abs(out[SLOT]["p99_ms"] - 41) <= 41 * 0.09
     assert out[SLOT]["mean_ms"] == 41.0
     assert out["record"]["mean_ms"] == out["wait"]["mean_ms"] == 20.5
+
+
+@given(st.floats(min_value=0.0, max_value=1e6, allow_nan=False))
+@example(1e-6)
+@example(2 ** (13 / 8) / 1e6)  # bucket edges
+@example(2 ** (101 / 8) / 1e6)
+def test_a_time_is_counted_in_the_bucket_the_figures_read(seconds):
+    st_ = StageTimes()
+    st_.add({"plan": seconds})
+    assert st_.histograms["plan"] == {bucket(seconds): 1}

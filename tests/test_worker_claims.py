@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import time
+from dataclasses import replace
 
 import gevent
 import redis
@@ -72,3 +74,17 @@ def test_a_claim_ahead_under_way_at_the_stop_is_handed_back_with_what_was_held(c
     # only the ten handed to runners are out; what the claim ahead brought went back to ready
     assert len(leased) == 10 and {lease.info_hash for lease in taken} <= leased
     assert claims.claim(1) and not claims.busy and not claims.held  # and nothing more is held ahead
+
+
+def test_a_lease_handed_out_from_what_is_held_is_the_held_one_stamped_now(client, keys, settings):
+    q = Queue(client, keys, settings)
+    q.add([NewItem(h) for h in hashes(8)], lane="high")
+    claims = Claims(q, ahead=lambda: 4)
+    claims.claim(1)
+    held = [lease for lease, _ in claims.held]
+    assert held and all(lease.lane == "high" for lease in held)
+    for want in held:
+        before = time.time()
+        (got,) = claims.claim(1)
+        # every field of the lease kept (the lane, the token), only the claim time renewed
+        assert got == replace(want, claimed=got.claimed) and got.claimed >= before

@@ -46,7 +46,6 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import replace
 
 import gevent
 
@@ -108,7 +107,8 @@ class Claims(GroupCommit):
 
     def _hand_out(self) -> Lease:
         lease, _ = self.held.popleft()
-        return replace(lease, claimed=time.time())
+        # built rather than dataclasses.replace, which reads the class's fields on every call
+        return Lease(lease.info_hash, lease.score, lease.token, time.time(), lease.lane)
 
     def _claim(self, asks: list[int]) -> list[list[Lease]]:
         """One claim of the sum of ``asks`` (less what is held, plus what to hold), handed out in order."""
