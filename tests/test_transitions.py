@@ -1,6 +1,7 @@
 """Every transition of contract §1 against a real Redis, on one shard and on four (contract §9)."""
 
 import json
+import time
 
 import pytest
 
@@ -271,9 +272,11 @@ def test_held_trackers_come_back_in_the_plan_until_the_hold_expires(q, view, cli
     assert sorted(q.plan(H[0])[0]) == [b, a] and q.plan(H[0])[1].not_before == {}
     q.hold_trackers(H[0], {a: 1234.5}, ttl=60)
     q.hold_trackers(H[0], {b: 99.0}, ttl=60)
-    own, noted, _ = q.plan(H[0])
+    own, noted, _, raw, until = q.plan(H[0])
     not_before = noted.not_before
     assert sorted(own) == [b, a] and not_before == {a: 1234.5, b: 99.0}
+    # the notes as stored, and when they expire (what a visit needs to leave unchanged ones alone)
+    assert raw == {a: "1234.5", b: "99.0"} and time.time() < until <= time.time() + 60
     assert view.torrent(H[0], 100)["tracker_not_before"] == not_before
     notes = keys.for_torrent(H[0]).tracker_min_interval(H[0])
     assert 0 < client.ttl(notes) <= 60
@@ -377,7 +380,7 @@ def test_a_visit_notes_every_tracker_of_a_torrent_with_the_most_trackers_allowed
     q.add([NewItem(H[0], tuple(urls))], now=100)
     q.plans.note(H[0], {u: repr(5000.0 + i) for i, u in enumerate(urls)} | {"dht:empty": "3", "dht": "7000.5"},
                  ("last",), 60)
-    own, noted, _ = q.plan(H[0])
+    own, noted, *_ = q.plan(H[0])
     assert len(own) == n and noted.not_before == {u: 5000.0 + i for i, u in enumerate(urls)}
     assert (noted.dht_empty, noted.dht_not_before, noted.last) == (3, 7000.5, None)
     q.plans.note(H[0], {}, ("dht", "dht:empty"), 60)

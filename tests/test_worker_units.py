@@ -489,3 +489,42 @@ def test_a_visits_source_notes_go_in_its_completions_step(settings, client, keys
         assert view.torrent(dead)["last_visit_sources"]["trackers"] == {nobody: "failed"}
     finally:
         trackers.close()
+
+
+def test_a_revisit_leaves_notes_it_would_not_change_alone_until_they_run_short(settings, client, keys,
+                                                                              opentracker, tmp_path):  # noqa: F811
+    # notes are written to live four revisit intervals (two needed, two to spare); a revisit that would
+    # write the same fields leaves them while they outlive the two it needs, and rewrites them (their
+    # whole life) when they would not, or when a field differs
+    from crawler.counters.recorder import Recorder
+
+    ih, ot, s = three_peers(opentracker, b"notes-left-alone", settings, tmp_path)
+    q = Queue(client, keys, s)
+    q.add([NewItem(ih, (ot.udp_url,))])
+    trackers = Trackers(s, client, keys)
+    v = Visitor(q, keys, s, trackers, Recorder(client, keys, s))
+    notes = keys.for_torrent(ih).tracker_min_interval(ih)
+    life, interval = 4 * int(s.revisit_seconds), int(s.revisit_seconds)
+
+    def revisit() -> None:
+        client.zadd(keys.cooling, {ih: time.time() - 1})
+        (lease,) = q.claim(1)
+        assert v.visit(lease).state == "cooling"
+
+    try:
+        (lease,) = q.claim(1)
+        v.visit(lease)
+        written = client.hgetall(notes)
+        assert written and life - 60 < client.ttl(notes) <= life
+        client.expire(notes, 3 * interval)  # still more than the two a revisit needs
+        revisit()
+        assert client.hgetall(notes) == written and 3 * interval - 60 < client.ttl(notes) <= 3 * interval  # untouched
+        client.expire(notes, 2 * interval - 60)  # less than two: rewritten, its whole life
+        revisit()
+        assert client.hgetall(notes) == written and life - 60 < client.ttl(notes) <= life
+        client.hset(notes, "last", "00000000:x|-")  # a field that differs: rewritten
+        client.expire(notes, 3 * interval)
+        revisit()
+        assert client.hgetall(notes) == written and life - 60 < client.ttl(notes) <= life
+    finally:
+        trackers.close()

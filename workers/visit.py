@@ -18,6 +18,7 @@ under one deadline that starts after those waits. Then, in this order:
    ``tracker_floor`` (default 0: BEP 15 replies carry no min interval, and
    the revisit interval, 1800 s by default, already spaces announces); the
    DHT's schedule; what each source did on this visit (``torrent`` shows it);
+   none when they are what the plan read and live long enough as they are;
 2. no source answered: the notes are kept, then ``Queue.fail`` (score kept,
    short retry; contract §1);
 3. otherwise the peers are recorded (§4) *before* the completion, so a crash
@@ -71,6 +72,9 @@ log = logs.get("worker.visit")
 
 # Not-before entries outlive the longest min interval a tracker may ask for.
 MIN_INTERVAL_CAP = 6 * 3600.0
+# Revisit intervals a torrent's source notes are written to live past what a visit needs of them
+# (``Visitor._note``): a write every ~(1 + this) revisits while nothing in them changes.
+NOTES_SLACK = 2
 # Torrents remembered as noted for torrents.processed in the current hour:
 # bounded memory (~100 bytes each); past it, visits just ask the recorder.
 NOTED_CAP = 200_000
@@ -96,8 +100,9 @@ class Visit:
 class Plan(NamedTuple):
     """What a visit may ask: every tracker URL of the torrent and its source notes; the trackers by
     group (one per tracker), when the held ones may be asked again, the URL to ask of each eligible
-    one and the URLs it stands for (``same``); whether the DHT is due; and from when the torrent's
-    metadata may be fetched (None: never)."""
+    one and the URLs it stands for (``same``); whether the DHT is due; from when the torrent's
+    metadata may be fetched (None: never); and the notes as stored, with when they expire
+    (``Planned``)."""
 
     urls: list[str]
     noted: notes.SourceNotes
@@ -107,6 +112,8 @@ class Plan(NamedTuple):
     same: dict[str, str]
     dht: bool
     fetch_from: float | None
+    raw_notes: dict[str, str]
+    notes_until: float
 
 
 class Visitor:
@@ -212,7 +219,8 @@ class Visitor:
         groups, held_until, eligible, same = asked(urls, noted.not_before, start, self.settings.one_ask_per_tracker,
                                                    self.trackers.health.backing_off_until)
         return Plan(urls, noted, groups, held_until, eligible, same,
-                    self.dht is not None and noted.dht_not_before <= start, planned.fetch_from)
+                    self.dht is not None and noted.dht_not_before <= start, planned.fetch_from,
+                    planned.raw_notes, planned.notes_until)
 
     def _skip(self, lease: Lease, plan: Plan, start: float) -> Visit:
         """Nothing may be asked yet: back to cooling until the first source may be, score kept,
@@ -305,9 +313,16 @@ class Visitor:
             drop = tuple(f for f, keep in ((notes.DHT_EMPTY, empty), (notes.DHT, dht_next)) if not keep)
         codes = dict.fromkeys(same, "d") | dict.fromkeys(mirrored, "m") | {r.source: tracker_code(r) for r in results if r.source != "dht"}
         fields[notes.LAST] = notes.last(urls, codes, dht_code(self.dht is not None, dht, looked))
-        # The notes live until the last time they hold has passed, and two revisit intervals at least.
+        # The notes live until the last time they hold has passed, and two revisit intervals at least;
+        # written with two more, so the revisits that change nothing in them (most, where trackers
+        # give no min interval) rewrite nothing until what is left falls short of that.
         held = [t - now for t in noted.not_before.values()] + [dht_next - now]
-        return dht_next, self.queue.plans.note_args(fields, drop, max(held + [0.0]) + 2 * s.revisit_seconds)
+        life = max(held + [0.0]) + 2 * s.revisit_seconds
+        raw = plan.raw_notes
+        if plan.notes_until >= now + life and not any(f in raw for f in drop) \
+                and all(raw.get(f) == v for f, v in fields.items()):
+            return dht_next, None
+        return dht_next, self.queue.plans.note_args(fields, drop, life + NOTES_SLACK * s.revisit_seconds)
 
     def _claim(self, n: int, laps: Laps) -> list[Lease]:
         """The next ``n`` leases; the visit's laps end here and are counted."""

@@ -10,7 +10,9 @@
 -- ARGV[2..] fields of the torrent hash to read (what says whether its metadata may be fetched:
 --           crawler/queue/torrent_metadata.py)
 --
--- Returns {trackers, {url, time, url, time, ...}, size of the whole set, {those fields' values}}.
+-- Returns {trackers, {url, time, url, time, ...}, size of the whole set, {those fields' values},
+-- the notes' PTTL (ms; -2 none, -1 no expiry)}: a visit rewrites unchanged notes only when they
+-- would not outlive what it needs (workers/visit.py).
 -- A set larger than ARGV[1] (stored before the cap, or the cap lowered
 -- since) gives a random ARGV[1] of its members, a different draw each
 -- visit, so over many visits every tracker is still asked. One script call
@@ -33,4 +35,4 @@ local fields = {}
 if #ARGV > 1 then
   fields = redis.call('HMGET', KEYS[3], unpack(ARGV, 2))
 end
-return {own, redis.call('HGETALL', KEYS[2]), size, fields}
+return {own, redis.call('HGETALL', KEYS[2]), size, fields, redis.call('PTTL', KEYS[2])}

@@ -14,6 +14,7 @@ and its one write is a per-torrent hash that expires on its own.
 
 from __future__ import annotations
 
+import time
 from typing import NamedTuple
 
 import redis
@@ -29,12 +30,15 @@ from crawler.store.store import Store
 
 class Planned(NamedTuple):
     """What ``plan.lua`` read of one torrent: its own trackers (at most the per-torrent bound), its
-    source notes, and the unix time from which its metadata may be fetched (None: never, or the
-    process fetches none)."""
+    source notes, the unix time from which its metadata may be fetched (None: never, or the
+    process fetches none), the notes' fields as stored, and the unix time they expire (0: none
+    stored, or stored without an expiry)."""
 
     own: list[str]
     notes: SourceNotes
     fetch_from: float | None
+    raw_notes: dict[str, str]
+    notes_until: float
 
 
 class VisitPlan:
@@ -66,10 +70,11 @@ class VisitPlan:
 
     def read(self, reply) -> Planned:
         """A plan.lua reply (``call``) as a ``Planned``."""
-        own, flat, _, fields = reply
-        return Planned([u.decode() for u in own[: self.settings.max_trackers_per_torrent]],
-                       decode({flat[i].decode(): flat[i + 1].decode() for i in range(0, len(flat), 2)}),
-                       fetch_from(fields) if fields else None)
+        own, flat, _, fields, ttl_ms = reply
+        raw = {flat[i].decode(): flat[i + 1].decode() for i in range(0, len(flat), 2)}
+        return Planned([u.decode() for u in own[: self.settings.max_trackers_per_torrent]], decode(raw),
+                       fetch_from(fields) if fields else None, raw,
+                       time.time() + ttl_ms / 1000 if ttl_ms > 0 else 0.0)
 
     def note(self, info_hash: str, fields: dict[str, str], drop: tuple[str, ...], ttl: float) -> None:
         """Set ``fields`` and drop ``drop`` of the torrent's source notes in one step; they expire
