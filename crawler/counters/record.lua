@@ -155,12 +155,12 @@ local p = ARGV[8]
 -- in vals, new records wait in adds; changed buckets are written back with
 -- one MSET at the end)
 local dirty, adds = {}, {}
--- raw: bucket -> the fields (8 bytes each, no time) of the fresh torrent parts' marks, stamped when
--- they join the bucket (one gsub a bucket rather than a string per field)
+-- raw: bucket -> the fields (8 bytes each, no time) of the fresh torrent parts' marks, one string,
+-- stamped when they join the bucket (one gsub a bucket rather than a string per field)
 local raw = {}
 local stamp_rep = '%0' .. stamp:gsub('%%', '%%%%')
-local function stamped(chunks)
-  return (table.concat(chunks):gsub('........', stamp_rep))
+local function stamped(fields)
+  return (fields:gsub('........', stamp_rep))
 end
 local o, np = 1, #p
 -- the torrent part: slot j of the whole record is 2j - 1 (the torrent's metrics)
@@ -175,7 +175,7 @@ for v = 1, #visits do
   if v > 1 then
     -- the visit sees the marks of those before it: their new records join vals
     for b, a in pairs(adds) do
-      vals[b] = vals[b] .. table.concat(a)
+      vals[b] = vals[b] .. a
       dirty[b] = true
     end
     for b, r in pairs(raw) do
@@ -248,10 +248,10 @@ for v = 1, #visits do
       -- (added to bucket tb without a search, their fields in one piece) and all count
       local r = raw[tb]
       if not r then
-        r = {}
-        raw[tb] = r
+        raw[tb] = sub(p, o, o + 8 * k - 1)
+      else
+        raw[tb] = r .. sub(p, o, o + 8 * k - 1)
       end
-      r[#r + 1] = sub(p, o, o + 8 * k - 1)
       o = o + 8 * k
       t_users = t_users + 1
       if k > 1 then
@@ -330,12 +330,7 @@ if o <= np then
   return redis.error_reply('record.lua: malformed peer record at byte ' .. o .. ' (after the last visit)')
 end
 for b, r in pairs(raw) do
-  local a = adds[b]
-  if not a then
-    a = {}
-    adds[b] = a
-  end
-  a[#a + 1] = stamped(r)
+  adds[b] = (adds[b] or '') .. stamped(r)
 end
 write_buckets(nfixed + 1, vals, dirty, adds)
 
