@@ -103,6 +103,10 @@ def add_visit(batches: RecordBatches, i: int, h: str, part: VisitPart, flags: by
     mixed, t_fp = batches.mixed, part.t_fp
     since_of = fresh.since if mixed and fresh is not None else None
     tlanes: dict[tuple, int] = {}  # place tuple -> its torrent part's lanes in this visit
+    # place tuple -> what its torrent parts share in the current call: header bits (form 1 included),
+    # lanes and the shifts of ``RecordBatch.torrent_record``, written out below (most IPs of a first
+    # visit whose addresses were met in other swarms are torrent parts)
+    tparts: dict[tuple, tuple] = {}
     batch: RecordBatch | None = None
     for (pkey, (info, lanes, _, grouped), f, bucket, rb, fkey), flag in zip(part.rows, flags):
         if flag == FRESH:
@@ -112,16 +116,27 @@ def add_visit(batches: RecordBatches, i: int, h: str, part: VisitPart, flags: by
         pairs = info.t_k if since else info.k
         if batch is None or batch.pairs + pairs > limit:
             batch = batches.batch_for(shard, i, h, pairs)
-            numbers, heads = batch.bnumbers, batch.heads
-        else:
-            batch.add_ip(pairs)
+            numbers, heads, ips, tparts = batch.bnumbers, batch.heads, batch.ips, {}
+            counted = batch.visits[-1]
+        else:  # ``RecordBatch.add_ip``
+            counted[2] += 1
+            batch.pairs += pairs
         if since:
-            tl = tlanes.get(pkey)
-            if tl is None:
-                tl = tlanes[pkey] = info.torrent_lanes(t_fp)
-            rec = batch.torrent_record(info, batch.torrent_head(pkey, info, country_keys), tl, f, bucket, rb)
-            rec |= (since << info.t_oshift) | (1 << 8 * info.t_nbytes)  # its place time; form 1
-            batch.ips += rec.to_bytes(info.t_nbytes + 1, "big")
+            tp = tparts.get(pkey)
+            if tp is None:
+                tl = tlanes.get(pkey)
+                if tl is None:
+                    tl = tlanes[pkey] = info.torrent_lanes(t_fp)
+                head = batch.torrent_head(pkey, info, country_keys) | (1 << 8 * info.t_nbytes)  # form 1
+                tp = tparts[pkey] = (head, tl, info.t_r, info.t_bshift, info.t_rshift, info.t_oshift,
+                                     info.t_nbytes + 1)
+            head, tl, t_r, bshift, rshift, oshift, nbytes = tp
+            # ``RecordBatch.torrent_record``, and the place time
+            rec = ((numbers.setdefault(bucket, len(numbers) + 1) << bshift) | head | (tl ^ (f & LOW64) * t_r)
+                   | (since << oshift))
+            if rb is not None:
+                rec |= numbers.setdefault(rb, len(numbers) + 1) << rshift
+            ips += rec.to_bytes(nbytes, "big")
             continue
         head = heads.get(pkey)
         if head is None:
@@ -133,7 +148,7 @@ def add_visit(batches: RecordBatches, i: int, h: str, part: VisitPart, flags: by
         # its group record: in the torrent's roster
         rn = numbers.setdefault(rb, len(numbers) + 1) if grouped else 0
         # in a mixed call, form 0 (a leading zero byte)
-        batch.ips += ((rn << info.rshift) | (tb << info.tshift) | (gb << info.gshift) | head
-                      | (lanes ^ (f & LOW64) * info.r)).to_bytes(info.nbytes + mixed, "big")
+        ips += ((rn << info.rshift) | (tb << info.tshift) | (gb << info.gshift) | head
+                | (lanes ^ (f & LOW64) * info.r)).to_bytes(info.nbytes + mixed, "big")
         if mixed and grouped:  # the call answers its place marks' time
             batch.learn.append(fkey)
