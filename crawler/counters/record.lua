@@ -264,6 +264,39 @@ for v = 1, #visits do
           pc[j] = pc[j] + 1
         end
       end
+    elseif fresh and not part then
+      -- a whole record of a torrent never counted here: its torrent marks (odd slots) are all new,
+      -- added to bucket tb as a torrent part's are, and all count; its place marks (even slots) are
+      -- checked in bucket gb
+      local tf = sub(p, o, o + 7)
+      t_users = t_users + 1
+      if k > 1 then
+        pc = counted[pno]
+        if not pc then
+          pc = {0, 0, 0, 0, 0, 0, 0}
+          counted[pno] = pc
+        end
+        for j = 2, k, 2 do
+          local at = o + 8 * j - 8
+          local t = check_mark(vals, dirty, adds, gb, sub(p, at, at + 7), stamp, cutoff)
+          tf = tf .. sub(p, at + 8, at + 15)
+          pc[j + 1] = pc[j + 1] + 1
+          if t then
+            if t < oldest then oldest = t end
+          else
+            t = now
+            pc[j] = pc[j] + 1
+          end
+          if t < (ptime or now + 1) then ptime = t end
+        end
+      end
+      local r = raw[tb]
+      if not r then
+        raw[tb] = tf
+      else
+        raw[tb] = r .. tf
+      end
+      o = o + 8 * k
     else
       for i = 1, k do
         local f = sub(p, o, o + 7)
