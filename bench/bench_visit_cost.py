@@ -67,6 +67,8 @@ Per run:
   ``redis_scripts_per_visit`` gives the script calls apart;
   ``redis_top_commands``: the five most called, with calls and
   microseconds per visit (an EVALSHA's time includes its commands');
+  ``redis_top_commands_by_time``: the eight with the most microseconds, so
+  the commands the scripts call show beside the scripts' own time;
   ``redis_in_bytes_per_visit`` / ``redis_out_bytes_per_visit``:
   INFO stats' total_net_input_bytes / total_net_output_bytes. The bench's own
   INFO calls that fall between its two readings (three) are taken off the counts;
@@ -215,12 +217,15 @@ def redis_figures(a: RedisMark, b: RedisMark, per: int) -> dict:
         if calls > 0:
             delta[name] = (calls, usec)
     top = sorted(delta.items(), key=lambda kv: -kv[1][0])[:5]
+    by_time = sorted(delta.items(), key=lambda kv: -kv[1][1])[:8]
     return {
         "redis_cpu_ms_per_visit": round(1000 * (b.cpu - a.cpu) / per, 4),
         "redis_commands_per_visit": round(sum(c for c, _ in delta.values()) / per, 2),
         "redis_scripts_per_visit": round(sum(delta.get(s, (0, 0))[0] for s in SCRIPT_COMMANDS) / per, 2),
         "redis_top_commands": [{"command": name, "calls_per_visit": round(c / per, 3),
                                 "usec_per_visit": round(u / per, 1)} for name, (c, u) in top],
+        "redis_top_commands_by_time": [{"command": name, "calls_per_visit": round(c / per, 3),
+                                        "usec_per_visit": round(u / per, 1)} for name, (c, u) in by_time],
         "redis_in_bytes_per_visit": round((b.net_in - a.net_in) / per),
         "redis_out_bytes_per_visit": round((b.net_out - a.net_out) / per),
         "_redis_cpu_s": b.cpu - a.cpu,

@@ -155,8 +155,8 @@ local p = ARGV[8]
 -- in vals, new records wait in adds; changed buckets are written back with
 -- one MSET at the end)
 local dirty, adds = {}, {}
--- raw: bucket -> the fields (8 bytes each, no time) of the fresh torrent parts' marks, one string,
--- stamped when they join the bucket (one gsub a bucket rather than a string per field)
+-- raw: bucket -> the fields (8 bytes each, no time) of the torrent marks of a torrent never counted
+-- here, one string, stamped when they join the bucket (one gsub a bucket rather than a string per field)
 local raw = {}
 local stamp_rep = '%0' .. stamp:gsub('%%', '%%%%')
 local function stamped(fields)
