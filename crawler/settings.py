@@ -28,7 +28,7 @@ from crawler import envparse as p
 from crawler import redact
 from crawler.envparse import DAY
 from crawler.errors import SettingsError
-from crawler.shard_layout import MAX_SHARDS
+from crawler.shard_layout import DEFAULT_MARK_BUCKETS, MAX_MARK_BUCKETS, MAX_SHARDS, MIN_MARK_BUCKETS
 from crawler.source_settings import SourceSettings
 
 
@@ -79,6 +79,15 @@ class RedisSettings:
         "shards of the namespace's queue and counters (contract §9), each its own hash tag so a Redis Cluster "
         f"spreads them (1-{MAX_SHARDS}); a crawl keeps the count it was created with",
         shown="the crawl's own; 1 for a new crawl")
+    # Unset: whatever the namespace already has (DEFAULT_MARK_BUCKETS for a new one). A mark's bucket
+    # follows from its fingerprint modulo the count, so the count is recorded with the shards'
+    # (crawler/store/layout.py) and a process set to another refuses to start: a new count would count
+    # every IP of the window again.
+    mark_buckets: int | None = p.setting(
+        "PEERCRAWL_MARK_BUCKETS", None, p.bounded_int(MIN_MARK_BUCKETS, MAX_MARK_BUCKETS),
+        f"dedupe mark buckets over a new crawl's shards ({MIN_MARK_BUCKETS:,}-{MAX_MARK_BUCKETS:,}): ~1 per 100 "
+        "live marks (docs/operations.md); kept by the crawl",
+        shown=f"the crawl's own; {DEFAULT_MARK_BUCKETS:,} for a new crawl")
     # A per-user data directory, so two users of one machine do not share a
     # queue by accident.
     data_dir: Path = p.setting("PEERCRAWL_DATA_DIR", None, p.path, "where the embedded Redis keeps its data",

@@ -23,6 +23,12 @@ from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 # Most shards a namespace may have (PEERCRAWL_QUEUE_SHARDS): each shard costs
 # every status read and every shard-wide housekeeping pass a command.
 MAX_SHARDS = 1024
+# Dedupe mark buckets over all of a crawl's shards (PEERCRAWL_MARK_BUCKETS;
+# crawler/counters/marks.py): the count of a crawl that records none (every crawl
+# made before the count was a setting), and the bounds of one that does. Each
+# shard takes an equal part, at least one bucket.
+DEFAULT_MARK_BUCKETS = 1 << 18
+MIN_MARK_BUCKETS, MAX_MARK_BUCKETS = MAX_SHARDS, 1 << 30
 
 
 @cache
@@ -60,11 +66,21 @@ class ShardLayout:
     # They differ only after ``peercrawl reshard`` (crawler/queue/resharding.py), which
     # moves torrents but cannot move dedupe marks.
     counters: int = 0
+    # Dedupe mark buckets over all counter shards; 0: DEFAULT_MARK_BUCKETS. Known to the home (as
+    # ``counters`` is), which the recorder is built from.
+    marks: int = 0
 
     def __post_init__(self):
         for n in (self.shards, self.counters or self.shards):
             if not 1 <= n <= MAX_SHARDS:
                 raise ValueError(f"a namespace has 1 to {MAX_SHARDS} shards, not {n}")
+        if self.marks and not MIN_MARK_BUCKETS <= self.marks <= MAX_MARK_BUCKETS:
+            raise ValueError(f"a namespace has {MIN_MARK_BUCKETS} to {MAX_MARK_BUCKETS} mark buckets, not {self.marks}")
+
+    @property
+    def mark_buckets(self) -> int:
+        """How many dedupe mark buckets the crawl's counter shards share."""
+        return self.marks or DEFAULT_MARK_BUCKETS
 
     def shard(self, i: int) -> Self:
         """The keys of shard ``i`` (``0 <= i < shards``)."""
@@ -98,7 +114,7 @@ class ShardLayout:
     @property
     def home(self) -> Self:
         """The namespace's home: what every shard of the crawl shares."""
-        return type(self)(self.namespace, self.shards, counters=self.counters)
+        return type(self)(self.namespace, self.shards, counters=self.counters, marks=self.marks)
 
 
 # Its callers ignore mypy's arg-type error: mypy does not take a class for Hashable, as

@@ -15,6 +15,8 @@ from crawler.counters.marks import parse_bucket, roster_width
 from crawler.counters.names import UNPLACED_MEMBER, info_hash_hex, metric_of, query_for
 from crawler.counters.packing import add_visit
 from crawler.errors import StoreError
+from crawler.shard_layout import MAX_MARK_BUCKETS, MIN_MARK_BUCKETS
+from crawler.store import layout
 from tests.interleaved_recorder import InterleavedRecorder
 from tests.mmdb import write_city_db
 from tests.recorder_one_visit import probe, record_places
@@ -194,6 +196,23 @@ def test_a_peer_in_many_torrents_spreads_over_buckets(client, keys, settings, lo
     assert records == 300 * (4 + 1 + 1) + 3  # per torrent 4 marks, a group and a swarm record; 3 place marks
     assert max(sizes) // 12 < records // 8  # ~1/64 each; one bucket would hold them all
     assert all(r.record_visit(h, ["1.1.1.1"], T0 + 1) == 0 for h in torrents)
+
+
+@pytest.mark.parametrize("marks", [MIN_MARK_BUCKETS, MAX_MARK_BUCKETS])
+def test_a_recorder_spreads_marks_over_the_buckets_its_crawl_records(client, namespace, settings, locator, marks):
+    """PEERCRAWL_MARK_BUCKETS, recorded with the crawl's layout, is what a recorder built from its keys
+    uses: every mark in a bucket below its shard's part, each IP counted once, at the smallest and the
+    largest count a crawl may have."""
+    keys = layout.resolve(client, namespace, 2, marks)
+    r = Recorder(client, keys, settings, locator)
+    assert r.fingerprints.buckets == marks // 2
+    ips = [f"2.2.{i}.{j}" for i in range(4) for j in range(1, 101)]
+    assert r.record_visit(H, ips, T0) == 400
+    assert r.record_visit(H2, ips[:50], T0) == 50
+    numbers = [int(k.rsplit(b":", 1)[1]) for shard in keys.all_counter_shards
+               for k in client.scan_iter(match=shard.mark_buckets_match, count=1000)]
+    assert len(set(numbers)) > 50 and max(numbers) < marks // 2
+    assert r.record_visit(H, ips, T0 + 1) == 0 and r.record_visit(H2, ips, T0 + 1) == 350
 
 
 def test_an_expired_mark_is_renewed_in_place(client, keys, settings, locator):

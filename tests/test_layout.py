@@ -1,4 +1,4 @@
-"""A crawl's shard count lives in Redis, so every process of a namespace agrees on it."""
+"""A crawl's shard and mark bucket counts live in Redis, so every process of a namespace agrees on them."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ import pytest
 
 from crawler.errors import SettingsError, StoreError
 from crawler.keys import Keys
+from crawler.shard_layout import DEFAULT_MARK_BUCKETS, MAX_MARK_BUCKETS, MIN_MARK_BUCKETS
 from crawler.store import layout
+from tests.namespaces import delete_namespace
 
 
 def test_a_new_crawl_records_the_configured_count_and_later_processes_read_it(client, namespace):
@@ -37,3 +39,38 @@ def test_the_largest_count_is_allowed_and_a_damaged_layout_is_named(client, name
     client.set(Keys(namespace).layout, b"\xff")
     with pytest.raises(StoreError, match="damaged"):
         layout.read(client, Keys(namespace))
+
+
+def test_a_new_crawl_records_its_mark_buckets_and_a_process_set_to_another_count_refuses(client, namespace):
+    keys = layout.resolve(client, namespace, 2, 1 << 20)
+    assert keys.mark_buckets == 1 << 20 and layout.read(client, Keys(namespace))["marks"] == 1 << 20
+    assert layout.resolve(client, namespace, None).mark_buckets == 1 << 20  # unset: the crawl's own
+    assert layout.resolve(client, namespace, None, 1 << 20) == keys
+    with pytest.raises(SettingsError, match=r"^PEERCRAWL_MARK_BUCKETS is 4096 but namespace .* has 1048576 mark "
+                                            r"buckets: unset it \(a crawl keeps its count"):
+        layout.resolve(client, namespace, None, 4096)
+
+
+def test_a_crawl_that_records_no_mark_buckets_has_the_count_every_crawl_had(client, namespace):
+    client.set(Keys(namespace).layout, b'{"shards": 1, "counters": 1}')
+    assert layout.resolve(client, namespace, None).mark_buckets == DEFAULT_MARK_BUCKETS
+    assert layout.resolve(client, namespace, None, DEFAULT_MARK_BUCKETS).mark_buckets == DEFAULT_MARK_BUCKETS
+    with pytest.raises(SettingsError, match="has 262144 mark buckets"):
+        layout.resolve(client, namespace, None, 1 << 24)
+    # nor does a crawl from before layouts: its marks are where the old count put them
+    other = namespace + "-old"
+    try:
+        client.zadd(Keys(other).cooling, {"ab" * 20: 0})
+        with pytest.raises(SettingsError, match="has 262144 mark buckets"):
+            layout.resolve(client, other, None, 1 << 24)
+    finally:
+        delete_namespace(client, other)
+
+
+@pytest.mark.parametrize("marks", [MIN_MARK_BUCKETS, MAX_MARK_BUCKETS])
+def test_the_smallest_and_largest_mark_bucket_counts_are_recorded_and_a_damaged_one_is_named(client, namespace,
+                                                                                              marks):
+    assert layout.resolve(client, namespace, 1024, marks).mark_buckets == marks
+    client.set(Keys(namespace).layout, b'{"shards": 1, "marks": 12}')
+    with pytest.raises(StoreError, match="layout in Redis is damaged"):
+        layout.resolve(client, namespace, None)

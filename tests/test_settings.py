@@ -98,6 +98,14 @@ def test_cli_prints_one_line_and_exits_nonzero(test_env):
     assert p.stderr.strip() == "peercrawl: PEERCRAWL_REVISIT_SECONDS: expected a number (got 'abc')"
 
 
+def test_a_crawl_keeps_its_mark_buckets_and_a_command_set_to_another_count_says_so_in_one_line(test_env):
+    assert run(dict(test_env, PEERCRAWL_MARK_BUCKETS="4096"), "status").returncode == 0  # a new crawl records it
+    assert run(test_env, "status").returncode == 0  # unset: the crawl's own
+    p = run(dict(test_env, PEERCRAWL_MARK_BUCKETS="8192"), "status")
+    assert p.returncode == 2 and p.stderr.count("\n") == 1
+    assert p.stderr.startswith("peercrawl: PEERCRAWL_MARK_BUCKETS is 8192 but namespace ") and "has 4096" in p.stderr
+
+
 def test_unreachable_redis_is_one_line(test_env):
     env = dict(test_env, REDIS_URL="redis://127.0.0.1:1/0")
     p = run(env, "status")

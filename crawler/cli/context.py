@@ -27,8 +27,8 @@ def open_context(records: bool = False, resolve_layout: bool = True, **overrides
 
     ``records``: the command records peers (worker, run), so the fingerprint
     key must be usable before it does anything (contract §4). ``resolve_layout``:
-    the keys carry the crawl's shard count (``crawler.store.layout``), which refuses
-    a conflicting ``PEERCRAWL_QUEUE_SHARDS`` or a move in progress; off, the
+    the keys carry the crawl's shard and mark bucket counts (``crawler.store.layout``), which
+    refuse a conflicting ``PEERCRAWL_QUEUE_SHARDS`` or ``PEERCRAWL_MARK_BUCKETS`` or a move in progress; off, the
     keys are the namespace's home alone (``reshard`` reads the layout itself).
     Raises SettingsError or StoreError, which ``crawler.cli.main`` prints as
     one line.
@@ -41,7 +41,7 @@ def open_context(records: bool = False, resolve_layout: bool = True, **overrides
     if unknown:
         logs.get("settings").warning("unknown_settings", message="not a setting, ignored: " + "; ".join(unknown))
     client = store.connect(settings)
-    keys = (layout.resolve(client, settings.namespace, settings.queue_shards) if resolve_layout
+    keys = (layout.resolve(client, settings.namespace, settings.queue_shards, settings.mark_buckets) if resolve_layout
             else Keys(settings.namespace))
     if records:
         from crawler.counters.fingerprint_key import key_file, load_secret, read_key_file

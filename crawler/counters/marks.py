@@ -27,9 +27,12 @@ over ~1.2 KB inside Redis.
   them in bounded steps to give the memory back.
 
 Size ``buckets`` so that buckets stay around 100 records (~1.2 KB): the
-default 2**18 buckets suit ~25 million live marks; beyond that buckets just
-grow longer (lookups stay correct, a little slower). Changing it remaps every
-mark (IPs would count again within the window), so pick it once.
+default 2**18 buckets suit ~25 million live marks. Beyond that buckets grow
+longer: lookups stay correct, but a script copies every bucket it changes
+whole, so a visit's Redis time grows with them (a first visit's several-fold
+at 40 times the records a bucket). A crawl records its count
+(``PEERCRAWL_MARK_BUCKETS``, ``crawler.store.layout``): changing it would
+remap every mark (IPs would count again within the window).
 """
 
 from __future__ import annotations
@@ -37,7 +40,9 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Collection
 
-DEFAULT_BUCKETS = 1 << 18
+from crawler.shard_layout import DEFAULT_MARK_BUCKETS
+
+DEFAULT_BUCKETS = DEFAULT_MARK_BUCKETS
 # A torrent's roster (module note): ~ROSTER_IPS IPs of the torrent to a bucket, in widths that grow
 # 4x at a time (a swarm's size moves the roster only when it crosses one), at most ROSTER_MAX buckets.
 ROSTER_IPS = 16

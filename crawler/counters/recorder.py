@@ -47,7 +47,7 @@ from crawler.counters.fingerprint_key import load_secret
 from crawler.counters.fresh_places import FreshPlaces
 from crawler.counters.geo_errors import GeoErrorTally
 from crawler.counters.mark_sweep import MarkSweep
-from crawler.counters.marks import DEFAULT_BUCKETS, Fingerprinter, mark_time
+from crawler.counters.marks import Fingerprinter, mark_time
 from crawler.counters.met_ips import Met, MetIPs
 from crawler.counters.names import info_hash_hex, month_of
 from crawler.counters.packing import add_visit, visit_part
@@ -76,13 +76,13 @@ class Recorder:
     """Records visits' peers into the §4 counters.
 
     ``client``: a redis-py client; ``keys``: the namespace's home ``Keys``
-    (its ``all_counter_shards`` are the counter shards; ``mark_buckets`` is the
-    crawl's total, split evenly among them);
+    (its ``all_counter_shards`` are the counter shards, its ``mark_buckets`` the
+    crawl's dedupe mark buckets, split evenly among them);
     ``settings``: uses ``secret``, ``redis_url`` and ``data_dir`` (the key,
     ``fingerprint_key.load_secret``: may raise ``SettingsError``), ``dedupe_seconds``,
     ``stathat_ezkey`` and ``stathat_families``. ``locator``: a ``geo.Locator`` (default: one built
-    from ``settings``, which may raise ``GeoError``). ``mark_buckets`` and
-    ``batch_pairs``: see ``marks`` and the module note.
+    from ``settings``, which may raise ``GeoError``). ``mark_buckets``: another count than
+    the keys' (benchmarks and tests); ``batch_pairs``: see the module note.
     """
 
     def __init__(
@@ -92,7 +92,7 @@ class Recorder:
         settings,
         locator=None,
         *,
-        mark_buckets: int = DEFAULT_BUCKETS,
+        mark_buckets: int | None = None,
         batch_pairs: int = DEFAULT_BATCH_PAIRS,
     ):
         if locator is None:
@@ -109,8 +109,9 @@ class Recorder:
         except redis.RedisError as e:
             raise StoreError(f"cannot read the fingerprint secret: {e}") from e
         shards = keys.all_counter_shards
-        # ``mark_buckets`` is the crawl's total: each shard holds its part of the marks
-        self.fingerprints = Fingerprinter(secret, max(1, mark_buckets // len(shards)))
+        # the crawl's total: each shard holds its part of the marks
+        total = keys.mark_buckets if mark_buckets is None else mark_buckets
+        self.fingerprints = Fingerprinter(secret, max(1, total // len(shards)))
         # a peer met again (another swarm, a revisit) is neither parsed, located nor fingerprinted again
         self.met_ips = MetIPs(locator, self.fingerprints)
         posting = settings.stathat_ezkey is not None

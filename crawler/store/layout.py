@@ -14,7 +14,10 @@ configured count, which would hide the torrents already there).
 
 The layout also records the counters' shard count (``counters``): equal to
 the queue's for a new crawl, kept as it was by ``peercrawl reshard``. While
-a move runs (``moving_to``), no process starts.
+a move runs (``moving_to``), no process starts. And the dedupe marks' bucket
+count (``marks``, ``PEERCRAWL_MARK_BUCKETS``), which no command changes: a
+mark's bucket follows from it. A crawl that records none has the count every
+crawl had before it was a setting (``shard_layout.DEFAULT_MARK_BUCKETS``).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from crawler.keys import Keys
 
 
 def read(client: redis.Redis, home: Keys) -> dict | None:
-    """The namespace's recorded layout (``shards``, ``counters``, maybe ``moving_to``), or None.
+    """The namespace's recorded layout (``shards``, ``counters``, maybe ``marks`` and ``moving_to``), or None.
 
     Raises ``StoreError``.
     """
@@ -44,7 +47,7 @@ def parse(raw: bytes | str) -> dict:
     try:
         record = json.loads(raw)
         record.setdefault("counters", record["shards"])
-        Keys("x", record["shards"], counters=record["counters"])
+        Keys("x", record["shards"], counters=record["counters"], marks=record.get("marks", 0))
         if record.get("moving_to") is not None:
             Keys("x", record["moving_to"])
     except (ValueError, KeyError, TypeError, AttributeError) as e:
@@ -55,26 +58,30 @@ def parse(raw: bytes | str) -> dict:
 def keys_of(namespace: str, record: dict) -> Keys:
     """The keys of a namespace laid out as ``record`` says."""
     n, c = record["shards"], record["counters"]
-    return Keys(namespace, n, counters=0 if c == n else c)
+    return Keys(namespace, n, counters=0 if c == n else c, marks=record.get("marks", 0))
 
 
 def _has_unsharded_queue(client: redis.Redis, home: Keys) -> bool:
     return bool(client.exists(home.ready, home.cooling, home.leases, home.evicted, home.quarantined))
 
 
-def resolve(client: redis.Redis, namespace: str, configured: int | None) -> Keys:
-    """The namespace's keys with its shard count, recording it for a new crawl.
+def resolve(client: redis.Redis, namespace: str, configured: int | None, marks: int | None = None) -> Keys:
+    """The namespace's keys with its shard and mark bucket counts, recording them for a new crawl.
 
-    ``configured``: ``PEERCRAWL_QUEUE_SHARDS`` (None: unset). Raises
-    ``SettingsError`` when it differs from the crawl's recorded count,
+    ``configured``: ``PEERCRAWL_QUEUE_SHARDS``, ``marks``: ``PEERCRAWL_MARK_BUCKETS`` (None:
+    unset). Raises ``SettingsError`` when either differs from the crawl's recorded count,
     ``StoreError`` if Redis fails.
     """
     home = Keys(namespace)
     recorded = read(client, home)
     if recorded is None:
         try:
-            n = 1 if configured is None or _has_unsharded_queue(client, home) else configured
-            client.set(home.layout, json.dumps({"shards": n, "counters": n}), nx=True)
+            unsharded = _has_unsharded_queue(client, home)
+            n = 1 if configured is None or unsharded else configured
+            record = {"shards": n, "counters": n}
+            if marks is not None and not unsharded:  # a crawl from before layouts has the old count
+                record["marks"] = marks
+            client.set(home.layout, json.dumps(record), nx=True)
         except redis.RedisError as e:
             raise StoreError(f"recording the crawl's layout failed: {e}") from e
         recorded = read(client, home)
@@ -89,4 +96,9 @@ def resolve(client: redis.Redis, namespace: str, configured: int | None) -> Keys
             f"PEERCRAWL_QUEUE_SHARDS is {configured} but namespace {namespace!r} has {n} "
             f"shard{'s' if n != 1 else ''}: unset it, or move the crawl with "
             f"`peercrawl reshard --shards {configured}` (stop its workers first)")
-    return keys_of(namespace, recorded)
+    keys = keys_of(namespace, recorded)
+    if marks is not None and marks != keys.mark_buckets:
+        raise SettingsError(
+            f"PEERCRAWL_MARK_BUCKETS is {marks} but namespace {namespace!r} has {keys.mark_buckets} mark buckets: "
+            f"unset it (a crawl keeps its count: another would count every IP of the dedupe window again)")
+    return keys
