@@ -97,7 +97,8 @@ def _capacity_rows(t, cap: dict) -> None:
 
 
 def _warnings(con, r: dict) -> None:
-    """Quarantined torrents, Redis eviction, an outage, GeoIP read errors: each when there is one."""
+    """Quarantined torrents, Redis eviction, crowded mark buckets, an outage, GeoIP read errors: each when there
+    is one."""
     from rich.markup import escape
 
     if r.get("quarantined"):
@@ -112,6 +113,8 @@ def _warnings(con, r: dict) -> None:
             con.print(f"  {x['info_hash']}  {x['stage']}")
     if r.get("eviction_warning"):
         con.print(f"[bold red]warning:[/] {r['eviction_warning']}", soft_wrap=True)
+    if (r.get("marks") or {}).get("warning"):
+        con.print(f"[bold yellow]mark buckets:[/] {r['marks']['warning']}", soft_wrap=True)
     if r.get("outage"):
         con.print(f"[bold red]outage:[/] {r['outage']}")
     geo = r.get("geo_errors")

@@ -3,8 +3,8 @@
 ``queue_report`` gathers what ``peercrawl status`` shows (contract §7) from the
 owners of each part: the queue's read model (``QueueView``), the worker
 registry, tracker health (the busiest trackers and the others' sums), GeoIP
-errors, the server's eviction policy and what the visits cost the sources
-(``costs``).
+errors, how full the mark buckets are, the server's eviction policy and what
+the visits cost the sources (``costs``).
 On the way it drops per-minute visit counts older than two days
 (``Queue.trim_visit_buckets``) and the entries of workers whose heartbeat
 expired, so neither grows while no worker runs long enough to trim.
@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 
 from crawler.counters.geo_errors import geo_error_report
+from crawler.counters.mark_fill import mark_fill_report
 from crawler.queue.queue import Queue
 from crawler.queue.view import QueueView
 from crawler.registry.worker_registry import WorkerRegistry
@@ -46,6 +47,7 @@ def queue_report(queue: Queue, now: float) -> dict:
     report["trackers"] = tracker_report(c, k, queue.settings.top_trackers)
     report["trackers_other"] = tracker_others(c, k, report["trackers"])
     report["geo_errors"] = geo_error_report(c, k)
+    report["marks"] = mark_fill_report(c, k)
     report["redis"] = node_report(c)  # one INFO per node serves both
     report["eviction_warning"] = eviction_warning(report["redis"])
     report["announce_cap"] = cap_report(c, k, queue.settings, now)
