@@ -1,7 +1,7 @@
 """What one visit costs, everything counted: a real ``peercrawl worker`` process on a Redis of its own.
 
 Usage: python bench/bench_visit_cost.py [--quick] [--torrents 3000] [--concurrency 64|auto] [--overlap 4]
-                                        [--code DIR] [--timeout 600]
+                                        [--mark-buckets N] [--code DIR] [--timeout 600]
 
 The world, on loopback:
 
@@ -15,6 +15,10 @@ The world, on loopback:
   addresses ``(50 i + j) % addresses`` for j < 50, so every address is in
   ``--overlap`` (4) swarms, with one port; announced straight into
   opentracker as bench_worker's ``populate`` does;
+- the crawl's mark buckets, 2^18 unless ``--mark-buckets`` says: a world this
+  small leaves them nearly empty (~10 records each at 10,000 torrents), where
+  a crawl of millions of torrents fills each with as many as it was sized
+  for (~100) or more; fewer buckets here fill them so;
 - a small GeoIP City database (tests/mmdb.write_city_db) placing each /16
   (eight countries, nine cities, eight postcodes: Iceland has neither city
   nor postcode, Yamoussoukro no postcode);
@@ -170,8 +174,10 @@ def address(k: int) -> str:
     return f"127.{10 + k % SUBNETS}.{q // 250}.{q % 250 + 1}"
 
 
-def worker_env(url: str, ns: str, tmp: Path, db: Path, concurrency: int | str, named: bool = False) -> dict[str, str]:
-    """The worker's environment: this process's, without any peercrawl setting, and this bench's.
+def worker_env(url: str, ns: str, tmp: Path, db: Path, concurrency: int | str, named: bool = False,
+               mark_buckets: int | None = None) -> dict[str, str]:
+    """The worker's environment: this process's, without any peercrawl setting, and this bench's
+    (``mark_buckets``: the crawl's ``PEERCRAWL_MARK_BUCKETS``, None: its default).
 
     Without ``PYTHONDONTWRITEBYTECODE`` as well: the warming run writes the code's compiled files, as
     an installed package has them, so no run pays for compiling the source (a fifth of a start-up)."""
@@ -185,6 +191,8 @@ def worker_env(url: str, ns: str, tmp: Path, db: Path, concurrency: int | str, n
                PEERCRAWL_LOG_LEVEL="info", PEERCRAWL_LOG_FORMAT="json")
     if concurrency != "auto":
         env.update(PEERCRAWL_CONCURRENCY=str(concurrency))
+    if mark_buckets is not None:
+        env.update(PEERCRAWL_MARK_BUCKETS=str(mark_buckets))
     return env
 
 
@@ -523,7 +531,7 @@ def passes(a, tmp: Path, client: redis.Redis, url: str, ot: OpenTracker, db: Pat
     cold = warm = None
     for i in range(2):  # no torrents: the first warms the caches, the second is the start-up figure
         ns = f"vcstart{run_id}{i}"
-        cli = Cli(a.code, worker_env(url, ns, tmp, db, a.concurrency, a.named))
+        cli = Cli(a.code, worker_env(url, ns, tmp, db, a.concurrency, a.named, a.mark_buckets))
         raw = Run(cli, client, ns, ot.proc.pid, tmp / f"{ns}.log", a.concurrency, [], a.timeout).go()
         cold, warm = (raw, warm) if i == 0 else (cold, raw)
     assert cold is not None and warm is not None
@@ -532,7 +540,7 @@ def passes(a, tmp: Path, client: redis.Redis, url: str, ot: OpenTracker, db: Pat
     startup_cpu = warm["worker_cpu"]
 
     ns = f"vc{run_id}"
-    cli = Cli(a.code, worker_env(url, ns, tmp, db, a.concurrency, a.named))
+    cli = Cli(a.code, worker_env(url, ns, tmp, db, a.concurrency, a.named, a.mark_buckets))
     src = tmp / "magnets.txt"
     src.write_text(magnets(hashes, ot.udp_url, a.named))
     added = json.loads(cli.run("add", "--json", "--from", str(src)))
@@ -569,6 +577,8 @@ def main() -> None:
     ap.add_argument("--torrents", type=int, default=3000)
     ap.add_argument("--concurrency", type=pool_size, default=64, help="runners (default 64), or auto")
     ap.add_argument("--overlap", type=int, default=4, help="swarms each peer address is in (default 4)")
+    ap.add_argument("--mark-buckets", type=int, help="the crawl's PEERCRAWL_MARK_BUCKETS (default: the worker's): "
+                    "fewer fill them as a larger crawl does; a commit before the setting ignores it")
     ap.add_argument("--named", action="store_true", help="metadata fetches on and every torrent named (module note)")
     ap.add_argument("--code", type=Path, default=Path.cwd(), help="the tree whose peercrawl runs (default: cwd)")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds one worker run may take before SIGTERM")
@@ -602,6 +612,7 @@ def main() -> None:
                             "peer_addresses": addresses, "swarms_per_address": a.overlap,
                             "subnets": f"127.10.0.0/16 to 127.{10 + SUBNETS - 1}.0.0/16",
                             "trackers": 1, "concurrency": a.concurrency, "revisit_s": REVISIT_SECONDS, "named": a.named,
+                            "mark_buckets": a.mark_buckets,
                             "populate_s": round(time.monotonic() - t, 1), "cpus": os.cpu_count()}
             with Topology(None) as tp:
                 client = redis.Redis.from_url(tp.url)
