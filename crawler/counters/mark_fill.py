@@ -19,6 +19,7 @@ import random
 
 import redis
 
+from crawler.counters.marks import RECORD
 from crawler.errors import StoreError
 from crawler.keys import Keys
 from crawler.shard_layout import MAX_MARK_BUCKETS
@@ -29,7 +30,6 @@ SAMPLES = 64
 CROWDED = 1000
 # Records a bucket a crawl is sized for (docs/operations.md).
 SIZED = 100
-RECORD = 12  # bytes of one mark record (marks.lua)
 
 
 def mark_fill_report(client: redis.Redis, keys: Keys, rng: random.Random | None = None) -> dict:
