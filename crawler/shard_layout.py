@@ -74,7 +74,7 @@ class ShardLayout:
         for n in (self.shards, self.counters or self.shards):
             if not 1 <= n <= MAX_SHARDS:
                 raise ValueError(f"a namespace has 1 to {MAX_SHARDS} shards, not {n}")
-        if self.marks and not MIN_MARK_BUCKETS <= self.marks <= MAX_MARK_BUCKETS:
+        if self.marks and (type(self.marks) is not int or not MIN_MARK_BUCKETS <= self.marks <= MAX_MARK_BUCKETS):
             raise ValueError(f"a namespace has {MIN_MARK_BUCKETS} to {MAX_MARK_BUCKETS} mark buckets, not {self.marks}")
 
     @property

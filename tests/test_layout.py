@@ -71,6 +71,7 @@ def test_a_crawl_that_records_no_mark_buckets_has_the_count_every_crawl_had(clie
 def test_the_smallest_and_largest_mark_bucket_counts_are_recorded_and_a_damaged_one_is_named(client, namespace,
                                                                                               marks):
     assert layout.resolve(client, namespace, 1024, marks).mark_buckets == marks
-    client.set(Keys(namespace).layout, b'{"shards": 1, "marks": 12}')
-    with pytest.raises(StoreError, match="layout in Redis is damaged"):
-        layout.resolve(client, namespace, None)
+    for damaged in (b'{"shards": 1, "marks": 12}', b'{"shards": 1, "marks": 4096.5}', b'{"shards": 1, "marks": "x"}'):
+        client.set(Keys(namespace).layout, damaged)
+        with pytest.raises(StoreError, match="layout in Redis is damaged"):
+            layout.resolve(client, namespace, None)
