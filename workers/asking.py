@@ -88,9 +88,8 @@ class Asking:
         waits = waits or {}
         dht = dht and self.dht is not None
         if len(urls) == 1 and not dht:
+            gevent.sleep(waits.get(urls[0], 0.0))
             u = urls[0]
-            if waits.get(u):  # no wait, no yield: the announce parks this greenlet soon enough
-                gevent.sleep(waits[u])
             return [self._bounded(self._alone(u, lambda: self.trackers.announce(u, h, deadline, False), deadline,
                                               NO_ANSWER))]
         jobs: dict[str, gevent.Greenlet] = {
