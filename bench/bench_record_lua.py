@@ -1,6 +1,7 @@
 """Where record.lua and probe.lua spend a first visit's and a revisit's Redis CPU.
 
 Usage: python bench/bench_record_lua.py [--redis-url URL] [--visits 1000] [--batch 32] [--reps 5]
+                                        [--mark-buckets N] [--no-replay]
 
 Records ``--visits`` first visits of 50 peers (bench_worker's swarms: four
 countries, each address in four swarms) in batches of ``--batch`` with
@@ -17,7 +18,9 @@ reading the mark buckets, the loop over the IPs, writing the buckets and
 the index writes (timers spliced into the script around those lines), and
 times the revisits' probe.lua calls alone. The fake commands cost Lua time
 too: read the replay's figures as ratios between two commits
-(``bench/compare.py``), not as Redis's.
+(``bench/compare.py``), not as Redis's. ``--mark-buckets`` gives the
+recorder fewer buckets than a new crawl's, to fill them as a larger crawl
+does (a visit's scripts copy each bucket they change whole).
 
 Prints JSON.
 """
@@ -155,6 +158,9 @@ def main() -> None:
     ap.add_argument("--visits", type=int, default=1000)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--mark-buckets", type=int, help="the recorder's mark buckets (default: a new crawl's); fewer "
+                    "fill them as a larger crawl does")
+    ap.add_argument("--no-replay", action="store_true", help="Redis's figures only")
     a = ap.parse_args()
     lua = shutil.which("lua5.1")
     client = redis.Redis.from_url(a.redis_url)
@@ -177,10 +183,11 @@ def main() -> None:
                                   [x if isinstance(x, bytes) else str(x).encode() for x in args]))
             return super().run(batch, wait, own=own)
 
-    rec = Recorder(Capturing(client), Keys(ns), settings, Locator(settings))
+    rec = Recorder(Capturing(client), Keys(ns), settings, Locator(settings), mark_buckets=a.mark_buckets)
     n_addr = a.visits * SWARM // OVERLAP
     visits = [(f"{i:040x}", [bench_worker.address((i * SWARM + j) % n_addr) for j in range(SWARM)]) for i in range(a.visits)]
-    out: dict = {"visits": a.visits, "peers_per_visit": SWARM, "batch": a.batch, "redis": {}}
+    out: dict = {"visits": a.visits, "peers_per_visit": SWARM, "batch": a.batch,
+                 "mark_buckets": rec.fingerprints.buckets, "redis": {}}
     now = time.time()
     try:
         for phase[0] in ("first", "re"):
@@ -194,7 +201,9 @@ def main() -> None:
                                       "python_ms_per_visit": round(py / a.visits * 1000, 4)}
     finally:
         delete_namespace(client, ns)
-    if lua is None:
+    if a.no_replay:
+        out["replay"] = "not run (--no-replay)"
+    elif lua is None:
         out["replay"] = "lua5.1 not installed (apt-get install lua5.1)"
     else:
         record = source("record", "crawler.counters")
