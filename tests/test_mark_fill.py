@@ -33,8 +33,10 @@ def test_a_crowded_crawl_is_told_what_count_a_new_one_wants(test_env, client, na
     # 1,500 records in each of 1,024 buckets: ~100 each takes 15,360, the next power of two
     assert got["warning"].startswith("mark buckets hold ~1,500 records each (1,024 buckets)")
     assert "PEERCRAWL_MARK_BUCKETS=16384 (docs/operations.md)" in got["warning"]
-    lines = [ln for ln in run(env, "status").stdout.splitlines() if ln.startswith("mark buckets:")]
+    table = run(env, "status").stdout
+    lines = [ln for ln in table.splitlines() if ln.startswith("mark buckets:")]
     assert len(lines) == 1 and "records each" in lines[0]
+    assert "1,024, ~1,500 records each (of 64 read)" in table  # the queue table's row
 
 
 def test_the_sample_spans_the_counter_shards_and_stops_short_of_warning_at_the_bound(client, namespace):

@@ -72,6 +72,10 @@ def _queue_table(con, r: dict) -> None:
                       f"{pct(cov['coverage'])}: {cov['counted']:,} IPs counted of {cov['reported']:,} reported")
     shards = r.get("shards") or {}
     t.add_row("shards", f"{shards.get('queue')} queue, {shards.get('counters')} counters")
+    marks = r.get("marks") or {}
+    if marks:
+        t.add_row("mark buckets", f"{marks['buckets']:,}, ~{marks['records_per_bucket']:,.0f} records each "
+                                  f"(of {marks['sampled']} read)")
     con.print(t)
 
 
