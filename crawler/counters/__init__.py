@@ -16,14 +16,12 @@ types for one; ``geo_errors`` tallies GeoIP errors. See the contract, §4.
 """
 
 from crawler.counters.ip_forms import normalize_ip
-from crawler.counters.marks import DEFAULT_BUCKETS
 from crawler.counters.names import Metric, escape, metrics_for, month_of, unescape
 from crawler.counters.rankings import count, top
 from crawler.counters.recorder import DEFAULT_BATCH_PAIRS, Recorder
 
 __all__ = [
     "DEFAULT_BATCH_PAIRS",
-    "DEFAULT_BUCKETS",
     "Metric",
     "Recorder",
     "count",

@@ -42,7 +42,6 @@ from collections.abc import Collection
 
 from crawler.shard_layout import DEFAULT_MARK_BUCKETS
 
-DEFAULT_BUCKETS = DEFAULT_MARK_BUCKETS
 # A torrent's roster (module note): ~ROSTER_IPS IPs of the torrent to a bucket, in widths that grow
 # 4x at a time (a swarm's size moves the roster only when it crosses one), at most ROSTER_MAX buckets.
 ROSTER_IPS = 16
@@ -77,7 +76,7 @@ class Fingerprinter:
     cannot be tested against a guessed address.
     """
 
-    def __init__(self, secret: bytes, buckets: int = DEFAULT_BUCKETS):
+    def __init__(self, secret: bytes, buckets: int = DEFAULT_MARK_BUCKETS):
         if buckets < 1:
             raise ValueError("buckets must be at least 1")
         self.buckets = buckets

@@ -88,7 +88,7 @@ class Reshard:
             left = self._left(old)
             if left:
                 raise StoreError(f"{left} torrents are still in the old shards after the move; run it again")
-            done = {k: v for k, v in self.record.items() if k != "moving_to"}  # the mark buckets stay
+            done = {k: v for k, v in self.record.items() if k != "moving_to"}
             self.client.set(old.home.layout, json.dumps(dict(done, shards=self.target.shards)))
         except redis.RedisError as e:
             raise StoreError(f"moving the crawl failed (run the same command again): {e}") from e
@@ -110,8 +110,8 @@ class Reshard:
         if moving not in (None, self.target.shards):
             raise SettingsError(f"a move of namespace {self.namespace!r} to {moving} shards is unfinished: "
                                 f"run `peercrawl reshard --shards {moving}` to finish it first")
-        self.counters, self.record = record["counters"], record
-        self.target = Keys(self.namespace, self.target.shards, counters=self.counters, marks=record.get("marks", 0))
+        self.record = record  # its counters and mark buckets stay as they are
+        self.target = Keys(self.namespace, self.target.shards, counters=record["counters"], marks=record.get("marks", 0))
         if current == self.target.shards and moving is None and raw:
             return layout.keys_of(self.namespace, record)
         try:
