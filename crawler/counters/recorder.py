@@ -53,6 +53,7 @@ from crawler.counters.names import info_hash_hex, month_of
 from crawler.counters.packing import add_visit, visit_part
 from crawler.counters.place_shards import PlaceShards
 from crawler.counters.places import PlaceInfo
+from crawler.counters.processed import Processed
 from crawler.counters.rollup import Rollup
 from crawler.counters.script_args import RecordBatch, RecordBatches, ShardKeys, VisitPart, bucket_keys
 from crawler.counters.swarm_record import SETTLED, Swarms, check_call, probe_arg, swarms_in
@@ -118,17 +119,17 @@ class Recorder:
         families = set(settings.stathat_families)
         self._post_countries = posting and "countries" in families
         self._post_torrents = posting and "torrents" in families
-        self._post_processed = posting and "torrents.processed" in families
         self._shards = [ShardKeys(k) for k in shards]
         self.rollup = Rollup(self.store, keys) if len(shards) > 1 else None
         self._record = register(client, "record", package=__package__)
         self._probe_script = register(client, "probe", package=__package__)
-        self._visited = register(client, "visited", package=__package__)
         self._places: dict = {}
         self._post = ("c" if self._post_countries else "-") + ("t" if self._post_torrents else "-")
         self._geo_errors = GeoErrorTally(client, keys, locator)
         # PEERCRAWL_WAIT_REPLICAS: each recording returns once that many replicas have it (docs/redis.md)
         self._wait = Wait.from_settings(settings)
+        self._processed = (Processed(self.store, keys, self._wait)
+                           if posting and "torrents.processed" in families else None)
         # the place marks this process knows are fresh (a crawl of one shard; PlaceShards keeps its own)
         self.fresh_places = FreshPlaces()
         # how a visit's swarm record is keyed, and the visits they settled (the worker's log, the benches)
@@ -361,19 +362,6 @@ class Recorder:
 
     # --- torrents.processed ----------------------------------------------
     def visited(self, info_hash: str, now: float) -> bool:
-        """Note one visit of ``info_hash`` for ``torrents.processed`` (StatHat).
-
-        Counts each torrent at most once per UTC clock hour, in the counter
-        shard of its info-hash (``keys.shard_of``). Returns True when this visit
-        added 1 to that shard's outbox; always False when StatHat is off.
-        """
-        if not self._post_processed:
-            return False
-        h = info_hash_hex(info_hash)
-        shard = self.keys.counter_shard(shard_of(h, self.keys.counter_shards))
-        hour = int(now) // 3600
-        try:
-            keys, args = [shard.processed(hour), shard.outbox], [h, 2 * 3600]
-            return bool(self.store.run([(self._visited, keys, args)], wait=self._wait)[0])
-        except redis.RedisError as e:
-            raise StoreError(f"recording a visit failed: {e}") from e
+        """Note one visit of ``info_hash`` for ``torrents.processed`` (StatHat, ``processed``): True
+        when this visit added 1 to its shard's outbox; always False when StatHat is off."""
+        return self._processed.visited(info_hash, now) if self._processed is not None else False
