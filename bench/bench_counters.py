@@ -152,7 +152,7 @@ def main() -> None:
     rounds, per_round, per_round_rtt, n_marks = (5, 3, 1, 20_000) if a.quick else (9, 6, 1, 300_000)
     client = redis.Redis.from_url(a.redis_url)
     ns = "bench-" + uuid.uuid4().hex[:10]
-    keys = Keys(ns)
+    keys = Keys(ns, rosters=True)  # a crawl made now
     rng = random.Random(42)
     out: dict = {"peers_per_visit": PEERS, "redis_version": client.info("server")["redis_version"]}
     try:

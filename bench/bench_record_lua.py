@@ -11,7 +11,7 @@ every script call (INFO commandstats, ``evalsha``; the Redis is reset
 before each phase, so use a private one). Redis's figure on a shared
 two-core machine moves by ±15 % from run to run, too much to tell a change
 of a few per cent; so the script calls are also captured and replayed in a
-stock Lua 5.1 (``lua5.1``, Debian's ``lua5.1``) against a table-backed
+stock Lua 5.1 (Debian's ``lua5.1``, with ``lua-bitop``: Redis's ``bit``) against a table-backed
 ``redis.call``: the same Lua, no other process, CPU time by ``os.clock``,
 the best of ``--reps`` replays. The replay splits a record.lua call into
 reading the mark buckets, the loop over the IPs, writing the buckets and
@@ -72,6 +72,7 @@ TIMERS = [
 OLD_END = ("return t_users\n", "TT[4] = TT[4] + os.clock() - _c0\n{}")
 
 HARNESS = r"""
+bit = require('bit')  -- Redis's Lua has LuaBitOp built in; stock Lua 5.1 loads it (Debian's lua-bitop)
 dofile(arg[1])
 local function load(path)
   return assert(loadstring("return function() " .. io.open(path):read("*a") .. "\nend"))()
@@ -183,7 +184,7 @@ def main() -> None:
                                   [x if isinstance(x, bytes) else str(x).encode() for x in args]))
             return super().run(batch, wait, own=own)
 
-    rec = Recorder(Capturing(client), Keys(ns), settings, Locator(settings), mark_buckets=a.mark_buckets)
+    rec = Recorder(Capturing(client), Keys(ns, rosters=True), settings, Locator(settings), mark_buckets=a.mark_buckets)
     n_addr = a.visits * SWARM // OVERLAP
     visits = [(f"{i:040x}", [bench_worker.address((i * SWARM + j) % n_addr) for j in range(SWARM)]) for i in range(a.visits)]
     out: dict = {"visits": a.visits, "peers_per_visit": SWARM, "batch": a.batch,
@@ -203,8 +204,8 @@ def main() -> None:
         delete_namespace(client, ns)
     if a.no_replay:
         out["replay"] = "not run (--no-replay)"
-    elif lua is None:
-        out["replay"] = "lua5.1 not installed (apt-get install lua5.1)"
+    elif lua is None or subprocess.run([lua, "-e", "require('bit')"], capture_output=True).returncode:
+        out["replay"] = "lua5.1 or its bit library not installed (apt-get install lua5.1 lua-bitop)"
     else:
         record = source("record", "crawler.counters")
         for line, timer in TIMERS:

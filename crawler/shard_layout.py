@@ -69,6 +69,9 @@ class ShardLayout:
     # Dedupe mark buckets over all counter shards; 0: DEFAULT_MARK_BUCKETS. Known to the home (as
     # ``counters`` is), which the recorder is built from.
     marks: int = 0
+    # The crawl has kept its torrents' marks in their rosters from its start (crawler/counters/marks.py);
+    # False: some of the window may be by (IP, torrent), where crawls made before rosters kept them.
+    rosters: bool = False
 
     def __post_init__(self):
         for n in (self.shards, self.counters or self.shards):
@@ -114,7 +117,7 @@ class ShardLayout:
     @property
     def home(self) -> Self:
         """The namespace's home: what every shard of the crawl shares."""
-        return type(self)(self.namespace, self.shards, counters=self.counters, marks=self.marks)
+        return type(self)(self.namespace, self.shards, counters=self.counters, marks=self.marks, rosters=self.rosters)
 
 
 # Its callers ignore mypy's arg-type error: mypy does not take a class for Hashable, as

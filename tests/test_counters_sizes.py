@@ -172,9 +172,31 @@ def test_a_malformed_record_call_writes_nothing(client, keys, settings, tmp_path
             record(keys=fixed + [bucket], args=args[:2] + [visits] + args[3:7] + [rec_ok])
     with pytest.raises(redis.ResponseError, match="after the last visit"):  # more records than the visits have
         record(keys=fixed + [bucket], args=args[:2] + [visit_arg(H, 1)] + args[3:7] + [rec_ok + rec_ok])
+    # where the torrent's marks are (ARGV[11], ARGV[12]): a visit's 12 bytes, its extra buckets
+    one = visit_arg(H, 1)
+    widths = (1).to_bytes(2, "big") + bytes([0, 1, 1]) + b"W" * 7  # bucket 1, width code 0, one extra an IP
+    bad_widths = [
+        (widths[:-1], b"\x00\x01", "12 bytes a visit"),
+        (widths + widths, b"\x00\x01", "12 bytes a visit"),
+        ((2).to_bytes(2, "big") + widths[2:], b"\x00\x01", "malformed widths"),  # a bucket not given
+        (widths[:2] + bytes([7]) + widths[3:], b"\x00\x01", "malformed widths"),  # no width code 7
+        (widths[:3] + bytes([2]) + widths[4:], b"\x00\x01", "malformed widths"),  # its own code not given
+        (widths[:4] + bytes([8]) + widths[5:], b"\x00" * 16, "malformed widths"),  # more extras than widths
+        (widths[:3] + bytes([7]) + widths[4:], b"\x00\x01", "malformed widths"),  # 3 codes given, 1 extra
+        (widths, b"", "extra buckets of 0 bytes, not 2"),
+        (widths, b"\x00\x01" * 2, "extra buckets of 4 bytes, not 2"),
+        (widths, b"\x00\x02", "extra bucket out of range"),
+        (b"", b"\x00\x01", "extra buckets without widths"),
+    ]
+    for w, extras, error in bad_widths:
+        with pytest.raises(redis.ResponseError, match=error):
+            record(keys=fixed + [bucket], args=args[:2] + [one] + args[3:7] + [rec_ok, "", b"", w, extras])
     assert client.get(bucket) is None and not client.exists(fixed[1])
     args[2], args[-1] = visit_arg(H, 1), rec_ok
     assert record(keys=fixed + [bucket], args=args) == [1]
+    # with a width base and an extra bucket: the mark is found where it was made, nothing counts again
+    assert record(keys=fixed + [bucket], args=args[:2] + [one] + args[3:7] + [rec_ok, "", b"", widths,
+                                                                           b"\x00\x01"]) == [0]
 
 
 def test_a_malformed_places_or_torrent_part_call_writes_nothing(client, keys, settings, tmp_path):

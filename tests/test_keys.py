@@ -82,7 +82,7 @@ LAYOUT = {
     "layout": (K.layout, "{ns}:layout", "`{ns}:layout`"),
 }
 # Not keys: the hash tag, the namespace's SCAN pattern, and keys of tests and benchmarks.
-NOT_KEYS = {"namespace", "prefix", "name_key", "name_home_key", "match_all", "scratch", "shards", "tag", "shard", "all_shards", "for_torrent",
+NOT_KEYS = {"namespace", "rosters", "prefix", "name_key", "name_home_key", "match_all", "scratch", "shards", "tag", "shard", "all_shards", "for_torrent",
             "home", "counters", "counter_shards", "counter_shard", "all_counter_shards", "marks", "mark_buckets"}
 
 

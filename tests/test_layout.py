@@ -13,13 +13,13 @@ from tests.namespaces import delete_namespace
 
 def test_a_new_crawl_records_the_configured_count_and_later_processes_read_it(client, namespace):
     assert layout.read(client, Keys(namespace)) is None
-    assert layout.resolve(client, namespace, 8) == Keys(namespace, 8)
-    assert layout.resolve(client, namespace, None) == Keys(namespace, 8)
+    assert layout.resolve(client, namespace, 8) == Keys(namespace, 8, rosters=True)
+    assert layout.resolve(client, namespace, None) == Keys(namespace, 8, rosters=True)
     assert layout.resolve(client, namespace, 8).shards == 8
 
 
 def test_an_unset_count_makes_a_one_shard_crawl(client, namespace):
-    assert layout.resolve(client, namespace, None) == Keys(namespace, 1)
+    assert layout.resolve(client, namespace, None) == Keys(namespace, 1, rosters=True)
     with pytest.raises(SettingsError, match=r"PEERCRAWL_QUEUE_SHARDS is 4 .* has 1 shard: .*peercrawl reshard"):
         layout.resolve(client, namespace, 4)
 
@@ -28,7 +28,21 @@ def test_a_crawl_from_before_layouts_is_one_shard_whatever_is_configured(client,
     client.zadd(Keys(namespace).cooling, {"ab" * 20: 0})
     with pytest.raises(SettingsError, match="has 1 shard"):
         layout.resolve(client, namespace, 16)
+    # and it may hold marks by (IP, torrent): not a crawl of rosters from its start
     assert layout.read(client, Keys(namespace)) == {"shards": 1, "counters": 1}
+    assert not layout.resolve(client, namespace, None).rosters
+
+
+def test_a_new_crawl_keeps_its_torrents_marks_in_rosters_and_says_so(client, namespace):
+    """The recorder looks for marks by (IP, torrent) only in a crawl whose layout does not say it kept
+    them in rosters from its start; one that says anything else than yes or no is damaged."""
+    keys = layout.resolve(client, namespace, 2)
+    assert keys.rosters and keys.home.rosters and layout.read(client, keys)["rosters"] is True
+    client.set(keys.layout, b'{"shards": 2, "counters": 2}')  # a layout from before rosters
+    assert not layout.resolve(client, namespace, None).rosters
+    client.set(keys.layout, b'{"shards": 2, "counters": 2, "rosters": "yes"}')
+    with pytest.raises(StoreError, match="layout in Redis is damaged"):
+        layout.resolve(client, namespace, None)
 
 
 def test_the_largest_count_is_allowed_and_a_damaged_layout_is_named(client, namespace):

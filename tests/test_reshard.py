@@ -105,7 +105,8 @@ def test_shards_move_back_and_forth_and_a_second_run_changes_nothing(client, nam
     assert snapshot(client, layout.resolve(client, namespace, None), hs, now) == before
     assert Reshard(client, namespace, 1).run(now)["moved"] == 300
     assert snapshot(client, Keys(namespace), hs, now) == before
-    assert layout.read(client, Keys(namespace)) == {"shards": 1, "counters": 4, "marks": 1 << 20}
+    assert layout.read(client, Keys(namespace)) == {"shards": 1, "counters": 4, "marks": 1 << 20, "rosters": True}
+    assert layout.resolve(client, namespace, None).rosters
 
 
 def test_a_move_refuses_while_workers_run_and_workers_refuse_during_a_move(client, namespace, settings):

@@ -134,6 +134,10 @@ def test_malformed_swarm_arguments_are_refused_before_any_write(client, keys, se
     for swarm in (b"\x00\x01" + b"x" * 7, b"\x00\x02" + b"x" * 8, b"\x00\x00" + b"x" * 8):
         with pytest.raises(redis.ResponseError, match="malformed swarm record"):
             probe(keys=[shard.torrents, shard.bucket(0)], args=[T0 - 30 * DAY, H, b"", swarm])
+    # the torrent's first roster bucket and width base (probe.lua's ARGV[5])
+    for widths in (b"\x00\x01" + b"w" * 6, b"\x00\x02" + b"w" * 7, b"\x00\x00" + b"w" * 7, b""):
+        with pytest.raises(redis.ResponseError, match="malformed widths"):
+            probe(keys=[shard.torrents, shard.bucket(0)], args=[T0 - 30 * DAY, H, b"", b"", widths])
     record = register(client, "record", package="crawler.counters")
     visit = H.encode() + (6).to_bytes(2, "big") + (1).to_bytes(4, "big")
     fixed = [shard.outbox, *shard.shared("2024-05"), *shard.torrent_keys(H, "2024-05")]

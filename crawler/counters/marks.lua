@@ -106,6 +106,42 @@ local function set_mark(vals, dirty, adds, b, f, stamp)
   end
 end
 
+-- A torrent's marks live in its roster (crawler/counters/marks.py), as wide as
+-- the visit that made them was large: each width a torrent's marks were made
+-- at has a record in the roster's first bucket, its field the torrent's 7-byte
+-- width base then the width's code (0-6: 4^code buckets), its time that of the
+-- last mark made at that width. The codes whose record is fresh, as a bit mask:
+-- where the torrent's marks of the window may be. One search of the base finds them all.
+local function live_widths(s, base, cutoff)
+  local mask = 0
+  local x = find(s, base, 1, true)
+  while x do
+    if x % 12 == 1 then
+      local c, c1, c2, c3, c4 = string.byte(s, x + 7, x + 11)
+      if c <= 6 and ((c1 * 256 + c2) * 256 + c3) * 256 + c4 > cutoff then mask = bit.bor(mask, 2 ^ c) end
+    end
+    x = find(s, base, x + 1, true)
+  end
+  return mask
+end
+
+-- check_mark of a torrent mark that may also be kept at other widths of the
+-- roster (or by (IP, torrent), where a crawl kept them before rosters): the
+-- buckets ex. Fresh in any of them, it is present (its time); else it is
+-- written (or renewed) in bucket b, the visit's width.
+local function check_wide(vals, dirty, adds, b, ex, f, stamp, cutoff)
+  for i = 0, #ex do
+    local s = vals[i == 0 and b or ex[i]]
+    local x = find_record(s, f)
+    if x then
+      local c1, c2, c3, c4 = string.byte(s, x + 8, x + 11)
+      local t = ((c1 * 256 + c2) * 256 + c3) * 256 + c4
+      if t > cutoff then return t end
+    end
+  end
+  return check_mark(vals, dirty, adds, b, f, stamp, cutoff)
+end
+
 -- MSET every bucket changed or added to (bucket b is KEYS[first + b - 1]), in
 -- slices of 1,000 values (an even count: a key never leaves its value).
 local function write_buckets(first, vals, dirty, adds)

@@ -7,20 +7,28 @@ field of a small listpack hash ~15-18 B, but each lookup scans the listpack
 ``buckets`` strings ``mk:<n>``: ~13 B per mark, and a lookup is one memmem
 over ~1.2 KB inside Redis.
 
-- keyed fingerprints (``Fingerprinter``): an IP's marks for a torrent live
-  in the bucket of (IP, torrent), its place marks in the bucket of the IP
-  alone, so a peer in thousands of swarms does not grow one bucket; the
-  record's first 8 bytes are 64 bits of the IP's fingerprint XOR the
-  metric's. The address itself is never stored.
-- the torrent's *roster*: each IP's group record for (torrent, place) (see
-  record.lua), which says whether anything of the IP can count, lives in one
-  of ``roster_width(ips)`` consecutive buckets from the torrent's own
-  (``torrent(h) mod buckets``), picked by the IP; so a revisit's probe reads
-  a few buckets, ~16 IPs of the torrent each, rather than one bucket per
-  IP. A group record is a shortcut, never the truth: one not found (the
-  swarm's size crossed a width, so the roster moved) sends the IP to
-  record.lua, which checks its marks, counts nothing already counted and
-  writes the group record where the probe now looks.
+- keyed fingerprints (``Fingerprinter``): an IP's place marks live in the
+  bucket of the IP alone, so a peer in thousands of swarms does not grow one
+  bucket; the record's first 8 bytes are 64 bits of the IP's fingerprint XOR
+  the metric's. The address itself is never stored.
+- the torrent's *roster*: ``roster_width(ips)`` consecutive buckets from the
+  torrent's own (``torrent(h) mod buckets``), ~16 IPs of the visit each, the
+  IP picking one. There live the IP's marks of the torrent and its group
+  record for (torrent, place) (see record.lua), which says whether anything
+  of the IP can count; so a revisit's probe reads a few buckets rather than
+  one per IP, and a first visit writes a few rather than one per IP (a
+  first visit's scripts took 0.7 of the time they took with a bucket per
+  (IP, torrent)). A swarm whose size crosses a width moves its roster:
+  - the torrent's marks stay where they were made: each width (a code 0-6)
+    has a record in the roster's first bucket, the time of the last mark
+    made at it (``width_base``, marks.lua's ``live_widths``), the probe
+    answers the codes whose record is fresh and record.lua looks at each;
+  - a group record is a shortcut, never the truth: one not found sends the
+    IP to record.lua, which checks its marks, counts nothing already counted
+    and writes the group record where the probe now looks.
+  A crawl whose layout does not say ``rosters`` may hold marks of the
+  window by (IP, torrent) (``(high64(ip) XOR torrent(h)) mod buckets``),
+  where every crawl kept them before rosters: record.lua looks there too.
 - the record's last 4 bytes are the unix second the mark was made (big
   endian). A mark counts as present while ``time > now - window``:
   correctness never depends on deleting stale records. ``sweep.lua`` removes
@@ -86,6 +94,7 @@ class Fingerprinter:
         self._where = hashlib.blake2b(key=secret, digest_size=8, person=b"peercrawl-where")
         self._swarm = hashlib.blake2b(key=secret, digest_size=8, person=b"peercrawl-swarm")
         self._swarm_ips = hashlib.blake2b(key=secret, digest_size=8, person=b"peercrawl-swip")
+        self._wide = hashlib.blake2b(key=secret, digest_size=7, person=b"peercrawl-wide")
         # packed IP -> ``ip(packed)``, for loops that inline ``ip`` (at most IP_MEMO entries)
         self.known: dict[bytes, int] = {}
         self._wheres: dict[tuple, int] = {}  # place tuple -> ``where(place)``
@@ -106,6 +115,13 @@ class Fingerprinter:
         h = self._torrent.copy()
         h.update(info_hash.encode())
         return int.from_bytes(h.digest(), "big")
+
+    def width_base(self, t_fp: int) -> bytes:
+        """The 7 bytes that, with a width's code, make the field of the record of a torrent's width
+        in its roster's first bucket (module note); ``t_fp``: the torrent's fingerprint."""
+        h = self._wide.copy()
+        h.update(t_fp.to_bytes(8, "big"))
+        return h.digest()
 
     def place(self, name: str) -> int:
         """64-bit keyed fingerprint of a place metric's name (escaped parts, no torrent)."""
@@ -170,6 +186,11 @@ def parse_bucket(raw: bytes) -> list[tuple[bytes, int]]:
     if len(raw) % RECORD:
         raise ValueError(f"mark bucket of {len(raw)} bytes is not a whole number of {RECORD}-byte records")
     return [(raw[i : i + 8], int.from_bytes(raw[i + 8 : i + RECORD], "big")) for i in range(0, len(raw), RECORD)]
+
+
+def width_code(width: int) -> int:
+    """A roster width's code (4^code buckets): what records of widths and masks of them hold."""
+    return (width.bit_length() - 1) >> 1
 
 
 def roster_width(ips: int) -> int:

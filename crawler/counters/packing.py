@@ -7,9 +7,9 @@ mark buckets and low half is XORed into each of its metric fields, and its
 records are built as one integer, turned into bytes once:
 
 - ``visit_part``: probe.lua's ``probes``, per IP a u16 bucket number (of its
-  bucket in the torrent's roster, ``marks.roster_width``, or without a country
-  of the (IP, torrent) bucket; 1-based among the call's) and the 8-byte field
-  of its probe lane (the group record, or the users mark without a country);
+  bucket in the torrent's roster, ``marks.roster_width``; 1-based among the
+  call's) and the 8-byte field of its probe lane (the group record, or the
+  users mark without a country);
 - ``add_visit``: record.lua's ``ips``, per IP its header (bucket numbers,
   place number, k) and its metric fields, the lanes of ``places.PlaceInfo``
   (``lanes ^ low64 * r``: one multiply and one XOR per IP); in one shard's
@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from crawler.counters.fresh_places import FreshPlaces
-from crawler.counters.marks import roster_width
+from crawler.counters.marks import roster_width, width_code
 from crawler.counters.met_ips import Met
 from crawler.counters.places import PlaceInfo
 from crawler.counters.script_args import FRESH, LOW64, ProbeCall, RecordBatch, RecordBatches, ShardKeys, VisitPart
@@ -32,25 +32,29 @@ from crawler.counters.script_args import FRESH, LOW64, ProbeCall, RecordBatch, R
 
 def visit_part(shard: ShardKeys, h: str, t_fp: int, ips: Sequence[Met],
                n_buckets: int, place_info: Callable[[tuple], PlaceInfo], split: bool,
-               probe_ips: int) -> VisitPart | None:
+               probe_ips: int, base: bytes = bytes(7), legacy: bool = False) -> VisitPart | None:
     """The distinct IPs ``ips`` (each as ``met_ips`` meets it) of a visit of torrent ``h``, in probe.lua
     calls of ``probe_ips`` IPs in ``shard``, the one holding the counters of ``h`` (``t_fp``: its
     fingerprint; ``n_buckets``: the shard's mark buckets).
 
     Returns the visit's part (None without IPs), with its rows ``(place
     tuple, (PlaceInfo, metric lanes of this visit, its probe lane, whether
-    the place has a group record), IP fingerprint, bucket of (IP, torrent),
-    roster bucket, fresh key)`` in its calls' order. The lanes are the whole record's, or with several shards
+    the place has a group record), IP fingerprint, roster bucket, roster
+    bucket of its group record, fresh key)`` in its calls' order. The lanes are the whole record's, or with several shards
     (``split``) the torrent part's (``PlaceInfo``); the probe lane (the group
     record, or the users mark without a country) is the same in both. The
-    roster bucket is that of the IP's group record in the torrent's roster
-    (None: no group record, the IP has no country). ``place_info(place
-    tuple)`` gives a place's ``PlaceInfo``. ``probe_ips`` 0: no probe calls
-    (the visit is not probed).
+    IP's bucket in the torrent's roster holds its marks of the torrent and
+    its group record (None for the latter: no group record, the IP has no
+    country). ``place_info(place tuple)`` gives a place's ``PlaceInfo``.
+    ``probe_ips`` 0: no probe calls (the visit is not probed). ``base``: the
+    torrent's width base (``Fingerprinter.width_base``); ``legacy``: its
+    marks may also be by (IP, torrent) (``VisitPart``).
     """
     width, roster = roster_width(len(ips)), t_fp % n_buckets  # the torrent's roster
     vplaces: dict = {}  # place tuple -> (info, metric lanes of this visit, its probe lane)
     part = VisitPart(shard, h, t_fp)
+    part.b0, part.code, part.base, part.legacy = roster, width_code(width), base, legacy
+    part.mask = 1 << part.code
     rows = part.rows
     append = rows.append
     probe = part.probe
@@ -66,10 +70,9 @@ def visit_part(shard: ShardKeys, h: str, t_fp: int, ips: Sequence[Met],
             else:
                 lanes = info.g ^ t_fp * info.tr
                 vp = vplaces[pkey] = (info, lanes, lanes >> (info.shift - 64), info.k >= 3)
-        hi = f >> 64
-        bucket = (hi ^ t_fp) % n_buckets
-        # the group record's bucket in the roster, or the users mark's without a country
-        rb = (roster + hi % width) % n_buckets if vp[3] else None
+        # the IP's bucket in the roster: its torrent marks, and its group record when it has a country
+        bucket = (roster + (f >> 64) % width) % n_buckets
+        rb = bucket if vp[3] else None
         append((pkey, vp, f, bucket, rb, fkey))
         if not probe_ips:
             continue
@@ -98,8 +101,7 @@ def add_visit(batches: RecordBatches, i: int, h: str, part: VisitPart, flags: by
     The call an IP goes in is asked of ``batches`` only when the IP does not
     fit in the one before; the IPs in between are added to it here.
     """
-    shard = part.shard
-    country_keys, limit = shard.country_keys, batches.limit
+    country_keys, limit = part.shard.country_keys, batches.limit
     mixed, t_fp = batches.mixed, part.t_fp
     since_of = fresh.since if mixed and fresh is not None else None
     tlanes: dict[tuple, int] = {}  # place tuple -> its torrent part's lanes in this visit
@@ -108,6 +110,7 @@ def add_visit(batches: RecordBatches, i: int, h: str, part: VisitPart, flags: by
     # visit whose addresses were met in other swarms are torrent parts)
     tparts: dict[tuple, tuple] = {}
     batch: RecordBatch | None = None
+    wide = part.others or part.legacy
     for (pkey, (info, lanes, _, grouped), f, bucket, rb, fkey), flag in zip(part.rows, flags):
         if flag == FRESH:
             continue
@@ -115,12 +118,14 @@ def add_visit(batches: RecordBatches, i: int, h: str, part: VisitPart, flags: by
         since = since_of(fkey, cutoff) if since_of is not None and grouped else 0
         pairs = info.t_k if since else info.k
         if batch is None or batch.pairs + pairs > limit:
-            batch = batches.batch_for(shard, i, h, pairs)
+            batch = batches.batch_for(part, i, pairs)
             numbers, heads, ips, tparts = batch.bnumbers, batch.heads, batch.ips, {}
             counted = batch.visits[-1]
         else:  # ``RecordBatch.add_ip``
             counted[2] += 1
             batch.pairs += pairs
+        if wide:  # its torrent's marks may also be elsewhere (``VisitPart``)
+            batch.add_extras(part, f, n_buckets)
         if since:
             tp = tparts.get(pkey)
             if tp is None:
@@ -141,7 +146,7 @@ def add_visit(batches: RecordBatches, i: int, h: str, part: VisitPart, flags: by
         head = heads.get(pkey)
         if head is None:
             head = batch.add_place(pkey, info, country_keys)
-        # the torrent's marks of this IP: bucket by (IP, torrent)
+        # the torrent's marks of this IP: its bucket in the roster
         tb = numbers.setdefault(bucket, len(numbers) + 1)
         # its place marks: bucket by IP alone
         gb = numbers.setdefault((f >> 64) % n_buckets, len(numbers) + 1) if info.k > 1 else 0

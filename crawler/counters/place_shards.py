@@ -110,12 +110,14 @@ class PlaceShards:
         record still without its oldest place mark time, kept in ``pending``), and its
         IPs to the places.lua calls of their shards."""
         cutoff = now - self.window
-        shard = part.shard
-        country_keys = shard.country_keys
+        country_keys = part.shard.country_keys
+        wide = part.others or part.legacy
         for (pkey, (info, lanes, _, _), f, bucket, rb, key), flag in zip(part.rows, flags):
             if flag == FRESH:
                 continue
-            batch = batches.batch_for(shard, i, h, info.t_k)
+            batch = batches.batch_for(part, i, info.t_k)
+            if wide:  # its torrent's marks may also be elsewhere (``VisitPart``)
+                batch.add_extras(part, f, self.buckets)
             head = batch.heads.get(pkey)
             if head is None:
                 head = batch.add_place(pkey, info, country_keys)

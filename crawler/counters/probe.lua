@@ -9,8 +9,10 @@
 -- ARGV[3]     probes  binary, per IP: u16 bucket (1-based: KEYS[1 + b]), then the
 --                     8-byte field of the IP's group record for (torrent, place)
 --                     (its torrents.<h>.users mark when the IP has no country)
--- ARGV[4]     swarm   optional, binary: u16 bucket, then the 8-byte field of the
---                     visit's swarm record (crawler/counters/swarm_record.py)
+-- ARGV[4]     swarm   optional (empty: none), binary: u16 bucket, then the 8-byte field
+--                     of the visit's swarm record (crawler/counters/swarm_record.py)
+-- ARGV[5]     widths  optional, binary: u16 the torrent's first roster bucket (1-based),
+--                     then its 7-byte width base (marks.lua's live_widths)
 --
 -- Returns one byte per IP: "1" if its record is missing or expired (record.lua
 -- must look at the IP's marks), "0" if it is fresh: every mark it stands for
@@ -23,12 +25,23 @@
 -- (nothing of the visit can count) and reads no other bucket. Else, without
 -- probes, it answers ""; with them, when every IP is "0", the record is written
 -- (unless fresh already) with the oldest of the IPs' record times: the one
--- write of this script.
---! include marks  (u32, read_buckets, find_record, check_mark, write_buckets)
+-- write of this script. With widths, an answer of flags ends with one byte more:
+-- the codes of the widths the torrent's marks were made at within the window,
+-- which record.lua must look at (0 when every IP is "0": nothing is recorded).
+--! include marks  (u32, read_buckets, find_record, check_mark, write_buckets, live_widths)
 
 local byte, sub, find = string.byte, string.sub, string.find
-local cutoff, h, p, swarm = tonumber(ARGV[1]), ARGV[2], ARGV[3], ARGV[4]
+local cutoff, h, p, swarm, wa = tonumber(ARGV[1]), ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local nb = #KEYS - 1
+if swarm == '' then swarm = nil end
+local b0, base
+if wa then
+  b0 = #wa == 9 and byte(wa, 1) * 256 + byte(wa, 2)
+  if not b0 or b0 < 1 or b0 > nb then
+    return redis.error_reply('probe.lua: malformed widths')
+  end
+  base = sub(wa, 3, 9)
+end
 local sb, sf
 if swarm then
   sb = #swarm == 10 and byte(swarm, 1) * 256 + byte(swarm, 2)
@@ -41,7 +54,7 @@ if #p % 10 ~= 0 then
   return redis.error_reply('probe.lua: probes of ' .. #p .. ' bytes are not whole 10-byte records')
 end
 if not redis.call('ZSCORE', KEYS[1], h) then
-  return string.rep('1', #p / 10)
+  return string.rep('1', #p / 10) .. (wa and string.char(0) or '')
 end
 if swarm then
   local s = redis.call('GET', KEYS[1 + sb]) or ''
@@ -93,5 +106,9 @@ if swarm and not stale then
   local dirty, adds = {}, {}
   check_mark(got, dirty, adds, sb, sf, u32(oldest), cutoff)
   write_buckets(2, got, dirty, adds)
+end
+if wa then
+  n = n + 1
+  out[n] = string.char(stale and live_widths(got[b0] or '', base, cutoff) or 0)
 end
 return table.concat(out)

@@ -60,6 +60,19 @@
 --                        KEYS[n + b]), the record's 8-byte field; the record is written
 --                        (unless fresh already) with the oldest time of the visit's IPs'
 --                        marks after the call.
+-- ARGV[11]     widths    optional (empty: none), binary, 12 bytes per visit (ARGV[3]'s order):
+--                        u16 the torrent's first roster bucket (1-based: KEYS[n + b]), u8
+--                        the code of the visit's width (0-6: 4^code buckets; its IPs'
+--                        torrent buckets are at it), u8 the codes whose buckets the call
+--                        carries (a bit mask holding the visit's), u8 x: extra buckets per
+--                        IP in ARGV[12], then the torrent's 7-byte width base (marks.lua's
+--                        live_widths). With them, a torrent's marks are looked for at every
+--                        width made within the window, and the width the visit writes at is
+--                        noted.
+-- ARGV[12]     extras    binary, per visit, per IP of it in this call (in order): x u16
+--                        buckets (1-based) where its torrent marks may also be: the
+--                        torrent's other widths given, or the (IP, torrent) bucket of a
+--                        crawl that kept them so.
 -- str = u16 length .. bytes; integers big endian.
 --
 -- Python sends only the IPs probe.lua found might count (their group record
@@ -78,9 +91,13 @@
 -- once per call.
 -- Then add each metric's count to its indexes (lifetime and month) and, when its
 -- family is posted, to the outbox. Returns, per visit, its count of
--- torrents.<h>.users.
+-- torrents.<h>.users. With widths, a call whose visit's torrent has marks at a
+-- width it does not carry is answered, before anything is written, with
+-- {'widths', one byte per visit: the codes it needs}: the caller sends it again
+-- with their buckets (the probe's answer tells them, so this is rare).
 
---! include marks  (u32, read_buckets, check_mark, add_record, set_mark, write_buckets)
+--! include marks  (u32, read_buckets, check_mark, add_record, set_mark, write_buckets, live_widths,
+--                   check_wide)
 --! include places_arg  (u16, str, read_places)
 
 local byte, sub = string.byte, string.sub
@@ -148,8 +165,53 @@ for w = 1, #ws, 12 do
   end
   swarms[v] = {b, sub(ws, w + 4, w + 11)}
 end
+-- widths: per visit {first roster bucket, code, codes given, extra buckets an IP, width base}
+local widths, wa, xa = {}, ARGV[11] or '', ARGV[12] or ''
+if wa ~= '' then
+  if #wa ~= 12 * #visits then
+    return redis.error_reply('record.lua: widths of ' .. #wa .. ' bytes for ' .. #visits .. ' visits (12 bytes a visit)')
+  end
+  local need = 0
+  for v = 1, #visits do
+    local w = 12 * v - 11
+    local b0 = u16(wa, w)
+    local code, given, x = byte(wa, w + 2, w + 4)
+    local others = -1  -- the codes given but the visit's: each has its extra bucket an IP
+    for c = 0, 6 do
+      if bit.band(given, 2 ^ c) ~= 0 then others = others + 1 end
+    end
+    if b0 < 1 or b0 > nb or code > 6 or given > 127 or bit.band(given, 2 ^ code) == 0 or x > 7 or x < others then
+      return redis.error_reply('record.lua: malformed widths of visit ' .. v)
+    end
+    widths[v] = {b0, code, given, x, sub(wa, w + 5, w + 11)}
+    need = need + 2 * x * visits[v][3]
+  end
+  if #xa ~= need then
+    return redis.error_reply('record.lua: extra buckets of ' .. #xa .. ' bytes, not ' .. need)
+  end
+elseif xa ~= '' then
+  return redis.error_reply('record.lua: extra buckets without widths')
+end
 local vals = read_buckets(nfixed + 1)
 local p = ARGV[8]
+-- A visit's torrent marks are looked for at every width its torrent's marks were made at within the
+-- window: a call that lacks one's buckets is answered with the codes each visit needs, unwritten.
+local fresh_at, made = {}, {}  -- per visit: a torrent never counted here; torrent -> codes of its visits so far
+if wa ~= '' then
+  local short, needs = false, {}
+  for v = 1, #visits do
+    local h, wv = visits[v][1], widths[v]
+    local new = not made[h] and not redis.call('ZSCORE', KEYS[2], h)
+    local live = 0
+    if not new then live = bit.bor(live_widths(vals[wv[1]], wv[5], cutoff), made[h] or 0) end
+    fresh_at[v] = new
+    made[h] = bit.bor(made[h] or 0, 2 ^ wv[2])
+    needs[v] = string.char(bit.bor(live, wv[3]))
+    if bit.band(live, bit.bnot(wv[3])) ~= 0 then short = true end
+  end
+  if short then return {'widths', table.concat(needs)} end
+end
+local xo = 1  -- the next extra bucket in ARGV[12]
 
 -- check, mark and count every pair (marks.lua: renewed marks are rewritten
 -- in vals, new records wait in adds; changed buckets are written back with
@@ -191,8 +253,16 @@ for v = 1, #visits do
   -- writes wait for the end). Then every torrent mark of the visit is new
   -- and is added without a search (a first visit's marks are mostly the
   -- torrent's).
-  local fresh = not seen[h] and not redis.call('ZSCORE', KEYS[2], h)
+  local fresh
+  if wa ~= '' then
+    fresh = fresh_at[v]
+  else
+    fresh = not seen[h] and not redis.call('ZSCORE', KEYS[2], h)
+  end
   seen[h] = true
+  local wv = widths[v]
+  local nx = wv and wv[4] or 0
+  local wrote = false  -- a torrent mark of the visit was written (at its width)
   local t_users, counted = 0, {}
   local vmin = now  -- the oldest mark time of the visit's IPs (its swarm record's)
   while left > 0 do
@@ -237,12 +307,26 @@ for v = 1, #visits do
       return redis.error_reply('record.lua: malformed peer record at byte ' .. o)
     end
     o = o + head
+    -- the buckets where the IP's torrent marks may also be (other widths)
+    local ex
+    if nx > 0 then
+      ex = {}
+      for e = 1, nx do
+        local b = u16(xa, xo)
+        if b < 1 or b > nb then
+          return redis.error_reply('record.lua: extra bucket out of range at byte ' .. xo)
+        end
+        ex[e] = b
+        xo = xo + 2
+      end
+    end
     local gf
     if k >= grouped then
       gf = sub(p, o, o + 7)
       o = o + 8
     end
     local pc
+    if fresh then wrote = true end
     if part and fresh then
       -- a torrent part of a torrent never counted here: its k marks are all the torrent's, all new
       -- (added to bucket tb without a search, their fields in one piece) and all count
@@ -306,8 +390,12 @@ for v = 1, #visits do
         local b = tb
         if j % 2 == 0 then b = gb end
         local t
-        if not fresh or j % 2 == 0 then
+        if ex and j % 2 == 1 and not fresh then
+          t = check_wide(vals, dirty, adds, b, ex, f, stamp, cutoff)
+          if not t then wrote = true end
+        elseif not fresh or j % 2 == 0 then
           t = check_mark(vals, dirty, adds, b, f, stamp, cutoff)
+          if not t and j % 2 == 1 then wrote = true end
         else
           add_record(adds, b, f, stamp)
         end
@@ -345,6 +433,15 @@ for v = 1, #visits do
       end
     end
   end
+  if wv and wrote then
+    -- the width the visit wrote at holds marks until this time's window passes
+    local wf = wv[5] .. string.char(wv[2])
+    if fresh then
+      add_record(adds, wv[1], wf, stamp)
+    else
+      set_mark(vals, dirty, adds, wv[1], wf, stamp)
+    end
+  end
   local sw = swarms[v]
   if sw then
     -- nothing of these IPs can count until the oldest of their marks expires (swarm_record.py)
@@ -361,6 +458,9 @@ for v = 1, #visits do
 end
 if o <= np then
   return redis.error_reply('record.lua: malformed peer record at byte ' .. o .. ' (after the last visit)')
+end
+if xo <= #xa then
+  return redis.error_reply('record.lua: extra buckets at byte ' .. xo .. ' (after the last visit)')
 end
 for b, r in pairs(raw) do
   adds[b] = (adds[b] or '') .. stamped(r)

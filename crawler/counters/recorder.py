@@ -71,6 +71,9 @@ from geo.locator import Place
 DEFAULT_BATCH_PAIRS = 2400
 # IPs one probe.lua call looks up (its MGET has at most as many keys).
 PROBE_IPS = 2000
+# Times a recording is sent with the widths record.lua asked for (``_record_met``): once is enough
+# unless the torrent's marks move to yet another width meanwhile (another visit of it at once).
+WIDTH_TRIES = 4
 
 
 class Recorder:
@@ -113,6 +116,8 @@ class Recorder:
         # the crawl's total: each shard holds its part of the marks
         total = keys.mark_buckets if mark_buckets is None else mark_buckets
         self.fingerprints = Fingerprinter(secret, max(1, total // len(shards)))
+        # a crawl made before rosters held marks by (IP, torrent): they are looked for there too
+        self._legacy = not keys.rosters
         # a peer met again (another swarm, a revisit) is neither parsed, located nor fingerprinted again
         self.met_ips = MetIPs(locator, self.fingerprints)
         posting = settings.stathat_ezkey is not None
@@ -217,23 +222,32 @@ class Recorder:
         flags = [next(answers) if probed else b"1" * len(part.rows) for _, _, part, probed in parts]
         # 2. record the IPs that might count (the scripts check again, atomically)
         todo = [(i, h, part, f) for (i, h, part, _), f in zip(parts, flags) if b"1" in f]
-        if not todo:  # every IP's group record is fresh: nothing can count
-            return out
         month = month_of(now)
-        if self._place_shards is not None:
-            batches, place_calls = self._place_shards.plan(now_i, todo, month)
-            if place_calls:
-                self._run_places(now_i, month, place_calls)
-            calls = self._place_shards.fill(batches)
-        else:
-            batches = RecordBatches(self.batch_pairs, month, mixed=True)
-            for i, h, part, f in todo:
-                add_visit(batches, i, h, part, f, self.fingerprints.buckets, self.fresh_places, now_i - self.window)
-            calls = batches.calls
-            swarms_in(calls, todo)
-        for i, new in self._run(now_i, calls):
-            out[i] += new
-        return out
+        for _ in range(WIDTH_TRIES):
+            if not todo:  # every IP's group record is fresh: nothing can count
+                return out
+            if self._place_shards is not None:
+                batches, place_calls = self._place_shards.plan(now_i, todo, month)
+                if place_calls:
+                    self._run_places(now_i, month, place_calls)
+                calls = self._place_shards.fill(batches)
+            else:
+                batches = RecordBatches(self.batch_pairs, month, mixed=True)
+                for i, h, part, f in todo:
+                    add_visit(batches, i, h, part, f, self.fingerprints.buckets, self.fresh_places,
+                              now_i - self.window)
+                calls = batches.calls
+                swarms_in(calls, todo)
+            counted, short = self._run(now_i, calls)
+            for i, new in counted:
+                out[i] += new
+            # a call that lacked a width its torrent's marks are at wrote nothing: its visits go again, with
+            # it (their IPs that other calls counted count nothing the second time)
+            todo = [(i, h, part, f) for i, h, part, f in todo if i in short]
+            for i, _, part, _ in todo:
+                part.widen(short[i])
+        raise StoreError(f"recording peers failed: the widths of {len(todo)} torrents' marks moved "
+                         f"{WIDTH_TRIES} times while they were recorded")
 
     def _parts(self, visits: Sequence[tuple[str, list[Met]]], now: int, probes: Sequence[bool] | None,
                first: bool, key: Callable | None) -> list:
@@ -281,7 +295,8 @@ class Recorder:
         IPs (``packing.visit_part``; ``ips``: distinct, as ``met_ips`` gives them; ``t_fp``: the
         torrent's fingerprint; ``probe`` False: none)."""
         return visit_part(self._home(h), h, t_fp, ips, self.fingerprints.buckets, self._place_info,
-                          self._place_shards is not None, PROBE_IPS if probe else 0)
+                          self._place_shards is not None, PROBE_IPS if probe else 0,
+                          self.fingerprints.width_base(t_fp), self._legacy)
 
     def _probe_many(self, now: int, parts: list[VisitPart], first: bool) -> list[bytes]:
         """Run the probe.lua calls of ``parts`` in one round trip: per part one flag byte per IP (a part
@@ -293,12 +308,20 @@ class Recorder:
             swarm = probe_arg(part)
             carried += bool(swarm)
             for p in part.probes:
-                args = [cutoff, part.h, bytes(p.args), *swarm]
-                calls.append((script, [part.shard.torrents, *bucket_keys(p.bnumbers, part.shard)], args))
+                numbers = p.bnumbers
+                widths = numbers.setdefault(part.b0, len(numbers) + 1).to_bytes(2, "big") + part.base
+                args = [cutoff, part.h, bytes(p.args), *(swarm or (b"",)), widths]
+                calls.append((script, [part.shard.torrents, *bucket_keys(numbers, part.shard)], args))
         replies = iter(self._send(calls))
         out, found = [], 0
         for part in parts:
-            flags = b"".join(next(replies) for _ in part.probes)
+            flags = b""
+            for _ in part.probes:  # each call's flags, then the codes of the widths the torrent's marks are at
+                r = next(replies)
+                if r != SETTLED and r:
+                    part.widen(r[-1])
+                    r = r[:-1]
+                flags += r
             if flags == SETTLED:  # its swarm record is fresh: nothing of it can count
                 found += 1
                 flags = b"0" * len(part.rows)
@@ -332,11 +355,13 @@ class Recorder:
                 self._geo_errors.dropped(info.dropped)
         return info
 
-    def _run(self, now: int, calls: list[RecordBatch]) -> list[tuple[int, int]]:
+    def _run(self, now: int, calls: list[RecordBatch]) -> tuple[list[tuple[int, int]], dict[int, int]]:
         """Run ``record.lua`` once per batch of ``calls`` (each in its shard), all in one
         round trip, in order.
 
-        Returns ``(position, count of torrents.<h>.users)`` per visit of each call.
+        Returns ``(position, count of torrents.<h>.users)`` per visit of each call that ran, and
+        per visit of a call that lacked a width its torrent's marks are at (written: nothing),
+        the codes of the widths record.lua said it needs.
         """
         script, post, cutoff = self._record, self._post, now - self.window
         runs = []
@@ -346,10 +371,17 @@ class Recorder:
                 raise ValueError("batch too large")
             runs.append((script, keys, b.args(now, cutoff, post)))
         if not runs:
-            return []
+            return [], {}
         replies = self._send(runs, self._wait, own=True)
-        out = []
+        out: list[tuple[int, int]] = []
+        short: dict[int, int] = {}
         for b, r in zip(calls, replies, strict=True):
+            if r and r[0] == b"widths":
+                if len(r) != 2 or len(r[1]) != len(b.order):
+                    raise StoreError(f"recording peers failed: record.lua answered {r!r:.80} for {len(b.order)} visits")
+                for i, need in zip(b.order, r[1]):
+                    short[i] = short.get(i, 0) | need
+                continue
             if b.mixed:  # the visits' counts, then the place mark times of its whole records
                 r, times = r[:-1], r[-1]
                 if len(times) != 4 * len(b.learn):
@@ -358,7 +390,7 @@ class Recorder:
                 for j, key in enumerate(b.learn):
                     self.fresh_places.learn(key, int.from_bytes(times[4 * j: 4 * j + 4], "big"))
             out += [(i, int(n)) for i, n in zip(b.order, r, strict=True)]
-        return out
+        return out, short
 
     # --- torrents.processed ----------------------------------------------
     def visited(self, info_hash: str, now: float) -> bool:

@@ -61,9 +61,9 @@ class RecordBatch:
     order, for the place mark times the call answers.
     """
 
-    __slots__ = ("bnumbers", "countries", "country_numbers", "heads", "ips", "keys", "learn", "mixed",
+    __slots__ = ("bnumbers", "countries", "country_numbers", "extras", "heads", "ips", "keys", "learn", "mixed",
                  "month", "order", "pairs", "pending", "places", "shard", "swarms", "theads", "torrent_part",
-                 "visits")
+                 "visits", "widths")
 
     def __init__(self, shard: "ShardKeys", month: str, torrent_part: bool = False, mixed: bool = False):
         self.shard, self.month, self.torrent_part, self.mixed = shard, month, torrent_part, mixed
@@ -81,12 +81,27 @@ class RecordBatch:
         self.visits: list = []  # per visit: [info-hash, key position of its indexes, IP records]
         self.order: list = []  # per visit: its position in the recording (what its count answers)
         self.swarms = bytearray()  # record.lua's ARGV[10]: the swarm records it writes
+        self.widths = bytearray()  # ARGV[11]: per visit, where its torrent's marks are (``VisitPart.widths``)
+        self.extras = bytearray()  # ARGV[12]: per IP of a visit with other widths, their buckets
 
-    def begin_visit(self, i: int, h: str, torrent_keys: list) -> None:
-        """The IPs added next are visit ``i``'s, of torrent ``h`` (``torrent_keys``: its six indexes)."""
-        self.visits.append([h, len(self.keys) + 1, 0])
+    def begin_visit(self, i: int, part: "VisitPart", torrent_keys: list) -> None:
+        """The IPs added next are visit ``i``'s (``part``: its torrent's, ``torrent_keys``: its six
+        indexes)."""
+        self.visits.append([part.h, len(self.keys) + 1, 0])
         self.keys += torrent_keys
         self.order.append(i)
+        numbers = self.bnumbers
+        self.widths += (numbers.setdefault(part.b0, len(numbers) + 1).to_bytes(2, "big")
+                        + bytes((part.code, part.mask, len(part.others) + part.legacy)) + part.base)
+
+    def add_extras(self, part: "VisitPart", f: int, n_buckets: int) -> None:
+        """The buckets where the torrent marks of the IP of fingerprint ``f`` may also be, when
+        ``part``'s torrent has some (its other widths; by (IP, torrent) when ``legacy``)."""
+        numbers, hi, b0 = self.bnumbers, f >> 64, part.b0
+        for w in part.others:
+            self.extras += numbers.setdefault((b0 + hi % w) % n_buckets, len(numbers) + 1).to_bytes(2, "big")
+        if part.legacy:
+            self.extras += numbers.setdefault((hi ^ part.t_fp) % n_buckets, len(numbers) + 1).to_bytes(2, "big")
 
     def add_ip(self, pairs: int) -> None:
         """Count one more IP of the visit begun last, of ``pairs`` pairs."""
@@ -105,10 +120,12 @@ class RecordBatch:
         args: list = [now, cutoff, self.visits_arg(), post, bytes(self.countries), bytes(self.places), len(self.keys),
                       bytes(self.ips)]
         part = "T" if self.torrent_part else "M" if self.mixed else ""
-        if part or self.swarms:
+        if part or self.swarms or self.widths:
             args.append(part)
-        if self.swarms:
+        if self.swarms or self.widths:
             args.append(bytes(self.swarms))
+        if self.widths:
+            args += [bytes(self.widths), bytes(self.extras)]
         return args
 
     def visits_arg(self) -> bytes:
@@ -186,8 +203,10 @@ class RecordBatches:
         self.open: dict = {}  # ShardKeys -> its call being filled
         self.calls: list[RecordBatch] = []
 
-    def batch_for(self, shard: "ShardKeys", i: int, h: str, pairs: int) -> RecordBatch:
-        """The call of ``shard`` that takes the next IP (``pairs`` pairs) of visit ``i`` (torrent ``h``)."""
+    def batch_for(self, part: "VisitPart", i: int, pairs: int) -> RecordBatch:
+        """The call of ``part``'s shard that takes the next IP (``pairs`` pairs) of visit ``i`` (``part``
+        its torrent's)."""
+        shard, h = part.shard, part.h
         b = self.open.get(shard)
         new_visit = b is None or not b.order or b.order[-1] != i
         if b is None or (b.pairs and b.pairs + pairs > self.limit) or (
@@ -196,7 +215,7 @@ class RecordBatches:
             self.calls.append(b)
             new_visit = True
         if new_visit:
-            b.begin_visit(i, h, shard.torrent_keys(h, self.month))
+            b.begin_visit(i, part, shard.torrent_keys(h, self.month))
         b.add_ip(pairs)
         return b
 
@@ -306,13 +325,21 @@ class VisitPart:
     counters of its torrent ``h``.
 
     ``rows``: per IP ``(place tuple, (PlaceInfo, lanes, probe lane, has a
-    group record), fingerprint, bucket of (IP, torrent), bucket of its group
-    record in the torrent's roster or None, its ``fresh_places`` key)``, in
-    the calls' order (``packing.visit_part``). ``swarm``: its swarm record
-    (``swarm_record.swarm_of``), written by the call that sees every IP.
+    group record), fingerprint, its bucket in the torrent's roster, that
+    bucket again when it holds a group record (None: the IP has no country),
+    its ``fresh_places`` key)``, in the calls' order (``packing.visit_part``).
+    ``swarm``: its swarm record (``swarm_record.swarm_of``), written by the
+    call that sees every IP.
+
+    Where the torrent's marks are (``marks``' module note): ``b0`` the roster's
+    first bucket, ``code`` the visit's width, ``base`` the torrent's width base;
+    ``mask`` the codes the record calls carry buckets for (the visit's, and
+    those the probe answered: ``widen``), ``others`` their widths but the
+    visit's, ``legacy`` whether marks may also be by (IP, torrent).
     """
 
-    __slots__ = ("h", "probe", "probes", "rows", "shard", "swarm", "t_fp")
+    __slots__ = ("b0", "base", "code", "h", "legacy", "mask", "others", "probe", "probes", "rows", "shard",
+                 "swarm", "t_fp")
 
     def __init__(self, shard: ShardKeys, h: str, t_fp: int = 0):
         self.shard, self.h, self.t_fp = shard, h, t_fp
@@ -320,3 +347,13 @@ class VisitPart:
         self.probe = ProbeCall()
         self.probes = [self.probe]
         self.swarm: tuple[int, bytes] | None = None
+        self.b0 = self.code = 0
+        self.mask = 1
+        self.base = bytes(7)
+        self.others: tuple[int, ...] = ()
+        self.legacy = False
+
+    def widen(self, mask: int) -> None:
+        """The record calls also carry the buckets of the codes of ``mask`` (the probe's answer)."""
+        self.mask |= mask
+        self.others = tuple(4 ** c for c in range(7) if self.mask >> c & 1 and c != self.code)

@@ -18,6 +18,9 @@ a move runs (``moving_to``), no process starts. And the dedupe marks' bucket
 count (``marks``, ``PEERCRAWL_MARK_BUCKETS``), which no command changes: a
 mark's bucket follows from it. A crawl that records none has the count every
 crawl had before it was a setting (``shard_layout.DEFAULT_MARK_BUCKETS``).
+``rosters``: a crawl made since torrents' marks are kept in their rosters
+(``crawler.counters.marks``); one that does not say so may hold marks of the
+window by (IP, torrent), which the recorder then looks at too.
 """
 
 from __future__ import annotations
@@ -47,6 +50,8 @@ def parse(raw: bytes | str) -> dict:
     try:
         record = json.loads(raw)
         record.setdefault("counters", record["shards"])
+        if record.get("rosters", False) not in (True, False):
+            raise ValueError("rosters")
         Keys("x", record["shards"], counters=record["counters"], marks=record.get("marks", 0))
         if record.get("moving_to") is not None:
             Keys("x", record["moving_to"])
@@ -58,7 +63,8 @@ def parse(raw: bytes | str) -> dict:
 def keys_of(namespace: str, record: dict) -> Keys:
     """The keys of a namespace laid out as ``record`` says."""
     n, c = record["shards"], record["counters"]
-    return Keys(namespace, n, counters=0 if c == n else c, marks=record.get("marks", 0))
+    return Keys(namespace, n, counters=0 if c == n else c, marks=record.get("marks", 0),
+                rosters=record.get("rosters", False))
 
 
 def _has_unsharded_queue(client: redis.Redis, home: Keys) -> bool:
@@ -78,9 +84,11 @@ def resolve(client: redis.Redis, namespace: str, configured: int | None, marks: 
         try:
             unsharded = _has_unsharded_queue(client, home)
             n = 1 if configured is None or unsharded else configured
-            record = {"shards": n, "counters": n}
-            if marks is not None and not unsharded:  # a crawl from before layouts has the old count
-                record["marks"] = marks
+            record: dict = {"shards": n, "counters": n}
+            if not unsharded:  # a crawl from before layouts has the old count, and marks by (IP, torrent)
+                record["rosters"] = True
+                if marks is not None:
+                    record["marks"] = marks
             client.set(home.layout, json.dumps(record), nx=True)
         except redis.RedisError as e:
             raise StoreError(f"recording the crawl's layout failed: {e}") from e
