@@ -218,7 +218,9 @@ local xo = 1  -- the next extra bucket in ARGV[12]
 -- one MSET at the end)
 local dirty, adds = {}, {}
 -- raw: bucket -> the fields (8 bytes each, no time) of the torrent marks of a torrent never counted
--- here, one string, stamped when they join the bucket (one gsub a bucket rather than a string per field)
+-- here, in pieces joined and stamped when they join the bucket (one gsub a bucket rather than a string
+-- per field). A table: a first visit puts a dozen IPs' in each bucket of its roster, and appending to
+-- one string copied it each time (the replayed calls took 0.8 of the time with the table)
 local raw = {}
 local stamp_rep = '%0' .. stamp:gsub('%%', '%%%%')
 local function stamped(fields)
@@ -241,7 +243,7 @@ for v = 1, #visits do
       dirty[b] = true
     end
     for b, r in pairs(raw) do
-      vals[b] = vals[b] .. stamped(r)
+      vals[b] = vals[b] .. stamped(table.concat(r))
       dirty[b] = true
     end
     adds, raw = {}, {}
@@ -332,9 +334,9 @@ for v = 1, #visits do
       -- (added to bucket tb without a search, their fields in one piece) and all count
       local r = raw[tb]
       if not r then
-        raw[tb] = sub(p, o, o + 8 * k - 1)
+        raw[tb] = {sub(p, o, o + 8 * k - 1)}
       else
-        raw[tb] = r .. sub(p, o, o + 8 * k - 1)
+        r[#r + 1] = sub(p, o, o + 8 * k - 1)
       end
       o = o + 8 * k
       t_users = t_users + 1
@@ -376,9 +378,9 @@ for v = 1, #visits do
       end
       local r = raw[tb]
       if not r then
-        raw[tb] = tf
+        raw[tb] = {tf}
       else
-        raw[tb] = r .. tf
+        r[#r + 1] = tf
       end
       o = o + 8 * k
     else
@@ -463,7 +465,7 @@ if xo <= #xa then
   return redis.error_reply('record.lua: extra buckets at byte ' .. xo .. ' (after the last visit)')
 end
 for b, r in pairs(raw) do
-  adds[b] = (adds[b] or '') .. stamped(r)
+  adds[b] = (adds[b] or '') .. stamped(table.concat(r))
 end
 write_buckets(nfixed + 1, vals, dirty, adds)
 
