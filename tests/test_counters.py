@@ -504,7 +504,7 @@ def test_a_call_short_of_a_width_writes_nothing_and_says_which(client, keys, set
     part = r._probe_calls(H, r.fingerprints.torrent(H), few, probe=False)
     assert part.mask == 1 and not part.others
     batches = RecordBatches(800, month_of(T0), mixed=True)
-    add_visit(batches, 0, H, part, b"1" * 6, r.fingerprints.buckets)
+    add_visit(batches, 0, part, b"1" * 6, r.fingerprints.buckets)
     before = {k: client.get(k) for k in client.scan_iter(match=keys.mark_buckets_match)}
     assert r._run(int(T0) + 60, batches.calls) == ([], {0: 1 | 1 << 1})  # the visit's width and the first's
     assert {k: client.get(k) for k in client.scan_iter(match=keys.mark_buckets_match)} == before
@@ -577,7 +577,7 @@ def test_two_visits_of_one_torrent_recorded_together_count_as_one_after_the_othe
     part = rec._probe_calls(g, rec.fingerprints.torrent(g), rec.met_ips.located(located))
     batches = RecordBatches(800, month_of(T0))
     for i in range(2):
-        add_visit(batches, i, g, part, b"1" * 5, rec.fingerprints.buckets)
+        add_visit(batches, i, part, b"1" * 5, rec.fingerprints.buckets)
     assert len(batches.calls) == 2  # the recorder's own packing keeps them apart
     first, second = batches.calls
     # the same rows numbered their buckets and place alike in both: join them into one call
@@ -605,7 +605,7 @@ def test_two_visits_of_a_new_torrent_in_one_call_add_up_in_its_indexes(client, k
     calls = []
     for i, some in enumerate((located[:4], located)):  # the first 4 IPs number their buckets alike in both
         batches = RecordBatches(800, month)
-        add_visit(batches, i, g, rec._probe_calls(g, t_fp, rec.met_ips.located(some)), b"1" * len(some),
+        add_visit(batches, i, rec._probe_calls(g, t_fp, rec.met_ips.located(some)), b"1" * len(some),
                   rec.fingerprints.buckets)
         calls += batches.calls
     small, whole = calls
@@ -708,7 +708,7 @@ def test_a_peer_met_again_by_the_process_goes_without_its_place_marks(client, ke
     def calls_for(h, now, fresh, cutoff):
         part = rec._probe_calls(h, rec.fingerprints.torrent(h), rec.met_ips.located(located), probe=False)
         batches = RecordBatches(800, month_of(now), mixed=True)
-        add_visit(batches, 0, h, part, b"1" * 5, rec.fingerprints.buckets, fresh, cutoff)
+        add_visit(batches, 0, part, b"1" * 5, rec.fingerprints.buckets, fresh, cutoff)
         return batches.calls
 
     g = "ef" * 20

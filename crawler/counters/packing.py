@@ -88,9 +88,9 @@ def visit_part(shard: ShardKeys, h: str, t_fp: int, ips: Sequence[Met],
     return part if rows else None
 
 
-def add_visit(batches: RecordBatches, i: int, h: str, part: VisitPart, flags: bytes, n_buckets: int,
+def add_visit(batches: RecordBatches, i: int, part: VisitPart, flags: bytes, n_buckets: int,
               fresh: FreshPlaces | None = None, cutoff: int = 0) -> None:
-    """Add the rows of visit ``i`` (torrent ``h``) whose probe flag is not fresh to the
+    """Add the rows of visit ``i`` (``part``: its torrent's) whose probe flag is not fresh to the
     record.lua calls of ``batches`` (an IP's pairs are never split across calls).
 
     ``n_buckets``: the mark buckets of a shard, among which an IP's place marks

@@ -84,8 +84,8 @@ class PlaceShards:
         calls: list[PlaceCall] = []
         placed: dict[int, object] = {}  # IP fingerprint XOR hash(place) -> where its answer comes from
         batches = RecordBatches(self.batch_pairs, month, torrent_part=True)
-        for i, h, part, flags in todo:
-            self._torrent_part(now, batches, i, h, part, flags, placed, open_calls, calls)
+        for i, _, part, flags in todo:
+            self._torrent_part(now, batches, i, part, flags, placed, open_calls, calls)
         return batches, calls
 
     def fill(self, batches: RecordBatches) -> list[RecordBatch]:
@@ -104,7 +104,7 @@ class PlaceShards:
                 ips += rec.to_bytes(info.t_nbytes, "big")
         return batches.calls
 
-    def _torrent_part(self, now: int, batches: RecordBatches, i: int, h: str, part: VisitPart, flags: bytes,
+    def _torrent_part(self, now: int, batches: RecordBatches, i: int, part: VisitPart, flags: bytes,
                       placed: dict, open_calls: dict[int, PlaceCall], calls: list[PlaceCall]) -> None:
         """Add visit ``i``'s torrent part to the record.lua calls of ``batches`` (each IP's
         record still without its oldest place mark time, kept in ``pending``), and its

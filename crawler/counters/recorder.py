@@ -233,9 +233,8 @@ class Recorder:
                 calls = self._place_shards.fill(batches)
             else:
                 batches = RecordBatches(self.batch_pairs, month, mixed=True)
-                for i, h, part, f in todo:
-                    add_visit(batches, i, h, part, f, self.fingerprints.buckets, self.fresh_places,
-                              now_i - self.window)
+                for i, _, part, f in todo:
+                    add_visit(batches, i, part, f, self.fingerprints.buckets, self.fresh_places, now_i - self.window)
                 calls = batches.calls
                 swarms_in(calls, todo)
             counted, short = self._run(now_i, calls)

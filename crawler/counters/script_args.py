@@ -81,7 +81,7 @@ class RecordBatch:
         self.visits: list = []  # per visit: [info-hash, key position of its indexes, IP records]
         self.order: list = []  # per visit: its position in the recording (what its count answers)
         self.swarms = bytearray()  # record.lua's ARGV[10]: the swarm records it writes
-        self.widths = bytearray()  # ARGV[11]: per visit, where its torrent's marks are (``VisitPart.widths``)
+        self.widths = bytearray()  # ARGV[11]: per visit, where its torrent's marks are (``VisitPart``)
         self.extras = bytearray()  # ARGV[12]: per IP of a visit with other widths, their buckets
 
     def begin_visit(self, i: int, part: "VisitPart", torrent_keys: list) -> None:
