@@ -2,8 +2,7 @@
 --
 -- KEYS[1]     torrents ZSET the lifetime torrents index ({ns}:ix:all:torrents)
 -- KEYS[2..]   marks   STRING of 12-byte records ({ns}:mk:<n>, see record.lua): the
---                     buckets of the torrent's roster (and of (IP, torrent) for
---                     IPs without a country) this call reads
+--                     buckets of the torrent's roster this call reads
 -- ARGV[1]     cutoff  now - window: a record at or before it has expired
 -- ARGV[2]     h       the info-hash, 40 lower-case hex
 -- ARGV[3]     probes  binary, per IP: u16 bucket (1-based: KEYS[1 + b]), then the

@@ -13,9 +13,9 @@
 -- KEYS[n+1..]   marks    STRING of 12-byte records: 8-byte field, then the unix second
 --                       of the mark as a big-endian u32 ({ns}:mk:<n>): every bucket
 --                       this batch may read, last. An IP's marks for the torrent
---                       share one bucket chosen by (IP, torrent); its place marks
---                       one chosen by the IP alone; its group record one of the
---                       torrent's roster (crawler/counters/marks.py).
+--                       and its group record share one of the torrent's roster
+--                       (at the visit's width; others given as extras); its place
+--                       marks one chosen by the IP alone (crawler/counters/marks.py).
 -- ARGV[1]      now      unix seconds (integer): the time stored in new marks
 -- ARGV[2]      cutoff   now - window: a mark at or before it has expired
 -- ARGV[3]      visits   binary, per visit (distinct torrents): its info-hash (40

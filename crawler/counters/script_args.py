@@ -162,8 +162,8 @@ class RecordBatch:
         return head
 
     def torrent_record(self, info: PlaceInfo, head: int, lanes: int, f: int, bucket: int, rb: int | None) -> int:
-        """An IP's torrent part (``PlaceInfo.t_*``) without its place mark time: its (IP, torrent)
-        bucket, its group record's in the roster (``rb``; None: none), ``head`` (``add_place`` or
+        """An IP's torrent part (``PlaceInfo.t_*``) without its place mark time: its bucket in the
+        torrent's roster, its group record's (``rb``; None: none), ``head`` (``add_place`` or
         ``torrent_head``) and its fields, ``lanes`` (``PlaceInfo.torrent_lanes``) with the low half
         of its fingerprint ``f``."""
         numbers = self.bnumbers
