@@ -15,6 +15,9 @@ import ipaddress
 from collections import Counter
 
 import pytest
+from hypothesis import HealthCheck, given
+from hypothesis import settings as settings_h
+from hypothesis import strategies as st
 
 import geo
 from crawler.counters import Recorder, metrics_for, top
@@ -197,6 +200,57 @@ def test_a_malformed_record_call_writes_nothing(client, keys, settings, tmp_path
     # with a width base and an extra bucket: the mark is found where it was made, nothing counts again
     assert record(keys=fixed + [bucket], args=args[:2] + [one] + args[3:7] + [rec_ok, "", b"", widths,
                                                                            b"\x00\x01"]) == [0]
+
+
+# a visit's widths as record.lua reads them, each field on both sides of its bounds (the call has one bucket)
+WIDTHS = st.builds(lambda b, code, mask, x, base: b.to_bytes(2, "big") + bytes([code, mask, x]) + base,
+                   st.integers(0, 2), st.integers(0, 8), st.integers(0, 255), st.integers(0, 9),
+                   st.binary(min_size=7, max_size=7))
+EXTRAS = st.lists(st.integers(0, 2), max_size=10).map(lambda bs: b"".join(b.to_bytes(2, "big") for b in bs))
+
+
+@st.composite
+def well_formed(draw) -> tuple[bytes, bytes]:
+    """Widths whose visit's code is among those given, with as many extra buckets an IP as other codes
+    given (or one more), and those buckets (mostly the call's one)."""
+    code, given = draw(st.integers(0, 6)), draw(st.integers(0, 127))
+    given = (given | 1 << code) & 127
+    x = bin(given).count("1") - 1 + draw(st.integers(0, 1))
+    extras = b"".join(b.to_bytes(2, "big") for b in draw(st.lists(st.sampled_from([1, 1, 1, 0, 2]), min_size=x,
+                                                                     max_size=x)))
+    return (1).to_bytes(2, "big") + bytes([code, given, x]) + draw(st.binary(min_size=7, max_size=7)), extras
+
+
+@settings_h(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(parts=st.one_of(st.tuples(st.one_of(st.binary(max_size=40), WIDTHS), st.one_of(st.binary(max_size=40), EXTRAS)),
+                       well_formed()),
+       seen=st.booleans())
+def test_any_widths_and_extra_buckets_are_refused_in_one_line_or_taken_whole(client, keys, settings, parts, seen):
+    """record.lua's ARGV[11] and ARGV[12] of any bytes (past their 12 bytes a visit and 7 extra buckets an
+    IP): a one-line error naming record.lua with nothing written, or a call that runs whole."""
+    import redis
+
+    widths, extras = parts
+    record = scripts.register(client, "record", package="crawler.counters")
+    shard = Recorder(client, keys, settings, object())._shards[0]
+    fixed = shard.shared("2024-05") + shard.torrent_keys(H, "2024-05")
+    bucket = keys.mark_bucket(1)
+    rec_ok = bytes(2) + (1).to_bytes(2, "big") + bytes(2) + (1).to_bytes(2, "big") + bytes([1]) + b"A" * 8
+    args = [T0, T0 - 30 * 86400, visit_arg(H, 1), "--", b"", (0).to_bytes(2, "big") + bytes(4), len(fixed), rec_ok,
+            "", b"", widths, extras]
+    try:
+        if seen:  # a torrent already counted: its width records are read
+            client.zadd(fixed[1], {H: 1})
+        before = {k: client.dump(k) for k in fixed + [bucket]}
+        try:
+            got = record(keys=fixed + [bucket], args=args)
+        except redis.ResponseError as e:
+            assert str(e).startswith("record.lua: ") and "\n" not in str(e), str(e)
+            assert {k: client.dump(k) for k in fixed + [bucket]} == before
+        else:
+            assert got in ([1], [0]) or got[0] == b"widths"
+    finally:
+        client.delete(*fixed, bucket)
 
 
 def test_a_malformed_places_or_torrent_part_call_writes_nothing(client, keys, settings, tmp_path):
