@@ -309,3 +309,28 @@ def test_malformed_visited_and_sweep_calls_write_nothing(client, keys, settings,
     assert client.strlen(keys.mark_bucket(3)) == 12
     assert sweep(keys=[keys.mark_bucket(n) for n in range(2, 5)], args=[5]) == 1
     assert not client.exists(keys.mark_bucket(3))
+
+
+@settings_h(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(widths=st.one_of(st.binary(max_size=20), st.builds(lambda b, base: b.to_bytes(2, "big") + base,
+                                                          st.integers(0, 3), st.binary(min_size=7, max_size=7))),
+       seen=st.booleans())
+def test_any_probe_widths_are_refused_in_one_line_or_answered(client, keys, settings, widths, seen):
+    """probe.lua's ARGV[5] of any bytes: a one-line error naming probe.lua, or the flags and the codes of the
+    widths the torrent's marks are at (here none: the bucket holds no width record), counted or not."""
+    import redis
+
+    probe = scripts.register(client, "probe", package="crawler.counters")
+    shard = Recorder(client, keys, settings, object())._shards[0]
+    probes = (1).to_bytes(2, "big") + b"G" * 8
+    try:
+        if seen:
+            client.zadd(shard.torrents, {H: 1})
+        got = probe(keys=[shard.torrents, keys.mark_bucket(1)], args=[T0, H, probes, b"", widths])
+    except redis.ResponseError as e:
+        assert str(e) == "probe.lua: malformed widths"
+    else:
+        assert got == b"1\x00"
+    finally:
+        client.delete(shard.torrents)
+    assert not client.exists(keys.mark_bucket(1))
