@@ -514,6 +514,27 @@ def test_a_call_short_of_a_width_writes_nothing_and_says_which(client, keys, set
     assert counts(client, keys, "torrents") == {f"torrents.{H}.users": 41}
 
 
+def test_a_recording_sent_again_for_its_widths_gives_up_only_after_its_last_try(client, keys, settings, locator,
+                                                                              monkeypatch):
+    """A visit not probed whose torrent's marks are at another width takes two sends: with two tries it
+    is recorded; with one, the recording fails with what happened and counts nothing."""
+    import crawler.counters.recorder as recorder_module
+    from geo import Place
+
+    r = Recorder(client, keys, settings, locator, mark_buckets=1 << 12)
+    berlin = Place("Germany", "Berlin", "10115")
+    located = [(bytes([10, 0, 10, n]), berlin) for n in range(40)]  # a roster of 4 buckets
+    assert record_places(r, H, located, T0) == 40
+    few = located[:5] + [(bytes([10, 0, 11, 1]), berlin)]  # a roster of 1 bucket, and one new IP
+    monkeypatch.setattr(recorder_module, "WIDTH_TRIES", 1)
+    with pytest.raises(StoreError, match="widths of 1 torrents' marks moved 1 times"):
+        r.record_places_many([(H, few)], T0 + 60, [False])
+    assert counts(client, keys, "torrents") == {f"torrents.{H}.users": 40}
+    monkeypatch.setattr(recorder_module, "WIDTH_TRIES", 2)
+    assert r.record_places_many([(H, few)], T0 + 60, [False]) == [1]
+    assert counts(client, keys, "torrents") == {f"torrents.{H}.users": 41}
+
+
 def test_a_swarm_whose_roster_moved_counts_nothing_twice(client, keys, settings, locator):
     # a torrent's group records sit in a roster as wide as its visit is large (marks.roster_width):
     # a visit of 10 IPs, then one of 30 holding them, then the 10 again. Each width change sends the

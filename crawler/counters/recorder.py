@@ -222,10 +222,10 @@ class Recorder:
         flags = [next(answers) if probed else b"1" * len(part.rows) for _, _, part, probed in parts]
         # 2. record the IPs that might count (the scripts check again, atomically)
         todo = [(i, h, part, f) for (i, h, part, _), f in zip(parts, flags) if b"1" in f]
+        if not todo:  # every IP's group record is fresh: nothing can count
+            return out
         month = month_of(now)
         for _ in range(WIDTH_TRIES):
-            if not todo:  # every IP's group record is fresh: nothing can count
-                return out
             if self._place_shards is not None:
                 batches, place_calls = self._place_shards.plan(now_i, todo, month)
                 if place_calls:
@@ -243,6 +243,8 @@ class Recorder:
             # a call that lacked a width its torrent's marks are at wrote nothing: its visits go again, with
             # it (their IPs that other calls counted count nothing the second time)
             todo = [(i, h, part, f) for i, h, part, f in todo if i in short]
+            if not todo:
+                return out
             for i, _, part, _ in todo:
                 part.widen(short[i])
         raise StoreError(f"recording peers failed: the widths of {len(todo)} torrents' marks moved "
