@@ -194,23 +194,32 @@ elseif xa ~= '' then
 end
 local vals = read_buckets(nfixed + 1)
 local p = ARGV[8]
+-- A torrent never counted in this shard has no marks here: its first marks
+-- and its entry in the lifetime torrents index (KEYS[2]) are written by one
+-- call of this script, and nothing removes the entry (probe.lua relies on
+-- the same); within this call, by an earlier visit of it (whose index
+-- writes wait for the end). Then every torrent mark of the visit is new
+-- and is added without a search (a first visit's marks are mostly the
+-- torrent's).
 -- A visit's torrent marks are looked for at every width its torrent's marks were made at within the
 -- window: a call that lacks one's buckets is answered with the codes each visit needs, unwritten.
 local fresh_at, made = {}, {}  -- per visit: a torrent never counted here; torrent -> codes of its visits so far
-if wa ~= '' then
-  local short, needs = false, {}
-  for v = 1, #visits do
-    local h, wv = visits[v][1], widths[v]
-    local new = not made[h] and not redis.call('ZSCORE', KEYS[2], h)
+local short, needs = false, {}
+for v = 1, #visits do
+  local h, wv = visits[v][1], widths[v]
+  local new = not made[h] and not redis.call('ZSCORE', KEYS[2], h)
+  fresh_at[v] = new
+  if wv then
     local live = 0
     if not new then live = bit.bor(live_widths(vals[wv[1]], wv[5], cutoff), made[h] or 0) end
-    fresh_at[v] = new
     made[h] = bit.bor(made[h] or 0, 2 ^ wv[2])
     needs[v] = string.char(bit.bor(live, wv[3]))
     if bit.band(live, bit.bnot(wv[3])) ~= 0 then short = true end
+  else
+    made[h] = made[h] or 0
   end
-  if short then return {'widths', table.concat(needs)} end
 end
+if short then return {'widths', table.concat(needs)} end
 local xo = 1  -- the next extra bucket in ARGV[12]
 
 -- check, mark and count every pair (marks.lua: renewed marks are rewritten
@@ -233,7 +242,7 @@ if tpart then step, grouped, head, kmax = 2, 2, 11, 4 end
 local places_at = {}  -- mixed: the oldest place mark time of each whole record with a group record
 -- per visit: torrents.<h>.users and the counts per place number ({[j] = count}
 -- for metric slot j, created when one counts)
-local users, counts, seen, alone = {}, {}, {}, {}
+local users, counts, alone = {}, {}, {}
 for v = 1, #visits do
   local h, left = visits[v][1], visits[v][3]
   if v > 1 then
@@ -248,20 +257,7 @@ for v = 1, #visits do
     end
     adds, raw = {}, {}
   end
-  -- A torrent never counted in this shard has no marks here: its first marks
-  -- and its entry in the lifetime torrents index (KEYS[2]) are written by one
-  -- call of this script, and nothing removes the entry (probe.lua relies on
-  -- the same); within this call, by an earlier visit of it (whose index
-  -- writes wait for the end). Then every torrent mark of the visit is new
-  -- and is added without a search (a first visit's marks are mostly the
-  -- torrent's).
-  local fresh
-  if wa ~= '' then
-    fresh = fresh_at[v]
-  else
-    fresh = not seen[h] and not redis.call('ZSCORE', KEYS[2], h)
-  end
-  seen[h] = true
+  local fresh = fresh_at[v]  -- a torrent never counted here (above)
   local wv = widths[v]
   local nx = wv and wv[4] or 0
   local wrote = false  -- a torrent mark of the visit was written (at its width)
