@@ -33,21 +33,20 @@ local byte, sub, find = string.byte, string.sub, string.find
 local cutoff, h, p, swarm, wa = tonumber(ARGV[1]), ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local nb = #KEYS - 1
 if swarm == '' then swarm = nil end
+-- an argument of a u16 bucket number (1-based: KEYS[1 + b]) then n bytes: the number and the bytes, or nil
+local function bucket_and(arg, n)
+  local b = #arg == 2 + n and byte(arg, 1) * 256 + byte(arg, 2)
+  if b and b >= 1 and b <= nb then return b, sub(arg, 3, 2 + n) end
+end
 local b0, base
 if wa then
-  b0 = #wa == 9 and byte(wa, 1) * 256 + byte(wa, 2)
-  if not b0 or b0 < 1 or b0 > nb then
-    return redis.error_reply('probe.lua: malformed widths')
-  end
-  base = sub(wa, 3, 9)
+  b0, base = bucket_and(wa, 7)
+  if not b0 then return redis.error_reply('probe.lua: malformed widths') end
 end
 local sb, sf
 if swarm then
-  sb = #swarm == 10 and byte(swarm, 1) * 256 + byte(swarm, 2)
-  if not sb or sb < 1 or sb > nb then
-    return redis.error_reply('probe.lua: malformed swarm record')
-  end
-  sf = sub(swarm, 3, 10)
+  sb, sf = bucket_and(swarm, 8)
+  if not sb then return redis.error_reply('probe.lua: malformed swarm record') end
 end
 if #p % 10 ~= 0 then
   return redis.error_reply('probe.lua: probes of ' .. #p .. ' bytes are not whole 10-byte records')
