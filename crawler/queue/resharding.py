@@ -111,8 +111,7 @@ class Reshard:
             raise SettingsError(f"a move of namespace {self.namespace!r} to {moving} shards is unfinished: "
                                 f"run `peercrawl reshard --shards {moving}` to finish it first")
         self.record = record  # its counters and mark buckets stay as they are
-        self.target = Keys(self.namespace, self.target.shards, counters=record["counters"], marks=record.get("marks", 0),
-                           rosters=bool(record.get("rosters", False)))
+        self.target = layout.keys_of(self.namespace, dict(record, shards=self.target.shards))
         if current == self.target.shards and moving is None and raw:
             return layout.keys_of(self.namespace, record)
         try:
