@@ -14,7 +14,8 @@ import time
 import pytest
 
 from crawler.keys import Keys
-from crawler.queue.queue import MAX_CLAIM, Queue
+from crawler.queue import script_calls
+from crawler.queue.queue import MAX_CLAIM, Completion, Queue
 from crawler.queue.scoring import Outcome
 from crawler.queue.view import QueueView
 from crawler.store import scripts
@@ -219,28 +220,41 @@ def test_scripts_refuse_bad_arguments_before_writing(client, namespace, settings
     ca["args"][2] = "many"
     with pytest.raises(Exception, match="claim.lua: bad arguments"):
         claim_lua(**ca)
-    args = q._complete_args(lease, Outcome.SOME, 1, None, None, None, 100.0)
-    args["args"][3] = "not a number"
+    def call(**options) -> dict:  # the complete.lua call of this visit alone
+        c = Completion(lease, Outcome.SOME, 100.0, peers=1, **options)
+        return script_calls.complete_args(keys.for_torrent(h), q.settings, [c])
+
+    args = call()
+    args["args"][0] = "not a number"  # the threshold
     with pytest.raises(Exception, match="complete.lua: bad arguments"):
         complete_lua(**args)
-    args = q._complete_args(lease, Outcome.SOME, 1, None, None, float("nan"), 100.0)
     with pytest.raises(Exception, match="complete.lua: bad arguments"):
-        complete_lua(**args)
-    for i, bad in ((17, "-1"), (17, "nan"), (18, "-3"), (18, ""), (19, "x"), (20, "2")):  # coverage; estimated
-        args = q._complete_args(lease, Outcome.SOME, 1, None, None, None, 100.0, reported=5, new=2)
+        complete_lua(**call(due=float("nan")))
+    # the visit's argument count, its coverage, estimate and lanes; then one KEY short of its four
+    for i, bad in ((6, "9"), (6, "x"), (6, "90"), (18, "-1"), (18, "nan"), (19, "-3"), (19, ""), (20, "x"),
+                   (21, "2"), (22, "4"), (22, "1x")):
+        args = call(reported=5, new=2)
         args["args"][i] = bad
         with pytest.raises(Exception, match="complete.lua: bad arguments"):
             complete_lua(**args)
+    args = call()
+    with pytest.raises(Exception, match="complete.lua: bad arguments"):
+        complete_lua(keys=args["keys"][:-1], args=args["args"])
     notes_key = keys.for_torrent(h).tracker_min_interval(h)
     for notes in (["0", "1", "f", "v"], [60, "2", "f", "v"], [60, "x"], [60]):  # the visit's notes
-        args = q._complete_args(lease, Outcome.SOME, 1, None, None, None, 100.0, notes=notes)
         with pytest.raises(Exception, match="complete.lua: bad arguments"):
-            complete_lua(**args)
+            complete_lua(**call(notes=notes))
     for kept in ("10001", "-1", "2.5"):  # the history's length, refused before the (good) notes are written
-        args = q._complete_args(lease, Outcome.SOME, 1, None, None, None, 100.0, notes=[60, "1", "f", "v"])
-        args["args"][12] = kept
+        args = call(notes=[60, "1", "f", "v"])
+        args["args"][2] = kept
         with pytest.raises(Exception, match="complete.lua: bad arguments"):
             complete_lua(**args)
+    # a good visit after a malformed one in the same call: refused with it
+    args = call(notes=[60, "1", "f", "v"])
+    good = call(notes=[60, "1", "f", "v"])
+    args["args"][22] = "9"  # its lanes
+    with pytest.raises(Exception, match="complete.lua: bad arguments"):
+        complete_lua(keys=args["keys"] + good["keys"][13:], args=args["args"] + good["args"][6:])
     assert not client.exists(notes_key)
     with pytest.raises(Exception, match="defer.lua: bad arguments"):
         q.defer(lease, float("nan"))

@@ -55,7 +55,7 @@ from crawler import logs, redact
 from crawler.keys import Keys
 from crawler.observer import QUIET, Observer
 from crawler.queue import source_notes as notes
-from crawler.queue.queue import Lease, Queue
+from crawler.queue.queue import Completion, Lease, Queue
 from crawler.queue.scoring import SourceCount, outcome
 from crawler.settings import Settings
 from crawler.sources.dht import dht_schedule
@@ -65,6 +65,7 @@ from crawler.store import patience
 from crawler.store.outage import Outage
 from workers.asking import Asking
 from workers.claims import Claims
+from workers.completions import Completions
 from workers.scrape_ahead import ScrapeAhead, asked
 from workers.visit_stages import Laps, StageTimes
 
@@ -155,6 +156,7 @@ class Visitor:
         self.claims = claims or Claims(queue, self.outage, ahead=self.ahead.want, on_ahead=self.ahead.held)
         if claims is None:
             self.ahead.claims = self.claims
+        self.completions = Completions(queue)
         self._hour = -1
         self._noted: set[str] = set()  # torrents whose visit this hour was noted
         self._blocked: set[str] = set()  # trackers the address policy refused, each logged once
@@ -265,9 +267,8 @@ class Visitor:
         seeders, leechers, reported, estimated = self._size(h, vr, answered)
         laps.lap("size")
         n = claim() if claim is not None else 0
-        state, score = self.queue.complete(lease, o, peers=len(ips), seeders=seeders, leechers=leechers,
-                                           due=due, now=now, reported=reported, new=new, estimated=estimated,
-                                           notes=note, sent=time.time())
+        state, score = self.completions.complete(Completion(lease, o, now, len(ips), seeders, leechers, due, reported,
+                                                           new, estimated, note, time.time()))
         laps.lap("complete")
         # a name from its peers, if it has none (workers.metadata_names): where the plan read one, or a
         # fetch that succeeded, the peers are not offered (most visits, once a crawl has run)

@@ -15,8 +15,8 @@
 --! include slices  (STEP, each, read)
 --! include notes_write  (notes_bad, write_notes)
 
-if notes_bad(1) then
+if notes_bad(1, #ARGV) then
   return redis.error_reply('note.lua: bad arguments')
 end
-write_notes(KEYS[1], 1)
+write_notes(KEYS[1], 1, #ARGV)
 return redis.call('HLEN', KEYS[1])

@@ -14,6 +14,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import NamedTuple
 
 from crawler.keys import Keys
 from crawler.queue.lanes import MARKED
@@ -130,43 +131,65 @@ def leases(flat: list, now: float) -> list[Lease]:
             for i in range(0, len(flat) - 1, 4)]
 
 
-def complete_args(k: Keys, settings: Settings, lease: Lease, result: Outcome, peers: int, seeders: int | None,
-                  leechers: int | None, due: float | None, now: float, reported: int | None = None,
-                  new: int = 0, estimated: bool = False, notes: list | None = None, sent: float | None = None) -> dict:
-    """KEYS and ARGV of the complete.lua call of ``lease`` in its shard ``k``; ``due``: when it
-    may be visited again (None: now + revisit); ``reported``: the swarm size the sources reported
-    (None: none did), ``new``: the IPs the visit counted for the first time (coverage); ``estimated``:
-    the seeders and leechers are the DHT's estimates (BEP 33), not a tracker's counts; ``notes``:
-    the visit's source notes as note.lua takes them (``VisitPlan.note_args``), None for none;
-    ``sent``: when the completion leaves, which ends the visit's round trip (None: ``now``; a
-    worker's ``now`` is when the sources answered, before the recording)."""
-    due = now + settings.revisit_seconds if due is None else due
-    sent = now if sent is None else sent
-    h = lease.info_hash
-    first, middle, last = _completion_keys(k)
+class Completion(NamedTuple):
+    """A visit to complete (``Queue.complete``'s arguments): ``due``, when the torrent may be visited
+    again (None: now + revisit); ``reported``, the swarm size the sources reported (None: none did);
+    ``new``, the IPs the visit counted for the first time (coverage); ``estimated``, the seeders and
+    leechers are the DHT's estimates (BEP 33), not a tracker's counts; ``notes``, the visit's source
+    notes as note.lua takes them (``VisitPlan.note_args``), None for none; ``sent``, when the
+    completion leaves, which ends the visit's round trip (None: ``now``; a worker's ``now`` is when
+    the sources answered, before the recording)."""
+
+    lease: Lease
+    result: Outcome
+    now: float
+    peers: int = 0
+    seeders: int | None = None
+    leechers: int | None = None
+    due: float | None = None
+    reported: int | None = None
+    new: int = 0
+    estimated: bool = False
+    notes: list | None = None
+    sent: float | None = None
+
+
+def complete_args(k: Keys, settings: Settings, visits: Sequence[Completion]) -> dict:
+    """KEYS and ARGV of the complete.lua call of ``visits``, each of a torrent of shard ``k``."""
     s = settings
-    threshold, tombstone, kept, never_seen, lost, none = _completion_settings(
-        s.evict_below, s.tombstone_seconds, s.torrent_history, s.evict_never_seen_seconds, s.evict_lost_seconds,
-        s.multiplier_none)
-    at = minute(now)
-    return dict(
-        keys=[*first, k.torrent(h), k.trackers(h), *middle, k.history(h), *last, k.tracker_min_interval(h),
-              *member_keys(k, lease.lane)],
-        args=[h, lease.token, repr(multiplier(result, s)), threshold, repr(now), repr(due), tombstone,
-              "" if seeders is None else seeders, "" if leechers is None else leechers, peers, at,
-              result.value, kept, rt_field(at, sent - lease.claimed) if 0 < lease.claimed <= sent else "",
-              never_seen, lost, none, "" if reported is None else reported, new, int(now // 86400),
-              "1" if estimated else "0", *(notes or ("",))],
-    )
+    keys = list(_completion_keys(k))
+    args: list = list(_completion_settings(s.evict_below, s.tombstone_seconds, s.torrent_history,
+                                           s.evict_never_seen_seconds, s.evict_lost_seconds, s.multiplier_none))
+    for c in visits:
+        lease, now = c.lease, c.now
+        due = now + s.revisit_seconds if c.due is None else c.due
+        sent = now if c.sent is None else c.sent
+        h = lease.info_hash
+        at = minute(now)
+        notes = c.notes or ("",)
+        keys += (k.torrent(h), k.trackers(h), k.history(h), k.tracker_min_interval(h))
+        args += (FIXED_ARGS + len(notes), h, lease.token, repr(multiplier(c.result, s)), repr(now), repr(due),
+                 "" if c.seeders is None else c.seeders, "" if c.leechers is None else c.leechers, c.peers, at,
+                 c.result.value, rt_field(at, sent - lease.claimed) if 0 < lease.claimed <= sent else "",
+                 "" if c.reported is None else c.reported, c.new, int(now // 86400), "1" if c.estimated else "0",
+                 _LANE_DIGITS.get(lease.lane, "123"), *notes)
+    return dict(keys=keys, args=args)
+
+
+# A visit's arguments in a complete.lua call before its notes (the script's FIXED).
+FIXED_ARGS = 16
+# The member sets (complete.lua's KEYS[11..13], ``MARKED``'s order) a torrent leased in a lane goes
+# back to: its own, none for the normal lane, all three when its lane is unknown (``member_keys``).
+_LANE_DIGITS = {"normal": "", **{lane: str(i + 1) for i, lane in enumerate(MARKED)}}
 
 
 # What a completion's call takes of its shard's keys and of the settings is the same in every call:
 # made once (building them again was half of the ~8.7 us a completion's arguments cost).
 @lru_cache(maxsize=256)
-def _completion_keys(k: Keys) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
-    """complete.lua's shard keys, in the three runs its KEYS interleave with the torrent's."""
-    return ((k.leases, k.held, k.claims, k.cooling, k.evicted, k.tombstones), (k.visits, k.expiries),
-            (k.rates, k.atrisk))
+def _completion_keys(k: Keys) -> tuple[str, ...]:
+    """complete.lua's shard keys, in its order."""
+    return (k.leases, k.held, k.claims, k.cooling, k.evicted, k.tombstones, k.visits, k.expiries, k.rates,
+            k.atrisk, *(k.lane_members(x) for x in MARKED))
 
 
 @lru_cache(maxsize=64)

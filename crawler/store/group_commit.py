@@ -18,8 +18,8 @@ for ever. An asker killed while waiting does not take its request back: it
 may still be served, as a kill after the send would have had it.
 
 Used for the worker's script calls (``crawler.store.coalesce``), its visits'
-recordings (``crawler.counters.batcher``) and its runners' next claims
-(``workers.claims``).
+recordings (``crawler.counters.batcher``), its runners' next claims
+(``workers.claims``) and their completions (``workers.completions``).
 """
 
 from __future__ import annotations

@@ -1,0 +1,165 @@
+"""Completions made together (``Queue.complete_many``, ``workers.completions``): a batch leaves the
+queue exactly as the same visits completed one by one, answers each visit on its own, and a worker's
+runners share calls."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import re
+import uuid
+
+import gevent
+import pytest
+import redis
+
+from crawler.errors import StoreError
+from crawler.keys import Keys
+from crawler.queue.pins import Pins
+from crawler.queue.queue import MAX_COMPLETIONS, Completion, Queue
+from crawler.queue.scoring import Outcome
+from crawler.torrents.items import NewItem
+from tests.namespaces import delete_namespace
+from workers.completions import Completions
+
+T0 = 1_900_000_000.0
+
+
+def hashes(n: int, salt: str) -> list[str]:
+    return [hashlib.sha1(f"{salt}-{i}".encode()).hexdigest() for i in range(n)]
+
+
+def contents(client: redis.Redis, namespace: str) -> dict:
+    """Every key of ``namespace`` (its name without the namespace and its shards' slot spreaders)
+    and its value, by type."""
+    out = {}
+    for key in client.scan_iter(match=Keys(namespace).match_all, count=1000):
+        kind = client.type(key).decode()
+        name = re.sub(r"/(\d+)\.\d+}", r"/\1}", key.decode().replace(namespace, "NS"))
+        if kind == "hash":
+            # a claim's count of torrents asked for (``a:<minute>``) is in the shard the claim chose
+            value = {f.decode(): v for f, v in client.hgetall(key).items() if not f.startswith(b"a:")}
+        elif kind == "zset":
+            value = dict(client.zrange(key, 0, -1, withscores=True))
+        elif kind == "set":
+            value = client.smembers(key)
+        elif kind == "string":
+            value = client.get(key)
+        else:
+            value = kind
+        ttl = client.ttl(key)
+        out[name] = (kind, value, ttl > 0)
+    return out
+
+
+@pytest.fixture
+def other_namespace(redis_url):
+    ns = "pctest-" + uuid.uuid4().hex[:12]
+    yield ns
+    delete_namespace(redis.Redis.from_url(redis_url), ns)
+
+
+def visits_of(rng: random.Random, leases: list, now: float, duplicates: bool) -> list[Completion]:
+    """A completion of each lease with varied outcomes, sizes, notes and due times; with
+    ``duplicates``, some leases completed twice and some with a token that is not theirs."""
+    out = []
+    for lease in leases:
+        result = rng.choice([Outcome.NONE, Outcome.SOME, Outcome.FULL])
+        peers = 0 if result is Outcome.NONE else rng.randint(1, 200)
+        notes = rng.choice([None, [60, "1", "udp://t.example:1", str(now + 30)], [60, "0", "gone"]])
+        reported = rng.choice([None, 0, peers + rng.randint(0, 50)])
+        out.append(Completion(lease, result, now + rng.random(), peers, rng.choice([None, 3]),
+                              rng.choice([None, 7]), rng.choice([None, now + 900]), reported, rng.randint(0, peers),
+                              rng.random() < 0.2, notes, now + rng.random()))
+        if duplicates and rng.random() < 0.1:
+            out.append(out[-1])
+        if duplicates and rng.random() < 0.1:
+            wrong = type(lease)(lease.info_hash, lease.score, lease.token + 1, lease.claimed, lease.lane)
+            out.append(out[-1]._replace(lease=wrong))
+    rng.shuffle(out)
+    return out
+
+
+@pytest.mark.parametrize("shards", [1, 3])
+def test_a_batch_leaves_the_queue_as_its_visits_one_by_one(client, namespace, other_namespace, settings, shards):
+    # Two queues alike: one completes each visit alone, the other in random batches (past the
+    # largest a call takes), over rounds of claims, with evictions, pins, lanes, notes, coverage,
+    # visits completed twice in a batch and stale tokens. Every key ends equal.
+    s = settings.replace(evict_never_seen_seconds=0.0, evict_lost_seconds=0.0, torrent_history=3, evict_below=0.3)
+    alone, batched = (Queue(client, Keys(ns, shards), s) for ns in (namespace, other_namespace))
+    hs = hashes(300, "complete-many")
+    for q in (alone, batched):
+        for lane, part in (("normal", hs[:150]), ("high", hs[150:200]), ("low", hs[200:250]),
+                           ("discovered", hs[250:])):
+            q.add([NewItem(h) for h in part], now=T0, lane=lane)
+        pins = Pins(q.client, q.keys)
+        for h in hs[:5]:
+            pins.pin(h)  # forever: never evicted
+    rng = random.Random(7)
+    answers_alone, answers_batched = [], []
+    for r in range(4):
+        now = T0 + 1 + r * 2000
+        la, lb = alone.claim(400, now=now), batched.claim(400, now=now)
+        assert [x.info_hash for x in la] == [x.info_hash for x in lb] and la
+        seed = rng.random()
+        va = visits_of(random.Random(seed), la, now, duplicates=True)
+        vb = visits_of(random.Random(seed), lb, now, duplicates=True)
+        for c in va:
+            try:
+                answers_alone.append(alone.complete(c.lease, c.result, peers=c.peers, seeders=c.seeders,
+                                                    leechers=c.leechers, due=c.due, now=c.now, reported=c.reported,
+                                                    new=c.new, estimated=c.estimated, notes=c.notes, sent=c.sent))
+            except StoreError as e:  # pragma: no cover - nothing here is damaged
+                answers_alone.append(str(e))
+        at = 0
+        while at < len(vb):
+            n = rng.choice([1, 2, 17, MAX_COMPLETIONS + 40])
+            answers_batched += batched.complete_many(vb[at : at + n])
+            at += n
+    assert answers_batched == answers_alone
+    states = [a[0] for a in answers_alone]
+    assert {"cooling", "evicted", "stale"} <= set(states)
+    assert contents(client, namespace) == contents(client, other_namespace)
+
+
+def test_a_damaged_torrent_fails_its_own_visit_only(client, keys, settings):
+    q = Queue(client, keys, settings)
+    a, b, c = hashes(3, "damaged")
+    q.add([NewItem(h) for h in (a, b, c)], now=T0)
+    leases = {x.info_hash: x for x in q.claim(3, now=T0 + 1)}
+    client.hset(keys.torrent(b), "visits", "garbage")
+    client.delete(keys.for_torrent(c).tracker_min_interval(c))
+    client.set(keys.for_torrent(c).tracker_min_interval(c), "not a hash")
+    notes = [60, "1", "udp://t.example:1", str(T0 + 30)]
+    visits = [Completion(leases[h], Outcome.SOME, T0 + 2, 5, notes=notes) for h in (a, b, c)]
+    out = q.complete_many(visits)
+    assert out[0][0] == "cooling"
+    assert isinstance(out[1], StoreError) and "stored score or count" in str(out[1])
+    assert isinstance(out[2], StoreError) and "not a hash" in str(out[2])
+    # the damaged ones are still in flight, their torrents unchanged but for the notes (written first)
+    assert client.zscore(keys.leases, b) is not None and client.zscore(keys.leases, c) is not None
+    assert client.zscore(keys.leases, a) is None and client.zscore(keys.cooling, a) is not None
+    assert client.hget(keys.torrent(b), "visits") == b"garbage" and client.hget(keys.torrent(c), "visits") is None
+    assert client.hexists(keys.for_torrent(b).tracker_min_interval(b), "udp://t.example:1")
+    assert client.hget(keys.visits, str(int((T0 + 2) // 60) * 60)) == b"1"
+    with pytest.raises(StoreError, match="stored score or count"):
+        q.complete(leases[b], Outcome.SOME, now=T0 + 3)
+
+
+def test_runners_completing_together_share_calls(client, keys, settings):
+    q = Queue(client, keys, settings)
+    hs = hashes(200, "together")
+    q.add([NewItem(h) for h in hs], now=T0)
+    leases = q.claim(200, now=T0 + 1)
+    completions = Completions(q)
+    answers = {}
+
+    def runner(lease) -> None:
+        gevent.sleep(0)
+        answers[lease.info_hash] = completions.complete(Completion(lease, Outcome.SOME, T0 + 2, 3))
+
+    gevent.joinall([gevent.spawn(runner, x) for x in leases], raise_error=True)
+    assert {a[0] for a in answers.values()} == {"cooling"} and len(answers) == 200
+    assert completions.units == 200 and completions.batches < 50
+    assert client.zcard(keys.cooling) == 200 and client.zcard(keys.leases) == 0
+    assert client.hget(keys.visits, str(int((T0 + 2) // 60) * 60)) == b"200"
