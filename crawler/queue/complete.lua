@@ -134,6 +134,12 @@ local adds = {}  -- rates field -> what this call adds to it
 local gone, cooled, held, evicted = {}, {}, {}, {}  -- this call's shard writes, gathered
 local members = {{}, {}, {}}
 
+-- The visits' lease tokens, lease deadlines and held scores, a command each for all of them
+local hashes = {}
+for i = 1, #starts do hashes[i] = ARGV[starts[i] + 1] end
+local tokens, deadlines, scores = read('HMGET', KEYS[3], hashes), read('ZMSCORE', KEYS[1], hashes),
+  read('HMGET', KEYS[2], hashes)
+
 -- What visit i finds, read before any write of the call: its answer when it
 -- ends there ({'stale'} or {'error', why}), else nil and its torrent's record.
 local function look(i)
@@ -146,14 +152,12 @@ local function look(i)
     end
     noted[i] = true
   end
-  if done[h] or redis.call('HGET', KEYS[3], h) ~= ARGV[a + 2] or not redis.call('ZSCORE', KEYS[1], h) then
-    return {'stale'}
-  end
+  if done[h] or tokens[i] ~= ARGV[a + 2] or not deadlines[i] then return {'stale'} end
   local at = ARGV[a + 9]
   if minutes[at] == nil then
     minutes[at] = tonumber(redis.call('HGET', KEYS[7], at) or '0') and 0 or false
   end
-  local score = tonumber(redis.call('HGET', KEYS[2], h) or '1')
+  local score = tonumber(scores[i] or '1')
   -- the torrent's record: visits, and the stages of staged eviction (`at_risk`:
   -- the time it is in KEYS[10] with, so the set is written only when that changes)
   local record = redis.pcall('HMGET', KEYS[k + 1], 'visits', 'first_visit', 'last_peers', 'pinned', 'at_risk',
