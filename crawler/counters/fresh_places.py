@@ -20,6 +20,8 @@ their time leaves those place counts lost instead of counted again
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 # (IP, place) pairs a process remembers; ~100 B each: ~50 MB at most.
 FRESH_PLACES = 500_000
 
@@ -43,6 +45,11 @@ class FreshPlaces:
         (now - window), else 0."""
         t = self._times.get(key, 0)
         return t if t > cutoff else 0
+
+    def times(self) -> Callable[[int, int], int]:
+        """The lookup ``since`` makes, for a loop over many IPs to call at C speed: ``get(key, 0)``
+        is the time of ``key``'s place marks (0: not known), fresh only if after the cutoff."""
+        return self._times.get
 
     def learn(self, key: int, t: int) -> None:
         """The place marks of ``key`` are all fresh since ``t`` (the recording script's answer)."""

@@ -103,7 +103,8 @@ def add_visit(batches: RecordBatches, i: int, part: VisitPart, flags: bytes, n_b
     """
     country_keys, limit = part.shard.country_keys, batches.limit
     mixed, t_fp = batches.mixed, part.t_fp
-    since_of = fresh.since if mixed and fresh is not None else None
+    # ``FreshPlaces.since`` written out (a call an IP was most of its cost)
+    time_of = fresh.times() if mixed and fresh is not None else None
     tlanes: dict[tuple, int] = {}  # place tuple -> its torrent part's lanes in this visit
     # place tuple -> what its torrent parts share in the current call: header bits (form 1 included),
     # lanes and the shifts of ``RecordBatch.torrent_record``, written out below (most IPs of a first
@@ -115,7 +116,9 @@ def add_visit(batches: RecordBatches, i: int, part: VisitPart, flags: bytes, n_b
         if flag == FRESH:
             continue
         # a place with a country: its place marks may be known fresh
-        since = since_of(fkey, cutoff) if since_of is not None and grouped else 0
+        since = time_of(fkey, 0) if time_of is not None and grouped else 0
+        if since <= cutoff:
+            since = 0
         pairs = info.t_k if since else info.k
         if batch is None or batch.pairs + pairs > limit:
             batch = batches.batch_for(part, i, pairs)
