@@ -93,7 +93,8 @@ Per run:
 - ``recording_batches`` and ``peers_per_recording_batch``: how the visits'
   recordings were shared (crawler/counters/batcher.py), and ``swarms_known``:
   the visits their swarm record settled (crawler/counters/swarm_record.py),
-  from ``worker_stopped``;
+  and ``visits_per_completion_batch`` (workers/completions.py), from
+  ``worker_stopped``;
 - ``counts_exact``: ``peercrawl stats torrents --json`` after the run shows
   exactly 50 unique IPs for every torrent (after ``revisit``: and the same
   counts as after ``first``; after ``churned``: 51).
@@ -479,6 +480,8 @@ def figures(raw: dict, concurrency: int | str, startup_cpu: float | None) -> dic
     shared = stopped.get("recordings") or {}
     out.update(recording_batches=shared.get("batches"), swarms_known=shared.get("swarms_known"),
                peers_per_recording_batch=round(shared["peers"] / shared["batches"], 1) if shared.get("batches") else None)
+    done = stopped.get("completions") or {}
+    out.update(visits_per_completion_batch=round(done["visits"] / done["batches"], 1) if done.get("batches") else None)
     out.update(slot_s=whole_slot(stopped.get("stages")), round_trip_s=raw["round_trip"],
                slot_s_little=round(concurrency / steady, 4) if steady and isinstance(concurrency, int) else None,
                worker_exit=raw["status"], worker_warnings=ev["warnings"], worker_last_warning=ev["last_warning"])

@@ -86,6 +86,7 @@ def test_worker_metrics_count_a_real_crawl(test_env, opentracker):  # noqa: F811
     assert all(s["visits"] == 1 and s["p50_ms"] > 0 for s in stopped["stages"].values())
     # the one visit's peers, recorded in one batch; a first visit is never settled by a swarm record
     assert stopped["recordings"] == {"batches": 1, "peers": 5, "swarms_known": 0}
+    assert stopped["completions"] == {"batches": 1, "visits": 1}
     # written by the worker's clean stop (SIGTERM) at the latest, for status to show
     costs = json.loads(run(test_env, "status", "--json").stdout)["costs"]
     assert costs["requests"] == {"connect": 1, "scrape": 1, "announce": 1, "withdrawal": 1, "total": 4}

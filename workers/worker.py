@@ -345,9 +345,11 @@ class Worker:
             self.heartbeat.leave()
         # where the visits held their slots, stage by stage (workers.visit_stages), and how their
         # recordings were shared: batches, and the peers in them (crawler.counters.batcher), and
-        # how many their swarm record settled (crawler.counters.swarm_record)
-        recorder = self.visitor.recorder
+        # how many their swarm record settled (crawler.counters.swarm_record), and how their
+        # completions were (workers.completions: calls of Queue.complete_many, the visits in them)
+        recorder, done = self.visitor.recorder, self.visitor.completions
         shared = {"batches": recorder.batches, "peers": recorder.units,
                   "swarms_known": recorder.recorder.swarms.known} if isinstance(recorder, Batcher) else None
         log.info("worker_stopped", visits=self.health.visits, failed=self.health.failed,
-                 claimed=self.slots.claimed, stages=self.visitor.stages.summary(), recordings=shared)
+                 claimed=self.slots.claimed, stages=self.visitor.stages.summary(), recordings=shared,
+                 completions={"batches": done.batches, "visits": done.units})
