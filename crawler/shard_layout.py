@@ -85,6 +85,11 @@ class ShardLayout:
         """How many dedupe mark buckets the crawl's counter shards share."""
         return self.marks or DEFAULT_MARK_BUCKETS
 
+    @property
+    def shard_mark_buckets(self) -> int:
+        """How many of them each counter shard holds (``buckets_per_shard``)."""
+        return buckets_per_shard(self.mark_buckets, self.counter_shards)
+
     def shard(self, i: int) -> Self:
         """The keys of shard ``i`` (``0 <= i < shards``)."""
         if not 0 <= i < self.shards:
@@ -127,3 +132,9 @@ def _all_shards(cls: type[ShardLayout], namespace: str, shards: int) -> tuple:
     if shards == 1:
         return (cls(namespace),)
     return tuple(cls(namespace, shards, shard_tag(namespace, i, shards)) for i in range(shards))
+
+
+def buckets_per_shard(total: int, shards: int) -> int:
+    """Each of ``shards`` counter shards' part of ``total`` mark buckets (at least one): the number a
+    shard's mark fingerprints are taken modulo."""
+    return max(1, total // shards)

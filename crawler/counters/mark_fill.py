@@ -38,7 +38,7 @@ def mark_fill_report(client: redis.Redis, keys: Keys, rng: random.Random | None 
     ``keys``: the crawl's home keys (their ``mark_buckets``); raises ``StoreError``."""
     rng = rng or random.Random()
     shards = keys.all_counter_shards
-    per = max(1, keys.mark_buckets // len(shards))  # each shard's part, as the recorder splits them
+    per = keys.shard_mark_buckets
     picks = [(shards[i % len(shards)], rng.randrange(per)) for i in range(SAMPLES)]
     try:
         pipe = client.pipeline(transaction=False)

@@ -59,6 +59,7 @@ from crawler.counters.script_args import RecordBatch, RecordBatches, ShardKeys, 
 from crawler.counters.swarm_record import SETTLED, Swarms, check_call, probe_arg, swarms_in
 from crawler.errors import StoreError
 from crawler.keys import Keys, shard_of
+from crawler.shard_layout import buckets_per_shard
 from crawler.store.replica_wait import Wait
 from crawler.store.scripts import register
 from crawler.store.store import Store
@@ -113,9 +114,8 @@ class Recorder:
         except redis.RedisError as e:
             raise StoreError(f"cannot read the fingerprint secret: {e}") from e
         shards = keys.all_counter_shards
-        # the crawl's total: each shard holds its part of the marks
-        total = keys.mark_buckets if mark_buckets is None else mark_buckets
-        self.fingerprints = Fingerprinter(secret, max(1, total // len(shards)))
+        # each shard's part of the crawl's mark buckets (or of the total a test or a bench gives)
+        self.fingerprints = Fingerprinter(secret, buckets_per_shard(mark_buckets or keys.mark_buckets, len(shards)))
         # a crawl made before rosters held marks by (IP, torrent): they are looked for there too
         self._legacy = not keys.rosters
         # a peer met again (another swarm, a revisit) is neither parsed, located nor fingerprinted again
