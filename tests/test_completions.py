@@ -18,8 +18,11 @@ from crawler.keys import Keys
 from crawler.queue.pins import Pins
 from crawler.queue.queue import MAX_COMPLETIONS, Completion, Queue
 from crawler.queue.scoring import Outcome
+from crawler.settings import Settings
+from crawler.store.connect import connect
 from crawler.torrents.items import NewItem
 from tests.namespaces import delete_namespace
+from tests.redis_cluster import redis_cluster  # noqa: F401 (fixture)
 from workers.completions import Completions
 
 T0 = 1_900_000_000.0
@@ -163,3 +166,38 @@ def test_runners_completing_together_share_calls(client, keys, settings):
     assert completions.units == 200 and completions.batches < 50
     assert client.zcard(keys.cooling) == 200 and client.zcard(keys.leases) == 0
     assert client.hget(keys.visits, str(int((T0 + 2) // 60) * 60)) == b"200"
+
+
+def test_a_batch_across_shards_on_a_redis_cluster_is_a_call_a_shard(redis_cluster):  # noqa: F811
+    # Each shard's call holds only keys of its slot (its shard's, its torrents', its lanes' member sets):
+    # a batch of a queue of 5 shards over the cluster's masters completes whole, cooling or evicted.
+    ns = "pccluster-" + uuid.uuid4().hex[:12]
+    client = connect(Settings(redis_url=redis_cluster.url(redis_cluster.live()[0]), secret="x" * 16))
+    keys = Keys(ns, 5)
+    try:
+        s = Settings(evict_never_seen_seconds=0.0, evict_lost_seconds=0.0, evict_below=0.6)
+        q = Queue(client, keys, s)
+        hs = hashes(60, "cluster")
+        q.add([NewItem(h) for h in hs[:30]], now=T0)
+        q.add([NewItem(h) for h in hs[30:]], now=T0, lane="low")
+        leases: list = []
+        while len(leases) < 60 and (more := q.claim(60 - len(leases), now=T0 + 1)):
+            leases += more  # a sharded claim stops where its lane runs out
+        assert len(leases) == 60
+        visits = [Completion(x, Outcome.NONE if i % 3 == 0 else Outcome.SOME, T0 + 2, 0 if i % 3 == 0 else 4,
+                             notes=[60, "1", "udp://t.example:1", str(T0 + 30)]) for i, x in enumerate(leases)]
+        answers = q.complete_many(visits)
+        assert sorted(a[0] for a in answers) == ["cooling"] * 40 + ["evicted"] * 20
+        assert sum(client.zcard(k.leases) for k in q.keys.all_shards) == 0
+        assert sum(client.zcard(k.cooling) for k in q.keys.all_shards) == 40
+        # the low lane's torrents back to cooling have their due time in its member set (claim.lua's index)
+        cooled = {x.lease.info_hash for x, a in zip(visits, answers) if a[0] == "cooling" and x.lease.lane == "low"}
+        due = {m.decode() for k in q.keys.all_shards
+               for m in client.zrangebyscore(k.lane_members("low"), "(0", "+inf")}
+        assert due == cooled and len(cooled) > 5
+        assert all(client.exists(q.keys.for_torrent(h).tracker_min_interval(h)) for h in hs)
+    finally:
+        for k in keys.all_shards + (keys,):
+            for key in client.scan_iter(match=k.prefix + "*", count=1000):
+                client.delete(key)
+        client.close()
