@@ -149,6 +149,28 @@ def test_a_damaged_torrent_fails_its_own_visit_only(client, keys, settings):
         q.complete(leases[b], Outcome.SOME, now=T0 + 3)
 
 
+def test_a_call_refused_fails_its_own_shards_visits_only(client, namespace, settings):
+    keys = Keys(namespace, 2)
+    q = Queue(client, keys, settings)
+    hs = hashes(40, "refused")
+    q.add([NewItem(h) for h in hs], now=T0)
+    leases = []
+    while len(leases) < 40 and (more := q.claim(40, now=T0 + 1)):
+        leases += more
+    shard0 = keys.shard(0)
+    # a due time complete.lua refuses (NaN) in one visit of shard 0: its call is refused whole, before any write
+    bad = next(x.info_hash for x in leases if keys.for_torrent(x.info_hash) == shard0)
+    visits = [Completion(x, Outcome.SOME, T0 + 2, 3, due=float("nan") if x.info_hash == bad else None) for x in leases]
+    out = q.complete_many(visits)
+    for x, answer in zip(leases, out):
+        if keys.for_torrent(x.info_hash) == shard0:
+            assert isinstance(answer, StoreError) and "bad arguments" in str(answer)
+        else:
+            assert answer[0] == "cooling"
+    assert client.zcard(keys.shard(0).leases) == sum(keys.for_torrent(h) == shard0 for h in hs) > 0
+    assert client.zcard(keys.shard(1).leases) == 0
+
+
 def test_runners_completing_together_share_calls(client, keys, settings):
     q = Queue(client, keys, settings)
     hs = hashes(200, "together")

@@ -226,8 +226,9 @@ class Queue:
 
     def complete_many(self, visits: Sequence[Completion]) -> list[tuple[str, float | None] | StoreError]:
         """``complete``'s answer for each of ``visits``, or the ``StoreError`` of one whose torrent's
-        stored values are damaged: one complete.lua call a shard (at most ``MAX_COMPLETIONS``
-        visits each), all in one round trip. Raises ``StoreError`` when the round trip fails."""
+        stored values are damaged or whose call was refused: one complete.lua call a shard (at most
+        ``MAX_COMPLETIONS`` visits each), all in one round trip. Raises ``StoreError`` when the
+        round trip fails."""
         by_shard: dict[Keys, list[int]] = {}
         for i, c in enumerate(visits):
             by_shard.setdefault(self.keys.for_torrent(c.lease.info_hash), []).append(i)
@@ -239,7 +240,7 @@ class Queue:
                 calls.append((self._complete, a["keys"], a["args"]))
                 order.append(part)
         try:
-            replies = self.store.run(calls)
+            replies = self.store.run(calls, errors=True)
         except redis.RedisError as e:
             raise StoreError(f"completing a visit failed: {e}") from e
         out: list = [None] * len(visits)

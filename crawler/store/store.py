@@ -37,7 +37,7 @@ class Store:
         """A worker process's store: every ``run`` shares round trips with other greenlets' calls."""
         return cls(client, Coalescer(client))
 
-    def run(self, calls: list, wait: Wait | None = None, *, own: bool = False) -> list:
+    def run(self, calls: list, wait: Wait | None = None, *, own: bool = False, errors: bool = False) -> list:
         """Run ``(script, keys, args)`` calls; their replies in order (``scripts.run_pipelined``).
 
         Through the coalescer when there is one, unless ``own``: calls their
@@ -45,12 +45,12 @@ class Store:
         milliseconds of Redis) take a round trip of their own, so the short
         calls sharing the coalescer's round trips (plans, probes,
         completions, claims) never queue behind them. Raises ``redis.RedisError``: a
-        script's error reply (the first of them, after every call ran) or
-        what failed the round trip.
+        script's error reply (the first of them, after every call ran; with ``errors``, each
+        is its call's reply instead) or what failed the round trip.
         """
         co = None if own else self.coalescer
         replies = co.run(calls, wait) if co is not None else replies_of(self.client, calls, wait)
         for reply in replies:
-            if isinstance(reply, Exception):
+            if isinstance(reply, Exception) and not errors:
                 raise reply
         return replies
