@@ -12,9 +12,13 @@ import uuid
 import gevent
 import pytest
 import redis
+from hypothesis import HealthCheck, given
+from hypothesis import settings as settings_h
+from hypothesis import strategies as st
 
 from crawler.errors import StoreError
 from crawler.keys import Keys
+from crawler.queue import script_calls
 from crawler.queue.pins import Pins
 from crawler.queue.queue import MAX_COMPLETIONS, Completion, Queue
 from crawler.queue.scoring import Outcome
@@ -223,3 +227,48 @@ def test_a_batch_across_shards_on_a_redis_cluster_is_a_call_a_shard(redis_cluste
             for key in client.scan_iter(match=k.prefix + "*", count=1000):
                 client.delete(key)
         client.close()
+
+
+def dumps(client: redis.Redis, namespace: str) -> dict:
+    """Every key of ``namespace`` as Redis would restore it."""
+    return {k: client.dump(k) for k in client.scan_iter(match=Keys(namespace).match_all, count=1000)}
+
+
+ARG = st.one_of(st.text(max_size=6), st.binary(max_size=6), st.sampled_from(["", "0", "1", "-1", "nan", "inf", "17",
+                                                                            "1e400", "123", "rt:1:2", "none"]))
+
+
+@settings_h(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(n=st.integers(1, 4), edits=st.lists(st.tuples(st.integers(0, 200), ARG), max_size=4),
+       cut=st.integers(-3, 3), keys_cut=st.integers(-5, 5))
+def test_any_batch_arguments_are_refused_in_one_line_or_taken_whole(client, namespace, settings, n, edits, cut,
+                                                                    keys_cut):
+    """complete.lua's batch of visits with any arguments changed, cut or added (visit counts, notes
+    lengths, lanes, numbers) and any KEYS short or long: a one-line refusal naming complete.lua with
+    nothing changed, or one answer a visit."""
+    ns = f"{namespace}-{uuid.uuid4().hex[:6]}"
+    keys = Keys(ns)
+    q = Queue(client, keys, settings)
+    try:
+        hs = hashes(n, ns)
+        q.add([NewItem(h) for h in hs], now=T0)
+        leases = q.claim(n, now=T0 + 1)
+        visits = [Completion(x, Outcome.SOME, T0 + 2, 3, notes=[60, "1", "udp://t.example:1", str(T0 + 30), "gone"])
+                  for x in leases]
+        call = script_calls.complete_args(keys, q.settings, visits)
+        args, ks = list(call["args"]), list(call["keys"])
+        for at, value in edits:
+            args[at % len(args)] = value
+        args = args[: len(args) + cut] if cut < 0 else args + ["1"] * cut
+        ks = ks[: len(ks) + keys_cut] if keys_cut < 0 else ks + [keys.torrent("0" * 40)] * keys_cut
+        before = dumps(client, ns)
+        try:
+            got = q._complete(keys=ks, args=args)
+        except redis.ResponseError as e:
+            assert str(e).startswith("complete.lua: ") and "\n" not in str(e), str(e)
+            assert dumps(client, ns) == before
+        else:
+            assert isinstance(got, list) and 1 <= len(got) <= n + 3
+            assert all(a[0] in (b"cooling", b"evicted", b"stale", b"error") for a in got)
+    finally:
+        delete_namespace(client, ns)
