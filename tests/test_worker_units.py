@@ -473,9 +473,9 @@ def test_a_visits_source_notes_go_in_its_completions_step(settings, client, keys
     trips: list[list] = []
     run = q.store.run
 
-    def noting(calls, wait=None):
+    def noting(calls, wait=None, **options):
         trips.append([c[0] for c in calls])
-        return run(calls, wait)
+        return run(calls, wait, **options)
 
     q.store.run = noting  # the Store the queue and its plans share
     try:
