@@ -126,6 +126,29 @@ def test_what_this_process_puts_back_is_claimable_at_once(client, namespace, set
     assert third.token == 3
 
 
+def test_plans_read_together_are_each_torrents_plan(client, namespace, settings):
+    # 400 torrents over 3 shards (past the torrents one plan.lua call reads): own trackers or none,
+    # notes or none, a set past the per-torrent bound; read together, each is what it reads alone
+    from crawler.queue.visit_plan import PLAN_BATCH
+
+    s = settings.replace(max_trackers_per_torrent=3)
+    q = Queue(client, Keys(namespace, 3), s)
+    hs = hashes(400, "plans")
+    assert len(hs) > 3 * PLAN_BATCH
+    own = {h: tuple(f"udp://127.0.0.{i % 5}:{j + 1}/announce" for j in range(i % 3)) for i, h in enumerate(hs)}
+    own[hs[0]] = tuple(f"udp://127.0.0.1:{j + 1}/announce" for j in range(9))  # past the bound
+    q.add([NewItem(h, own[h]) for h in hs], now=100)
+    for h in hs[::4]:
+        q.hold_trackers(h, {"udp://127.0.0.9:1/announce": 500.0}, 60)
+    many = q.plans.plans(hs)
+    for h, p in zip(hs[1:], many[1:]):
+        alone = q.plan(h)
+        assert (sorted(p.own), p.raw_notes, p.fetch_from) == (sorted(alone.own), alone.raw_notes, alone.fetch_from)
+        assert sorted(p.own) == sorted(own[h])
+    assert len(many[0].own) == 3 and set(many[0].own) <= set(own[hs[0]])
+    assert q.plans.plans([]) == []
+
+
 def test_a_sharded_queue_on_the_cluster_touches_one_slot_per_script(cluster_ns, settings):  # noqa: F811
     ns, url = cluster_ns
     s = settings.replace(redis_url=url, namespace=ns, secret=SECRET)
@@ -148,6 +171,10 @@ def test_a_sharded_queue_on_the_cluster_touches_one_slot_per_script(cluster_ns, 
             assert q.complete(lease, Outcome.SOME, now=102)[0] == "cooling"
         else:
             assert q.fail(lease, "down", now=102)
+    # every torrent's plan in one round trip, a plan.lua call a shard
+    many = q.plans.plans(hs)
+    assert [p.own for p in many] == [["udp://127.0.0.1:1/announce"]] * 120
+    assert all(p.notes.not_before == {"udp://127.0.0.1:1/announce": 500.0} for p in many)
     c = view.counts(102)
     assert (c["ready"], c["cooling"], c["in_flight"]) == (40, 80, 0)
     assert view.visits_since(3600, now=102) == 40 and view.next_due(102) == 0.0

@@ -79,8 +79,8 @@ MAX_AHEAD = 2000
 # Seconds of visits the pace is measured over; a pace over less than PACE_LEAST seconds is taken
 # over PACE_LEAST (a worker's first visits start together: its pool, claimed at once).
 PACE_WINDOW, PACE_LEAST = 10.0, 0.5
-# plan.lua calls per round trip of a peek.
-PLAN_CALLS = 128
+# Torrents whose plans one round trip of a peek reads.
+PLAN_CALLS = 512
 # The longest a visit with no seat waits for a peek under way (which may bring riders).
 PEEK_WAIT = 1.0
 
@@ -292,14 +292,10 @@ class ScrapeAhead:
 
     def _plans(self, hashes: list[str]) -> list[tuple[list[str], Planned]]:
         """Each torrent's trackers a visit asks (the defaults, then its own) and its plan as
-        ``Queue.plan`` reads it, ``PLAN_CALLS`` to a shared round trip."""
+        ``Queue.plan`` reads it, ``PLAN_CALLS`` torrents to a round trip (``VisitPlan.plans``)."""
         plans = self.queue.plans
-        out = []
-        for start in range(0, len(hashes), PLAN_CALLS):
-            for reply in plans.store.run([plans.call(h) for h in hashes[start:start + PLAN_CALLS]]):
-                planned = plans.read(reply)
-                out.append((tracker_list(self.defaults, planned.own), planned))
-        return out
+        return [(tracker_list(self.defaults, planned.own), planned)
+                for start in range(0, len(hashes), PLAN_CALLS) for planned in plans.plans(hashes[start:start + PLAN_CALLS])]
 
     def _forget(self, now: float) -> None:
         """Drop what aged out: entries past their horizon with their pending places, seats too old to use."""
