@@ -1,6 +1,6 @@
--- plan.lua: what visits may ask (read only), for one or more torrents of one shard. It reads each
--- torrent's own trackers, at most ARGV[1] of them, and, per tracker, the unix time before which it
--- may not be announced to again (its last min interval).
+-- plan.lua: what a visit may ask (read only). It reads each of one shard's torrents' own
+-- trackers, at most ARGV[1] of them, and, per tracker, the unix time before which it may not be
+-- announced to again (its last min interval).
 --
 -- KEYS[3i - 2] trackers             SET of torrent i's own tracker URLs
 -- KEYS[3i - 1] tracker_min_interval HASH tracker URL -> not-before unix time
