@@ -98,7 +98,8 @@ class StopWhileClaiming:
 
     def __init__(self, visitor, worker, after: int):
         self.visitor, self.worker, self.after = visitor, worker, after
-        self.stages, self.recorder = visitor.stages, visitor.recorder  # what the worker logs as it stops
+        # what the worker logs as it stops
+        self.stages, self.recorder, self.completions = visitor.stages, visitor.recorder, visitor.completions
         self.stopped = False
 
     def visit_then_claim(self, lease, claim=None):
