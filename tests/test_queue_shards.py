@@ -147,6 +147,19 @@ def test_plans_read_together_are_each_torrents_plan(client, namespace, settings)
         assert sorted(p.own) == sorted(own[h])
     assert len(many[0].own) == 3 and set(many[0].own) <= set(own[hs[0]])
     assert q.plans.plans([]) == []
+    # a call answers at most PLAN_TRACKERS trackers: at the largest bound, a torrent a call, as alone
+    for bound, most in ((3, PLAN_BATCH), (10_000, 1)):
+        wide = Queue(client, Keys(namespace, 3), settings.replace(max_trackers_per_torrent=bound))
+        sent: list[int] = []
+        run = wide.plans.store.run
+
+        def noting(calls, wait=None, sent=sent, run=run, **options):
+            sent.extend(len(keys) // 3 for _, keys, _ in calls)
+            return run(calls, wait, **options)
+
+        wide.plans.store.run = noting
+        assert [p.raw_notes for p in wide.plans.plans(hs)] == [p.raw_notes for p in many]
+        assert max(sent) == most and sum(sent) == len(hs)
 
 
 def test_a_sharded_queue_on_the_cluster_touches_one_slot_per_script(cluster_ns, settings):  # noqa: F811

@@ -80,7 +80,7 @@ MAX_AHEAD = 2000
 # over PACE_LEAST (a worker's first visits start together: its pool, claimed at once).
 PACE_WINDOW, PACE_LEAST = 10.0, 0.5
 # Torrents whose plans one round trip of a peek reads.
-PLAN_CALLS = 512
+PLAN_CALLS = 128
 # The longest a visit with no seat waits for a peek under way (which may bring riders).
 PEEK_WAIT = 1.0
 
