@@ -1,13 +1,13 @@
 """The completions of many runners made together (group commit of completions).
 
 Strategy. Each visit ends with a completion: its torrent's new score,
-cooling or eviction, the per-minute counts. Sent one by one, each was a
-complete.lua call of its own, and most of a revisit's Redis time: every call
-read the shard's settings and counts, and wrote its lease, expiry, held
-score, due time and per-minute counts with a command each. With
+cooling or eviction, the per-minute counts. Sent one by one, each would be
+a complete.lua call of its own, most of a revisit's Redis time: every call
+would check the settings and write its lease, expiry, held score, due time
+and per-minute counts with a command each. With
 ``Completions`` the completions runners make meanwhile go to
 ``Queue.complete_many`` together: one complete.lua call a shard, which does
-each visit's own steps as before and the shard's writes once for all of
+each visit's own steps as it would alone and the shard's writes once for all of
 them (``crawler/queue/complete.lua``). As in ``crawler.store.coalesce``
 there is no timer: a completion waits at most for those already under way,
 so a batch is as large as the load makes it.

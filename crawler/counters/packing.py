@@ -103,7 +103,7 @@ def add_visit(batches: RecordBatches, i: int, part: VisitPart, flags: bytes, n_b
     """
     country_keys, limit = part.shard.country_keys, batches.limit
     mixed, t_fp = batches.mixed, part.t_fp
-    # ``FreshPlaces.since`` written out (a call an IP was most of its cost)
+    # ``FreshPlaces.since`` written out (a call an IP would be most of its cost)
     time_of = fresh.times() if mixed and fresh is not None else None
     tlanes: dict[tuple, int] = {}  # place tuple -> its torrent part's lanes in this visit
     # place tuple -> what its torrent parts share in the current call: header bits (form 1 included),

@@ -29,7 +29,7 @@ from crawler.store import scripts
 from crawler.store.store import Store
 
 # Most torrents one plan.lua call reads (~3 us of Redis each), and most tracker URLs it may answer:
-# at the largest per-torrent bound (10,000) a call reads one torrent, as each did alone.
+# at the largest per-torrent bound (10,000) a call reads one torrent.
 PLAN_BATCH = 128
 PLAN_TRACKERS = 8192
 
