@@ -84,7 +84,7 @@ LAYOUT = {
 # Not keys: the hash tag, the namespace's SCAN pattern, and keys of tests and benchmarks.
 NOT_KEYS = {"namespace", "rosters", "prefix", "name_key", "name_home_key", "match_all", "scratch", "shards", "tag", "shard", "all_shards", "for_torrent",
             "home", "counters", "counter_shards", "counter_shard", "all_counter_shards", "marks", "mark_buckets",
-            "shard_mark_buckets"}
+            "shard_mark_buckets", "by_shard"}
 
 
 def test_the_layout_is_exactly_as_stored_data_expects():

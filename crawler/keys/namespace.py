@@ -7,6 +7,7 @@ name theirs with it, and ``Keys`` is all of them.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Self
 
@@ -39,6 +40,16 @@ class NamespaceKeys(ShardLayout):
     def for_torrent(self, info_hash: str) -> Self:
         """The keys of the shard holding ``info_hash``'s queue state (``shard_of``)."""
         return self.shard(shard_of(info_hash, self.shards))
+
+    def by_shard(self, hashes: Iterable[str], most: int | None = None) -> list[tuple[Self, list[int]]]:
+        """The positions of ``hashes`` by the shard holding each (``for_torrent``), in the order
+        given, in runs of at most ``most`` (None: one run a shard): a script call's worth each."""
+        groups: dict[Self, list[int]] = {}
+        for i, h in enumerate(hashes):
+            groups.setdefault(self.for_torrent(h), []).append(i)
+        if most is None:
+            return list(groups.items())
+        return [(k, idx[at : at + most]) for k, idx in groups.items() for at in range(0, len(idx), most)]
 
     @property
     def layout(self) -> str:

@@ -90,10 +90,7 @@ class Admission:
         now = time.time() if now is None else now
         calls, parts = [], []
         for n, b in enumerate(batches):
-            by_shard: dict[Keys, list[int]] = {}
-            for i, item in enumerate(b):
-                by_shard.setdefault(self.keys.for_torrent(item.info_hash), []).append(i)
-            for k, positions in by_shard.items():
+            for k, positions in self.keys.by_shard(item.info_hash for item in b):
                 part = [b[i] for i in positions]
                 keys, args, cut = self._add_args(k, part, readmit, now, lane, move)
                 calls.append((self._add, keys, args))

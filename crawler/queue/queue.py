@@ -229,16 +229,11 @@ class Queue:
         stored values are damaged or whose call was refused: one complete.lua call a shard (at most
         ``MAX_COMPLETIONS`` visits each), all in one round trip. Raises ``StoreError`` when the
         round trip fails."""
-        by_shard: dict[Keys, list[int]] = {}
-        for i, c in enumerate(visits):
-            by_shard.setdefault(self.keys.for_torrent(c.lease.info_hash), []).append(i)
         calls, order = [], []
-        for k, idx in by_shard.items():
-            for at in range(0, len(idx), MAX_COMPLETIONS):
-                part = idx[at : at + MAX_COMPLETIONS]
-                a = script_calls.complete_args(k, self.settings, [visits[i] for i in part])
-                calls.append((self._complete, a["keys"], a["args"]))
-                order.append(part)
+        for k, part in self.keys.by_shard((c.lease.info_hash for c in visits), MAX_COMPLETIONS):
+            a = script_calls.complete_args(k, self.settings, [visits[i] for i in part])
+            calls.append((self._complete, a["keys"], a["args"]))
+            order.append(part)
         try:
             replies = self.store.run(calls, errors=True)
         except redis.RedisError as e:

@@ -66,20 +66,14 @@ class VisitPlan:
     def plans(self, hashes: Sequence[str]) -> list[Planned]:
         """``plan`` of each of ``hashes``, in one round trip: one plan.lua call a shard, of at most
         ``PLAN_BATCH`` torrents each and ``PLAN_TRACKERS`` trackers they may answer."""
-        by_shard: dict[Keys, list[int]] = {}
-        for i, h in enumerate(hashes):
-            by_shard.setdefault(self.keys.for_torrent(h), []).append(i)
         fields = FETCH_FIELDS if self.settings.metadata else ()
         cap = self.settings.max_trackers_per_torrent
-        per_call = max(1, min(PLAN_BATCH, PLAN_TRACKERS // max(1, cap)))
         calls, order = [], []
-        for k, idx in by_shard.items():
-            for at in range(0, len(idx), per_call):
-                part = idx[at : at + per_call]
-                keys = [key for i in part for key in (k.trackers(hashes[i]), k.tracker_min_interval(hashes[i]),
-                                                      k.torrent(hashes[i]))]
-                calls.append((self.script, keys, [cap, *fields]))
-                order.append(part)
+        for k, part in self.keys.by_shard(hashes, max(1, min(PLAN_BATCH, PLAN_TRACKERS // max(1, cap)))):
+            keys = [key for i in part for key in (k.trackers(hashes[i]), k.tracker_min_interval(hashes[i]),
+                                                  k.torrent(hashes[i]))]
+            calls.append((self.script, keys, [cap, *fields]))
+            order.append(part)
         try:
             replies = self.store.run(calls) if calls else []
         except redis.RedisError as e:
