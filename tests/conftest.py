@@ -33,11 +33,22 @@ def redis_url() -> str:
     return REDIS_URL
 
 
-@pytest.fixture
-def namespace(redis_url):
+def _fresh_namespace(redis_url: str):
+    """A namespace of its own, deleted when the test ends."""
     ns = "pctest-" + uuid.uuid4().hex[:12]
     yield ns
     delete_namespace(redis.Redis.from_url(redis_url), ns)
+
+
+@pytest.fixture
+def namespace(redis_url):
+    yield from _fresh_namespace(redis_url)
+
+
+@pytest.fixture
+def other_namespace(redis_url):
+    """A second namespace beside ``namespace``, for a test comparing two crawls."""
+    yield from _fresh_namespace(redis_url)
 
 
 @pytest.fixture

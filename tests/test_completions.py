@@ -59,13 +59,6 @@ def contents(client: redis.Redis, namespace: str) -> dict:
     return out
 
 
-@pytest.fixture
-def other_namespace(redis_url):
-    ns = "pctest-" + uuid.uuid4().hex[:12]
-    yield ns
-    delete_namespace(redis.Redis.from_url(redis_url), ns)
-
-
 def visits_of(rng: random.Random, leases: list, now: float, duplicates: bool) -> list[Completion]:
     """A completion of each lease with varied outcomes, sizes, notes and due times; with
     ``duplicates``, some leases completed twice and some with a token that is not theirs."""
