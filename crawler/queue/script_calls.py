@@ -62,16 +62,22 @@ def lane_keys(k: Keys) -> list[str]:
     return [k.ready_in(lane) for lane in MARKED] + [k.lane_members(lane) for lane in MARKED]
 
 
-@lru_cache(maxsize=256)
-def member_keys(k: Keys, lane: str) -> tuple[str, ...]:
-    """The member sets a script that puts a torrent leased in ``lane`` (``Lease.lane``) back to cooling
-    writes its due time to (each is also its lane's due index, ``claim.lua``): its lane's, none for
-    the normal lane, all three when its lane is unknown. A torrent moved to another lane while in
-    flight is then left out of its new lane's index: claims find it in the due queue's order. Made
-    once per shard and lane (every completion, deferral and failure asks)."""
+def member_lanes(lane: str) -> tuple[str, ...]:
+    """The lanes whose member sets a script that puts a torrent leased in ``lane`` (``Lease.lane``)
+    back to cooling writes its due time to (each is also its lane's due index, ``claim.lua``): its
+    own, none for the normal lane, all three when its lane is unknown. A torrent moved to another
+    lane while in flight is then left out of its new lane's index: claims find it in the due
+    queue's order."""
     if lane == "normal":
         return ()
-    return (k.lane_members(lane),) if lane in MARKED else tuple(k.lane_members(x) for x in MARKED)
+    return (lane,) if lane in MARKED else MARKED
+
+
+@lru_cache(maxsize=256)
+def member_keys(k: Keys, lane: str) -> tuple[str, ...]:
+    """The member sets of ``member_lanes(lane)`` in shard ``k``: made once per shard and lane (every
+    deferral and failure asks)."""
+    return tuple(k.lane_members(x) for x in member_lanes(lane))
 
 
 def add_args(k: Keys, items: Sequence[NewItem], readmit: bool, now: float, cap: int, lane: str | None,
@@ -172,15 +178,16 @@ def complete_args(k: Keys, settings: Settings, visits: Sequence[Completion]) -> 
                  "" if c.seeders is None else c.seeders, "" if c.leechers is None else c.leechers, c.peers, at,
                  c.result.value, rt_field(at, sent - lease.claimed) if 0 < lease.claimed <= sent else "",
                  "" if c.reported is None else c.reported, c.new, int(now // 86400), "1" if c.estimated else "0",
-                 _LANE_DIGITS.get(lease.lane, "123"), *notes)
+                 _lane_digits(lease.lane), *notes)
     return dict(keys=keys, args=args)
 
 
 # A visit's arguments in a complete.lua call before its notes (the script's FIXED).
 FIXED_ARGS = 16
-# The member sets (complete.lua's KEYS[11..13], ``MARKED``'s order) a torrent leased in a lane goes
-# back to: its own, none for the normal lane, all three when its lane is unknown (``member_keys``).
-_LANE_DIGITS = {"normal": "", **{lane: str(i + 1) for i, lane in enumerate(MARKED)}}
+@lru_cache(maxsize=16)
+def _lane_digits(lane: str) -> str:
+    """``member_lanes(lane)`` as complete.lua takes them: digits of its KEYS[11..13] (``MARKED``'s order)."""
+    return "".join(str(MARKED.index(x) + 1) for x in member_lanes(lane))
 
 
 # What a completion's call takes of its shard's keys and of the settings is the same in every call:
