@@ -4,7 +4,6 @@ runners share calls."""
 
 from __future__ import annotations
 
-import hashlib
 import random
 import re
 import uuid
@@ -27,13 +26,10 @@ from crawler.store.connect import connect
 from crawler.torrents.items import NewItem
 from tests.namespaces import delete_namespace
 from tests.redis_cluster import redis_cluster  # noqa: F401 (fixture)
+from tests.test_queue_shards import hashes
 from workers.completions import Completions
 
 T0 = 1_900_000_000.0
-
-
-def hashes(n: int, salt: str) -> list[str]:
-    return [hashlib.sha1(f"{salt}-{i}".encode()).hexdigest() for i in range(n)]
 
 
 def contents(client: redis.Redis, namespace: str) -> dict:
