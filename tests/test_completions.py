@@ -224,7 +224,8 @@ def dumps(client: redis.Redis, namespace: str) -> dict:
 
 
 ARG = st.one_of(st.text(max_size=6), st.binary(max_size=6), st.sampled_from(["", "0", "1", "-1", "nan", "inf", "17",
-                                                                            "1e400", "123", "rt:1:2", "none"]))
+                                                                            "1e400", "123", "rt:1:2", "none",
+                                                                            " 5", "5 ", "0x10", "1.5", "6e1"]))
 
 
 @settings_h(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -231,8 +231,11 @@ def test_scripts_refuse_bad_arguments_before_writing(client, namespace, settings
     with pytest.raises(Exception, match="complete.lua: bad arguments"):
         complete_lua(**call(due=float("nan")))
     # the visit's argument count, its coverage, estimate and lanes; then one KEY short of its four
+    # and values tonumber reads but a command refuses after writes began (a due time ZADD cannot
+    # parse, an infinite time cjson cannot write, counts HINCRBY and EXPIRE cannot take)
     for i, bad in ((6, "9"), (6, "x"), (6, "90"), (18, "-1"), (18, "nan"), (19, "-3"), (19, ""), (20, "x"),
-                   (21, "2"), (22, "4"), (22, "1x")):
+                   (21, "2"), (22, "4"), (22, "1x"), (11, "1e400"), (11, " 5"), (10, "inf"), (14, "1.5"),
+                   (19, "1e400"), (18, "2.5"), (1, "1e400"), (1, "30.5")):
         args = call(reported=5, new=2)
         args["args"][i] = bad
         with pytest.raises(Exception, match="complete.lua: bad arguments"):
@@ -241,7 +244,8 @@ def test_scripts_refuse_bad_arguments_before_writing(client, namespace, settings
     with pytest.raises(Exception, match="complete.lua: bad arguments"):
         complete_lua(keys=args["keys"][:-1], args=args["args"])
     notes_key = keys.for_torrent(h).tracker_min_interval(h)
-    for notes in (["0", "1", "f", "v"], [60, "2", "f", "v"], [60, "x"], [60]):  # the visit's notes
+    for notes in (["0", "1", "f", "v"], [60, "2", "f", "v"], [60, "x"], [60], ["6e1", "1", "f", "v"],
+                  [" 60", "1", "f", "v"]):  # the visit's notes
         with pytest.raises(Exception, match="complete.lua: bad arguments"):
             complete_lua(**call(notes=notes))
     for kept in ("10001", "-1", "2.5"):  # the history's length, refused before the (good) notes are written

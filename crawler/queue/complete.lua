@@ -86,9 +86,15 @@
 --! include notes_write  (notes_bad, write_notes)
 
 local SHARD_KEYS, FIXED = 13, 16  -- KEYS before the visits'; a visit's arguments before its notes
-local function number(v)  -- a number ZADD takes (tonumber accepts NaN, ZADD does not)
+-- A number every command and cjson here take: tonumber also accepts NaN and the infinities
+-- (ZADD refuses the first, cjson and the counts' floors the others) and blanks around the
+-- digits (Redis refuses them). Checked before any write, so none fails after one.
+local function number(v)
   local x = tonumber(v)
-  return x ~= nil and x == x
+  return x ~= nil and x == x and x ~= math.huge and x ~= -math.huge and not string.find(v, '%s')
+end
+local function whole(v)  -- a count HINCRBY and EXPIRE take: digits, within a 64-bit integer
+  return string.match(v, '^%d+$') ~= nil and #v <= 15
 end
 local threshold, tombstone, kept = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
 local never_grace, lost_grace, mult_none = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
@@ -98,8 +104,8 @@ local function u32(v)  -- a count as stored; '' (not reported) and anything past
   return math.floor(x)
 end
 local function bad() return redis.error_reply('complete.lua: bad arguments') end
-if not (threshold and tonumber(tombstone) and kept) or kept < 0 or kept > 10000 or kept % 1 ~= 0
-    or not number(ARGV[4]) or not number(ARGV[5]) or not number(ARGV[6]) then
+if not (threshold and whole(tombstone) and kept) or kept < 0 or kept > 10000 or kept % 1 ~= 0
+    or not number(ARGV[1]) or not number(ARGV[4]) or not number(ARGV[5]) or not number(ARGV[6]) then
   return bad()
 end
 
@@ -111,12 +117,12 @@ while p <= #ARGV do
   local m = tonumber(ARGV[p])
   if not m or m % 1 ~= 0 or m < FIXED + 1 or p + m > #ARGV then return bad() end
   local a = p
-  if not (number(ARGV[a + 3]) and number(ARGV[a + 4]) and number(ARGV[a + 5]) and tonumber(ARGV[a + 8])
+  if not (number(ARGV[a + 3]) and number(ARGV[a + 4]) and number(ARGV[a + 5]) and whole(ARGV[a + 8])
       and tonumber(ARGV[a + 9]))
       or (ARGV[a + 6] ~= '' and not tonumber(ARGV[a + 6])) or (ARGV[a + 7] ~= '' and not tonumber(ARGV[a + 7]))
       or (ARGV[a + 11] ~= '' and not string.match(ARGV[a + 11], '^rt:%d+:%d+$'))
-      or (ARGV[a + 12] ~= '' and not (number(ARGV[a + 12]) and tonumber(ARGV[a + 12]) >= 0))
-      or not (number(ARGV[a + 13]) and tonumber(ARGV[a + 13]) >= 0) or not number(ARGV[a + 14])
+      or (ARGV[a + 12] ~= '' and not whole(ARGV[a + 12]))
+      or not whole(ARGV[a + 13]) or not number(ARGV[a + 14])
       or (ARGV[a + 15] ~= '0' and ARGV[a + 15] ~= '1') or not string.match(ARGV[a + 16], '^[123]*$')
       or (ARGV[a + 17] ~= '' and notes_bad(a + 17, a + m))
       or (ARGV[a + 17] == '' and m ~= FIXED + 1) then

@@ -9,8 +9,9 @@
 -- True when the notes' arguments ``from`` to ``last`` are malformed.
 local function notes_bad(from, last)
   local ttl, n = tonumber(ARGV[from]), tonumber(ARGV[from + 1])
-  return not ttl or ttl < 1 or ttl ~= math.floor(ttl) or not n or n < 0 or n ~= math.floor(n)
-    or last < from + 1 + 2 * n
+  -- the life as EXPIRE takes it: digits (tonumber also reads "6e1" and " 60")
+  return not ttl or ttl < 1 or ttl ~= math.floor(ttl) or not string.match(ARGV[from], '^%d+$')
+    or #ARGV[from] > 15 or not n or n < 0 or n ~= math.floor(n) or last < from + 1 + 2 * n
 end
 
 -- Set and drop the fields of the notes hash ``key``, and renew its life (a torrent may have
