@@ -602,7 +602,7 @@ def test_two_visits_of_one_torrent_recorded_together_count_as_one_after_the_othe
     assert len(batches.calls) == 2  # the recorder's own packing keeps them apart
     first, second = batches.calls
     # the same rows numbered their buckets and place alike in both: join them into one call
-    first.visits.append([g, first.visits[0][1], second.visits[0][2]])
+    first.visits.append([g, first.visits[0][1], second.visits[0][2], False])
     first.ips += second.ips
     first.widths += second.widths
     first.extras += second.extras
@@ -634,9 +634,9 @@ def test_two_visits_of_a_new_torrent_in_one_call_add_up_in_its_indexes(client, k
     own = len(whole.keys) + 1
     whole.keys += whole.shard.torrent_keys(g, month)
     if first_keys_last:
-        whole.visits.insert(0, [g, own, small.visits[0][2]])
+        whole.visits.insert(0, [g, own, small.visits[0][2], False])
     else:
-        whole.visits = [[g, whole.visits[0][1], small.visits[0][2]], [g, own, whole.visits[0][2]]]
+        whole.visits = [[g, whole.visits[0][1], small.visits[0][2], False], [g, own, whole.visits[0][2], False]]
     whole.ips = small.ips + whole.ips
     whole.widths = small.widths + whole.widths
     whole.extras = small.extras + whole.extras

@@ -13,7 +13,10 @@ records are built as one integer, turned into bytes once:
 - ``add_visit``: record.lua's ``ips``, per IP its header (bucket numbers,
   place number, k) and its metric fields, the lanes of ``places.PlaceInfo``
   (``lanes ^ low64 * r``: one multiply and one XOR per IP); in one shard's
-  mixed calls, an IP whose place marks are known fresh as a torrent part.
+  mixed calls, an IP whose place marks are known fresh as a torrent part,
+  and the torrent parts of a torrent believed never counted (``VisitPart.fresh``)
+  in blocks, one a roster bucket: their fields are all new, so record.lua
+  adds a block's at once instead of reading each IP's record.
 
 The layouts are those of the scripts' headers (``crawler/counters/*.lua``);
 the containers the bytes go in are ``calls``'.
@@ -89,29 +92,29 @@ def visit_part(shard: ShardKeys, h: str, t_fp: int, ips: Sequence[Met],
 
 
 def add_visit(batches: RecordBatches, i: int, part: VisitPart, flags: bytes, n_buckets: int,
-              fresh: FreshPlaces | None = None, cutoff: int = 0) -> None:
+              fresh: FreshPlaces | None = None, cutoff: int = 0, now: int = 0) -> None:
     """Add the rows of visit ``i`` (``part``: its torrent's) whose probe flag is not fresh to the
     record.lua calls of ``batches`` (an IP's pairs are never split across calls).
 
     ``n_buckets``: the mark buckets of a shard, among which an IP's place marks
     are bucketed by the IP alone. In mixed calls (``batches.mixed``), each
     record has its form byte first, and an IP whose place marks ``fresh`` says
-    are fresh after ``cutoff`` goes as a torrent part carrying their time.
+    are fresh after ``cutoff`` goes as a torrent part carrying their time
+    (``TorrentParts``, or ``TorrentBlocks`` for a ``part.fresh`` visit without
+    other widths: ``now`` is the calls' time).
 
     The call an IP goes in is asked of ``batches`` only when the IP does not
     fit in the one before; the IPs in between are added to it here.
     """
     country_keys, limit = part.shard.country_keys, batches.limit
-    mixed, t_fp = batches.mixed, part.t_fp
+    mixed = batches.mixed
     # ``FreshPlaces.since`` written out (a call an IP would be most of its cost)
     time_of = fresh.times() if mixed and fresh is not None else None
-    tlanes: dict[tuple, int] = {}  # place tuple -> its torrent part's lanes in this visit
-    # place tuple -> what its torrent parts share in the current call: header bits (form 1 included),
-    # lanes and the shifts of ``RecordBatch.torrent_record``, written out below (most IPs of a first
-    # visit whose addresses were met in other swarms are torrent parts)
-    tparts: dict[tuple, tuple] = {}
     batch: RecordBatch | None = None
     wide = part.others or part.legacy
+    # most IPs of a first visit whose addresses were met in other swarms are torrent parts
+    parts: TorrentParts | TorrentBlocks = (TorrentBlocks(part, now) if part.fresh and mixed and not wide
+                                           else TorrentParts(part))
     for (pkey, (info, lanes, _, grouped), f, bucket, rb, fkey), flag in zip(part.rows, flags):
         if flag == FRESH:
             continue
@@ -121,8 +124,9 @@ def add_visit(batches: RecordBatches, i: int, part: VisitPart, flags: bytes, n_b
             since = 0
         pairs = info.t_k if since else info.k
         if batch is None or batch.pairs + pairs > limit:
+            parts = parts.next_call(batch)
             batch = batches.batch_for(part, i, pairs)
-            numbers, heads, ips, tparts = batch.bnumbers, batch.heads, batch.ips, {}
+            numbers, heads, ips = batch.bnumbers, batch.heads, batch.ips
             counted = batch.visits[-1]
         else:  # ``RecordBatch.add_ip``
             counted[2] += 1
@@ -130,21 +134,7 @@ def add_visit(batches: RecordBatches, i: int, part: VisitPart, flags: bytes, n_b
         if wide:  # its torrent's marks may also be elsewhere (``VisitPart``)
             batch.add_extras(part, f, n_buckets)
         if since:
-            tp = tparts.get(pkey)
-            if tp is None:
-                tl = tlanes.get(pkey)
-                if tl is None:
-                    tl = tlanes[pkey] = info.torrent_lanes(t_fp)
-                head = batch.torrent_head(pkey, info, country_keys) | (1 << 8 * info.t_nbytes)  # form 1
-                tp = tparts[pkey] = (head, tl, info.t_r, info.t_bshift, info.t_rshift, info.t_oshift,
-                                     info.t_nbytes + 1)
-            head, tl, t_r, bshift, rshift, oshift, nbytes = tp
-            # ``RecordBatch.torrent_record``, and the place time
-            rec = ((numbers.setdefault(bucket, len(numbers) + 1) << bshift) | head | (tl ^ (f & LOW64) * t_r)
-                   | (since << oshift))
-            if rb is not None:
-                rec |= numbers.setdefault(rb, len(numbers) + 1) << rshift
-            ips += rec.to_bytes(nbytes, "big")
+            parts.add(batch, pkey, info, f, bucket, rb, since)
             continue
         head = heads.get(pkey)
         if head is None:
@@ -160,3 +150,99 @@ def add_visit(batches: RecordBatches, i: int, part: VisitPart, flags: bytes, n_b
                 | (lanes ^ (f & LOW64) * info.r)).to_bytes(info.nbytes + mixed, "big")
         if mixed and grouped:  # the call answers its place marks' time
             batch.learn.append(fkey)
+    if batch is not None:
+        parts.end(batch)
+
+
+class TorrentParts:
+    """A visit's torrent parts in mixed calls, an IP a record of form 1 (``RecordBatch.torrent_record``,
+    and the place time), written out: ``add`` one, ``next_call`` when the visit goes on in another call."""
+
+    __slots__ = ("country_keys", "part", "tlanes", "tparts")
+
+    def __init__(self, part: VisitPart, tlanes: dict | None = None):
+        self.part, self.country_keys = part, part.shard.country_keys
+        self.tlanes: dict[tuple, int] = {} if tlanes is None else tlanes  # place tuple -> its lanes in this visit
+        # place tuple -> what its torrent parts share in the current call: header bits (form 1 included),
+        # lanes and shifts
+        self.tparts: dict[tuple, tuple] = {}
+
+    def lanes(self, pkey: tuple, info: PlaceInfo) -> int:
+        """The lanes of the visit's torrent parts at place ``pkey``."""
+        tl = self.tlanes.get(pkey)
+        if tl is None:
+            tl = self.tlanes[pkey] = info.torrent_lanes(self.part.t_fp)
+        return tl
+
+    def add(self, batch: RecordBatch, pkey: tuple, info: PlaceInfo, f: int, bucket: int, rb: int | None,
+            since: int) -> None:
+        """The torrent part of the IP of fingerprint ``f`` at place ``pkey`` (its roster bucket, its group
+        record's, None: none), its place marks fresh since ``since``."""
+        tp = self.tparts.get(pkey)
+        if tp is None:
+            head = batch.torrent_head(pkey, info, self.country_keys) | (1 << 8 * info.t_nbytes)  # form 1
+            tp = self.tparts[pkey] = (head, self.lanes(pkey, info), info.t_r, info.t_bshift, info.t_rshift,
+                                      info.t_oshift, info.t_nbytes + 1)
+        head, tl, t_r, bshift, rshift, oshift, nbytes = tp
+        numbers = batch.bnumbers
+        rec = ((numbers.setdefault(bucket, len(numbers) + 1) << bshift) | head | (tl ^ (f & LOW64) * t_r)
+               | (since << oshift))
+        if rb is not None:
+            rec |= numbers.setdefault(rb, len(numbers) + 1) << rshift
+        batch.ips += rec.to_bytes(nbytes, "big")
+
+    def next_call(self, batch: RecordBatch | None) -> TorrentParts:
+        """The parts the visit's IPs go as in the next call (``batch``: the one before, None: none)."""
+        self.tparts = {}
+        return self
+
+    def end(self, batch: RecordBatch) -> None:
+        """The visit's IPs in ``batch`` are all added."""
+
+
+class TorrentBlocks:
+    """The torrent parts of a visit of a torrent believed never counted (``VisitPart.fresh``), in
+    blocks (``RecordBatch.add_blocks``), one a roster bucket: in the visit's first call only, a
+    call after it finding the torrent counted by that one. A group record takes the time of the IP's
+    place marks, no later than ``now`` (the call's)."""
+
+    __slots__ = ("blocks", "ips", "now", "parts", "places")
+
+    def __init__(self, part: VisitPart, now: int):
+        self.parts, self.now = TorrentParts(part), now
+        # mark bucket -> (IPs per place number, group records, torrent fields)
+        self.blocks: dict[int, tuple[dict[int, int], bytearray, bytearray]] = {}
+        # place tuple -> its number in the call, lanes, multiplier, shift, mask and bytes of its fields
+        self.places: dict[tuple, tuple] = {}
+        self.ips = 0
+
+    def add(self, batch: RecordBatch, pkey: tuple, info: PlaceInfo, f: int, bucket: int, rb: int | None,
+            since: int) -> None:
+        """``TorrentParts.add``, into the block of the IP's roster bucket."""
+        bp = self.places.get(pkey)
+        if bp is None:
+            fbits = 64 * info.t_k
+            bp = self.places[pkey] = (batch.place_number(pkey, info, self.parts.country_keys),
+                                      self.parts.lanes(pkey, info), info.t_r, fbits, (1 << fbits) - 1, info.t_k * 8)
+        n, tl, t_r, fbits, fmask, fbytes = bp
+        block = self.blocks.get(bucket)
+        if block is None:
+            block = self.blocks[bucket] = ({}, bytearray(), bytearray())
+        at, groups, fields = block
+        at[n] = at.get(n, 0) + 1
+        v = tl ^ (f & LOW64) * t_r  # the group record's field, then the torrent's
+        groups += ((v >> fbits) << 32 | (since if since < self.now else self.now)).to_bytes(12, "big")
+        fields += (v & fmask).to_bytes(fbytes, "big")
+        self.ips += 1
+
+    def next_call(self, batch: RecordBatch | None) -> TorrentParts | TorrentBlocks:
+        """Blocks in the first call (``batch`` None); after it, torrent parts."""
+        if batch is None:
+            return self
+        self.end(batch)
+        return self.parts.next_call(batch)
+
+    def end(self, batch: RecordBatch) -> None:
+        """The visit's IPs in ``batch`` are all added: its blocks go before its records."""
+        if self.ips:
+            batch.add_blocks(self.blocks, self.ips)

@@ -20,7 +20,9 @@
 -- ARGV[2]      cutoff   now - window: a mark at or before it has expired
 -- ARGV[3]      visits   binary, per visit (distinct torrents): its info-hash (40
 --                       lower-case hex), u16 key position of its six indexes, u32
---                       the number of its IP records in ARGV[8] (at least 1)
+--                       the number of its IP records in ARGV[8] (at least 1), its top
+--                       bit set for a visit whose torrent parts come in blocks (the
+--                       number then counts the records after them, and may be 0)
 -- ARGV[4]      post     "cC" / "tT": which families go to the outbox (c = countries.*,
 --                       t = torrents.*); "--" for none
 -- ARGV[5]      countries binary, per country: u16 key position, str(escaped name)
@@ -54,6 +56,18 @@
 --                        record, in order, the oldest time of the IP's place marks
 --                        after this call (u32), what makes its next records torrent
 --                        parts (recorder.py). Empty: as absent.
+--                        A visit flagged in ARGV[3] (a mixed call only, without extra
+--                        buckets) is a torrent the caller believes this shard never
+--                        counted: its records start with a u16 count of blocks, each
+--                        the torrent parts of one roster bucket at once: u16 bucket
+--                        (1-based), u16 m, then m (u16 place number, u16 IPs at it),
+--                        then the group records of those IPs whose place has a
+--                        country, whole (8-byte field, u32 the oldest time of the
+--                        IP's place marks, fresh and not after now), then every IP's
+--                        torrent fields (k each, as a torrent part's), in any order.
+--                        Were the torrent counted here after all, the call is
+--                        answered, before anything is written, with {'unfresh', one
+--                        byte per visit: '1' for each such flagged visit}.
 -- ARGV[10]     swarms    optional, binary, per visit whose IPs are all in this call and
 --                        that has a swarm record (crawler/counters/swarm_record.py): u16
 --                        visit number (1-based, ARGV[3]'s order), u16 bucket (1-based:
@@ -124,11 +138,14 @@ if #vs == 0 or #vs % 46 ~= 0 then
 end
 for v = 1, #vs, 46 do
   local vh, pos, c1, c2, c3, c4 = sub(vs, v, v + 39), u16(vs, v + 40), byte(vs, v + 42, v + 45)
+  local blocked = c1 >= 128  -- its torrent parts come in blocks
+  if blocked then c1 = c1 - 128 end
   local count = ((c1 * 256 + c2) * 256 + c3) * 256 + c4
-  if not string.match(vh, '^[0-9a-f]+$') or pos < first_own or pos + 5 > nfixed or count < 1 then
+  if not string.match(vh, '^[0-9a-f]+$') or pos < first_own or pos + 5 > nfixed
+      or count < (blocked and 0 or 1) or (blocked and not mixed) then
     return redis.error_reply('record.lua: malformed visit at byte ' .. v)
   end
-  visits[#visits + 1] = {vh, pos, count}
+  visits[#visits + 1] = {vh, pos, count, blocked}
   occurs[vh] = (occurs[vh] or 0) + 1
 end
 local countries, cs, i = {}, ARGV[5], 1
@@ -180,7 +197,8 @@ if wa ~= '' then
     for c = 0, 6 do
       if bit.band(given, 2 ^ c) ~= 0 then others = others + 1 end
     end
-    if b0 < 1 or b0 > nb or code > 6 or given > 127 or bit.band(given, 2 ^ code) == 0 or x > 7 or x < others then
+    if b0 < 1 or b0 > nb or code > 6 or given > 127 or bit.band(given, 2 ^ code) == 0 or x > 7 or x < others
+        or (x > 0 and visits[v][4]) then
       return redis.error_reply('record.lua: malformed widths of visit ' .. v)
     end
     widths[v] = {b0, code, given, x, sub(wa, w + 5, w + 11)}
@@ -205,10 +223,13 @@ local p = ARGV[8]
 -- window: a call that lacks one's buckets is answered with the codes each visit needs, unwritten.
 local fresh_at, made = {}, {}  -- per visit: a torrent never counted here; torrent -> codes of its visits so far
 local short, needs = false, {}
+local unfresh, counted_after_all = false, {}  -- flagged visits of a torrent counted here: sent again unflagged
 for v = 1, #visits do
   local h, wv = visits[v][1], widths[v]
   local new = not made[h] and not redis.call('ZSCORE', KEYS[2], h)
   fresh_at[v] = new
+  counted_after_all[v] = (visits[v][4] and not new) and '1' or '0'
+  if visits[v][4] and not new then unfresh = true end
   if wv then
     local live = 0
     if not new then live = bit.bor(live_widths(vals[wv[1]], wv[5], cutoff), made[h] or 0) end
@@ -219,6 +240,7 @@ for v = 1, #visits do
     made[h] = made[h] or 0
   end
 end
+if unfresh then return {'unfresh', table.concat(counted_after_all)} end
 if short then return {'widths', table.concat(needs)} end
 local xo = 1  -- the next extra bucket in ARGV[12]
 
@@ -263,6 +285,73 @@ for v = 1, #visits do
   local wrote = false  -- a torrent mark of the visit was written (at its width)
   local t_users, counted = 0, {}
   local vmin = now  -- the oldest mark time of the visit's IPs (its swarm record's)
+  if visits[v][4] then
+    -- its torrent parts in blocks, a roster bucket's at once (a torrent never counted here: checked
+    -- above): every field is new and counts, added to its bucket without a search
+    local nblocks = u16(p, o)
+    if not nblocks then
+      return redis.error_reply('record.lua: malformed block count at byte ' .. o)
+    end
+    o = o + 2
+    for _ = 1, nblocks do
+      local at = o
+      local tb, m = u16(p, o), u16(p, o + 2)
+      if not m or tb < 1 or tb > nb or m < 1 or o + 3 + 4 * m > np then
+        return redis.error_reply('record.lua: malformed block at byte ' .. at)
+      end
+      o = o + 4
+      local ng, nf = 0, 0  -- its group records and torrent fields
+      for _ = 1, m do
+        local pno, n = u16(p, o), u16(p, o + 2)
+        local pl = places[pno]
+        if not pl or n < 1 then
+          return redis.error_reply('record.lua: malformed block at byte ' .. at)
+        end
+        t_users = t_users + n
+        local k = 1  -- the torrent's metrics of the place: users, then one a part of the place
+        if pl[1] > 0 then
+          k = 2 + (pl[2] ~= '' and 1 or 0) + (pl[3] ~= '' and 1 or 0)
+          ng = ng + n
+          local pc = counted[pno]
+          if not pc then
+            pc = {0, 0, 0, 0, 0, 0, 0}
+            counted[pno] = pc
+          end
+          for j = 3, 2 * k - 1, 2 do
+            pc[j] = pc[j] + n
+          end
+        end
+        nf = nf + k * n
+        o = o + 4
+      end
+      local ge = o + 12 * ng - 1  -- the group records' last byte
+      if ge + 8 * nf > np then
+        return redis.error_reply('record.lua: malformed block at byte ' .. at)
+      end
+      for x = o + 8, ge, 12 do
+        local c1, c2, c3, c4 = byte(p, x, x + 3)
+        local t = ((c1 * 256 + c2) * 256 + c3) * 256 + c4
+        if t <= cutoff or t > now then
+          return redis.error_reply('record.lua: group record time ' .. t .. ' out of the window at byte ' .. x)
+        end
+        if t < vmin then vmin = t end
+      end
+      if ng > 0 then
+        local a = adds[tb]
+        adds[tb] = (a or '') .. sub(p, o, ge)
+      end
+      if nf > 0 then
+        local r = raw[tb]
+        if not r then
+          raw[tb] = {sub(p, ge + 1, ge + 8 * nf)}
+        else
+          r[#r + 1] = sub(p, ge + 1, ge + 8 * nf)
+        end
+        wrote = true
+      end
+      o = ge + 8 * nf + 1
+    end
+  end
   while left > 0 do
     left = left - 1
     local rb, tb, gb, pno, k

@@ -54,6 +54,7 @@ from crawler.counters.packing import add_visit, visit_part
 from crawler.counters.place_shards import PlaceShards
 from crawler.counters.places import PlaceInfo
 from crawler.counters.processed import Processed
+from crawler.counters.record_replies import COUNTED, read_reply
 from crawler.counters.rollup import Rollup
 from crawler.counters.script_args import RecordBatch, RecordBatches, ShardKeys, VisitPart, bucket_keys
 from crawler.counters.swarm_record import SETTLED, Swarms, check_call, probe_arg, swarms_in
@@ -234,19 +235,23 @@ class Recorder:
             else:
                 batches = RecordBatches(self.batch_pairs, month, mixed=True)
                 for i, _, part, f in todo:
-                    add_visit(batches, i, part, f, self.fingerprints.buckets, self.fresh_places, now_i - self.window)
+                    add_visit(batches, i, part, f, self.fingerprints.buckets, self.fresh_places, now_i - self.window,
+                              now_i)
                 calls = batches.calls
                 swarms_in(calls, todo)
             counted, short = self._run(now_i, calls)
             for i, new in counted:
                 out[i] += new
-            # a call that lacked a width its torrent's marks are at wrote nothing: its visits go again, with
-            # it (their IPs that other calls counted count nothing the second time)
+            # a call that lacked a width its torrent's marks are at, or held blocks of a torrent counted
+            # after all, wrote nothing: its visits go again, with the widths, without blocks (their IPs
+            # that other calls counted count nothing the second time)
             todo = [(i, h, part, f) for i, h, part, f in todo if i in short]
             if not todo:
                 return out
             for i, _, part, _ in todo:
-                part.widen(short[i])
+                if short[i] & COUNTED:
+                    part.fresh = False
+                part.widen(short[i] & ~COUNTED)
         raise StoreError(f"recording peers failed: the widths of {len(todo)} torrents' marks moved "
                          f"{WIDTH_TRIES} times while they were recorded")
 
@@ -273,6 +278,9 @@ class Recorder:
         for i, h, t_fp, ips, swarm, probed in todo:
             if (part := self._probe_calls(h, t_fp, ips, probed)) is not None:
                 part.swarm = swarm
+                # unprobed: a torrent never visited, never counted but by a visit of it another
+                # process made meanwhile (record.lua then says so)
+                part.fresh = not probed
                 parts.append((i, h, part, probed))
         return parts
 
@@ -361,8 +369,7 @@ class Recorder:
         round trip, in order.
 
         Returns ``(position, count of torrents.<h>.users)`` per visit of each call that ran, and
-        per visit of a call that lacked a width its torrent's marks are at (written: nothing),
-        the codes of the widths record.lua said it needs.
+        per visit of a call that wrote nothing, what it lacked (``record_replies``).
         """
         script, post, cutoff = self._record, self._post, now - self.window
         runs = []
@@ -377,20 +384,7 @@ class Recorder:
         out: list[tuple[int, int]] = []
         short: dict[int, int] = {}
         for b, r in zip(calls, replies, strict=True):
-            if r and r[0] == b"widths":
-                if len(r) != 2 or len(r[1]) != len(b.order):
-                    raise StoreError(f"recording peers failed: record.lua answered {r!r:.80} for {len(b.order)} visits")
-                for i, need in zip(b.order, r[1]):
-                    short[i] = short.get(i, 0) | need
-                continue
-            if b.mixed:  # the visits' counts, then the place mark times of its whole records
-                r, times = r[:-1], r[-1]
-                if len(times) != 4 * len(b.learn):
-                    raise StoreError(f"recording peers failed: record.lua answered {len(times)} bytes of place "
-                                     f"mark times for {len(b.learn)} IPs")
-                for j, key in enumerate(b.learn):
-                    self.fresh_places.learn(key, int.from_bytes(times[4 * j: 4 * j + 4], "big"))
-            out += [(i, int(n)) for i, n in zip(b.order, r, strict=True)]
+            out += read_reply(b, r, short, self.fresh_places)
         return out, short
 
     # --- torrents.processed ----------------------------------------------

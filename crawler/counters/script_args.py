@@ -63,7 +63,7 @@ class RecordBatch:
 
     __slots__ = ("bnumbers", "countries", "country_numbers", "extras", "heads", "ips", "keys", "learn", "mixed",
                  "month", "order", "pairs", "pending", "places", "shard", "swarms", "theads", "torrent_part",
-                 "visits", "widths")
+                 "visit_start", "visits", "widths")
 
     def __init__(self, shard: "ShardKeys", month: str, torrent_part: bool = False, mixed: bool = False):
         self.shard, self.month, self.torrent_part, self.mixed = shard, month, torrent_part, mixed
@@ -78,8 +78,10 @@ class RecordBatch:
         self.heads: dict[tuple, int] = {}  # place tuple -> its IPs' header bits
         self.ips = bytearray()
         self.pairs = 0
-        self.visits: list = []  # per visit: [info-hash, key position of its indexes, IP records]
+        # per visit: [info-hash, key position of its indexes, IP records, its torrent parts in blocks]
+        self.visits: list = []
         self.order: list = []  # per visit: its position in the recording (what its count answers)
+        self.visit_start = 0  # where the records of the visit begun last start in ``ips``
         self.swarms = bytearray()  # record.lua's ARGV[10]: the swarm records it writes
         self.widths = bytearray()  # ARGV[11]: per visit, where its torrent's marks are (``VisitPart``)
         self.extras = bytearray()  # ARGV[12]: per IP of a visit with other widths, their buckets
@@ -87,7 +89,8 @@ class RecordBatch:
     def begin_visit(self, i: int, part: "VisitPart", torrent_keys: list) -> None:
         """The IPs added next are visit ``i``'s (``part``: its torrent's, ``torrent_keys``: its six
         indexes)."""
-        self.visits.append([part.h, len(self.keys) + 1, 0])
+        self.visits.append([part.h, len(self.keys) + 1, 0, False])
+        self.visit_start = len(self.ips)
         self.keys += torrent_keys
         self.order.append(i)
         numbers = self.bnumbers
@@ -129,8 +132,27 @@ class RecordBatch:
         return args
 
     def visits_arg(self) -> bytes:
-        """record.lua's ARGV[3]: per visit its info-hash, key position and number of IP records."""
-        return b"".join(h.encode() + pos.to_bytes(2, "big") + n.to_bytes(4, "big") for h, pos, n in self.visits)
+        """record.lua's ARGV[3]: per visit its info-hash, key position and number of IP records (the
+        top bit: its torrent parts in blocks)."""
+        return b"".join(h.encode() + pos.to_bytes(2, "big") + (n | blocked << 31).to_bytes(4, "big")
+                        for h, pos, n, blocked in self.visits)
+
+    def add_blocks(self, blocks: dict, ips: int) -> None:
+        """The visit begun last takes ``ips`` of its IPs, added as records, in torrent part blocks
+        (record.lua's flagged visit): ``blocks``, per mark bucket of the shard, ``(IPs per place number,
+        group records, torrent fields)``, go before its records."""
+        numbers = self.bnumbers
+        out = bytearray(len(blocks).to_bytes(2, "big"))
+        for bucket, (counts, groups, fields) in blocks.items():
+            out += numbers.setdefault(bucket, len(numbers) + 1).to_bytes(2, "big") + len(counts).to_bytes(2, "big")
+            for place, n in counts.items():
+                out += place.to_bytes(2, "big") + n.to_bytes(2, "big")
+            out += groups
+            out += fields
+        self.ips[self.visit_start:self.visit_start] = out
+        visit = self.visits[-1]
+        visit[2] -= ips
+        visit[3] = True
 
     def add_place(self, pkey: tuple, info: PlaceInfo, country_keys: Callable[[str, str], list]) -> int:
         """Number the place (and its country) in this batch; returns its IPs' header bits.
@@ -155,11 +177,15 @@ class RecordBatch:
         whole records are: ``add_place``)."""
         head = self.theads.get(pkey)
         if head is None:
-            whole = self.heads.get(pkey)
-            if whole is None:
-                whole = self.add_place(pkey, info, country_keys)
-            head = self.theads[pkey] = _head(whole >> (info.shift + 8), info, True)
+            head = self.theads[pkey] = _head(self.place_number(pkey, info, country_keys), info, True)
         return head
+
+    def place_number(self, pkey: tuple, info: PlaceInfo, country_keys: Callable[[str, str], list]) -> int:
+        """The place's number in this call (``add_place`` numbers it when new)."""
+        whole = self.heads.get(pkey)
+        if whole is None:
+            whole = self.add_place(pkey, info, country_keys)
+        return whole >> (info.shift + 8)
 
     def torrent_record(self, info: PlaceInfo, head: int, lanes: int, f: int, bucket: int, rb: int | None) -> int:
         """An IP's torrent part (``PlaceInfo.t_*``) without its place mark time: its bucket in the
@@ -335,11 +361,13 @@ class VisitPart:
     first bucket, ``code`` the visit's width, ``base`` the torrent's width base;
     ``mask`` the codes the record calls carry buckets for (the visit's, and
     those the probe answered: ``widen``), ``others`` their widths but the
-    visit's, ``legacy`` whether marks may also be by (IP, torrent).
+    visit's, ``legacy`` whether marks may also be by (IP, torrent). ``fresh``: the caller
+    believes the shard never counted the torrent (its torrent parts may go in blocks:
+    ``packing.add_visit``).
     """
 
-    __slots__ = ("b0", "base", "code", "h", "legacy", "mask", "others", "probe", "probes", "rows", "shard",
-                 "swarm", "t_fp")
+    __slots__ = ("b0", "base", "code", "fresh", "h", "legacy", "mask", "others", "probe", "probes", "rows",
+                 "shard", "swarm", "t_fp")
 
     def __init__(self, shard: ShardKeys, h: str, t_fp: int = 0):
         self.shard, self.h, self.t_fp = shard, h, t_fp
@@ -351,7 +379,7 @@ class VisitPart:
         self.mask = 1
         self.base = bytes(7)
         self.others: tuple[int, ...] = ()
-        self.legacy = False
+        self.legacy = self.fresh = False
 
     def widen(self, mask: int) -> None:
         """The record calls also carry the buckets of the codes of ``mask`` (the probe's answer)."""
