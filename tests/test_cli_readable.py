@@ -118,8 +118,14 @@ def test_workers_needed_is_the_plan_over_a_busy_pool_or_says_why_not():
     busy = [dict(w, in_flight=10, visits_per_hour=100.0) for w in idle]
     cap = capacity_report(dict(report, tracked=600), busy, 1800.0)["capacity"]
     assert (cap["per_worker_basis"], cap["workers_needed"]) == ("measured", 12)
-    cap = capacity_report({"tracked": 6, "visits_last_hour": 0}, [], 1800.0)["capacity"]
+    cap = capacity_report({"tracked": 6, "visits_last_hour": 0}, [{"id": "a"}], 1800.0)["capacity"]
     assert cap["workers_needed"] is None and cap["workers_needed_why"].startswith("no visit timed")
+    # visits timed, but no worker running (a crawl run for a while, then stopped): no pool to speak of,
+    # not the largest pool auto may grow to over a loopback round trip
+    for gone in ({"tracked": 6, "visits_last_hour": 0}, dict(report, rates={"visit_round_trip_s": {"p50": 0.012}})):
+        cap = capacity_report(gone, [], 1800.0, concurrency=500)["capacity"]
+        assert cap["visits_per_worker_hour"] is None and cap["workers_needed"] is None
+        assert cap["workers_needed_why"].startswith("no worker is running")
 
 
 def test_status_reads_without_code(client, namespace, settings, test_env):
@@ -127,7 +133,7 @@ def test_status_reads_without_code(client, namespace, settings, test_env):
     q.add([NewItem("5f" * 20, ("udp://tracker.example:1337/" + "x" * 120,))], now=time.time())
     for text in both(test_env, "status"):
         readable(text)
-        assert re.search(r"workers needed +│ +— \(no visit timed", text), text
+        assert re.search(r"workers needed +│ +— \(no worker is running", text), text
         assert re.search(r"claim serve rate \(1 h\) +│ +— \(no claim\)", text), text
 
 

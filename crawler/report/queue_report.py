@@ -80,6 +80,10 @@ def capacity_report(report: dict, workers: list[dict], revisit_seconds: float, c
       that is less than ``pool`` (a process runs on one core);
     - ``measured`` again, from the workers' rates, before any visit was timed.
 
+    With no worker running there is no pool or core to measure (a round trip
+    timed on loopback over the largest pool ``auto`` may grow to is no rate):
+    unknown.
+
     ``workers_needed`` is None, with ``workers_needed_why`` saying why, when
     none is known (no visit yet) or the revisit interval is 0 (every torrent as
     often as a worker is free: no finite need). ``limited_by``: "announce cap"
@@ -92,7 +96,8 @@ def capacity_report(report: dict, workers: list[dict], revisit_seconds: float, c
     if needed is None:
         why = "the revisit interval is 0: every torrent is visited as often as a worker is free"
     elif per_worker is None:
-        why = "no visit timed in the last hour, and no worker reports a rate"
+        why = ("no worker is running: a worker's rate is measured while it runs" if not workers
+               else "no visit timed in the last hour, and no worker reports a rate")
     else:
         assert basis is not None  # _per_worker gives a rate with its basis
         needed_workers = max(1, math.ceil(needed / per_worker))
@@ -131,7 +136,7 @@ def _per_worker(report: dict, workers: list[dict], concurrency: int) -> tuple[fl
     if measured and sizes and busy >= 0.8 * sum(sizes):
         return measured, "measured"
     p50 = ((report.get("rates") or {}).get("visit_round_trip_s") or {}).get("p50")
-    if p50:
+    if p50 and workers:
         pool = (sum(sizes) / len(sizes) if sizes else concurrency) * 3600.0 / p50
         cpu = sum(_number(w.get("cpu_s")) or 0 for w in workers)
         visits = sum(_number(w.get("visits")) or 0 for w in workers)
