@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import calendar
 import contextlib
+import re
 
 import pytest
 import redis
@@ -18,9 +19,8 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 import geo
-from crawler.counters import Recorder
-from crawler.counters import recorder as recorder_module
-from crawler.counters.names import LIFETIME, month_of
+from crawler.counters import Recorder, top
+from crawler.counters.names import month_of
 from crawler.keys import Keys
 from crawler.store import scripts
 from geo import Place
@@ -40,18 +40,19 @@ def locator(tmp_path):
     return geo.open_locator(write_city_db(tmp_path / "city.mmdb"))
 
 
-def contents(client: redis.Redis, namespace: str, buckets: str) -> dict:
-    """Every key of ``namespace`` (its name without the namespace) and its value; a mark bucket's
+def contents(client: redis.Redis, namespace: str) -> dict:
+    """Every key of ``namespace`` (its name as in another namespace) and its value; a mark bucket's
     records as a sorted list (blocks add them in another order than records)."""
     out = {}
     for key in client.scan_iter(match=Keys(namespace).match_all, count=1000):
         kind = client.type(key).decode()
-        name = key.decode().replace(namespace, "NS")
+        # without the namespace and its shards' slot spreaders
+        name = re.sub(r"/(\d+)\.\d+}", r"/\1}", key.decode().replace(namespace, "NS"))
         if kind == "hash":
             value = client.hgetall(key)
         elif kind == "zset":
             value = dict(client.zrange(key, 0, -1, withscores=True))
-        elif kind == "string" and key.decode().startswith(buckets):
+        elif kind == "string" and ":mk:" in name:
             s = client.get(key)
             value = sorted(s[i:i + 12] for i in range(0, len(s), 12))
         else:
@@ -81,14 +82,16 @@ def sent_blocks(rec: Recorder) -> list:
 @contextlib.contextmanager
 def without_blocks(monkeypatch):
     """Every visit recorded meanwhile sends its torrent parts as records, never in blocks."""
-    add_visit = recorder_module.add_visit
+    parts_of = Recorder._parts
 
-    def records_only(batches, i, part, *rest):
-        part.fresh = False
-        return add_visit(batches, i, part, *rest)
+    def records_only(self, *args):
+        parts = parts_of(self, *args)
+        for _, _, part, _ in parts:
+            part.fresh = False
+        return parts
 
     with monkeypatch.context() as m:
-        m.setattr(recorder_module, "add_visit", records_only)
+        m.setattr(Recorder, "_parts", records_only)
         yield
 
 
@@ -99,17 +102,18 @@ visit = st.tuples(st.sampled_from(["ab" * 20, "cd" * 20, "ef" * 20, "12" * 20, "
 
 @hsettings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(history=st.lists(st.lists(visit, min_size=1, max_size=4), min_size=1, max_size=5),
-       batch_pairs=st.sampled_from([8, 13, 2400]))
+       batch_pairs=st.sampled_from([8, 13, 2400]), shards=st.sampled_from([1, 3]))
 def test_blocks_leave_every_key_as_records_would(client, namespace, other_namespace, settings, locator, monkeypatch,
-                                                 history, batch_pairs):
+                                                 history, batch_pairs, shards):
     """Recordings of torrents, a torrent's first visit unprobed (its torrent parts in blocks), in calls
-    of any size, days apart (marks expiring): every count, mark and index equals that of the same
+    of any size, days apart (marks expiring), in one counter shard or several (each IP's place part in
+    its own shard, the torrent parts in the torrent's): every count, mark and index equals that of the same
     recordings sent as records. (A torrent counted after all is sent again, its IPs then packed as
     what the first try taught: the next test.)"""
     got = []
     for ns, blocks in ((namespace, True), (other_namespace, False)):
         delete_namespace(client, ns)
-        keys = Keys(ns, rosters=True)  # a new crawl's: a torrent's marks in its roster
+        keys = Keys(ns, shards, rosters=True)  # a new crawl's: a torrent's marks in its roster
         rec = Recorder(client, keys, settings.replace(namespace=ns), locator, batch_pairs=batch_pairs)
         with contextlib.ExitStack() as stack:
             if not blocks:
@@ -122,7 +126,7 @@ def test_blocks_leave_every_key_as_records_would(client, namespace, other_namesp
                 probes = [h in seen for h in together]
                 counted.append(rec.record_places_many(list(together.items()), now, probes))
                 seen.update(together)
-        got.append((counted, contents(client, ns, keys.mark_bucket_prefix)))
+        got.append((counted, contents(client, ns)))
     (counted_blocks, blocks_state), (counted_records, records_state) = got
     assert counted_blocks == counted_records
     assert blocks_state == records_state
@@ -140,11 +144,13 @@ def test_a_new_torrents_parts_go_in_blocks_and_count_as_records(client, namespac
     assert rec.record_places_many([(H, some)], T0 + 120) == [0]  # a revisit: nothing new
 
 
-def test_blocks_of_a_torrent_counted_after_all_are_sent_again_as_records(client, namespace, settings, locator):
+@pytest.mark.parametrize("shards", [1, 3])
+def test_blocks_of_a_torrent_counted_after_all_are_sent_again_as_records(client, namespace, settings, locator,
+                                                                         shards):
     """A torrent a worker believes never counted (never visited) had its first visit recorded by
     another worker meanwhile: record.lua writes nothing and names it, and the recorder sends it
     again without blocks, each IP counting once."""
-    keys = Keys(namespace, rosters=True)
+    keys = Keys(namespace, shards, rosters=True)
     a, b = Recorder(client, keys, settings, locator), Recorder(client, keys, settings, locator)
     assert a.record_places_many([("cd" * 20, POOL[:10])], T0, [False]) == [10]  # a learns their place marks
     assert b.record_places_many([(H, POOL[:6])], T0 + 30, [False]) == [6]
@@ -152,9 +158,10 @@ def test_blocks_of_a_torrent_counted_after_all_are_sent_again_as_records(client,
     assert a.record_places_many([(H, POOL[:10])], T0 + 60, [False]) == [4]
     assert seen[0] == (1, [b"unfresh", b"1"]) and seen[1][0] == 0 and len(seen) == 2
     assert a.record_places_many([(H, POOL[:10])], T0 + 90) == [0]
-    users = {m.decode(): int(float(v)) for m, v in client.zrange(
-        keys.index(LIFETIME, ("torrents",)), 0, -1, withscores=True)}
-    assert users == {"cd" * 20: 10, H: 10}
+    assert {r["metric"]: r["count"] for r in top(client, keys, "torrents")} == {
+        f"torrents.{'cd' * 20}.users": 10, f"torrents.{H}.users": 10}
+    assert {r["metric"]: r["count"] for r in top(client, keys, "countries")} == {
+        f"countries.{c}.users": 10 // 4 + (i < 10 % 4) for i, c in enumerate(("Germany", "United States", "Iceland"))}
 
 
 def block_call(rec: Recorder, blocks: bytes, count: int = 0, flagged: bool = True):
@@ -204,10 +211,10 @@ def test_a_malformed_block_writes_nothing(client, keys, settings, locator):
         args[7] = blocks
         with pytest.raises(redis.ResponseError, match=error):
             record(keys=keys_, args=args)
-    # a flagged visit outside a mixed call, or with extra buckets
+    # a flagged visit in a call of whole records, or with extra buckets
     args[7] = good
     with pytest.raises(redis.ResponseError, match="malformed visit"):
-        record(keys=keys_, args=args[:8] + ["T"])
+        record(keys=keys_, args=args[:8] + [""])
     widths = (1).to_bytes(2, "big") + bytes([0, 3, 1]) + b"W" * 7
     with pytest.raises(redis.ResponseError, match="malformed widths"):
         record(keys=keys_, args=args + [b"", widths, b"\x00\x01" * 3])

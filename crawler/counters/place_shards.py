@@ -24,6 +24,11 @@ A process remembers, per (IP, place), the oldest place mark time
 places.lua answered (``fresh_places``): until that time is a window old it
 skips the IP's place call and passes that time on, so an IP in many swarms
 costs one place call per process per window.
+
+A torrent never visited (``VisitPart.fresh``) has no marks in its shard:
+its torrent parts go in blocks, a roster bucket at a time, which record.lua
+adds whole (``PartBlocks``; ``packing`` has the reason and the layout); a
+torrent counted after all is answered unwritten and sent again as records.
 """
 
 from __future__ import annotations
@@ -95,6 +100,9 @@ class PlaceShards:
         for b in batches.calls:
             ips = b.ips
             for rec, info, where in b.pending:
+                if info is None:  # a visit's torrent parts in blocks, before its records (``PartBlocks``)
+                    ips += rec.arg(b, where, learn)
+                    continue
                 if where.__class__ is tuple:
                     t = where[0].oldest(where[1])
                     learn(where[2], t)
@@ -112,22 +120,29 @@ class PlaceShards:
         cutoff = now - self.window
         country_keys = part.shard.country_keys
         wide = part.others or part.legacy
+        # a torrent believed never counted: its parts in blocks, in the visit's first call
+        blocks, first = None, None
         for (pkey, (info, lanes, _, _), f, bucket, rb, key), flag in zip(part.rows, flags):
             if flag == FRESH:
                 continue
             batch = batches.batch_for(part, i, info.t_k)
+            if first is None:
+                first = batch
+                blocks = PartBlocks(now, batch) if part.fresh and not wide else None
             if wide:  # its torrent's marks may also be elsewhere (``VisitPart``)
                 batch.add_extras(part, f, self.buckets)
-            head = batch.heads.get(pkey)
-            if head is None:
-                head = batch.add_place(pkey, info, country_keys)
-            rec = batch.torrent_record(info, head, lanes, f, bucket, rb)
             where = None
             if info.p_m:
                 where = placed.get(key)
                 if where is None:
                     where = placed[key] = self._place_call(pkey, info, f, key, cutoff, open_calls, calls)
-            batch.pending.append((rec, info, where))
+            if blocks is not None and batch is first:
+                blocks.add(batch, pkey, info, lanes, f, bucket, where)
+                continue
+            head = batch.heads.get(pkey)
+            if head is None:
+                head = batch.add_place(pkey, info, country_keys)
+            batch.pending.append((batch.torrent_record(info, head, lanes, f, bucket, rb), info, where))
 
     def _place_call(self, pkey: tuple, info: PlaceInfo, f: int, key: int, cutoff: int,
                     open_calls: dict[int, PlaceCall], calls: list[PlaceCall]) -> int | tuple[PlaceCall, int, int]:
@@ -166,3 +181,58 @@ class PlaceShards:
             if len(r) != 4 * c.n:
                 raise StoreError(f"recording peers failed: places.lua answered {len(r)} bytes for {c.n} IPs")
             c.answer = r
+
+
+class PartBlocks:
+    """The torrent parts of a visit of a torrent believed never counted (``VisitPart.fresh``), in
+    blocks as ``packing.TorrentBlocks`` makes them in one shard's calls, but whose group records
+    wait for the place calls' answers: each takes its IP's oldest place mark time, no later than
+    ``now``."""
+
+    __slots__ = ("blocks", "now", "places")
+
+    def __init__(self, now: int, batch: RecordBatch):
+        self.now = now
+        batch.pending.append((self, None, batch.visits[-1]))  # where the visit's records would start
+        # mark bucket -> (IPs per place number, group record fields and where their times come from,
+        # torrent fields)
+        self.blocks: dict[int, tuple[dict[int, int], list, bytearray]] = {}
+        # place tuple -> its number in the call, the lanes' multiplier, shift and mask, the fields' bytes
+        self.places: dict[tuple, tuple] = {}
+
+    def add(self, batch: RecordBatch, pkey: tuple, info: PlaceInfo, lanes: int, f: int, bucket: int,
+            where) -> None:
+        """The torrent part of the IP of fingerprint ``f`` (``lanes``: the visit's at its place ``pkey``),
+        its oldest place mark time from ``where`` (``PlaceShards._place_call``; None: no place)."""
+        bp = self.places.get(pkey)
+        if bp is None:
+            fbits = 64 * info.t_k
+            bp = self.places[pkey] = (batch.place_number(pkey, info, batch.shard.country_keys), info.t_r, fbits,
+                                      (1 << fbits) - 1, info.t_k * 8)
+        n, t_r, fbits, fmask, fbytes = bp
+        block = self.blocks.get(bucket)
+        if block is None:
+            block = self.blocks[bucket] = ({}, [], bytearray())
+        at, groups, fields = block
+        at[n] = at.get(n, 0) + 1
+        v = lanes ^ (f & LOW64) * t_r  # the group record's field (with a place), then the torrent's
+        if where is not None:
+            groups.append((v >> fbits, where))
+        fields += (v & fmask).to_bytes(fbytes, "big")
+
+    def arg(self, batch: RecordBatch, visit: list, learn) -> bytearray:
+        """The blocks as record.lua reads them before the records of ``visit`` (``RecordBatch.blocks_arg``),
+        each answered place time taught to ``learn`` (``FreshPlaces.learn``)."""
+        now, blocks, ips = self.now, {}, 0
+        for bucket, (at, groups, fields) in self.blocks.items():
+            ips += sum(at.values())
+            records = bytearray()
+            for g, where in groups:
+                if where.__class__ is tuple:
+                    t = where[0].oldest(where[1])
+                    learn(where[2], t)
+                else:
+                    t = where
+                records += (g << 32 | (t if t < now else now)).to_bytes(12, "big")
+            blocks[bucket] = (at, records, fields)
+        return batch.blocks_arg(visit, blocks, ips)

@@ -56,7 +56,7 @@
 --                        record, in order, the oldest time of the IP's place marks
 --                        after this call (u32), what makes its next records torrent
 --                        parts (recorder.py). Empty: as absent.
---                        A visit flagged in ARGV[3] (a mixed call only, without extra
+--                        A visit flagged in ARGV[3] ("M" or "T" only, without extra
 --                        buckets) is a torrent the caller believes this shard never
 --                        counted: its records start with a u16 count of blocks, each
 --                        the torrent parts of one roster bucket at once: u16 bucket
@@ -142,7 +142,7 @@ for v = 1, #vs, 46 do
   if blocked then c1 = c1 - 128 end
   local count = ((c1 * 256 + c2) * 256 + c3) * 256 + c4
   if not string.match(vh, '^[0-9a-f]+$') or pos < first_own or pos + 5 > nfixed
-      or count < (blocked and 0 or 1) or (blocked and not mixed) then
+      or count < (blocked and 0 or 1) or (blocked and not mixed and not tpart) then
     return redis.error_reply('record.lua: malformed visit at byte ' .. v)
   end
   visits[#visits + 1] = {vh, pos, count, blocked}

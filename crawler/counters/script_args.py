@@ -141,6 +141,11 @@ class RecordBatch:
         """The visit begun last takes ``ips`` of its IPs, added as records, in torrent part blocks
         (record.lua's flagged visit): ``blocks``, per mark bucket of the shard, ``(IPs per place number,
         group records, torrent fields)``, go before its records."""
+        self.ips[self.visit_start:self.visit_start] = self.blocks_arg(self.visits[-1], blocks, ips)
+
+    def blocks_arg(self, visit: list, blocks: dict, ips: int) -> bytearray:
+        """The blocks of ``add_blocks`` as record.lua reads them before the records of ``visit``
+        (an entry of ``visits``), which then counts ``ips`` records fewer, and is flagged."""
         numbers = self.bnumbers
         out = bytearray(len(blocks).to_bytes(2, "big"))
         for bucket, (counts, groups, fields) in blocks.items():
@@ -149,10 +154,9 @@ class RecordBatch:
                 out += place.to_bytes(2, "big") + n.to_bytes(2, "big")
             out += groups
             out += fields
-        self.ips[self.visit_start:self.visit_start] = out
-        visit = self.visits[-1]
         visit[2] -= ips
         visit[3] = True
+        return out
 
     def add_place(self, pkey: tuple, info: PlaceInfo, country_keys: Callable[[str, str], list]) -> int:
         """Number the place (and its country) in this batch; returns its IPs' header bits.
@@ -182,10 +186,10 @@ class RecordBatch:
 
     def place_number(self, pkey: tuple, info: PlaceInfo, country_keys: Callable[[str, str], list]) -> int:
         """The place's number in this call (``add_place`` numbers it when new)."""
-        whole = self.heads.get(pkey)
-        if whole is None:
-            whole = self.add_place(pkey, info, country_keys)
-        return whole >> (info.shift + 8)
+        head = self.heads.get(pkey)
+        if head is None:
+            head = self.add_place(pkey, info, country_keys)
+        return head >> ((info.t_shift if self.torrent_part else info.shift) + 8)
 
     def torrent_record(self, info: PlaceInfo, head: int, lanes: int, f: int, bucket: int, rb: int | None) -> int:
         """An IP's torrent part (``PlaceInfo.t_*``) without its place mark time: its bucket in the
