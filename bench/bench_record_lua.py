@@ -1,7 +1,7 @@
 """Where record.lua and probe.lua spend a first visit's and a revisit's Redis CPU.
 
 Usage: python bench/bench_record_lua.py [--redis-url URL] [--visits 1000] [--batch 32] [--reps 5]
-                                        [--mark-buckets N] [--shards 1] [--no-replay]
+                                        [--mark-buckets N] [--overlap 4] [--shards 1] [--no-replay]
 
 Records ``--visits`` first visits of 50 peers (bench_worker's swarms: four
 countries, each address in four swarms) in batches of ``--batch`` with
@@ -60,7 +60,7 @@ from geo import Locator
 from tests.mmdb import write_city_db
 from tests.namespaces import delete_namespace
 
-SWARM, OVERLAP = bench_worker.SWARM, 4
+SWARM = bench_worker.SWARM
 
 # Splices timers around record.lua's parts (the replay only): (line it follows or precedes, timer).
 TIMERS = [
@@ -162,6 +162,8 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--mark-buckets", type=int, help="the recorder's mark buckets (default: a new crawl's); fewer "
                     "fill them as a larger crawl does")
+    ap.add_argument("--overlap", type=int, default=4, help="swarms each peer address is in (1: every peer of a first "
+                    "visit is new to the recorder, as most are in a crawl)")
     ap.add_argument("--shards", type=int, default=1, help="counter shards: more than one records each IP's "
                     "place part in its own shard first (places.lua), the torrent parts after")
     ap.add_argument("--no-replay", action="store_true", help="Redis's figures only")
@@ -188,9 +190,9 @@ def main() -> None:
             return super().run(batch, wait, own=own)
 
     rec = Recorder(Capturing(client), Keys(ns, a.shards, rosters=True), settings, Locator(settings), mark_buckets=a.mark_buckets)
-    n_addr = a.visits * SWARM // OVERLAP
+    n_addr = a.visits * SWARM // a.overlap
     visits = [(f"{i:040x}", [bench_worker.address((i * SWARM + j) % n_addr) for j in range(SWARM)]) for i in range(a.visits)]
-    out: dict = {"visits": a.visits, "peers_per_visit": SWARM, "batch": a.batch, "shards": a.shards,
+    out: dict = {"visits": a.visits, "peers_per_visit": SWARM, "batch": a.batch, "overlap": a.overlap, "shards": a.shards,
                  "mark_buckets": rec.fingerprints.buckets, "redis": {}}
     now = time.time()
     try:

@@ -253,6 +253,10 @@ local dirty, adds = {}, {}
 -- per field). A table: a first visit puts a dozen IPs' in each bucket of its roster, and appending to
 -- one string copied it each time (the replayed calls took 0.8 of the time with the table)
 local raw = {}
+-- ready: bucket -> the records of such a torrent that carry their own time (its group records), their
+-- fields and times in pieces, joined when they join the bucket as raw's are (a string a bucket grew by
+-- a copy a record)
+local ready = {}
 local stamp_rep = '%0' .. stamp:gsub('%%', '%%%%')
 local function stamped(fields)
   return (fields:gsub('........', stamp_rep))
@@ -277,7 +281,11 @@ for v = 1, #visits do
       vals[b] = vals[b] .. stamped(table.concat(r))
       dirty[b] = true
     end
-    adds, raw = {}, {}
+    for b, r in pairs(ready) do
+      vals[b] = vals[b] .. table.concat(r)
+      dirty[b] = true
+    end
+    adds, raw, ready = {}, {}, {}
   end
   local fresh = fresh_at[v]  -- a torrent never counted here (above)
   local wv = widths[v]
@@ -439,7 +447,13 @@ for v = 1, #visits do
       -- a whole record of a torrent never counted here: its torrent marks (odd slots) are all new,
       -- added to bucket tb as a torrent part's are, and all count; its place marks (even slots) are
       -- checked in bucket gb
-      local tf = sub(p, o, o + 7)
+      local r = raw[tb]
+      if not r then
+        r = {}
+        raw[tb] = r
+      end
+      local nr = #r + 1
+      r[nr] = sub(p, o, o + 7)
       t_users = t_users + 1
       if k > 1 then
         pc = counted[pno]
@@ -450,7 +464,8 @@ for v = 1, #visits do
         for j = 2, k, 2 do
           local at = o + 8 * j - 8
           local t = check_mark(vals, dirty, adds, gb, sub(p, at, at + 7), stamp, cutoff)
-          tf = tf .. sub(p, at + 8, at + 15)
+          nr = nr + 1
+          r[nr] = sub(p, at + 8, at + 15)  -- a piece each: joining them here copied each a second time
           pc[j + 1] = pc[j + 1] + 1
           if t then
             if t < oldest then oldest = t end
@@ -460,12 +475,6 @@ for v = 1, #visits do
           end
           if t < (ptime or now + 1) then ptime = t end
         end
-      end
-      local r = raw[tb]
-      if not r then
-        raw[tb] = {tf}
-      else
-        r[#r + 1] = tf
       end
       o = o + 8 * k
     else
@@ -504,7 +513,7 @@ for v = 1, #visits do
       end
     end
     if oldest < vmin then vmin = oldest end
-    if mixed and gf and not part then places_at[#places_at + 1] = u32(ptime) end
+    if mixed and gf and not part then places_at[#places_at + 1] = ptime == now and stamp or u32(ptime) end
     if gf then
       -- the group record, missing or stale (or in a roster the swarm has left): now the oldest
       -- of the k marks, in the torrent's roster. A torrent never counted has no record there.
@@ -514,7 +523,13 @@ for v = 1, #visits do
         at = oldest == pv and sub(p, pat, pat + 3) or u32(oldest)
       end
       if fresh then
-        add_record(adds, rb, gf, at)
+        local r = ready[rb]
+        if not r then
+          ready[rb] = {gf, at}
+        else
+          local n = #r
+          r[n + 1], r[n + 2] = gf, at
+        end
       else
         set_mark(vals, dirty, adds, rb, gf, at)
       end
@@ -551,6 +566,9 @@ if xo <= #xa then
 end
 for b, r in pairs(raw) do
   adds[b] = (adds[b] or '') .. stamped(table.concat(r))
+end
+for b, r in pairs(ready) do
+  adds[b] = (adds[b] or '') .. table.concat(r)
 end
 write_buckets(nfixed + 1, vals, dirty, adds)
 
