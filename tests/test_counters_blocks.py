@@ -177,20 +177,12 @@ def block_call(rec: Recorder, blocks: bytes, count: int = 0, flagged: bool = Tru
     return fixed + [rec._shards[0].bucket(1)], args
 
 
-def block(m: list[tuple[int, int, int]], groups: list[int], fields: int, bucket: int = 1) -> bytes:
-    """A block: its bucket, (place, IPs, IPs with their group record here) triples, group records at the
-    given times, ``fields`` fields."""
+def block(m: list[tuple[int, int]], groups: list[int], fields: int, bucket: int = 1) -> bytes:
+    """A block: its bucket, (place, IPs) pairs, group records at the given times, ``fields`` fields."""
     out = bucket.to_bytes(2, "big") + len(m).to_bytes(2, "big")
-    out += b"".join(p.to_bytes(2, "big") + n.to_bytes(2, "big") + g.to_bytes(2, "big") for p, n, g in m)
+    out += b"".join(p.to_bytes(2, "big") + n.to_bytes(2, "big") for p, n in m)
     out += b"".join(b"G" * 8 + t.to_bytes(4, "big") for t in groups)
     return out + b"F" * 8 * fields
-
-
-def place_record(place: int = 1, fields: int = 3, roster: int = 1, bucket: int = 1, mark: bytes = b"C") -> bytes:
-    """A place record: its roster bucket, place bucket and place, its group record's field, ``fields``
-    place fields."""
-    head = roster.to_bytes(2, "big") + bucket.to_bytes(2, "big") + place.to_bytes(2, "big")
-    return head + b"R" * 8 + b"".join(mark * 7 + bytes([i]) for i in range(fields))
 
 
 def test_a_malformed_block_writes_nothing(client, keys, settings, locator):
@@ -198,30 +190,19 @@ def test_a_malformed_block_writes_nothing(client, keys, settings, locator):
     rec = Recorder(client, keys, settings, locator)
     record = scripts.register(client, "record", package="crawler.counters")
     fresh = int(T0) - 60
-    # Germany, Berlin, 10115: four torrent fields an IP, and a group record in the block (two IPs) or
-    # written by its place record (one); no country: one field
-    one = (1).to_bytes(2, "big")
-    blocks = one + block([(1, 3, 2), (2, 1, 0)], [fresh, fresh], 4 * 3 + 1)
-    good = blocks + one + place_record()
+    # Germany, Berlin, 10115: four torrent fields and a group record an IP; no country: one field
+    good = (1).to_bytes(2, "big") + block([(1, 2), (2, 1)], [fresh, fresh], 4 * 2 + 1)
     bad = [
         (b"", "malformed block count"),
-        (blocks, "malformed place record count"),
-        (good[:-1], "malformed place record"),  # a place field short
-        (one + block([(1, 2, 2)], [fresh, fresh], 7) + bytes(2), "malformed block"),
-        (one + block([(3, 1, 1)], [fresh], 4) + bytes(2), "malformed block"),  # no place 3
-        (one + block([(1, 0, 0)], [], 0) + bytes(2), "malformed block"),  # no IPs at a place
-        (one + block([(1, 1, 2)], [fresh, fresh], 4) + bytes(2), "malformed block"),  # more groups than IPs
-        (one + block([(2, 1, 1)], [fresh], 1) + bytes(2), "malformed block"),  # a group record, no country
-        (one + block([(2, 1, 0)], [], 1, bucket=2) + bytes(2), "malformed block"),  # no bucket 2
-        (one + block([], [], 0) + bytes(2), "malformed block"),
-        (one + block([(1, 1, 1)], [int(T0) - rec.window], 4) + bytes(2), "out of the window"),
-        (one + block([(1, 1, 1)], [int(T0) + 1], 4) + bytes(2), "out of the window"),
+        (good[:-1], "malformed block"),  # a field short
+        ((1).to_bytes(2, "big") + block([(1, 2)], [fresh, fresh], 7), "malformed block"),
+        ((1).to_bytes(2, "big") + block([(3, 1)], [fresh], 4), "malformed block"),  # no place 3
+        ((1).to_bytes(2, "big") + block([(1, 0)], [], 0), "malformed block"),  # no IPs at a place
+        ((1).to_bytes(2, "big") + block([(2, 1)], [], 1, bucket=2), "malformed block"),  # no bucket 2
+        ((1).to_bytes(2, "big") + block([], [], 0), "malformed block"),
+        ((1).to_bytes(2, "big") + block([(1, 1)], [int(T0) - rec.window], 4), "out of the window"),
+        ((1).to_bytes(2, "big") + block([(1, 1)], [int(T0) + 1], 4), "out of the window"),
         ((2).to_bytes(2, "big") + good[2:], "malformed block"),  # two blocks said, one sent
-        (blocks + (2).to_bytes(2, "big") + place_record(), "malformed place record"),  # two said, one sent
-        (blocks + one + place_record(place=2), "malformed place record"),  # a place without a country
-        (blocks + one + place_record(place=3), "malformed place record"),
-        (blocks + one + place_record(roster=2), "malformed place record"),
-        (blocks + one + place_record(bucket=0), "malformed place record"),
         (good + b"\x00", "malformed peer record"),  # a record the visit does not count
     ]
     keys_, args = block_call(rec, good)
@@ -238,8 +219,7 @@ def test_a_malformed_block_writes_nothing(client, keys, settings, locator):
     with pytest.raises(redis.ResponseError, match="malformed widths"):
         record(keys=keys_, args=args + [b"", widths, b"\x00\x01" * 3])
     assert {k: client.dump(k) for k in keys_} == before
-    # four IPs; the place record's marks are new: its time is the call's
-    assert record(keys=keys_, args=args) == [4, int(T0).to_bytes(4, "big")]
+    assert record(keys=keys_, args=args) == [3, b""]
     # counted here now: the same call is answered, unwritten
     after = {k: client.dump(k) for k in keys_}
     assert record(keys=keys_, args=args) == [b"unfresh", b"1"]
@@ -255,14 +235,10 @@ def test_any_blocks_are_refused_in_one_line_or_taken_whole(client, keys, setting
     rec = Recorder(client, keys, settings, locator)
     record = scripts.register(client, "record", package="crawler.counters")
     t = st.sampled_from([int(T0) - rec.window, int(T0) - rec.window + 1, int(T0), int(T0) + 1, 0, 2 ** 32 - 1])
-    counts = st.sampled_from([0, 1, 2, 65535])
-    triples = st.lists(st.tuples(st.integers(0, 3), counts, counts), max_size=3)
-    places = st.builds(lambda n, rs: n.to_bytes(2, "big") + b"".join(rs), st.integers(0, 3),
-                       st.lists(st.builds(place_record, st.integers(0, 3), st.integers(0, 4), st.integers(0, 2),
-                                          st.integers(0, 2), st.binary(min_size=1, max_size=1)), max_size=3))
-    made = st.builds(lambda n, bs, ps: n.to_bytes(2, "big") + b"".join(bs) + ps, st.integers(0, 3),
-                     st.lists(st.builds(block, triples, st.lists(t, max_size=4), st.integers(0, 12),
-                                        st.integers(0, 2)), max_size=3), places)
+    pairs = st.lists(st.tuples(st.integers(0, 3), st.sampled_from([0, 1, 2, 65535])), max_size=3)
+    made = st.builds(lambda n, bs: n.to_bytes(2, "big") + b"".join(bs), st.integers(0, 3),
+                     st.lists(st.builds(block, pairs, st.lists(t, max_size=4), st.integers(0, 12),
+                                        st.integers(0, 2)), max_size=3))
     blocks = data.draw(st.one_of(made, st.binary(max_size=80), made.map(lambda b: b[:len(b) // 2])))
     count = data.draw(st.integers(0, 1))
     keys_, args = block_call(rec, blocks + (b"" if not count else bytes(1) + bytes(64)), count)

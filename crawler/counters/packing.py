@@ -133,8 +133,8 @@ def add_visit(batches: RecordBatches, i: int, part: VisitPart, flags: bytes, n_b
             batch.pairs += pairs
         if wide:  # its torrent's marks may also be elsewhere (``VisitPart``)
             batch.add_extras(part, f, n_buckets)
-        if since or (grouped and parts.takes_whole):
-            parts.add(batch, pkey, info, f, bucket, rb, since, n_buckets, fkey)
+        if since:
+            parts.add(batch, pkey, info, f, bucket, rb, since)
             continue
         head = heads.get(pkey)
         if head is None:
@@ -159,11 +159,10 @@ class TorrentParts:
     and the place time), written out: ``add`` one, ``next_call`` when the visit goes on in another call."""
 
     __slots__ = ("country_keys", "part", "tlanes", "tparts")
-    takes_whole = False  # a whole record stays a record (``TorrentBlocks`` takes them)
 
-    def __init__(self, part: VisitPart):
+    def __init__(self, part: VisitPart, tlanes: dict | None = None):
         self.part, self.country_keys = part, part.shard.country_keys
-        self.tlanes: dict[tuple, int] = {}  # place tuple -> its lanes in this visit
+        self.tlanes: dict[tuple, int] = {} if tlanes is None else tlanes  # place tuple -> its lanes in this visit
         # place tuple -> what its torrent parts share in the current call: header bits (form 1 included),
         # lanes and shifts
         self.tparts: dict[tuple, tuple] = {}
@@ -176,10 +175,9 @@ class TorrentParts:
         return tl
 
     def add(self, batch: RecordBatch, pkey: tuple, info: PlaceInfo, f: int, bucket: int, rb: int | None,
-            since: int, n_buckets: int = 0, fkey: int = 0) -> None:
+            since: int) -> None:
         """The torrent part of the IP of fingerprint ``f`` at place ``pkey`` (its roster bucket, its group
-        record's, None: none), its place marks fresh since ``since`` (``n_buckets`` and ``fkey``: unused,
-        ``TorrentBlocks.add``'s)."""
+        record's, None: none), its place marks fresh since ``since``."""
         tp = self.tparts.get(pkey)
         if tp is None:
             head = batch.torrent_head(pkey, info, self.country_keys) | (1 << 8 * info.t_nbytes)  # form 1
@@ -206,29 +204,21 @@ class TorrentBlocks:
     """The torrent parts of a visit of a torrent believed never counted (``VisitPart.fresh``), in
     blocks (``RecordBatch.add_blocks``), one a roster bucket: in the visit's first call only, a
     call after it finding the torrent counted by that one. A group record takes the time of the IP's
-    place marks, no later than ``now`` (the call's). The visit's whole records go as place records,
-    their torrent fields in the blocks (``add``)."""
+    place marks, no later than ``now`` (the call's)."""
 
-    __slots__ = ("blocks", "ips", "n_places", "now", "parts", "place_records", "places")
-    takes_whole = True
+    __slots__ = ("blocks", "ips", "now", "parts", "places")
 
     def __init__(self, part: VisitPart, now: int):
         self.parts, self.now = TorrentParts(part), now
-        # mark bucket -> (IPs per place number, those of them with their group record here, group records,
-        # torrent fields)
-        self.blocks: dict[int, tuple[dict[int, int], dict[int, int], bytearray, bytearray]] = {}
+        # mark bucket -> (IPs per place number, group records, torrent fields)
+        self.blocks: dict[int, tuple[dict[int, int], bytearray, bytearray]] = {}
         # place tuple -> its number in the call, lanes, multiplier, shift, mask and bytes of its fields
         self.places: dict[tuple, tuple] = {}
-        self.ips = self.n_places = 0
-        self.place_records = bytearray()
+        self.ips = 0
 
     def add(self, batch: RecordBatch, pkey: tuple, info: PlaceInfo, f: int, bucket: int, rb: int | None,
-            since: int, n_buckets: int = 0, fkey: int = 0) -> None:
-        """The IP of fingerprint ``f`` at place ``pkey`` (its roster bucket, its group record's ``rb``):
-        its torrent fields into the block of its roster bucket, and, its place marks fresh since
-        ``since``, its group record too; else (0: a whole record) its place fields and group record's
-        field as a place record (its place marks bucketed by the IP alone among ``n_buckets``), whose
-        time the call answers for ``fkey`` (``fresh_places``)."""
+            since: int) -> None:
+        """``TorrentParts.add``, into the block of the IP's roster bucket."""
         bp = self.places.get(pkey)
         if bp is None:
             fbits = 64 * info.t_k
@@ -237,23 +227,13 @@ class TorrentBlocks:
         n, tl, t_r, fbits, fmask, fbytes = bp
         block = self.blocks.get(bucket)
         if block is None:
-            block = self.blocks[bucket] = ({}, {}, bytearray(), bytearray())
-        at, grouped, groups, fields = block
+            block = self.blocks[bucket] = ({}, bytearray(), bytearray())
+        at, groups, fields = block
         at[n] = at.get(n, 0) + 1
         v = tl ^ (f & LOW64) * t_r  # the group record's field, then the torrent's
+        groups += ((v >> fbits) << 32 | (since if since < self.now else self.now)).to_bytes(12, "big")
         fields += (v & fmask).to_bytes(fbytes, "big")
         self.ips += 1
-        if since:
-            grouped[n] = grouped.get(n, 0) + 1
-            groups += ((v >> fbits) << 32 | (since if since < self.now else self.now)).to_bytes(12, "big")
-            return
-        numbers = batch.bnumbers
-        head = (numbers.setdefault(rb, len(numbers) + 1) << 32
-                | numbers.setdefault((f >> 64) % n_buckets, len(numbers) + 1) << 16 | n)
-        self.place_records += ((((head << 64) | (v >> fbits)) << 64 * info.p_m)
-                               | (info.p_g ^ (f & LOW64) * info.p_r)).to_bytes(14 + 8 * info.p_m, "big")
-        self.n_places += 1
-        batch.learn.append(fkey)
 
     def next_call(self, batch: RecordBatch | None) -> TorrentParts | TorrentBlocks:
         """Blocks in the first call (``batch`` None); after it, torrent parts."""
@@ -263,6 +243,6 @@ class TorrentBlocks:
         return self.parts.next_call(batch)
 
     def end(self, batch: RecordBatch) -> None:
-        """The visit's IPs in ``batch`` are all added: its blocks and place records go before its records."""
+        """The visit's IPs in ``batch`` are all added: its blocks go before its records."""
         if self.ips:
-            batch.add_blocks(self.blocks, self.ips, self.place_records, self.n_places)
+            batch.add_blocks(self.blocks, self.ips)

@@ -194,9 +194,9 @@ class PartBlocks:
     def __init__(self, now: int, batch: RecordBatch):
         self.now = now
         batch.pending.append((self, None, batch.visits[-1]))  # where the visit's records would start
-        # mark bucket -> (IPs per place number, those of them with a group record, the group record fields
-        # and where their times come from, torrent fields)
-        self.blocks: dict[int, tuple[dict[int, int], dict[int, int], list, bytearray]] = {}
+        # mark bucket -> (IPs per place number, group record fields and where their times come from,
+        # torrent fields)
+        self.blocks: dict[int, tuple[dict[int, int], list, bytearray]] = {}
         # place tuple -> its number in the call, the lanes' multiplier, shift and mask, the fields' bytes
         self.places: dict[tuple, tuple] = {}
 
@@ -212,12 +212,11 @@ class PartBlocks:
         n, t_r, fbits, fmask, fbytes = bp
         block = self.blocks.get(bucket)
         if block is None:
-            block = self.blocks[bucket] = ({}, {}, [], bytearray())
-        at, grouped, groups, fields = block
+            block = self.blocks[bucket] = ({}, [], bytearray())
+        at, groups, fields = block
         at[n] = at.get(n, 0) + 1
         v = lanes ^ (f & LOW64) * t_r  # the group record's field (with a place), then the torrent's
         if where is not None:
-            grouped[n] = grouped.get(n, 0) + 1
             groups.append((v >> fbits, where))
         fields += (v & fmask).to_bytes(fbytes, "big")
 
@@ -225,7 +224,7 @@ class PartBlocks:
         """The blocks as record.lua reads them before the records of ``visit`` (``RecordBatch.blocks_arg``),
         each answered place time taught to ``learn`` (``FreshPlaces.learn``)."""
         now, blocks, ips = self.now, {}, 0
-        for bucket, (at, grouped, groups, fields) in self.blocks.items():
+        for bucket, (at, groups, fields) in self.blocks.items():
             ips += sum(at.values())
             records = bytearray()
             for g, where in groups:
@@ -235,5 +234,5 @@ class PartBlocks:
                 else:
                     t = where
                 records += (g << 32 | (t if t < now else now)).to_bytes(12, "big")
-            blocks[bucket] = (at, grouped, records, fields)
+            blocks[bucket] = (at, records, fields)
         return batch.blocks_arg(visit, blocks, ips)

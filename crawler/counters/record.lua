@@ -59,19 +59,12 @@
 --                        A visit flagged in ARGV[3] ("M" or "T" only, without extra
 --                        buckets) is a torrent the caller believes this shard never
 --                        counted: its records start with a u16 count of blocks, each
---                        the torrent fields of one roster bucket's IPs at once: u16
---                        bucket (1-based), u16 m, then m (u16 place number, u16 IPs
---                        at it, u16 of them whose group records are in the block),
---                        then those group records, whole (8-byte field, u32 the
---                        oldest time of the IP's place marks, fresh and not after
---                        now), then every IP's torrent fields (k each, as a torrent
---                        part's), in any order. Then a u16 count of place records
---                        ("M" only), one for each IP of the blocks whose group
---                        record is not in them: u16 its roster bucket, u16 its place
---                        bucket, u16 its place number (a place with a country), its
---                        group record's 8-byte field and the place's fields (the
---                        even slots of a whole record), checked as a whole record's
---                        are, its group record at the oldest of their times.
+--                        the torrent parts of one roster bucket at once: u16 bucket
+--                        (1-based), u16 m, then m (u16 place number, u16 IPs at it),
+--                        then the group records of those IPs whose place has a
+--                        country, whole (8-byte field, u32 the oldest time of the
+--                        IP's place marks, fresh and not after now), then every IP's
+--                        torrent fields (k each, as a torrent part's), in any order.
 --                        Were the torrent counted here after all, the call is
 --                        answered, before anything is written, with {'unfresh', one
 --                        byte per visit: '1' for each such flagged visit}.
@@ -261,19 +254,9 @@ local dirty, adds = {}, {}
 -- one string copied it each time (the replayed calls took 0.8 of the time with the table)
 local raw = {}
 -- ready: bucket -> the records of such a torrent that carry their own time (its group records), their
--- fields and times in pieces, joined when they join the bucket as raw's are (appended to one string a
--- bucket, each record copied what the bucket's new records held so far)
+-- fields and times in pieces, joined when they join the bucket as raw's are (a string a bucket grew by
+-- a copy a record)
 local ready = {}
--- a record (field f, time t: 4 bytes) of such a torrent for bucket b
-local function add_ready(b, f, t)
-  local r = ready[b]
-  if not r then
-    ready[b] = {f, t}
-  else
-    local n = #r
-    r[n + 1], r[n + 2] = f, t
-  end
-end
 local stamp_rep = '%0' .. stamp:gsub('%%', '%%%%')
 local function stamped(fields)
   return (fields:gsub('........', stamp_rep))
@@ -321,22 +304,22 @@ for v = 1, #visits do
     for _ = 1, nblocks do
       local at = o
       local tb, m = u16(p, o), u16(p, o + 2)
-      if not m or tb < 1 or tb > nb or m < 1 or o + 3 + 6 * m > np then
+      if not m or tb < 1 or tb > nb or m < 1 or o + 3 + 4 * m > np then
         return redis.error_reply('record.lua: malformed block at byte ' .. at)
       end
       o = o + 4
       local ng, nf = 0, 0  -- its group records and torrent fields
       for _ = 1, m do
-        local pno, n, g = u16(p, o), u16(p, o + 2), u16(p, o + 4)
+        local pno, n = u16(p, o), u16(p, o + 2)
         local pl = places[pno]
-        if not pl or n < 1 or g > n or (g > 0 and pl[1] < 1) then
+        if not pl or n < 1 then
           return redis.error_reply('record.lua: malformed block at byte ' .. at)
         end
         t_users = t_users + n
         local k = 1  -- the torrent's metrics of the place: users, then one a part of the place
         if pl[1] > 0 then
           k = 2 + (pl[2] ~= '' and 1 or 0) + (pl[3] ~= '' and 1 or 0)
-          ng = ng + g
+          ng = ng + n
           local pc = counted[pno]
           if not pc then
             pc = {0, 0, 0, 0, 0, 0, 0}
@@ -347,7 +330,7 @@ for v = 1, #visits do
           end
         end
         nf = nf + k * n
-        o = o + 6
+        o = o + 4
       end
       local ge = o + 12 * ng - 1  -- the group records' last byte
       if ge + 8 * nf > np then
@@ -375,47 +358,6 @@ for v = 1, #visits do
         wrote = true
       end
       o = ge + 8 * nf + 1
-    end
-    -- its place records: an IP's place marks checked as in a whole record, its group record after them
-    local nplaces = 0
-    if mixed then
-      nplaces = u16(p, o)
-      if not nplaces then
-        return redis.error_reply('record.lua: malformed place record count at byte ' .. o)
-      end
-      o = o + 2
-    end
-    for _ = 1, nplaces do
-      local rb, gb, pno = u16(p, o), u16(p, o + 2), u16(p, o + 4)
-      local pl = pno and places[pno]
-      if not pl or pl[1] < 1 or rb < 1 or rb > nb or gb < 1 or gb > nb then
-        return redis.error_reply('record.lua: malformed place record at byte ' .. o)
-      end
-      local m = 1 + (pl[2] ~= '' and 1 or 0) + (pl[3] ~= '' and 1 or 0)
-      if o + 13 + 8 * m > np then
-        return redis.error_reply('record.lua: malformed place record at byte ' .. o)
-      end
-      local gf = sub(p, o + 6, o + 13)
-      local pc = counted[pno]
-      if not pc then
-        pc = {0, 0, 0, 0, 0, 0, 0}
-        counted[pno] = pc
-      end
-      local oldest, q = now, o + 14
-      for e = 2, 2 * m, 2 do  -- slots 2, 4, 6: the place's metrics
-        local t = check_mark(vals, dirty, adds, gb, sub(p, q, q + 7), stamp, cutoff)
-        if t then
-          if t < oldest then oldest = t end
-        else
-          pc[e] = pc[e] + 1
-        end
-        q = q + 8
-      end
-      local st = oldest == now and stamp or u32(oldest)
-      places_at[#places_at + 1] = st
-      add_ready(rb, gf, st)
-      if oldest < vmin then vmin = oldest end
-      o = q
     end
   end
   while left > 0 do
@@ -581,7 +523,13 @@ for v = 1, #visits do
         at = oldest == pv and sub(p, pat, pat + 3) or u32(oldest)
       end
       if fresh then
-        add_ready(rb, gf, at)
+        local r = ready[rb]
+        if not r then
+          ready[rb] = {gf, at}
+        else
+          local n = #r
+          r[n + 1], r[n + 2] = gf, at
+        end
       else
         set_mark(vals, dirty, adds, rb, gf, at)
       end

@@ -137,29 +137,23 @@ class RecordBatch:
         return b"".join(h.encode() + pos.to_bytes(2, "big") + (n | blocked << 31).to_bytes(4, "big")
                         for h, pos, n, blocked in self.visits)
 
-    def add_blocks(self, blocks: dict, ips: int, place_records: bytes | bytearray = b"", n_places: int = 0) -> None:
-        """The visit begun last takes ``ips`` of its IPs, added as records, in blocks (record.lua's
-        flagged visit): ``blocks``, per mark bucket of the shard, ``(IPs per place number, those of them
-        whose group records are in the block, group records, torrent fields)``, then in a mixed call
-        the ``n_places`` place records of the others, go before its records."""
-        self.ips[self.visit_start:self.visit_start] = self.blocks_arg(self.visits[-1], blocks, ips, place_records,
-                                                                      n_places)
+    def add_blocks(self, blocks: dict, ips: int) -> None:
+        """The visit begun last takes ``ips`` of its IPs, added as records, in torrent part blocks
+        (record.lua's flagged visit): ``blocks``, per mark bucket of the shard, ``(IPs per place number,
+        group records, torrent fields)``, go before its records."""
+        self.ips[self.visit_start:self.visit_start] = self.blocks_arg(self.visits[-1], blocks, ips)
 
-    def blocks_arg(self, visit: list, blocks: dict, ips: int, place_records: bytes | bytearray = b"",
-                   n_places: int = 0) -> bytearray:
-        """The blocks and place records of ``add_blocks`` as record.lua reads them before the records
-        of ``visit`` (an entry of ``visits``), which then counts ``ips`` records fewer, and is flagged."""
+    def blocks_arg(self, visit: list, blocks: dict, ips: int) -> bytearray:
+        """The blocks of ``add_blocks`` as record.lua reads them before the records of ``visit``
+        (an entry of ``visits``), which then counts ``ips`` records fewer, and is flagged."""
         numbers = self.bnumbers
         out = bytearray(len(blocks).to_bytes(2, "big"))
-        for bucket, (counts, grouped, groups, fields) in blocks.items():
+        for bucket, (counts, groups, fields) in blocks.items():
             out += numbers.setdefault(bucket, len(numbers) + 1).to_bytes(2, "big") + len(counts).to_bytes(2, "big")
             for place, n in counts.items():
-                out += place.to_bytes(2, "big") + n.to_bytes(2, "big") + grouped.get(place, 0).to_bytes(2, "big")
+                out += place.to_bytes(2, "big") + n.to_bytes(2, "big")
             out += groups
             out += fields
-        if self.mixed:
-            out += n_places.to_bytes(2, "big")
-            out += place_records
         visit[2] -= ips
         visit[3] = True
         return out
