@@ -160,9 +160,9 @@ class TorrentParts:
 
     __slots__ = ("country_keys", "part", "tlanes", "tparts")
 
-    def __init__(self, part: VisitPart, tlanes: dict | None = None):
+    def __init__(self, part: VisitPart):
         self.part, self.country_keys = part, part.shard.country_keys
-        self.tlanes: dict[tuple, int] = {} if tlanes is None else tlanes  # place tuple -> its lanes in this visit
+        self.tlanes: dict[tuple, int] = {}  # place tuple -> its lanes in this visit
         # place tuple -> what its torrent parts share in the current call: header bits (form 1 included),
         # lanes and shifts
         self.tparts: dict[tuple, tuple] = {}

@@ -254,8 +254,8 @@ local dirty, adds = {}, {}
 -- one string copied it each time (the replayed calls took 0.8 of the time with the table)
 local raw = {}
 -- ready: bucket -> the records of such a torrent that carry their own time (its group records), their
--- fields and times in pieces, joined when they join the bucket as raw's are (a string a bucket grew by
--- a copy a record)
+-- fields and times in pieces, joined when they join the bucket as raw's are (appended to one string a
+-- bucket, each record copied what the bucket's new records held so far)
 local ready = {}
 local stamp_rep = '%0' .. stamp:gsub('%%', '%%%%')
 local function stamped(fields)
