@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import calendar
 import contextlib
-import re
 
 import pytest
 import redis
@@ -26,6 +25,7 @@ from crawler.store import scripts
 from geo import Place
 from tests.mmdb import write_city_db
 from tests.namespaces import delete_namespace
+from tests.test_completions import contents as completions_contents
 
 T0 = calendar.timegm((2024, 5, 10, 12, 0, 0))
 H = "ab" * 20
@@ -41,23 +41,12 @@ def locator(tmp_path):
 
 
 def contents(client: redis.Redis, namespace: str) -> dict:
-    """Every key of ``namespace`` (its name as in another namespace) and its value; a mark bucket's
-    records as a sorted list (blocks add them in another order than records)."""
-    out = {}
-    for key in client.scan_iter(match=Keys(namespace).match_all, count=1000):
-        kind = client.type(key).decode()
-        # without the namespace and its shards' slot spreaders
-        name = re.sub(r"/(\d+)\.\d+}", r"/\1}", key.decode().replace(namespace, "NS"))
-        if kind == "hash":
-            value = client.hgetall(key)
-        elif kind == "zset":
-            value = dict(client.zrange(key, 0, -1, withscores=True))
-        elif kind == "string" and ":mk:" in name:
-            s = client.get(key)
-            value = sorted(s[i:i + 12] for i in range(0, len(s), 12))
-        else:
-            value = client.dump(key)
-        out[name] = (kind, value)
+    """``test_completions.contents`` of ``namespace``, a mark bucket's records as a sorted list (blocks
+    add them in another order than records)."""
+    out = completions_contents(client, namespace)
+    for name, (kind, value, lives) in out.items():
+        if kind == "string" and ":mk:" in name:
+            out[name] = (kind, sorted(value[i:i + 12] for i in range(0, len(value), 12)), lives)
     return out
 
 

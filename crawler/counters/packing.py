@@ -206,7 +206,7 @@ class TorrentBlocks:
     call after it finding the torrent counted by that one. A group record takes the time of the IP's
     place marks, no later than ``now`` (the call's)."""
 
-    __slots__ = ("blocks", "ips", "now", "parts", "places")
+    __slots__ = ("blocks", "now", "parts", "places")
 
     def __init__(self, part: VisitPart, now: int):
         self.parts, self.now = TorrentParts(part), now
@@ -214,7 +214,6 @@ class TorrentBlocks:
         self.blocks: dict[int, tuple[dict[int, int], bytearray, bytearray]] = {}
         # place tuple -> its number in the call, lanes, multiplier, shift, mask and bytes of its fields
         self.places: dict[tuple, tuple] = {}
-        self.ips = 0
 
     def add(self, batch: RecordBatch, pkey: tuple, info: PlaceInfo, f: int, bucket: int, rb: int | None,
             since: int) -> None:
@@ -233,7 +232,6 @@ class TorrentBlocks:
         v = tl ^ (f & LOW64) * t_r  # the group record's field, then the torrent's
         groups += ((v >> fbits) << 32 | (since if since < self.now else self.now)).to_bytes(12, "big")
         fields += (v & fmask).to_bytes(fbytes, "big")
-        self.ips += 1
 
     def next_call(self, batch: RecordBatch | None) -> TorrentParts | TorrentBlocks:
         """Blocks in the first call (``batch`` None); after it, torrent parts."""
@@ -244,5 +242,5 @@ class TorrentBlocks:
 
     def end(self, batch: RecordBatch) -> None:
         """The visit's IPs in ``batch`` are all added: its blocks go before its records."""
-        if self.ips:
-            batch.add_blocks(self.blocks, self.ips)
+        if self.blocks:
+            batch.add_blocks(self.blocks)

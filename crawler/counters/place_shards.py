@@ -223,9 +223,8 @@ class PartBlocks:
     def arg(self, batch: RecordBatch, visit: list, learn) -> bytearray:
         """The blocks as record.lua reads them before the records of ``visit`` (``RecordBatch.blocks_arg``),
         each answered place time taught to ``learn`` (``FreshPlaces.learn``)."""
-        now, blocks, ips = self.now, {}, 0
+        now, blocks = self.now, {}
         for bucket, (at, groups, fields) in self.blocks.items():
-            ips += sum(at.values())
             records = bytearray()
             for g, where in groups:
                 if where.__class__ is tuple:
@@ -235,4 +234,4 @@ class PartBlocks:
                     t = where
                 records += (g << 32 | (t if t < now else now)).to_bytes(12, "big")
             blocks[bucket] = (at, records, fields)
-        return batch.blocks_arg(visit, blocks, ips)
+        return batch.blocks_arg(visit, blocks)

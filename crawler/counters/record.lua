@@ -228,8 +228,9 @@ for v = 1, #visits do
   local h, wv = visits[v][1], widths[v]
   local new = not made[h] and not redis.call('ZSCORE', KEYS[2], h)
   fresh_at[v] = new
-  counted_after_all[v] = (visits[v][4] and not new) and '1' or '0'
-  if visits[v][4] and not new then unfresh = true end
+  local again = visits[v][4] and not new
+  counted_after_all[v] = again and '1' or '0'
+  unfresh = unfresh or again
   if wv then
     local live = 0
     if not new then live = bit.bor(live_widths(vals[wv[1]], wv[5], cutoff), made[h] or 0) end

@@ -137,21 +137,23 @@ class RecordBatch:
         return b"".join(h.encode() + pos.to_bytes(2, "big") + (n | blocked << 31).to_bytes(4, "big")
                         for h, pos, n, blocked in self.visits)
 
-    def add_blocks(self, blocks: dict, ips: int) -> None:
-        """The visit begun last takes ``ips`` of its IPs, added as records, in torrent part blocks
+    def add_blocks(self, blocks: dict) -> None:
+        """The visit begun last takes some of its IPs, added as records, in torrent part blocks
         (record.lua's flagged visit): ``blocks``, per mark bucket of the shard, ``(IPs per place number,
         group records, torrent fields)``, go before its records."""
-        self.ips[self.visit_start:self.visit_start] = self.blocks_arg(self.visits[-1], blocks, ips)
+        self.ips[self.visit_start:self.visit_start] = self.blocks_arg(self.visits[-1], blocks)
 
-    def blocks_arg(self, visit: list, blocks: dict, ips: int) -> bytearray:
+    def blocks_arg(self, visit: list, blocks: dict) -> bytearray:
         """The blocks of ``add_blocks`` as record.lua reads them before the records of ``visit``
-        (an entry of ``visits``), which then counts ``ips`` records fewer, and is flagged."""
+        (an entry of ``visits``), which then counts the blocks' IPs as records no more, and is flagged."""
         numbers = self.bnumbers
         out = bytearray(len(blocks).to_bytes(2, "big"))
+        ips = 0
         for bucket, (counts, groups, fields) in blocks.items():
             out += numbers.setdefault(bucket, len(numbers) + 1).to_bytes(2, "big") + len(counts).to_bytes(2, "big")
             for place, n in counts.items():
                 out += place.to_bytes(2, "big") + n.to_bytes(2, "big")
+                ips += n
             out += groups
             out += fields
         visit[2] -= ips
