@@ -4,7 +4,7 @@ Usage: python bench/bench_record_lua.py [--redis-url URL] [--visits 1000] [--bat
                                         [--mark-buckets N] [--overlap 4] [--shards 1] [--no-replay]
 
 Records ``--visits`` first visits of 50 peers (bench_worker's swarms: four
-countries, each address in four swarms) in batches of ``--batch`` with
+countries, each address in ``--overlap`` swarms) in batches of ``--batch`` with
 ``Recorder.record_visits`` into a fresh namespace, unprobed as a worker
 records a torrent never visited, then the same visits again, probed
 (revisits: every IP known), and reports per visit the Redis time of
