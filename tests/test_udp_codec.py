@@ -80,6 +80,8 @@ def test_announce_request_round_trip(cid, tid, ih, pid, p, nw, ev):
     data = req.encode()
     assert len(data) == 98
     assert u.AnnounceRequest.decode(data) == req
+    # what the client sends, built without the value, is the same packet
+    assert u.announce_request(cid, tid, ih, pid, p, nw, ev, left=1, key=5) == data
 
 
 def test_connect_request_layout():

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Self
 
 from crawler.keys.placement import shard_of
@@ -21,9 +22,10 @@ RESERVED = frozenset({"layout"})
 class NamespaceKeys(ShardLayout):
     """How a key of one namespace and shard is named (module note)."""
 
-    @property
+    @cached_property
     def prefix(self) -> str:
-        """``{<namespace>}`` (the home, and the one shard of a one-shard crawl) or ``{<tag>}``."""
+        """``{<namespace>}`` (the home, and the one shard of a one-shard crawl) or ``{<tag>}`` (made once:
+        every key of a visit starts with it)."""
         return "{" + (self.tag or self.namespace) + "}"
 
     def name_key(self, *parts: str) -> str:

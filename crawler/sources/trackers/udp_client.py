@@ -296,8 +296,8 @@ class UdpTrackerClient:
 
             def build(i: int, tid: int, stop: bool = False, cid=cid) -> bytes:
                 self.announces_sent += 1
-                return codec.AnnounceRequest(cid, tid, info_hashes[i], peer_id, port, num_want,
-                                             codec.EVENT_STOPPED if stop else event, left=left, key=key).encode()
+                return codec.announce_request(cid, tid, info_hashes[i], peer_id, port, num_want,
+                                              codec.EVENT_STOPPED if stop else event, left=left, key=key)
 
             again = cached and not attempt  # a refusal is answered after one fresh connect
 

@@ -59,13 +59,8 @@ class AnnounceRequest:
 
     def encode(self) -> bytes:
         """The 98-byte announce request; raises ValueError for bad hash/peer id lengths."""
-        if len(self.info_hash) != 20 or len(self.peer_id) != 20:
-            raise ValueError("info_hash and peer_id must be 20 bytes")
-        return _ANNOUNCE.pack(
-            self.connection_id, ANNOUNCE, self.transaction_id, self.info_hash, self.peer_id,
-            self.downloaded, self.left, self.uploaded, self.event, self.ip, self.key,
-            self.num_want, self.port,
-        )
+        return announce_request(self.connection_id, self.transaction_id, self.info_hash, self.peer_id, self.port,
+                                self.num_want, self.event, self.downloaded, self.left, self.uploaded, self.key, self.ip)
 
     @classmethod
     def decode(cls, data: bytes) -> AnnounceRequest:
@@ -76,6 +71,17 @@ class AnnounceRequest:
         if action != ANNOUNCE:
             raise UdpPacketError(f"action {action} is not announce")
         return cls(cid, tid, ih, pid, port, nw, event, down, left, up, key, ip)
+
+
+def announce_request(connection_id: int, transaction_id: int, info_hash: bytes, peer_id: bytes, port: int,
+                     num_want: int = -1, event: int = EVENT_NONE, downloaded: int = 0, left: int = 0,
+                     uploaded: int = 0, key: int = 0, ip: int = 0) -> bytes:
+    """``AnnounceRequest(...).encode()`` without the request as a value: what a client sends twice a
+    visit (the announce and its withdrawal). Raises ValueError for bad hash/peer id lengths."""
+    if len(info_hash) != 20 or len(peer_id) != 20:
+        raise ValueError("info_hash and peer_id must be 20 bytes")
+    return _ANNOUNCE.pack(connection_id, ANNOUNCE, transaction_id, info_hash, peer_id, downloaded, left, uploaded,
+                          event, ip, key, num_want, port)
 
 
 def scrape_request(connection_id: int, transaction_id: int, info_hashes: list[bytes]) -> bytes:
