@@ -75,7 +75,8 @@ class MetIPs:
             got = [m for m in got if m is not None]
         self.hits += len(distinct) - misses
         self.misses += misses
-        if len(set(map(_PACKED, got))) < len(got):  # one IP in two spellings: its first kept
+        # one IP in two spellings: its first kept (packed IPs have one form each)
+        if not isinstance(ips, PackedIPs) and len(set(map(_PACKED, got))) < len(got):
             first: dict[bytes, Met] = {}
             for m in got:
                 first.setdefault(m[0], m)
