@@ -1,0 +1,85 @@
+"""Group commit's senders: they park when their queue is empty and the next request wakes them."""
+
+from __future__ import annotations
+
+import gc
+
+import gevent
+import gevent.event
+import pytest
+
+from crawler.store.group_commit import GroupCommit
+
+
+class Stopped(Exception):
+    """What the askers of a killed sender's batch raise."""
+
+
+def committer(in_flight: int = 1, hold: gevent.event.Event | None = None):
+    """A group commit answering each request with itself, noting which greenlet served each batch;
+    with ``hold``, each batch waits for it first."""
+    served: list = []
+
+    def serve(requests: list) -> list:
+        if hold is not None:
+            hold.wait()
+        served.append((gevent.getcurrent(), list(requests)))
+        return requests
+
+    return GroupCommit(serve, cap=100, in_flight=in_flight, stopped=Stopped), served
+
+
+def senders(commit: GroupCommit) -> list:
+    return [o for o in gc.get_objects() if isinstance(o, gevent.Greenlet) and not o.dead
+            and getattr(o, "_run", None) == commit._send]
+
+
+def test_one_sender_serves_every_request_of_a_lone_asker_and_then_parks():
+    commit, served = committer()
+    assert [commit.ask(i) for i in range(50)] == list(range(50))
+    assert len({g for g, _ in served}) == 1  # the same greenlet, woken 50 times
+    assert commit.batches == 50 and not commit.busy
+    assert len(senders(commit)) == 1
+
+
+def test_batches_under_way_at_once_stay_within_in_flight_and_their_senders_serve_the_next_ones():
+    hold = gevent.event.Event()
+    commit, served = committer(in_flight=2, hold=hold)
+    first = [gevent.spawn(commit.ask, i) for i in range(10)]
+    gevent.sleep(0.01)
+    assert commit.busy
+    hold.set()
+    gevent.joinall(first, raise_error=True)
+    assert sorted(j.value for j in first) == list(range(10))
+    again = [gevent.spawn(commit.ask, i) for i in range(10, 20)]
+    gevent.joinall(again, raise_error=True)
+    assert sorted(j.value for j in again) == list(range(10, 20))
+    assert len({g for g, _ in served}) <= 2 and len(senders(commit)) <= 2
+    assert not commit.busy
+
+
+def test_a_sender_killed_while_parked_leaves_and_the_next_request_starts_another():
+    commit, served = committer()
+    assert commit.ask("a") == "a"
+    [parked] = senders(commit)
+    parked.kill()
+    assert not commit.busy and not senders(commit)
+    assert commit.ask("b") == "b"
+    assert served[-1][0] is not parked and len(senders(commit)) == 1
+
+
+def test_a_sender_killed_mid_batch_fails_its_askers_and_the_queue_is_served():
+    hold = gevent.event.Event()
+    commit, _ = committer(hold=hold)
+    caught = gevent.spawn(commit.ask, "held")
+    gevent.sleep(0.01)  # its batch waits on hold
+    [busy] = senders(commit)
+    queued = gevent.spawn(commit.ask, "queued")
+    gevent.sleep(0)
+    busy.kill()
+    hold.set()
+    gevent.joinall([caught, queued])
+    with pytest.raises(Stopped):
+        caught.get()
+    assert queued.get() == "queued"  # served by the sender started in its place
+    assert not commit.busy
