@@ -326,3 +326,61 @@ def test_the_key_read_before_meeting_is_the_key_written_after(texts, locator):
         return
     [(position, h, swarm)] = asked
     assert (position, h) == (0, H) and swarm == swarms.of_ips(fps.torrent(H), met)
+
+
+def test_a_batch_of_records_is_looked_up_in_one_call_per_shard_with_probe_luas_answers(client, namespace,
+                                                                                         settings, locator):
+    """swarm_check.lua answers each visit of a batch as probe.lua answers its record alone: fresh ("S"),
+    expired, missing, a torrent never counted, several records in one bucket; one call a counter shard."""
+    keys = Keys(namespace, 3, rosters=True)
+    rec = Recorder(client, keys, settings.replace(namespace=namespace), locator)
+    hashes = [f"{i:02x}" * 20 for i in range(1, 13)]
+    swarms = {h: [f"1.1.{i}.{j}" for j in range(1, 2 + i % 4)] for i, h in enumerate(hashes)}
+    early, late = hashes[:4], hashes[4:8]  # counted long ago (expired by the revisit), counted lately
+    assert rec.record_visits([(h, swarms[h]) for h in early], T0, [False] * 4) == [len(swarms[h]) for h in early]
+    assert rec.record_visits([(h, swarms[h]) for h in late], T0 + 29 * DAY, [False] * 4)
+    # several counter shards write a swarm's record at its probe (a revisit finding every IP fresh)
+    assert rec.record_visits([(h, swarms[h]) for h in early], T0 + 60) == [0] * 4
+    assert rec.record_visits([(h, swarms[h]) for h in late], T0 + 29 * DAY + 60) == [0] * 4
+    sent: list = []
+    send = rec._send
+    rec._send = lambda calls, *a, **kw: (sent.append([c[0] for c in calls]), send(calls, *a, **kw))[1]
+    now = T0 + 30 * DAY + 60
+    # the late ones settle; the early ones' records expired; the rest were never counted
+    asked = rec.swarms.of_texts([(h, swarms[h]) for h in hashes], None)
+    settled = rec._settled(now, asked)
+    assert settled == {hashes.index(h) for h in late}
+    assert len(sent[0]) == len({id(rec._home(h)) for h in hashes}) <= 3
+    probe = register(client, "probe", package="crawler.counters")
+    for position, h, (bucket, field) in asked:
+        shard = rec._home(h)
+        alone = probe(keys=[shard.torrents, shard.bucket(bucket)],
+                      args=[now - rec.window, h, b"", b"\x00\x01" + field])
+        assert (alone == b"S") == (position in settled)
+
+
+def test_malformed_swarm_checks_are_refused_in_one_line(client, keys, settings, locator):
+    rec = Recorder(client, keys, settings, locator)
+    check = register(client, "swarm_check", package="crawler.counters")
+    shard = rec._home(H)
+    good = H.encode() + b"\x00\x01" + b"f" * 8
+    assert check(keys=[shard.torrents, shard.bucket(0)], args=[T0, good + good]) == b"--"
+    assert check(keys=[shard.torrents], args=[T0, b""]) == b""
+    for records, why in ((good[:-1], "not whole 50-byte records"), (b"AB" * 20 + good[40:], "malformed record"),
+                         (H.encode() + b"\x00\x02" + b"f" * 8, "malformed record"),
+                         (H.encode() + b"\x00\x00" + b"f" * 8, "malformed record")):
+        with pytest.raises(redis.ResponseError, match=why):
+            check(keys=[shard.torrents, shard.bucket(0)], args=[T0, records])
+
+
+@given(records=st.binary(max_size=300), buckets=st.integers(0, 3))
+@hsettings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_any_bytes_are_refused_in_one_line_or_answered_a_byte_a_record(client, keys, records, buckets):
+    shard_keys = [keys.counter_shard(0).mark_bucket(n) for n in range(buckets)]
+    check = register(client, "swarm_check", package="crawler.counters")
+    try:
+        got = check(keys=[keys.counter_shard(0).index("all", ("torrents",)), *shard_keys], args=[T0, records])
+    except redis.ResponseError as e:
+        assert str(e).startswith("swarm_check.lua: ") and "\n" not in str(e)
+    else:
+        assert len(got) == len(records) // 50 and set(got) <= set(b"S-")

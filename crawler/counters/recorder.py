@@ -57,7 +57,7 @@ from crawler.counters.processed import Processed
 from crawler.counters.record_replies import COUNTED, read_reply
 from crawler.counters.rollup import Rollup
 from crawler.counters.script_args import RecordBatch, RecordBatches, ShardKeys, VisitPart, bucket_keys
-from crawler.counters.swarm_record import SETTLED, Swarms, check_call, probe_arg, swarms_in
+from crawler.counters.swarm_record import SETTLED, Swarms, check_calls, probe_arg, settled_of, swarms_in
 from crawler.errors import StoreError
 from crawler.keys import Keys, shard_of
 from crawler.shard_layout import buckets_per_shard
@@ -129,6 +129,7 @@ class Recorder:
         self.rollup = Rollup(self.store, keys) if len(shards) > 1 else None
         self._record = register(client, "record", package=__package__)
         self._probe_script = register(client, "probe", package=__package__)
+        self._check_script = register(client, "swarm_check", package=__package__)
         self._places: dict = {}
         self._post = ("c" if self._post_countries else "-") + ("t" if self._post_torrents else "-")
         self._geo_errors = GeoErrorTally(client, keys, locator)
@@ -286,12 +287,11 @@ class Recorder:
 
     def _settled(self, now: int, asked: list[tuple]) -> set[int]:
         """The positions of the visits ``asked`` (position, info-hash, swarm record) whose record is fresh,
-        asked for in one round trip before their probes."""
+        asked for in one round trip before their probes (``swarm_record.check_calls``)."""
         if not asked:
             return set()
-        cutoff, script = now - self.window, self._probe_script
-        replies = self._send([check_call(script, self._home(h), h, cutoff, swarm) for _, h, swarm in asked])
-        settled = {a[0] for a, r in zip(asked, replies, strict=True) if r == SETTLED}
+        groups, calls = check_calls(self._check_script, self._home, now - self.window, asked)
+        settled = settled_of(groups, self._send(calls))
         self.swarms.saw(len(settled), len(asked))
         return settled
 

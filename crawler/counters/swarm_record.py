@@ -27,11 +27,12 @@ database read error writes no record (an IP read in error has no place
 marks to vouch for). Visits given with their places (``record_places_many``)
 keep the key of their (IP, place) pairs above.
 
-Where most revisits find their record, it is asked for in a call of its
-own before any IP is met or packed for the probe, which a fresh one spares; where
-few do (swarms that change), that call would only add a round trip, so it
-travels with the probe. ``Lookups`` follows which is the case from the
-answers.
+Where most revisits find their record, it is asked for before any IP is
+met or packed for the probe, which a fresh one spares: one ``swarm_check.lua``
+call for a batch's visits in a counter shard (a script call costs Redis more
+than the lookup it makes); where few do (swarms that change), that call would
+only add a round trip, so the record travels with the probe. ``Lookups``
+follows which is the case from the answers.
 
 The record is written by the script that last saw every IP of the visit:
 ``probe.lua`` when it found every IP's group record fresh, ``record.lua``
@@ -47,7 +48,7 @@ the torrent's shard, trusted as Redis keeps what it acknowledged
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from operator import itemgetter
 
 from crawler.counters.ip_forms import packed_ips
@@ -59,8 +60,10 @@ from crawler.counters.script_args import FRESH, RecordBatch, ShardKeys, VisitPar
 MOD128 = (1 << 128) - 1
 _FRESH_KEY = itemgetter(3)  # a Met's fresh_places key
 _PACKED = itemgetter(0)  # a Met's packed IP
-# probe.lua's answer for a visit its swarm record settles
+# probe.lua's answer for a visit its swarm record settles (and swarm_check.lua's byte for one)
 SETTLED = b"S"
+# Visits whose swarm records one swarm_check.lua call looks up (its MGET has at most as many keys).
+CHECKS = 256
 
 
 def swarm_of(fingerprints: Fingerprinter, t_fp: int, ips: Sequence[Met], n_buckets: int) -> tuple[int, bytes]:
@@ -140,11 +143,33 @@ class Lookups:
             self.asked = self.asked * self.DECAY + asked
 
 
-def check_call(script, shard: ShardKeys, h: str, cutoff: int, swarm: tuple[int, bytes]) -> tuple:
-    """The probe.lua call that only looks up swarm record ``swarm`` (``swarm_of``) of torrent ``h`` in
-    ``shard`` (``cutoff``: now - window): it answers ``SETTLED`` when the record is fresh."""
-    bucket, field = swarm
-    return script, [shard.torrents, shard.bucket(bucket)], [cutoff, h, b"", b"\x00\x01" + field]
+def check_calls(script, home: Callable[[str], ShardKeys], cutoff: int,
+                asked: Sequence[tuple]) -> tuple[list[list[tuple]], list[tuple]]:
+    """The swarm_check.lua calls that look up the swarm records of the visits ``asked`` (position,
+    info-hash, record) before their IPs are met: one a counter shard (``home(info-hash)``) and ``CHECKS``
+    visits. Returns the visits of each call and the calls (``settled_of`` reads their answers)."""
+    by_shard: dict[ShardKeys, list[tuple]] = {}
+    for a in asked:
+        by_shard.setdefault(home(a[1]), []).append(a)
+    groups = [g[at : at + CHECKS] for g in by_shard.values() for at in range(0, len(g), CHECKS)]
+    return groups, [check_call(script, home(g[0][1]), cutoff, [(h, swarm) for _, h, swarm in g]) for g in groups]
+
+
+def settled_of(groups: list[list[tuple]], replies: list[bytes]) -> set[int]:
+    """The positions of the visits whose record the ``check_calls`` answered fresh."""
+    return {a[0] for g, r in zip(groups, replies, strict=True) for a, flag in zip(g, r, strict=True)
+            if flag == SETTLED[0]}
+
+
+def check_call(script, shard: ShardKeys, cutoff: int, asked: Sequence[tuple[str, tuple[int, bytes]]]) -> tuple:
+    """The swarm_check.lua call that looks up the swarm records (``swarm_of``) of the visits ``asked``
+    (info-hash, record) of torrents of ``shard`` (``cutoff``: now - window): it answers one byte a visit,
+    ``SETTLED`` for each whose record is fresh."""
+    numbers: dict[int, int] = {}
+    args = bytearray()
+    for h, (bucket, field) in asked:
+        args += h.encode() + numbers.setdefault(bucket, len(numbers) + 1).to_bytes(2, "big") + field
+    return script, [shard.torrents, *map(shard.bucket, numbers)], [cutoff, bytes(args)]
 
 
 def probe_arg(part: VisitPart) -> list[bytes]:
