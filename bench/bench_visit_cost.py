@@ -1,6 +1,6 @@
 """What one visit costs, everything counted: a real ``peercrawl worker`` process on a Redis of its own.
 
-Usage: python bench/bench_visit_cost.py [--quick] [--torrents 3000] [--concurrency 64|auto] [--overlap 4]
+Usage: python bench/bench_visit_cost.py [--quick] [--torrents 3000] [--concurrency 64|auto] [--overlap 4] [--stathat]
                                         [--mark-buckets N] [--code DIR] [--timeout 600]
 
 The world, on loopback:
@@ -33,7 +33,11 @@ The world, on loopback:
   DHT, metadata fetches and StatHat off (no ``STATHAT_EZKEY``), loopback
   trackers and peers allowed (``PEERCRAWL_ALLOW_PRIVATE``), a fixed
   ``PEERCRAWL_SECRET``, no default trackers (each torrent is added as a
-  magnet naming the one tracker) and a revisit of a day. ``--named``:
+  magnet naming the one tracker) and a revisit of a day. ``--stathat``:
+  StatHat on, the worker's flusher posting to a loopback stand-in
+  (tests/stathat_sink.py, in a process of its own), as a crawl runs it: the
+  outbox's increments and ``torrents.processed`` in what a visit costs;
+  ``world.stathat_increments``, what the stand-in accepted. ``--named``:
   metadata fetches on (``PEERCRAWL_METADATA``) and each magnet with a name
   (``dn``), as most torrents have once such a crawl has run: what a named
   torrent's visits cost the fetcher.
@@ -145,6 +149,7 @@ from crawler.queue.rates import middle, percentile
 from crawler.store import layout
 from tests.mmdb import write_city_db
 from tests.opentracker import OpenTracker
+from tests.stathat_sink import StatHatSinkProcess
 
 SWARM = 50
 SUBNETS = 10  # 127.10.0.0/16 to 127.19.0.0/16
@@ -176,9 +181,10 @@ def address(k: int) -> str:
 
 
 def worker_env(url: str, ns: str, tmp: Path, db: Path, concurrency: int | str, named: bool = False,
-               mark_buckets: int | None = None) -> dict[str, str]:
+               mark_buckets: int | None = None, stathat: str | None = None) -> dict[str, str]:
     """The worker's environment: this process's, without any peercrawl setting, and this bench's
-    (``mark_buckets``: the crawl's ``PEERCRAWL_MARK_BUCKETS``, None: its default).
+    (``mark_buckets``: the crawl's ``PEERCRAWL_MARK_BUCKETS``, None: its default; ``stathat``: the URL
+    of the loopback StatHat its flusher posts to, None: StatHat off).
 
     Without ``PYTHONDONTWRITEBYTECODE`` as well: the warming run writes the code's compiled files, as
     an installed package has them, so no run pays for compiling the source (a fifth of a start-up)."""
@@ -194,6 +200,8 @@ def worker_env(url: str, ns: str, tmp: Path, db: Path, concurrency: int | str, n
         env.update(PEERCRAWL_CONCURRENCY=str(concurrency))
     if mark_buckets is not None:
         env.update(PEERCRAWL_MARK_BUCKETS=str(mark_buckets))
+    if stathat is not None:
+        env.update(STATHAT_EZKEY="bench", STATHAT_URL=stathat)
     return env
 
 
@@ -534,7 +542,7 @@ def passes(a, tmp: Path, client: redis.Redis, url: str, ot: OpenTracker, db: Pat
     cold = warm = None
     for i in range(2):  # no torrents: the first warms the caches, the second is the start-up figure
         ns = f"vcstart{run_id}{i}"
-        cli = Cli(a.code, worker_env(url, ns, tmp, db, a.concurrency, a.named, a.mark_buckets))
+        cli = Cli(a.code, worker_env(url, ns, tmp, db, a.concurrency, a.named, a.mark_buckets, a.stathat_url))
         raw = Run(cli, client, ns, ot.proc.pid, tmp / f"{ns}.log", a.concurrency, [], a.timeout).go()
         cold, warm = (raw, warm) if i == 0 else (cold, raw)
     assert cold is not None and warm is not None
@@ -543,7 +551,7 @@ def passes(a, tmp: Path, client: redis.Redis, url: str, ot: OpenTracker, db: Pat
     startup_cpu = warm["worker_cpu"]
 
     ns = f"vc{run_id}"
-    cli = Cli(a.code, worker_env(url, ns, tmp, db, a.concurrency, a.named, a.mark_buckets))
+    cli = Cli(a.code, worker_env(url, ns, tmp, db, a.concurrency, a.named, a.mark_buckets, a.stathat_url))
     src = tmp / "magnets.txt"
     src.write_text(magnets(hashes, ot.udp_url, a.named))
     added = json.loads(cli.run("add", "--json", "--from", str(src)))
@@ -583,6 +591,7 @@ def main() -> None:
     ap.add_argument("--mark-buckets", type=int, help="the crawl's PEERCRAWL_MARK_BUCKETS (default: the worker's): "
                     "fewer fill them as a larger crawl does; a commit before the setting ignores it")
     ap.add_argument("--named", action="store_true", help="metadata fetches on and every torrent named (module note)")
+    ap.add_argument("--stathat", action="store_true", help="StatHat on, posting to a loopback stand-in (module note)")
     ap.add_argument("--code", type=Path, default=Path.cwd(), help="the tree whose peercrawl runs (default: cwd)")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds one worker run may take before SIGTERM")
     ap.add_argument("--profile", type=Path, help="sample the worker with py-spy (collapsed stacks into this "
@@ -608,6 +617,8 @@ def main() -> None:
         tmp = Path(tmpdir)
         db = write_city_db(tmp / "city.mmdb", PLACES)
         ot = OpenTracker(tmp / "ot", hashes).start()
+        sink = StatHatSinkProcess() if a.stathat else None
+        a.stathat_url = sink.url if sink is not None else None
         try:
             t = time.monotonic()
             addresses = swarms.populate(ot, hashes, a.overlap, address, SWARM)
@@ -625,8 +636,13 @@ def main() -> None:
                     client.config_set("slowlog-log-slower-than", 0)
                 out.update(passes(a, tmp, client, tp.url, ot, db, hashes, addresses))
                 client.close()
+            if sink is not None:
+                out["world"]["stathat_increments"] = sink.close()
+                sink = None
         finally:
             ot.stop()
+            if sink is not None:
+                sink.close()
     out["bench_seconds"] = round(time.monotonic() - t_start, 1)
     print(json.dumps(out, indent=2, ensure_ascii=False))
 
