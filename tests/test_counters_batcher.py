@@ -153,3 +153,30 @@ def test_a_batch_holds_at_most_max_ips_peers_and_a_larger_visit_goes_alone(clien
     # queued together: three visits of 30 a batch (90 peers), then the 150 alone, then the last 30
     assert [j.value for j in jobs] == sizes
     assert (batcher.batches, batcher.units) == (6, sum(sizes))
+
+
+@pytest.mark.parametrize("shards", [1, 3])
+def test_a_batchs_visits_are_noted_for_torrents_processed_in_one_call_a_shard_and_hour(client, namespace, settings,
+                                                                                        locator, shards):
+    keys = Keys(namespace, shards)
+    rec = Recorder(client, keys, settings.replace(stathat_ezkey="k"), locator)
+    calls: list = []  # per round trip noting visits: its visited.lua calls
+    run, script = rec.store.run, rec._processed.script
+    rec.store.run = lambda c, *a, **kw: (calls.extend([sum(x[0] is script for x in c)] if any(
+        x[0] is script for x in c) else []), run(c, *a, **kw))[1]
+    batcher = Batcher(rec, in_flight=1)
+    hour = (T0 // 3600 + 1) * 3600
+    # two hours: the visits of one batch on either side of an hour's start are noted in each
+    visits = [(h, hour - 1 if i % 2 else hour + 1, i % 3 != 0) for i, h in enumerate(TORRENTS[:12])]
+    jobs = [gevent.spawn(batcher.record_visit, h, POOL[:3], now, False, noted) for h, now, noted in visits]
+    gevent.joinall(jobs, raise_error=True)
+    noted = [v for v in visits if v[2]]
+    # one round trip a batch, one call in it a shard and hour
+    assert len(calls) == batcher.batches and max(calls) <= 2 * shards
+    outbox = sum(int(client.hget(k.outbox, "torrents.processed") or 0) for k in keys.all_counter_shards)
+    assert outbox == len(noted)
+    # noted again in the same hours: nothing more counts, one call a shard and hour each time
+    again = [gevent.spawn(batcher.record_visit, h, POOL[:3], now, True, True) for h, now, _ in visits]
+    gevent.joinall(again, raise_error=True)
+    outbox = sum(int(client.hget(k.outbox, "torrents.processed") or 0) for k in keys.all_counter_shards)
+    assert outbox == len(visits)

@@ -301,7 +301,9 @@ def test_malformed_visited_and_sweep_calls_write_nothing(client, keys, settings,
     sweep = scripts.register(client, "sweep", package="crawler.counters")
     hour, box = keys.processed(1), keys.outbox
     with pytest.raises(redis.ResponseError, match="visited.lua"):
-        visited(keys=[hour, box], args=[H, "soon"])
+        visited(keys=[hour, box], args=["soon", H])
+    with pytest.raises(redis.ResponseError, match="visited.lua: bad info-hash at argument 3"):
+        visited(keys=[hour, box], args=[7200, H, H[:39]])  # the good one before it is not written
     assert not client.exists(hour) and not client.exists(box)
     client.set(keys.mark_bucket(3), b"F" * 8 + (5).to_bytes(4, "big"))
     with pytest.raises(redis.ResponseError, match="sweep.lua"):

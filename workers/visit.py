@@ -36,10 +36,10 @@ cooling until the first of them may be asked again (``Visit.skipped``), which
 is neither a visit nor a failure.
 
 Redis steps of a visit: the plan, the recording (its batch's probe and
-record calls), the completion with the notes, the next claim (one claim for the runners
-asking together) and ``torrents.processed`` once per torrent and hour
-(skipped for a revisit inside the hour); each shares its round trip with
-other visits' steps (``crawler.store.coalesce``).
+record calls, then ``torrents.processed`` for the batch's visits, once per
+torrent and hour: skipped for a revisit inside the hour), the completion
+with the notes, the next claim (one claim for the runners asking together);
+each shares its round trip with other visits' steps (``crawler.store.coalesce``).
 """
 
 from __future__ import annotations
@@ -252,17 +252,24 @@ class Visitor:
         vr = VisitResult(h, tuple(results))
         ips = vr.distinct_ips
         # a torrent without notes was never visited (or not for two revisit intervals): the probe
-        # would find no group record of it, so its peers go straight to record.lua
-        new = self.recorder.record_visit(h, ips, now, probe=plan.noted.last is not None) if ips else 0
+        # would find no group record of it, so its peers go straight to record.lua; torrents.processed
+        # with the recording, before the completion: a crash in between retries a visit already noted
+        # this hour, which the recorder does not count twice
+        noting = self._noting(h, now)
+        if ips:
+            new = self.recorder.record_visit(h, ips, now, probe=plan.noted.last is not None, processed=noting)
+        else:
+            new = 0
+            if noting:
+                self.recorder.visited(h, now)
+        if noting and len(self._noted) < NOTED_CAP:
+            self._noted.add(h)
         counts = [SourceCount(max(r.returned or 0, len(r.peers)), r.max_peers) for r in answered]
         o = outcome(len(ips), new, counts, s.new_fraction)
         # Not before the first tracker's min interval ends, or the DHT's next lookup.
         times = [max(plan.noted.not_before.get(u, 0.0) for u in g) for g in plan.groups]
         times += [dht_next] if self.dht is not None else []
         due = max(now + s.revisit_seconds, min(times)) if times else now + s.revisit_seconds
-        # torrents.processed before the completion: a crash in between retries
-        # a visit already noted this hour, which the recorder does not count twice.
-        self._processed(h, now)
         laps.lap("record")
         seeders, leechers, reported, estimated = self._size(h, vr, answered)
         laps.lap("size")
@@ -334,21 +341,18 @@ class Visitor:
         self.observer.visit_stages(times)
         return leases
 
-    def _processed(self, h: str, now: float) -> None:
-        """``Recorder.visited`` once per torrent and clock hour from this process.
+    def _noting(self, h: str, now: float) -> bool:
+        """Whether this visit is noted for ``torrents.processed`` (``Recorder.visited``): once per torrent and
+        clock hour from this process (the caller remembers it once noted).
 
         The recorder counts a torrent at most once per UTC clock hour; a
-        second call in the same hour can only answer "already counted", so
-        this process skips its round trip (revisits inside the hour).
+        second note in the same hour can only answer "already counted", so
+        this process skips it (revisits inside the hour).
         """
         hour = int(now) // 3600
         if hour != self._hour:
             self._hour, self._noted = hour, set()
-        if h in self._noted:
-            return
-        self.recorder.visited(h, now)
-        if len(self._noted) < NOTED_CAP:
-            self._noted.add(h)
+        return h not in self._noted
 
 
 

@@ -69,16 +69,18 @@ class Batcher(GroupCommit):
                          stopped=lambda: StoreError("recording peers failed: the batch's greenlet was stopped"))
         self.recorder, self.observer = recorder, observer
 
-    def record_visit(self, info_hash: str, ips: Iterable[str], now: float, probe: bool = True) -> int:
+    def record_visit(self, info_hash: str, ips: Iterable[str], now: float, probe: bool = True,
+                     processed: bool = False) -> int:
         """``Recorder.record_visit``, recorded with whatever other visits are handed over meanwhile
-        (the observer is told how long it waited)."""
+        (the observer is told how long it waited); the batch's visits noted for ``torrents.processed``
+        (``processed``) in one round trip after their recording."""
         h = info_hash_hex(info_hash)
         mark_time(now)  # a time no mark holds is refused here, not in the batch it would fail
         if not isinstance(ips, Collection):  # a batch is sized by its peers
             ips = list(ips)
         t = time.perf_counter()
         try:
-            return self.ask((h, ips, now, probe))
+            return self.ask((h, ips, now, probe, processed))
         finally:
             self.observer.recorded(time.perf_counter() - t)
 
@@ -87,5 +89,9 @@ class Batcher(GroupCommit):
         return self.recorder.visited(info_hash, now)
 
     def _record(self, visits: list) -> list[int]:
-        return self.recorder.record_visits([(h, ips) for h, ips, _, _ in visits], max(v[2] for v in visits),
-                                           [probe for *_, probe in visits])
+        counts = self.recorder.record_visits([(v[0], v[1]) for v in visits], max(v[2] for v in visits),
+                                             [v[3] for v in visits])
+        noted = [(v[0], v[2]) for v in visits if v[4]]
+        if noted:
+            self.recorder.visited_many(noted)
+        return counts

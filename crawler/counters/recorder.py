@@ -149,18 +149,23 @@ class Recorder:
             batch_pairs=self.batch_pairs, buckets=self.fingerprints.buckets) if len(shards) > 1 else None
 
     # --- recording --------------------------------------------------------
-    def record_visit(self, info_hash: str, ips: Iterable[str], now: float, probe: bool = True) -> int:
+    def record_visit(self, info_hash: str, ips: Iterable[str], now: float, probe: bool = True,
+                     processed: bool = False) -> int:
         """Record ``ips`` (text form, or ``ip_forms.PackedIPs``) seen on ``info_hash`` at unix time ``now``.
 
         Returns how many IPs were new for ``torrents.<info-hash>.users`` (the
         ``new`` of §2). Strings that are not IPs are ignored. ``probe`` False:
         no probe.lua first, every IP goes to record.lua (a torrent whose
         group records the probe would not find: one never visited); the
-        count is the same either way. Raises ``ValueError`` for a bad
+        count is the same either way. ``processed``: the visit is then noted
+        for ``torrents.processed`` (``visited``). Raises ``ValueError`` for a bad
         info-hash, ``StoreError`` if Redis fails (batches already done stay
         counted; recording again is safe).
         """
-        return self.record_visits([(info_hash, ips)], now, [probe])[0]
+        new = self.record_visits([(info_hash, ips)], now, [probe])[0]
+        if processed:
+            self.visited(info_hash, now)
+        return new
 
     def record_visits(self, visits: Sequence[tuple[str, Iterable[str]]], now: float,
                       probes: Sequence[bool] | None = None) -> list[int]:
@@ -391,4 +396,8 @@ class Recorder:
     def visited(self, info_hash: str, now: float) -> bool:
         """Note one visit of ``info_hash`` for ``torrents.processed`` (StatHat, ``processed``): True
         when this visit added 1 to its shard's outbox; always False when StatHat is off."""
-        return self._processed.visited(info_hash, now) if self._processed is not None else False
+        return self.visited_many([(info_hash, now)])[0]
+
+    def visited_many(self, visits: Sequence[tuple[str, float]]) -> list[bool]:
+        """``visited`` of each ``(info-hash, now)`` of ``visits``, in one round trip."""
+        return self._processed.visited_many(visits) if self._processed is not None else [False] * len(visits)
