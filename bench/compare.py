@@ -3,12 +3,15 @@
 Usage: python bench/compare.py BASE [HEAD] --bench bench_worker.py [--runs 3] [--bench-from-head] [-- ARGS...]
 
 Checks BASE and HEAD (default: the work tree's HEAD) out into temporary git
-worktrees and runs ``python bench/<bench> ARGS`` in each, alternating
-(base, head, base, head, ...) so that both see the same moments of a shared
-machine. Each run's JSON is flattened to its numeric leaves; the output is
-JSON with, per leaf, the median of each side, head/base, each side's
-spread ((largest - smallest) / median: the run-to-run noise a head/base
-ratio has to be read against), each side's runs in order, and ``paired``: the median over rounds of
+worktrees and runs ``python bench/<bench> ARGS`` in each, alternating, each
+round in the other order (base, head; head, base; base, head; ...) so that both
+see the same moments of a shared machine and neither is always the second of
+its round (with the base first in every round, the head's side was seen ~5 %
+slower in every figure, those its change could not touch included). Each
+run's JSON is flattened to its numeric leaves; the output is JSON with, per
+leaf, the median of each side, head/base, each side's spread ((largest -
+smallest) / median: the run-to-run noise a head/base ratio has to be read
+against), each side's runs in order, and ``paired``: the median over rounds of
 each round's head/base, its two runs next to each other in time, which a
 machine whose speed drifts between rounds moves less. A leaf only one side
 prints (a figure the base's code has not) is given with that side's median. The benchmarks
@@ -106,7 +109,7 @@ def main() -> None:
         try:
             runs: dict[str, list[dict[str, float]]] = {"base": [], "head": []}
             for i in range(a.runs):
-                for side in ("base", "head"):
+                for side in ("base", "head") if i % 2 == 0 else ("head", "base"):
                     print(f"compare: run {i + 1}/{a.runs} of {side}", file=sys.stderr)
                     script = trees["head"] / "bench" / a.bench if a.bench_from_head else None
                     runs[side].append(run_once(trees[side], a.bench, extra, script))
