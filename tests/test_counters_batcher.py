@@ -161,7 +161,7 @@ def test_a_batchs_visits_are_noted_for_torrents_processed_in_one_call_a_shard_an
     keys = Keys(namespace, shards)
     rec = Recorder(client, keys, settings.replace(stathat_ezkey="k"), locator)
     calls: list = []  # per round trip noting visits: its visited.lua calls
-    run, script = rec.store.run, rec._processed.script
+    run, script = rec.store.run, rec.processed.script
     rec.store.run = lambda c, *a, **kw: (calls.extend([sum(x[0] is script for x in c)] if any(
         x[0] is script for x in c) else []), run(c, *a, **kw))[1]
     batcher = Batcher(rec, in_flight=1)

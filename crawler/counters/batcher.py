@@ -92,6 +92,6 @@ class Batcher(GroupCommit):
         counts = self.recorder.record_visits([(v[0], v[1]) for v in visits], max(v[2] for v in visits),
                                              [v[3] for v in visits])
         noted = [(v[0], v[2]) for v in visits if v[4]]
-        if noted:
-            self.recorder.visited_many(noted)
+        if noted and self.recorder.processed is not None:
+            self.recorder.processed.visited_many(noted)
         return counts

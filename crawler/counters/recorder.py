@@ -135,8 +135,9 @@ class Recorder:
         self._geo_errors = GeoErrorTally(client, keys, locator)
         # PEERCRAWL_WAIT_REPLICAS: each recording returns once that many replicas have it (docs/redis.md)
         self._wait = Wait.from_settings(settings)
-        self._processed = (Processed(self.store, keys, self._wait)
-                           if posting and "torrents.processed" in families else None)
+        # torrents.processed (None: StatHat does not post it): a batch notes its visits at once (``batcher``)
+        self.processed = (Processed(self.store, keys, self._wait)
+                          if posting and "torrents.processed" in families else None)
         # the place marks this process knows are fresh (a crawl of one shard; PlaceShards keeps its own)
         self.fresh_places = FreshPlaces()
         # how a visit's swarm record is keyed, and the visits they settled (the worker's log, the benches)
@@ -396,8 +397,4 @@ class Recorder:
     def visited(self, info_hash: str, now: float) -> bool:
         """Note one visit of ``info_hash`` for ``torrents.processed`` (StatHat, ``processed``): True
         when this visit added 1 to its shard's outbox; always False when StatHat is off."""
-        return self.visited_many([(info_hash, now)])[0]
-
-    def visited_many(self, visits: Sequence[tuple[str, float]]) -> list[bool]:
-        """``visited`` of each ``(info-hash, now)`` of ``visits``, in one round trip."""
-        return self._processed.visited_many(visits) if self._processed is not None else [False] * len(visits)
+        return self.processed.visited(info_hash, now) if self.processed is not None else False

@@ -1,5 +1,7 @@
--- swarm_check.lua: which visits of a batch their swarm records settle (crawler/counters/swarm_record.py),
--- asked for before any of their IPs is met: one call a batch and counter shard.
+-- swarm_check.lua: which visits of a batch their swarm records settle.
+--
+-- Asked for before any of the visits' IPs is met, one call a batch and counter shard
+-- (crawler/counters/swarm_record.py).
 --
 -- KEYS[1]     torrents ZSET the lifetime torrents index ({ns}:ix:all:torrents)
 -- KEYS[2..]   marks    STRING of 12-byte records ({ns}:mk:<n>, see record.lua): the buckets
