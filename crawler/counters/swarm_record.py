@@ -151,8 +151,13 @@ def check_calls(script, home: Callable[[str], ShardKeys], cutoff: int,
     by_shard: dict[ShardKeys, list[tuple]] = {}
     for a in asked:
         by_shard.setdefault(home(a[1]), []).append(a)
-    groups = [g[at : at + CHECKS] for g in by_shard.values() for at in range(0, len(g), CHECKS)]
-    return groups, [check_call(script, home(g[0][1]), cutoff, [(h, swarm) for _, h, swarm in g]) for g in groups]
+    groups, calls = [], []
+    for shard, visits in by_shard.items():
+        for at in range(0, len(visits), CHECKS):
+            g = visits[at : at + CHECKS]
+            groups.append(g)
+            calls.append(check_call(script, shard, cutoff, [(h, swarm) for _, h, swarm in g]))
+    return groups, calls
 
 
 def settled_of(groups: list[list[tuple]], replies: list[bytes]) -> set[int]:
