@@ -120,7 +120,7 @@ def test_the_largest_rate_spaces_requests_by_ten_microseconds(client, keys, sett
     s = settings.replace(max_announces_per_second=MAX_ANNOUNCE_RATE)
     cap = RateBudget.announce_cap(client, keys, s)
     answers = cap._serve([((A,), 2)] * 1000)
-    waits = [round(g[A] * 1e6) for g in answers]
+    waits = [round(g[0] * 1e6) for g in answers]
     first = waits[0]
     assert waits == [first + 20 * i for i in range(1000)]  # two requests of 10 µs per visit
 
@@ -136,7 +136,18 @@ def test_the_most_trackers_a_torrent_may_have_each_at_the_slowest_rate(client, k
     assert client.hlen(keys.announce_cap) == n
     # each tracker's next request is 2 x 1000 s away: a second visit is given its place there
     (again,) = cap._serve([(tuple(urls[:3]), 2)])
-    assert again == {u: pytest.approx(2000.0, abs=1.0) for u in urls[:3]}
+    assert again == [pytest.approx(2000.0, abs=1.0)] * 3
+
+
+def test_a_batchs_announces_to_one_tracker_each_take_a_place(client, keys, settings):
+    # a runner's batch asks for a tracker's places at once: each announce its own, in order
+    s = settings.replace(trackers=(TrackerSpec(A, 50, 100.0),))
+    cap = RateBudget.announce_cap(client, keys, s)
+    waits = cap.take_each([A, B, A, A])
+    assert waits[1] == 0.0  # B has no rate of its own, nor the namespace
+    assert [round(w * 1e6) for w in (waits[2] - waits[0], waits[3] - waits[2])] == [20_000, 20_000]
+    # ``take`` of one tracker's URL gives the wait of its first request, as it always did
+    assert cap.take([A])[A] == pytest.approx(waits[3] + 0.02, abs=0.005)
 
 
 @pytest.mark.parametrize("args, message", [

@@ -83,3 +83,30 @@ def test_a_sender_killed_mid_batch_fails_its_askers_and_the_queue_is_served():
         caught.get()
     assert queued.get() == "queued"  # served by the sender started in its place
     assert not commit.busy
+
+
+def test_a_batch_of_its_own_is_asked_at_once_each_answer_in_its_place():
+    hold = gevent.event.Event()
+    commit, served = committer(in_flight=3, hold=hold)
+    commit.cap = 4
+    mine = gevent.spawn(commit.ask_many, list(range(10)))
+    gevent.sleep(0.01)
+    # ten requests of cap 4: three batches, one sender each (in_flight allows three)
+    assert len(senders(commit)) == 3
+    hold.set()
+    assert mine.get() == list(range(10))
+    assert sorted(len(r) for _, r in served) == [2, 4, 4] and not commit.busy
+    assert commit.ask_many([]) == []
+
+
+def test_a_failed_batch_is_the_answer_of_each_of_its_requests_only():
+    def serve(requests: list) -> list:
+        if "bad" in requests:
+            raise ValueError("bad batch")
+        return requests
+
+    commit = GroupCommit(serve, cap=2, in_flight=1, stopped=Stopped)
+    answers = commit.ask_many(["a", "b", "bad", "c", "d"])
+    # batches of two: [a, b], [bad, c], [d]; the failed batch's requests get its exception
+    assert answers[:2] == ["a", "b"] and answers[4] == "d"
+    assert all(isinstance(a, ValueError) for a in answers[2:4])

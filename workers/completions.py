@@ -49,3 +49,8 @@ class Completions(GroupCommit):
         if isinstance(answer, StoreError):
             raise answer
         return answer
+
+    def complete_many(self, visits: list[Completion]) -> list[tuple[str, float | None] | Exception]:
+        """``complete``'s answer for each of ``visits`` (a runner's batch, handed over at once), or
+        the exception that failed it."""
+        return self.ask_many(visits)

@@ -74,19 +74,40 @@ class Batcher(GroupCommit):
         """``Recorder.record_visit``, recorded with whatever other visits are handed over meanwhile
         (the observer is told how long it waited); the batch's visits noted for ``torrents.processed``
         (``processed``) in one round trip after their recording."""
-        h = info_hash_hex(info_hash)
-        mark_time(now)  # a time no mark holds is refused here, not in the batch it would fail
-        if not isinstance(ips, Collection):  # a batch is sized by its peers
-            ips = list(ips)
+        [answer] = self.record_many([(info_hash, ips, now, probe, processed)])
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    def record_many(self, visits: list[tuple[str, Iterable[str], float, bool, bool]]) -> list[int | Exception]:
+        """``record_visit`` of each of ``visits`` (info-hash, IPs, time, probe, processed), handed over
+        at once (a caller visiting a batch of its own): each visit's ``new``, or the exception that
+        failed it (a bad info-hash or time fails its own visit only, before anything is sent)."""
+        asks: list = []
+        out: list = [None] * len(visits)
+        for i, (h, ips, now, probe, processed) in enumerate(visits):
+            try:
+                mark_time(now)  # a time no mark holds is refused here, not in the batch it would fail
+                asks.append((i, (info_hash_hex(h), ips if isinstance(ips, Collection) else list(ips), now,
+                                 probe, processed)))  # a batch is sized by its peers
+            except ValueError as e:
+                out[i] = e
         t = time.perf_counter()
         try:
-            return self.ask((h, ips, now, probe, processed))
+            for (i, _), answer in zip(asks, self.ask_many([a for _, a in asks])):
+                out[i] = answer
         finally:
             self.observer.recorded(time.perf_counter() - t)
+        return out
 
     def visited(self, info_hash: str, now: float) -> bool:
         """``Recorder.visited`` (one script call, which the client's round trips already share)."""
         return self.recorder.visited(info_hash, now)
+
+    def visited_many(self, visits: list[tuple[str, float]]) -> list[bool]:
+        """``visited`` of each of ``visits`` (info-hash, time): one script call per counter shard and hour."""
+        processed = self.recorder.processed
+        return processed.visited_many(visits) if processed is not None and visits else [False] * len(visits)
 
     def _record(self, visits: list) -> list[int]:
         counts = self.recorder.record_visits([(v[0], v[1]) for v in visits], max(v[2] for v in visits),

@@ -96,8 +96,13 @@ class RateBudget:
 
         Raises ``StoreError`` when Redis fails.
         """
+        return dict(zip(urls, self.take_each(urls, per)))
+
+    def take_each(self, urls: list[str], per: int | None = None) -> list[float]:
+        """``take`` with each entry of ``urls`` its own place (a URL may come again: a batch's
+        announces to one tracker), the waits in order."""
         if not self.enabled or not urls:
-            return dict.fromkeys(urls, 0.0)
+            return [0.0] * len(urls)
         return self._commit.ask((tuple(urls), per or self.per))
 
     def wait(self) -> float:
@@ -105,7 +110,7 @@ class RateBudget:
         metadata fetches')."""
         return self.take(["*"], 1)["*"]
 
-    def _serve(self, visits: list[tuple[tuple[str, ...], int]]) -> list[dict[str, float]]:
+    def _serve(self, visits: list[tuple[tuple[str, ...], int]]) -> list[list[float]]:
         capped: dict[str, int] = {}
         asks: list = []
         for urls, per in visits:
@@ -126,5 +131,4 @@ class RateBudget:
         except redis.RedisError as e:
             raise StoreError(f"{self.what}: {e}") from e
         # each URL's first request is the one to wait for (an announce's withdrawal follows it)
-        return [{u: int(reply[per * i]) / 1e6 for i, u in enumerate(urls)}
-                for (urls, per), reply in zip(visits, replies)]
+        return [[int(reply[per * i]) / 1e6 for i in range(len(urls))] for (urls, per), reply in zip(visits, replies)]

@@ -1,16 +1,16 @@
 """Requests of many greenlets answered in shared batches (group commit).
 
-Strategy. A greenlet calls ``ask(request)`` and parks. A sender greenlet
-takes every request queued meanwhile (whole requests, at most ``cap`` units
-of ``size``; a larger request goes alone), answers them with one
-``serve(requests)`` call, hands each asker its answer, and at once takes
-what queued meanwhile; up to ``in_flight`` senders may each have a batch
-under way. There is no timer: a request waits at most for the batches
-already under way, so a batch is as large as the load makes it (a lone
-request when the process is idle, dozens when it is busy), and nothing
-waits for a batch to fill. A sender with nothing left to take parks until
-the next request wakes it: starting a greenlet (~13 µs, its Python stack
-mapped and unmapped) cost more than the batch it sent when a worker's
+Strategy. A greenlet calls ``ask(request)`` (or ``ask_many``, a batch of its
+own) and parks. A sender greenlet takes every request queued meanwhile
+(whole requests, at most ``cap`` units of ``size``; a larger request goes
+alone), answers them with one ``serve(requests)`` call, hands each asker its
+answer, and at once takes what queued meanwhile; up to ``in_flight`` senders
+may each have a batch under way. There is no timer: a request waits at most
+for the batches already under way, so a batch is as large as the load makes
+it (a lone request when the process is idle, dozens when it is busy), and
+nothing waits for a batch to fill. A sender with nothing left to take parks
+until the next request wakes it: starting a greenlet (~13 µs, its Python
+stack mapped and unmapped) cost more than the batch it sent when a worker's
 batches hold a handful of requests, and a worker sends about one a visit.
 
 Failures. An exception ``serve`` raises is raised by every asker of that
@@ -72,6 +72,30 @@ class GroupCommit:
             self._senders += 1
             gevent.spawn(self._send)
         return done.get()
+
+    def ask_many(self, requests: list) -> list:
+        """The answer to each of ``requests`` (a caller with a batch of its own: one park for all of
+        them), served as ``ask`` serves one; a request whose batch failed has the exception it
+        would have raised as its answer."""
+        waits: list[AsyncResult] = []
+        for request in requests:
+            done: AsyncResult = AsyncResult()
+            self._queue.append((request, done))
+            waits.append(done)
+        # a sender for each batch the requests fill, as far as ``in_flight`` allows
+        need = -(-sum(map(self.size, requests)) // self.cap)
+        while need > 0 and self._parked:
+            self._parked.pop().set()
+            need -= 1
+        while need > 0 and self._senders < self.in_flight:
+            self._senders += 1
+            need -= 1
+            gevent.spawn(self._send)
+        out = []
+        for done in waits:
+            done.wait()
+            out.append(done.value if done.successful() else done.exception)
+        return out
 
     def _take(self) -> list[tuple[object, AsyncResult]]:
         """The next batch: whole requests, at most ``cap`` units (a larger request goes alone)."""

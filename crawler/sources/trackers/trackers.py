@@ -197,14 +197,18 @@ class Trackers:
         """
         if deadline is None:
             deadline = time.monotonic() + self.settings.visit_deadline
-        if url_parts(url)[0] != "udp" or len(info_hash_hexes) < 2:
+        if len(info_hash_hexes) == 1:
+            return [self.announce(url, info_hash_hexes[0], deadline, False)]
+        if url_parts(url)[0] != "udp":
             jobs = [gevent.spawn(self.announce, url, h, deadline, False) for h in info_hash_hexes]
             gevent.joinall(jobs, raise_error=True)
             return [j.get() for j in jobs]  # each successful: joinall raised otherwise
         results: list = [None] * len(info_hash_hexes)
+        announced = self.observer.announced
 
         def deliver(i: int, result: SourceResult) -> None:
             results[i] = result
+            announced(url, result)
 
         self.announcer.udp_many(url, [bytes.fromhex(h) for h in info_hash_hexes], deadline, deliver)
         return results
