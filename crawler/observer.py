@@ -34,9 +34,9 @@ class Observer:
     def recorded(self, seconds: float) -> None:
         """Recording one visit's peers took ``seconds`` (its wait for its batch included)."""
 
-    def visit_stages(self, seconds: dict[str, float]) -> None:
-        """A visit held its slot ``seconds[stage]`` in each stage it reached, and ``seconds["slot"]`` in all
-        (``workers.visit_stages.Laps.whole``)."""
+    def visit_stages(self, seconds: dict[str, float], visits: int = 1) -> None:
+        """Each of ``visits`` visits (a batch) held its slot ``seconds[stage]`` in each stage it reached,
+        and ``seconds["slot"]`` in all (``workers.visit_stages.Laps.whole``)."""
 
 
 # The observer of a process nobody watches.

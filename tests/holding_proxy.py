@@ -121,3 +121,19 @@ def kill_when_held(redis_url: str, commands: int, start, settle: float = 0.0):
             child.wait(10)
         proxy.close()
     return child
+
+
+def commands_of(redis_url: str, start, timeout: float = 60) -> int:
+    """How many commands a process started with ``start(url)`` sends through a proxy to ``redis_url``
+    until it exits 0 (where a kill may land: ``kill_when_held``)."""
+    everything = 1 << 40
+    proxy = HoldingProxy(redis_url, everything)
+    child = start(proxy.url)
+    try:
+        assert child.wait(timeout) == 0, "the process should exit 0"
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(10)
+        proxy.close()
+    return everything - proxy._left

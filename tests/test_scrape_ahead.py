@@ -113,17 +113,17 @@ def test_a_worker_fills_its_udp_scrape_packets_whatever_its_concurrency(opentrac
         # each torrent's plan (trackers and source notes) is read once: by the peek when it was
         # claimed ahead, its visit then taking it, or else by its visit (counted, not replaced)
         reads = {"visit": 0, "ahead": 0}
-        plan, plans = p.queue.plan, p.visitor.ahead._plans
+        plan, plans = p.queue.plan_many, p.visitor.ahead._plans
 
-        def visit_plan(h):
-            reads["visit"] += 1
-            return plan(h)
+        def visit_plan(hs):
+            reads["visit"] += len(hs)
+            return plan(hs)
 
         def ahead_plans(hs):
             reads["ahead"] += len(hs)
             return plans(hs)
 
-        p.queue.plan, p.visitor.ahead._plans = visit_plan, ahead_plans  # type: ignore[method-assign]
+        p.queue.plan_many, p.visitor.ahead._plans = visit_plan, ahead_plans  # type: ignore[method-assign]
         assert p.run(signals=False) == 0
     finally:
         relay.close()

@@ -21,7 +21,7 @@ import redis
 
 from crawler.queue.view import QueueView
 from crawler.store import layout
-from tests.holding_proxy import ExitedFirst, kill_when_held
+from tests.holding_proxy import ExitedFirst, commands_of, kill_when_held
 from tests.mmdb import write_city_db
 from tests.namespaces import delete_namespace
 from tests.opentracker import opentracker  # noqa: F401 (fixture)
@@ -30,11 +30,16 @@ from tests.test_worker_e2e import PEERCRAWL, PLACES, ROOT, announce, counter, h,
 TORRENTS = 30
 
 
+def worker(env: dict):
+    """A ``worker --until-idle`` of 16 runners, started on a Redis URL."""
+    return lambda url: subprocess.Popen(PEERCRAWL + ["worker", "--concurrency", "16", "--until-idle"],
+                                        env={**env, "REDIS_URL": url}, stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL)
+
+
 def crawl_killed_after(env: dict, redis_url: str, commands: int) -> dict:
     """Run a worker through a proxy passing ``commands`` commands, SIGKILL it once held; what it left."""
-    kill_when_held(redis_url, commands, lambda url: subprocess.Popen(
-        PEERCRAWL + ["worker", "--concurrency", "16", "--until-idle"], env={**env, "REDIS_URL": url},
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL), settle=0.3)  # the passed commands run
+    kill_when_held(redis_url, commands, worker(env), settle=0.3)  # the passed commands run
     return pcj(env, "status")
 
 
@@ -49,26 +54,41 @@ def test_a_worker_killed_mid_round_trip_loses_nothing_and_counts_nothing_twice(t
                       "countries.Japan.users": sum(ip.startswith("127.1.1.") for ip in every)}
     client = redis.Redis.from_url(redis_url)
     landed_mid_visit = 0
-    # Different prefixes: the worker's start (secret, scripts, heartbeat, claim, the first
-    # plans and tracker health) takes ~200 commands; then come round trips of many visits'
-    # recordings and completions (at 245: 17 torrents counted, 7 completed, on this machine).
-    # Tried in turn until one kill landed mid-visit (at most eight runs: where a visit's recording
-    # falls in the worker's commands moves with the machine's speed and the visit's own steps).
-    for commands in (245, 230, 260, 215, 280, 300, 200, 330):
-        if landed_mid_visit:
-            break
+
+    def world(tag: str) -> dict:
         ns = "pctest-" + uuid.uuid4().hex[:12]
-        env = dict(test_env, PEERCRAWL_NAMESPACE=ns, PYTHONPATH=ROOT + os.pathsep + test_env.get("PYTHONPATH", ""),
-                   GEOIP_DB=str(write_city_db(tmp_path / f"city{commands}.mmdb", PLACES)),
-                   PEERCRAWL_TRACKERS=ot.udp_url, PEERCRAWL_REVISIT_SECONDS="3600", PEERCRAWL_LEASE_SECONDS="2",
-                   # every swarm here has peers, so a scrape would only add a stage before the same
-                   # announce; without it the command counts above stay where the recordings are
-                   PEERCRAWL_SCRAPE="off", PEERCRAWL_QUEUE_SHARDS="3")
+        return dict(test_env, PEERCRAWL_NAMESPACE=ns, PYTHONPATH=ROOT + os.pathsep + test_env.get("PYTHONPATH", ""),
+                    GEOIP_DB=str(write_city_db(tmp_path / f"city{tag}.mmdb", PLACES)),
+                    PEERCRAWL_TRACKERS=ot.udp_url, PEERCRAWL_REVISIT_SECONDS="3600", PEERCRAWL_LEASE_SECONDS="2",
+                    # every swarm here has peers, so a scrape would only add a stage before the same
+                    # announce; without it the commands stay where the recordings are
+                    PEERCRAWL_SCRAPE="off", PEERCRAWL_QUEUE_SHARDS="3")
+
+    # How many commands a whole crawl of this world sends (the worker's start, then round trips of
+    # many visits' recordings and completions, then its stop), so the kills below land inside it.
+    env = world("all")
+    try:
+        pcj(env, "add", *hashes)
+        total = commands_of(redis_url, worker(env))
+    finally:
+        delete_namespace(client, env["PEERCRAWL_NAMESPACE"])
+    # Where a visit's recording falls in the worker's commands moves with the machine's speed and the
+    # batches' sizes: the kill is moved by halves, later while nothing was counted yet, earlier while
+    # every counted visit was completed, until one lands between a recording and its completion
+    # (eight runs at most). Each run's crawl, however the kill fell, is finished and checked.
+    early, late = 0, total
+    for _ in range(8):
+        if landed_mid_visit or late - early < 2:
+            break
+        commands = (early + late) // 2
+        env = world(str(commands))
+        ns = env["PEERCRAWL_NAMESPACE"]
         try:
             pcj(env, "add", *hashes)
             try:
                 at_kill = crawl_killed_after(env, redis_url, commands)
             except ExitedFirst:  # every torrent visited before that command: no kill to check here
+                late = commands
                 continue
             # the torrents' states read here, not by 30 commands each: the commands are other tests' to try
             view = QueueView(client, layout.resolve(client, ns, 3))
@@ -76,6 +96,10 @@ def test_a_worker_killed_mid_round_trip_loses_nothing_and_counts_nothing_twice(t
             visited = sum(view.torrent(ih)["visits"] for ih in hashes)
             # recorded but not completed: counted peers of torrents whose visit never completed
             landed_mid_visit += len(users) > visited and at_kill["in_flight"] > 0
+            if not users:
+                early = commands
+            elif len(users) == visited:
+                late = commands
             time.sleep(2.1)  # the killed worker's leases expire
             pc(env, "worker", "--until-idle", "--concurrency", "8", timeout=90)
             status = pcj(env, "status")

@@ -53,6 +53,20 @@ def test_max_visits_is_exact_when_runners_claim_as_they_complete(crawl, client, 
     assert (c["in_flight"], c["ready"], c["cooling"]) == (0, 40 - 13, 13)
 
 
+@pytest.mark.parametrize("concurrency, limit", [(20, 33), (40, 40), (17, 1)])
+def test_max_visits_is_exact_when_runners_visit_batches(crawl, client, keys, concurrency, limit):
+    # pools of more slots than a runner's batch: several runners, a last one with a short batch
+    s, hs = crawl
+    p = Process(s, client, keys, concurrency=concurrency, max_visits=limit, flush=False)
+    assert p.run(signals=False) == 0
+    q = Queue(client, keys, s)
+    view = QueueView(q.client, q.keys)
+    assert visits(q, hs) == limit and p.worker.slots.claimed == limit
+    assert not p.worker.slots.held and p.worker.slots.leaving == 0
+    c = view.counts()
+    assert (c["in_flight"], c["ready"], c["cooling"]) == (0, 40 - limit, limit)
+
+
 def test_runners_leave_when_the_pool_shrinks(crawl, client, keys):
     s, hs = crawl
     seen_after: list[int] = []
@@ -102,15 +116,15 @@ class StopWhileClaiming:
         self.stages, self.recorder, self.completions = visitor.stages, visitor.recorder, visitor.completions
         self.stopped = False
 
-    def visit_then_claim(self, lease, claim=None):
-        def reserve_then_stop() -> int:
-            n = claim()
+    def visit_many(self, leases, claim=None):
+        def reserve_then_stop(k: int) -> int:
+            n = claim(k)
             if self.worker.health.visits >= self.after:
                 self.stopped = True
                 self.worker.stop()
             return n
 
-        return self.visitor.visit_then_claim(lease, reserve_then_stop if claim is not None else None)
+        return self.visitor.visit_many(leases, reserve_then_stop if claim is not None else None)
 
 
 def test_slots_count_each_claim_once_and_stop_at_the_limit():

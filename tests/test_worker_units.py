@@ -434,9 +434,9 @@ def test_a_torrents_first_visit_records_its_peers_without_a_probe(settings, clie
             super().__init__(*a, **kw)
             self.flags: list[bool] = []
 
-        def record_visit(self, info_hash, ips, now, probe=True, processed=False):
-            self.flags.append(probe)
-            return super().record_visit(info_hash, ips, now, probe, processed)
+        def record_visits(self, visits, now, probes=None):
+            self.flags += list(probes)
+            return super().record_visits(visits, now, probes)
 
     ih, ot, s = three_peers(opentracker, b"first-visit-unprobed", settings, tmp_path)
     q = Queue(client, keys, s)

@@ -6,7 +6,7 @@ their sources for peers, records the peers and completes each visit.
 the recorder, the flusher and the pool. ``worker`` (``Worker``) is the pool
 of runners over the queue with its services (lease extension, heartbeat,
 flusher, autoscaler) and its shutdown; ``slots`` and ``claims`` size and
-batch its claims; ``visit`` (``Visitor``) is one torrent end to end;
+batch its claims; ``visit`` (``Visitor``) takes a batch of torrents end to end;
 ``heartbeat`` registers the process for ``status``; ``autoscale`` is
 ``--concurrency auto``; ``connections`` the process's Redis client;
 ``worker_metrics`` its own ``/metrics``. The commands that start it live in

@@ -95,6 +95,22 @@ class Slots(Generic[R]):
             self.claimed -= 1
             del self._asked[runner]
 
+    def settled(self, held: Sequence[R], reserved: Sequence[R], leases: Sequence[Lease]) -> list[tuple[R, Lease]]:
+        """A batch of runners (one greenlet's slots, ``held``) settled: ``reserved``, those that reserved a
+        claim, in order, and ``leases``, what the claim brought. The runners that leave, and those the
+        claim brought nothing, are released; returns the next batch, each runner with its lease."""
+        claiming = set(reserved)
+        for runner in held:
+            if runner not in claiming:
+                self.release(runner)  # leaving: its slot is the claim loop's to fill
+        for runner in reserved[len(leases):]:
+            self.answered(runner, [])
+            self.release(runner)
+        batch = list(zip(reserved, leases))
+        for runner, lease in batch:
+            self.answered(runner, [lease])
+        return batch
+
     def release(self, runner: R) -> None:
         """``runner`` ended: its slot is free; a claim it reserved and never visited is given back."""
         asked = self._asked.pop(runner, None)

@@ -1,4 +1,4 @@
-"""One visit of one claimed torrent, end to end (contract §1–§4).
+"""The visits of claimed torrents, end to end (contract §1–§4).
 
 Strategy: one round trip reads the torrent's own trackers and its source
 notes (``crawler.queue.source_notes``: when each tracker may be announced
@@ -13,12 +13,9 @@ agree; the rest and the DHT, when due (``crawler.sources.dht.dht_schedule``),
 are asked at once, each at its place in the announce cap or DHT budget,
 under one deadline that starts after those waits. Then, in this order:
 
-1. the visit's notes are made (``VisitPlan.note_args``), to be kept in one
-   step: per tracker, now + its ``min interval`` (HTTP trackers), else now +
-   ``tracker_floor`` (default 0: BEP 15 replies carry no min interval, and
-   the revisit interval, 1800 s by default, already spaces announces); the
-   DHT's schedule; what each source did on this visit (``torrent`` shows it);
-   none when they are what the plan read and live long enough as they are;
+1. the visit's notes are made (``workers.visit_notes``), to be kept in one
+   step: when each tracker and the DHT may be asked again, what each source
+   did; none when they are what the plan read and live long enough as they are;
 2. no source answered: the notes are kept, then ``Queue.fail`` (score kept,
    short retry; contract §1);
 3. otherwise the peers are recorded (§4) *before* the completion, so a crash
@@ -35,11 +32,19 @@ DHT lookup is not due is not asked at all: ``Queue.defer`` puts it back to
 cooling until the first of them may be asked again (``Visit.skipped``), which
 is neither a visit nor a failure.
 
-Redis steps of a visit: the plan, the recording (its batch's probe and
-record calls, then ``torrents.processed`` for the batch's visits, once per
-torrent and hour: skipped for a revisit inside the hour), the completion
-with the notes, the next claim (one claim for the runners asking together);
-each shares its round trip with other visits' steps (``crawler.store.coalesce``).
+A runner visits a batch of torrents at once (``Visitor.visit_many``): each
+stage above takes the whole batch, so the batch's Redis steps are one plan
+read (none for torrents claimed ahead), one recording (its probe and record
+calls, then ``torrents.processed`` for its visits, once per torrent and
+hour: skipped for a revisit inside the hour), one completion with the
+notes, one claim of the batch's next torrents; each shares its round trip
+with other runners' steps (``crawler.store.coalesce``, ``crawler.store.group_commit``).
+A skipped or failed visit is settled by its own calls while the batch goes
+on. Why batches: a visit handed each step to a batcher and parked, ~10
+greenlet switches, 4-5 group-commit requests and ~30 timeouts a visit,
+which were most of a revisit's CPU; a batch pays them once. What it costs:
+a batch's visits hold their slots until its slowest source answers or
+the deadline passes (each source bounds itself by it, as alone).
 """
 
 from __future__ import annotations
@@ -47,18 +52,18 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple
+from functools import partial
 
 import gevent
 
 from crawler import logs, redact
+from crawler.counters.batcher import Batcher
 from crawler.keys import Keys
 from crawler.observer import QUIET, Observer
 from crawler.queue import source_notes as notes
 from crawler.queue.queue import Completion, Lease, Queue
 from crawler.queue.scoring import SourceCount, outcome
 from crawler.settings import Settings
-from crawler.sources.dht import dht_schedule
 from crawler.sources.rate_budget import RateBudget
 from crawler.sources.result import SourceResult, VisitResult
 from crawler.store import patience
@@ -66,16 +71,12 @@ from crawler.store.outage import Outage
 from workers.asking import Asking
 from workers.claims import Claims
 from workers.completions import Completions
-from workers.scrape_ahead import ScrapeAhead, asked
+from workers.scrape_ahead import ScrapeAhead
+from workers.visit_notes import Plan, notes_made, plan_of
 from workers.visit_stages import Laps, StageTimes
 
 log = logs.get("worker.visit")
 
-# Not-before entries outlive the longest min interval a tracker may ask for.
-MIN_INTERVAL_CAP = 6 * 3600.0
-# Revisit intervals a torrent's source notes are written to live past what a visit needs of them
-# (``Visitor._note``): a write every ~(1 + this) revisits while nothing in them changes.
-NOTES_SLACK = 2
 # Torrents remembered as noted for torrents.processed in the current hour:
 # bounded memory (~100 bytes each); past it, visits just ask the recorder.
 NOTED_CAP = 200_000
@@ -96,25 +97,6 @@ class Visit:
     # A failed visit whose sources all went unanswered: what an outage looks like. One that a
     # tracker refused, or the address policy, says nothing about the network.
     network: bool = True
-
-
-class Plan(NamedTuple):
-    """What a visit may ask: every tracker URL of the torrent and its source notes; the trackers by
-    group (one per tracker), when the held ones may be asked again, the URL to ask of each eligible
-    one and the URLs it stands for (``same``); whether the DHT is due; from when the torrent's
-    metadata may be fetched (None: never); and the notes as stored, with when they expire
-    (``Planned``)."""
-
-    urls: list[str]
-    noted: notes.SourceNotes
-    groups: list
-    held_until: list[float]
-    eligible: list[str]
-    same: dict[str, str]
-    dht: bool
-    fetch_from: float | None
-    raw_notes: dict[str, str]
-    notes_until: float
 
 
 class Visitor:
@@ -148,7 +130,9 @@ class Visitor:
         self.cap = cap or RateBudget.announce_cap(queue.client, keys, settings)
         self.dht_budget = dht_budget or RateBudget.dht(queue.client, keys, settings)
         self.outage = outage or patience.outage(queue.client) or Outage(patience=settings.redis_wait_seconds)
-        self.trackers, self.recorder, self.dht, self.sizes, self.names = trackers, recorder, dht, sizes, names
+        self.trackers, self.dht, self.sizes, self.names = trackers, dht, sizes, names
+        # a batch's recordings handed over at once (``Batcher.record_many``)
+        self.recorder = recorder if isinstance(recorder, Batcher) else Batcher(recorder)
         self._defaults = tuple(t.url for t in settings.trackers)
         # Scrapes asked ahead of the visits, per tracker in full requests, of the torrents claimed
         # ahead and of those about to fall due (workers.scrape_ahead).
@@ -166,63 +150,90 @@ class Visitor:
         """What takes one scrape request to ``url`` its place in the announce cap (seconds to wait)."""
         return lambda: self.cap.take([url], per=1)[url]
 
-    def _not_before(self, r: SourceResult, now: float) -> float:
-        wait = r.min_interval if r.min_interval is not None else self.settings.tracker_floor
-        return now + min(max(wait, 0.0), MIN_INTERVAL_CAP)
-
     def visit(self, lease: Lease) -> Visit:
         """Visit ``lease``'s torrent and settle it in the queue."""
         return self.visit_then_claim(lease)[0]
 
     def visit_then_claim(self, lease: Lease, claim: Callable[[], int] | None = None) -> tuple[Visit, list[Lease]]:
-        """Visit ``lease``'s torrent, settle it, and claim ``claim()`` more torrents.
+        """Visit ``lease``'s torrent, settle it, and claim ``claim()`` more torrents (``visit_many``
+        of one). Raises the ``StoreError`` that ended the visit."""
+        visits, leases = self.visit_many([lease], None if claim is None else lambda _: claim())
+        if isinstance(visits[0], Exception):
+            raise visits[0]
+        return visits[0], leases
 
-        ``claim`` is asked once, when the visit settles (so a stop requested
-        meanwhile is seen); the claim is made with the other runners' after the
-        completion (``workers.claims``). Returns the visit and the new leases.
-        Each stage's time is counted in ``stages`` and told to the observer
-        (``workers.visit_stages``).
+    def visit_many(self, leases: list[Lease], claim: Callable[[int], int] | None = None
+                   ) -> tuple[list[Visit | Exception], list[Lease]]:
+        """Visit the torrents of ``leases`` together, settle each, and claim ``claim(len(leases))``
+        more torrents.
+
+        Each stage takes the whole batch at once: one plan read, the scrapes and
+        announces (``Asking.ask_many``: a tracker's in one request batch), one
+        recording, one completion; a visit that is skipped or failed is settled
+        by calls of its own, meanwhile. Each visit is what it would have been
+        alone. ``claim`` is asked once, when the batch settles (so a stop
+        requested meanwhile is seen); the claim is made with the other runners'
+        after the completion (``workers.claims``). Returns each visit, or the
+        exception that ended it alone (its lease expires), and the new leases;
+        raises ``StoreError`` when a step the batch shares fails (every lease
+        expires). Each stage's time is counted in ``stages``, for every visit
+        of the batch, and told to the observer (``workers.visit_stages``).
         """
-        h, start = lease.info_hash, time.time()
-        laps = Laps(start - lease.claimed if lease.claimed else 0.0)
-        self.ahead.visiting(h)
-        plan = self._plan(lease, start)
+        start = time.time()
+        laps = Laps(sum(start - lease.claimed for lease in leases if lease.claimed) / len(leases))
+        for lease in leases:
+            self.ahead.visiting(lease.info_hash)
+        plans = self._plans(leases, start)
         laps.lap("plan")
-        if not plan.eligible and not plan.dht:
-            v = self._skip(lease, plan, start)
-            laps.lap("complete")
-            return v, self._claim(claim() if claim is not None else 0, laps)
-        results, mirrored = self.asking.ask(h, plan.eligible, plan.dht, laps)  # scrape first, then announce
-        laps.lap("announce")
+        # a stage no visit of the batch has is not counted for it (``workers.visit_stages``)
+        asking = [i for i, p in enumerate(plans) if p.eligible or p.dht]
+        answers = []
+        if asking:
+            answers = self.asking.ask_many([(leases[i].info_hash, plans[i].eligible, plans[i].dht) for i in asking],
+                                           laps)
+            laps.lap("announce")
         now = time.time()
-        dht_next, note = self._note(h, plan, results, now, mirrored)
-        if not any(r.ok for r in results):
-            self.queue.plans.send(h, note)  # a failure is kept by another script (Queue.fail)
+        odd = {i: partial(self._skip, leases[i], plans[i], start) for i, p in enumerate(plans)
+               if not (p.eligible or p.dht)}
+        settling = []
+        for i, (results, mirrored) in zip(asking, answers):
+            dht_next, note = notes_made(plans[i], results, now, mirrored, self.settings, self.dht is not None,
+                                        self.queue.plans.note_args)
+            if any(r.ok for r in results):
+                settling.append((i, results, dht_next, note))
+            else:  # its notes kept by a script of their own, then the failure (``Queue.fail``)
+                odd[i] = partial(self._failed, leases[i], results, now, note)
+        # the skipped and failed visits, each by calls of its own, while the others are recorded
+        apart = {i: gevent.spawn(self._caught, job) for i, job in odd.items()} if len(odd) > 1 else {}
+        out: list = [None] * len(leases)
+        for i, job in odd.items():
+            if not apart:
+                out[i] = self._caught(job)
+        if asking:
             laps.lap("note")
-            v = self._failed(lease, results, now)
-            laps.lap("complete")
-            return v, self._claim(claim() if claim is not None else 0, laps)
-        laps.lap("note")
-        return self._settle(lease, plan, results, dht_next, now, claim, laps, note)
+        n = self._settle(leases, plans, settling, now, claim, laps, out)
+        for i, g in apart.items():
+            out[i] = g.get()
+        return out, self._claim(n, laps, len(leases))
 
-    def _plan(self, lease: Lease, start: float) -> Plan:
-        """What a visit of ``lease``'s torrent may ask at ``start``: one URL per tracker (its UDP and HTTP
-        URLs are one swarm store), held while any of its URLs is inside its min interval, else asked at
-        its preferred URL; and the DHT when its schedule says so. One round trip, none when the torrent
-        was claimed ahead and scrape-ahead read it for this lease."""
-        h = lease.info_hash
-        got = self.ahead.plan_read(h, lease.token)
-        if got is None:
-            planned = self.queue.plan(h)
-            urls = notes.tracker_list(self._defaults, planned.own)
-        else:
-            urls, planned = got
-        noted = planned.notes
-        groups, held_until, eligible, same = asked(urls, noted.not_before, start, self.settings.one_ask_per_tracker,
-                                                   self.trackers.health.backing_off_until)
-        return Plan(urls, noted, groups, held_until, eligible, same,
-                    self.dht is not None and noted.dht_not_before <= start, planned.fetch_from,
-                    planned.raw_notes, planned.notes_until)
+    def _plans(self, leases: list[Lease], start: float) -> list[Plan]:
+        """What a visit of each of ``leases``'s torrents may ask at ``start``: one URL per tracker (its UDP
+        and HTTP URLs are one swarm store), held while any of its URLs is inside its min interval, else
+        asked at its preferred URL; and the DHT when its schedule says so. One round trip for the
+        torrents scrape-ahead did not read for their lease (claimed ahead), none when it read them all."""
+        got = [self.ahead.plan_read(lease.info_hash, lease.token) for lease in leases]
+        missing = [lease.info_hash for lease, g in zip(leases, got) if g is None]
+        read = iter(self.queue.plan_many(missing) if missing else [])
+        out = []
+        for g in got:
+            if g is None:
+                planned = next(read)
+                urls = notes.tracker_list(self._defaults, planned.own)
+            else:
+                urls, planned = g
+            out.append(plan_of(urls, planned, start, self.settings.one_ask_per_tracker,
+                               self.trackers.health.backing_off_until, self.dht is not None))
+        return out
 
     def _skip(self, lease: Lease, plan: Plan, start: float) -> Visit:
         """Nothing may be asked yet: back to cooling until the first source may be, score kept,
@@ -231,8 +242,10 @@ class Visitor:
         self.queue.defer(lease, max(min(times, default=start + self.settings.retry_seconds), start + 1))
         return Visit(lease.info_hash, "skipped", lease.score, 0, 0, 0, 0)
 
-    def _failed(self, lease: Lease, results: list[SourceResult], now: float) -> Visit:
-        """No source answered: the failure kept on the torrent, score kept, retried later."""
+    def _failed(self, lease: Lease, results: list[SourceResult], now: float, note: list | None) -> Visit:
+        """No source answered: its notes kept (``note``), then the failure kept on the torrent, score
+        kept, retried later."""
+        self.queue.plans.send(lease.info_hash, note)  # a failure is kept by another script (Queue.fail)
         error = failure_text(results)
         self.queue.fail(lease, error, now=now)
         network = not any(r.blocked or r.refused for r in results)
@@ -242,47 +255,86 @@ class Visitor:
                 log.warning("tracker_refused_by_policy", tracker=redact.url(r.source), message=r.error)
         return Visit(lease.info_hash, "failed", lease.score, 0, 0, 0, len(results), error, network)
 
-    def _settle(self, lease: Lease, plan: Plan, results: list[SourceResult], dht_next: float, now: float,
-                claim: Callable[[], int] | None, laps: Laps, note: list | None) -> tuple[Visit, list[Lease]]:
-        """Record the peers, score the visit and complete it, its source notes (``note``: note.lua's
-        arguments, or None) in the completion's step (the next claim after it), then offer the peers
-        to the name fetcher."""
-        h, s = lease.info_hash, self.settings
-        answered = [r for r in results if r.ok]
-        vr = VisitResult(h, tuple(results))
-        ips = vr.distinct_ips
+    @staticmethod
+    def _caught(job: Callable[[], Visit]) -> Visit | Exception:
+        try:
+            return job()
+        except Exception as e:  # noqa: BLE001 - the visit's own end, as a greenlet's would be
+            return e
+
+    def _settle(self, leases: list[Lease], plans: list[Plan], settling: list, now: float,
+                claim: Callable[[int], int] | None, laps: Laps, out: list) -> int:
+        """Record the answered visits' peers, score each visit and complete it, its source notes
+        (note.lua's arguments, or None) in the completion's step, then offer the peers to the name
+        fetcher; each visit (or what ended it) into ``out``. Returns how many torrents to claim next."""
         # a torrent without notes was never visited (or not for two revisit intervals): the probe
         # would find no group record of it, so its peers go straight to record.lua; torrents.processed
         # with the recording, before the completion: a crash in between retries a visit already noted
         # this hour, which the recorder does not count twice
-        noting = self._noting(h, now)
-        if ips:
-            new = self.recorder.record_visit(h, ips, now, probe=plan.noted.last is not None, processed=noting)
-        else:
-            new = 0
-            if noting:
-                self.recorder.visited(h, now)
-        if noting and len(self._noted) < NOTED_CAP:
-            self._noted.add(h)
+        done = []
+        for i, results, dht_next, note in settling:
+            h = leases[i].info_hash
+            vr = VisitResult(h, tuple(results))
+            done.append((i, vr, vr.distinct_ips, self._noting(h, now), dht_next, note))
+        peered = [d for d in done if d[2]]
+        news = self.recorder.record_many([(leases[i].info_hash, ips, now, plans[i].noted.last is not None, noting)
+                                          for i, _, ips, noting, *_ in peered]) if peered else []
+        new = dict(zip((d[0] for d in peered), news))
+        quiet = [(leases[i].info_hash, now) for i, _, ips, noting, *_ in done if noting and not ips]
+        if quiet:
+            self.recorder.visited_many(quiet)
+        if done:
+            laps.lap("record")
+        kept = []
+        for i, vr, ips, noting, dht_next, note in done:
+            if isinstance(new.get(i), Exception):
+                out[i] = new[i]
+                continue
+            if noting and len(self._noted) < NOTED_CAP:
+                self._noted.add(leases[i].info_hash)
+            kept.append((i, vr, [r for r in vr.sources if r.ok], ips, dht_next, note))
+        sizes = self._sizes([(leases[i].info_hash, vr, answered) for i, vr, answered, *_ in kept])
+        if done:
+            laps.lap("size")
+        n = claim(len(leases)) if claim is not None else 0
+        at = time.time()
+        completions = [self._completion(leases[i], plans[i], answered, ips, new.get(i, 0), size, dht_next, note, now, at)
+                       for (i, _, answered, ips, dht_next, note), size in zip(kept, sizes)]
+        answers = self.completions.complete_many(completions) if completions else []
+        laps.lap("complete")
+        for (i, vr, answered, ips, *_), c, answer in zip(kept, completions, answers):
+            if isinstance(answer, Exception):
+                out[i] = answer
+                continue
+            # a name from its peers, if it has none (workers.metadata_names): where the plan read one, or a
+            # fetch that succeeded, the peers are not offered (most visits, once a crawl has run)
+            fetch_from = plans[i].fetch_from
+            if self.names is not None and ips and fetch_from is not None and fetch_from <= now:
+                self.names.offer(c.lease.info_hash, {p for r in answered for p in r.peers})
+            state, score = answer
+            out[i] = Visit(c.lease.info_hash, state, score, len(ips), c.new, len(answered), len(vr.sources))
+        return n
+
+    def _completion(self, lease: Lease, plan: Plan, answered: list[SourceResult], ips, new: int, size: tuple,
+                    dht_next: float, note: list | None, now: float, sent: float) -> Completion:
+        """An answered visit's completion: its outcome scored (contract §2), due again after the revisit
+        interval or the first tracker's min interval or the DHT's next lookup, whichever is last."""
+        s = self.settings
         counts = [SourceCount(max(r.returned or 0, len(r.peers)), r.max_peers) for r in answered]
         o = outcome(len(ips), new, counts, s.new_fraction)
-        # Not before the first tracker's min interval ends, or the DHT's next lookup.
         times = [max(plan.noted.not_before.get(u, 0.0) for u in g) for g in plan.groups]
         times += [dht_next] if self.dht is not None else []
         due = max(now + s.revisit_seconds, min(times)) if times else now + s.revisit_seconds
-        laps.lap("record")
-        seeders, leechers, reported, estimated = self._size(h, vr, answered)
-        laps.lap("size")
-        n = claim() if claim is not None else 0
-        state, score = self.completions.complete(Completion(lease, o, now, len(ips), seeders, leechers, due, reported,
-                                                           new, estimated, note, time.time()))
-        laps.lap("complete")
-        # a name from its peers, if it has none (workers.metadata_names): where the plan read one, or a
-        # fetch that succeeded, the peers are not offered (most visits, once a crawl has run)
-        if self.names is not None and ips and plan.fetch_from is not None and plan.fetch_from <= now:
-            self.names.offer(h, {p for r in answered for p in r.peers})
-        v = Visit(h, state, score, len(ips), new, len(answered), len(results))
-        return v, self._claim(n, laps)
+        seeders, leechers, reported, estimated = size
+        return Completion(lease, o, now, len(ips), seeders, leechers, due, reported, new, estimated, note, sent)
+
+    def _sizes(self, visits: list[tuple[str, VisitResult, list[SourceResult]]]) -> list[tuple]:
+        """``_size`` of each of ``visits``: a DHT swarm's in greenlets of their own (each a BEP 33 scrape)."""
+        if self.sizes is None or len(visits) < 2:
+            return [self._size(*v) for v in visits]
+        jobs = [gevent.spawn(self._size, *v) for v in visits]
+        gevent.joinall(jobs, raise_error=True)
+        return [j.get() for j in jobs]
 
     def _size(self, h: str, vr: VisitResult, answered: list[SourceResult]) -> tuple:
         """(seeders, leechers, reported, estimated): the trackers' counts, or, for a swarm only the
@@ -295,50 +347,13 @@ class Visitor:
                 return size.seeders, size.leechers, size.seeders + size.leechers, True
         return vr.seeders, vr.leechers, vr.reported, False
 
-    def _note(self, h: str, plan: Plan, results: list[SourceResult], now: float,
-              mirrored: dict[str, str]) -> tuple[float, list | None]:
-        """What this visit learned about ``h``'s sources (``crawler.queue.source_notes``): when the DHT
-        is next due (0: next visit), and the arguments that keep it in one step (``VisitPlan.note_args``;
-        None: nothing to keep), for the caller to send.
-
-        ``plan.noted.not_before`` is updated in place with the trackers' new times."""
-        urls, noted, same, dht = plan.urls, plan.noted, plan.same, plan.dht
-        s = self.settings
-        fresh = {r.source: self._not_before(r, now) for r in results if r.ok and r.source != "dht"}
-        fresh = {u: t for u, t in fresh.items() if t > now}
-        noted.not_before.update(fresh)
-        fields = {u: repr(t) for u, t in fresh.items()}
-        drop: tuple[str, ...] = ()
-        looked = next((r for r in results if r.source == "dht"), None)
-        dht_next = noted.dht_not_before
-        if looked is not None and looked.ok:
-            empty, dht_next = dht_schedule.after_lookup(bool(looked.peers), noted.dht_empty, now,
-                                                        s.revisit_seconds, s.dht_empty_visits)
-            if empty:
-                fields[notes.DHT_EMPTY] = str(empty)
-            if dht_next:
-                fields[notes.DHT] = repr(dht_next)
-            drop = tuple(f for f, keep in ((notes.DHT_EMPTY, empty), (notes.DHT, dht_next)) if not keep)
-        codes = dict.fromkeys(same, "d") | dict.fromkeys(mirrored, "m") | {r.source: tracker_code(r) for r in results if r.source != "dht"}
-        fields[notes.LAST] = notes.last(urls, codes, dht_code(self.dht is not None, dht, looked))
-        # The notes live until the last time they hold has passed, and two revisit intervals at least;
-        # written with two more, so the revisits that change nothing in them (most, where trackers
-        # give no min interval) rewrite nothing until what is left falls short of that.
-        held = [t - now for t in noted.not_before.values()] + [dht_next - now]
-        life = max(held + [0.0]) + 2 * s.revisit_seconds
-        raw = plan.raw_notes
-        if plan.notes_until >= now + life and not any(f in raw for f in drop) \
-                and all(raw.get(f) == v for f, v in fields.items()):
-            return dht_next, None
-        return dht_next, self.queue.plans.note_args(fields, drop, life + NOTES_SLACK * s.revisit_seconds)
-
-    def _claim(self, n: int, laps: Laps) -> list[Lease]:
-        """The next ``n`` leases; the visit's laps end here and are counted."""
+    def _claim(self, n: int, laps: Laps, visits: int) -> list[Lease]:
+        """The next ``n`` leases; the batch's laps end here and are counted for each of its ``visits``."""
         leases = self.claims.claim(n)
         laps.lap("next")
         times = laps.whole()
-        self.stages.add(times)
-        self.observer.visit_stages(times)
+        self.stages.add(times, visits)
+        self.observer.visit_stages(times, visits)
         return leases
 
     def _noting(self, h: str, now: float) -> bool:
@@ -365,21 +380,3 @@ def failure_text(results: list[SourceResult], limit: int = 200) -> str:
     if not text:
         return "no source to ask"
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def tracker_code(r: SourceResult) -> str:
-    """One tracker's code in the visit's notes (``source_notes.TRACKER_CODES``)."""
-    if r.asked == "backoff":
-        return "b"
-    if not r.ok:
-        return "p" if r.blocked else "r" if r.refused else "f"
-    return "s" if r.asked == "scrape" else "a"
-
-
-def dht_code(has_dht: bool, due: bool, looked: SourceResult | None) -> str:
-    """The DHT's code in the visit's notes (``source_notes.DHT_CODES``)."""
-    if not has_dht:
-        return "-"
-    if not due:
-        return "k"
-    return "a" if looked is not None and looked.ok else "f"

@@ -68,17 +68,18 @@ class StageTimes:
         self.histograms: dict[str, dict[int, int]] = {s: {} for s in (*STAGES, SLOT)}
         self.sums = dict.fromkeys((*STAGES, SLOT), 0.0)
 
-    def add(self, times: dict[str, float]) -> None:
-        """Count one visit's times (``Laps.whole``: its stages and its ``slot``).
+    def add(self, times: dict[str, float], visits: int = 1) -> None:
+        """Count the times (``Laps.whole``: the stages and the ``slot``) of ``visits`` visits that had
+        them (a batch's).
 
-        ``bucket`` written out (ten stages a visit: its call was most of the cost)."""
+        ``bucket`` written out (ten stages a batch: its call was most of the cost)."""
         histograms, sums = self.histograms, self.sums
         for stage, seconds in times.items():
             h = histograms[stage]
             us = seconds * SCALE * 1000.0  # rates.bucket's product, in its order
             k = _floor(_STEPS * _log2(us)) if us >= 1.0 else 0
-            h[k] = h.get(k, 0) + 1
-            sums[stage] += seconds
+            h[k] = h.get(k, 0) + visits
+            sums[stage] += seconds * visits
 
     def summary(self) -> dict[str, dict]:
         """Per stage reached: the visits that had it, their median, 99th percentile and mean, in ms."""

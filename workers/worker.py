@@ -1,14 +1,15 @@
 """The worker process: a pool of greenlets over the score queue (contract §1, §7).
 
-Strategy. A runner greenlet visits one torrent and, as it completes it,
-claims its next one (``Visitor.visit_then_claim``) together with the other
-runners completing then (``workers.claims``: one claim for all of them), so
-a busy pool costs no claim of its own per visit. A runner stops when the queue
-has nothing ready for it, when the pool is above its target (autoscaling
-shrank it) or when the worker stops. One loop fills the free slots: it
-claims as many torrents as there are missing runners (one ``claim`` round
-trip for the batch) and starts a runner per lease, waiting with a growing
-pause while nothing is ready. Who holds which lease and who may claim next
+Strategy. A runner greenlet visits a batch of up to ``BATCH`` torrents
+together, each in a slot of its own, and as it completes them claims their
+next ones (``Visitor.visit_many``) together with the other runners
+completing then (``workers.claims``: one claim for all of them), so a busy
+pool costs no claim of its own per visit. A slot leaves its runner when the
+queue has nothing ready for it, when the pool is above its target
+(autoscaling shrank it) or when the worker stops; a runner stops when its
+batch is empty. One loop fills the free slots: it claims as many torrents
+as there are free slots (one ``claim`` round trip) and starts a runner per
+``BATCH`` of them, waiting with a growing pause while nothing is ready. Who holds which lease and who may claim next
 is counted in one place, ``Slots`` (``workers/slots.py``). Around the loop
 run the service greenlets of ``workers.services`` (heartbeat, lease
 extender, StatHat flusher, and with ``--concurrency auto`` the pool-size
@@ -40,6 +41,7 @@ tokens, docs/redis.md).
 
 from __future__ import annotations
 
+import itertools
 import signal
 import time
 from collections.abc import Callable
@@ -50,7 +52,6 @@ import redis
 from gevent.event import Event
 
 from crawler import logs
-from crawler.counters.batcher import Batcher
 from crawler.errors import StoreError
 from crawler.queue.queue import Lease, Queue
 from crawler.queue.view import QueueView
@@ -59,7 +60,7 @@ from crawler.store.outage import Outage
 from workers.autoscale import Sample
 from workers.heartbeat import Heartbeat, WorkerHealth
 from workers.services import Services
-from workers.slots import Slots
+from workers.slots import CLAIM, Slots
 from workers.visit import Visit, Visitor
 
 log = logs.get("worker")
@@ -71,6 +72,11 @@ SHUTDOWN_MARGIN = 6.0
 IDLE_POLL = (0.2, 2.0)
 # The shortest wait for a torrent about to fall due (others may claim it first).
 IDLE_POLL_MIN = 0.01
+# Leases a runner visits together (``Visitor.visit_many``), at most.
+BATCH = 16
+
+# One slot of the pool: its runner and a number of its own (a runner holds a batch of them).
+Slot = tuple[gevent.Greenlet, int]
 
 
 class Worker:
@@ -97,7 +103,7 @@ class Worker:
         self.view = QueueView(queue.client, queue.keys)
         self.settings = queue.settings
         self.autoscaler = autoscaler
-        self.slots: Slots[gevent.Greenlet] = Slots(concurrency if concurrency is not None else autoscaler.size,
+        self.slots: Slots[Slot] = Slots(concurrency if concurrency is not None else autoscaler.size,
                                                    max_visits)
         self.until_idle, self.duration = until_idle, duration
         self.heartbeat = heartbeat or Heartbeat(queue.client, queue.keys)
@@ -114,6 +120,7 @@ class Worker:
                                  draining=self.stopping, autoscaler=autoscaler, flusher=flusher, sweep=sweep,
                                  shutdown_margin=SHUTDOWN_MARGIN)
         self._started = time.monotonic()
+        self._slot_ids = itertools.count()
 
     # --- control ------------------------------------------------------------
     def stop(self, signum: int | None = None, reason: str | None = None) -> None:
@@ -177,8 +184,8 @@ class Worker:
                     continue
                 if leases:
                     idle = IDLE_POLL[0]
-                    for lease in leases:
-                        self._spawn(lease)
+                    for at in range(0, len(leases), BATCH):
+                        self._spawn(leases[at:at + BATCH])
                     continue
                 if self.until_idle and not self.slots.running and self._idle():
                     log.info("worker_idle", note="nothing ready or in flight")
@@ -212,53 +219,85 @@ class Worker:
         self._wake.clear()
         self._wake.wait(seconds)
 
-    def _spawn(self, lease: Lease) -> None:
-        g = gevent.Greenlet(self._runner, lease)
-        self.slots.start(g, lease)
+    def _spawn(self, leases: list[Lease]) -> None:
+        """A runner for ``leases``, each in a slot of its own."""
+        batch: list = []
+        g = gevent.Greenlet(self._runner, batch)
+        for lease in leases:
+            slot = (g, next(self._slot_ids))
+            self.slots.start(slot, lease)
+            batch.append((slot, lease))
         g.start()
 
-    def _runner(self, lease: Lease) -> None:
-        """Visit ``lease``, then go on with the torrent claimed at its completion, until none."""
-        me = gevent.getcurrent()
-        assert isinstance(me, gevent.Greenlet)  # _spawn runs this in one
-        current: Lease | None = lease
+    def _runner(self, batch: list[tuple[Slot, Lease]]) -> None:
+        """Visit ``batch`` (each lease in its slot), then go on with the torrents claimed at its
+        completion, until none."""
+        held = [slot for slot, _ in batch]
         try:
-            while current is not None:
-                self.slots.hold(me, current)
-                done = self._visit(me, current)
+            while batch:
+                for slot, lease in batch:
+                    self.slots.hold(slot, lease)
+                reserved: list[Slot] = []
+                done = self._visit(batch, reserved)
                 if done is None:
                     return
-                v, nxt = done
-                self.slots.answered(me, nxt)
-                current = nxt[0] if nxt else None
-                if current is not None and self.stop_asked:
+                visits, nxt = done
+                ended, batch = batch, self.slots.settled(held, reserved, nxt)
+                held = [slot for slot, _ in batch]
+                if batch and self.stop_asked:
                     # claimed just as the stop came; a claim reserved before a normal end
                     # (--max-visits, --duration) is visited: it counted against the limit
-                    self._hand_back(current)
-                    current = None
-                self._noted(v)
+                    for _, lease in batch:
+                        self._hand_back(lease)
+                    batch = []
+                for v, (_, lease) in zip(visits, ended):
+                    self._ended(v, lease)
         finally:
-            self.slots.release(me)
+            for slot in held:
+                self.slots.release(slot)
             self._wake.set()
 
-    def _visit(self, me: gevent.Greenlet, lease: Lease) -> tuple[Visit, list[Lease]] | None:
-        """One visit and the claim at its completion; None when the runner must end."""
+    def _visit(self, batch: list[tuple[Slot, Lease]], reserved: list[Slot]
+               ) -> tuple[list[Visit | Exception], list[Lease]] | None:
+        """One batch's visits and the claim at their completion (the slots that claim again into
+        ``reserved``); None when the runner must end."""
+        leases = [lease for _, lease in batch]
+
+        def claim(_: int) -> int:
+            claiming = self._claiming()
+            reserved.extend(slot for slot, _ in batch if self.slots.reserve(slot, claiming) == CLAIM)
+            return len(reserved)
+
         try:
-            return self.visitor.visit_then_claim(lease, lambda: self.slots.reserve(me, self._claiming()))
+            visits, nxt = self.visitor.visit_many(leases, claim)
         except StoreError as e:
-            # The lease expires and the torrent comes back; nothing is lost.
+            # The leases expire and the torrents come back; nothing is lost.
             if not self.outage.failed(e, "visit"):
-                log.warning("visit_store_error", info_hash=lease.info_hash, error=str(e))
+                log.warning("visit_store_error", info_hash=leases[0].info_hash, visits=len(leases), error=str(e))
         except gevent.GreenletExit:
-            self._hand_back(lease)
+            for lease in leases:
+                self._hand_back(lease)
             raise
-        except Exception as e:  # a bug must not kill the pool; the lease expires
-            log.exception("visit_crashed", info_hash=lease.info_hash)
+        except Exception as e:  # a bug must not kill the pool; the leases expire
+            for lease in leases:
+                self._ended(e, lease)
+        else:
+            return visits, nxt
+        return None
+
+    def _ended(self, v: Visit | Exception, lease: Lease) -> None:
+        """A visit of a batch ended: counted, or what ended it alone said (its lease expires)."""
+        if isinstance(v, Visit):
+            self._noted(v)
+        elif isinstance(v, StoreError):
+            if not self.outage.failed(v, "visit"):
+                log.warning("visit_store_error", info_hash=lease.info_hash, error=str(v))
+        else:  # a bug
+            log.error("visit_crashed", info_hash=lease.info_hash, exc_info=v)
             try:  # kept on the torrent: quarantine, if it comes to that, shows why
-                self.queue.note_error(lease.info_hash, f"visit crashed: {type(e).__name__}: {e}")
+                self.queue.note_error(lease.info_hash, f"visit crashed: {type(v).__name__}: {v}")
             except StoreError:
                 pass
-        return None
 
     def _noted(self, v: Visit) -> None:
         """Count a finished visit in the health figures and tell ``on_visit``."""
@@ -330,10 +369,14 @@ class Worker:
             left = end - time.monotonic()
             if left <= 0:
                 break
-            gevent.joinall(list(self.slots.held), timeout=min(0.2, left))
+            gevent.joinall(self._runners(), timeout=min(0.2, left))
         if self.slots.held:
             log.warning("handing_back", torrents=self.slots.running)
-            gevent.killall(list(self.slots.held), block=True, timeout=4.0)
+            gevent.killall(self._runners(), block=True, timeout=4.0)
+
+    def _runners(self) -> list[gevent.Greenlet]:
+        """The runners holding a slot."""
+        return list({g for g, _ in self.slots.held})
 
     def _shutdown(self) -> None:
         self.stopping.set()
@@ -348,8 +391,7 @@ class Worker:
         # how many their swarm record settled (crawler.counters.swarm_record), and how their
         # completions were (workers.completions: calls of Queue.complete_many, the visits in them)
         recorder, done = self.visitor.recorder, self.visitor.completions
-        shared = {"batches": recorder.batches, "peers": recorder.units,
-                  "swarms_known": recorder.recorder.swarms.known} if isinstance(recorder, Batcher) else None
+        shared = {"batches": recorder.batches, "peers": recorder.units, "swarms_known": recorder.recorder.swarms.known}
         log.info("worker_stopped", visits=self.health.visits, failed=self.health.failed,
                  claimed=self.slots.claimed, stages=self.visitor.stages.summary(), recordings=shared,
                  completions={"batches": done.batches, "visits": done.units})

@@ -172,11 +172,12 @@ class WorkerMetrics(Observer):
         """Into the recording histogram."""
         self.recording.observe(seconds)
 
-    def visit_stages(self, seconds: dict[str, float]) -> None:
-        """Into the stage histogram, by stage (``Laps.whole``: with their sum as ``slot``)."""
+    def visit_stages(self, seconds: dict[str, float], visits: int = 1) -> None:
+        """Into the stage histogram, by stage (``Laps.whole``: with their sum as ``slot``), once a visit."""
         stages = self._stages
         for stage, s in seconds.items():
-            stages[stage].observe(s)
+            for _ in range(visits):
+                stages[stage].observe(s)
 
     def watch_pool(self, slots) -> None:
         """The pool's size and its running visits, read from the worker's ``Slots`` when scraped."""
