@@ -129,7 +129,7 @@ def test_a_visit_that_crashes_its_runner_leaves_its_error_for_the_quarantine(cli
     Queue(client, keys, s).add([NewItem(t)])
     p = Process(s, client, keys, concurrency=1, max_visits=1, flush=False)
 
-    def crash(leases, claim=None):  # a bug in the visit, as a corrupt database once caused
+    def crash(leases, claim=None, split=None):  # a bug in the visit, as a corrupt database once caused
         raise RuntimeError("boom")
 
     p.worker.visitor.visit_many = crash

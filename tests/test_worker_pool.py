@@ -94,7 +94,7 @@ def test_a_stop_hands_back_a_torrent_claimed_at_the_same_moment(crawl, client, k
     s, hs = crawl
     p = Process(s, client, keys, concurrency=3, until_idle=True, flush=False)
     w = p.worker
-    w.visitor = StopWhileClaiming(w.visitor, w, after=5)
+    w.visitor = w.runners.visitor = StopWhileClaiming(w.visitor, w, after=5)
     g = gevent.spawn(p.run, False)
     assert g.get(timeout=30) == 0
     q = Queue(client, keys, s)
@@ -116,7 +116,7 @@ class StopWhileClaiming:
         self.stages, self.recorder, self.completions = visitor.stages, visitor.recorder, visitor.completions
         self.stopped = False
 
-    def visit_many(self, leases, claim=None):
+    def visit_many(self, leases, claim=None, split=None):
         def reserve_then_stop(k: int) -> int:
             n = claim(k)
             if self.worker.health.visits >= self.after:
@@ -124,7 +124,7 @@ class StopWhileClaiming:
                 self.worker.stop()
             return n
 
-        return self.visitor.visit_many(leases, reserve_then_stop if claim is not None else None)
+        return self.visitor.visit_many(leases, reserve_then_stop if claim is not None else None, split)
 
 
 def test_slots_count_each_claim_once_and_stop_at_the_limit():

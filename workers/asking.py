@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import TypeVar
 
 import gevent
@@ -32,9 +33,9 @@ from crawler.errors import StoreError
 from crawler.sources.rate_budget import RateBudget
 from crawler.sources.result import SourceResult
 from crawler.sources.trackers.tracker_mirrors import Mirrors
+from workers.announcing import Announcing
 
-# A source's failure when it gave nothing by the visit's deadline.
-NO_ANSWER = "no answer within the visit deadline"
+# A tracker's failure when its scrape gave nothing by the visit's deadline.
 NO_SCRAPE = "no scrape answer within the visit deadline"
 
 T = TypeVar("T")
@@ -50,9 +51,10 @@ class Asking:
 
     A batch of visits (``ask_many``) is asked from the caller's greenlet: every
     scrape seat taken, then waited for in turn (the requests are under way
-    together); the announces of one tracker in one ``Trackers.announce_many``
-    (a greenlet a tracker, none for a lone one), each DHT lookup in a
-    greenlet of its own. A visit's answers are what it would have had alone.
+    together); the announces of one tracker in one ``Trackers.announce_many``,
+    each DHT lookup in a greenlet of its own (``workers.announcing``). A
+    visit's answers are what it would have had alone; with ``ask_batch``, the
+    visits not answered at the cut are waited for apart.
     """
 
     def __init__(self, settings, trackers, dht, ahead, cap: RateBudget, dht_budget: RateBudget):
@@ -68,6 +70,13 @@ class Asking:
 
     def ask_many(self, asks: list[tuple[str, list[str], bool]], laps=None) -> list[tuple[list[SourceResult], dict]]:
         """``ask`` of each of ``asks`` (info-hash, URLs, DHT due), together (class note)."""
+        return self.ask_batch(asks, laps, cut=False)[0]
+
+    def ask_batch(self, asks: list[tuple[str, list[str], bool]], laps=None, cut: bool = True
+                  ) -> tuple[list, Callable[[], list] | None]:
+        """``ask_many``, with the visits not answered at the cut (``workers.announcing``) left out: each
+        visit's answer, None for those, and ``rest()`` (None: none left), which waits for them and
+        gives theirs in order."""
         scraped = self.scrape_many([(h, urls) for h, urls, _ in asks])
         if laps is not None:
             laps.lap("scrape")
@@ -76,61 +85,70 @@ class Asking:
             asking = [u for u in urls if u not in settled]
             mirrored = self.mirrors.stand_ins(asking, counts) if self.settings.ask_mirrors_once else {}
             todo.append(([u for u in asking if u not in mirrored], mirrored))
-        announced = self.announce_many([(h, asking, dht) for (h, _, dht), (asking, _) in zip(asks, todo)])
-        out: list[tuple[list[SourceResult], dict]] = []
+        announcing = self.announcing([(h, asking, dht) for (h, _, dht), (asking, _) in zip(asks, todo)])
+        answered = announcing.wait(cut)
+        out: list = [None] * len(asks)
+        self._answer(sorted(answered), asks, scraped, todo, announcing, out)
+        if len(answered) == len(asks):
+            return out, None
+        pending = [i for i in range(len(asks)) if i not in answered]
+
+        def rest() -> list:
+            announcing.finish()
+            self._answer(pending, asks, scraped, todo, announcing, out)
+            return [out[i] for i in pending]
+
+        return out, rest
+
+    def _answer(self, ids: list[int], asks: list, scraped: list, todo: list, announcing: Announcing,
+                out: list) -> None:
+        """Visits ``ids``'s answers into ``out``: what their scrapes settled, then their announces; a
+        tracker a mirror stood in for is asked after all when the one asked in its place failed."""
         redo: list[tuple[int, list[str]]] = []
-        for i, ((settled, _), (_, mirrored), got) in enumerate(zip(scraped, todo, announced)):
-            results = list(settled.values()) + got
+        for i in ids:
+            mirrored = todo[i][1]
+            results = list(scraped[i][0].values()) + announcing.of(i)
             failed = {r.source for r in results if not r.ok}
             again = [u for u, kept in mirrored.items() if kept in failed]
-            if again:  # the tracker asked in their place failed: they are asked after all
+            if again:
                 redo.append((i, again))
                 mirrored = {u: kept for u, kept in mirrored.items() if u not in again}
-            out.append((results, mirrored))
+            out[i] = (results, mirrored)
         if redo:
             for (i, _), got in zip(redo, self.announce_many([(asks[i][0], again, False) for i, again in redo])):
                 out[i][0].extend(got)
-        for results, _ in out:
-            self.mirrors.learn(results)
-        return out
+        for i in ids:
+            self.mirrors.learn(out[i][0])
 
     def announce_many(self, asks: list[tuple[str, list[str], bool]]) -> list[list[SourceResult]]:
-        """Each of ``asks`` (info-hash, URLs, DHT due) announced to its URLs and looked up in the DHT,
-        each announce once it has its place in the announce cap (a tracker's announces with one place,
-        as where no cap spaces them, go out in one ``Trackers.announce_many``) and each lookup in the
-        DHT budget; the deadline starts after the longest wait. Each visit's results in the order of
-        its URLs, the DHT's last."""
+        """Each of ``asks`` (info-hash, URLs, DHT due) announced to its URLs and looked up in the DHT
+        (``announcing``), waited for to the end: each visit's results in the order of its URLs, the
+        DHT's last."""
+        announcing = self.announcing(asks)
+        announcing.wait()
+        return [announcing.of(i) for i in range(len(asks))]
+
+    def announcing(self, asks: list[tuple[str, list[str], bool]]) -> Announcing:
+        """The announces and lookups of ``asks`` started (``workers.announcing``), each announce once it
+        has its place in the announce cap (a tracker's announces with one place, as where no cap spaces
+        them, go out in one ``Trackers.announce_many``) and each lookup in the DHT budget; the deadline
+        starts after the longest wait."""
+        asks = [(h, urls, dht and self.dht is not None) for h, urls, dht in asks]
         asked = [(u, i) for i, (_, urls, _) in enumerate(asks) for u in urls]
-        looks = [i for i, (_, _, dht) in enumerate(asks) if dht] if self.dht is not None else []
+        looks = [i for i, (_, _, dht) in enumerate(asks) if dht]
         waits = self.cap.take_each([u for u, _ in asked])
         dht_waits = self.dht_budget.take_each(["*"] * len(looks), 1) if looks else []
         deadline = time.monotonic() + max([*waits, *dht_waits, 0.0]) + self.settings.visit_deadline
+        announcing = Announcing(asks, deadline, self._bounded)
         groups: dict[tuple[str, float], list[int]] = {}
         for (u, i), wait in zip(asked, waits):
             groups.setdefault((u, wait), []).append(i)
-        if len(groups) == 1 and not looks:
-            [((u, wait), ids)] = groups.items()
-            gevent.sleep(wait)
-            got = self._alone(u, lambda: self.trackers.announce_many(u, [asks[i][0] for i in ids], deadline),
-                              deadline, NO_ANSWER)
-            joined = [got]
-        else:
-            jobs = [(u, self._later(wait, self.trackers.announce_many, u, [asks[i][0] for i in ids], deadline))
-                    for (u, wait), ids in groups.items()]
-            jobs += [("dht", self._later(wait, self.dht.lookup, asks[i][0])) for i, wait in zip(looks, dht_waits)]
-            joined = self._joined(jobs, deadline, NO_ANSWER)
-        by_url: list[dict[str, SourceResult]] = [{} for _ in asks]
-        for ((u, _), ids), got in zip(groups.items(), joined):
-            for i, r in zip(ids, got if isinstance(got, list) else [got] * len(ids)):
-                by_url[i][u] = self._bounded(r)
-        out = [[by_url[i][u] for u in urls] for i, (_, urls, _) in enumerate(asks)]
-        for i, r in zip(looks, joined[len(groups):]):
-            out[i].append(self._bounded(r) if r is not None else SourceResult.failed("dht", NO_ANSWER))
-        return out
-
-    @staticmethod
-    def _later(wait: float, call, *args) -> gevent.Greenlet:
-        return gevent.spawn_later(wait, call, *args) if wait else gevent.spawn(call, *args)
+        for (u, wait), ids in groups.items():
+            hashes = [asks[i][0] for i in ids]
+            announcing.tracker(u, ids, wait, partial(self.trackers.announce_many, u, hashes, deadline))
+        for i, wait in zip(looks, dht_waits):
+            announcing.lookup(i, wait, partial(self.dht.lookup, asks[i][0]))
+        return announcing
 
     def scrape(self, h: str, urls: list[str]) -> tuple[dict[str, SourceResult], dict]:
         """The trackers of ``urls`` whose scrape settles this visit, with their answers (``Trackers.scrape_first``),
@@ -176,37 +194,6 @@ class Asking:
                 counts[i][u] = c
         return [({u: r for u, r in a.items() if r is not None}, c) for a, c in zip(answers, counts)]
 
-    def _joined(self, jobs: list[tuple[str, gevent.Greenlet]], deadline: float, late: str) -> list:
-        """Each source's job (source name, greenlet) waited for until ``deadline`` (monotonic): its
-        value, or its failure (what it raised, or ``late``). Raises ``StoreError`` (ours)."""
-        try:
-            # Sources bound themselves; the extra second only guards a stuck one.
-            gevent.joinall([j for _, j in jobs], timeout=max(deadline - time.monotonic(), 0) + 1.0)
-        finally:
-            for _, j in jobs:
-                if not j.ready():
-                    j.kill(block=False)
-        out: list = []
-        for name, j in jobs:
-            if j.successful():
-                out.append(j.value)
-            elif j.ready() and j.exception is not None and not isinstance(j.exception, gevent.GreenletExit):
-                if isinstance(j.exception, StoreError):
-                    raise j.exception
-                out.append(SourceResult.failed(name, redact.text(f"{type(j.exception).__name__}: {j.exception}", name)))
-            else:
-                out.append(SourceResult.failed(name, late))
-        return out
-
-    def _alone(self, name: str, call: Callable[[], T], deadline: float, late: str) -> T | SourceResult:
-        """``call()`` of one source from this greenlet (no greenlet to start for a lone source): its
-        value, or its failure as ``_joined`` gives it."""
-        # The source bounds itself by the deadline; the extra second only guards a stuck one.
-        # False: the block ends silently at the timeout (gevent documents it; its stubs leave it out)
-        with gevent.Timeout(max(deadline - time.monotonic(), 0) + 1.0, False):  # type: ignore[arg-type]
-            return self._source(name, call)
-        return SourceResult.failed(name, late)
-
     @staticmethod
     def _source(name: str, call: Callable[[], T]) -> T | SourceResult:
         """``call()``, or what it raised as ``name``'s failure (``StoreError``, ours, is raised)."""
@@ -214,7 +201,7 @@ class Asking:
             return call()
         except StoreError:
             raise
-        except Exception as e:  # noqa: BLE001 - a source's bug is that source's failure, as in _joined
+        except Exception as e:  # noqa: BLE001 - a source's bug is that source's failure
             return SourceResult.failed(name, redact.text(f"{type(e).__name__}: {e}", name))
 
     def _bounded(self, r: SourceResult) -> SourceResult:

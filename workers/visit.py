@@ -3,9 +3,9 @@
 Strategy: one round trip reads the torrent's own trackers and its source
 notes (``crawler.queue.source_notes``: when each tracker may be announced
 to again, when the DHT is next due), or none when scrape-ahead read them
-after the torrent was claimed ahead (``ScrapeAhead.plan_read``). URLs of one tracker (one host, port
-and path: ``tracker_urls.by_tracker``) are asked once, at the preferred URL,
-and held together. Then the asking stage (``workers.asking``): trackers
+after the torrent was claimed ahead (``ScrapeAhead.plan_read``). URLs of
+one tracker (``tracker_urls.by_tracker``) are asked once, at the preferred
+URL, and held together. Then the asking stage (``workers.asking``): trackers
 are scraped first, most often in a request asked ahead of the visit (the
 ones that report the swarm empty, or fail, settle it without an announce);
 a tracker learned to mirror another is not announced to while their scrapes
@@ -23,9 +23,7 @@ under one deadline that starts after those waits. Then, in this order:
    what was not yet counted; the score is then applied once (§2) by
    ``Queue.complete`` on the sources asked (a skipped DHT is not one), the
    notes written first in its step (a visit a crash ends before then keeps
-   no notes: its retry may ask a tracker inside its min interval once); and
-   when the pool wants the greenlet's next torrent it is claimed
-   with the other runners' next claims (``workers.claims``).
+   no notes: its retry may ask a tracker inside its min interval once).
 
 A torrent whose trackers are all still inside their min interval and whose
 DHT lookup is not due is not asked at all: ``Queue.defer`` puts it back to
@@ -34,17 +32,14 @@ is neither a visit nor a failure.
 
 A runner visits a batch of torrents at once (``Visitor.visit_many``): each
 stage above takes the whole batch, so the batch's Redis steps are one plan
-read (none for torrents claimed ahead), one recording (its probe and record
-calls, then ``torrents.processed`` for its visits, once per torrent and
-hour: skipped for a revisit inside the hour), one completion with the
-notes, one claim of the batch's next torrents; each shares its round trip
-with other runners' steps (``crawler.store.coalesce``, ``crawler.store.group_commit``).
-A skipped or failed visit is settled by its own calls while the batch goes
-on. Why batches: a visit handed each step to a batcher and parked, ~10
-greenlet switches, 4-5 group-commit requests and ~30 timeouts a visit,
-which were most of a revisit's CPU; a batch pays them once. What it costs:
-a batch's visits hold their slots until its slowest source answers or
-the deadline passes (each source bounds itself by it, as alone).
+read (none for torrents claimed ahead), one recording (then
+``torrents.processed``, once per torrent and hour), one completion with the
+notes, one claim; each shares its round trip with other runners' steps
+(``crawler.store.group_commit``). A skipped or failed visit is settled by
+its own calls meanwhile. Why: a visit alone handed each step to a batcher
+and parked (~10 greenlet switches, 4-5 group-commit requests, ~30 timeouts),
+most of a revisit's CPU; a batch pays them once. The visits not answered at
+the asking stage's cut go on apart (``workers.announcing``).
 """
 
 from __future__ import annotations
@@ -72,7 +67,7 @@ from workers.asking import Asking
 from workers.claims import Claims
 from workers.completions import Completions
 from workers.scrape_ahead import ScrapeAhead
-from workers.visit_notes import Plan, notes_made, plan_of
+from workers.visit_notes import Plan, failure_text, notes_made, plan_of
 from workers.visit_stages import Laps, StageTimes
 
 log = logs.get("worker.visit")
@@ -158,26 +153,33 @@ class Visitor:
         """Visit ``lease``'s torrent, settle it, and claim ``claim()`` more torrents (``visit_many``
         of one). Raises the ``StoreError`` that ended the visit."""
         visits, leases = self.visit_many([lease], None if claim is None else lambda _: claim())
-        if isinstance(visits[0], Exception):
-            raise visits[0]
-        return visits[0], leases
+        v = visits[0]
+        if isinstance(v, Exception):
+            raise v
+        assert v is not None  # no part of a batch goes on apart without ``split``
+        return v, leases
 
-    def visit_many(self, leases: list[Lease], claim: Callable[[int], int] | None = None
-                   ) -> tuple[list[Visit | Exception], list[Lease]]:
-        """Visit the torrents of ``leases`` together, settle each, and claim ``claim(len(leases))``
-        more torrents.
+    def visit_many(self, leases: list[Lease], claim: Callable[[int], int] | None = None,
+                   split: Callable[[list[int], Callable], None] | None = None
+                   ) -> tuple[list[Visit | Exception | None], list[Lease]]:
+        """Visit the torrents of ``leases`` together, settle each, and claim ``claim(k)`` more torrents
+        (``k``: the visits settled).
 
         Each stage takes the whole batch at once: one plan read, the scrapes and
-        announces (``Asking.ask_many``: a tracker's in one request batch), one
+        announces (``Asking.ask_batch``: a tracker's in one request batch), one
         recording, one completion; a visit that is skipped or failed is settled
         by calls of its own, meanwhile. Each visit is what it would have been
-        alone. ``claim`` is asked once, when the batch settles (so a stop
-        requested meanwhile is seen); the claim is made with the other runners'
-        after the completion (``workers.claims``). Returns each visit, or the
-        exception that ended it alone (its lease expires), and the new leases;
-        raises ``StoreError`` when a step the batch shares fails (every lease
-        expires). Each stage's time is counted in ``stages``, for every visit
-        of the batch, and told to the observer (``workers.visit_stages``).
+        alone. With ``split``, the visits not answered at the asking stage's
+        cut (``workers.announcing``) go on apart: ``split(positions, finish)``
+        hands them over, ``finish(claim)`` settling them as this call does its
+        own (their entries here are None). ``claim`` is asked once, when the
+        batch settles (so a stop requested meanwhile is seen); the claim is made
+        with the other runners' after the completion (``workers.claims``).
+        Returns each visit, or the exception that ended it alone (its lease
+        expires), and the new leases; raises ``StoreError`` when a step the
+        batch shares fails (every lease expires). Each stage's time is counted
+        in ``stages``, for every visit of the batch, and told to the observer
+        (``workers.visit_stages``).
         """
         start = time.time()
         laps = Laps(sum(start - lease.claimed for lease in leases if lease.claimed) / len(leases))
@@ -187,16 +189,34 @@ class Visitor:
         laps.lap("plan")
         # a stage no visit of the batch has is not counted for it (``workers.visit_stages``)
         asking = [i for i, p in enumerate(plans) if p.eligible or p.dht]
-        answers = []
+        answers: list = []
         if asking:
-            answers = self.asking.ask_many([(leases[i].info_hash, plans[i].eligible, plans[i].dht) for i in asking],
-                                           laps)
+            answers, rest = self.asking.ask_batch([(leases[i].info_hash, plans[i].eligible, plans[i].dht)
+                                                   for i in asking], laps, cut=split is not None)
+            if rest is not None and split is not None:
+                apart = [i for i, a in zip(asking, answers) if a is None]
+                split(apart, partial(self._rest, [leases[i] for i in apart], [plans[i] for i in apart], start,
+                                     rest, laps.copy()))
             laps.lap("announce")
+        answered = [(i, a) for i, a in zip(asking, answers) if a is not None]
+        skipped = [i for i, p in enumerate(plans) if not (p.eligible or p.dht)]
+        return self._after(leases, plans, answered, skipped, start, claim, laps)
+
+    def _rest(self, leases: list[Lease], plans: list[Plan], start: float, rest: Callable[[], list], laps: Laps,
+              claim: Callable[[int], int] | None = None) -> tuple[list[Visit | Exception | None], list[Lease]]:
+        """The visits a batch's cut left behind (``visit_many``'s ``split``), settled once answered."""
+        answers = rest()
+        laps.lap("announce")
+        return self._after(leases, plans, list(enumerate(answers)), [], start, claim, laps)
+
+    def _after(self, leases: list[Lease], plans: list[Plan], answered: list, skipped: list[int], start: float,
+               claim: Callable[[int], int] | None, laps: Laps) -> tuple[list[Visit | Exception | None], list[Lease]]:
+        """The batch's visits once asked (``answered``: position and answer) or skipped, each settled:
+        notes, then a failure or the recording and completion, then the claim."""
         now = time.time()
-        odd = {i: partial(self._skip, leases[i], plans[i], start) for i, p in enumerate(plans)
-               if not (p.eligible or p.dht)}
+        odd = {i: partial(self._skip, leases[i], plans[i], start) for i in skipped}
         settling = []
-        for i, (results, mirrored) in zip(asking, answers):
+        for i, (results, mirrored) in answered:
             dht_next, note = notes_made(plans[i], results, now, mirrored, self.settings, self.dht is not None,
                                         self.queue.plans.note_args)
             if any(r.ok for r in results):
@@ -209,12 +229,13 @@ class Visitor:
         for i, job in odd.items():
             if not apart:
                 out[i] = self._caught(job)
-        if asking:
+        if answered:
             laps.lap("note")
-        n = self._settle(leases, plans, settling, now, claim, laps, out)
+        visits = len(answered) + len(skipped)
+        n = self._settle(leases, plans, settling, now, (lambda: claim(visits)) if claim else None, laps, out)
         for i, g in apart.items():
             out[i] = g.get()
-        return out, self._claim(n, laps, len(leases))
+        return out, self._claim(n, laps, visits)
 
     def _plans(self, leases: list[Lease], start: float) -> list[Plan]:
         """What a visit of each of ``leases``'s torrents may ask at ``start``: one URL per tracker (its UDP
@@ -263,7 +284,7 @@ class Visitor:
             return e
 
     def _settle(self, leases: list[Lease], plans: list[Plan], settling: list, now: float,
-                claim: Callable[[int], int] | None, laps: Laps, out: list) -> int:
+                claim: Callable[[], int] | None, laps: Laps, out: list) -> int:
         """Record the answered visits' peers, score each visit and complete it, its source notes
         (note.lua's arguments, or None) in the completion's step, then offer the peers to the name
         fetcher; each visit (or what ended it) into ``out``. Returns how many torrents to claim next."""
@@ -296,7 +317,7 @@ class Visitor:
         sizes = self._sizes([(leases[i].info_hash, vr, answered) for i, vr, answered, *_ in kept])
         if done:
             laps.lap("size")
-        n = claim(len(leases)) if claim is not None else 0
+        n = claim() if claim is not None else 0
         at = time.time()
         completions = [self._completion(leases[i], plans[i], answered, ips, new.get(i, 0), size, dht_next, note, now, at)
                        for (i, _, answered, ips, dht_next, note), size in zip(kept, sizes)]
@@ -368,15 +389,3 @@ class Visitor:
         if hour != self._hour:
             self._hour, self._noted = hour, set()
         return h not in self._noted
-
-
-
-def failure_text(results: list[SourceResult], limit: int = 200) -> str:
-    """Why a visit failed, in at most ``limit`` characters, as ``torrent`` shows it and Redis keeps it:
-    the sources the address policy refused first (their message names the setting that allows them),
-    then refusals, then the rest; tracker URLs redacted (their passkeys)."""
-    ordered = sorted(results, key=lambda r: (not r.blocked, not r.refused))
-    text = "; ".join(f"{redact.url(r.source)}: {redact.text(r.error or '', r.source)}" for r in ordered)
-    if not text:
-        return "no source to ask"
-    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -1,7 +1,8 @@
 """A visit's source notes: what those read let it ask, and the notes it leaves.
 
 Notes (``crawler.queue.source_notes``) read become a ``Plan`` (``plan_of``); what the visit
-learned becomes the notes to keep (``notes_made``).
+learned becomes the notes to keep (``notes_made``), and a failed visit's reason the text kept
+on its torrent (``failure_text``).
 
 Per tracker, a visit notes now + its ``min interval`` (HTTP trackers), else now +
 ``tracker_floor`` (default 0: BEP 15 replies carry no min interval, and the
@@ -17,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple
 
+from crawler import redact
 from crawler.queue import source_notes as notes
 from crawler.queue.visit_plan import Planned
 from crawler.sources.dht import dht_schedule
@@ -122,3 +124,14 @@ def dht_code(has_dht: bool, due: bool, looked: SourceResult | None) -> str:
     if not due:
         return "k"
     return "a" if looked is not None and looked.ok else "f"
+
+
+def failure_text(results: list[SourceResult], limit: int = 200) -> str:
+    """Why a visit failed, in at most ``limit`` characters, as ``torrent`` shows it and Redis keeps it:
+    the sources the address policy refused first (their message names the setting that allows them),
+    then refusals, then the rest; tracker URLs redacted (their passkeys)."""
+    ordered = sorted(results, key=lambda r: (not r.blocked, not r.refused))
+    text = "; ".join(f"{redact.url(r.source)}: {redact.text(r.error or '', r.source)}" for r in ordered)
+    if not text:
+        return "no source to ask"
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -24,9 +24,12 @@ trips of well under one. The stages, in a visit's order:
   settling, which skips the stages from ``record`` on);
 - ``next``: the next torrent's claim (from what is held, or a claim sent).
 
-A stage a visit does not reach is not counted for it, so each stage's
-figures are over the visits that had it. ``slot`` is each visit's whole
-time, the sum of its stages (the median of the sums, not a sum of medians).
+A runner's batch (``Visitor.visit_many``) passes the stages together: each
+visit of it holds its slot through each stage the batch has, and is counted
+there (a stage no visit of the batch reaches is not counted for any), so
+each stage's figures are over the visits that had it. ``slot`` is each
+visit's whole time, the sum of its stages (the median of the sums, not a
+sum of medians).
 """
 
 from __future__ import annotations
@@ -55,6 +58,12 @@ class Laps:
         now = time.perf_counter()
         self.times[stage] = now - self.at
         self.at = now
+
+    def copy(self) -> Laps:
+        """Laps of their own from here on (a part of a batch going on apart)."""
+        other = Laps()
+        other.at, other.times = self.at, dict(self.times)
+        return other
 
     def whole(self) -> dict[str, float]:
         """The stages' times and, as ``slot``, their sum: what the process's figures count."""

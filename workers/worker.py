@@ -1,15 +1,12 @@
 """The worker process: a pool of greenlets over the score queue (contract §1, §7).
 
-Strategy. A runner greenlet visits a batch of up to ``BATCH`` torrents
-together, each in a slot of its own, and as it completes them claims their
-next ones (``Visitor.visit_many``) together with the other runners
-completing then (``workers.claims``: one claim for all of them), so a busy
-pool costs no claim of its own per visit. A slot leaves its runner when the
-queue has nothing ready for it, when the pool is above its target
-(autoscaling shrank it) or when the worker stops; a runner stops when its
-batch is empty. One loop fills the free slots: it claims as many torrents
-as there are free slots (one ``claim`` round trip) and starts a runner per
-``BATCH`` of them, waiting with a growing pause while nothing is ready. Who holds which lease and who may claim next
+Strategy. Runner greenlets (``workers.runners``) each visit a batch of
+torrents together and, as they complete it, claim the next ones with the
+other runners completing then (``workers.claims``: one claim for all of
+them), so a busy pool costs no claim of its own per visit. One loop fills
+the free slots: it claims as many torrents as there are free slots (one
+``claim`` round trip) and starts runners for them, waiting with a growing
+pause while nothing is ready. Who holds which lease and who may claim next
 is counted in one place, ``Slots`` (``workers/slots.py``). Around the loop
 run the service greenlets of ``workers.services`` (heartbeat, lease
 extender, StatHat flusher, and with ``--concurrency auto`` the pool-size
@@ -41,7 +38,6 @@ tokens, docs/redis.md).
 
 from __future__ import annotations
 
-import itertools
 import signal
 import time
 from collections.abc import Callable
@@ -53,14 +49,15 @@ from gevent.event import Event
 
 from crawler import logs
 from crawler.errors import StoreError
-from crawler.queue.queue import Lease, Queue
+from crawler.queue.queue import Queue
 from crawler.queue.view import QueueView
 from crawler.store import patience
 from crawler.store.outage import Outage
 from workers.autoscale import Sample
 from workers.heartbeat import Heartbeat, WorkerHealth
+from workers.runners import Runners, Slot
 from workers.services import Services
-from workers.slots import CLAIM, Slots
+from workers.slots import Slots
 from workers.visit import Visit, Visitor
 
 log = logs.get("worker")
@@ -72,11 +69,8 @@ SHUTDOWN_MARGIN = 6.0
 IDLE_POLL = (0.2, 2.0)
 # The shortest wait for a torrent about to fall due (others may claim it first).
 IDLE_POLL_MIN = 0.01
-# Leases a runner visits together (``Visitor.visit_many``), at most.
-BATCH = 16
 
-# One slot of the pool: its runner and a number of its own (a runner holds a batch of them).
-Slot = tuple[gevent.Greenlet, int]
+
 
 
 class Worker:
@@ -120,7 +114,8 @@ class Worker:
                                  draining=self.stopping, autoscaler=autoscaler, flusher=flusher, sweep=sweep,
                                  shutdown_margin=SHUTDOWN_MARGIN)
         self._started = time.monotonic()
-        self._slot_ids = itertools.count()
+        self.runners = Runners(self.slots, visitor, queue, self.outage, claiming=self._claiming,
+                               stopping=lambda: self.stop_asked, ended=self._noted, freed=self._wake.set)
 
     # --- control ------------------------------------------------------------
     def stop(self, signum: int | None = None, reason: str | None = None) -> None:
@@ -184,8 +179,7 @@ class Worker:
                     continue
                 if leases:
                     idle = IDLE_POLL[0]
-                    for at in range(0, len(leases), BATCH):
-                        self._spawn(leases[at:at + BATCH])
+                    self.runners.start(leases)
                     continue
                 if self.until_idle and not self.slots.running and self._idle():
                     log.info("worker_idle", note="nothing ready or in flight")
@@ -219,86 +213,6 @@ class Worker:
         self._wake.clear()
         self._wake.wait(seconds)
 
-    def _spawn(self, leases: list[Lease]) -> None:
-        """A runner for ``leases``, each in a slot of its own."""
-        batch: list = []
-        g = gevent.Greenlet(self._runner, batch)
-        for lease in leases:
-            slot = (g, next(self._slot_ids))
-            self.slots.start(slot, lease)
-            batch.append((slot, lease))
-        g.start()
-
-    def _runner(self, batch: list[tuple[Slot, Lease]]) -> None:
-        """Visit ``batch`` (each lease in its slot), then go on with the torrents claimed at its
-        completion, until none."""
-        held = [slot for slot, _ in batch]
-        try:
-            while batch:
-                for slot, lease in batch:
-                    self.slots.hold(slot, lease)
-                reserved: list[Slot] = []
-                done = self._visit(batch, reserved)
-                if done is None:
-                    return
-                visits, nxt = done
-                ended, batch = batch, self.slots.settled(held, reserved, nxt)
-                held = [slot for slot, _ in batch]
-                if batch and self.stop_asked:
-                    # claimed just as the stop came; a claim reserved before a normal end
-                    # (--max-visits, --duration) is visited: it counted against the limit
-                    for _, lease in batch:
-                        self._hand_back(lease)
-                    batch = []
-                for v, (_, lease) in zip(visits, ended):
-                    self._ended(v, lease)
-        finally:
-            for slot in held:
-                self.slots.release(slot)
-            self._wake.set()
-
-    def _visit(self, batch: list[tuple[Slot, Lease]], reserved: list[Slot]
-               ) -> tuple[list[Visit | Exception], list[Lease]] | None:
-        """One batch's visits and the claim at their completion (the slots that claim again into
-        ``reserved``); None when the runner must end."""
-        leases = [lease for _, lease in batch]
-
-        def claim(_: int) -> int:
-            claiming = self._claiming()
-            reserved.extend(slot for slot, _ in batch if self.slots.reserve(slot, claiming) == CLAIM)
-            return len(reserved)
-
-        try:
-            visits, nxt = self.visitor.visit_many(leases, claim)
-        except StoreError as e:
-            # The leases expire and the torrents come back; nothing is lost.
-            if not self.outage.failed(e, "visit"):
-                log.warning("visit_store_error", info_hash=leases[0].info_hash, visits=len(leases), error=str(e))
-        except gevent.GreenletExit:
-            for lease in leases:
-                self._hand_back(lease)
-            raise
-        except Exception as e:  # a bug must not kill the pool; the leases expire
-            for lease in leases:
-                self._ended(e, lease)
-        else:
-            return visits, nxt
-        return None
-
-    def _ended(self, v: Visit | Exception, lease: Lease) -> None:
-        """A visit of a batch ended: counted, or what ended it alone said (its lease expires)."""
-        if isinstance(v, Visit):
-            self._noted(v)
-        elif isinstance(v, StoreError):
-            if not self.outage.failed(v, "visit"):
-                log.warning("visit_store_error", info_hash=lease.info_hash, error=str(v))
-        else:  # a bug
-            log.error("visit_crashed", info_hash=lease.info_hash, exc_info=v)
-            try:  # kept on the torrent: quarantine, if it comes to that, shows why
-                self.queue.note_error(lease.info_hash, f"visit crashed: {type(v).__name__}: {v}")
-            except StoreError:
-                pass
-
     def _noted(self, v: Visit) -> None:
         """Count a finished visit in the health figures and tell ``on_visit``."""
         # A visit refused by policy or by its trackers counts, but is no sign of an outage, nor of its end.
@@ -307,13 +221,6 @@ class Worker:
             self._outage_changed()
         if self.on_visit is not None:
             self.on_visit(v)
-
-    def _hand_back(self, lease: Lease) -> None:
-        try:
-            with gevent.Timeout(2.0):
-                self.queue.release(lease)
-        except (StoreError, gevent.Timeout):
-            pass  # the lease expires instead
 
     def _outage_changed(self) -> None:
         if self.health.failing:
@@ -369,14 +276,10 @@ class Worker:
             left = end - time.monotonic()
             if left <= 0:
                 break
-            gevent.joinall(self._runners(), timeout=min(0.2, left))
+            gevent.joinall(self.runners.greenlets(), timeout=min(0.2, left))
         if self.slots.held:
             log.warning("handing_back", torrents=self.slots.running)
-            gevent.killall(self._runners(), block=True, timeout=4.0)
-
-    def _runners(self) -> list[gevent.Greenlet]:
-        """The runners holding a slot."""
-        return list({g for g, _ in self.slots.held})
+            gevent.killall(self.runners.greenlets(), block=True, timeout=4.0)
 
     def _shutdown(self) -> None:
         self.stopping.set()

@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import random
 import time
+from collections.abc import Callable
 
 import gevent
 import redis
@@ -184,8 +185,10 @@ class Trackers:
         return SourceResult(source=url, ok=True, max_peers=min(configured, cap) if cap else configured,
                             seeders=0, leechers=0, asked="scrape")
 
-    def announce_many(self, url: str, info_hash_hexes: list[str], deadline: float | None = None) -> list[SourceResult]:
-        """``announce`` of each of ``info_hash_hexes`` to ``url``, together; the results in order.
+    def announce_many(self, url: str, info_hash_hexes: list[str], deadline: float | None = None,
+                      deliver: Callable[[int, SourceResult], None] | None = None) -> list[SourceResult]:
+        """``announce`` of each of ``info_hash_hexes`` to ``url``, together; the results in order, each
+        also told to ``deliver(position, result)`` as soon as it is final.
 
         A UDP tracker is asked from this greenlet, every announce in flight at
         once, each followed by its withdrawal as soon as it answered
@@ -197,20 +200,24 @@ class Trackers:
         """
         if deadline is None:
             deadline = time.monotonic() + self.settings.visit_deadline
-        if len(info_hash_hexes) == 1:
-            return [self.announce(url, info_hash_hexes[0], deadline, False)]
-        if url_parts(url)[0] != "udp":
-            jobs = [gevent.spawn(self.announce, url, h, deadline, False) for h in info_hash_hexes]
-            gevent.joinall(jobs, raise_error=True)
-            return [j.get() for j in jobs]  # each successful: joinall raised otherwise
         results: list = [None] * len(info_hash_hexes)
         announced = self.observer.announced
 
-        def deliver(i: int, result: SourceResult) -> None:
+        def final(i: int, result: SourceResult, observed: bool = False) -> None:
             results[i] = result
-            announced(url, result)
+            if not observed:
+                announced(url, result)
+            if deliver is not None:
+                deliver(i, result)
 
-        self.announcer.udp_many(url, [bytes.fromhex(h) for h in info_hash_hexes], deadline, deliver)
+        if len(info_hash_hexes) == 1:
+            final(0, self.announce(url, info_hash_hexes[0], deadline, False), observed=True)
+        elif url_parts(url)[0] != "udp":
+            jobs = [gevent.spawn(lambda i, h: final(i, self.announce(url, h, deadline, False), True), i, h)
+                    for i, h in enumerate(info_hash_hexes)]
+            gevent.joinall(jobs, raise_error=True)
+        else:
+            self.announcer.udp_many(url, [bytes.fromhex(h) for h in info_hash_hexes], deadline, final)
         return results
 
     @property
