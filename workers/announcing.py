@@ -43,7 +43,7 @@ class Announcing:
                  bound: Callable[[SourceResult], SourceResult]):
         self.asks, self.deadline, self.bound = asks, deadline, bound
         self.results: list[dict[str, SourceResult]] = [{} for _ in asks]
-        self.left = [len(urls) + dht for _, urls, dht in asks]
+        self.left = [len(set(urls)) + dht for _, urls, dht in asks]  # a source answers a visit once
         self.answered = {i for i, n in enumerate(self.left) if not n}
         self.jobs: list[gevent.Greenlet] = []
         self.error: StoreError | None = None
