@@ -68,6 +68,10 @@ Per run:
   (``getrusage(RUSAGE_CHILDREN)`` around it: exact, children included) over
   its visits, start-up and shutdown included; ``..._less_startup`` takes the
   ``startup`` run's CPU off first: the figure read both ways;
+- ``worker_cpu_per_visit_in_calibrations`` and ``redis_..._in_calibrations``:
+  the same CPU over the bench's own fixed piece of Python timed just before
+  and after the pass (``calibration``): this machine's speed moves by half
+  within minutes, and the ratio of two such figures moves less;
 - ``redis_cpu_ms_per_visit``: the private server's INFO cpu delta;
   ``redis_commands_per_visit``: INFO commandstats calls, summed. Redis
   counts each command a Lua script calls as well as the EVALSHA itself
@@ -351,6 +355,7 @@ class Run:
         ot0 = proc_cpu(self.ot_pid)
         r0 = RedisMark(self.client)
         ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        before = calibration()
         t0, m0 = time.time(), time.monotonic()
         if self.profile is not None:
             self.client.slowlog_reset()
@@ -363,7 +368,7 @@ class Run:
         ot1 = proc_cpu(self.ot_pid)
         rt1 = round_trips(self.client, self.ns)
         after_fields = visit_fields(self.client, self.ns, self.hashes)
-        return {"t0": t0, "wall": wall, "status": status, "redis": (r0, r1), "ot_cpu": ot1 - ot0,
+        return {"t0": t0, "wall": wall, "calibration": (before + calibration()) / 2, "status": status, "redis": (r0, r1), "ot_cpu": ot1 - ot0,
                 "worker_cpu": (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime),
                 "worker_user": ru1.ru_utime - ru0.ru_utime, "worker_sys": ru1.ru_stime - ru0.ru_stime,
                 "round_trip": slot_times(rt0, rt1), "events": log_events(self.log),
@@ -451,10 +456,26 @@ def timing(raw: dict) -> dict:
             "stop_s": round(raw["t0"] + raw["wall"] - end, 3) if end else None}
 
 
+def calibration() -> float:
+    """CPU seconds of a fixed piece of Python (dicts, strings, tuples: a worker's kind of work), the least of
+    five tries: what this machine's speed is at the moment, to read a pass's CPU against."""
+    best = float("inf")
+    for _ in range(5):
+        t = time.process_time()
+        d = {f"k{i}": (i, str(i)) for i in range(20_000)}
+        sum(len(v[1]) for v in d.values())
+        best = min(best, time.process_time() - t)
+    return best
+
+
 def cpu_figures(raw: dict, redis_cpu_s: float, per: int, startup_cpu: float | None) -> dict:
     """CPU per visit of the worker (with and without start-up) and opentracker; cores busy."""
     w, r, o, wall = raw["worker_cpu"], redis_cpu_s, raw["ot_cpu"], raw["wall"]
+    cal = raw.get("calibration") or 0.0
     return {
+        # in calibrations (``calibration``): a figure a machine whose speed drifts between passes moves less
+        "worker_cpu_per_visit_in_calibrations": round(w / per / cal, 5) if cal else None,
+        "redis_cpu_per_visit_in_calibrations": round(r / per / cal, 5) if cal else None,
         "worker_cpu_ms_per_visit": round(1000 * w / per, 4),
         "worker_cpu_ms_per_visit_less_startup": (None if startup_cpu is None
                                                  else round(1000 * (w - startup_cpu) / per, 4)),
