@@ -98,8 +98,8 @@ class Visitor:
     """Visits claimed torrents; one per worker process, shared by its greenlets.
 
     ``trackers``: a ``crawler.sources.trackers.trackers.Trackers``; ``dht``: a
-    ``DhtSource`` or None; ``recorder``: a ``crawler.counters.Recorder``, or the worker's
-    ``crawler.counters.batcher.Batcher`` around it (recordings made together).
+    ``DhtSource`` or None; ``recorder``: a ``crawler.counters.Recorder`` (recorded through a
+    ``crawler.counters.batcher.Batcher`` around it), or the worker's ``Batcher``.
     ``settings.tracker_floor``: seconds a tracker is left alone for a torrent
     when it gave no min interval. ``outage``: the process's ``Outage``
     (default: the one of ``queue.client``). ``claims``: where the next
