@@ -1,11 +1,13 @@
 """A batch's announces under way (``workers.announcing``): each visit answered as its last source is,
 the rest going on apart at the cut, the deadline failing a silent source; then a worker whose batch
-holds a torrent a hostile tracker never answers settles the others without waiting for it."""
+holds a torrent a tracker never answers (its announce, or its scrape: ``workers.scrape_seats``)
+settles the others without waiting for it."""
 
 from __future__ import annotations
 
 import hashlib
 import os
+import socket
 import time
 
 import gevent
@@ -19,6 +21,7 @@ from crawler.torrents.items import NewItem
 from tests import hostile
 from tests.hostile import udp_tracker  # noqa: F401 (fixture)
 from tests.mmdb import write_city_db
+from tests.opentracker import opentracker, peer_address  # noqa: F401 (fixture)
 from workers.announcing import NO_ANSWER, Announcing
 from workers.process import Process
 
@@ -109,3 +112,30 @@ def test_a_batch_settles_without_waiting_for_a_torrent_its_tracker_never_answers
     assert ended[silent][1].state == "failed" and "no announce reply" in ended[silent][1].error
     assert max(ended[h][0] for h in good) - t0 < 1.5 <= ended[silent][0] - t0
     assert p.worker.slots.claimed == 9 and not p.worker.slots.held
+
+
+def test_a_batch_settles_without_waiting_for_a_scrape_its_tracker_never_answers(opentracker, settings, client,  # noqa: F811
+                                                                               keys, tmp_path):
+    good = [hashlib.sha1(f"scrape-cut-{i}".encode()).hexdigest() for i in range(8)]
+    lost = hashlib.sha1(b"scrape-cut-lost").hexdigest()
+    ot = opentracker(good)
+    for i, h in enumerate(good):
+        ot.announce_from(peer_address(i), h, 6881)
+    silent = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)  # reads nothing, answers nothing
+    silent.bind(("127.0.0.1", 0))
+    s = settings.replace(udp_timeout=2.0, udp_retries=1, tracker_backoff_after=1000,
+                         geoip_db=write_city_db(tmp_path / "c.mmdb"))
+    Queue(client, keys, s).add([NewItem(h, (ot.udp_url,)) for h in good]
+                               + [NewItem(lost, (f"udp://127.0.0.1:{silent.getsockname()[1]}/announce",))])
+    ended: dict[str, tuple[float, object]] = {}
+    p = Process(s, client, keys, concurrency=16, until_idle=True, flush=False,
+                on_visit=lambda v: ended.setdefault(v.info_hash, (time.monotonic(), v)))
+    t0 = time.monotonic()
+    try:
+        assert p.run(signals=False) == 0
+    finally:
+        silent.close()
+    # the eight scraped and announced at once; the ninth's scrape waited for its 2 s try on its own
+    assert all(ended[h][1].state == "cooling" and ended[h][1].peers == 1 for h in good)
+    assert ended[lost][1].state == "failed"
+    assert max(ended[h][0] for h in good) - t0 < 1.5 <= ended[lost][0] - t0

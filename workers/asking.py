@@ -26,17 +26,13 @@ from collections.abc import Callable
 from functools import partial
 from typing import TypeVar
 
-import gevent
-
 from crawler import redact
 from crawler.errors import StoreError
 from crawler.sources.rate_budget import RateBudget
 from crawler.sources.result import SourceResult
 from crawler.sources.trackers.tracker_mirrors import Mirrors
 from workers.announcing import Announcing
-
-# A tracker's failure when its scrape gave nothing by the visit's deadline.
-NO_SCRAPE = "no scrape answer within the visit deadline"
+from workers.scrape_seats import ScrapeSeats
 
 T = TypeVar("T")
 
@@ -74,12 +70,36 @@ class Asking:
 
     def ask_batch(self, asks: list[tuple[str, list[str], bool]], laps=None, cut: bool = True
                   ) -> tuple[list, Callable[[], list] | None]:
-        """``ask_many``, with the visits not answered at the cut (``workers.announcing``) left out: each
-        visit's answer, None for those, and ``rest()`` (None: none left), which waits for them and
-        gives theirs in order."""
-        scraped = self.scrape_many([(h, urls) for h, urls, _ in asks])
+        """``ask_many``, with the visits not answered at a cut (the scrapes' or the announces':
+        ``workers.scrape_seats``, ``workers.announcing``) left out: each visit's answer, None for those,
+        and ``rest()`` (None: none left), which waits for them and gives theirs in order."""
+        seats = self.scrape_seats([(h, urls) for h, urls, _ in asks])
+        scraped = seats.wait(cut)
         if laps is not None:
             laps.lap("scrape")
+        first = sorted(scraped)
+        out: list = [None] * len(asks)
+        got, later = self._announce_stage([asks[i] for i in first], [seats.of(i) for i in first], cut)
+        for i, answer in zip(first, got):
+            out[i] = answer
+        pending = [i for i, answer in enumerate(out) if answer is None]
+        if not pending:
+            return out, None
+
+        def rest() -> list:
+            late = dict(zip([i for i, answer in zip(first, got) if answer is None], later() if later else []))
+            unscraped = [i for i in range(len(asks)) if i not in scraped]
+            if unscraped:
+                seats.wait()
+                late.update(zip(unscraped, self._announce_stage([asks[i] for i in unscraped],
+                                                                [seats.of(i) for i in unscraped], False)[0]))
+            return [late[i] for i in pending]
+
+        return out, rest
+
+    def _announce_stage(self, asks: list, scraped: list, cut: bool) -> tuple[list, Callable[[], list] | None]:
+        """The announce stage of visits whose scrapes are in (``scraped``: ``ScrapeSeats.of``): each
+        visit's answer (None: not answered at the cut) and what waits for those (None: none)."""
         todo: list[tuple[list[str], dict[str, str]]] = []
         for (_, urls, _), (settled, counts) in zip(asks, scraped):
             asking = [u for u in urls if u not in settled]
@@ -164,35 +184,28 @@ class Asking:
         return self.scrape_many([(h, urls)])[0]
 
     def scrape_many(self, asks: list[tuple[str, list[str]]]) -> list[tuple[dict[str, SourceResult], dict]]:
-        """``scrape`` of each of ``asks`` (info-hash, URLs): every seat taken, then each waited for in
-        turn under one deadline (the requests are under way together)."""
-        if not self.settings.scrape_first:
-            return [({}, {}) for _ in asks]
+        """``scrape`` of each of ``asks`` (info-hash, URLs): every seat taken, then each read as its request
+        ends, under one deadline (``scrape_seats``, waited for to the end)."""
+        seats = self.scrape_seats(asks)
+        seats.wait()
+        return [seats.of(i) for i in range(len(asks))]
+
+    def scrape_seats(self, asks: list[tuple[str, list[str]]]) -> ScrapeSeats:
+        """Every visit of ``asks`` seated in each of its trackers' scrapes (``ScrapeAhead.seat``; none with
+        scrape first off); the deadline starts after the longest of the seats' waits for their places."""
         patience = self.settings.visit_deadline
         answers: list[dict[str, SourceResult | None]] = [{} for _ in asks]
         seats = []
-        for i, (h, urls) in enumerate(asks):
+        for i, (h, urls) in enumerate(asks if self.settings.scrape_first else []):
             for u in urls:
                 got = self.ahead.seat(u, h, patience)
                 if isinstance(got, SourceResult):
                     answers[i][u] = got
                 elif got is not None:
                     seats.append((i, u, got))
-        if seats:
-            deadline = time.monotonic() + max(seat.wait for *_, seat in seats) + patience
-            # The requests bound themselves by the deadline; the extra second only guards a stuck one.
-            # False: the block ends silently at the timeout (gevent documents it; its stubs leave it out)
-            with gevent.Timeout(max(deadline - time.monotonic(), 0) + 1.0, False):  # type: ignore[arg-type]
-                for i, u, seat in seats:
-                    answers[i][u] = self._source(u, lambda: self.trackers.scrape_answer(u, seat))  # noqa: B023
-            for i, u, _ in seats:
-                answers[i].setdefault(u, SourceResult.failed(u, NO_SCRAPE))
-        counts: list[dict] = [{} for _ in asks]
-        for i, u, seat in seats:
-            c = seat.counts() if answers[i][u] is None else None
-            if c:
-                counts[i][u] = c
-        return [({u: r for u, r in a.items() if r is not None}, c) for a, c in zip(answers, counts)]
+        deadline = time.monotonic() + max((seat.wait for *_, seat in seats), default=0.0) + patience
+        return ScrapeSeats(len(asks), answers, seats, deadline,
+                           lambda u, seat: self._source(u, lambda: self.trackers.scrape_answer(u, seat)))
 
     @staticmethod
     def _source(name: str, call: Callable[[], T]) -> T | SourceResult:

@@ -9,8 +9,9 @@ other runners completing then (``workers.claims``). A slot leaves its runner
 when the queue has nothing ready for it, when the pool is above its target
 or when the worker stops; a runner ends when its batch is empty.
 
-The visits a batch's cut leaves behind (``workers.announcing``: not
-answered once the rest were and as long again had passed) go on in a runner
+The visits a batch's cut leaves behind (``workers.scrape_seats``,
+``workers.announcing``: not answered once half the batch was and as long
+again had passed) go on in a runner
 of their own, their slots with them, so the rest settle and claim again
 without waiting for a lost datagram or a long lookup.
 

@@ -39,7 +39,8 @@ notes, one claim; each shares its round trip with other runners' steps
 its own calls meanwhile. Why: a visit alone handed each step to a batcher
 and parked (~10 greenlet switches, 4-5 group-commit requests, ~30 timeouts),
 most of a revisit's CPU; a batch pays them once. The visits not answered at
-the asking stage's cut go on apart (``workers.announcing``).
+the asking stage's cuts go on apart (``workers.scrape_seats``,
+``workers.announcing``).
 """
 
 from __future__ import annotations

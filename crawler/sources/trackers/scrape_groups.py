@@ -52,6 +52,15 @@ class Seat:
         """Seconds from now before the group's request may go (0 once it may)."""
         return max(self.send_at - time.monotonic(), 0.0)
 
+    def ready(self) -> bool:
+        """True once the exchange that should have answered the seat is over (``get`` does not wait)."""
+        return self._done.ready()
+
+    @property
+    def event(self) -> AsyncResult:
+        """What to wait on (``gevent.wait``) for the seat's exchange to be over."""
+        return self._done
+
     def failed(self) -> bool:
         """True once the exchange that should have answered the seat failed."""
         return self._done.ready() and not self._done.successful()
