@@ -225,10 +225,12 @@ class Visitor:
             else:  # its notes kept by a script of their own, then the failure (``Queue.fail``)
                 odd[i] = partial(self._failed, leases[i], results, now, note)
         # the skipped and failed visits, each by calls of its own, while the others are recorded
-        apart = {i: gevent.spawn(self._caught, job) for i, job in odd.items()} if len(odd) > 1 else {}
         out: list = [None] * len(leases)
-        for i, job in odd.items():
-            if not apart:
+        apart: dict[int, gevent.Greenlet] = {}
+        if len(odd) > 1:
+            apart = {i: gevent.spawn(self._caught, job) for i, job in odd.items()}
+        else:
+            for i, job in odd.items():  # a lone one in this greenlet
                 out[i] = self._caught(job)
         if answered:
             laps.lap("note")
@@ -351,23 +353,27 @@ class Visitor:
         return Completion(lease, o, now, len(ips), seeders, leechers, due, reported, new, estimated, note, sent)
 
     def _sizes(self, visits: list[tuple[str, VisitResult, list[SourceResult]]]) -> list[tuple]:
-        """``_size`` of each of ``visits``: a DHT swarm's in greenlets of their own (each a BEP 33 scrape)."""
-        if self.sizes is None or len(visits) < 2:
-            return [self._size(*v) for v in visits]
-        jobs = [gevent.spawn(self._size, *v) for v in visits]
-        gevent.joinall(jobs, raise_error=True)
-        return [j.get() for j in jobs]
+        """``_size`` of each of ``visits``: the sources' counts, or, for a swarm only the DHT knows, a
+        BEP 33 scrape, each in a greenlet of its own when the batch has several."""
+        out: list = [(vr.seeders, vr.leechers, vr.reported, False) for _, vr, _ in visits]
+        scraped = [i for i, (_, vr, answered) in enumerate(visits) if self._dht_only(vr, answered)]
+        jobs = {i: gevent.spawn(self._size, visits[i][0], out[i]) for i in scraped} if len(scraped) > 1 else {}
+        for i in scraped:
+            out[i] = jobs[i].get() if jobs else self._size(visits[i][0], out[i])
+        return out
 
-    def _size(self, h: str, vr: VisitResult, answered: list[SourceResult]) -> tuple:
-        """(seeders, leechers, reported, estimated): the trackers' counts, or, for a swarm only the
-        DHT knows, its size from the nodes' bloom filters (BEP 33)."""
-        looked = next((r for r in answered if r.source == "dht"), None)
-        if vr.reported is None and looked is not None and looked.peers and self.sizes is not None:
-            gevent.sleep(self.dht_budget.wait())  # a scrape takes a place as a lookup does
-            size = self.sizes.size(h)
-            if size is not None:
-                return size.seeders, size.leechers, size.seeders + size.leechers, True
-        return vr.seeders, vr.leechers, vr.reported, False
+    def _dht_only(self, vr: VisitResult, answered: list[SourceResult]) -> bool:
+        """A swarm no source reported a size of, with peers from the DHT: its size is the nodes' (BEP 33)."""
+        return self.sizes is not None and vr.reported is None and any(r.source == "dht" and r.peers for r in answered)
+
+    def _size(self, h: str, counted: tuple) -> tuple:
+        """(seeders, leechers, reported, estimated) of a swarm only the DHT knows: from the nodes' bloom
+        filters (BEP 33), else ``counted`` (the sources' counts)."""
+        gevent.sleep(self.dht_budget.wait())  # a scrape takes a place as a lookup does
+        size = self.sizes.size(h)
+        if size is None:
+            return counted
+        return size.seeders, size.leechers, size.seeders + size.leechers, True
 
     def _claim(self, n: int, laps: Laps, visits: int) -> list[Lease]:
         """The next ``n`` leases; the batch's laps end here and are counted for each of its ``visits``."""
