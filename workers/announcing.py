@@ -96,38 +96,34 @@ class Announcing:
     def wait(self, cut: bool = False) -> set[int]:
         """The visits answered, once all are, or the deadline passed, or (``cut``) at the cut (module
         note); past the deadline the rest are ended (``finish``). Raises a job's ``StoreError``."""
-        n, half = len(self.asks), None
-        while len(self.answered) < n and self.error is None:
-            now = time.monotonic()
-            until = self.deadline + 1.0  # sources bound themselves; the second only guards a stuck one
-            if cut and half is None and 2 * len(self.answered) >= n:
-                half = now
-            if half is not None:
-                until = min(until, half + max(half - self._began, CUT_LEAST))
-            if now >= until:
-                break
-            self._wake.clear()
-            self._wake.wait(until - now)
-        if self.error is None and len(self.answered) < n and time.monotonic() >= self.deadline + 1.0:
-            self.finish()
-        if self.error is not None:
-            self._stop()
-            raise self.error
+        until = Cut(self.deadline, len(self.asks), cut, self._began)
+        self._wait(until)
+        self._ended(until)
         return set(self.answered)
 
     def finish(self) -> None:
         """Wait for every visit (until the deadline, and a second's guard): a source silent by then is its
         failure, and the jobs still running are stopped. Raises a job's ``StoreError``."""
+        until = Cut(self.deadline, len(self.asks), False)
+        self._wait(until)
+        self._ended(until)
+
+    def _wait(self, until: Cut) -> None:
+        """Wait while a visit is unanswered and no job failed, as long as ``until`` lets."""
         while len(self.answered) < len(self.asks) and self.error is None:
-            left = self.deadline + 1.0 - time.monotonic()
+            left = until.until(len(self.answered)) - time.monotonic()
             if left <= 0:
-                break
+                return
             self._wake.clear()
             self._wake.wait(left)
+
+    def _ended(self, until: Cut) -> None:
+        """A job's ``StoreError`` raised (the jobs stopped); past the deadline, the jobs stopped and each
+        source still silent its failure."""
         if self.error is not None:
             self._stop()
             raise self.error
-        if len(self.answered) < len(self.asks):
+        if len(self.answered) < len(self.asks) and until.late():
             self._stop()
             for i, (_, urls, dht) in enumerate(self.asks):
                 for source in urls + (["dht"] if dht else []):
@@ -142,3 +138,26 @@ class Announcing:
         """Visit ``i``'s results: its URLs' in their order, the DHT's last."""
         _, urls, dht = self.asks[i]
         return [self.results[i][u] for u in urls] + ([self.results[i]["dht"]] if dht else [])
+
+
+class Cut:
+    """When a batch's wait ends (module note): at ``deadline`` and a second's guard (sources bound
+    themselves; the second only guards a stuck one), or, with ``cut``, once half of its ``n`` visits
+    are answered and as long again has passed since ``began`` (``CUT_LEAST`` at least)."""
+
+    def __init__(self, deadline: float, n: int, cut: bool, began: float | None = None):
+        self.end, self.n, self.cut = deadline + 1.0, n, cut
+        self.began = time.monotonic() if began is None else began
+        self.half: float | None = None
+
+    def until(self, answered: int) -> float:
+        """When the wait ends (``time.monotonic()``), ``answered`` visits being answered now."""
+        if self.cut and self.half is None and 2 * answered >= self.n:
+            self.half = time.monotonic()
+        if self.half is None:
+            return self.end
+        return min(self.end, self.half + max(self.half - self.began, CUT_LEAST))
+
+    def late(self) -> bool:
+        """The deadline (and its guard) passed."""
+        return time.monotonic() >= self.end

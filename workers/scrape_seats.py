@@ -5,7 +5,7 @@ its trackers' scrapes at once (most in requests asked ahead, already
 answered); ``ScrapeSeats`` reads each seat as its request ends. As for the
 announces (``workers.announcing``), ``wait(cut=True)`` returns once every
 visit's seats are answered, or once half the visits' are and as long again
-has passed (``CUT_LEAST`` at least): a visit whose scrape request was lost
+has passed (``announcing.Cut``): a visit whose scrape request was lost
 goes on apart, not holding the batch for the retry. A seat still unanswered
 at the deadline (and a second's guard) is its tracker's failure
 (``NO_SCRAPE``).
@@ -20,7 +20,7 @@ import gevent
 
 from crawler.sources.result import SourceResult
 from crawler.sources.trackers.scrape_groups import Seat
-from workers.announcing import CUT_LEAST
+from workers.announcing import Cut
 
 # A tracker's failure when its scrape gave nothing by the visit's deadline.
 NO_SCRAPE = "no scrape answer within the visit deadline"
@@ -59,21 +59,16 @@ class ScrapeSeats:
     def wait(self, cut: bool = False) -> set[int]:
         """The visits whose seats are all answered, once all are, or the deadline passed (the rest are then
         ``NO_SCRAPE``), or (``cut``) at the cut (module note)."""
-        began, half = time.monotonic(), None
+        until = Cut(self.deadline, len(self.left), cut)
         while True:
             self._take()
             if not self.waiting:
                 break
-            now = time.monotonic()
-            until = self.deadline + 1.0  # requests bound themselves; the second only guards a stuck one
-            if cut and half is None and 2 * len(self.answered) >= len(self.left):
-                half = now
-            if half is not None:
-                until = min(until, half + max(half - began, CUT_LEAST))
-            if now >= until:
+            left = until.until(len(self.answered)) - time.monotonic()
+            if left <= 0:
                 break
-            gevent.wait([seat.event for *_, seat in self.waiting], timeout=until - now, count=1)
-        if self.waiting and time.monotonic() >= self.deadline + 1.0:
+            gevent.wait([seat.event for *_, seat in self.waiting], timeout=left, count=1)
+        if self.waiting and until.late():
             for i, u, _ in self.waiting:
                 self.answers[i][u] = SourceResult.failed(u, NO_SCRAPE)
                 self._one(i)
