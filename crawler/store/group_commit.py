@@ -66,11 +66,7 @@ class GroupCommit:
         """The answer to ``request``, served with whatever else is asked meanwhile."""
         done: AsyncResult = AsyncResult()
         self._queue.append((request, done))
-        if self._parked:
-            self._parked.pop().set()
-        elif self._senders < self.in_flight:
-            self._senders += 1
-            gevent.spawn(self._send)
+        self._wake(1)
         return done.get()
 
     def ask_many(self, requests: list) -> list:
@@ -82,8 +78,16 @@ class GroupCommit:
             done: AsyncResult = AsyncResult()
             self._queue.append((request, done))
             waits.append(done)
-        # a sender for each batch the requests fill, as far as ``in_flight`` allows
-        need = -(-sum(map(self.size, requests)) // self.cap)
+        self._wake(-(-sum(map(self.size, requests)) // self.cap))  # a sender for each batch they fill
+        out = []
+        for done in waits:
+            done.wait()
+            out.append(done.value if done.successful() else done.exception)
+        return out
+
+    def _wake(self, need: int) -> None:
+        """Up to ``need`` senders for what is queued: parked ones woken first, then new ones started, as
+        far as ``in_flight`` allows."""
         while need > 0 and self._parked:
             self._parked.pop().set()
             need -= 1
@@ -91,11 +95,6 @@ class GroupCommit:
             self._senders += 1
             need -= 1
             gevent.spawn(self._send)
-        out = []
-        for done in waits:
-            done.wait()
-            out.append(done.value if done.successful() else done.exception)
-        return out
 
     def _take(self) -> list[tuple[object, AsyncResult]]:
         """The next batch: whole requests, at most ``cap`` units (a larger request goes alone)."""
@@ -118,7 +117,7 @@ class GroupCommit:
                     taken = self._take()
                     self._answer(taken)
                     taken = []
-                # parked until a request comes (``ask`` takes it off the list as it wakes it)
+                # parked until a request comes (``_wake`` takes it off the list as it wakes it)
                 wake.clear()
                 self._parked.append(wake)
                 wake.wait()
@@ -148,8 +147,5 @@ class GroupCommit:
         for _, done in taken:
             if not done.ready():
                 done.set_exception(self.stopped())
-        if self._queue and self._parked:
-            self._parked.pop().set()
-        elif self._queue and self._senders < self.in_flight:
-            self._senders += 1
-            gevent.spawn(self._send)
+        if self._queue:
+            self._wake(1)
