@@ -8,15 +8,17 @@ others, a tracker learned to list the same peers as one asked before it
 (``crawler.sources.trackers.tracker_mirrors``), its scrape of this torrent agreeing,
 is not announced to; should the tracker asked in its place fail, it is
 asked after all. The rest wait for their places in the announce cap, the
-DHT (when due) for its budget's, and are asked each in its own greenlet;
-the deadline starts after the longest wait. Every source bounds itself; a
-source that raised or gave nothing by the deadline is that source's
-failure, never the visit's. Raises only ``StoreError``.
+DHT (when due) for its budget's; the deadline starts after the longest
+wait. Every source bounds itself; a source that raised or gave nothing by
+the deadline is that source's failure, never the visit's. Raises only
+``StoreError``.
 
 ``Asking.ask_many`` asks a batch of visits at once (``Visitor.visit_many``):
-their seats and announces go out together, a tracker's announces of the
-batch in one ``Trackers.announce_many``, and the batch waits for the last
-answer (each source bound by the deadline, as for one visit).
+their seats are read as their requests end (``workers.scrape_seats``), a
+tracker's announces of the batch go out in one ``Trackers.announce_many``
+and each DHT lookup in a greenlet of its own (``workers.announcing``).
+``Asking.ask_batch`` leaves out the visits not answered at a cut, to be
+waited for apart.
 """
 
 from __future__ import annotations
@@ -44,13 +46,8 @@ class Asking:
     ``ahead``: its ``ScrapeAhead``; ``cap`` and ``dht_budget``: the
     namespace's announce cap and DHT budget (``RateBudget``); ``mirrors``:
     the trackers learned to list the same peers.
-
-    A batch of visits (``ask_many``) is asked from the caller's greenlet: every
-    scrape seat taken, then waited for in turn (the requests are under way
-    together); the announces of one tracker in one ``Trackers.announce_many``,
-    each DHT lookup in a greenlet of its own (``workers.announcing``). A
-    visit's answers are what it would have had alone; with ``ask_batch``, the
-    visits not answered at the cut are waited for apart.
+    A visit's answers in a batch (module note) are what it would have had
+    alone.
     """
 
     def __init__(self, settings, trackers, dht, ahead, cap: RateBudget, dht_budget: RateBudget):

@@ -171,9 +171,9 @@ class Visitor:
         recording, one completion; a visit that is skipped or failed is settled
         by calls of its own, meanwhile. Each visit is what it would have been
         alone. With ``split``, the visits not answered at the asking stage's
-        cut (``workers.announcing``) go on apart: ``split(positions, finish)``
-        hands them over, ``finish(claim)`` settling them as this call does its
-        own (their entries here are None). ``claim`` is asked once, when the
+        cuts (``workers.scrape_seats``, ``workers.announcing``) go on apart:
+        ``split(positions, finish)`` hands them over, ``finish(claim)`` settling
+        them as this call does its own (their entries here are None). ``claim`` is asked once, when the
         batch settles (so a stop requested meanwhile is seen); the claim is made
         with the other runners' after the completion (``workers.claims``).
         Returns each visit, or the exception that ended it alone (its lease
