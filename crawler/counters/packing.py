@@ -115,6 +115,8 @@ def add_visit(batches: RecordBatches, i: int, part: VisitPart, flags: bytes, n_b
     # most IPs of a first visit whose addresses were met in other swarms are torrent parts
     parts: TorrentParts | TorrentBlocks = (TorrentBlocks(part, now) if part.fresh and mixed and not wide
                                            else TorrentParts(part))
+    # the torrent parts gathered for blocks (the visit's first call; None: written as records)
+    pend: list | None = None
     for (pkey, (info, lanes, _, grouped), f, bucket, rb, fkey), flag in zip(part.rows, flags):
         if flag == FRESH:
             continue
@@ -125,6 +127,8 @@ def add_visit(batches: RecordBatches, i: int, part: VisitPart, flags: bytes, n_b
         pairs = info.t_k if since else info.k
         if batch is None or batch.pairs + pairs > limit:
             parts = parts.next_call(batch)
+            # a block visit's torrent parts are gathered, then written in one loop (``TorrentBlocks``)
+            pend, records = (parts.pending, parts.parts) if isinstance(parts, TorrentBlocks) else (None, parts)
             batch = batches.batch_for(part, i, pairs)
             numbers, heads, ips = batch.bnumbers, batch.heads, batch.ips
             counted = batch.visits[-1]
@@ -134,7 +138,10 @@ def add_visit(batches: RecordBatches, i: int, part: VisitPart, flags: bytes, n_b
         if wide:  # its torrent's marks may also be elsewhere (``VisitPart``)
             batch.add_extras(part, f, n_buckets)
         if since:
-            parts.add(batch, pkey, info, f, bucket, rb, since)
+            if pend is None:
+                records.add(batch, pkey, info, f, bucket, rb, since)
+            else:
+                pend.append((pkey, info, f, bucket, since))
             continue
         head = heads.get(pkey)
         if head is None:
@@ -203,35 +210,17 @@ class TorrentParts:
 class TorrentBlocks:
     """The torrent parts of a visit of a torrent believed never counted (``VisitPart.fresh``), in
     blocks (``RecordBatch.add_blocks``), one a roster bucket: in the visit's first call only, a
-    call after it finding the torrent counted by that one. A group record takes the time of the IP's
-    place marks, no later than ``now`` (the call's)."""
+    call after it finding the torrent counted by that one. ``add_visit`` gathers them in ``pending``
+    (place tuple, ``PlaceInfo``, fingerprint, roster bucket, place marks' time), written at the
+    call's end in one loop (most IPs of a first visit come this way: a call each would be a third of
+    their cost), a group record with the time of the IP's place marks, no later than ``now`` (the
+    call's)."""
 
-    __slots__ = ("blocks", "now", "parts", "places")
+    __slots__ = ("now", "parts", "pending")
 
     def __init__(self, part: VisitPart, now: int):
         self.parts, self.now = TorrentParts(part), now
-        # mark bucket -> (IPs per place number, group records, torrent fields)
-        self.blocks: dict[int, tuple[dict[int, int], bytearray, bytearray]] = {}
-        # place tuple -> its number in the call, lanes, multiplier, shift, mask and bytes of its fields
-        self.places: dict[tuple, tuple] = {}
-
-    def add(self, batch: RecordBatch, pkey: tuple, info: PlaceInfo, f: int, bucket: int, rb: int | None,
-            since: int) -> None:
-        """``TorrentParts.add``, into the block of the IP's roster bucket."""
-        bp = self.places.get(pkey)
-        if bp is None:
-            fbits = 64 * info.t_k
-            bp = self.places[pkey] = (batch.place_number(pkey, info, self.parts.country_keys),
-                                      self.parts.lanes(pkey, info), info.t_r, fbits, (1 << fbits) - 1, info.t_k * 8)
-        n, tl, t_r, fbits, fmask, fbytes = bp
-        block = self.blocks.get(bucket)
-        if block is None:
-            block = self.blocks[bucket] = ({}, bytearray(), bytearray())
-        at, groups, fields = block
-        at[n] = at.get(n, 0) + 1
-        v = tl ^ (f & LOW64) * t_r  # the group record's field, then the torrent's
-        groups += ((v >> fbits) << 32 | (since if since < self.now else self.now)).to_bytes(12, "big")
-        fields += (v & fmask).to_bytes(fbytes, "big")
+        self.pending: list[tuple] = []
 
     def next_call(self, batch: RecordBatch | None) -> TorrentParts | TorrentBlocks:
         """Blocks in the first call (``batch`` None); after it, torrent parts."""
@@ -242,5 +231,27 @@ class TorrentBlocks:
 
     def end(self, batch: RecordBatch) -> None:
         """The visit's IPs in ``batch`` are all added: its blocks go before its records."""
-        if self.blocks:
-            batch.add_blocks(self.blocks)
+        if not self.pending:
+            return
+        now, lanes_of, country_keys = self.now, self.parts.lanes, self.parts.country_keys
+        # mark bucket -> (IPs per place number, group records, torrent fields)
+        blocks: dict[int, tuple[dict[int, int], bytearray, bytearray]] = {}
+        # place tuple -> its number in the call, lanes, multiplier, shift, mask and bytes of its fields
+        places: dict[tuple, tuple] = {}
+        for pkey, info, f, bucket, since in self.pending:
+            bp = places.get(pkey)
+            if bp is None:
+                fbits = 64 * info.t_k
+                bp = places[pkey] = (batch.place_number(pkey, info, country_keys), lanes_of(pkey, info), info.t_r,
+                                     fbits, (1 << fbits) - 1, info.t_k * 8)
+            n, tl, t_r, fbits, fmask, fbytes = bp
+            block = blocks.get(bucket)
+            if block is None:
+                block = blocks[bucket] = ({}, bytearray(), bytearray())
+            at, groups, fields = block
+            at[n] = at.get(n, 0) + 1
+            v = tl ^ (f & LOW64) * t_r  # the group record's field, then the torrent's
+            groups += ((v >> fbits) << 32 | (since if since < now else now)).to_bytes(12, "big")
+            fields += (v & fmask).to_bytes(fbytes, "big")
+        self.pending = []
+        batch.add_blocks(blocks)
