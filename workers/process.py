@@ -37,8 +37,12 @@ log = logs.get("worker")
 # The collector's first generation: CPython's 700 allocations ran it ~500 times
 # in a bench_worker run (--quick), to collect ~2,000 objects in all: a
 # worker's garbage is almost never cyclic, and those collections cost 10-20 %
-# of its CPU (docs/worker.md, "Where a visit's CPU goes").
-GC_FIRST_GENERATION = 10_000
+# of its CPU (docs/worker.md, "Where a visit's CPU goes"). At 10,000 the
+# second generation's collections (every tenth) were still a third of what
+# collecting cost (bench_visit_cost: 0.109 s of a 10,000-visit first pass, 0.267
+# s churned); at 50,000 they are rare (0.060 s, 0.142 s), each first-generation
+# collection a few milliseconds.
+GC_FIRST_GENERATION = 50_000
 
 
 def tune_gc() -> None:
