@@ -163,6 +163,17 @@ class Locator:
         except _ReadError as e:
             return self._read_failed(e)
 
+    def locate_packed(self, packed: bytes) -> Place:
+        """``locate_parsed`` of an address given packed alone (as ``locate_parsed`` takes it): its text is
+        made only when the network holding it was not read before (most addresses of a crawl are new
+        to a process, few of their networks are)."""
+        if len(packed) == 4 and self._v4 is not None:
+            place = self._v4.get(int.from_bytes(packed, "big"))
+            if place is not None:
+                return place
+        text = _ntop(_AF_INET, packed) if len(packed) == 4 else str(ipaddress.ip_address(packed))
+        return self.locate_parsed(packed, text)
+
     def _read_failed(self, e: _ReadError) -> Place:
         """A lookup that hit damaged data: tallied, answered ``NOWHERE``."""
         self.read_errors += 1
@@ -304,4 +315,4 @@ def _clean(name: str | None) -> str | None:
     return name or None
 
 
-_pton, _AF_INET = socket.inet_pton, socket.AF_INET
+_pton, _ntop, _AF_INET = socket.inet_pton, socket.inet_ntop, socket.AF_INET

@@ -47,6 +47,7 @@ def test_ipv6_and_ipv4_mapped(db):
     assert loc.locate("::ffff:1.1.2.3") == geo.Place("Germany", "Berlin", "10115")
     for ip in ("2001:db8:2::99", "::ffff:1.1.2.3", "1.1.2.3"):
         assert loc.locate_parsed(*canonical_ip(ip)) == loc.locate(ip), ip
+        assert loc.locate_packed(canonical_ip(ip)[0]) == loc.locate(ip), ip
 
 
 def test_not_an_ip_raises_value_error(db):
@@ -142,7 +143,8 @@ def test_a_damaged_database_opens_then_failing_lookups_are_unplaced_and_tallied(
             want = geo.Place() if ip in bad_ips else geo.Place("Germany", "Berlin", f"{10100 + i:05d}")
             assert loc.locate(ip) == want, ip
             assert loc.locate_parsed(*canonical_ip(ip)) == want, ip
-    assert loc.read_errors == 4 * len(bad_ips) == 40
+            assert loc.locate_packed(canonical_ip(ip)[0]) == want, ip
+    assert loc.read_errors == 6 * len(bad_ips) == 60
     assert "InvalidDatabaseError" in loc.last_read_error and str(db) in loc.last_read_error
     assert "127.1.0." not in loc.last_read_error  # no peer address at rest
     with pytest.raises(ValueError):
@@ -210,6 +212,9 @@ def test_an_address_takes_its_own_network_s_place_whatever_was_read_before(neste
         # an address already parsed (the recorder's, which keeps its own memory of addresses)
         packed, text = canonical_ip(ip)
         assert mapped.locate_parsed(packed, text) == small.locate_parsed(packed, text) == plain.locate(ip), ip
+        # given packed alone (its text made only when its network was not read before)
+        assert mapped.locate_packed(packed) == small.locate_packed(packed) == plain.locate_packed(packed) \
+            == plain.locate(ip), ip
 
 
 def test_another_address_of_a_network_read_is_not_read_again(nested_db):

@@ -27,7 +27,7 @@ from collections.abc import Iterable
 from operator import itemgetter
 
 from crawler.counters.fresh_places import FreshPlaces
-from crawler.counters.ip_forms import PackedIPs, canonical_ip, ip_text
+from crawler.counters.ip_forms import PackedIPs, canonical_ip
 from crawler.counters.marks import IP_MEMO, Fingerprinter
 from geo.locator import Place
 
@@ -86,10 +86,11 @@ class MetIPs:
     def _meet(self, ip: str | bytes) -> Met | None:
         """``ip`` parsed (unless packed), located and fingerprinted, kept unless its place could not
         be read (None: no IP)."""
-        canonical = (ip, ip_text(ip)) if isinstance(ip, bytes) else canonical_ip(ip)
         locator, fps = self.locator, self.fingerprints
         errors = locator.read_errors
-        if canonical is None:
+        if isinstance(ip, bytes):  # packed: its text is made only if the locator needs it
+            m = met(ip, locator.locate_packed(ip), fps.ip(ip), fps)
+        elif (canonical := canonical_ip(ip)) is None:
             m = None
         else:
             packed = canonical[0]
