@@ -6,10 +6,12 @@ length), and every address of the network has that record. Reading one
 costs little in its search tree (~0.2 µs) and much in decoding the record
 (~30 µs for a GeoLite2 City record, names in eight languages), while peers
 crowd into the networks of a few ISPs. So the place of each network met is
-kept by (prefix length, network bits), and an address is first tried
-against every prefix length met so far (a few dozen lookups at most: one
-dict per family, IPv4 keyed by its 32 bits and IPv6 by its 128). The answer
-is exact: it is the record the database would give.
+kept by prefix length, then network bits, and an address is first tried
+against every prefix length met so far, in the order met (a few dozen
+lookups at most; a table a length, keyed by the network's bits as an
+integer: no key is built for a lookup, half the time of keys of (length,
+bits) over a City database's 21 IPv4 lengths). The answer is exact: it is
+the record the database would give.
 
 Memory stays bounded: past ``size`` networks the map starts over. Places
 are shared between networks that name the same one.
@@ -25,19 +27,20 @@ P = TypeVar("P")
 class NetworkPlaces(Generic[P]):
     """Places by database network, for addresses of ``bits`` bits (32 or 128); at most ``size`` networks."""
 
-    __slots__ = ("_bits", "_lengths", "_places", "_shared", "_size")
+    __slots__ = ("_bits", "_count", "_shared", "_size", "_tables")
 
     def __init__(self, bits: int, size: int):
         self._bits, self._size = bits, size
-        self._places: dict[tuple[int, int], P] = {}
-        self._lengths: list[int] = []  # the prefix lengths met, in the order met
+        # per prefix length met, in the order met: (the shift that leaves an address's network bits,
+        # network bits -> place); int keys, no tuple made for a lookup
+        self._tables: dict[int, tuple[int, dict[int, P]]] = {}
+        self._count = 0  # networks kept
         self._shared: dict[P, P] = {}
 
     def get(self, address: int) -> P | None:
         """The place of the network holding ``address`` (an integer of ``bits`` bits), if one was kept."""
-        places, bits = self._places, self._bits
-        for length in self._lengths:
-            got = places.get((length, address >> (bits - length)))
+        for shift, places in self._tables.values():
+            got = places.get(address >> shift)
             if got is not None:
                 return got
         return None
@@ -47,14 +50,19 @@ class NetworkPlaces(Generic[P]):
         kept (one object per distinct place)."""
         if not 0 <= length <= self._bits:
             return place
-        if len(self._places) >= self._size:
-            self._places.clear()
+        if self._count >= self._size:
+            self._tables.clear()
             self._shared.clear()
+            self._count = 0
         place = self._shared.setdefault(place, place)
-        self._places[(length, address >> (self._bits - length))] = place
-        if length not in self._lengths:
-            self._lengths.append(length)
+        table = self._tables.get(length)
+        if table is None:
+            table = self._tables[length] = (self._bits - length, {})
+        shift, places = table
+        net = address >> shift
+        self._count += net not in places
+        places[net] = place
         return place
 
     def __len__(self) -> int:
-        return len(self._places)
+        return self._count
