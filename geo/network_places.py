@@ -4,7 +4,7 @@ Strategy: a City database answers an address with the record of the
 network that holds it (``get_with_prefix_len`` gives that network's prefix
 length), and every address of the network has that record. Reading one
 costs little in its search tree (~0.2 µs) and much in decoding the record
-(~30 µs for a GeoLite2 City record, names in eight languages), while peers
+(~11 µs for a GeoLite2 City record, names in eight languages), while peers
 crowd into the networks of a few ISPs. So the place of each network met is
 kept by prefix length, then network bits, and an address is first tried
 against every prefix length met so far, in the order met (a few dozen
