@@ -50,7 +50,7 @@ def test_each_visit_is_answered_as_its_last_source_is_and_the_rest_go_on_apart_a
     # three of four answered at once (d asks nothing); c waits for u2: it goes on apart at the cut
     assert a.wait(cut=True) == {0, 1, 3}
     assert [r.source for r in a.of(0)] == ["u1"] and a.of(3) == []
-    a.finish()
+    a.wait()
     assert [(r.source, r.ok) for r in a.of(2)] == [("u1", True), ("u2", True)]
 
 

@@ -10,7 +10,7 @@ Why a cut. A batch that waited for its slowest visit would hold every slot
 of it for one lost datagram (a retry after ``PEERCRAWL_UDP_TIMEOUT``) or one
 long DHT lookup. ``wait(cut=True)`` returns once every visit is answered, or
 once half of them are and as long again has passed (``CUT_LEAST`` at least):
-the visits not answered by then go on apart (``finish``), each with what it
+the visits not answered by then go on apart (``wait()`` again), each with what it
 would have had alone. At the deadline (plus a second's guard, as for one
 visit) a source still silent is that source's failure and the jobs still
 running are stopped. A ``StoreError`` (ours) from any job is raised to the
@@ -94,19 +94,13 @@ class Announcing:
         self._wake.set()
 
     def wait(self, cut: bool = False) -> set[int]:
-        """The visits answered, once all are, or the deadline passed, or (``cut``) at the cut (module
-        note); past the deadline the rest are ended (``finish``). Raises a job's ``StoreError``."""
+        """The visits answered, once all are, or the deadline passed (and a second's guard: a source
+        silent by then is its failure, and the jobs still running are stopped), or (``cut``) at the cut
+        (module note), after which ``wait()`` waits for the rest. Raises a job's ``StoreError``."""
         until = Cut(self.deadline, len(self.asks), cut, self._began)
         self._wait(until)
         self._ended(until)
         return set(self.answered)
-
-    def finish(self) -> None:
-        """Wait for every visit (until the deadline, and a second's guard): a source silent by then is its
-        failure, and the jobs still running are stopped. Raises a job's ``StoreError``."""
-        until = Cut(self.deadline, len(self.asks), False)
-        self._wait(until)
-        self._ended(until)
 
     def _wait(self, until: Cut) -> None:
         """Wait while a visit is unanswered and no job failed, as long as ``until`` lets."""

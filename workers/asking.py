@@ -111,7 +111,7 @@ class Asking:
         pending = [i for i in range(len(asks)) if i not in answered]
 
         def rest() -> list:
-            announcing.finish()
+            announcing.wait()
             self._answer(pending, asks, scraped, todo, announcing, out)
             return [out[i] for i in pending]
 
