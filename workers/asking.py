@@ -1,24 +1,23 @@
-"""A visit's sources asked at once, under one deadline: scrapes first, then announces and the DHT.
+"""A batch of visits' sources asked at once, under one deadline: scrapes first, then announces and the DHT.
 
-``Asking.ask(h, urls, dht)`` is the asking stage of a visit
-(``workers.visit``): every tracker of ``urls`` is scraped at once (most
-often a seat in a scrape asked ahead, ``workers.scrape_ahead``); those that
-report the swarm empty, or fail, are settled without an announce. Of the
-others, a tracker learned to list the same peers as one asked before it
-(``crawler.sources.trackers.tracker_mirrors``), its scrape of this torrent agreeing,
-is not announced to; should the tracker asked in its place fail, it is
-asked after all. The rest wait for their places in the announce cap, the
-DHT (when due) for its budget's; the deadline starts after the longest
-wait. Every source bounds itself; a source that raised or gave nothing by
-the deadline is that source's failure, never the visit's. Raises only
-``StoreError``.
+``Asking.ask_batch(asks, laps, cut)`` is the asking stage of a runner's
+batch (``Visitor.visit_many``): every tracker of each visit is scraped at
+once (most often a seat in a scrape asked ahead, ``workers.scrape_ahead``);
+those that report the swarm empty, or fail, are settled without an
+announce. Of the others, a tracker learned to list the same peers as one
+asked before it (``crawler.sources.trackers.tracker_mirrors``), its scrape
+of this torrent agreeing, is not announced to; should the tracker asked in
+its place fail, it is asked after all. The rest wait for their places in
+the announce cap, the DHT (when due) for its budget's; the deadline starts
+after the longest wait. Every source bounds itself; a source that raised or
+gave nothing by the deadline is that source's failure, never the visit's.
+Raises only ``StoreError``.
 
-``Asking.ask_many`` asks a batch of visits at once (``Visitor.visit_many``):
-their seats are read as their requests end (``workers.scrape_seats``), a
+The seats are read as their requests end (``workers.scrape_seats``), a
 tracker's announces of the batch go out in one ``Trackers.announce_many``
-and each DHT lookup in a greenlet of its own (``workers.announcing``).
-``Asking.ask_batch`` leaves out the visits not answered at a cut, to be
-waited for apart.
+and each DHT lookup in a greenlet of its own (``workers.announcing``); with
+``cut``, the visits not answered at a cut are left out, to be waited for
+apart. Each visit's answers are what it would have had alone.
 """
 
 from __future__ import annotations
@@ -55,21 +54,13 @@ class Asking:
         self.cap, self.dht_budget = cap, dht_budget
         self.mirrors = Mirrors(settings.tracker_cache_size, frozenset(settings.tracker_rates()))
 
-    def ask(self, h: str, urls: list[str], dht: bool, laps=None) -> tuple[list[SourceResult], dict[str, str]]:
-        """Every answer of ``urls`` and (``dht``) the DHT about ``h``, and the trackers a mirror stood
-        in for (URL -> the URL asked in its place), which were not asked. ``laps``: the visit's
-        ``workers.visit_stages.Laps``, told when the scrape stage ends."""
-        return self.ask_many([(h, urls, dht)], laps)[0]
-
-    def ask_many(self, asks: list[tuple[str, list[str], bool]], laps=None) -> list[tuple[list[SourceResult], dict]]:
-        """``ask`` of each of ``asks`` (info-hash, URLs, DHT due), together (class note)."""
-        return self.ask_batch(asks, laps, cut=False)[0]
-
     def ask_batch(self, asks: list[tuple[str, list[str], bool]], laps=None, cut: bool = True
                   ) -> tuple[list, Callable[[], list] | None]:
-        """``ask_many``, with the visits not answered at a cut (the scrapes' or the announces':
-        ``workers.scrape_seats``, ``workers.announcing``) left out: each visit's answer, None for those,
-        and ``rest()`` (None: none left), which waits for them and gives theirs in order."""
+        """Each of ``asks`` (info-hash, URLs, DHT due) asked, together (module note): its answers and the
+        trackers a mirror stood in for (URL -> the URL asked in its place), which were not asked; with
+        ``cut``, the visits not answered at a cut (the scrapes' or the announces': ``workers.scrape_seats``,
+        ``workers.announcing``) are None, and ``rest()`` (None: none left) waits for them and gives theirs
+        in order. ``laps``: the batch's ``workers.visit_stages.Laps``, told when the scrape stage ends."""
         seats = self.scrape_seats([(h, urls) for h, urls, _ in asks])
         scraped = seats.wait(cut)
         if laps is not None:
