@@ -33,11 +33,12 @@ class ScrapeSeats:
 
     def __init__(self, n: int, settled: list[dict[str, SourceResult | None]], seats: list[tuple[int, str, Seat]],
                  deadline: float, answer: Callable[[str, Seat], SourceResult | None]):
-        self.answers, self.seats, self.deadline, self.answer = settled, seats, deadline, answer
+        self.answers, self.deadline, self.answer = settled, deadline, answer
         self.waiting = list(seats)
-        self.left = [0] * n
-        for i, _, _ in seats:
-            self.left[i] += 1
+        self.seats: list[list[tuple[str, Seat]]] = [[] for _ in range(n)]  # each visit's (URL, seat)
+        for i, u, seat in seats:
+            self.seats[i].append((u, seat))
+        self.left = [len(own) for own in self.seats]
         self.answered = {i for i in range(n) if not self.left[i]}
 
     def _take(self) -> None:
@@ -79,5 +80,5 @@ class ScrapeSeats:
         """Visit ``i``'s trackers whose scrape settles it, with their answers, and the counts the others'
         scrapes reported (URL -> ``ScrapeCounts``)."""
         got = self.answers[i]
-        counts = {u: seat.counts() for j, u, seat in self.seats if j == i and got.get(u) is None}
+        counts = {u: seat.counts() for u, seat in self.seats[i] if got.get(u) is None}
         return {u: r for u, r in got.items() if r is not None}, {u: c for u, c in counts.items() if c}
