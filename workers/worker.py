@@ -71,8 +71,6 @@ IDLE_POLL = (0.2, 2.0)
 IDLE_POLL_MIN = 0.01
 
 
-
-
 class Worker:
     """One worker process's pool.
 
@@ -97,8 +95,7 @@ class Worker:
         self.view = QueueView(queue.client, queue.keys)
         self.settings = queue.settings
         self.autoscaler = autoscaler
-        self.slots: Slots[Slot] = Slots(concurrency if concurrency is not None else autoscaler.size,
-                                                   max_visits)
+        self.slots: Slots[Slot] = Slots(concurrency if concurrency is not None else autoscaler.size, max_visits)
         self.until_idle, self.duration = until_idle, duration
         self.heartbeat = heartbeat or Heartbeat(queue.client, queue.keys)
         self.health = WorkerHealth(self.settings.outage_after)
