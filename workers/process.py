@@ -39,9 +39,8 @@ log = logs.get("worker")
 # worker's garbage is almost never cyclic, and those collections cost 10-20 %
 # of its CPU (docs/worker.md, "Where a visit's CPU goes"). At 10,000 the
 # second generation's collections (every tenth) were still a third of what
-# collecting cost (bench_visit_cost: 0.109 s of a 10,000-visit first pass, 0.267
-# s churned); at 50,000 they are rare (0.060 s, 0.142 s), each first-generation
-# collection a few milliseconds.
+# collecting cost (bench_visit_cost: 4 in a 10,000-visit first pass); at
+# 50,000 one, and collecting ~0.5x the CPU (bench/results, "new addresses").
 GC_FIRST_GENERATION = 50_000
 
 
