@@ -1,4 +1,4 @@
-"""A batch of visits' sources asked at once, under one deadline: scrapes first, then announces and the DHT.
+"""A batch's sources asked at once, under one deadline: scrapes first, then announces and the DHT.
 
 ``Asking.ask_batch(asks, laps, cut)`` is the asking stage of a runner's
 batch (``Visitor.visit_many``): every tracker of each visit is scraped at
