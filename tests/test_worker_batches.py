@@ -77,9 +77,11 @@ def test_a_worker_killed_mid_round_trip_loses_nothing_and_counts_nothing_twice(t
     # Where a visit's recording falls in the worker's commands moves with the machine's speed and the
     # batches' sizes: the kill is moved by halves, later while nothing was counted yet, earlier while
     # every counted visit was completed, until one lands between a recording and its completion
-    # (eight runs at most). Each run's crawl, however the kill fell, is finished and checked.
+    # (twelve runs at most: the window is a few commands of a crawl's hundreds, more of them on a
+    # loaded machine, which eight halvings were seen to stop short of). Each run's crawl, however
+    # the kill fell, is finished and checked.
     early, late = 0, total
-    for _ in range(8):
+    for _ in range(12):
         if landed_mid_visit or late - early < 2:
             break
         commands = (early + late) // 2
