@@ -18,7 +18,7 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 import geo
-from crawler.counters import Recorder, top
+from crawler.counters import DEFAULT_BATCH_PAIRS, Recorder, top
 from crawler.counters.names import month_of
 from crawler.keys import Keys
 from crawler.store import scripts
@@ -91,7 +91,7 @@ visit = st.tuples(st.sampled_from(["ab" * 20, "cd" * 20, "ef" * 20, "12" * 20, "
 
 @hsettings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(history=st.lists(st.lists(visit, min_size=1, max_size=4), min_size=1, max_size=5),
-       batch_pairs=st.sampled_from([8, 13, 2400]), shards=st.sampled_from([1, 3]))
+       batch_pairs=st.sampled_from([8, 13, DEFAULT_BATCH_PAIRS]), shards=st.sampled_from([1, 3]))
 def test_blocks_leave_every_key_as_records_would(client, namespace, other_namespace, settings, locator, monkeypatch,
                                                  history, batch_pairs, shards):
     """Recordings of torrents, a torrent's first visit unprobed (its torrent parts in blocks), in calls

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from crawler.counters import Recorder, metrics_for, month_of
+from crawler.counters import DEFAULT_BATCH_PAIRS, Recorder, metrics_for, month_of
 from crawler.counters.names import LIFETIME
 from crawler.counters.rankings import index_count
 from crawler.keys import Keys
@@ -175,7 +175,7 @@ wide_visit = st.tuples(
 
 @hsettings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(history=st.lists(wide_visit, min_size=2, max_size=10), buckets=st.sampled_from([3, 64, 4096]),
-       shards=st.sampled_from([1, 2]), rosters=st.booleans(), batch_pairs=st.sampled_from([13, 2400]))
+       shards=st.sampled_from([1, 2]), rosters=st.booleans(), batch_pairs=st.sampled_from([13, DEFAULT_BATCH_PAIRS]))
 def test_counts_equal_the_model_as_swarms_cross_roster_widths(client, namespace, settings, history, buckets, shards,
                                                               rosters, batch_pairs):
     """A torrent's marks stay at the width of the visit that made them: a visit at another width (the

@@ -47,9 +47,11 @@ from crawler.errors import StoreError
 from crawler.observer import QUIET, Observer
 from crawler.store.group_commit import GroupCommit
 
-# Peers per batch (a larger visit goes alone): ~3 ms of Python on a first visit and ~7 ms of
-# record.lua in Redis (module note), short enough for the greenlets waiting on other replies.
-MAX_IPS = 512
+# Peers per batch (a larger visit goes alone): ~6 ms of Python on a first visit and one or two
+# record.lua calls in Redis (module note), short enough for the greenlets waiting on other replies.
+# Twice 512, with record calls twice as large: a first visit cost Redis 0.90 of the CPU and a revisit
+# the worker 0.89 (fewer, larger round trips; bench/bench_visit_cost.py, three runs a side).
+MAX_IPS = 1024
 # Batches under way at once, each its own greenlet: enough that Redis always has the next batch's
 # calls while the worker prepares the one after.
 IN_FLIGHT = 6

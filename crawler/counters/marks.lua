@@ -16,7 +16,7 @@
 -- the bucket's work (a first visit's scripts in Redis took 0.8 of the
 -- time). The appends stay short while a bucket gets few records a call: at
 -- 256 buckets a shard or more (2^18 over at most 1,024 shards) a call's
--- 2,400 pairs put a handful in each. A single bucket, a test's setting, gets
+-- 4,800 pairs put a handful in each. A single bucket, a test's setting, gets
 -- them all: 400 IPs a visit then take twice the time they did as tables.
 
 -- a u32 as 4 big-endian bytes

@@ -26,7 +26,7 @@ Several visits at once (``record_visits``, the worker's ``Batcher``): each disti
 parsed, located and fingerprinted once while the process keeps it (``met_ips``), every visit's
 probes share one round trip and every record call the next (with several shards, the place calls of
 the whole batch come first, one per shard). A record call holds the IPs of several visits of one
-shard (``script_args.RecordBatches``: seven first visits of 50 peers fill one), which it takes one
+shard (``script_args.RecordBatches``: fourteen first visits of 50 peers fill one), which it takes one
 after the other, so the visits count as if recorded one after the other while sharing the call's
 fixed cost and the indexes they have in common; an IP met at two places in one batch goes in two
 place calls.
@@ -66,11 +66,12 @@ from crawler.store.scripts import register
 from crawler.store.store import Store
 from geo.locator import Place
 
-# Pairs of one record.lua call: ~2,400 (seven first visits of 50 peers) hold
-# Redis ~3 ms (bench/bench_record_lua.py: ~0.41 ms of script per such visit);
-# calls of several visits share their fixed cost and indexes, so larger calls
-# cost less Redis CPU per visit (800 pairs, two visits a call: ~0.47 ms).
-DEFAULT_BATCH_PAIRS = 2400
+# Pairs of one record.lua call: ~4,800 (fourteen first visits of 50 peers) hold
+# Redis ~6 ms; calls of several visits share their fixed cost and indexes
+# (the index writes are a quarter of a call of seven visits), so larger calls
+# cost less Redis CPU per visit (bench/bench_record_lua.py, replayed: 4,800
+# pairs 0.8 of 2,400's script time a visit).
+DEFAULT_BATCH_PAIRS = 4800
 # IPs one probe.lua call looks up (its MGET has at most as many keys).
 PROBE_IPS = 2000
 # Times a recording is sent with the widths record.lua asked for (``_record_met``): once is enough
