@@ -108,6 +108,7 @@ def test_autoscaler_grows_when_behind_holds_when_saturated_shrinks_when_overload
     def fresh() -> Autoscaler:
         a = Autoscaler(client, low=2, high=40)
         a.best_rtt = 0.0005
+        a.starting = None  # past its start: the rules a running pool follows
         return a
 
     assert fresh().decide(8, busy=8, latency=30.0, cpu=0.3, rtt=0.0005) == (10, "behind")
@@ -127,6 +128,7 @@ def test_autoscaler_grows_when_behind_holds_when_saturated_shrinks_when_overload
 def test_autoscaler_remembers_the_sizes_that_overloaded_and_fell_behind(client):
     a = Autoscaler(client, low=2, high=40, memory_steps=3)
     a.best_rtt = 0.0005
+    a.starting = None
     # Overloaded (Redis struggling, or the loop too late): shrink, and do not grow back into it.
     assert a.decide(20, busy=20, latency=30.0, cpu=0.5, rtt=0.05) == (16, "overloaded")
     assert a.decide(16, busy=16, latency=30.0, cpu=0.5, rtt=0.0005) == (19, "behind")
@@ -137,6 +139,7 @@ def test_autoscaler_remembers_the_sizes_that_overloaded_and_fell_behind(client):
     assert a.ceiling is None  # forgotten after memory_steps decisions: growth may probe again
     # Fell behind at 4: idle samples at 5 do not shrink back to 4 for memory_steps decisions.
     b = Autoscaler(client, low=2, high=40, memory_steps=3)
+    b.starting = None
     assert b.decide(4, busy=4, latency=9.0, cpu=0.3, rtt=None) == (5, "behind")
     assert b.decide(5, busy=2, latency=0.0, cpu=0.3, rtt=None) == (5, "hold: above a floor")
     assert b.decide(5, busy=2, latency=0.0, cpu=0.3, rtt=None) == (5, "hold: above a floor")
@@ -146,6 +149,7 @@ def test_autoscaler_remembers_the_sizes_that_overloaded_and_fell_behind(client):
 
 def test_autoscaler_grows_on_a_full_core_until_visits_queue(client):
     a = Autoscaler(None, low=2, high=100)
+    a.starting = None
     # A full core, each visit holding its runner 20 ms: nothing queues yet, and a larger pool shares
     # its batches among more visits (the lowest slot becomes 20 ms).
     assert a.decide(8, busy=8, latency=9.0, cpu=0.98, rtt=None, slot=0.020) == (10, "behind")
@@ -170,13 +174,45 @@ def test_autoscaler_grows_on_a_full_core_until_visits_queue(client):
 def test_autoscaler_bounds_the_slot_where_more_runners_do_not_visit_faster(client):
     # Visits/s capped at 400 (a tracker's budget, Redis): each growth lengthens the slot by Little's
     # law until it passes 2.5x its lowest, and the pool holds there however long it stays behind.
+    def sizes(a: Autoscaler) -> list[int]:
+        size, out = 8, []
+        for _ in range(30):
+            size, _why = a.decide(size, busy=size, latency=60.0, cpu=0.6, rtt=None, slot=size / 400.0)
+            out.append(size)
+        return out
+
+    past = Autoscaler(None, low=2, high=500)
+    past.starting = None
+    assert sizes(past)[3:] == [22] * 27  # the first size whose slot passed 2.5x the lowest, for good
+    assert past.best_slot == 8 / 400.0
+    # From its start: 16, 32 (queued: a ceiling), back to 16 grown by a quarter, then as above.
+    assert sizes(Autoscaler(None, low=2, high=500))[:5] == [16, 32, 20, 25, 25]
+
+
+def test_autoscaler_doubles_at_its_start_until_a_decision_does_not_grow(client):
     a = Autoscaler(None, low=2, high=500)
-    size, sizes = 8, []
-    for _ in range(30):
-        size, _why = a.decide(size, busy=size, latency=60.0, cpu=0.6, rtt=None, slot=size / 400.0)
-        sizes.append(size)
-    assert sizes[3:] == [22] * 27  # the first size whose slot passed 2.5x the lowest, for good
-    assert a.best_slot == 8 / 400.0
+    assert a.decide(8, busy=8, latency=60.0, cpu=0.6, rtt=None, slot=0.020) == (16, "behind: starting")
+    assert a.decide(16, busy=16, latency=60.0, cpu=0.7, rtt=None, slot=0.030) == (32, "behind: starting")
+    # Queued past 2.5x the lowest slot: the doubling went too far; 32 is a ceiling, back to 16 grown
+    # by a quarter, and growth by quarters from there, under the ceiling.
+    assert a.decide(32, busy=32, latency=60.0, cpu=0.9, rtt=None, slot=0.060) == (20, "back from the start")
+    assert (a.ceiling, a.starting) == (32, None)
+    assert a.decide(20, busy=20, latency=60.0, cpu=0.8, rtt=None, slot=0.040) == (25, "behind")
+    assert a.decide(25, busy=25, latency=60.0, cpu=0.8, rtt=None, slot=0.045) == (31, "behind")
+    assert a.decide(31, busy=31, latency=60.0, cpu=0.8, rtt=None, slot=0.048) == (31, "hold: under a ceiling")
+    # Saturated just after a doubling: the same step back.
+    b = Autoscaler(None, low=2, high=500)
+    assert b.decide(8, busy=8, latency=60.0, cpu=0.6, rtt=None, slot=0.020) == (16, "behind: starting")
+    assert b.decide(16, busy=16, latency=60.0, cpu=0.9, rtt=None, lag=0.5, slot=0.025) == (10, "back from the start")
+    # On time at its first decision: the start is over, with nothing to step back from.
+    c = Autoscaler(None, low=2, high=500)
+    assert c.decide(8, busy=6, latency=0.0, cpu=0.3, rtt=None) == (8, "hold")
+    assert c.starting is None
+    assert c.decide(8, busy=8, latency=9.0, cpu=0.3, rtt=None) == (10, "behind")
+    # Overloaded at its start: shrunk as ever, the start over.
+    d = Autoscaler(None, low=2, high=500)
+    assert d.decide(8, busy=8, latency=9.0, cpu=0.3, rtt=None, lag=2.0) == (6, "overloaded")
+    assert d.starting is None
 
 
 def test_autoscaler_steps_from_a_sample_of_the_pools_figures(client):
@@ -186,7 +222,7 @@ def test_autoscaler_steps_from_a_sample_of_the_pools_figures(client):
     new = a.step(Sample(size=8, busy=8, visits=50, latency=30.0))
     last = a.history[-1]
     # Behind with every runner busy: grown, unless this (shared) machine's CPU is saturated.
-    assert (new, last["why"]) in ((10, "behind"), (8, "hold: saturated"))
+    assert (new, last["why"]) in ((16, "behind: starting"), (8, "hold: saturated"))
     assert (last["size"], last["was"], last["busy"], a.size) == (new, 8, 8, new)
     a.close()
 

@@ -45,13 +45,23 @@ every worker, is struggling). Then, in this order:
 - overloaded: shrink by a fifth; the size that overloaded is a *ceiling*;
 - behind (latency above ``latency_target``), ≥ 90 % of the pool busy,
   neither queued nor saturated: grow by a quarter, staying under any
-  ceiling;
+  ceiling; at the *start*, until the first decision that does not grow,
+  double instead;
 - less than half the pool busy and not behind: shrink by a tenth (*idle*),
   but not back to a size that fell behind (a *floor*);
 - otherwise hold: keeping up, or queued or saturated while behind (the
   most this process can do without a backlog: growing would only lengthen
   slots, shrinking would leave the process idle while visits wait on the
   network).
+
+Why a start. A quarter a step takes a pool of 8 to 64 runners in nine
+steps, 45 s at the default interval: a pass over a few thousand torrents,
+or a worker's first minute, ran at 8-17 runners, its core half busy
+(bench/bench_visit_cost.py with ``--concurrency auto``). Doubling gets
+there in three steps. The start ends at the first decision that does not
+grow; where that is because visits queue or the process is saturated, the
+last doubling went too far: it becomes a ceiling, and the pool goes back to
+the size before it, grown by a quarter, to go on from there as above.
 
 Ceilings and floors are forgotten after ``memory_steps`` decisions, so the
 controller probes again once conditions may have changed. Without them the
@@ -133,6 +143,8 @@ class Autoscaler:
         self._ceiling_left = 0
         self.floor: int | None = None  # a size that fell behind: not shrunk back to
         self._floor_left = 0
+        # the start (module note): the size the last doubling grew from, None when the start is over
+        self.starting: int | None = 0
         self._visits = (time.monotonic(), 0)
         self._busy_sum, self._busy_n = 0, 0
         self.best_rtt: float | None = None
@@ -267,8 +279,13 @@ class Autoscaler:
         self.ceiling, self._ceiling_left = size, self.memory_steps
 
     def _grow(self, size: int) -> tuple[int, str]:
-        """Behind with the pool busy: a quarter more, under any ceiling; ``size`` becomes a floor."""
-        new, why = size + max(1, math.ceil(size * 0.25)), "behind"
+        """Behind with the pool busy: a quarter more (twice as many at the start), under any ceiling;
+        ``size`` becomes a floor."""
+        if self.starting is not None:
+            self.starting = size
+            new, why = 2 * size, "behind: starting"
+        else:
+            new, why = size + max(1, math.ceil(size * 0.25)), "behind"
         self.floor, self._floor_left = size, self.memory_steps
         if self.ceiling is not None:
             new = min(new, self.ceiling - 1)
@@ -283,13 +300,24 @@ class Autoscaler:
             new = max(new, self.floor + 1)
         return min(new, size), ("idle" if new < size else "hold: above a floor")
 
+    def _started(self, size: int, new: int, why: str) -> tuple[int, str]:
+        """The start ends with decision ``(new, why)`` at ``size``: one that holds because visits queue
+        or the process is saturated just after a doubling makes the doubled size a ceiling and goes back
+        to the size before it, grown by a quarter (module note)."""
+        before, self.starting = self.starting, None
+        if before and why in ("hold: queued", "hold: saturated"):
+            self._cap(size)
+            new, _ = self._grow(before)
+            why = "back from the start"
+        return new, why
+
     def _age(self, why: str) -> None:
         """One decision older: ceilings and floors not renewed by it are forgotten after ``memory_steps``."""
         if self._ceiling_left > 0 and why != "overloaded":
             self._ceiling_left -= 1
             if self._ceiling_left == 0:
                 self.ceiling = None
-        if self._floor_left > 0 and why != "behind":
+        if self._floor_left > 0 and not why.startswith("behind"):
             self._floor_left -= 1
             if self._floor_left == 0:
                 self.floor = None
@@ -312,6 +340,8 @@ class Autoscaler:
             new, why = size, "hold: saturated" if saturated else "hold: queued" if queued else "hold"
         else:
             new, why = size, "hold"
+        if self.starting is not None and not why.startswith("behind"):
+            new, why = self._started(size, new, why)
         self._age(why)
         return max(self.low, min(self.high, new)), why
 
