@@ -200,10 +200,12 @@ def test_autoscaler_doubles_at_its_start_until_a_decision_does_not_grow(client):
     assert a.decide(20, busy=20, latency=60.0, cpu=0.8, rtt=None, slot=0.040) == (25, "behind")
     assert a.decide(25, busy=25, latency=60.0, cpu=0.8, rtt=None, slot=0.045) == (31, "behind")
     assert a.decide(31, busy=31, latency=60.0, cpu=0.8, rtt=None, slot=0.048) == (31, "hold: under a ceiling")
-    # Saturated just after a doubling: the same step back.
+    # Saturated just after a doubling: held, as ever (one sample of a busy loop or Redis), the start over.
     b = Autoscaler(None, low=2, high=500)
     assert b.decide(8, busy=8, latency=60.0, cpu=0.6, rtt=None, slot=0.020) == (16, "behind: starting")
-    assert b.decide(16, busy=16, latency=60.0, cpu=0.9, rtt=None, lag=0.5, slot=0.025) == (10, "back from the start")
+    assert b.decide(16, busy=16, latency=60.0, cpu=0.9, rtt=None, lag=0.5, slot=0.025) == (16, "hold: saturated")
+    assert (b.starting, b.ceiling) == (None, None)
+    assert b.decide(16, busy=16, latency=60.0, cpu=0.7, rtt=None, slot=0.025) == (20, "behind")
     # On time at its first decision: the start is over, with nothing to step back from.
     c = Autoscaler(None, low=2, high=500)
     assert c.decide(8, busy=6, latency=0.0, cpu=0.3, rtt=None) == (8, "hold")

@@ -59,9 +59,13 @@ steps, 45 s at the default interval: a pass over a few thousand torrents,
 or a worker's first minute, ran at 8-17 runners, its core half busy
 (bench/bench_visit_cost.py with ``--concurrency auto``). Doubling gets
 there in three steps. The start ends at the first decision that does not
-grow; where that is because visits queue or the process is saturated, the
-last doubling went too far: it becomes a ceiling, and the pool goes back to
-the size before it, grown by a quarter, to go on from there as above.
+grow; where that is because visits queue, the last doubling went too far:
+it becomes a ceiling, and the pool goes back to the size before it, grown
+by a quarter, to go on from there as above. A saturated process holds, as
+ever: its signs (a round trip, the lag, one sample each) say the process or
+Redis is busy now, not that the size is wrong (on loopback a Redis round trip
+waits behind a recording's call: a doubling that held on such a sample went
+back to 10 runners where 32 visited faster).
 
 Ceilings and floors are forgotten after ``memory_steps`` decisions, so the
 controller probes again once conditions may have changed. Without them the
@@ -302,10 +306,10 @@ class Autoscaler:
 
     def _started(self, size: int, new: int, why: str) -> tuple[int, str]:
         """The start ends with decision ``(new, why)`` at ``size``: one that holds because visits queue
-        or the process is saturated just after a doubling makes the doubled size a ceiling and goes back
-        to the size before it, grown by a quarter (module note)."""
+        just after a doubling makes the doubled size a ceiling and goes back to the size before it,
+        grown by a quarter (module note)."""
         before, self.starting = self.starting, None
-        if before and why in ("hold: queued", "hold: saturated"):
+        if before and why == "hold: queued":
             self._cap(size)
             new, _ = self._grow(before)
             why = "back from the start"
