@@ -47,8 +47,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import partial
+from typing import NamedTuple
 
 import gevent
 
@@ -78,8 +78,7 @@ log = logs.get("worker.visit")
 NOTED_CAP = 200_000
 
 
-@dataclass(frozen=True)
-class Visit:
+class Visit(NamedTuple):
     """What one visit did: ``state`` is cooling, evicted, failed, skipped or stale."""
 
     info_hash: str

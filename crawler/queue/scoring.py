@@ -17,7 +17,7 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from crawler.settings import Settings
 
@@ -29,8 +29,7 @@ class Outcome(str, enum.Enum):
     FULL = "full"  # some source full and enough new peers: x1.2
 
 
-@dataclass(frozen=True)
-class SourceCount:
+class SourceCount(NamedTuple):
     """What scoring needs of one source that answered."""
 
     returned: int

@@ -11,7 +11,6 @@ redacted (a passkey in a URL never reaches a log, a report or Redis).
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 
 from crawler import redact
 from crawler.sources import addresses
@@ -31,8 +30,8 @@ class Outcomes:
         until = self.health.backing_off_until(url)
         if until is None:
             return None
-        return replace(self.failed(url, f"tracker backing off for {until - time.time():.0f} s more", configured),
-                       asked="backoff")
+        return self.failed(url, f"tracker backing off for {until - time.time():.0f} s more", configured)._replace(
+            asked="backoff")
 
     def failed(self, url: str, error: str, max_peers: int) -> SourceResult:
         """A failed result of ``url`` with ``error``, redacted."""
@@ -43,9 +42,9 @@ class Outcomes:
         if note:
             self.note(url, e)
         if isinstance(e, addresses.AddressRefused):
-            return replace(self.failed(url, str(e), configured), blocked=True)
+            return self.failed(url, str(e), configured)._replace(blocked=True)
         if isinstance(e, TrackerRefused):
-            return replace(self.failed(url, redact.text(str(e), url), configured), refused=True)
+            return self.failed(url, redact.text(str(e), url), configured)._replace(refused=True)
         return self.failed(url, f"{type(e).__name__}: {e}", configured)
 
     def note(self, url: str, e: Exception) -> None:

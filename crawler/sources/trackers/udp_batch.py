@@ -11,7 +11,6 @@ dropped would only cost time.
 
 from __future__ import annotations
 
-import dataclasses
 import socket as _stdsocket
 import time
 
@@ -193,5 +192,5 @@ class AnnounceBatch:
             return TrackerRefused(f"tracker error: {reply.message}")
         if cut:
             assert isinstance(reply, codec.AnnounceReply)  # _cut cuts announce replies alone
-            return dataclasses.replace(reply, cut=cut)
+            return reply._replace(cut=cut)
         return reply
