@@ -49,8 +49,8 @@ from crawler.store.group_commit import GroupCommit
 
 # Peers per batch (a larger visit goes alone): ~6 ms of Python on a first visit and one or two
 # record.lua calls in Redis (module note), short enough for the greenlets waiting on other replies.
-# Twice 512, with record calls twice as large: a first visit cost Redis 0.90 of the CPU and a revisit
-# the worker 0.89 (fewer, larger round trips; bench/bench_visit_cost.py, three runs a side).
+# Larger batches share more: against 512 peers (and record calls of half the pairs), a first visit
+# cost Redis 0.90 of the CPU and a revisit the worker 0.89 (bench/bench_visit_cost.py, three runs).
 MAX_IPS = 1024
 # Batches under way at once, each its own greenlet: enough that Redis always has the next batch's
 # calls while the worker prepares the one after.

@@ -69,7 +69,7 @@ from geo.locator import Place
 # Pairs of one record.lua call: ~4,800 (fourteen first visits of 50 peers) hold Redis ~6 ms;
 # calls of several visits share their fixed cost and indexes (a quarter of a call of seven), so
 # larger calls cost less Redis CPU per visit (bench/bench_record_lua.py, replayed: 4,800 pairs
-# 0.8 of 2,400's script time a visit).
+# 0.75-0.92 of 2,400's script time a visit).
 DEFAULT_BATCH_PAIRS = 4800
 # IPs one probe.lua call looks up (its MGET has at most as many keys).
 PROBE_IPS = 2000
