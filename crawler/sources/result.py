@@ -20,8 +20,8 @@ _IP = itemgetter(0)  # a peer's IP text
 
 class SourceResult(NamedTuple):
     """The outcome of asking one source (a tracker URL, or ``"dht"``). A named tuple, not a frozen
-    dataclass: a visit makes one or more, and a frozen dataclass of these fields took 4x the time
-    to make."""
+    dataclass: a visit makes one or more, and a frozen dataclass of these fields took nearly three
+    times as long to make."""
 
     source: str
     ok: bool
