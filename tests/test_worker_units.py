@@ -108,7 +108,7 @@ def test_autoscaler_grows_when_behind_holds_when_saturated_shrinks_when_overload
     def fresh() -> Autoscaler:
         a = Autoscaler(client, low=2, high=40)
         a.best_rtt = 0.0005
-        a.starting = None  # past its start: the rules a running pool follows
+        a.starting = False  # past its start: the rules a running pool follows
         return a
 
     assert fresh().decide(8, busy=8, latency=30.0, cpu=0.3, rtt=0.0005) == (10, "behind")
@@ -128,7 +128,7 @@ def test_autoscaler_grows_when_behind_holds_when_saturated_shrinks_when_overload
 def test_autoscaler_remembers_the_sizes_that_overloaded_and_fell_behind(client):
     a = Autoscaler(client, low=2, high=40, memory_steps=3)
     a.best_rtt = 0.0005
-    a.starting = None
+    a.starting = False
     # Overloaded (Redis struggling, or the loop too late): shrink, and do not grow back into it.
     assert a.decide(20, busy=20, latency=30.0, cpu=0.5, rtt=0.05) == (16, "overloaded")
     assert a.decide(16, busy=16, latency=30.0, cpu=0.5, rtt=0.0005) == (19, "behind")
@@ -139,7 +139,7 @@ def test_autoscaler_remembers_the_sizes_that_overloaded_and_fell_behind(client):
     assert a.ceiling is None  # forgotten after memory_steps decisions: growth may probe again
     # Fell behind at 4: idle samples at 5 do not shrink back to 4 for memory_steps decisions.
     b = Autoscaler(client, low=2, high=40, memory_steps=3)
-    b.starting = None
+    b.starting = False
     assert b.decide(4, busy=4, latency=9.0, cpu=0.3, rtt=None) == (5, "behind")
     assert b.decide(5, busy=2, latency=0.0, cpu=0.3, rtt=None) == (5, "hold: above a floor")
     assert b.decide(5, busy=2, latency=0.0, cpu=0.3, rtt=None) == (5, "hold: above a floor")
@@ -149,7 +149,7 @@ def test_autoscaler_remembers_the_sizes_that_overloaded_and_fell_behind(client):
 
 def test_autoscaler_grows_on_a_full_core_until_visits_queue(client):
     a = Autoscaler(None, low=2, high=100)
-    a.starting = None
+    a.starting = False
     # A full core, each visit holding its runner 20 ms: nothing queues yet, and a larger pool shares
     # its batches among more visits (the lowest slot becomes 20 ms).
     assert a.decide(8, busy=8, latency=9.0, cpu=0.98, rtt=None, slot=0.020) == (10, "behind")
@@ -182,7 +182,7 @@ def test_autoscaler_bounds_the_slot_where_more_runners_do_not_visit_faster(clien
         return out
 
     past = Autoscaler(None, low=2, high=500)
-    past.starting = None
+    past.starting = False
     assert sizes(past)[3:] == [22] * 27  # the first size whose slot passed 2.5x the lowest, for good
     assert past.best_slot == 8 / 400.0
     # From its start: 16, 32 (queued: a ceiling), back to 16 grown by a quarter, then as above.
@@ -196,7 +196,7 @@ def test_autoscaler_doubles_at_its_start_until_a_decision_does_not_grow(client):
     # Queued past 2.5x the lowest slot: the doubling went too far; 32 is a ceiling, back to 16 grown
     # by a quarter, and growth by quarters from there, under the ceiling.
     assert a.decide(32, busy=32, latency=60.0, cpu=0.9, rtt=None, slot=0.060) == (20, "back from the start")
-    assert (a.ceiling, a.starting) == (32, None)
+    assert (a.ceiling, a.starting) == (32, False)
     assert a.decide(20, busy=20, latency=60.0, cpu=0.8, rtt=None, slot=0.040) == (25, "behind")
     assert a.decide(25, busy=25, latency=60.0, cpu=0.8, rtt=None, slot=0.045) == (31, "behind")
     assert a.decide(31, busy=31, latency=60.0, cpu=0.8, rtt=None, slot=0.048) == (31, "hold: under a ceiling")
@@ -204,17 +204,17 @@ def test_autoscaler_doubles_at_its_start_until_a_decision_does_not_grow(client):
     b = Autoscaler(None, low=2, high=500)
     assert b.decide(8, busy=8, latency=60.0, cpu=0.6, rtt=None, slot=0.020) == (16, "behind: starting")
     assert b.decide(16, busy=16, latency=60.0, cpu=0.9, rtt=None, lag=0.5, slot=0.025) == (16, "hold: saturated")
-    assert (b.starting, b.ceiling) == (None, None)
+    assert (b.starting, b.ceiling) == (False, None)
     assert b.decide(16, busy=16, latency=60.0, cpu=0.7, rtt=None, slot=0.025) == (20, "behind")
     # On time at its first decision: the start is over, with nothing to step back from.
     c = Autoscaler(None, low=2, high=500)
     assert c.decide(8, busy=6, latency=0.0, cpu=0.3, rtt=None) == (8, "hold")
-    assert c.starting is None
+    assert c.starting is False
     assert c.decide(8, busy=8, latency=9.0, cpu=0.3, rtt=None) == (10, "behind")
     # Overloaded at its start: shrunk as ever, the start over.
     d = Autoscaler(None, low=2, high=500)
     assert d.decide(8, busy=8, latency=9.0, cpu=0.3, rtt=None, lag=2.0) == (6, "overloaded")
-    assert d.starting is None
+    assert d.starting is False
 
 
 def test_autoscaler_steps_from_a_sample_of_the_pools_figures(client):

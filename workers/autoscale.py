@@ -147,8 +147,7 @@ class Autoscaler:
         self._ceiling_left = 0
         self.floor: int | None = None  # a size that fell behind: not shrunk back to
         self._floor_left = 0
-        # the start (module note): the size the last doubling grew from, None when the start is over
-        self.starting: int | None = 0
+        self.starting = True  # the start (module note): doubling until a decision does not grow
         self._visits = (time.monotonic(), 0)
         self._busy_sum, self._busy_n = 0, 0
         self.best_rtt: float | None = None
@@ -285,8 +284,7 @@ class Autoscaler:
     def _grow(self, size: int) -> tuple[int, str]:
         """Behind with the pool busy: a quarter more (twice as many at the start), under any ceiling;
         ``size`` becomes a floor."""
-        if self.starting is not None:
-            self.starting = size
+        if self.starting:
             new, why = 2 * size, "behind: starting"
         else:
             new, why = size + max(1, math.ceil(size * 0.25)), "behind"
@@ -306,12 +304,12 @@ class Autoscaler:
 
     def _started(self, size: int, new: int, why: str) -> tuple[int, str]:
         """The start ends with decision ``(new, why)`` at ``size``: one that holds because visits queue
-        just after a doubling makes the doubled size a ceiling and goes back to the size before it,
-        grown by a quarter (module note)."""
-        before, self.starting = self.starting, None
-        if before and why == "hold: queued":
+        just after a doubling makes the doubled size a ceiling and goes back to the size before it (the
+        floor that doubling left), grown by a quarter (module note)."""
+        self.starting = False
+        if self.floor is not None and why == "hold: queued":
             self._cap(size)
-            new, _ = self._grow(before)
+            new, _ = self._grow(self.floor)
             why = "back from the start"
         return new, why
 
@@ -344,7 +342,7 @@ class Autoscaler:
             new, why = size, "hold: saturated" if saturated else "hold: queued" if queued else "hold"
         else:
             new, why = size, "hold"
-        if self.starting is not None and not why.startswith("behind"):
+        if self.starting and not why.startswith("behind"):
             new, why = self._started(size, new, why)
         self._age(why)
         return max(self.low, min(self.high, new)), why
