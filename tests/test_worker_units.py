@@ -217,6 +217,24 @@ def test_autoscaler_doubles_at_its_start_until_a_decision_does_not_grow(client):
     assert d.starting is False
 
 
+def test_autoscaler_decides_a_second_after_each_doubling_of_its_start():
+    # The first decision waits a whole interval (the pool's start-up must not weigh in its busy
+    # share); after a doubling, a second; once the start is over, the interval again.
+    a = Autoscaler(None, low=2, high=500, interval=5.0)
+    assert a.wait() == 5.0
+    assert a.decide(8, busy=8, latency=60.0, cpu=0.6, rtt=None, slot=0.020) == (16, "behind: starting")
+    assert a.wait() == 1.0
+    assert a.decide(16, busy=16, latency=60.0, cpu=0.7, rtt=None, slot=0.030) == (32, "behind: starting")
+    assert a.wait() == 1.0
+    assert a.decide(32, busy=32, latency=60.0, cpu=0.9, rtt=None, slot=0.060) == (20, "back from the start")
+    assert a.wait() == 5.0
+    # a start that ends at its first decision never waits less than the interval
+    b = Autoscaler(None, low=2, high=500, interval=5.0)
+    assert b.decide(8, busy=6, latency=0.0, cpu=0.3, rtt=None) == (8, "hold") and b.wait() == 5.0
+    # an interval shorter than a second is kept for the start too
+    assert Autoscaler(None, low=2, high=500, interval=0.5).start_interval == 0.5
+
+
 def test_autoscaler_steps_from_a_sample_of_the_pools_figures(client):
     a = Autoscaler(client, low=2, high=40, start=8)
     # Redis could not tell the queue latency: the size is held and nothing is recorded.

@@ -66,8 +66,9 @@ class Services:
             return
         self.outage.ok()
 
-    def _every(self, seconds: float, fn: Callable[[], None]) -> None:
-        while not self._stop.wait(seconds):
+    def _every(self, seconds: float | Callable[[], float], fn: Callable[[], None]) -> None:
+        """``fn()`` every ``seconds`` (or ``seconds()``, asked before each wait) until the stop."""
+        while not self._stop.wait(seconds() if callable(seconds) else seconds):
             try:
                 fn()
             except StoreError as e:
@@ -106,7 +107,7 @@ class Services:
         spawn(self._every, max(self.queue.settings.lease_seconds / 3, 0.5), self._extend)
         spawn(self._every, TRIM_SECONDS, self.queue.trim_visit_buckets)
         if self.autoscaler is not None:
-            spawn(self._every, self.autoscaler.interval, self._autoscale)
+            spawn(self._every, self.autoscaler.wait, self._autoscale)
             spawn(self.autoscaler.probe, lambda: self.slots.running, self._stop)
         if self.flusher is not None:
             self._flushing = spawn(self.flusher.run_forever, self._stop, self.sweep)
