@@ -54,23 +54,22 @@ every worker, is struggling). Then, in this order:
   slots, shrinking would leave the process idle while visits wait on the
   network).
 
-Why a start. A quarter a step takes a pool of 8 to 64 runners in nine
-steps, 45 s at the default interval: a pass over a few thousand torrents,
-or a worker's first minute, ran at 8-17 runners, its core half busy
-(bench/bench_visit_cost.py with ``--concurrency auto``). Doubling gets
-there in three steps, each decision after a doubling ``start_interval`` (1 s)
-later: the first waits an interval (the pool's start-up, no runner busy yet,
-must not weigh in its busy share), but a doubled pool's figures settle within
-a second (16 runners of 200 ms visits: 80 visits). A first pass of 10,000
-torrents then ended at 64 runners, not 16, at 1.14x the visits/s. The start
-ends at the first decision that does not grow; where that is because visits
-queue, the last doubling went too far: it becomes a ceiling, and the pool
-goes back to the size before it, grown by a quarter, to go on from there as
-above. A saturated process holds, as
-ever: its signs (a round trip, the lag, one sample each) say the process or
-Redis is busy now, not that the size is wrong (on loopback a Redis round trip
-waits behind a recording's call: a doubling that held on such a sample went
-back to 10 runners where 32 visited faster).
+Why a start. A quarter a step takes a pool of 8 to 64 runners in nine steps,
+45 s at the default interval: a pass over a few thousand torrents, or a
+worker's first minute, ran at 8-17 runners, its core half busy
+(bench/bench_visit_cost.py with ``--concurrency auto``). Doubling gets there in
+three steps, each decision after a doubling ``start_interval`` (1 s) later: the
+first waits an interval (the pool's start-up, no runner busy yet, must not
+weigh in its busy share), but a doubled pool's figures settle within a second
+(16 runners of 200 ms visits: 80 visits). A first pass of 10,000 torrents then
+ended at 64 runners, not 16, at 1.14x the visits/s. The start ends at the first
+decision that does not grow; where that is because visits queue, the last
+doubling went too far: it becomes a ceiling, and the pool goes back to the size
+before it, grown by a quarter, to go on from there as above. A saturated
+process holds, as ever: its signs (a round trip, the lag, one sample each) say
+the process or Redis is busy now, not that the size is wrong (on loopback a
+Redis round trip waits behind a recording's call: a doubling that held on such
+a sample went back to 10 runners where 32 visited faster).
 
 Ceilings and floors are forgotten after ``memory_steps`` decisions, so the
 controller probes again once conditions may have changed. Without them the
