@@ -2,9 +2,10 @@
 
 A process given ``proxy.url`` instead of the Redis URL talks to the real
 Redis. The proxy reads the requests (RESP arrays, as redis-py sends them),
-passes the first ``commands`` whole commands of all its connections, then
-sets ``held`` and drops every later byte while keeping the connections open;
-replies always pass. The process is then stuck at a known command, however
+passes the first ``commands`` whole commands of all its connections (or,
+given ``hold_at``, every command before the first that ``hold_at`` picks),
+then sets ``held`` and drops every later byte while keeping the connections
+open; replies always pass. The process is then stuck at a known command, however
 fast or slow the machine is: a test can kill it there and know the kill
 landed mid-way through a pipeline, with Redis having run exactly a prefix
 of it.
@@ -15,6 +16,7 @@ from __future__ import annotations
 import signal
 import time
 import urllib.parse
+from collections.abc import Callable
 
 import gevent
 import gevent.event
@@ -40,12 +42,29 @@ def command_end(buf: bytes, start: int) -> int | None:
     return pos
 
 
+def command_words(buf: bytes, start: int, count: int) -> list[bytes]:
+    """The first ``count`` words of the whole RESP command starting at ``buf[start]``."""
+    words: list[bytes] = []
+    pos = buf.find(b"\r\n", start) + 2
+    for _ in range(min(count, int(buf[start + 1:pos - 2]))):
+        eol = buf.find(b"\r\n", pos)
+        size = int(buf[pos + 1:eol])
+        words.append(buf[eol + 2:eol + 2 + size])
+        pos = eol + 2 + size + 2
+    return words
+
+
 class HoldingProxy:
-    """The forwarder on a loopback port: ``url`` to give the process, ``held`` set once it holds (see the module note)."""
-    def __init__(self, redis_url: str, commands: int):
+    """The forwarder on a loopback port: ``url`` to give the process, ``held`` set once it holds (see the module note).
+
+    ``hold_at``: called with each command's first two words (its name and first argument), in the
+    order the proxy reads them; the first command it answers true for is held, with every later one.
+    """
+    def __init__(self, redis_url: str, commands: int, hold_at: Callable[[list[bytes]], bool] | None = None):
         parts = urllib.parse.urlsplit(redis_url)
         self._target = (parts.hostname or "127.0.0.1", parts.port or 6379)
         self._left = commands
+        self._hold_at = hold_at
         self.held = gevent.event.Event()
         self.server = StreamServer(("127.0.0.1", 0), self._handle)
         self.server.start()
@@ -72,6 +91,9 @@ class HoldingProxy:
             pending += data
             start = 0
             while self._left > 0 and (end := command_end(pending, start)) is not None:
+                if self._hold_at is not None and self._hold_at(command_words(pending, start, 2)):
+                    self._left = 0
+                    break
                 start = end
                 self._left -= 1
             upstream.sendall(pending[:start])
@@ -88,29 +110,23 @@ class HoldingProxy:
         self.server.stop(timeout=1)
 
 
-class ExitedFirst(Exception):
-    """The process finished (exit status 0) before it sent the commands the proxy was to pass."""
-
-
-def kill_when_held(redis_url: str, commands: int, start, settle: float = 0.0):
+def kill_when_held(redis_url: str, commands: int, start, settle: float = 0.0,
+                   hold_at: Callable[[list[bytes]], bool] | None = None):
     """Start a process with ``start(url)`` (a ``subprocess.Popen``) on a proxy to ``redis_url`` that
-    passes its first ``commands`` commands, SIGKILL it once the proxy holds (after ``settle``
-    seconds, for the passed commands to run), and return the dead process.
+    passes its first ``commands`` commands (or those before ``hold_at``'s: ``HoldingProxy``), SIGKILL
+    it once the proxy holds (after ``settle`` seconds, for the passed commands to run), and return
+    the dead process.
 
-    Raises ``ExitedFirst`` when the process exited 0 before sending that many (a worker
-    ``--until-idle`` that finished its work in fewer round trips: how many depends on how the
-    machine's load batched them); fails the test when it exited otherwise or never got there.
+    Fails the test when the process exited (whatever its status) or never got there.
     """
-    proxy = HoldingProxy(redis_url, commands)
+    proxy = HoldingProxy(redis_url, commands, hold_at)
     child = start(proxy.url)
     try:
         deadline = time.monotonic() + 60
         while not proxy.held.wait(0.2) and time.monotonic() < deadline:
             if child.poll() is not None:
-                if child.returncode == 0 and not proxy.held.is_set():
-                    raise ExitedFirst(f"exited 0 before its first {commands} commands")
                 break
-        assert proxy.held.is_set(), f"the process should reach Redis through the proxy (exit {child.poll()})"
+        assert proxy.held.is_set(), f"the process should reach the held command (it exited {child.poll()})"
         if settle:
             gevent.sleep(settle)
         child.send_signal(signal.SIGKILL)
@@ -122,18 +138,3 @@ def kill_when_held(redis_url: str, commands: int, start, settle: float = 0.0):
         proxy.close()
     return child
 
-
-def commands_of(redis_url: str, start, timeout: float = 60) -> int:
-    """How many commands a process started with ``start(url)`` sends through a proxy to ``redis_url``
-    until it exits 0 (where a kill may land: ``kill_when_held``)."""
-    everything = 1 << 40
-    proxy = HoldingProxy(redis_url, everything)
-    child = start(proxy.url)
-    try:
-        assert child.wait(timeout) == 0, "the process should exit 0"
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait(10)
-        proxy.close()
-    return everything - proxy._left

@@ -2,15 +2,16 @@
 nothing counted twice.
 
 The worker (a ``peercrawl worker`` subprocess, 16 visits at once, three
-shards) reaches Redis through a proxy that passes its first n commands and
-holds the rest (tests/holding_proxy.py), so it is killed with Redis having
-run a prefix of a pipeline that holds several visits' calls: some visits'
-peers recorded in some counter shards, their completions not sent. A
+shards) reaches Redis through a proxy that passes its commands up to a
+chosen one and holds the rest (tests/holding_proxy.py), so it is killed with
+Redis having run a prefix of a pipeline that holds several visits' calls:
+some visits' peers recorded, their completions not sent. A
 fresh worker then finishes the crawl once the leases expired.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import time
@@ -20,8 +21,8 @@ import pytest
 import redis
 
 from crawler.queue.view import QueueView
-from crawler.store import layout
-from tests.holding_proxy import ExitedFirst, commands_of, kill_when_held
+from crawler.store import layout, scripts
+from tests.holding_proxy import kill_when_held
 from tests.mmdb import write_city_db
 from tests.namespaces import delete_namespace
 from tests.opentracker import opentracker  # noqa: F401 (fixture)
@@ -37,11 +38,40 @@ def worker(env: dict):
                                         stderr=subprocess.DEVNULL)
 
 
-def crawl_killed_after(env: dict, redis_url: str, commands: int, view: QueueView) -> dict:
-    """Run a worker through a proxy passing ``commands`` commands, SIGKILL it once held; what it left
-    (``view``'s counts, read at once: the worker's 2 s leases lapse soon after, while a ``status``
-    process may still be starting on a loaded machine)."""
-    kill_when_held(redis_url, commands, worker(env), settle=0.3)  # the passed commands run
+def sha(name: str, package: str) -> bytes:
+    """The SHA a worker calls ``package``'s ``name``.lua by."""
+    return hashlib.sha1(scripts.source(name, package).encode()).hexdigest().encode()
+
+
+def held_before_completion():
+    """A proxy's ``hold_at`` holding the first visit completion sent after a recording."""
+    record, complete = sha("record", "crawler.counters"), sha("complete", "crawler.queue")
+    recorded = False
+
+    def hold_at(words: list[bytes]) -> bool:
+        nonlocal recorded
+        called = words[1] if words[0].upper() == b"EVALSHA" else None
+        recorded = recorded or called == record
+        return recorded and called == complete
+    return hold_at
+
+
+def held_at_recording(n: int):
+    """A proxy's ``hold_at`` holding the ``n``-th recording call."""
+    record, calls = sha("record", "crawler.counters"), 0
+
+    def hold_at(words: list[bytes]) -> bool:
+        nonlocal calls
+        calls += words[0].upper() == b"EVALSHA" and words[1] == record
+        return calls == n
+    return hold_at
+
+
+def crawl_killed_at(env: dict, redis_url: str, hold_at, view: QueueView) -> dict:
+    """Run a worker through a proxy holding its commands from ``hold_at``'s on, SIGKILL it once held;
+    what it left (``view``'s counts, read at once: the worker's 2 s leases lapse soon after, while a
+    ``status`` process may still be starting on a loaded machine)."""
+    kill_when_held(redis_url, 1 << 40, worker(env), settle=0.3, hold_at=hold_at)  # the passed commands run
     return view.counts()
 
 
@@ -55,7 +85,6 @@ def test_a_worker_killed_mid_round_trip_loses_nothing_and_counts_nothing_twice(t
     want_countries = {"countries.Germany.users": sum(ip.startswith("127.1.0.") for ip in every),
                       "countries.Japan.users": sum(ip.startswith("127.1.1.") for ip in every)}
     client = redis.Redis.from_url(redis_url)
-    landed_mid_visit = 0
 
     def world(tag: str) -> dict:
         ns = "pctest-" + uuid.uuid4().hex[:12]
@@ -66,44 +95,25 @@ def test_a_worker_killed_mid_round_trip_loses_nothing_and_counts_nothing_twice(t
                     # announce; without it the commands stay where the recordings are
                     PEERCRAWL_SCRAPE="off", PEERCRAWL_QUEUE_SHARDS="3")
 
-    # How many commands a whole crawl of this world sends (the worker's start, then round trips of
-    # many visits' recordings and completions, then its stop), so the kills below land inside it.
-    env = world("all")
-    try:
-        pcj(env, "add", *hashes)
-        total = commands_of(redis_url, worker(env))
-    finally:
-        delete_namespace(client, env["PEERCRAWL_NAMESPACE"])
-    # Where a visit's recording falls in the worker's commands moves with the machine's speed and the
-    # batches' sizes: the kill is moved by halves, later while nothing was counted yet, earlier while
-    # every counted visit was completed, until one lands between a recording and its completion
-    # (twelve runs at most: the window is a few commands of a crawl's hundreds, more of them on a
-    # loaded machine, which eight halvings were seen to stop short of). Each run's crawl, however
-    # the kill fell, is finished and checked.
-    early, late = 0, total
-    for _ in range(12):
-        if landed_mid_visit or late - early < 2:
-            break
-        commands = (early + late) // 2
-        env = world(str(commands))
+    # Two kills, each at a command picked by what it is, not by its place in the crawl (which moves
+    # with the machine's speed and how its load batched the round trips): before the first completion
+    # sent after a recording (Redis ran recordings whose visits never complete), and before the
+    # second recording (Redis ran one recording's call of a round trip that held more).
+    for where, hold_at in (("before a completion", held_before_completion()),
+                           ("inside a recording", held_at_recording(2))):
+        env = world(where.replace(" ", "-"))
         ns = env["PEERCRAWL_NAMESPACE"]
         try:
             pcj(env, "add", *hashes)
             # the torrents' states read here, not by 30 commands each: the commands are other tests' to try
             view = QueueView(client, layout.resolve(client, ns, 3))
-            try:
-                at_kill = crawl_killed_after(env, redis_url, commands, view)
-            except ExitedFirst:  # every torrent visited before that command: no kill to check here
-                late = commands
-                continue
+            at_kill = crawl_killed_at(env, redis_url, hold_at, view)
             users = {m: c for m, c in counter(env, "torrents").items() if m.endswith(".users")}
             visited = sum(view.torrent(ih)["visits"] for ih in hashes)
-            # recorded but not completed: counted peers of torrents whose visit never completed
-            landed_mid_visit += len(users) > visited and at_kill["in_flight"] > 0
-            if not users:
-                early = commands
-            elif len(users) == visited:
-                late = commands
+            assert at_kill["in_flight"] > 0, where
+            if where == "before a completion":
+                # recorded but not completed: counted peers of torrents whose visit never completed
+                assert len(users) > visited == 0, (where, len(users), visited)
             time.sleep(2.1)  # the killed worker's leases expire
             pc(env, "worker", "--until-idle", "--concurrency", "8", timeout=90)
             status = pcj(env, "status")
@@ -111,9 +121,8 @@ def test_a_worker_killed_mid_round_trip_loses_nothing_and_counts_nothing_twice(t
             torrents = counter(env, "torrents")
             for ih, ips in announced.items():
                 t = view.torrent(ih)
-                assert t["state"] == "cooling" and t["visits"] >= 1, (commands, t)
-                assert torrents[f"torrents.{ih}.users"] == len(ips), commands
-            assert counter(env, "countries") == want_countries, commands
+                assert t["state"] == "cooling" and t["visits"] >= 1, (where, t)
+                assert torrents[f"torrents.{ih}.users"] == len(ips), where
+            assert counter(env, "countries") == want_countries, where
         finally:
             delete_namespace(client, ns)
-    assert landed_mid_visit >= 1, "some kill should land between a visit's recording and its completion"
