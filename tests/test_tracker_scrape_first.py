@@ -212,6 +212,13 @@ def test_a_lost_scrape_of_many_torrents_is_one_failure_of_the_tracker(trackers, 
         t.close()
 
 
+def scraped(asking, h: str, urls: list[str]) -> tuple[dict, dict]:
+    """One visit's scrape stage on its own (``Asking.scrape_seats``), waited for: what ``ScrapeSeats.of`` gives."""
+    seats = asking.scrape_seats([(h, urls)])
+    seats.wait()
+    return seats.of(0)
+
+
 def test_scrapes_take_their_places_in_a_trackers_cap_and_the_visit_deadline_starts_after(settings, client, keys):
     from crawler.counters.recorder import Recorder
     from crawler.queue.queue import Queue
@@ -227,7 +234,7 @@ def test_scrapes_take_their_places_in_a_trackers_cap_and_the_visit_deadline_star
     placed = Places(visitor.cap)  # each place in Redis's clock (arrival times would carry a busy machine's lateness)
     try:
         hashes = _hashes(n)
-        jobs = [gevent.spawn(visitor.asking.scrape, h, [t.url]) for h in hashes]
+        jobs = [gevent.spawn(scraped, visitor.asking, h, [t.url]) for h in hashes]
         gevent.joinall(jobs, raise_error=True)
         answers = [j.value[0][t.url] for j in jobs]
         # the last waited about (n - 1) / rate = 2.25 s for its place, longer than the 1 s deadline: still answered

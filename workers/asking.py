@@ -158,29 +158,14 @@ class Asking:
             announcing.lookup(i, wait, partial(self.dht.lookup, asks[i][0]))
         return announcing
 
-    def scrape(self, h: str, urls: list[str]) -> tuple[dict[str, SourceResult], dict]:
-        """The trackers of ``urls`` whose scrape settles this visit, with their answers (``Trackers.scrape_first``),
-        and the counts the others' scrapes reported (URL -> ``ScrapeCounts``).
-
-        Every tracker is scraped at once: the torrent takes its seat in a scrape
-        asked ahead, or one in each tracker's next scrape (whose request takes
-        its place in the announce cap: ``ScrapeAhead.seat``), and the scrape
-        stage's deadline starts after the longest of those waits. A tracker whose scrape does not settle the visit (the
-        swarm has peers, or it cannot scrape) is left out: it is announced
-        to. Raises only ``StoreError``.
-        """
-        return self.scrape_many([(h, urls)])[0]
-
-    def scrape_many(self, asks: list[tuple[str, list[str]]]) -> list[tuple[dict[str, SourceResult], dict]]:
-        """``scrape`` of each of ``asks`` (info-hash, URLs): every seat taken, then each read as its request
-        ends, under one deadline (``scrape_seats``, waited for to the end)."""
-        seats = self.scrape_seats(asks)
-        seats.wait()
-        return [seats.of(i) for i in range(len(asks))]
-
     def scrape_seats(self, asks: list[tuple[str, list[str]]]) -> ScrapeSeats:
-        """Every visit of ``asks`` seated in each of its trackers' scrapes (``ScrapeAhead.seat``; none with
-        scrape first off); the deadline starts after the longest of the seats' waits for their places."""
+        """Every visit of ``asks`` (info-hash, URLs) seated in each of its trackers' scrapes (none with scrape
+        first off): in a scrape asked ahead, or in each tracker's next scrape, whose request takes its
+        place in the announce cap (``ScrapeAhead.seat``); the deadline starts after the longest of the
+        seats' waits for their places. ``ScrapeSeats.of`` gives a visit's trackers whose scrape settles
+        it, with their answers (``Trackers.scrape_first``), and the counts the others' scrapes reported;
+        a tracker whose scrape does not settle the visit (the swarm has peers, or it cannot scrape) is
+        left out: it is announced to. Raises only ``StoreError``."""
         patience = self.settings.visit_deadline
         answers: list[dict[str, SourceResult | None]] = [{} for _ in asks]
         seats = []
