@@ -84,6 +84,21 @@ def test_unmapped_ip_counts_only_for_the_torrent(recorder, client, keys):
     assert counts(client, keys, "cities") == {}
 
 
+def test_counts_stay_exact_at_the_top_of_a_doubles_exact_range(recorder, client, keys):
+    # A count goes to Redis as its text ("%d"), never as a Lua number's shorter default text: a
+    # count near 2^53, the last integer a double holds exactly, adds up exactly, through one
+    # member's increment and through a key's read-and-write of several
+    big = 2**53 - 10
+    assert recorder.record_visit(H, ["1.1.1.1", "4.4.4.4"], T0) == 2
+    torrents, places = keys.index("all", ("torrents",)), keys.index("all", ("countries", "t", H))
+    client.zadd(torrents, {H: big})
+    client.hset(places, mapping={"Germany": big, "Iceland": big + 1})
+    assert recorder.record_visit(H, ["1.1.1.2", "1.1.2.1", "2.2.2.2", "4.4.4.5"], T0 + 60) == 4
+    assert int(client.zscore(torrents, H)) == big + 4
+    assert client.hmget(places, ["Germany", "Iceland", "United States"]) == [str(big + 2).encode(),
+                                                                              str(big + 2).encode(), b"1"]
+
+
 def test_thirty_day_window_with_time_passed_in(recorder, client, keys, settings):
     assert settings.dedupe_seconds == 30 * DAY
     recorder.record_visit(H, ["1.1.1.1"], T0)

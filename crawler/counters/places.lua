@@ -1,5 +1,5 @@
--- places.lua: check-mark-count of the place metrics of a batch of IPs in their own
--- counter shard, atomically (crawls of several shards; recorder.py).
+-- places.lua: check-mark-count of a batch of IPs' place metrics in their own shard,
+-- atomically (crawls of several shards).
 --
 -- KEYS[1]     outbox   HASH stat name -> pending StatHat count ({tag}:sh:outbox)
 -- KEYS[2]     rollup   HASH rollup outbox ({tag}:rx:outbox): u16 length ..
@@ -28,6 +28,7 @@
 
 --! include marks  (u32, read_buckets, check_mark, set_mark, write_buckets)
 --! include places_arg  (u16, str, read_places)
+--! include counts  (count_text)
 
 local byte, sub, char = string.byte, string.sub, string.char
 local now, cutoff, post, month = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4]
@@ -139,7 +140,7 @@ local function add(key, t)
     local args = {}
     for j = 1, #part do
       args[#args + 1] = part[j]
-      args[#args + 1] = (tonumber(old[j]) or 0) + t[part[j]]
+      args[#args + 1] = count_text((tonumber(old[j]) or 0) + t[part[j]])
     end
     redis.call('HSET', key, unpack(args))
   end

@@ -113,6 +113,7 @@
 --! include marks  (u32, read_buckets, check_mark, add_record, set_mark, write_buckets, live_widths,
 --                   check_wide)
 --! include places_arg  (u16, str, read_places)
+--! include counts  (count_text)
 
 local byte, sub = string.byte, string.sub
 local now, cutoff, post = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[4]
@@ -659,17 +660,16 @@ for v = 1, #visits do
   end
 end
 
--- add counts[m] to each member m of ms in key (counts go as Lua numbers,
--- which Redis writes exactly up to 2^53); members in slices, since unpack()
--- of a huge list would overflow Lua's stack
+-- add counts[m] to each member m of ms in key (counts go as their text: count_text);
+-- members in slices, since unpack() of a huge list would overflow Lua's stack
 local function apply(key, ms, counts, read, write, empty)
   local n = #ms
   if n == 1 then
     local m = ms[1]
     if write == 'ZADD' then
-      redis.call('ZINCRBY', key, counts[m], m)
+      redis.call('ZINCRBY', key, count_text(counts[m]), m)
     else
-      redis.call('HINCRBY', key, m, counts[m])
+      redis.call('HINCRBY', key, m, count_text(counts[m]))
     end
     return
   end
@@ -682,9 +682,9 @@ local function apply(key, ms, counts, read, write, empty)
       local m = part[j]
       local v = (tonumber(old[j]) or 0) + counts[m]
       if write == 'ZADD' then
-        args[a + 1], args[a + 2] = v, m
+        args[a + 1], args[a + 2] = count_text(v), m
       else
-        args[a + 1], args[a + 2] = m, v
+        args[a + 1], args[a + 2] = m, count_text(v)
       end
       a = a + 2
     end

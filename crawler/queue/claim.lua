@@ -1,5 +1,5 @@
 -- claim.lua: lease the highest-scored ready torrents (contract §1), after
--- bounded housekeeping that every claimer shares:
+-- bounded housekeeping every claimer shares. Its steps:
 --   1. expired leases go back to ready with their score unchanged, or, at
 --      the K-th expiry in a row without a completion, to quarantined;
 --   2. cooling torrents whose due time has come (new ones are due at once)
