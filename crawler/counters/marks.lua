@@ -145,20 +145,21 @@ end
 -- MSET every bucket changed or added to (bucket b is KEYS[first + b - 1]), in
 -- slices of 1,000 values (an even count: a key never leaves its value).
 local function write_buckets(first, vals, dirty, adds)
-  local kv = {}
+  local kv, n = {}, 0
   for b in pairs(adds) do
     dirty[b] = true
   end
   for b in pairs(dirty) do
-    kv[#kv + 1] = KEYS[first + b - 1]
+    kv[n + 1] = KEYS[first + b - 1]
     local a = adds[b]
     if a then
-      kv[#kv + 1] = vals[b] .. a
+      kv[n + 2] = vals[b] .. a
     else
-      kv[#kv + 1] = vals[b]
+      kv[n + 2] = vals[b]
     end
+    n = n + 2
   end
-  for i = 1, #kv, 1000 do
-    redis.call('MSET', unpack(kv, i, math.min(i + 999, #kv)))
+  for i = 1, n, 1000 do
+    redis.call('MSET', unpack(kv, i, math.min(i + 999, n)))
   end
 end

@@ -267,7 +267,7 @@ local o, np = 1, #p
 -- the torrent part: slot j of the whole record is 2j - 1 (the torrent's metrics)
 local step, grouped, head, kmax = 1, 3, 9, 7
 if tpart then step, grouped, head, kmax = 2, 2, 11, 4 end
-local places_at = {}  -- mixed: the oldest place mark time of each whole record with a group record
+local places_at, nat = {}, 0  -- mixed: the oldest place mark time of each whole record with a group record
 -- per visit: torrents.<h>.users and the counts per place number ({[j] = count}
 -- for metric slot j, created when one counts)
 local users, counts, alone = {}, {}, {}
@@ -312,7 +312,8 @@ for v = 1, #visits do
       o = o + 4
       local ng, nf = 0, 0  -- its group records and torrent fields
       for _ = 1, m do
-        local pno, n = u16(p, o), u16(p, o + 2)
+        local p1, p2, n1, n2 = byte(p, o, o + 3)  -- within the block: its size is checked above
+        local pno, n = p1 * 256 + p2, n1 * 256 + n2
         local pl = places[pno]
         if not pl or n < 1 then
           return redis.error_reply('record.lua: malformed block at byte ' .. at)
@@ -515,7 +516,10 @@ for v = 1, #visits do
       end
     end
     if oldest < vmin then vmin = oldest end
-    if mixed and gf and not part then places_at[#places_at + 1] = ptime == now and stamp or u32(ptime) end
+    if mixed and gf and not part then
+      nat = nat + 1
+      places_at[nat] = ptime == now and stamp or u32(ptime)
+    end
     if gf then
       -- the group record, missing or stale (or in a roster the swarm has left): now the oldest
       -- of the k marks, in the torrent's roster. A torrent never counted has no record there.
@@ -660,35 +664,49 @@ for v = 1, #visits do
   end
 end
 
--- add counts[m] to each member m of ms in key (counts go as their text: count_text);
--- members in slices, since unpack() of a huge list would overflow Lua's stack
-local function apply(key, ms, counts, read, write, empty)
+-- add counts[m] to each member m of ms in each of keys (counts go as their text: count_text);
+-- members in slices, since unpack() of a huge list would overflow Lua's stack. Keys known
+-- empty (a lifetime index and its month's, both bare) get the same arguments, built once.
+local function apply(keys, ms, counts, read, write, empty)
   local n = #ms
   if n == 1 then
     local m = ms[1]
-    if write == 'ZADD' then
-      redis.call('ZINCRBY', key, count_text(counts[m]), m)
-    else
-      redis.call('HINCRBY', key, m, count_text(counts[m]))
+    local c = count_text(counts[m])
+    for _, key in ipairs(keys) do
+      if write == 'ZADD' then
+        redis.call('ZINCRBY', key, c, m)
+      else
+        redis.call('HINCRBY', key, m, c)
+      end
     end
     return
   end
+  local zset = write == 'ZADD'
   for i = 1, n, 1000 do
     local part, last = ms, math.min(i + 999, n)
     if i > 1 or last < n then part = {unpack(ms, i, last)} end
-    local old = empty and {} or redis.call(read, key, unpack(part))
-    local args, a = {}, 0
-    for j = 1, #part do
-      local m = part[j]
-      local v = (tonumber(old[j]) or 0) + counts[m]
-      if write == 'ZADD' then
-        args[a + 1], args[a + 2] = count_text(v), m
-      else
-        args[a + 1], args[a + 2] = m, count_text(v)
+    local shared  -- the arguments every key known empty gets
+    for _, key in ipairs(keys) do
+      local args = shared
+      if not args then
+        local old = empty and {} or redis.call(read, key, unpack(part))
+        local a = 0
+        args = {}
+        for j = 1, #part do
+          local m = part[j]
+          local v = counts[m]
+          if not empty then v = (tonumber(old[j]) or 0) + v end
+          if zset then
+            args[a + 1], args[a + 2] = count_text(v), m
+          else
+            args[a + 1], args[a + 2] = m, count_text(v)
+          end
+          a = a + 2
+        end
+        if empty then shared = args end
       end
-      a = a + 2
+      redis.call(write, key, unpack(args))
     end
-    redis.call(write, key, unpack(args))
   end
 end
 local function members(t)
@@ -703,11 +721,10 @@ for q, counts in pairs(zinc) do
   local ms = members(counts)
   local read, write = 'ZMSCORE', 'ZADD'
   if hashes[q] then read, write = 'HMGET', 'HSET' end
-  apply(KEYS[q], ms, counts, read, write, bare[q])
-  apply(KEYS[q + 1], ms, counts, read, write, bare[q])
+  apply({KEYS[q], KEYS[q + 1]}, ms, counts, read, write, bare[q])
 end
 if next(box) then
-  apply(KEYS[1], members(box), box, 'HMGET', 'HSET')
+  apply({KEYS[1]}, members(box), box, 'HMGET', 'HSET')
 end
 if mixed then users[#users + 1] = table.concat(places_at) end
 return users
