@@ -23,8 +23,11 @@ class PlaceInfo:
 
     The slots are: the torrent's users metric, then country, torrent-country,
     city, torrent-city, postcode, torrent-postcode (the parts the place has):
-    ``k`` of them; when k >= 3 the IP's group record for (torrent, place)
-    goes first (``"g"`` + the place's names, XOR the torrent). An IP's
+    ``k`` of them, laid out the torrent's first (users, torrent-country,
+    torrent-city, torrent-postcode), then the place's, so that record.lua
+    takes a new torrent's in one piece; when k >= 3 the IP's group record
+    for (torrent, place) goes first (``"g"`` + the place's names, XOR the
+    torrent). An IP's
     record in record.lua's ``ips`` argument is built as one integer: a 9-byte
     header (roster bucket, torrent bucket, place bucket, place number, k) and the 8-byte
     fields, field i = ``low64(ip) XOR metric_i``. So that costs one multiply
@@ -70,6 +73,7 @@ class PlaceInfo:
         self.k = len(slots)
         torrent = [g for g, t in slots if t]
         place = [g for g, t in slots if not t]
+        slots = [(g, True) for g in torrent] + [(g, False) for g in place]  # the torrent's first
         if self.k >= 3:
             # the group record of (IP, torrent, place), first (see record.lua)
             slots.insert(0, (fps.place("g" + ".".join(n or "" for n in (c, y, z))), True))

@@ -34,9 +34,12 @@
 --                        bucket, u16 place bucket (0 when k = 1) (1-based: KEYS[n + b]),
 --                        u16 place number, u8 k; when k >= 3 the 8-byte field of the
 --                        IP's group record for (torrent, place); then k 8-byte fields,
---                        one per metric of the place, in the order torrent; country,
---                        torrent-country; city, torrent-city; postcode,
---                        torrent-postcode (parts the place lacks are absent)
+--                        one per metric of the place: the torrent's first (torrent,
+--                        torrent-country, torrent-city, torrent-postcode), then the
+--                        place's (country, city, postcode); parts the place lacks are
+--                        absent. Metric slots number them torrent 1; country 2,
+--                        torrent-country 3; city 4, torrent-city 5; postcode 6,
+--                        torrent-postcode 7 (odd: the torrent's)
 -- ARGV[9]      part      absent for the whole record above; "T" (a crawl of several
 --                        shards) for the torrent part of each IP, whose place metrics
 --                        places.lua has already recorded in the IP's own shard. Then
@@ -264,9 +267,9 @@ local function stamped(fields)
   return (fields:gsub('........', stamp_rep))
 end
 local o, np = 1, #p
--- the torrent part: slot j of the whole record is 2j - 1 (the torrent's metrics)
-local step, grouped, head, kmax = 1, 3, 9, 7
-if tpart then step, grouped, head, kmax = 2, 2, 11, 4 end
+-- a torrent part's fields are all the torrent's metrics (slots 1, 3, ...)
+local grouped, head, kmax = 3, 9, 7
+if tpart then grouped, head, kmax = 2, 11, 4 end
 local places_at, nat = {}, 0  -- mixed: the oldest place mark time of each whole record with a group record
 -- per visit: torrents.<h>.users and the counts per place number ({[j] = count}
 -- for metric slot j, created when one counts)
@@ -371,9 +374,9 @@ for v = 1, #visits do
     if mixed then  -- this IP's form: 0 whole, 1 torrent part
       local form = byte(p, o)
       if form == 1 then
-        part, step, grouped, head, kmax = true, 2, 2, 11, 4
+        part, grouped, head, kmax = true, 2, 11, 4
       elseif form == 0 then
-        step, grouped, head, kmax = 1, 3, 9, 7
+        grouped, head, kmax = 3, 9, 7
       else
         return redis.error_reply('record.lua: malformed peer record at byte ' .. o)
       end
@@ -447,16 +450,16 @@ for v = 1, #visits do
         end
       end
     elseif fresh and not part then
-      -- a whole record of a torrent never counted here: its torrent marks (odd slots) are all new,
-      -- added to bucket tb as a torrent part's are, and all count; its place marks (even slots) are
-      -- checked in bucket gb
+      -- a whole record of a torrent never counted here: its torrent marks (its first (k + 1) / 2
+      -- fields) are all new, added to bucket tb in one piece as a torrent part's are, and all count;
+      -- its place marks (the rest) are checked in bucket gb
+      local at = o + 4 * (k + 1)  -- its first place field
       local r = raw[tb]
       if not r then
-        r = {}
-        raw[tb] = r
+        raw[tb] = {sub(p, o, at - 1)}
+      else
+        r[#r + 1] = sub(p, o, at - 1)
       end
-      local nr = #r + 1
-      r[nr] = sub(p, o, o + 7)
       t_users = t_users + 1
       if k > 1 then
         pc = counted[pno]
@@ -465,10 +468,8 @@ for v = 1, #visits do
           counted[pno] = pc
         end
         for j = 2, k, 2 do
-          local at = o + 8 * j - 8
           local t = check_mark(vals, dirty, adds, gb, sub(p, at, at + 7), stamp, cutoff)
-          nr = nr + 1
-          r[nr] = sub(p, at + 8, at + 15)  -- a piece each: joining them here copied each a second time
+          at = at + 8
           pc[j + 1] = pc[j + 1] + 1
           if t then
             if t < oldest then oldest = t end
@@ -481,11 +482,13 @@ for v = 1, #visits do
       end
       o = o + 8 * k
     else
+      -- the first nt fields are the torrent's metrics (odd slots, bucket tb), the rest the place's
+      -- (even slots, bucket gb)
+      local nt = part and k or (k + 1) / 2
       for i = 1, k do
         local f = sub(p, o, o + 7)
         o = o + 8
-        -- odd slots are the torrent's metrics (bucket tb), even ones the place's (gb)
-        local j = step * i - step + 1
+        local j = i <= nt and 2 * i - 1 or 2 * (i - nt)
         local b = tb
         if j % 2 == 0 then b = gb end
         local t
