@@ -170,6 +170,11 @@ local places, bad = read_places(ARGV[6], 0, #countries)
 if not places then
   return redis.error_reply('record.lua: malformed place or unknown country number at byte ' .. bad)
 end
+-- per place number: an IP's torrent metrics there (users, then one a part of the place)
+local tks = {}
+for i, pl in ipairs(places) do
+  tks[i] = pl[1] > 0 and 2 + (pl[2] ~= '' and 1 or 0) + (pl[3] ~= '' and 1 or 0) or 1
+end
 
 -- mark buckets: KEYS[nfixed + 1..], read with MGET (a missing one is '');
 -- every read and write goes through vals
@@ -322,9 +327,8 @@ for v = 1, #visits do
           return redis.error_reply('record.lua: malformed block at byte ' .. at)
         end
         t_users = t_users + n
-        local k = 1  -- the torrent's metrics of the place: users, then one a part of the place
-        if pl[1] > 0 then
-          k = 2 + (pl[2] ~= '' and 1 or 0) + (pl[3] ~= '' and 1 or 0)
+        local k = tks[pno]
+        if k > 1 then
           ng = ng + n
           local pc = counted[pno]
           if not pc then
