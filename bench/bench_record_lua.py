@@ -1,7 +1,7 @@
 """Where record.lua and probe.lua spend a first visit's and a revisit's Redis CPU.
 
 Usage: python bench/bench_record_lua.py [--redis-url URL] [--visits 1000] [--batch 32] [--reps 5]
-                                        [--mark-buckets N] [--overlap 4] [--shards 1] [--no-replay]
+                                        [--mark-buckets N] [--overlap 4] [--shards 1] [--no-replay] [--lines N]
 
 Records ``--visits`` first visits of 50 peers (bench_worker's swarms: four
 countries, each address in ``--overlap`` swarms) in batches of ``--batch`` with
@@ -19,7 +19,13 @@ reading the mark buckets, the loop over the IPs, writing the buckets and
 the index writes (timers spliced into the script around those lines), and
 times the revisits' probe.lua calls alone. The fake commands cost Lua time
 too: read the replay's figures as ratios between two commits
-(``bench/compare.py``), not as Redis's. ``--mark-buckets`` gives the
+(``bench/compare.py``), not as Redis's. ``--lines N``: one more replay of
+the first visits' record.lua calls under a count hook (``debug.sethook``,
+every 50 Lua instructions) that charges the CPU time since the hook before
+to the line running, giving the N lines of record.lua (its includes
+spliced in) that took the largest shares of that replay's time: a line
+profile, where the phases above say only which part. A C function a line
+calls (``string.find``, ``redis.call``) is charged to that line. ``--mark-buckets`` gives the
 recorder fewer buckets than a new crawl's, to fill them as a larger crawl
 does (a visit's scripts copy each bucket they change whole).
 
@@ -75,11 +81,11 @@ OLD_END = ("return t_users\n", "TT[4] = TT[4] + os.clock() - _c0\n{}")
 HARNESS = r"""
 bit = require('bit')  -- Redis's Lua has LuaBitOp built in; stock Lua 5.1 loads it (Debian's lua-bitop)
 dofile(arg[1])
-local function load(path)
-  return assert(loadstring("return function() " .. io.open(path):read("*a") .. "\nend"))()
+local function load(path, name)
+  return assert(loadstring("return function() " .. io.open(path):read("*a") .. "\nend", "=" .. name))()
 end
-local record, probe = load(arg[2]), load(arg[3])
-local reps = tonumber(arg[4])
+local record, probe = load(arg[2], "record"), load(arg[3], "probe")
+local reps, nlines = tonumber(arg[4]), tonumber(arg[5])
 local db
 redis = {}
 function redis.error_reply(m) return {err = m} end
@@ -140,11 +146,45 @@ for rep = 1, reps do
   if tr < best.record then best.record, best.parts = tr, {TT[1], TT[2], TT[3], TT[4]} end
   if tp < best.probe then best.probe = tp end
 end
+-- the line profile (--lines): seconds charged to each line of record.lua
+local spent, total, last = {}, 0, 0
+local function hook()
+  local now, info = os.clock(), debug.getinfo(2, "Sl")
+  if info and info.short_src == "record" then
+    spent[info.currentline] = (spent[info.currentline] or 0) + now - last
+    total = total + now - last
+  end
+  last = os.clock()
+end
+local lines = {}
+if nlines > 0 then
+  db, TT = {}, {0, 0, 0, 0}
+  collectgarbage("collect")
+  for i = 1, #CALLS do
+    local c = CALLS[i]
+    KEYS, ARGV = c[3], c[4]
+    local on = c[1] == 'R' and c[2] == 'first'
+    if on then
+      last = os.clock()
+      debug.sethook(hook, "", 50)
+    end
+    local r = (c[1] == 'R' and record or probe)()
+    debug.sethook()
+    if type(r) == 'table' and r.err then error(r.err) end
+  end
+  local order = {}
+  for line in pairs(spent) do order[#order + 1] = line end
+  table.sort(order, function(x, y) return spent[x] > spent[y] end)
+  for i = 1, math.min(nlines, #order) do
+    lines[i] = string.format("[%d, %.4f]", order[i], spent[order[i]] / total)
+  end
+end
 local function ms(x, n) return string.format("%.4f", x / math.max(n, 1) * 1000) end
 print(string.format('{"record_calls": %d, "record_ms_per_call": %s, "read_buckets_ms": %s, "ip_loop_ms": %s, ' ..
-  '"write_buckets_ms": %s, "index_writes_ms": %s, "revisit_probe_calls": %d, "probe_ms_per_call": %s}',
+  '"write_buckets_ms": %s, "index_writes_ms": %s, "revisit_probe_calls": %d, "probe_ms_per_call": %s, ' ..
+  '"lines": [%s]}',
   nr, ms(best.record, nr), ms(best.parts[1], nr), ms(best.parts[2], nr), ms(best.parts[3], nr),
-  ms(best.parts[4], nr), np, ms(best.probe, np)))
+  ms(best.parts[4], nr), np, ms(best.probe, np), table.concat(lines, ", ")))
 """
 
 
@@ -167,6 +207,8 @@ def main() -> None:
     ap.add_argument("--shards", type=int, default=1, help="counter shards: more than one records each IP's "
                     "place part in its own shard first (places.lua), the torrent parts after")
     ap.add_argument("--no-replay", action="store_true", help="Redis's figures only")
+    ap.add_argument("--lines", type=int, default=0, help="a line profile of the first visits' record.lua calls: "
+                    "the N lines of the largest shares (module note)")
     a = ap.parse_args()
     lua = shutil.which("lua5.1")
     client = redis.Redis.from_url(a.redis_url)
@@ -230,8 +272,13 @@ def main() -> None:
                         + ",".join(map(lua_bytes, args)) + "}},\n")
             f.write("}\n")
         got = subprocess.run([lua, str(tmp / "harness.lua"), str(tmp / "calls.lua"), str(tmp / "record.lua"),
-                              str(tmp / "probe.lua"), str(a.reps)], capture_output=True, text=True)
+                              str(tmp / "probe.lua"), str(a.reps), str(a.lines)], capture_output=True, text=True)
         out["replay"] = json.loads(got.stdout) if got.returncode == 0 else {"failed": got.stderr.strip()[-500:]}
+        if "lines" in out["replay"]:
+            # each line as its share of the profiled replay's record.lua time and its text
+            text = record.split("\n")
+            out["replay"]["lines"] = [{"line": n, "share": share, "source": text[n - 1].strip()}
+                                      for n, share in out["replay"]["lines"]]
     shutil.rmtree(tmp, ignore_errors=True)
     print(json.dumps(out, indent=2))
 
