@@ -50,9 +50,6 @@ local places, bad = read_places(ARGV[6], 1, #countries)
 if not places then
   return redis.error_reply('places.lua: malformed place at byte ' .. bad)
 end
-for _, pl in ipairs(places) do  -- its marks: country, then city and postcode if known
-  pl[4] = 1 + (pl[2] ~= '' and 1 or 0) + (pl[3] ~= '' and 1 or 0)
-end
 
 local nb = #KEYS - 2
 local vals = read_buckets(3)

@@ -21,9 +21,11 @@ local function str(s, i)
   return string.sub(s, i + 2, i + 1 + len), i + 2 + len
 end
 
--- The places of ps, each {country number, escaped city, escaped postcode}
--- ('' = unknown): per place a u16 country number (first to last), str(city),
--- str(postcode). On a malformed place: nil and the byte where it starts.
+-- The places of ps, each {country number, escaped city, escaped postcode, parts}
+-- ('' = unknown; parts: 1 for the country, plus one each for a known city and
+-- postcode, the place metrics of an IP there): per place a u16 country number
+-- (first to last), str(city), str(postcode). On a malformed place: nil and the
+-- byte where it starts.
 local function read_places(ps, first, last)
   local places, i = {}, 1
   while i <= #ps do
@@ -34,7 +36,7 @@ local function read_places(ps, first, last)
     if not c or c < first or c > last or not z then
       return nil, at
     end
-    places[#places + 1] = {c, y, z}
+    places[#places + 1] = {c, y, z, 1 + (y ~= '' and 1 or 0) + (z ~= '' and 1 or 0)}
   end
   return places
 end

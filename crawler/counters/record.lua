@@ -170,11 +170,6 @@ local places, bad = read_places(ARGV[6], 0, #countries)
 if not places then
   return redis.error_reply('record.lua: malformed place or unknown country number at byte ' .. bad)
 end
--- per place number: an IP's torrent metrics there (users, then one a part of the place)
-local tks = {}
-for i, pl in ipairs(places) do
-  tks[i] = pl[1] > 0 and 2 + (pl[2] ~= '' and 1 or 0) + (pl[3] ~= '' and 1 or 0) or 1
-end
 
 -- mark buckets: KEYS[nfixed + 1..], read with MGET (a missing one is '');
 -- every read and write goes through vals
@@ -327,8 +322,9 @@ for v = 1, #visits do
           return redis.error_reply('record.lua: malformed block at byte ' .. at)
         end
         t_users = t_users + n
-        local k = tks[pno]
-        if k > 1 then
+        local k = 1  -- the torrent's metrics of the place: users, then one a part of the place
+        if pl[1] > 0 then
+          k = 1 + pl[4]
           ng = ng + n
           local pc = counted[pno]
           if not pc then
@@ -675,12 +671,12 @@ end
 -- members in slices, since unpack() of a huge list would overflow Lua's stack. Keys known
 -- empty (a lifetime index and its month's, both bare) get the same arguments, built once.
 local function apply(keys, ms, counts, read, write, empty)
-  local n = #ms
+  local n, zset = #ms, write == 'ZADD'
   if n == 1 then
     local m = ms[1]
     local c = count_text(counts[m])
     for _, key in ipairs(keys) do
-      if write == 'ZADD' then
+      if zset then
         redis.call('ZINCRBY', key, c, m)
       else
         redis.call('HINCRBY', key, m, c)
@@ -688,7 +684,6 @@ local function apply(keys, ms, counts, read, write, empty)
     end
     return
   end
-  local zset = write == 'ZADD'
   for i = 1, n, 1000 do
     local part, last = ms, math.min(i + 999, n)
     if i > 1 or last < n then part = {unpack(ms, i, last)} end
