@@ -185,7 +185,7 @@ class PlaceShards:
 
 class PartBlocks:
     """The torrent parts of a visit of a torrent believed never counted (``VisitPart.fresh``), in
-    blocks as ``packing.TorrentBlocks`` makes them in one shard's calls, but whose group records
+    blocks as ``packing.first_call`` makes them in one shard's calls, but whose group records
     wait for the place calls' answers: each takes its IP's oldest place mark time, no later than
     ``now``."""
 

@@ -227,7 +227,7 @@ class Recorder:
             return out
         probed_parts = [part for _, _, part, probed in parts if probed]
         answers = iter(self._probe_many(now_i, probed_parts, first) if probed_parts else [])
-        flags = [next(answers) if probed else b"1" * len(part.rows) for _, _, part, probed in parts]
+        flags = [next(answers) if probed else b"1" * part.count for _, _, part, probed in parts]
         # 2. record the IPs that might count (the scripts check again, atomically)
         todo = [(i, h, part, f) for (i, h, part, _), f in zip(parts, flags) if b"1" in f]
         if not todo:  # every IP's group record is fresh: nothing can count
@@ -339,7 +339,7 @@ class Recorder:
                 flags += r
             if flags == SETTLED:  # its swarm record is fresh: nothing of it can count
                 found += 1
-                flags = b"0" * len(part.rows)
+                flags = b"0" * part.count
             out.append(flags)
         # the records travelled with the probes unless asked for first: their answers are counted here
         self.swarms.saw(found, 0 if first else carried)

@@ -370,14 +370,20 @@ class VisitPart:
     visit's, ``legacy`` whether marks may also be by (IP, torrent). ``fresh``: the caller
     believes the shard never counted the torrent (its torrent parts may go in blocks:
     ``packing.add_visit``).
+
+    ``count``: its distinct IPs; ``met``, those of an unprobed visit until a call needs its ``rows``
+    (``packing.rows_of``, from ``width``, its roster's, and ``place_info``, the recorder's places).
     """
 
-    __slots__ = ("b0", "base", "code", "fresh", "h", "legacy", "mask", "others", "probe", "probes", "rows",
-                 "shard", "swarm", "t_fp")
+    __slots__ = ("b0", "base", "code", "count", "fresh", "h", "legacy", "mask", "met", "others", "place_info",
+                 "probe", "probes", "rows", "shard", "swarm", "t_fp", "width")
 
     def __init__(self, shard: ShardKeys, h: str, t_fp: int = 0):
         self.shard, self.h, self.t_fp = shard, h, t_fp
         self.rows: list = []
+        self.met: list | None = None  # IPs as met whose rows are not made yet
+        self.place_info: Callable[[tuple], PlaceInfo] | None = None
+        self.count = self.width = 0
         self.probe = ProbeCall()
         self.probes = [self.probe]
         self.swarm: tuple[int, bytes] | None = None
