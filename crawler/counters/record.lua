@@ -272,7 +272,8 @@ local grouped, head, kmax = 3, 9, 7
 if tpart then grouped, head, kmax = 2, 11, 4 end
 local places_at, nat = {}, 0  -- mixed: the oldest place mark time of each whole record with a group record
 -- per visit: torrents.<h>.users and the counts per place number ({[j] = count}
--- for metric slot j, created when one counts)
+-- for metric slot j, created when one counts; [8]: the IPs each of whose torrent
+-- metrics at the place counts, a torrent never counted here, added to each at the end)
 local users, counts, alone = {}, {}, {}
 for v = 1, #visits do
   local h, left = visits[v][1], visits[v][3]
@@ -328,12 +329,10 @@ for v = 1, #visits do
           ng = ng + n
           local pc = counted[pno]
           if not pc then
-            pc = {0, 0, 0, 0, 0, 0, 0}
+            pc = {0, 0, 0, 0, 0, 0, 0, 0}
             counted[pno] = pc
           end
-          for j = 3, 2 * k - 1, 2 do
-            pc[j] = pc[j] + n
-          end
+          pc[8] = pc[8] + n
         end
         nf = nf + k * n
         o = o + 4
@@ -442,12 +441,10 @@ for v = 1, #visits do
       if k > 1 then
         pc = counted[pno]
         if not pc then
-          pc = {0, 0, 0, 0, 0, 0, 0}
+          pc = {0, 0, 0, 0, 0, 0, 0, 0}
           counted[pno] = pc
         end
-        for j = 3, 2 * k - 1, 2 do
-          pc[j] = pc[j] + 1
-        end
+        pc[8] = pc[8] + 1
       end
     elseif fresh and not part then
       -- a whole record of a torrent never counted here: its torrent marks (its first (k + 1) / 2
@@ -464,13 +461,13 @@ for v = 1, #visits do
       if k > 1 then
         pc = counted[pno]
         if not pc then
-          pc = {0, 0, 0, 0, 0, 0, 0}
+          pc = {0, 0, 0, 0, 0, 0, 0, 0}
           counted[pno] = pc
         end
+        pc[8] = pc[8] + 1
         for j = 2, k, 2 do
           local t = check_mark(vals, dirty, adds, gb, sub(p, at, at + 7), stamp, cutoff)
           at = at + 8
-          pc[j + 1] = pc[j + 1] + 1
           if t then
             if t < oldest then oldest = t end
           else
@@ -510,7 +507,7 @@ for v = 1, #visits do
           else
             pc = pc or counted[pno]
             if not pc then
-              pc = {0, 0, 0, 0, 0, 0, 0}
+              pc = {0, 0, 0, 0, 0, 0, 0, 0}
               counted[pno] = pc
             end
             pc[j] = pc[j] + 1
@@ -630,6 +627,10 @@ for v = 1, #visits do
   end
   for pno, pc in pairs(counts[v]) do
     local pl = places[pno]  -- a place that counted has a country
+    local all = pc[8]  -- its IPs whose torrent metrics at the place all count: one more in each
+    if all > 0 then
+      for j = 3, 2 * pl[4] + 1, 2 do pc[j] = pc[j] + all end
+    end
     local country = countries[pl[1]]
     local pos, cname = country[1], country[2]
     local posted = cname ~= UNPLACED
