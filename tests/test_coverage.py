@@ -104,6 +104,25 @@ def test_complete_keeps_only_the_days_in_the_window(client, namespace, gap_days)
     assert of_torrent(raw, now=at[-1])["counted_30_days"] == sum(i + 1 for i, d in enumerate(visited) if d in kept)
 
 
+def test_complete_adds_the_visits_of_one_day(client, namespace):
+    """Two visits of one day: n:<day> holds the sum of what each counted first, a stored count kept."""
+    from crawler.keys import Keys
+    from crawler.queue.queue import Queue
+    from crawler.queue.scoring import Outcome
+    from crawler.settings import Settings
+    from crawler.torrents.items import NewItem
+
+    keys = Keys(namespace)
+    q = Queue(client, keys, Settings(revisit_seconds=0))
+    ih = h("one-day")
+    q.add([NewItem(ih)])
+    now = 21_000 * 86400.0
+    for i, new in enumerate((7, 0, 2**40)):
+        lease = q.claim(1, now=now + i)[0]
+        q.complete(lease, Outcome.SOME, peers=5, new=new, now=now + i)
+    assert client.hget(keys.for_torrent(ih).torrent(ih), "n:21000") == str(7 + 2**40).encode()
+
+
 def test_coverage_survives_a_redis_killed_and_restarted(tmp_path, settings):
     """The figures are the torrent's own fields and the shard's rates: an AOF Redis killed with
     SIGKILL and started again gives back the same torrent and catalogue coverage."""

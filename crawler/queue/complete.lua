@@ -174,7 +174,7 @@ local function look(i)
     return {'error', 'complete.lua: a stored score or count of ' .. h .. ' is not a number'}
   end
   done[h] = true
-  record.score, record.visits = score, visits
+  record.score, record.visits, record.today = score, visits, today
   return nil, record
 end
 
@@ -224,19 +224,21 @@ local function complete(i, record)
   if leechers ~= '' then fields[#fields + 1] = 'leechers'; fields[#fields + 1] = leechers end
   if reported ~= '' then fields[#fields + 1] = 'reported'; fields[#fields + 1] = reported end
   if ARGV[a + 15] == '1' then fields[#fields + 1] = 'counts_estimated'; fields[#fields + 1] = '1' end
+  local day = math.floor(tonumber(ARGV[a + 14]))
+  local counted = tonumber(ARGV[a + 13])
+  if counted > 0 then  -- the day's IPs, as read by ``look``: set with the rest
+    fields[#fields + 1] = 'n:' .. day; fields[#fields + 1] = string.format('%d', record.today + math.floor(counted))
+  end
   redis.call('HSET', KEYS[k + 1], unpack(fields))
   local drop = {}
   if reported == '' and record[6] then drop[#drop + 1] = 'reported' end
   if ARGV[a + 15] ~= '1' and record[8] then drop[#drop + 1] = 'counts_estimated' end
-  local day = math.floor(tonumber(ARGV[a + 14]))
   local previous = tonumber(record[7])
   if previous then  -- the days that left the 30-day window since the previous visit
     local last_day = math.floor(previous / 86400)  -- fields exist for last_day - 29 .. last_day only
     for d = last_day - 29, math.min(last_day, day - 30) do drop[#drop + 1] = 'n:' .. d end
   end
   if #drop > 0 then redis.call('HDEL', KEYS[k + 1], unpack(drop)) end
-  local counted = tonumber(ARGV[a + 13])
-  if counted > 0 then redis.call('HINCRBY', KEYS[k + 1], 'n:' .. day, math.floor(counted)) end
   minutes[at] = minutes[at] + 1
   local rt = ARGV[a + 11]
   if rt ~= '' then adds[rt] = (adds[rt] or 0) + 1 end
