@@ -769,6 +769,22 @@ def test_a_peer_met_again_by_the_process_goes_without_its_place_marks(client, ke
     assert counts(client, keys, "countries") == {"countries.Germany.users": 5}
 
 
+def test_the_place_mark_times_a_reply_teaches_are_kept_bounded():
+    """A recording's answer of place mark times (u32 each) is learnt at once; the memory holds at most
+    ``FRESH_PLACES`` pairs, starting over when an answer would take it past them."""
+    import struct
+
+    from crawler.counters.fresh_places import FRESH_PLACES, FreshPlaces
+
+    fresh = FreshPlaces()
+    fresh.learn_many([7, 8, 9], struct.pack(">3I", 100, 2**32 - 1, 300))
+    assert [fresh.since(k, 99) for k in (7, 8, 9, 10)] == [100, 2**32 - 1, 300, 0]
+    fresh.learn_many(list(range(10, FRESH_PLACES + 7)), struct.pack(">I", 1) * (FRESH_PLACES - 3))
+    assert len(fresh) == FRESH_PLACES and fresh.since(8, 0) == 2**32 - 1  # full, all kept
+    fresh.learn_many([1, 2], struct.pack(">2I", 5, 6))  # past the bound: started over
+    assert len(fresh) == 2 and fresh.since(2, 0) == 6 and fresh.since(8, 0) == 0
+
+
 def test_the_marks_a_torrent_part_adds_in_one_piece_hold_to_the_second(client, keys, settings, locator):
     """A peer met in one swarm, then in a torrent never counted, has its marks for that torrent written
     in one piece (record.lua's fresh torrent part): they hold the visit's second, so they expire one

@@ -38,6 +38,5 @@ def read_reply(batch: RecordBatch, reply, short: dict[int, int], fresh: FreshPla
         if len(times) != 4 * len(batch.learn):
             raise StoreError(f"recording peers failed: record.lua answered {len(times)} bytes of place "
                              f"mark times for {len(batch.learn)} IPs")
-        for j, key in enumerate(batch.learn):
-            fresh.learn(key, int.from_bytes(times[4 * j: 4 * j + 4], "big"))
+        fresh.learn_many(batch.learn, times)
     return [(i, int(n)) for i, n in zip(batch.order, reply, strict=True)]
