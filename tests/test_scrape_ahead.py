@@ -115,9 +115,9 @@ def test_a_worker_fills_its_udp_scrape_packets_whatever_its_concurrency(opentrac
         reads = {"visit": 0, "ahead": 0}
         plan, plans = p.queue.plan_many, p.visitor.ahead._plans
 
-        def visit_plan(hs):
+        def visit_plan(hs, defaults):
             reads["visit"] += len(hs)
-            return plan(hs)
+            return plan(hs, defaults)
 
         def ahead_plans(hs):
             reads["ahead"] += len(hs)

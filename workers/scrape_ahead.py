@@ -61,7 +61,6 @@ from gevent.event import Event
 
 from crawler import logs
 from crawler.errors import StoreError
-from crawler.queue.source_notes import tracker_list
 from crawler.queue.visit_plan import Planned
 from crawler.sources.result import SourceResult
 from crawler.sources.trackers.scrape_groups import Seat
@@ -294,8 +293,8 @@ class ScrapeAhead:
         """Each torrent's trackers a visit asks (the defaults, then its own) and its plan as
         ``Queue.plan`` reads it, ``PLAN_CALLS`` torrents to a round trip (``VisitPlan.plans``)."""
         plans = self.queue.plans
-        return [(tracker_list(self.defaults, planned.own), planned)
-                for start in range(0, len(hashes), PLAN_CALLS) for planned in plans.plans(hashes[start:start + PLAN_CALLS])]
+        return [got for start in range(0, len(hashes), PLAN_CALLS)
+                for got in plans.with_trackers(hashes[start:start + PLAN_CALLS], self.defaults)]
 
     def _forget(self, now: float) -> None:
         """Drop what aged out: entries past their horizon with their pending places, seats too old to use."""

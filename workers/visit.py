@@ -56,7 +56,6 @@ from crawler import logs, redact
 from crawler.counters.batcher import Batcher
 from crawler.keys import Keys
 from crawler.observer import QUIET, Observer
-from crawler.queue import source_notes as notes
 from crawler.queue.queue import Completion, Lease, Queue
 from crawler.queue.scoring import SourceCount, outcome
 from crawler.settings import Settings
@@ -246,14 +245,10 @@ class Visitor:
         torrents scrape-ahead did not read for their lease (claimed ahead), none when it read them all."""
         got = [self.ahead.plan_read(lease.info_hash, lease.token) for lease in leases]
         missing = [lease.info_hash for lease, g in zip(leases, got) if g is None]
-        read = iter(self.queue.plan_many(missing) if missing else [])
+        read = iter(self.queue.plan_many(missing, self._defaults) if missing else [])
         out = []
         for g in got:
-            if g is None:
-                planned = next(read)
-                urls = notes.tracker_list(self._defaults, planned.own)
-            else:
-                urls, planned = g
+            urls, planned = next(read) if g is None else g
             out.append(plan_of(urls, planned, start, self.settings.one_ask_per_tracker,
                                self.trackers.health.backing_off_until, self.dht is not None))
         return out

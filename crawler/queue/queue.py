@@ -329,9 +329,10 @@ class Queue:
         fetched (``VisitPlan.plan``)."""
         return self.plans.plan(info_hash)
 
-    def plan_many(self, hashes: Sequence[str]) -> list[Planned]:
-        """``plan`` of each of ``hashes``, in one round trip (``VisitPlan.plans``)."""
-        return self.plans.plans(hashes)
+    def plan_many(self, hashes: Sequence[str], defaults: tuple[str, ...]) -> list[tuple[list[str], Planned]]:
+        """``plan`` of each of ``hashes`` with the trackers a visit asks, ``defaults`` first, in one round
+        trip (``VisitPlan.with_trackers``)."""
+        return self.plans.with_trackers(hashes, defaults)
 
     def hold_trackers(self, info_hash: str, not_before: dict[str, float], ttl: float) -> None:
         """Ask no tracker of ``not_before`` before its time, for ``ttl`` s (``VisitPlan.hold_trackers``)."""

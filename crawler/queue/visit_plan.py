@@ -22,7 +22,7 @@ import redis
 
 from crawler.errors import StoreError
 from crawler.keys import Keys
-from crawler.queue.source_notes import SourceNotes, decode
+from crawler.queue.source_notes import SourceNotes, decode, tracker_list
 from crawler.queue.torrent_metadata import FETCH_FIELDS, fetch_from
 from crawler.settings import Settings
 from crawler.store import scripts
@@ -62,6 +62,11 @@ class VisitPlan:
         """The torrent's own trackers (at most the per-torrent bound, a random draw of a larger
         set), its source notes and when its metadata may be fetched, in one round trip."""
         return self.plans([info_hash])[0]
+
+    def with_trackers(self, hashes: Sequence[str], defaults: tuple[str, ...]) -> list[tuple[list[str], Planned]]:
+        """``plans`` of ``hashes``, each with the tracker URLs a visit of it asks: ``defaults`` (the
+        configured ones), then its own (``source_notes.tracker_list``)."""
+        return [(tracker_list(defaults, planned.own), planned) for planned in self.plans(hashes)]
 
     def plans(self, hashes: Sequence[str]) -> list[Planned]:
         """``plan`` of each of ``hashes``, in one round trip: one plan.lua call a shard, of at most
