@@ -60,7 +60,7 @@ def visit_part(shard: ShardKeys, h: str, t_fp: int, ips: Sequence[Met],
     part = VisitPart(shard, h, t_fp)
     part.b0, part.code, part.base, part.legacy = t_fp % n_buckets, width_code(width), base, legacy
     part.mask = 1 << part.code
-    part.width, part.count, part.met, part.place_info = width, len(ips), list(ips), place_info
+    part.width, part.count, part.met, part.place_info = width, len(ips), ips, place_info
     if not probe_ips and not split and not legacy:
         return part
     rows = rows_of(part, n_buckets, split)
@@ -104,7 +104,7 @@ def rows_of(part: VisitPart, n_buckets: int, split: bool = False) -> list:
         vp = vplaces.get(pkey)
         if vp is None:
             info = place_info(pkey)
-            lanes, shift = (info.torrent_lanes(t_fp), info.t_shift) if split else (info.g ^ t_fp * info.tr, info.shift)
+            lanes, shift = (info.torrent_lanes(t_fp), info.t_shift) if split else (info.lanes(t_fp), info.shift)
             vp = vplaces[pkey] = (info, lanes, lanes >> (shift - 64), info.k >= 3)
         # the IP's bucket in the roster: its torrent marks, and its group record when it has a country
         bucket = (roster + (f >> 64) % width) % n_buckets
@@ -215,7 +215,7 @@ def first_call(batches: RecordBatches, i: int, part: VisitPart, n_buckets: int, 
         if vp is None:
             info = place_info(pkey)
             fbits = 64 * info.t_k
-            vp = vplaces[pkey] = (info, info.g ^ t_fp * info.tr, info.k >= 3, info.torrent_lanes(t_fp), info.t_r,
+            vp = vplaces[pkey] = (info, info.lanes(t_fp), info.k >= 3, info.torrent_lanes(t_fp), info.t_r,
                                   fbits, (1 << fbits) - 1, info.t_k * 8, len(places))
             places.append(pkey)
         info, lanes, grouped, tl, t_r, fbits, fmask, fbytes, at_place = vp

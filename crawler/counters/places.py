@@ -104,6 +104,10 @@ class PlaceInfo:
         self.p_bshift = self.p_shift + 24
         self.p_nbytes = 5 + 8 * len(place)
 
+    def lanes(self, t_fp: int) -> int:
+        """The whole record's metric lanes for the torrent of fingerprint ``t_fp``."""
+        return self.g ^ t_fp * self.tr
+
     def torrent_lanes(self, t_fp: int) -> int:
         """The torrent part's metric lanes for the torrent of fingerprint ``t_fp``."""
         return self.t_g ^ t_fp * self.t_r

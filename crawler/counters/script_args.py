@@ -13,7 +13,7 @@ small index into KEYS. The layouts are those of the scripts' headers
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from crawler.counters.names import LIFETIME
 from crawler.counters.places import PlaceInfo
@@ -381,7 +381,7 @@ class VisitPart:
     def __init__(self, shard: ShardKeys, h: str, t_fp: int = 0):
         self.shard, self.h, self.t_fp = shard, h, t_fp
         self.rows: list = []
-        self.met: list | None = None  # IPs as met whose rows are not made yet
+        self.met: Sequence | None = None  # IPs as met whose rows are not made yet
         self.place_info: Callable[[tuple], PlaceInfo] | None = None
         self.count = self.width = 0
         self.probe = ProbeCall()
