@@ -203,7 +203,7 @@ def first_call(batches: RecordBatches, i: int, part: VisitPart, n_buckets: int, 
     assert part.met is not None and place_info is not None  # an unprobed visit's (``visit_part``)
     roster, width = part.b0, part.width
     # place tuple -> its PlaceInfo, whole record lanes, grouped, its torrent parts' lanes, multiplier, shift,
-    # mask and bytes, and its position in ``places``
+    # mask and bytes, its position in ``places``, and an IP's pairs as a whole record and as a torrent part
     vplaces: dict[tuple, tuple] = {}
     places: list[tuple] = []  # the visit's places, in the order met
     # mark bucket -> (IPs per place position, group records, torrent fields)
@@ -216,21 +216,20 @@ def first_call(batches: RecordBatches, i: int, part: VisitPart, n_buckets: int, 
             info = place_info(pkey)
             fbits = 64 * info.t_k
             vp = vplaces[pkey] = (info, info.lanes(t_fp), info.k >= 3, info.torrent_lanes(t_fp), info.t_r,
-                                  fbits, (1 << fbits) - 1, info.t_k * 8, len(places))
+                                  fbits, (1 << fbits) - 1, info.t_k * 8, len(places), info.k, info.t_k)
             places.append(pkey)
-        info, lanes, grouped, tl, t_r, fbits, fmask, fbytes, at_place = vp
+        info, lanes, grouped, tl, t_r, fbits, fmask, fbytes, at_place, k, t_k = vp
         since = time_of(fkey, 0) if grouped else 0
         if since <= cutoff:
             since = 0
-        pairs = info.t_k if since else info.k
+        pairs = t_k if since else k
         if batch is None:
             batch = batches.batch_for(part, i, pairs)
-            counted = batch.visits[-1]
-        elif batch.pairs + pairs > limit:
+            counted, used = batch.visits[-1], batch.pairs
+        elif used + pairs > limit:
             break
-        else:  # ``RecordBatch.add_ip``
-            counted[2] += 1
-            batch.pairs += pairs
+        else:  # ``RecordBatch.add_ip``, the batch's count and the visit's written once the loop ends
+            used += pairs
         taken += 1
         # the IP's bucket in the roster: its torrent marks, and its group record when it has a country
         bucket = (roster + (f >> 64) % width) % n_buckets
@@ -245,7 +244,11 @@ def first_call(batches: RecordBatches, i: int, part: VisitPart, n_buckets: int, 
         v = tl ^ (f & LOW64) * t_r  # the group record's field, then the torrent's
         groups += ((v >> fbits) << 32 | (since if since < now else now)).to_bytes(12, "big")
         fields += (v & fmask).to_bytes(fbytes, "big")
-    if batch is not None and blocks:  # the blocks go before the visit's records, their places numbered in the call
+    if batch is None:
+        return taken
+    batch.pairs = used
+    counted[2] += taken - 1
+    if blocks:  # the blocks go before the visit's records, their places numbered in the call
         numbers = {j: batch.place_number(places[j], vplaces[places[j]][0], country_keys)
                    for j in sorted({j for at, _, _ in blocks.values() for j in at})}
         batch.add_blocks({bucket: ({numbers[j]: n for j, n in at.items()}, groups, fields)
