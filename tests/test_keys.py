@@ -62,6 +62,8 @@ LAYOUT = {
     "mark_bucket": (K.mark_bucket(262143), "{ns}:mk:262143", "`{ns}:mk:<n>`"),
     "mark_buckets_match": (K.mark_buckets_match, "{ns}:mk:[0-9]*", "`{ns}:mk:<n>`"),
     "mark_bucket_prefix": (K.mark_bucket_prefix, "{ns}:mk:", "`{ns}:mk:<n>`"),
+    "torrent_index_prefix": (K.torrent_index_prefix("all", "cities"), "{ns}:ix:all:cities:t:",
+                             "`{ns}:ix:<all|YYYY-MM>:<family>:t:<h>`"),
     "sweep_cursor": (K.sweep_cursor, "{ns}:mk:sweep", "`{ns}:mk:sweep`"),
     "index": (K.index("2026-11", ("cities", "c", "Germany")), "{ns}:ix:2026-11:cities:c:Germany",
               "`{ns}:ix:<all|YYYY-MM>:<family>[:c:<country>]`"),
@@ -265,7 +267,7 @@ def test_no_lua_script_builds_a_key():
 
 
 def test_the_recorder_builds_bucket_keys_as_keys_names_them():
-    from crawler.counters.script_args import ShardKeys, bucket_keys
+    from crawler.counters.shard_keys import ShardKeys, bucket_keys
 
     # a name with a % in it (the settings allow none) is still its own, not a format
     for k in (K, Keys("ns", shards=4, counters=2).counter_shard(1), Keys("a%d%%s")):
@@ -273,3 +275,14 @@ def test_the_recorder_builds_bucket_keys_as_keys_names_them():
         assert [sk.bucket(n) for n in (0, 7, 262143, 7)] == [k.mark_bucket(n).encode() for n in (0, 7, 262143, 7)]
         numbered = {262143: 1, 0: 2, 7: 3}  # a call's bucket numbers, in the order it met them
         assert bucket_keys(numbered, sk) == [k.mark_bucket(n).encode() for n in (262143, 0, 7)]
+
+
+def test_the_recorder_builds_a_torrents_index_keys_as_keys_names_them():
+    from crawler.counters.shard_keys import ShardKeys
+
+    for k in (K, Keys("ns", shards=4, counters=2).counter_shard(1), Keys("a%d%%s")):
+        sk = ShardKeys(k)
+        for month in ("2026-11", "2026-12", "2026-11"):  # a new month's prefixes, then the old one's again
+            assert sk.torrent_keys(H, month) == [k.index(period, (family, "t", H)).encode()
+                                                 for family in ("countries", "cities", "postcodes")
+                                                 for period in ("all", month)]

@@ -1,5 +1,5 @@
-"""``peercrawl torrent HASH`` for people: what the torrent is, where it stands, its sources' last
-answers, its swarm, its visits as a table (``--json``: ``QueueView.torrent``'s answer).
+"""``peercrawl torrent HASH`` for people: the torrent, where it stands, its sources, swarm and visits
+(``--json``: ``QueueView.torrent``'s answer).
 
 Tracker URLs, names and visit errors are others' text: every one goes through ``safe_text.terminal``
 and is escaped for rich's markup.

@@ -5,12 +5,12 @@ fingerprinted with a key kept out of Redis (``fingerprint_key``), checked
 against its 30-day dedupe mark (``marks``: the mark format) and counted in
 one atomic step per batch (``record.lua``, after the read-only
 ``probe.lua``), the StatHat increments added to the outbox in the same
-step. ``script_args``, ``packing`` and ``places`` build those scripts'
-arguments; ``batcher`` records a worker's concurrent visits together;
+step. ``script_args``, ``shard_keys``, ``packing`` and ``places`` build
+their arguments; ``batcher`` records concurrent visits together;
 ``place_shards`` and ``rollup`` keep the counts exact across several
 counter shards; ``names`` are the metric names and their indexes;
-``rankings`` reads them for ``stats`` and the dashboard (with the unplaced
-peers beside a list of places), ``csv_export`` for ``export``;
+``rankings`` reads them for ``stats`` and the dashboard (the unplaced
+peers beside the places), ``csv_export`` for ``export``;
 ``country_names`` maps countries to ISO codes and takes what a person
 types for one; ``geo_errors`` tallies GeoIP errors. See the contract, §4.
 """

@@ -32,7 +32,8 @@ from crawler.counters.fresh_places import FreshPlaces
 from crawler.counters.marks import roster_width, width_code
 from crawler.counters.met_ips import Met
 from crawler.counters.places import PlaceInfo
-from crawler.counters.script_args import FRESH, LOW64, ProbeCall, RecordBatch, RecordBatches, ShardKeys, VisitPart
+from crawler.counters.script_args import FRESH, LOW64, ProbeCall, RecordBatch, RecordBatches, VisitPart
+from crawler.counters.shard_keys import ShardKeys
 
 
 def visit_part(shard: ShardKeys, h: str, t_fp: int, ips: Sequence[Met],

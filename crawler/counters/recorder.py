@@ -31,9 +31,8 @@ after the other, so the visits count as if recorded one after the other while sh
 fixed cost and the indexes they have in common; an IP met at two places in one batch goes in two
 place calls.
 
-The calls' arguments are built in ``calls``, each IP packed into them by ``packing`` (a place's part
-of them in ``places``); the locator's errors (read errors, names over the bound) are published by
-``geo_errors``.
+The calls' arguments are built in ``script_args`` (a shard's keys: ``shard_keys``), each IP packed
+into them by ``packing`` (a place's part in ``places``); ``geo_errors`` publishes the locator's errors.
 """
 
 from __future__ import annotations
@@ -56,7 +55,8 @@ from crawler.counters.places import PlaceInfo
 from crawler.counters.processed import Processed
 from crawler.counters.record_replies import COUNTED, read_reply
 from crawler.counters.rollup import Rollup
-from crawler.counters.script_args import RecordBatch, RecordBatches, ShardKeys, VisitPart, bucket_keys
+from crawler.counters.script_args import RecordBatch, RecordBatches, VisitPart
+from crawler.counters.shard_keys import ShardKeys, bucket_keys
 from crawler.counters.swarm_record import SETTLED, Swarms, check_calls, probe_arg, settled_of, swarms_in
 from crawler.errors import StoreError
 from crawler.keys import Keys, shard_of

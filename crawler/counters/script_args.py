@@ -1,6 +1,6 @@
 """The arguments of one visit's probe.lua, record.lua and places.lua calls, built IP by IP.
 
-``ShardKeys`` holds one counter shard's keys, ``VisitPart`` a visit's IPs
+``VisitPart`` holds a visit's IPs
 and its probe.lua calls (at most ``recorder.PROBE_IPS`` IPs each);
 ``RecordBatch`` one record.lua call (at most ``batch_pairs`` (metric, IP)
 pairs of one or more visits, never splitting an IP's metrics), and
@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from crawler.counters.names import LIFETIME
 from crawler.counters.places import PlaceInfo
+from crawler.counters.shard_keys import ShardKeys, bucket_keys
 
 # probe.lua's flag of an IP whose group record is fresh (nothing of it can count)
 FRESH = ord("0")
@@ -33,18 +33,6 @@ class ProbeCall:
         self.bnumbers: dict = {}
         self.args = bytearray()
         self.n = 0
-
-
-def bucket_keys(bnumbers: dict, shard: "ShardKeys") -> list[bytes]:
-    """The keys of a call's mark buckets of ``shard`` in the order it numbers them (1, 2, ...).
-
-    A call numbers each bucket it meets ``bnumbers.setdefault(n, len(bnumbers) + 1)``:
-    one dict operation an IP and no call, and a dict keeps that order; the keys
-    are made once the call is whole, each formatted anew (~0.1 µs a key): a dict
-    keeping every bucket's key (~30 MB) is read at 4x that, its lookups missing
-    the CPU's caches, after ~1.5 µs a key to fill it.
-    """
-    return list(map(shard.bucket_form.__mod__, bnumbers))
 
 
 class RecordBatch:
@@ -65,7 +53,7 @@ class RecordBatch:
                  "month", "order", "pairs", "pending", "places", "shard", "swarms", "theads", "torrent_part",
                  "visit_start", "visits", "widths")
 
-    def __init__(self, shard: "ShardKeys", month: str, torrent_part: bool = False, mixed: bool = False):
+    def __init__(self, shard: ShardKeys, month: str, torrent_part: bool = False, mixed: bool = False):
         self.shard, self.month, self.torrent_part, self.mixed = shard, month, torrent_part, mixed
         self.keys = list(shard.shared(month))
         self.learn: list[int] = []
@@ -262,7 +250,7 @@ class PlaceCall:
     __slots__ = ("answer", "bnumbers", "countries", "country_numbers", "fps", "ips", "n", "pairs",
                  "place_numbers", "places", "shard")
 
-    def __init__(self, shard: "ShardKeys"):
+    def __init__(self, shard: ShardKeys):
         self.shard = shard
         self.bnumbers: dict = {}  # mark bucket -> its 1-based number in this call (``bucket_keys``)
         self.countries = bytearray()
@@ -295,61 +283,6 @@ class PlaceCall:
     def oldest(self, i: int) -> int:
         """The oldest place mark time of this call's ``i``-th IP (0-based), from its answer."""
         return int.from_bytes(self.answer[4 * i : 4 * i + 4], "big")
-
-
-class ShardKeys:
-    """One counter shard's keys as the recorder passes them (bytes, built once and cached).
-
-    ``keys``: the shard's ``Keys``.
-    """
-
-    __slots__ = ("_countries", "_indexes", "bucket_form", "keys", "outbox", "place_fixed", "torrents")
-
-    def __init__(self, keys):
-        self.keys = keys
-        self.outbox = keys.outbox.encode()
-        self.torrents = keys.index(LIFETIME, ("torrents",)).encode()
-        self.place_fixed = [self.outbox, keys.rollup_outbox.encode()]
-        # ``bucket_form % n``: mark bucket n's key
-        self.bucket_form = keys.mark_bucket_prefix.encode().replace(b"%", b"%%") + b"%d"
-        self._indexes: dict = {}
-        self._countries: dict = {}
-
-    def bucket(self, n: int) -> bytes:
-        """The key of mark bucket ``n``."""
-        return self.bucket_form % n
-
-    def index(self, period: str, scope: tuple) -> bytes:
-        """The key of one counter index (bytes: redis-py sends them as is)."""
-        k = (period, scope)
-        key = self._indexes.get(k)
-        if key is None:
-            if len(self._indexes) > 100_000:  # bounded: a worker sees many torrents
-                self._indexes.clear()
-            key = self._indexes[k] = self.keys.index(period, scope).encode()
-        return key
-
-    def shared(self, month: str) -> list:
-        """The outbox and the four index keys every record.lua call gets (torrents, countries)."""
-        return [self.outbox, *(self.index(period, scope) for scope in (("torrents",), ("countries",))
-                               for period in (LIFETIME, month))]
-
-    def torrent_keys(self, h: str, month: str) -> list:
-        """The six index keys of torrent ``h`` that record.lua gets with each of its visits."""
-        return [self.index(period, scope) for scope in (("countries", "t", h), ("cities", "t", h),
-                                                         ("postcodes", "t", h)) for period in (LIFETIME, month)]
-
-    def country_keys(self, country: str, month: str) -> list:
-        """The six per-country index keys record.lua gets for ``country`` (see its header)."""
-        k = (country, month)
-        got = self._countries.get(k)
-        if got is None:
-            if len(self._countries) > 10_000:  # bounded: ~250 countries a month
-                self._countries.clear()
-            got = self._countries[k] = [
-                self.index(period, (family, "c", country))
-                for family in ("torrents", "cities", "postcodes") for period in (LIFETIME, month)]
-        return got
 
 
 class VisitPart:

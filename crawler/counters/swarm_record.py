@@ -55,7 +55,8 @@ from crawler.counters.ip_forms import packed_ips
 from crawler.counters.marks import Fingerprinter, roster_width
 from crawler.counters.met_ips import Met
 from crawler.counters.names import info_hash_hex
-from crawler.counters.script_args import FRESH, RecordBatch, ShardKeys, VisitPart
+from crawler.counters.script_args import FRESH, RecordBatch, VisitPart
+from crawler.counters.shard_keys import ShardKeys
 
 MOD128 = (1 << 128) - 1
 _FRESH_KEY = itemgetter(3)  # a Met's fresh_places key

@@ -44,6 +44,11 @@ class CounterKeys(NamespaceKeys):
         """
         return self.name_key("ix", period, *scope)
 
+    def torrent_index_prefix(self, period: str, family: str) -> str:
+        """``index(period, (family, "t", h))`` without its ``h``: what a recording, which names a new
+        torrent's six indexes a visit, appends the info-hash to."""
+        return self.name_key("ix", period, family, "t", "")
+
     def total(self, period: str, scope: tuple[str, ...]) -> str:
         """One index of counter totals ``tx:<period>:<scope...>`` (crawls of more than one shard).
 

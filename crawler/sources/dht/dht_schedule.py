@@ -1,4 +1,4 @@
-"""When a torrent's next DHT lookup is due: every visit while the DHT finds peers, less and less often while it finds nobody.
+"""When a torrent's next DHT lookup is due: each visit while the DHT finds peers, ever less often while it finds none.
 
 A lookup is a ``get_peers`` traversal: dozens of queries to other people's
 nodes. Most torrents of a real catalogue have nobody on the DHT, so asking
