@@ -53,7 +53,7 @@ class ShardKeys:
         k = (period, scope)
         key = self._indexes.get(k)
         if key is None:
-            if len(self._indexes) > 100_000:  # bounded: a worker sees many torrents
+            if len(self._indexes) > 100_000:  # bounded: the shared keys and six a country a month
                 self._indexes.clear()
             key = self._indexes[k] = self.keys.index(period, scope).encode()
         return key
