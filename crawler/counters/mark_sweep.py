@@ -18,7 +18,7 @@ SWEEP_CALL_BUCKETS = 64
 
 class MarkSweep:
     """Sweeps the mark buckets of a crawl's counter shards. ``client``: a redis-py client; ``keys``: the
-    namespace's home ``Keys``; ``shards``: each shard's ``script_args.ShardKeys``; ``buckets``: mark
+    namespace's home ``Keys``; ``shards``: each shard's ``shard_keys.ShardKeys``; ``buckets``: mark
     buckets a shard; ``window``: the dedupe window in seconds; ``rollup``: the crawl's ``Rollup``
     (several shards), or None."""
 

@@ -1,10 +1,10 @@
 """A counter shard's keys, as bytes, for the recorder's script calls.
 
-A recording names the same keys call after call (the shard's outbox, its
-torrents and countries indexes, a country's six), so they are kept, each
-bounded; a new torrent's six indexes are its info-hash after a prefix made
-once a month, not kept. ``bucket_keys`` makes a call's mark bucket keys in
-the order it numbered them.
+A recording names the same keys call after call: the shard's outbox and its
+torrents and countries indexes are made once a month, a country's six kept
+in a bounded memory; a new torrent's six indexes are its info-hash after a
+prefix made once a month, not kept. ``bucket_keys`` makes a call's mark
+bucket keys in the order it numbered them.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ class ShardKeys:
     ``keys``: the shard's ``Keys``.
     """
 
-    __slots__ = ("_countries", "_indexes", "_torrent_prefixes", "bucket_form", "keys", "outbox", "place_fixed",
+    __slots__ = ("_countries", "_shared", "_torrent_prefixes", "bucket_form", "keys", "outbox", "place_fixed",
                  "torrents")
 
     def __init__(self, keys):
@@ -40,7 +40,7 @@ class ShardKeys:
         self.place_fixed = [self.outbox, keys.rollup_outbox.encode()]
         # ``bucket_form % n``: mark bucket n's key
         self.bucket_form = keys.mark_bucket_prefix.encode().replace(b"%", b"%%") + b"%d"
-        self._indexes: dict = {}
+        self._shared: tuple[str, list[bytes]] = ("", [])  # a month and ``shared``'s keys
         self._countries: dict = {}
         self._torrent_prefixes: tuple[str, list[bytes]] = ("", [])  # a month and ``torrent_keys``'s prefixes
 
@@ -50,18 +50,17 @@ class ShardKeys:
 
     def index(self, period: str, scope: tuple) -> bytes:
         """The key of one counter index (bytes: redis-py sends them as is)."""
-        k = (period, scope)
-        key = self._indexes.get(k)
-        if key is None:
-            if len(self._indexes) > 100_000:  # bounded: the shared keys and six a country a month
-                self._indexes.clear()
-            key = self._indexes[k] = self.keys.index(period, scope).encode()
-        return key
+        return self.keys.index(period, scope).encode()
 
     def shared(self, month: str) -> list:
-        """The outbox and the four index keys every record.lua call gets (torrents, countries)."""
-        return [self.outbox, *(self.index(period, scope) for scope in (("torrents",), ("countries",))
-                               for period in (LIFETIME, month))]
+        """The outbox and the four index keys every record.lua call gets (torrents, countries), made once a
+        month (the caller copies them)."""
+        got, keys = self._shared
+        if got != month:
+            keys = [self.outbox, *(self.index(period, scope) for scope in (("torrents",), ("countries",))
+                                   for period in (LIFETIME, month))]
+            self._shared = (month, keys)
+        return keys
 
     def torrent_keys(self, h: str, month: str) -> list:
         """The six index keys of torrent ``h`` that record.lua gets with each of its visits: the info-hash
