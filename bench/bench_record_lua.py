@@ -2,6 +2,7 @@
 
 Usage: python bench/bench_record_lua.py [--redis-url URL] [--visits 1000] [--batch 32] [--reps 5]
                                         [--mark-buckets N] [--overlap 4] [--shards 1] [--no-replay] [--lines N]
+                                        [--shuffle]
 
 Records ``--visits`` first visits of 50 peers (bench_worker's swarms: four
 countries, each address in ``--overlap`` swarms) in batches of ``--batch`` with
@@ -27,7 +28,12 @@ spliced in) that took the largest shares of that replay's time: a line
 profile, where the phases above say only which part. A C function a line
 calls (``string.find``, ``redis.call``) is charged to that line. ``--mark-buckets`` gives the
 recorder fewer buckets than a new crawl's, to fill them as a larger crawl
-does (a visit's scripts copy each bucket they change whole).
+does (a visit's scripts copy each bucket they change whole). ``--shuffle``
+records the visits in a random order (a fixed seed), as a crawl claims
+them: in index order the addresses of one swarm are met one after the
+other, so what the process keeps of them lies side by side in memory,
+and a memory's cache misses, most of a large lookup's cost, stay out of
+the Python figure.
 
 Prints JSON.
 """
@@ -41,6 +47,7 @@ monkey.patch_all()  # as bench_worker, imported below, does: before anything imp
 import argparse
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -195,6 +202,16 @@ def lua_bytes(b: bytes) -> str:
     return '"' + "".join(f"\\{c}" for c in b) + '"'
 
 
+def world(n: int, overlap: int, shuffle: bool) -> list[tuple[str, list[str]]]:
+    """``n`` visits of bench_worker's swarms, each address in ``overlap`` of them, in index order or
+    (``shuffle``) a random one (module note)."""
+    n_addr = n * SWARM // overlap
+    visits = [(f"{i:040x}", [bench_worker.address((i * SWARM + j) % n_addr) for j in range(SWARM)]) for i in range(n)]
+    if shuffle:
+        random.Random(1).shuffle(visits)
+    return visits
+
+
 def main() -> None:
     """Record, capture, replay; print the JSON."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -211,6 +228,8 @@ def main() -> None:
     ap.add_argument("--no-replay", action="store_true", help="Redis's figures only")
     ap.add_argument("--lines", type=int, default=0, help="a line profile of the first visits' record.lua calls: "
                     "the N lines of the largest shares (module note)")
+    ap.add_argument("--shuffle", action="store_true", help="record the visits in a random order, as a crawl claims "
+                    "them (module note)")
     a = ap.parse_args()
     lua = shutil.which("lua5.1")
     client = redis.Redis.from_url(a.redis_url)
@@ -234,10 +253,9 @@ def main() -> None:
             return super().run(batch, wait, own=own)
 
     rec = Recorder(Capturing(client), Keys(ns, a.shards, rosters=True), settings, Locator(settings), mark_buckets=a.mark_buckets)
-    n_addr = a.visits * SWARM // a.overlap
-    visits = [(f"{i:040x}", [bench_worker.address((i * SWARM + j) % n_addr) for j in range(SWARM)]) for i in range(a.visits)]
+    visits = world(a.visits, a.overlap, a.shuffle)
     out: dict = {"visits": a.visits, "peers_per_visit": SWARM, "batch": a.batch, "overlap": a.overlap, "shards": a.shards,
-                 "mark_buckets": rec.fingerprints.buckets, "redis": {}}
+                 "shuffled": a.shuffle, "mark_buckets": rec.fingerprints.buckets, "redis": {}}
     now = time.time()
     try:
         for phase[0] in ("first", "re"):
