@@ -12,14 +12,6 @@ group record stays no younger than the IP's place marks. A peer in many
 swarms then costs its place marks once per process per window. The
 memory holds at most ``FRESH_PLACES`` pairs, then starts over.
 
-An IP as the recording meets it (``met_ips.Met``) keeps its key at ``KEY``
-and the time learnt through it at ``SINCE`` (0: none): the loops over a
-visit's IPs read it beside the IP they hold, where a lookup in a memory of
-hundreds of thousands of keys is a few cache misses (~0.5 µs on a VM, the
-loop's costliest step). The memory stays the answer for an IP met again as
-another object (after ``met_ips``' memory starts over); a time kept in one
-and not the other is still true until it is a window old (above).
-
 What it trusts is Redis keeping what it acknowledged: a failover that
 loses a recording's marks (and its counts) after the process learned
 their time leaves those place counts lost instead of counted again
@@ -30,13 +22,9 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
-from operator import itemgetter
 
 # (IP, place) pairs a process remembers; ~100 B each: ~50 MB at most.
 FRESH_PLACES = 500_000
-# Where an IP as met keeps its key and the time learnt through it (module note).
-KEY, SINCE = 3, 4
-_KEY = itemgetter(KEY)
 
 
 class FreshPlaces:
@@ -71,17 +59,14 @@ class FreshPlaces:
             times.clear()
         times[key] = t
 
-    def learn_many(self, met: list[list], times: bytes) -> None:
-        """``learn`` of the key of each IP as met (``met_ips.Met``), its time the u32 (big-endian) at its
-        place in ``times`` (a recording's answer), kept in the IP too (module note)."""
-        n = len(met)
+    def learn_many(self, keys: list[int], times: bytes) -> None:
+        """``learn`` of each of ``keys``, its time the u32 (big-endian) at its place in ``times``
+        (a recording's answer): one C loop."""
+        n = len(keys)
         known = self._times
         if len(known) + n > FRESH_PLACES:
             known.clear()
-        ts = struct.unpack(f">{n}I", times)
-        known.update(zip(map(_KEY, met), ts))
-        for m, t in zip(met, ts):
-            m[SINCE] = t
+        known.update(zip(keys, struct.unpack(f">{n}I", times)))
 
     def __len__(self) -> int:
         return len(self._times)

@@ -5,8 +5,8 @@ Parsing its text, reading the GeoIP database and hashing it with the secret
 are the recording's costliest steps per IP, and their answers do not change
 while the process runs. So each IP text is turned once into what the
 recording's loops take (``Met``: its packed form, its place's names, its
-128-bit fingerprint from ``marks.Fingerprinter``, its ``fresh_places``
-key and the time that memory learnt through it) and kept, at most ``marks.IP_MEMO`` texts, after which the memory
+128-bit fingerprint from ``marks.Fingerprinter`` and its ``fresh_places``
+key) and kept, at most ``marks.IP_MEMO`` texts, after which the memory
 starts over. A text that is no IP is kept as None; an IP whose place could
 not be read (a GeoIP read error, which the locator tallies) is not kept, so
 it is read, and tallied, again the next time.
@@ -35,15 +35,14 @@ from geo.locator import Place
 # fills' worth of meets go unkept after one that did not (module note).
 MIN_HITS = 0.25
 SKIP_FILLS = 4
-# An IP as the recording meets it: [packed, (country, city, postcode), fingerprint, fresh key, fresh
-# since], the last two ``fresh_places``' (at its ``KEY`` and ``SINCE``; the time 0 until it learns one).
-Met = list
+# An IP as the recording meets it: (packed, (country, city, postcode), fingerprint, fresh key).
+Met = tuple[bytes, tuple, int, int]
 
 
 def met(packed: bytes, place: Place, f: int, fingerprints: Fingerprinter) -> Met:
     """``packed`` at ``place`` as the recording meets it, ``f`` its ``Fingerprinter.ip``."""
     pkey = (place.country, place.city, place.postcode)
-    return [packed, pkey, f, FreshPlaces.key(f, fingerprints.where(pkey)), 0]
+    return packed, pkey, f, FreshPlaces.key(f, fingerprints.where(pkey))
 
 
 class MetIPs:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from crawler.counters.fresh_places import KEY, SINCE, FreshPlaces
+from crawler.counters.fresh_places import FreshPlaces
 from crawler.counters.marks import roster_width, width_code
 from crawler.counters.met_ips import Met
 from crawler.counters.places import PlaceInfo
@@ -86,7 +86,7 @@ def visit_part(shard: ShardKeys, h: str, t_fp: int, ips: Sequence[Met],
 def rows_of(part: VisitPart, n_buckets: int, split: bool = False) -> list:
     """``part``'s rows, made from its met IPs unless made before: per IP ``(place tuple, (PlaceInfo,
     metric lanes of this visit, its probe lane, whether the place has a group record), IP
-    fingerprint, roster bucket, roster bucket of its group record, the IP as met)``.
+    fingerprint, roster bucket, roster bucket of its group record, fresh key)``.
 
     The IP's bucket in the torrent's roster holds its marks of the torrent and its group record (None
     for the latter: no group record, the IP has no country). ``split``: the lanes are the torrent
@@ -101,8 +101,7 @@ def rows_of(part: VisitPart, n_buckets: int, split: bool = False) -> list:
     vplaces: dict = {}  # place tuple -> (info, metric lanes of this visit, its probe lane, grouped)
     rows = part.rows = []
     append = rows.append
-    for m in ips:
-        _, pkey, f, _, _ = m
+    for _, pkey, f, fkey in ips:
         vp = vplaces.get(pkey)
         if vp is None:
             info = place_info(pkey)
@@ -110,7 +109,7 @@ def rows_of(part: VisitPart, n_buckets: int, split: bool = False) -> list:
             vp = vplaces[pkey] = (info, lanes, lanes >> (shift - 64), info.k >= 3)
         # the IP's bucket in the roster: its torrent marks, and its group record when it has a country
         bucket = (roster + (f >> 64) % width) % n_buckets
-        append((pkey, vp, f, bucket, bucket if vp[3] else None, m))
+        append((pkey, vp, f, bucket, bucket if vp[3] else None, fkey))
     return rows
 
 
@@ -143,13 +142,12 @@ def add_visit(batches: RecordBatches, i: int, part: VisitPart, flags: bytes, n_b
     rows = rows_of(part, n_buckets)
     parts = TorrentParts(part)
     batch: RecordBatch | None = None
-    for (pkey, (info, lanes, _, grouped), f, bucket, rb, m), flag in zip(
+    for (pkey, (info, lanes, _, grouped), f, bucket, rb, fkey), flag in zip(
             rows[start:] if start else rows, flags[start:] if start else flags):
         if flag == FRESH:
             continue
-        # a place with a country: its place marks may be known fresh (kept in the IP as met, else
-        # in the memory: ``fresh_places``)
-        since = (m[SINCE] or time_of(m[KEY], 0)) if time_of is not None and grouped else 0
+        # a place with a country: its place marks may be known fresh
+        since = time_of(fkey, 0) if time_of is not None and grouped else 0
         if since <= cutoff:
             since = 0
         pairs = info.t_k if since else info.k
@@ -165,16 +163,16 @@ def add_visit(batches: RecordBatches, i: int, part: VisitPart, flags: bytes, n_b
         if since:
             parts.add(batch, pkey, info, f, bucket, rb, since)
         else:
-            whole_record(batch, pkey, info, lanes, f, bucket, grouped, m, n_buckets, country_keys)
+            whole_record(batch, pkey, info, lanes, f, bucket, grouped, fkey, n_buckets, country_keys)
 
 
 def whole_record(batch: RecordBatch, pkey: tuple, info: PlaceInfo, lanes: int, f: int, bucket: int, grouped: bool,
-                 m: Met, n_buckets: int, country_keys: Callable[[str, str], list]) -> None:
+                 fkey: int, n_buckets: int, country_keys: Callable[[str, str], list]) -> None:
     """The whole record of the IP of fingerprint ``f`` at place ``pkey`` into ``batch``: its header
     (bucket numbers, place number, k) and metric fields (``lanes ^ low64 * r``). ``bucket``: its
     bucket in the torrent's roster, which holds its group record too when ``grouped``; its place marks
-    are bucketed by the IP alone; ``m``: the IP as met, whose place marks' time a mixed call
-    answers (``FreshPlaces.learn_many``)."""
+    are bucketed by the IP alone; ``fkey``: its ``fresh_places`` key, whose time a mixed call
+    answers."""
     numbers = batch.bnumbers
     head = batch.heads.get(pkey)
     if head is None:
@@ -188,7 +186,7 @@ def whole_record(batch: RecordBatch, pkey: tuple, info: PlaceInfo, lanes: int, f
     batch.ips += (((tb if grouped else 0) << info.rshift) | (tb << info.tshift) | (gb << info.gshift) | head
                   | (lanes ^ (f & LOW64) * info.r)).to_bytes(info.nbytes + mixed, "big")
     if mixed and grouped:  # the call answers its place marks' time
-        batch.learn.append(m)
+        batch.learn.append(fkey)
 
 
 def first_call(batches: RecordBatches, i: int, part: VisitPart, n_buckets: int, time_of: Callable[[int, int], int],
@@ -213,8 +211,7 @@ def first_call(batches: RecordBatches, i: int, part: VisitPart, n_buckets: int, 
     blocks: dict[int, tuple[dict[int, int], bytearray, bytearray]] = {}
     batch: RecordBatch | None = None
     taken = 0
-    for m in part.met:
-        _, pkey, f, fkey, known = m
+    for _, pkey, f, fkey in part.met:
         vp = vplaces.get(pkey)
         if vp is None:
             info = place_info(pkey)
@@ -223,7 +220,7 @@ def first_call(batches: RecordBatches, i: int, part: VisitPart, n_buckets: int, 
                                   fbits, (1 << fbits) - 1, info.t_k * 8, len(places), info.k, info.t_k)
             places.append(pkey)
         info, lanes, grouped, tl, t_r, fbits, fmask, fbytes, at_place, k, t_k = vp
-        since = (known or time_of(fkey, 0)) if grouped else 0  # kept in the IP as met, else in the memory
+        since = time_of(fkey, 0) if grouped else 0
         if since <= cutoff:
             since = 0
         pairs = t_k if since else k
@@ -238,7 +235,7 @@ def first_call(batches: RecordBatches, i: int, part: VisitPart, n_buckets: int, 
         # the IP's bucket in the roster: its torrent marks, and its group record when it has a country
         bucket = (roster + (f >> 64) % width) % n_buckets
         if not since:
-            whole_record(batch, pkey, info, lanes, f, bucket, grouped, m, n_buckets, country_keys)
+            whole_record(batch, pkey, info, lanes, f, bucket, grouped, fkey, n_buckets, country_keys)
             continue
         block = blocks.get(bucket)
         if block is None:

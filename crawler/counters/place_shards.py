@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import redis
 
-from crawler.counters.fresh_places import KEY, FreshPlaces
+from crawler.counters.fresh_places import FreshPlaces
 from crawler.counters.places import PlaceInfo
 from crawler.counters.script_args import (
     FRESH,
@@ -122,7 +122,7 @@ class PlaceShards:
         wide = part.others or part.legacy
         # a torrent believed never counted: its parts in blocks, in the visit's first call
         blocks, first = None, None
-        for (pkey, (info, lanes, _, _), f, bucket, rb, m), flag in zip(part.rows, flags):
+        for (pkey, (info, lanes, _, _), f, bucket, rb, key), flag in zip(part.rows, flags):
             if flag == FRESH:
                 continue
             batch = batches.batch_for(part, i, info.t_k)
@@ -133,7 +133,6 @@ class PlaceShards:
                 batch.add_extras(part, f, self.buckets)
             where = None
             if info.p_m:
-                key = m[KEY]
                 where = placed.get(key)
                 if where is None:
                     where = placed[key] = self._place_call(pkey, info, f, key, cutoff, open_calls, calls)

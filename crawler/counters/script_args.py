@@ -45,7 +45,7 @@ class RecordBatch:
     IP's header counts those (``PlaceInfo.t_*``); ``mixed``: one shard's call
     whose IPs are each a whole record or, when the process knows its place
     marks are fresh, a torrent part (record.lua's "M"); ``learn`` then lists
-    each whole record's IP as met (``met_ips.Met``) with a group record, in
+    the ``fresh_places`` key of each whole record with a group record, in
     order, for the place mark times the call answers.
     """
 
@@ -56,7 +56,7 @@ class RecordBatch:
     def __init__(self, shard: ShardKeys, month: str, torrent_part: bool = False, mixed: bool = False):
         self.shard, self.month, self.torrent_part, self.mixed = shard, month, torrent_part, mixed
         self.keys = list(shard.shared(month))
-        self.learn: list[list] = []
+        self.learn: list[int] = []
         self.theads: dict[tuple, int] = {}  # mixed: place tuple -> its torrent parts' header bits
         self.pending: list = []  # torrent part: (record without its place time, PlaceInfo, place answer)
         self.bnumbers: dict = {}  # mark bucket -> its 1-based number in this call (``bucket_keys``), after ``keys``

@@ -51,7 +51,6 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Sequence
 from operator import itemgetter
 
-from crawler.counters.fresh_places import KEY
 from crawler.counters.ip_forms import packed_ips
 from crawler.counters.marks import Fingerprinter, roster_width
 from crawler.counters.met_ips import Met
@@ -60,7 +59,7 @@ from crawler.counters.script_args import FRESH, RecordBatch, VisitPart
 from crawler.counters.shard_keys import ShardKeys
 
 MOD128 = (1 << 128) - 1
-_FRESH_KEY = itemgetter(KEY)  # a Met's fresh_places key
+_FRESH_KEY = itemgetter(3)  # a Met's fresh_places key
 _PACKED = itemgetter(0)  # a Met's packed IP
 # probe.lua's answer for a visit its swarm record settles (and swarm_check.lua's byte for one)
 SETTLED = b"S"
