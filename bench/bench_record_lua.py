@@ -72,6 +72,7 @@ from crawler.store.store import Store
 from geo import Locator
 from tests.mmdb import write_city_db
 from tests.namespaces import delete_namespace
+from workers.process import tune_gc
 
 SWARM = bench_worker.SWARM
 
@@ -253,6 +254,7 @@ def main() -> None:
             return super().run(batch, wait, own=own)
 
     rec = Recorder(Capturing(client), Keys(ns, a.shards, rosters=True), settings, Locator(settings), mark_buckets=a.mark_buckets)
+    tune_gc()  # the collector as a worker process runs it
     visits = world(a.visits, a.overlap, a.shuffle)
     out: dict = {"visits": a.visits, "peers_per_visit": SWARM, "batch": a.batch, "overlap": a.overlap, "shards": a.shards,
                  "shuffled": a.shuffle, "mark_buckets": rec.fingerprints.buckets, "redis": {}}
