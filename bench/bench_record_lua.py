@@ -33,7 +33,8 @@ records the visits in a random order (a fixed seed), as a crawl claims
 them: in index order the addresses of one swarm are met one after the
 other, so what the process keeps of them lies side by side in memory,
 and a memory's cache misses, most of a large lookup's cost, stay out of
-the Python figure.
+the Python figure. The collector runs as in a worker process
+(``workers.process.tune_gc``).
 
 Prints JSON.
 """
