@@ -64,6 +64,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import bench_worker  # its swarms: addresses, places, swarm size
+import swarms
 
 from crawler.counters.recorder import Recorder
 from crawler.keys import Keys
@@ -207,7 +208,7 @@ def lua_bytes(b: bytes) -> str:
 def world(n: int, overlap: int, shuffle: bool) -> list[tuple[str, list[str]]]:
     """``n`` visits of bench_worker's swarms, each address in ``overlap`` of them, in index order or
     (``shuffle``) a random one (module note)."""
-    n_addr = n * SWARM // overlap
+    n_addr = swarms.addresses_for(n, overlap, SWARM)
     visits = [(f"{i:040x}", [bench_worker.address((i * SWARM + j) % n_addr) for j in range(SWARM)]) for i in range(n)]
     if shuffle:
         random.Random(1).shuffle(visits)
