@@ -204,15 +204,16 @@ def test_outage_keeps_scores_and_shows_in_status(env, opentracker):  # noqa: F81
     w = subprocess.Popen(PEERCRAWL + ["worker", "--concurrency", "3", "--duration", "12"], env=env,
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        seen = None
+        # the outage can show before the fifth failure is counted (a loaded machine): wait for both
+        seen, s = None, {}
         end = time.monotonic() + 12
         while time.monotonic() < end and seen is None:
             time.sleep(0.5)
             s = pcj(env, "status")
-            if s.get("outage") and any(x.get("failing") for x in s["workers"]):
+            if s.get("outage") and any(x.get("failing") for x in s["workers"]) and s["failed_visits_last_hour"] >= 5:
                 seen = s
-        assert seen is not None, "outage never showed in status"
-        assert seen["failed_visits_last_hour"] >= 5 and seen["visits_last_hour"] == 0
+        assert seen is not None, f"no outage with five failed visits in status: {s}"
+        assert seen["visits_last_hour"] == 0
     finally:
         w.send_signal(signal.SIGTERM)
         _, err = w.communicate(timeout=30)
