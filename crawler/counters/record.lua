@@ -116,7 +116,7 @@
 --! include marks  (u32, read_buckets, check_mark, add_record, set_mark, write_buckets, live_widths,
 --                   check_wide)
 --! include places_arg  (u16, str, read_places)
---! include counts  (count_text)
+--! include counts  (count_texts, count_text)
 
 local byte, sub = string.byte, string.sub
 local now, cutoff, post = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[4]
@@ -619,7 +619,7 @@ for v = 1, #visits do
   if new_t then bare[tpos], bare[tpos + 2], bare[tpos + 4] = true, true, true end
   local t_users = users[v]
   hashes[tpos], hashes[tpos + 2], hashes[tpos + 4] = true, true, true
-  local th = 'torrents.' .. h
+  local th = post_t and 'torrents.' .. h
   if t_users > 0 then
     incr(2, h, t_users)
     bare[2] = new_t and bare[2] ~= false
@@ -659,7 +659,13 @@ for v = 1, #visits do
         end
         n = pc[j + 1]
         if n > 0 then
-          incr(tpos + 2 * f, cname .. '.' .. name, n)
+          -- the member in the torrent's index ("country.name"), made once a call per place
+          local member = pl[4 + f]
+          if not member then
+            member = cname .. '.' .. name
+            pl[4 + f] = member
+          end
+          incr(tpos + 2 * f, member, n)
           if post_t then out(th .. '.countries.' .. cname .. '.' .. family .. '.' .. name .. '.users', n) end
         end
         j = j + 2
@@ -692,19 +698,18 @@ local function apply(keys, ms, counts, read, write, empty)
     for _, key in ipairs(keys) do
       local args = shared
       if not args then
-        local old = empty and {} or redis.call(read, key, unpack(part))
-        local a = 0
         args = {}
+        -- counts[m] (plus the stored count unless the keys are empty) as text: the member's
+        -- pair, score first in a sorted set, field first in a hash
+        local old = not empty and redis.call(read, key, unpack(part))
+        local first, second = 1, 0  -- the member's and the count's places before 2j
+        if zset then first, second = 0, 1 end
         for j = 1, #part do
           local m = part[j]
           local v = counts[m]
-          if not empty then v = (tonumber(old[j]) or 0) + v end
-          if zset then
-            args[a + 1], args[a + 2] = count_text(v), m
-          else
-            args[a + 1], args[a + 2] = m, count_text(v)
-          end
-          a = a + 2
+          if old then v = (tonumber(old[j]) or 0) + v end
+          local a = 2 * j
+          args[a - first], args[a - second] = m, count_texts[v] or count_text(v)
         end
         if empty then shared = args end
       end
