@@ -2,7 +2,7 @@
 
 Usage: python bench/bench_record_lua.py [--redis-url URL] [--visits 1000] [--batch 32] [--reps 5]
                                         [--mark-buckets N] [--overlap 4] [--shards 1] [--no-replay] [--lines N]
-                                        [--shuffle]
+                                        [--shuffle] [--first-only] [--no-stathat]
 
 Records ``--visits`` first visits of 50 peers (bench_worker's swarms: four
 countries, each address in ``--overlap`` swarms) in batches of ``--batch`` with
@@ -34,7 +34,10 @@ them: in index order the addresses of one swarm are met one after the
 other, so what the process keeps of them lies side by side in memory,
 and a memory's cache misses, most of a large lookup's cost, stay out of
 the Python figure. The collector runs as in a worker process
-(``workers.process.tune_gc``).
+(``workers.process.tune_gc``). ``--first-only`` records the first visits
+alone and ``--no-stathat`` posts to no outbox (as ``bench_visit_cost``'s
+world): what a run of redis-server under callgrind needs to count a first
+visit's instructions, the difference of two runs of different ``--visits``.
 
 Prints JSON.
 """
@@ -233,6 +236,8 @@ def main() -> None:
                     "the N lines of the largest shares (module note)")
     ap.add_argument("--shuffle", action="store_true", help="record the visits in a random order, as a crawl claims "
                     "them (module note)")
+    ap.add_argument("--first-only", action="store_true", help="record the first visits alone, not the revisits")
+    ap.add_argument("--no-stathat", action="store_true", help="StatHat off: no outbox increments in the calls")
     a = ap.parse_args()
     lua = shutil.which("lua5.1")
     client = redis.Redis.from_url(a.redis_url)
@@ -240,7 +245,7 @@ def main() -> None:
     ns = "bench-record-" + uuid.uuid4().hex[:8]
     settings = Settings(redis_url=a.redis_url, namespace=ns, data_dir=tmp / "d", dht=False, allow_private=True,
                         secret="bench-secret-0123456789", geoip_db=write_city_db(tmp / "city.mmdb", bench_worker.PLACES),
-                        stathat_ezkey="bench", stathat_url="http://127.0.0.1:9/")
+                        stathat_ezkey=None if a.no_stathat else "bench", stathat_url="http://127.0.0.1:9/")
     phase = ["first"]
     calls: list = []
 
@@ -262,7 +267,7 @@ def main() -> None:
                  "shuffled": a.shuffle, "mark_buckets": rec.fingerprints.buckets, "redis": {}}
     now = time.time()
     try:
-        for phase[0] in ("first", "re"):
+        for phase[0] in ("first",) if a.first_only else ("first", "re"):
             client.config_resetstat()
             t = time.process_time()
             for i in range(0, a.visits, a.batch):
