@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 import geo
 from crawler.counters import Recorder, metrics_for, top
 from crawler.counters import recorder as recorder_module
+from crawler.counters.names import month_of
 from crawler.keys import Keys
 from crawler.store import scripts
 from tests.mmdb import write_city_db
@@ -125,6 +126,25 @@ def test_probe_record_and_sweep_at_their_largest_calls(huge, shards, client, key
     assert rec.sweep(budget=1 << 16, now=T0 + 120) == 0
     assert rec.sweep(budget=1 << 16, now=T0 + 60 + rec.window + 1) == held
     assert marks_held(client, keys, 1 << 16) == 0
+
+
+def test_a_new_torrents_indexes_past_a_slice_of_members_hold_every_one(client, keys, settings, tmp_path,
+                                                                       monkeypatch):
+    """A torrent never counted, one visit of 4,500 IPs in 4,500 towns, recorded in one call: its own
+    towns index (lifetime and month) is written unread, in slices of 1,000 members (unpack() of
+    9,000 values would pass Lua's stack limit); every town is there, counted once."""
+    towns = 4500
+    nets = {f"10.{t // 250}.{t % 250}.0/24": (f"Land {t % 3}", f"Town {t}", None) for t in range(towns)}
+    loc = geo.open_locator(write_city_db(tmp_path / "towns.mmdb", nets))
+    monkeypatch.setattr(recorder_module, "PROBE_IPS", 20_000)
+    rec = Recorder(client, keys, settings, loc, mark_buckets=1 << 16, batch_pairs=10**6)
+    assert rec.record_visit(H, [f"10.{t // 250}.{t % 250}.7" for t in range(towns)], T0) == towns
+    for month, suffix in ((None, ""), (month_of(T0), f".{month_of(T0)}")):
+        want = {f"torrents.{H}.countries.Land {t % 3}.cities.Town {t}.users{suffix}": 1 for t in range(towns)}
+        got = {r["metric"]: r["count"] for r in top(client, keys, "cities", torrent=H, month=month, limit=10_000)}
+        assert got == want, month
+    countries = {r["metric"]: r["count"] for r in top(client, keys, "countries", torrent=H, limit=100)}
+    assert countries == {f"torrents.{H}.countries.Land {c}.users": towns // 3 + (c < towns % 3) for c in range(3)}
 
 
 def test_visited_counts_thousands_of_torrents_once_each(client, keys, settings, tmp_path):

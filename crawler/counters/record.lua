@@ -675,9 +675,8 @@ for v = 1, #visits do
 end
 
 -- add counts[m] to each member m of ms in each of keys (counts go as their text: count_text);
--- members in slices, since unpack() of a huge list would overflow Lua's stack. Keys known
--- empty (a lifetime index and its month's, both bare) get the same arguments, built once.
-local function apply(keys, ms, counts, read, write, empty)
+-- members in slices, since unpack() of a huge list would overflow Lua's stack.
+local function apply(keys, ms, counts, read, write)
   local n, zset = #ms, write == 'ZADD'
   if n == 1 then
     local m = ms[1]
@@ -694,27 +693,45 @@ local function apply(keys, ms, counts, read, write, empty)
   for i = 1, n, 1000 do
     local part, last = ms, math.min(i + 999, n)
     if i > 1 or last < n then part = {unpack(ms, i, last)} end
-    local shared  -- the arguments every key known empty gets
     for _, key in ipairs(keys) do
-      local args = shared
-      if not args then
-        args = {}
-        -- counts[m] (plus the stored count unless the keys are empty) as text: the member's
-        -- pair, score first in a sorted set, field first in a hash
-        local old = not empty and redis.call(read, key, unpack(part))
-        local first, second = 1, 0  -- the member's and the count's places before 2j
-        if zset then first, second = 0, 1 end
-        for j = 1, #part do
-          local m = part[j]
-          local v = counts[m]
-          if old then v = (tonumber(old[j]) or 0) + v end
-          local a = 2 * j
-          args[a - first], args[a - second] = m, count_texts[v] or count_text(v)
-        end
-        if empty then shared = args end
+      -- counts[m] plus the stored count, as text: the member's pair, score first in a sorted
+      -- set, field first in a hash
+      local old = redis.call(read, key, unpack(part))
+      local args = {}
+      local first, second = 1, 0  -- the member's and the count's places before 2j
+      if zset then first, second = 0, 1 end
+      for j = 1, #part do
+        local m = part[j]
+        local v = (tonumber(old[j]) or 0) + counts[m]
+        local a = 2 * j
+        args[a - first], args[a - second] = m, count_texts[v] or count_text(v)
       end
       redis.call(write, key, unpack(args))
     end
+  end
+end
+-- write counts (member -> n) to keys known to hold none of their members (a lifetime index and
+-- its month's, both bare): unread, every key the same arguments, built once straight from counts,
+-- in slices of 1,000 members. Most are a new torrent's own indexes of a few members each, where
+-- the list of members, a table of keys and the generic loop above cost more than the writes.
+local function write_new(q, counts, zset)
+  local write, first, second = 'HSET', 1, 0  -- the member's and the count's places before 2j
+  if zset then write, first, second = 'ZADD', 0, 1 end
+  local args, j = {}, 0
+  local lifetime, month = KEYS[q], KEYS[q + 1]
+  for m, v in pairs(counts) do
+    j = j + 1
+    local a = 2 * j
+    args[a - first], args[a - second] = m, count_texts[v] or count_text(v)
+    if j == 1000 then
+      redis.call(write, lifetime, unpack(args))
+      redis.call(write, month, unpack(args))
+      j = 0
+    end
+  end
+  if j > 0 then
+    redis.call(write, lifetime, unpack(args, 1, 2 * j))
+    redis.call(write, month, unpack(args, 1, 2 * j))
   end
 end
 local function members(t)
@@ -726,10 +743,13 @@ local function members(t)
   return ms
 end
 for q, counts in pairs(zinc) do
-  local ms = members(counts)
-  local read, write = 'ZMSCORE', 'ZADD'
-  if hashes[q] then read, write = 'HMGET', 'HSET' end
-  apply({KEYS[q], KEYS[q + 1]}, ms, counts, read, write, bare[q])
+  if bare[q] then
+    write_new(q, counts, not hashes[q])
+  else
+    local read, write = 'ZMSCORE', 'ZADD'
+    if hashes[q] then read, write = 'HMGET', 'HSET' end
+    apply({KEYS[q], KEYS[q + 1]}, members(counts), counts, read, write)
+  end
 end
 if next(box) then
   apply({KEYS[1]}, members(box), box, 'HMGET', 'HSET')
