@@ -678,6 +678,8 @@ end
 -- members in slices, since unpack() of a huge list would overflow Lua's stack.
 local function apply(keys, ms, counts, read, write)
   local n, zset = #ms, write == 'ZADD'
+  local first, second = 1, 0  -- the member's and the count's places before 2j
+  if zset then first, second = 0, 1 end
   if n == 1 then
     local m = ms[1]
     local c = count_text(counts[m])
@@ -698,8 +700,6 @@ local function apply(keys, ms, counts, read, write)
       -- set, field first in a hash
       local old = redis.call(read, key, unpack(part))
       local args = {}
-      local first, second = 1, 0  -- the member's and the count's places before 2j
-      if zset then first, second = 0, 1 end
       for j = 1, #part do
         local m = part[j]
         local v = (tonumber(old[j]) or 0) + counts[m]
