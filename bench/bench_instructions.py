@@ -32,21 +32,16 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-import redis
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the benchmarks' Redis (the code measured runs from the working directory)
+sys.path.insert(0, str(ROOT / "bench"))
 
-
-def free_port() -> int:
-    """A loopback TCP port nothing listens on now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from cluster_nodes import Topology
 
 
 def instructions(out: Path) -> int:
@@ -57,43 +52,9 @@ def instructions(out: Path) -> int:
     raise SystemExit(f"bench_instructions: no total in {out}")
 
 
-class PrivateRedis:
-    """A redis-server on a free loopback port, under callgrind when ``counted`` (its total: ``total``)."""
-
-    def __init__(self, tmp: Path, counted: bool, tag: str):
-        self.port = free_port()
-        self.out = tmp / f"redis-{tag}.callgrind"
-        argv = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
-        if counted:
-            argv = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={self.out}", *argv]
-        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self.client = redis.Redis(port=self.port)
-        deadline = time.monotonic() + 60  # valgrind starts a server in a few seconds
-        while True:
-            try:
-                self.client.ping()
-                return
-            except redis.ConnectionError:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    raise SystemExit(f"bench_instructions: redis-server did not start on port {self.port}") from None
-                time.sleep(0.2)
-
-    @property
-    def url(self) -> str:
-        """Its URL, database 0."""
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def stop(self) -> None:
-        """Shut it down without saving, and wait for it (and callgrind's output) to end."""
-        try:
-            self.client.shutdown(nosave=True)
-        except redis.ConnectionError:
-            pass  # it closes the connection as it goes
-        self.proc.wait(120)
-
-    def total(self) -> int:
-        """Its instructions, once stopped (a server under callgrind)."""
-        return instructions(self.out)
+def callgrind(out: Path) -> tuple[str, ...]:
+    """The command a process runs under to count its instructions into ``out``."""
+    return ("valgrind", "--tool=callgrind", f"--callgrind-out-file={out}")
 
 
 def record(url: str, visits: int, counted: Path | None) -> None:
@@ -104,7 +65,7 @@ def record(url: str, visits: int, counted: Path | None) -> None:
     argv = [sys.executable, "bench/bench_record_lua.py", "--redis-url", url, "--visits", str(visits), "--reps", "1",
             "--no-replay", "--shuffle", "--first-only", "--no-stathat"]
     if counted is not None:
-        argv = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={counted}", *argv]
+        argv = [*callgrind(counted), *argv]
     p = subprocess.run(argv, env=env, capture_output=True, text=True)
     if p.returncode != 0:
         tail = (p.stderr.strip().splitlines() or ["(no output)"])[-1]
@@ -116,13 +77,11 @@ def side(name: str, n: int, tmp: Path, say) -> dict:
     totals = []
     for visits in (n, 2 * n):
         say(f"{name}: {visits} first visits under callgrind")
-        server = PrivateRedis(tmp, counted=name == "redis", tag=str(visits))
-        counted = None if name == "redis" else tmp / f"python-{visits}.callgrind"
-        try:
-            record(server.url, visits, counted)
-        finally:
-            server.stop()
-        totals.append(server.total() if counted is None else instructions(counted))
+        out = tmp / f"{name}-{visits}.callgrind"
+        with Topology(None, wrap=callgrind(out) if name == "redis" else ()) as server:
+            record(server.url, visits, out if name == "python" else None)
+            server.shutdown()
+        totals.append(instructions(out))
     return {"visits": [n, 2 * n], "totals": totals, "instructions_per_first_visit": round((totals[1] - totals[0]) / n)}
 
 
@@ -147,11 +106,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-instructions-") as d:
         tmp = Path(d)
         if a.side in ("python", "both"):
-            warm = PrivateRedis(tmp, counted=False, tag="warm")
-            try:
+            with Topology(None) as warm:
                 record(warm.url, 10, None)  # writes the compiled files the counted runs then load
-            finally:
-                warm.stop()
         if a.side in ("redis", "both"):
             out["redis"] = side("redis", a.redis_visits, tmp, say)
         if a.side in ("python", "both"):

@@ -41,11 +41,13 @@ class Topology:
 
     ``url`` names the first node (any node serves a cluster client);
     ``nodes`` maps each port to a plain client of that node (no redirections
-    followed), for INFO and SCAN of one node.
+    followed), for INFO and SCAN of one node. ``wrap``: a command each server
+    runs under (``valgrind --tool=callgrind ...``: ``shutdown`` then lets it
+    write what it gathered).
     """
 
-    def __init__(self, masters: int | None, cpus: set[int] | None = None):
-        self.masters, self.cpus = masters, cpus
+    def __init__(self, masters: int | None, cpus: set[int] | None = None, wrap: tuple[str, ...] = ()):
+        self.masters, self.cpus, self.wrap = masters, cpus, wrap
         self.root = Path(tempfile.mkdtemp(prefix="bench-topology-"))
         self.ports = _free_ports(masters or 1)
         self.procs: dict[int, subprocess.Popen] = {}
@@ -77,7 +79,7 @@ class Topology:
         cluster = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
                    "--cluster-node-timeout", "5000"] if self.masters else []
         self.procs[port] = subprocess.Popen(
-            [server_binary(), "--port", str(port), "--bind", "127.0.0.1", *cluster, "--dir", str(d),
+            [*self.wrap, server_binary(), "--port", str(port), "--bind", "127.0.0.1", *cluster, "--dir", str(d),
              "--save", "", "--appendonly", "no", "--maxmemory-policy", "noeviction", "--logfile", "redis.log"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         if self.cpus:
@@ -134,6 +136,15 @@ class Topology:
             if low <= slot <= high:
                 return port
         raise LookupError(slot)
+
+    def shutdown(self) -> None:
+        """SHUTDOWN NOSAVE every node and wait for it to exit by itself (``close`` kills)."""
+        for port, node in self.nodes.items():
+            try:
+                node.shutdown(nosave=True)
+            except redis.ConnectionError:
+                pass  # it closes the connection as it goes
+            self.procs[port].wait(120)
 
     def close(self) -> None:
         """Stop every node and remove its files."""
