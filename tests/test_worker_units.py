@@ -8,7 +8,9 @@ import subprocess
 import sys
 import time
 
+import gevent
 import pytest
+from gevent.event import Event
 
 from crawler.queue.queue import Queue
 from crawler.queue.view import QueueView
@@ -218,25 +220,56 @@ def test_autoscaler_doubles_at_its_start_until_a_decision_does_not_grow(client):
 
 
 def test_autoscaler_decides_a_second_after_each_doubling_of_its_start():
-    # The first decision waits a whole interval (the pool's start-up must not weigh in its busy
-    # share); after a doubling, a second; once the start is over, the interval again.
+    # During the start a second between decisions (the first also waits for figures to weigh:
+    # the next test); once the start is over, the interval again.
     a = Autoscaler(None, low=2, high=500, interval=5.0)
-    assert a.wait() == 5.0
+    assert a.wait() == 1.0
     assert a.decide(8, busy=8, latency=60.0, cpu=0.6, rtt=None, slot=0.020) == (16, "behind: starting")
     assert a.wait() == 1.0
     assert a.decide(16, busy=16, latency=60.0, cpu=0.7, rtt=None, slot=0.030) == (32, "behind: starting")
     assert a.wait() == 1.0
     assert a.decide(32, busy=32, latency=60.0, cpu=0.9, rtt=None, slot=0.060) == (20, "back from the start")
     assert a.wait() == 5.0
-    # a start that ends at its first decision never waits less than the interval
+    # a start that ends at its first decision waits the interval from then on
     b = Autoscaler(None, low=2, high=500, interval=5.0)
     assert b.decide(8, busy=6, latency=0.0, cpu=0.3, rtt=None) == (8, "hold") and b.wait() == 5.0
     # an interval shorter than a second is kept for the start too
     assert Autoscaler(None, low=2, high=500, interval=0.5).start_interval == 0.5
 
 
+def test_autoscalers_first_decision_weighs_the_pool_at_work_not_its_start_up(client):
+    # The probe's samples count from the first busy runner: the first decision comes half a start
+    # interval after it, its busy share that of the pool at work (the start-up's idle runners
+    # would halve it here, and a pool that looked half idle would not grow).
+    a = Autoscaler(client, low=2, high=64, start=8, interval=30.0, start_interval=0.4)
+    busy, stop = [0], Event()
+    probe = gevent.spawn(a.probe, lambda: busy[0], stop)
+    try:
+        gevent.sleep(0.5)  # no runner busy yet
+        assert a.step(Sample(size=8, busy=0, visits=0, latency=30.0)) == 8 and a.history == []
+        busy[0] = 8
+        gevent.sleep(0.1)  # working, not yet for half a start interval
+        assert a.step(Sample(size=8, busy=8, visits=20, latency=30.0)) == 8 and a.history == []
+        gevent.sleep(0.2)
+        new = a.step(Sample(size=8, busy=8, visits=60, latency=30.0))
+        last = a.history[-1]
+        assert last["busy"] == 8.0  # every sample counted was of the pool at work
+        assert (new, last["why"]) in ((16, "behind: starting"), (8, "hold: saturated"))
+    finally:
+        stop.set()
+        probe.join()
+        a.close()
+    # A pool that never works (nothing due) decides after an interval, as a running one does.
+    b = Autoscaler(client, low=2, high=64, start=8, interval=0.3)
+    assert b.step(Sample(size=8, busy=0, visits=0, latency=0.0)) == 8 and b.history == []
+    gevent.sleep(0.35)
+    assert b.step(Sample(size=8, busy=0, visits=0, latency=0.0)) == 7 and b.history[-1]["why"] == "idle"
+    assert (b.starting, b.wait()) == (False, 0.3)
+    b.close()
+
+
 def test_autoscaler_steps_from_a_sample_of_the_pools_figures(client):
-    a = Autoscaler(client, low=2, high=40, start=8)
+    a = Autoscaler(client, low=2, high=40, start=8, interval=0.0)  # a first decision at once
     # Redis could not tell the queue latency: the size is held and nothing is recorded.
     assert a.step(Sample(size=8, busy=8, visits=0, latency=None)) == 8 and a.history == []
     new = a.step(Sample(size=8, busy=8, visits=50, latency=30.0))

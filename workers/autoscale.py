@@ -58,11 +58,15 @@ Why a start. A quarter a step takes a pool of 8 to 64 runners in nine steps,
 45 s at the default interval: a pass over a few thousand torrents, or a
 worker's first minute, ran at 8-17 runners, its core half busy
 (bench/bench_visit_cost.py with ``--concurrency auto``). Doubling gets there in
-three steps, each decision after a doubling ``start_interval`` (1 s) later: the
-first waits an interval (the pool's start-up, no runner busy yet, must not
-weigh in its busy share), but a doubled pool's figures settle within a second
-(16 runners of 200 ms visits: 80 visits). A first pass of 10,000 torrents then
-ended at 64 runners, not 16, at 1.14x the visits/s. The start ends at the first
+three steps, a decision every ``start_interval`` (1 s): a doubled pool's figures
+settle within a second (16 runners of 200 ms visits: 80 visits). The pool's
+start-up (no runner busy yet) must not weigh in the first decision's busy
+share, so the probe's samples count from the first busy runner on, and the
+first decision waits until they span half a ``start_interval``, or a whole
+interval where no runner gets busy (an idle worker decides as a running one
+does). A first pass of 10,000 torrents then ended at 64 runners, not 16, at
+1.14x the visits/s (a first decision after a whole interval left a first pass
+of 10,000 torrents at 8 runners for half its time). The start ends at the first
 decision that does not grow; where that is because visits queue, the last
 doubling went too far: it becomes a ceiling, and the pool goes back to the size
 before it, grown by a quarter, to go on from there as above. A saturated
@@ -160,11 +164,20 @@ class Autoscaler:
         self._lag_sum, self._lag_n = 0.0, 0
         self._raw = None  # a blocking socket to Redis, False when not possible
         self._t0 = time.monotonic()
+        self._working: float | None = None  # when the probe first saw a busy runner (module note)
         self.history: list[dict] = []  # each step's sample and decision, oldest first (last 1000)
 
     def wait(self) -> float:
-        """Seconds to the next decision: ``start_interval`` after a start's doubling, else ``interval``."""
-        return self.start_interval if self.starting and self.floor is not None else self.interval
+        """Seconds to the next decision: ``start_interval`` during the start, else ``interval``."""
+        return self.start_interval if self.starting else self.interval
+
+    def _weighable(self) -> bool:
+        """Whether the start's first decision has figures to weigh: the pool worked (a runner busy) for
+        half a ``start_interval``, or an interval passed without its working (module note)."""
+        now = time.monotonic()
+        if self._working is not None:
+            return now - self._working >= self.start_interval / 2
+        return now - self._t0 >= self.interval
 
     # --- samples ------------------------------------------------------------
     def _cpu_share(self) -> float:
@@ -180,7 +193,14 @@ class Autoscaler:
             gevent.sleep(LAG_PERIOD)
             self._lag_sum += max(0.0, time.perf_counter() - t - LAG_PERIOD)
             self._lag_n += 1
-            self._busy_sum += busy()
+            b = busy()
+            if self._working is None:
+                if not b:
+                    continue  # the pool's start-up: not its busy share
+                # the figures of the first decision start with the pool's work
+                self._working = now = time.monotonic()
+                self._visits, self._cpu = (now, 0), (now, time.process_time())
+            self._busy_sum += b
             self._busy_n += 1
 
     def _lag(self) -> float:
@@ -357,7 +377,11 @@ class Autoscaler:
         return max(self.low, min(self.high, new)), why
 
     def step(self, sample: Sample) -> int:
-        """Weigh ``sample`` with this process's own measures (CPU, lag, round trip); the new size."""
+        """Weigh ``sample`` with this process's own measures (CPU, lag, round trip); the new size.
+        Before the start's first decision has figures to weigh (``_weighable``), the size is kept and
+        nothing is recorded."""
+        if self.starting and self.floor is None and not self._weighable():
+            return self.size
         cpu = self._cpu_share()
         lag = self._lag()
         rate, visited = self._rate(sample.visits)
