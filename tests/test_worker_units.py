@@ -208,6 +208,13 @@ def test_autoscaler_doubles_at_its_start_until_a_decision_does_not_grow(client):
     assert b.decide(16, busy=16, latency=60.0, cpu=0.9, rtt=None, lag=0.5, slot=0.025) == (16, "hold: saturated")
     assert (b.starting, b.ceiling) == (False, None)
     assert b.decide(16, busy=16, latency=60.0, cpu=0.7, rtt=None, slot=0.025) == (20, "behind")
+    # A backlog not late yet: during the start the torrents due now count as late by the time this
+    # process's rate needs for them (here 40 s), past it only the queue's latency does.
+    e = Autoscaler(None, low=2, high=500)
+    assert e.decide(8, busy=8, latency=1.0, cpu=0.6, rtt=None, slot=0.020, backlog=40.0) == (16, "behind: starting")
+    assert e.decide(16, busy=16, latency=2.0, cpu=0.6, rtt=None, slot=0.020, backlog=3.0) == (16, "hold")
+    assert e.starting is False
+    assert e.decide(16, busy=16, latency=2.0, cpu=0.6, rtt=None, slot=0.020, backlog=40.0) == (16, "hold")
     # On time at its first decision: the start is over, with nothing to step back from.
     c = Autoscaler(None, low=2, high=500)
     assert c.decide(8, busy=6, latency=0.0, cpu=0.3, rtt=None) == (8, "hold")
@@ -251,7 +258,8 @@ def test_autoscalers_first_decision_weighs_the_pool_at_work_not_its_start_up(cli
         gevent.sleep(0.1)  # working, not yet for half a start interval
         assert a.step(Sample(size=8, busy=8, visits=20, latency=30.0)) == 8 and a.history == []
         gevent.sleep(0.2)
-        new = a.step(Sample(size=8, busy=8, visits=60, latency=30.0))
+        # a backlog due now but not late yet (latency 1 s): 60 visits in ~0.3 s leave 5,000 due for long
+        new = a.step(Sample(size=8, busy=8, visits=60, latency=1.0, ready=5000))
         last = a.history[-1]
         assert last["busy"] == 8.0  # every sample counted was of the pool at work
         assert (new, last["why"]) in ((16, "behind: starting"), (8, "hold: saturated"))

@@ -64,9 +64,14 @@ start-up (no runner busy yet) must not weigh in the first decision's busy
 share, so the probe's samples count from the first busy runner on, and the
 first decision waits until they span half a ``start_interval``, or a whole
 interval where no runner gets busy (an idle worker decides as a running one
-does). A first pass of 10,000 torrents then ended at 64 runners, not 16, at
-1.14x the visits/s (a first decision after a whole interval left a first pass
-of 10,000 torrents at 8 runners for half its time). The start ends at the first
+does). A backlog is not late yet so soon (the queue's latency is the oldest
+due torrent's lateness), so during the start the torrents due now count as
+late by the time this process's rate needs for them: a worker started into a
+backlog grows at once. Past the start it does not: with other workers
+sharing the queue, one process's rate overstates that time. A first pass of
+10,000 torrents then ended at 64 runners, not 16, at 1.14x the visits/s (a
+first decision after a whole interval left such a pass at 8 runners for half
+its time). The start ends at the first
 decision that does not grow; where that is because visits queue, the last
 doubling went too far: it becomes a ceiling, and the pool goes back to the size
 before it, grown by a quarter, to go on from there as above. A saturated
@@ -119,13 +124,15 @@ class Sample:
     ``size``: the pool size now; ``busy``: runners holding a torrent now
     (stands in for the probe's mean when the probe has not run);
     ``visits``: visits counted since the worker started; ``latency``: queue
-    latency in seconds, None when Redis could not tell (the size is held).
+    latency in seconds, None when Redis could not tell (the size is held);
+    ``ready``: torrents due now, waiting for a runner.
     """
 
     size: int
     busy: int
     visits: int
     latency: float | None
+    ready: int = 0
 
 
 class Autoscaler:
@@ -354,11 +361,13 @@ class Autoscaler:
                 self.floor = None
 
     def decide(self, size: int, busy: float, latency: float, cpu: float, rtt: float | None,
-               lag: float = 0.0, slot: float | None = None) -> tuple[int, str]:
+               lag: float = 0.0, slot: float | None = None, backlog: float = 0.0) -> tuple[int, str]:
         """The next size and why, from one sample (pure but for the memories: ceiling, floor, lowest
-        slot). ``slot``: seconds a visit held its runner, None when the interval had too few visits."""
+        slot). ``slot``: seconds a visit held its runner, None when the interval had too few visits;
+        ``backlog``: seconds this process's rate needs for the torrents due now, which at the start
+        counts as latency (module note)."""
         overloaded, saturated = self._pressure(cpu, rtt, lag, slot)
-        behind = latency > self.latency_target
+        behind = max(latency, backlog if self.starting else 0.0) > self.latency_target
         queued = self._queued(slot, behind)
         if overloaded:
             new, why = size - max(1, math.ceil(size * 0.2)), "overloaded"
@@ -391,7 +400,8 @@ class Autoscaler:
             return self.size
         busy = self._busy(sample.busy)
         slot = busy / rate if visited >= MIN_SLOT_VISITS and rate > 0 else None  # Little's law
-        new, why = self.decide(sample.size, busy, latency, cpu, rtt, lag, slot)
+        backlog = sample.ready / rate if rate > 0 else math.inf if sample.ready else 0.0
+        new, why = self.decide(sample.size, busy, latency, cpu, rtt, lag, slot, backlog)
         slot_ms = None if slot is None else round(slot * 1000, 1)
         if new != self.size:
             log.info("pool_resized", size=new, was=self.size, why=why, latency_s=latency,

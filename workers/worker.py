@@ -255,12 +255,13 @@ class Worker:
         }
 
     def sample(self) -> Sample:
-        """What the autoscaler decides from: the pool's size, busy runners, visits, queue latency."""
+        """What the autoscaler decides from: the pool's size, busy runners, visits, queue latency, torrents due."""
         try:
-            latency = self.view.counts()["queue_latency_s"]
+            counts = self.view.counts()
         except StoreError:  # Redis trouble: the autoscaler holds the size
-            latency = None
-        return Sample(size=self.slots.target, busy=self.slots.running, visits=self.health.visits, latency=latency)
+            return Sample(size=self.slots.target, busy=self.slots.running, visits=self.health.visits, latency=None)
+        return Sample(size=self.slots.target, busy=self.slots.running, visits=self.health.visits,
+                      latency=counts["queue_latency_s"], ready=counts["ready"])
 
     def _drain(self) -> None:
         """Wait for the running visits (bounded), then kill the rest, which hand their torrents back."""
