@@ -218,6 +218,25 @@ def world(n: int, overlap: int, shuffle: bool) -> list[tuple[str, list[str]]]:
     return visits
 
 
+def record_phases(client: redis.Redis, rec: Recorder, visits: list, batch: int, phase: list, first_only: bool) -> dict:
+    """``visits`` recorded by ``rec`` in batches of ``batch``, first visits then (unless ``first_only``)
+    revisits, ``phase[0]`` naming the one under way: per phase, Redis's script time and the Python
+    side's CPU a visit."""
+    out, now = {}, time.time()
+    for phase[0] in ("first",) if first_only else ("first", "re"):
+        client.config_resetstat()
+        t = time.process_time()
+        for i in range(0, len(visits), batch):
+            # as a worker records them: a first visit (a torrent never visited) without its probe
+            some = visits[i:i + batch]
+            rec.record_visits(some, now, [phase[0] == "re"] * len(some))
+        py = time.process_time() - t
+        us = sum(v["usec"] for k, v in client.info("commandstats").items() if k.startswith("cmdstat_evalsha"))
+        out[phase[0]] = {"script_ms_per_visit": round(us / len(visits) / 1000, 4),
+                         "python_ms_per_visit": round(py / len(visits) * 1000, 4)}
+    return out
+
+
 def main() -> None:
     """Record, capture, replay; print the JSON."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -238,6 +257,8 @@ def main() -> None:
                     "them (module note)")
     ap.add_argument("--first-only", action="store_true", help="record the first visits alone, not the revisits")
     ap.add_argument("--no-stathat", action="store_true", help="StatHat off: no outbox increments in the calls")
+    ap.add_argument("--keep", action="store_true", help="leave the bench's keys (a private server, discarded after): "
+                    "deleting them scans every key the visits made, work a count per visit should not hold")
     a = ap.parse_args()
     lua = shutil.which("lua5.1")
     client = redis.Redis.from_url(a.redis_url)
@@ -264,22 +285,12 @@ def main() -> None:
     tune_gc()  # the collector as a worker process runs it
     visits = world(a.visits, a.overlap, a.shuffle)
     out: dict = {"visits": a.visits, "peers_per_visit": SWARM, "batch": a.batch, "overlap": a.overlap, "shards": a.shards,
-                 "shuffled": a.shuffle, "mark_buckets": rec.fingerprints.buckets, "redis": {}}
-    now = time.time()
+                 "shuffled": a.shuffle, "mark_buckets": rec.fingerprints.buckets}
     try:
-        for phase[0] in ("first",) if a.first_only else ("first", "re"):
-            client.config_resetstat()
-            t = time.process_time()
-            for i in range(0, a.visits, a.batch):
-                # as a worker records them: a first visit (a torrent never visited) without its probe
-                some = visits[i:i + a.batch]
-                rec.record_visits(some, now, [phase[0] == "re"] * len(some))
-            py = time.process_time() - t
-            us = sum(v["usec"] for k, v in client.info("commandstats").items() if k.startswith("cmdstat_evalsha"))
-            out["redis"][phase[0]] = {"script_ms_per_visit": round(us / a.visits / 1000, 4),
-                                      "python_ms_per_visit": round(py / a.visits * 1000, 4)}
+        out["redis"] = record_phases(client, rec, visits, a.batch, phase, a.first_only)
     finally:
-        delete_namespace(client, ns)
+        if not a.keep:
+            delete_namespace(client, ns)
     if a.no_replay:
         out["replay"] = "not run (--no-replay)"
     elif lua is None or subprocess.run([lua, "-e", "require('bit')"], capture_output=True).returncode:
