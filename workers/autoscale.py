@@ -99,10 +99,10 @@ from dataclasses import dataclass
 
 import gevent
 import redis
-from gevent import monkey
 from gevent.event import Event
 
 from crawler import logs
+from workers.round_trip import RoundTrip
 
 log = logs.get("worker.autoscale")
 
@@ -110,9 +110,6 @@ log = logs.get("worker.autoscale")
 STABLE_STEPS = 5
 # How often the lag probe wakes up.
 LAG_PERIOD = 0.05
-# A blocking round trip longer than this counts as this long (the probe must
-# not stall the process while Redis is unreachable).
-RAW_TIMEOUT = 0.25
 # The fewest visits in an interval whose slot counts (fewer: too noisy to weigh).
 MIN_SLOT_VISITS = 50
 
@@ -169,7 +166,7 @@ class Autoscaler:
         self.best_rtt: float | None = None
         self._cpu = (time.monotonic(), time.process_time())
         self._lag_sum, self._lag_n = 0.0, 0
-        self._raw = None  # a blocking socket to Redis, False when not possible
+        self.round_trip = RoundTrip(client)
         self._t0 = time.monotonic()
         self._working: float | None = None  # when the probe first saw a busy runner (module note)
         self.history: list[dict] = []  # each step's sample and decision, oldest first (last 1000)
@@ -221,70 +218,16 @@ class Autoscaler:
         self._busy_sum, self._busy_n = 0, 0
         return busy
 
-    def _open_raw(self):
-        """A plain blocking socket to the client's Redis, or False (TLS, cluster, unknown)."""
-        pool = getattr(self.client, "connection_pool", None)
-        kw = getattr(pool, "connection_kwargs", None) or {}
-        cls = getattr(pool, "connection_class", None)
-        real_socket = monkey.get_original("socket", "socket")
-        import socket as _s
-
-        try:
-            if cls is redis.connection.UnixDomainSocketConnection and kw.get("path"):
-                s = real_socket(_s.AF_UNIX, _s.SOCK_STREAM)
-                s.settimeout(RAW_TIMEOUT)
-                s.connect(kw["path"])
-            elif cls is redis.connection.Connection and kw.get("host"):
-                infos = _s.getaddrinfo(kw["host"], kw.get("port", 6379), type=_s.SOCK_STREAM)
-                family, _, _, _, addr = infos[0]
-                s = real_socket(family, _s.SOCK_STREAM)
-                s.settimeout(RAW_TIMEOUT)
-                s.connect(addr)
-                s.setsockopt(_s.IPPROTO_TCP, _s.TCP_NODELAY, 1)
-            else:
-                return False
-        except OSError:
-            return None  # try again next time
-        return s
-
     def _rtt(self) -> float | None:
-        """One Redis round trip in seconds (PING; any reply, NOAUTH included, is a round trip)."""
-        if self._raw is None:
-            self._raw = self._open_raw()
-        if self._raw:
-            t = time.perf_counter()
-            try:
-                self._raw.sendall(b"*1\r\n$4\r\nPING\r\n")
-                data = b""
-                while not data.endswith(b"\r\n"):
-                    chunk = self._raw.recv(256)
-                    if not chunk:
-                        raise OSError("closed")
-                    data += chunk
-                rtt = time.perf_counter() - t
-            except OSError:
-                self.close()
-                rtt = RAW_TIMEOUT
-        elif self._raw is False:
-            t = time.perf_counter()
-            try:
-                self.client.ping()
-            except redis.RedisError:
-                return None
-            rtt = time.perf_counter() - t
-        else:
-            return None
-        self.best_rtt = rtt if self.best_rtt is None else min(self.best_rtt, rtt)
+        """One Redis round trip in seconds (``RoundTrip``), the best seen kept; None when none was timed."""
+        rtt = self.round_trip.measure()
+        if rtt is not None:
+            self.best_rtt = rtt if self.best_rtt is None else min(self.best_rtt, rtt)
         return rtt
 
     def close(self) -> None:
-        """Close the raw connection used to time Redis round trips."""
-        if self._raw:
-            try:
-                self._raw.close()
-            except OSError:
-                pass
-        self._raw = None
+        """Close the connection used to time Redis round trips."""
+        self.round_trip.close()
 
     # --- the decision -----------------------------------------------------------
     def _rate(self, visits: int) -> tuple[float, int]:
