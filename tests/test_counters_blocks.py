@@ -159,7 +159,7 @@ def block_call(rec: Recorder, blocks: bytes, count: int = 0, flagged: bool = Tru
     shard = rec._shards[0]
     fixed = shard.shared(month_of(T0)) + shard.torrent_keys(H, month_of(T0)) + shard.country_keys(
         "Germany", month_of(T0))
-    country = (len(shard.shared("x")) + 7).to_bytes(2, "big") + b"\x00\x07Germany"
+    country = (len(shard.shared("x")) + len(shard.torrent_keys(H, "x")) + 1).to_bytes(2, "big") + b"\x00\x07Germany"
     places = (1).to_bytes(2, "big") + b"\x00\x06Berlin\x00\x0510115" + (0).to_bytes(2, "big") + bytes(4)
     visits = H.encode() + (len(shard.shared("x")) + 1).to_bytes(2, "big") + (count | flagged << 31).to_bytes(4, "big")
     args = [int(T0), int(T0) - rec.window, visits, "--", country, places, len(fixed), blocks, "M"]

@@ -139,7 +139,7 @@ def test_a_torrents_counters_stay_in_its_shard_and_an_ips_place_counts_in_the_ip
     mine = int(TORRENTS[0], 16) % 3
     parts = [int(client.zscore(s.index("all", ("torrents",)), TORRENTS[0]) or 0) for s in keys.all_shards]
     assert parts[mine] == 200 and sum(parts) == 200
-    assert [bool(client.exists(s.index("all", ("cities", "t", TORRENTS[0])))) for s in keys.all_shards] == [
+    assert [bool(client.exists(s.index("all", ("countries", "t", TORRENTS[0])))) for s in keys.all_shards] == [
         i == mine for i in range(3)]
     # the place counts wait in the rollup outbox of each IP's shard: spread, and each IP in one
     places = []

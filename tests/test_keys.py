@@ -62,8 +62,8 @@ LAYOUT = {
     "mark_bucket": (K.mark_bucket(262143), "{ns}:mk:262143", "`{ns}:mk:<n>`"),
     "mark_buckets_match": (K.mark_buckets_match, "{ns}:mk:[0-9]*", "`{ns}:mk:<n>`"),
     "mark_bucket_prefix": (K.mark_bucket_prefix, "{ns}:mk:", "`{ns}:mk:<n>`"),
-    "torrent_index_prefix": (K.torrent_index_prefix("all", "cities"), "{ns}:ix:all:cities:t:",
-                             "`{ns}:ix:<all|YYYY-MM>:<family>:t:<h>`"),
+    "torrent_index_prefix": (K.torrent_index_prefix("all"), "{ns}:ix:all:countries:t:",
+                             "`{ns}:ix:<all|YYYY-MM>:countries:t:<h>`"),
     "sweep_cursor": (K.sweep_cursor, "{ns}:mk:sweep", "`{ns}:mk:sweep`"),
     "index": (K.index("2026-11", ("cities", "c", "Germany")), "{ns}:ix:2026-11:cities:c:Germany",
               "`{ns}:ix:<all|YYYY-MM>:<family>[:c:<country>]`"),
@@ -283,6 +283,5 @@ def test_the_recorder_builds_a_torrents_index_keys_as_keys_names_them():
     for k in (K, Keys("ns", shards=4, counters=2).counter_shard(1), Keys("a%d%%s")):
         sk = ShardKeys(k)
         for month in ("2026-11", "2026-12", "2026-11"):  # a new month's prefixes, then the old one's again
-            assert sk.torrent_keys(H, month) == [k.index(period, (family, "t", H)).encode()
-                                                 for family in ("countries", "cities", "postcodes")
+            assert sk.torrent_keys(H, month) == [k.index(period, ("countries", "t", H)).encode()
                                                  for period in ("all", month)]

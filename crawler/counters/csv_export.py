@@ -32,8 +32,9 @@ from typing import cast
 
 import redis
 
-from crawler.counters.names import LIFETIME, hashed, is_place, metric_of, query_for, read_metric, unescape
-from crawler.counters.rollup import Rollup, index_keys, member_key, sharded
+from crawler.counters import torrent_index
+from crawler.counters.names import LIFETIME, is_place, metric_of, query_for, read_metric, unescape
+from crawler.counters.rollup import Rollup, index_keys, sharded
 from crawler.errors import StoreError
 from crawler.keys import Keys
 from crawler.safe_text import csv_row
@@ -157,20 +158,19 @@ class _Writer:
         for i in range(0, len(self.hashes), TORRENTS_PER_ROUND):
             chunk = self.hashes[i : i + TORRENTS_PER_ROUND]
             p = self.client.pipeline(transaction=False)
-            queries = []
             for h in chunk:
+                torrent_index.read_all(p, self.keys, self.period, h)
+            got = p.execute()
+            for j, h in enumerate(chunk):
+                by_family = torrent_index.split(got[3 * j : 3 * j + 3])
                 for fam, name in fams:
                     q = query_for(fam, torrent=h)
-                    assert hashed(q.scope)
-                    p.hgetall(member_key(self.keys, self.period, q.scope, ""))
-                    queries.append((h, q, name))
-            for (_, q, name), rows in zip(queries, p.execute()):
-                w = self.writers[name]
-                places = {m: n for m, n in rows.items() if is_place(m)}
-                for m, n in sorted(places.items(), key=lambda kv: (-int(kv[1]), kv[0])):
-                    metric = metric_of(q, m.decode()) + self.suffix
-                    w.writerow(csv_row((metric, self.period, *_parts(name, metric), int(n))))
-                self.counts[name] += len(places)
+                    w = self.writers[name]
+                    places = {m: n for m, n in by_family[fam].items() if is_place(m)}
+                    for m, n in sorted(places.items(), key=lambda kv: (-kv[1], kv[0])):
+                        metric = metric_of(q, m.decode()) + self.suffix
+                        w.writerow(csv_row((metric, self.period, *_parts(name, metric), n)))
+                    self.counts[name] += len(places)
 
 
 def _parts(file: str, metric: str) -> list[str]:

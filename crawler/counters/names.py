@@ -28,10 +28,12 @@ cities`` merges the per-country rankings (``Query.across_countries``).
 Index keys: ``ix:<period>:<family>[:t:<info-hash>][:c:<country>]``, where the
 period is ``all`` (lifetime) or ``YYYY-MM`` (the month counter
 ``<metric>.<YYYY-MM>``, UTC). One torrent's indexes (``:t:<info-hash>``)
-are hashes, sorted when read (bounded by the torrent's peers): a new
-torrent's first visit fills them with ~100 members at once, which a small
+are one hash, sorted when read (bounded by the torrent's peers): a new
+torrent's first visit fills it with ~100 members at once, which a small
 sorted set inserts one at a time in order (a tenth of that visit's Redis
-time). Every other index is a sorted set.
+time). Its three families share the hash of its countries, a member behind
+its family's prefix (``TORRENT_FIELD``; ``counters/torrent_index.py``).
+Every other index is a sorted set.
 """
 
 from __future__ import annotations
@@ -85,6 +87,12 @@ UNPLACED = "unplaced"
 # place's name is ever this member. Every reader leaves it out of its places (``is_place``) and shows
 # it as the unplaced row; record.lua and places.lua never post it to StatHat (they spell it too).
 UNPLACED_MEMBER = "%unplaced"
+
+
+# A torrent's one hash holds its three families: a member of its index of ``family`` is the field
+# ``TORRENT_FIELD[family] + member`` (an escaped name never starts with "%c" or "%p"; record.lua
+# spells them too).
+TORRENT_FIELD = {"countries": "", "cities": "%c", "postcodes": "%p"}
 
 
 def is_place(member: str | bytes) -> bool:

@@ -36,12 +36,11 @@ ranking leaves out of its places (docs/metrics.md, "Unplaced peers").
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import cast
 
 import redis
 
-from crawler.counters import country_names
+from crawler.counters import country_names, torrent_index
 from crawler.counters.names import (
     FAMILIES,
     LIFETIME,
@@ -98,18 +97,13 @@ def top(
         if q.across_countries:
             rows = _top_across_countries(client, keys, q, period, limit)
         elif q.member is not None:
-            n = _count_in(client, member_key(keys, period, q.scope, q.member), q.scope, q.member)
+            n = _count_in(client, keys, period, q.scope, q.member)
             rows = [] if n is None else [(q.member, n)]
         elif hashed(q.scope):
             # One torrent's places (bounded by its peers, one key), sorted here;
             # one country's of them filtered server-side.
-            key = member_key(keys, period, q.scope, "")
-            got: Iterable[tuple[bytes, bytes]]
-            if q.prefix is not None:
-                got = client.hscan_iter(key, match=_glob_literal(q.prefix) + "*", count=1000)
-            else:
-                got = cast(dict[bytes, bytes], client.hgetall(key)).items()  # the client decodes no replies
-            rows = sorted(((m.decode(), int(c)) for m, c in got), key=_order)[:limit]
+            got = torrent_index.members(client, keys, period, q.scope, q.prefix or "")
+            rows = sorted(got.items(), key=_order)[:limit]
         elif sharded(keys):
             rows = _top_totals(client, [("", k) for k in index_keys(keys, period, q.scope)], limit)
         else:
@@ -182,13 +176,10 @@ def unplaced(
     else:
         whole = (("countries", "t", h), q.prefix[:-1])
     try:
-        total = _count_in(client, member_key(keys, period, *whole), *whole) or 0
+        total = _count_in(client, keys, period, *whole) or 0
         if hashed(q.scope):
-            key = member_key(keys, period, q.scope, "")
-            if q.prefix is not None:
-                placed = sum(int(n) for _, n in client.hscan_iter(key, match=_glob_literal(q.prefix) + "*", count=1000))
-            else:
-                placed = sum(int(n) for m, n in client.hgetall(key).items() if is_place(m))
+            got = torrent_index.members(client, keys, period, q.scope, q.prefix or "")
+            placed = sum(n for m, n in got.items() if is_place(m))
         else:
             placed = _index_sum(client, index_keys(keys, period, q.scope))
     except redis.RedisError as e:
@@ -202,7 +193,7 @@ def _unplaced_anywhere(client: redis.Redis, keys: Keys, q: Query, period: str) -
     across countries): see ``unplaced``."""
     scope = ("countries",)
     try:
-        nowhere = _count_in(client, member_key(keys, period, scope, UNPLACED_MEMBER), scope, UNPLACED_MEMBER) or 0
+        nowhere = _count_in(client, keys, period, scope, UNPLACED_MEMBER) or 0
         if not q.across_countries:
             return int(nowhere)
         countries = _countries(client, keys)
@@ -243,17 +234,17 @@ def index_count(client: redis.Redis, keys: Keys, period: str, scope: tuple[str, 
     try:
         if sharded(keys) and not of_torrents(scope):
             Rollup(client, keys).settle()
-        n = _count_in(client, member_key(keys, period, scope, member), scope, member)
+        n = _count_in(client, keys, period, scope, member)
     except redis.RedisError as e:
         raise StoreError(f"reading counters failed: {e}") from e
     return 0 if n is None else int(n)
 
 
-def _count_in(client: redis.Redis, key: str, scope: tuple[str, ...], member: str):
+def _count_in(client: redis.Redis, keys: Keys, period: str, scope: tuple[str, ...], member: str):
+    """The count of ``member`` in the index ``scope`` of ``period``, None if absent."""
     if hashed(scope):
-        n = client.hget(key, member)
-        return None if n is None else int(n)
-    return client.zscore(key, member)
+        return torrent_index.count(client, keys, period, scope, member)
+    return client.zscore(member_key(keys, period, scope, member), member)
 
 
 def _order(row: tuple) -> tuple:
@@ -345,6 +336,3 @@ def _top_totals(client: redis.Redis, sources: list[tuple[str, str]], limit: int)
     return sorted((r for part in per for r in part), key=_order)[:limit]
 
 
-def _glob_literal(s: str) -> str:
-    """``s`` as a Redis glob pattern matching only itself."""
-    return "".join("\\" + ch if ch in "*?[]\\" else ch for ch in s)

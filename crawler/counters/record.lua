@@ -5,9 +5,10 @@
 --                       followed by its month index ({ns}:ix:<YYYY-MM>:<scope>):
 --                       torrents, countries (no global cities or postcodes
 --                       index: `stats` merges the per-country ones)
--- KEYS[..]     per visit (position given in ARGV[3]): its torrent's indexes
---              countries:t:H, cities:t:H, postcodes:t:H (HASH: one torrent's,
---              sorted when read), each lifetime then month
+-- KEYS[..]     per visit (position given in ARGV[3]): its torrent's index
+--              countries:t:H (HASH: one torrent's, sorted when read; its countries,
+--              and its cities and postcodes with their family's prefix:
+--              crawler.counters.names.TORRENT_FIELD), lifetime then month
 -- KEYS[..]     per country (position given in ARGV[5]): torrents:c:C, cities:c:C,
 --              postcodes:c:C (ZSET), each lifetime then month
 -- KEYS[n+1..]   marks    STRING of 12-byte records: 8-byte field, then the unix second
@@ -19,7 +20,7 @@
 -- ARGV[1]      now      unix seconds (integer): the time stored in new marks
 -- ARGV[2]      cutoff   now - window: a mark at or before it has expired
 -- ARGV[3]      visits   binary, per visit (distinct torrents): its info-hash (40
---                       lower-case hex), u16 key position of its six indexes, u32
+--                       lower-case hex), u16 key position of its two indexes, u32
 --                       the number of its IP records in ARGV[8] (at least 1), its top
 --                       bit set for a visit whose torrent parts come in blocks (the
 --                       number then counts the records after them, and may be 0)
@@ -145,7 +146,7 @@ for v = 1, #vs, 46 do
   local blocked = c1 >= 128  -- its torrent parts come in blocks
   if blocked then c1 = c1 - 128 end
   local count = ((c1 * 256 + c2) * 256 + c3) * 256 + c4
-  if not string.match(vh, '^[0-9a-f]+$') or pos < first_own or pos + 5 > nfixed
+  if not string.match(vh, '^[0-9a-f]+$') or pos < first_own or pos + 1 > nfixed
       or count < (blocked and 0 or 1) or (blocked and not mixed and not tpart) then
     return redis.error_reply('record.lua: malformed visit at byte ' .. v)
   end
@@ -584,11 +585,12 @@ write_buckets(nfixed + 1, vals, dirty, adds)
 -- ZINCRBY or HINCRBY per member: a visit of 200 new peers touches ~1,100
 -- (index, member) pairs but only ~170 keys, and each redis.call costs more
 -- than the command; the visits of a call share the torrents, countries and
--- per-country indexes. A torrent's indexes are hashes: a new torrent's cities
--- index gets ~100 members at once, which a small sorted set inserts one by
--- one in order. Positions: torrents 2, countries 4; per visit (ARGV[3]) its
--- torrent's countries at pos, cities pos + 2, postcodes pos + 4; per country
--- (ARGV[5]) its torrents at pos, cities pos + 2, postcodes pos + 4.
+-- per-country indexes. A torrent's index is a hash: a new torrent's gets ~100
+-- members at once, which a small sorted set inserts one by one in order; its
+-- three families in one (a key a torrent and period, not three: a new key
+-- costs more than its members). Positions: torrents 2, countries 4; per
+-- visit (ARGV[3]) its torrent's at pos; per country (ARGV[5]) its torrents
+-- at pos, cities pos + 2, postcodes pos + 4.
 local post_c, post_t = sub(post, 1, 1) == 'c', sub(post, 2, 2) == 't'
 local zinc, box, hashes = {}, {}, {}  -- lifetime key position -> {member -> n}; stat -> n; HASH positions
 -- bare: key positions whose members this call adds are known absent from the index (lifetime and
@@ -610,15 +612,18 @@ local function out(stat, n)
 end
 
 local families = {'cities', 'postcodes'}
+-- Where a torrent's cities and postcodes are kept in its one hash: their members behind these
+-- (crawler.counters.names.TORRENT_FIELD; an escaped name never starts with either).
+local tprefixes = {'%c', '%p'}
 -- The country of the IPs no country holds (crawler.counters.names.UNPLACED_MEMBER): counted in the
 -- indexes, never posted (it has no city or postcode).
 local UNPLACED = '%unplaced'
 for v = 1, #visits do
   local h, tpos = visits[v][1], visits[v][2]
   local new_t = alone[v]
-  if new_t then bare[tpos], bare[tpos + 2], bare[tpos + 4] = true, true, true end
+  if new_t then bare[tpos] = true end
   local t_users = users[v]
-  hashes[tpos], hashes[tpos + 2], hashes[tpos + 4] = true, true, true
+  hashes[tpos] = true
   local th = post_t and 'torrents.' .. h
   if t_users > 0 then
     incr(2, h, t_users)
@@ -659,13 +664,14 @@ for v = 1, #visits do
         end
         n = pc[j + 1]
         if n > 0 then
-          -- the member in the torrent's index ("country.name"), made once a call per place
+          -- the member in the torrent's index (the family's prefix, "country.name"), made once a
+          -- call per place
           local member = pl[4 + f]
           if not member then
-            member = cname .. '.' .. name
+            member = tprefixes[f] .. cname .. '.' .. name
             pl[4 + f] = member
           end
-          incr(tpos + 2 * f, member, n)
+          incr(tpos, member, n)
           if post_t then out(th .. '.countries.' .. cname .. '.' .. family .. '.' .. name .. '.users', n) end
         end
         j = j + 2

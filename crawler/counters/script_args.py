@@ -75,7 +75,7 @@ class RecordBatch:
         self.extras = bytearray()  # ARGV[12]: per IP of a visit with other widths, their buckets
 
     def begin_visit(self, i: int, part: "VisitPart", torrent_keys: list) -> None:
-        """The IPs added next are visit ``i``'s (``part``: its torrent's, ``torrent_keys``: its six
+        """The IPs added next are visit ``i``'s (``part``: its torrent's, ``torrent_keys``: its two
         indexes)."""
         self.visits.append([part.h, len(self.keys) + 1, 0, False])
         self.visit_start = len(self.ips)

@@ -2,7 +2,7 @@
 
 A recording names the same keys call after call: the shard's outbox and its
 torrents and countries indexes are made once a month, a country's six kept
-in a bounded memory; a new torrent's six indexes are its info-hash after a
+in a bounded memory; a new torrent's two indexes are its info-hash after a
 prefix made once a month, not kept. ``bucket_keys`` makes a call's mark
 bucket keys in the order it numbered them.
 """
@@ -63,13 +63,12 @@ class ShardKeys:
         return keys
 
     def torrent_keys(self, h: str, month: str) -> list:
-        """The six index keys of torrent ``h`` that record.lua gets with each of its visits: the info-hash
-        after each prefix (``Keys.torrent_index_prefix``), not kept (a torrent's are seldom asked for
-        again before many others' have taken their place)."""
+        """The two index keys of torrent ``h`` (lifetime, month: ``torrent_index``) that record.lua gets
+        with each of its visits: the info-hash after each prefix (``Keys.torrent_index_prefix``), not
+        kept (a torrent's are seldom asked for again before many others' have taken their place)."""
         got, prefixes = self._torrent_prefixes
         if got != month:
-            prefixes = [self.keys.torrent_index_prefix(period, family).encode()
-                        for family in ("countries", "cities", "postcodes") for period in (LIFETIME, month)]
+            prefixes = [self.keys.torrent_index_prefix(period).encode() for period in (LIFETIME, month)]
             self._torrent_prefixes = (month, prefixes)
         b = h.encode()
         return [p + b for p in prefixes]

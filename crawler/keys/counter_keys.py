@@ -40,14 +40,17 @@ class CounterKeys(NamespaceKeys):
         ``period`` is ``all`` (lifetime) or ``YYYY-MM``; ``scope`` the family and
         its narrowing, e.g. ``("cities", "c", "Germany")``. A ZSET member -> count,
         except one torrent's indexes (``(family, "t", <info-hash>)``): a HASH
-        member -> count.
+        member -> count, its three families in the countries' one
+        (``counters/torrent_index.py``; a cities' or postcodes' of its own is
+        an earlier crawl's, read, never written).
         """
         return self.name_key("ix", period, *scope)
 
-    def torrent_index_prefix(self, period: str, family: str) -> str:
-        """``index(period, (family, "t", h))`` without its ``h``: what a recording, which names a new
-        torrent's six indexes a visit, appends the info-hash to."""
-        return self.name_key("ix", period, family, "t", "")
+    def torrent_index_prefix(self, period: str) -> str:
+        """``index(period, ("countries", "t", h))`` without its ``h``: the hash holding the torrent's
+        three families (``counters/torrent_index.py``), which a recording, naming a torrent's two
+        a visit, appends the info-hash to."""
+        return self.name_key("ix", period, "countries", "t", "")
 
     def total(self, period: str, scope: tuple[str, ...]) -> str:
         """One index of counter totals ``tx:<period>:<scope...>`` (crawls of more than one shard).
