@@ -334,5 +334,3 @@ def _top_totals(client: redis.Redis, sources: list[tuple[str, str]], limit: int)
             for i, part in zip(again, read(again, limit)):
                 per[i] = part
     return sorted((r for part in per for r in part), key=_order)[:limit]
-
-
