@@ -147,6 +147,31 @@ def test_a_new_torrents_indexes_past_a_slice_of_members_hold_every_one(client, k
     assert countries == {f"torrents.{H}.countries.Land {c}.users": towns // 3 + (c < towns % 3) for c in range(3)}
 
 
+def test_a_call_of_more_visits_than_unpack_takes_reads_each_torrent_as_counted_or_not(client, keys, settings,
+                                                                                    tmp_path):
+    """record.lua asks the lifetime torrents index about its visits' torrents in slices of 1,000
+    (unpack() of more than ~8,000 values passes Lua's stack limit): 8,500 torrents, one call each
+    time. Twice, unprobed, the second with one IP of the first again: a torrent read as never
+    counted would have that IP's mark written unread and counted twice."""
+    loc = geo.open_locator(write_city_db(tmp_path / "city.mmdb"))
+    rec = Recorder(client, keys, settings, loc, mark_buckets=1 << 16, batch_pairs=10**6)
+    hashes = [f"{i:040x}" for i in range(1, 8501)]
+    calls = []
+    real_run = rec.store.run
+
+    def run(batch, *a, **kw):
+        calls.extend(script for script, _, _ in batch if script is rec._record)
+        return real_run(batch, *a, **kw)
+
+    rec.store.run = run
+    assert rec.record_visits([(h, ["9.9.9.9"]) for h in hashes], T0, [False] * len(hashes)) == [1] * len(hashes)
+    assert rec.record_visits([(h, ["9.9.9.9", "9.9.9.8"]) for h in hashes], T0 + 60,
+                             [False] * len(hashes)) == [1] * len(hashes)
+    assert len(calls) == 2
+    got = {r["metric"]: r["count"] for r in top(client, keys, "torrents", limit=10_000)}
+    assert got == {f"torrents.{h}.users": 2 for h in hashes}
+
+
 def test_visited_counts_thousands_of_torrents_once_each(client, keys, settings, tmp_path):
     rec = Recorder(client, keys, settings.replace(stathat_ezkey="k"), geo.open_locator(places_db(tmp_path)))
     hashes = [f"{i:040x}" for i in range(3000)]

@@ -229,9 +229,17 @@ local p = ARGV[8]
 local fresh_at, made = {}, {}  -- per visit: a torrent never counted here; torrent -> codes of its visits so far
 local short, needs = false, {}
 local unfresh, counted_after_all = false, {}  -- flagged visits of a torrent counted here: sent again unflagged
+-- the visits' torrents in the lifetime torrents index, read once a call (in slices: unpack())
+local counted_before = {}
+for first = 1, #visits, 1000 do
+  local hs = {}
+  for v = first, math.min(first + 999, #visits) do hs[#hs + 1] = visits[v][1] end
+  local got = redis.call('ZMSCORE', KEYS[2], unpack(hs))
+  for j = 1, #hs do counted_before[first + j - 1] = got[j] end
+end
 for v = 1, #visits do
   local h, wv = visits[v][1], widths[v]
-  local new = not made[h] and not redis.call('ZSCORE', KEYS[2], h)
+  local new = not made[h] and not counted_before[v]
   fresh_at[v] = new
   local again = visits[v][4] and not new
   counted_after_all[v] = again and '1' or '0'
