@@ -25,6 +25,10 @@ from crawler.counters.names import TORRENT_FIELD
 from crawler.counters.rollup import member_key
 from crawler.keys import Keys
 
+# The families kept behind a prefix, and the prefixes: a field starting with none is a country's.
+_TAGGED = [(family, tag.encode()) for family, tag in TORRENT_FIELD.items() if tag]
+_TAGS = tuple(tag for _, tag in _TAGGED)
+
 
 def hash_key(keys: Keys, period: str, h: str) -> str:
     """The key of torrent ``h``'s hash for ``period`` (in its counter shard)."""
@@ -56,10 +60,9 @@ def members(client: redis.Redis, keys: Keys, period: str, scope: tuple[str, ...]
     tag = TORRENT_FIELD[family]
     out: dict[str, int] = {}
     for m, n in _fields(client, hash_key(keys, period, h), tag + prefix):
-        member = m.decode()
-        if family == "countries" and member.startswith(("%c", "%p")):
+        if not tag and m.startswith(_TAGS):
             continue  # a city's or postcode's
-        member = member[len(tag):]
+        member = m[len(tag):].decode()
         out[member] = out.get(member, 0) + int(n)
     older = older_key(keys, period, scope)
     if older is not None:
@@ -83,23 +86,22 @@ def count(client: redis.Redis, keys: Keys, period: str, scope: tuple[str, ...], 
 def read_all(pipe: redis.client.Pipeline, keys: Keys, period: str, h: str) -> None:
     """Queue the reads ``split`` takes apart: torrent ``h``'s hash and its older keys (three replies)."""
     pipe.hgetall(hash_key(keys, period, h))
-    for family in ("cities", "postcodes"):
+    for family, _ in _TAGGED:
         pipe.hgetall(member_key(keys, period, (family, "t", h), ""))
 
 
 def split(replies: list) -> dict[str, dict[bytes, int]]:
     """``read_all``'s three replies as family -> member -> count (members as stored, without prefix)."""
     whole, *older = replies
-    out: dict[str, dict[bytes, int]] = {"countries": {}, "cities": {}, "postcodes": {}}
-    tags = [(f, t.encode()) for f, t in TORRENT_FIELD.items() if t]
+    out: dict[str, dict[bytes, int]] = {family: {} for family in TORRENT_FIELD}
     for m, n in whole.items():
         family, member = "countries", m
-        for f, tag in tags:
+        for f, tag in _TAGGED:
             if m.startswith(tag):
                 family, member = f, m[len(tag):]
                 break
         out[family][member] = out[family].get(member, 0) + int(n)
-    for family, got in zip(("cities", "postcodes"), older):
+    for (family, _), got in zip(_TAGGED, older):
         for m, n in got.items():
             out[family][m] = out[family].get(m, 0) + int(n)
     return out
