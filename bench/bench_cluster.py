@@ -1,7 +1,7 @@
 """Redis CPU per visit on each node of a Redis Cluster of 1, 3 and 6 masters, against one Redis.
 
 Usage: python bench/bench_cluster.py [--quick] [--workers 2] [--concurrency 64] [--shards 12]
-                                     [--torrents N] [--rounds R]
+                                     [--torrents N] [--rounds R] [--mark-buckets B]
 
 The same workload on each topology, each started fresh on loopback
 (bench/cluster_nodes.py: Debian's redis-server, persistence off, masters
@@ -207,8 +207,10 @@ def memory_by_kind(tp: Topology, keys: Keys) -> dict:
 
 
 # --- the workers ---------------------------------------------------------------------
-def worker_env(url: str, shards: int, ot: OpenTracker, sink: StatHatSinkProcess, db: Path, tmp: Path, concurrency: int) -> dict:
-    """The environment of ``peercrawl worker`` for one topology."""
+def worker_env(url: str, shards: int, ot: OpenTracker, sink: StatHatSinkProcess, db: Path, tmp: Path, concurrency: int,
+               mark_buckets: int | None = None) -> dict:
+    """The environment of ``peercrawl worker`` for one topology (``mark_buckets``: the crawl's
+    ``PEERCRAWL_MARK_BUCKETS``; None: the default)."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("PEERCRAWL_", "STATHAT_", "GEOIP_")) and k != "REDIS_URL"}
     env.update(
@@ -219,6 +221,8 @@ def worker_env(url: str, shards: int, ot: OpenTracker, sink: StatHatSinkProcess,
         PEERCRAWL_RETRY_SECONDS=str(REVISIT), PEERCRAWL_CONCURRENCY=str(concurrency),
         PEERCRAWL_LOG_LEVEL="warning", PEERCRAWL_LOG_FORMAT="json",
         PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""))
+    if mark_buckets is not None:
+        env["PEERCRAWL_MARK_BUCKETS"] = str(mark_buckets)
     return env
 
 
@@ -339,7 +343,7 @@ def run_topology(name: str, masters: int | None, shards: int, a, hashes: list[st
     """The whole workload on one fresh topology."""
     with Topology(masters, cpus=a.redis_cpus) as tp:
         client = store.connect(bw.settings_for(tp.url, NAMESPACE, tmp, ot, sink, db))
-        keys = layout.resolve(client, NAMESPACE, shards)
+        keys = layout.resolve(client, NAMESPACE, shards, a.mark_buckets)
         s = bw.settings_for(tp.url, NAMESPACE, tmp, ot, sink, db, revisit_seconds=REVISIT, queue_shards=shards)
         c0 = cpu(tp)
         time.sleep(1.0)
@@ -349,7 +353,7 @@ def run_topology(name: str, masters: int | None, shards: int, a, hashes: list[st
         # Added due far ahead: waiting in cooling until the first phase releases them.
         Queue(client, keys, s).add([NewItem(h) for h in hashes], now=time.time() + 600)
         mem.append(data_memory(tp))
-        workers = Workers(a.workers, worker_env(tp.url, shards, ot, sink, db, tmp, a.concurrency),
+        workers = Workers(a.workers, worker_env(tp.url, shards, ot, sink, db, tmp, a.concurrency, a.mark_buckets),
                           tmp / "logs" / f"{name}-{time.time():.0f}")
         try:
             wait_registered(client, keys, workers)
@@ -445,6 +449,9 @@ def main() -> None:
     ap.add_argument("--torrents", type=int, help="torrents (default 2,000 quick, 6,000 full)")
     ap.add_argument("--rounds", type=int, help="runs of every topology (default 1 quick, 2 full)")
     ap.add_argument("--overlap", type=int, default=4, help="swarms each peer address is in (default 4)")
+    ap.add_argument("--mark-buckets", type=int,
+                    help="the crawl's PEERCRAWL_MARK_BUCKETS (default: the worker's): fewer fill each bucket more, "
+                         "as a crawl of millions of torrents does (a mark record's bytes depend on it)")
     ap.add_argument("--pin", action="store_true",
                     help="every Redis node on the last core, everything else on the others (needs 2+ cores): "
                          "the nodes then compete only with each other")
@@ -473,7 +480,7 @@ def main() -> None:
     out: dict = {
         "mode": "quick" if a.quick else "full", "torrents": n, "peers_per_swarm": bw.SWARM,
         "workers": a.workers, "concurrency_per_worker": a.concurrency, "shards_when_sharded": a.shards,
-        "rounds": rounds, "redis_pinned_to_cpus": sorted(a.redis_cpus) if a.redis_cpus else None,
+        "rounds": rounds, "mark_buckets": a.mark_buckets, "redis_pinned_to_cpus": sorted(a.redis_cpus) if a.redis_cpus else None,
         "machine": {"cpu_count": os.cpu_count(), "redis": redis_version(),
                     "python": sys.version.split()[0],
                     "note": "workers, opentracker, the StatHat sink and every Redis node share these cores: "
