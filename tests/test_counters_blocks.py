@@ -166,12 +166,13 @@ def block_call(rec: Recorder, blocks: bytes, count: int = 0, flagged: bool = Tru
     return fixed + [rec._shards[0].bucket(1)], args
 
 
-def block(m: list[tuple[int, int]], groups: list[int], fields: int, bucket: int = 1) -> bytes:
-    """A block: its bucket, (place, IPs) pairs, group records at the given times, ``fields`` fields."""
+def block(m: list[tuple[int, int]], groups: list[int], fields: int, bucket: int = 1, made: int = int(T0)) -> bytes:
+    """A block: its bucket, (place, IPs) pairs, group records at the given times, ``fields`` torrent
+    marks made at ``made`` (a call's marks are made at its time, ``T0`` in ``block_call``)."""
     out = bucket.to_bytes(2, "big") + len(m).to_bytes(2, "big")
     out += b"".join(p.to_bytes(2, "big") + n.to_bytes(2, "big") for p, n in m)
     out += b"".join(b"G" * 8 + t.to_bytes(4, "big") for t in groups)
-    return out + b"F" * 8 * fields
+    return out + (b"F" * 8 + made.to_bytes(4, "big")) * fields
 
 
 def test_a_malformed_block_writes_nothing(client, keys, settings, locator):
@@ -191,6 +192,7 @@ def test_a_malformed_block_writes_nothing(client, keys, settings, locator):
         ((1).to_bytes(2, "big") + block([], [], 0), "malformed block"),
         ((1).to_bytes(2, "big") + block([(1, 1)], [int(T0) - rec.window], 4), "out of the window"),
         ((1).to_bytes(2, "big") + block([(1, 1)], [int(T0) + 1], 4), "out of the window"),
+        ((1).to_bytes(2, "big") + block([(1, 1)], [fresh], 4, made=fresh), "not made now"),
         ((2).to_bytes(2, "big") + good[2:], "malformed block"),  # two blocks said, one sent
         (good + b"\x00", "malformed peer record"),  # a record the visit does not count
     ]
@@ -227,7 +229,7 @@ def test_any_blocks_are_refused_in_one_line_or_taken_whole(client, keys, setting
     pairs = st.lists(st.tuples(st.integers(0, 3), st.sampled_from([0, 1, 2, 65535])), max_size=3)
     made = st.builds(lambda n, bs: n.to_bytes(2, "big") + b"".join(bs), st.integers(0, 3),
                      st.lists(st.builds(block, pairs, st.lists(t, max_size=4), st.integers(0, 12),
-                                        st.integers(0, 2)), max_size=3))
+                                        st.integers(0, 2), st.sampled_from([int(T0), int(T0) - 1])), max_size=3))
     blocks = data.draw(st.one_of(made, st.binary(max_size=80), made.map(lambda b: b[:len(b) // 2])))
     count = data.draw(st.integers(0, 1))
     keys_, args = block_call(rec, blocks + (b"" if not count else bytes(1) + bytes(64)), count)

@@ -197,17 +197,19 @@ def first_call(batches: RecordBatches, i: int, part: VisitPart, n_buckets: int, 
 
     An IP whose place marks are fresh after ``cutoff`` (``time_of``, ``FreshPlaces.times``) goes
     into a block of torrent parts, one a roster bucket (``RecordBatch.add_blocks``), its group record
-    carrying the time of its place marks, no later than ``now`` (the call's); the others as whole
+    carrying the time of its place marks, no later than ``now`` (the call's), its torrent marks made
+    whole here, each stamped ``now`` (``PlaceInfo.torrent_records``); the others as whole
     records. A call after the first finds the torrent counted by that one, so it has no blocks.
     """
     country_keys, limit, t_fp, place_info = part.shard.country_keys, batches.limit, part.t_fp, part.place_info
     assert part.met is not None and place_info is not None  # an unprobed visit's (``visit_part``)
     roster, width = part.b0, part.width
-    # place tuple -> its PlaceInfo, whole record lanes, grouped, its torrent parts' lanes, multiplier, shift,
-    # mask and bytes, its position in ``places``, and an IP's pairs as a whole record and as a torrent part
+    # place tuple -> its PlaceInfo, whole record lanes, grouped, its torrent parts' records (stamped with
+    # ``now``), multiplier, shift, mask and bytes, its position in ``places``, and an IP's pairs as a whole
+    # record and as a torrent part
     vplaces: dict[tuple, tuple] = {}
     places: list[tuple] = []  # the visit's places, in the order met
-    # mark bucket -> (IPs per place position, group records, torrent fields)
+    # mark bucket -> (IPs per place position, group records, torrent marks as records)
     blocks: dict[int, tuple[dict[int, int], bytearray, bytearray]] = {}
     batch: RecordBatch | None = None
     taken = 0
@@ -215,9 +217,9 @@ def first_call(batches: RecordBatches, i: int, part: VisitPart, n_buckets: int, 
         vp = vplaces.get(pkey)
         if vp is None:
             info = place_info(pkey)
-            fbits = 64 * info.t_k
-            vp = vplaces[pkey] = (info, info.lanes(t_fp), info.k >= 3, info.torrent_lanes(t_fp), info.t_r,
-                                  fbits, (1 << fbits) - 1, info.t_k * 8, len(places), info.k, info.t_k)
+            fbits = 96 * info.t_k
+            vp = vplaces[pkey] = (info, info.lanes(t_fp), info.k >= 3, info.torrent_records(t_fp, now), info.t_r96,
+                                  fbits, (1 << fbits) - 1, info.t_k * 12, len(places), info.k, info.t_k)
             places.append(pkey)
         info, lanes, grouped, tl, t_r, fbits, fmask, fbytes, at_place, k, t_k = vp
         since = time_of(fkey, 0) if grouped else 0
@@ -242,8 +244,8 @@ def first_call(batches: RecordBatches, i: int, part: VisitPart, n_buckets: int, 
             block = blocks[bucket] = ({}, bytearray(), bytearray())
         at, groups, fields = block
         at[at_place] = at.get(at_place, 0) + 1
-        v = tl ^ (f & LOW64) * t_r  # the group record's field, then the torrent's
-        groups += ((v >> fbits) << 32 | (since if since < now else now)).to_bytes(12, "big")
+        v = tl ^ (f & LOW64) * t_r  # the group record's field, then the torrent's records
+        groups += (v >> fbits | (since if since < now else now)).to_bytes(12, "big")
         fields += (v & fmask).to_bytes(fbytes, "big")
     if batch is None:
         return taken

@@ -128,7 +128,7 @@ class PlaceShards:
             batch = batches.batch_for(part, i, info.t_k)
             if first is None:
                 first = batch
-                blocks = PartBlocks(now, batch) if part.fresh and not wide else None
+                blocks = PartBlocks(now, batch, part.t_fp) if part.fresh and not wide else None
             if wide:  # its torrent's marks may also be elsewhere (``VisitPart``)
                 batch.add_extras(part, f, self.buckets)
             where = None
@@ -137,7 +137,7 @@ class PlaceShards:
                 if where is None:
                     where = placed[key] = self._place_call(pkey, info, f, key, cutoff, open_calls, calls)
             if blocks is not None and batch is first:
-                blocks.add(batch, pkey, info, lanes, f, bucket, where)
+                blocks.add(batch, pkey, info, f, bucket, where)
                 continue
             head = batch.heads.get(pkey)
             if head is None:
@@ -189,33 +189,34 @@ class PartBlocks:
     wait for the place calls' answers: each takes its IP's oldest place mark time, no later than
     ``now``."""
 
-    __slots__ = ("blocks", "now", "places")
+    __slots__ = ("blocks", "now", "places", "t_fp")
 
-    def __init__(self, now: int, batch: RecordBatch):
-        self.now = now
+    def __init__(self, now: int, batch: RecordBatch, t_fp: int):
+        self.now, self.t_fp = now, t_fp
         batch.pending.append((self, None, batch.visits[-1]))  # where the visit's records would start
         # mark bucket -> (IPs per place number, group record fields and where their times come from,
-        # torrent fields)
+        # torrent marks as records of ``now``)
         self.blocks: dict[int, tuple[dict[int, int], list, bytearray]] = {}
-        # place tuple -> its number in the call, the lanes' multiplier, shift and mask, the fields' bytes
+        # place tuple -> its number in the call, its torrent records (``PlaceInfo.torrent_records``), their
+        # multiplier, shift and mask, the records' bytes
         self.places: dict[tuple, tuple] = {}
 
-    def add(self, batch: RecordBatch, pkey: tuple, info: PlaceInfo, lanes: int, f: int, bucket: int,
-            where) -> None:
-        """The torrent part of the IP of fingerprint ``f`` (``lanes``: the visit's at its place ``pkey``),
-        its oldest place mark time from ``where`` (``PlaceShards._place_call``; None: no place)."""
+    def add(self, batch: RecordBatch, pkey: tuple, info: PlaceInfo, f: int, bucket: int, where) -> None:
+        """The torrent part of the IP of fingerprint ``f`` at place ``pkey``, its oldest place mark time
+        from ``where`` (``PlaceShards._place_call``; None: no place)."""
         bp = self.places.get(pkey)
         if bp is None:
-            fbits = 64 * info.t_k
-            bp = self.places[pkey] = (batch.place_number(pkey, info, batch.shard.country_keys), info.t_r, fbits,
-                                      (1 << fbits) - 1, info.t_k * 8)
-        n, t_r, fbits, fmask, fbytes = bp
+            fbits = 96 * info.t_k
+            bp = self.places[pkey] = (batch.place_number(pkey, info, batch.shard.country_keys),
+                                      info.torrent_records(self.t_fp, self.now), info.t_r96, fbits, (1 << fbits) - 1,
+                                      info.t_k * 12)
+        n, lanes, t_r, fbits, fmask, fbytes = bp
         block = self.blocks.get(bucket)
         if block is None:
             block = self.blocks[bucket] = ({}, [], bytearray())
         at, groups, fields = block
         at[n] = at.get(n, 0) + 1
-        v = lanes ^ (f & LOW64) * t_r  # the group record's field (with a place), then the torrent's
+        v = lanes ^ (f & LOW64) * t_r  # the group record's field (with a place), then the torrent's records
         if where is not None:
             groups.append((v >> fbits, where))
         fields += (v & fmask).to_bytes(fbytes, "big")
@@ -232,6 +233,6 @@ class PartBlocks:
                     learn(where[2], t)
                 else:
                     t = where
-                records += (g << 32 | (t if t < now else now)).to_bytes(12, "big")
+                records += (g | (t if t < now else now)).to_bytes(12, "big")
             blocks[bucket] = (at, records, fields)
         return batch.blocks_arg(visit, blocks)

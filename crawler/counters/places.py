@@ -47,8 +47,8 @@ class PlaceInfo:
     """
 
     __slots__ = ("country", "country_s", "dropped", "g", "gshift", "k", "nbytes", "p_bshift", "p_g", "p_m", "p_nbytes",
-                 "p_r", "p_shift", "r", "rshift", "shift", "t_bshift", "t_g", "t_k", "t_nbytes", "t_oshift", "t_r",
-                 "t_rshift", "t_shift", "tail", "tr", "tshift")
+                 "p_r", "p_shift", "r", "rshift", "shift", "t_bshift", "t_g", "t_g96", "t_k", "t_nbytes", "t_oshift",
+                 "t_r", "t_r96", "t_rshift", "t_shift", "tail", "tr", "tshift")
 
     def __init__(self, pkey: tuple, fps: Fingerprinter):
         # names over the bound read as unknown (a city or postcode needs its country)
@@ -94,6 +94,7 @@ class PlaceInfo:
         if self.k >= 3:
             torrent.insert(0, slots[0][0])  # the group record
         self.t_g, self.t_r = _lanes(torrent)
+        self.t_g96, self.t_r96 = _lanes(torrent, 96, 32)
         self.t_shift = 64 * len(torrent)
         self.t_oshift = self.t_shift + 24
         self.t_bshift = self.t_shift + 56
@@ -112,6 +113,12 @@ class PlaceInfo:
         """The torrent part's metric lanes for the torrent of fingerprint ``t_fp``."""
         return self.t_g ^ t_fp * self.t_r
 
+    def torrent_records(self, t_fp: int, stamp: int) -> int:
+        """``torrent_lanes`` as the 12-byte mark records of a block (record.lua): each lane 96 bits, its
+        field in the high 64 (``t_r96`` puts an IP's low half there), and in the low 32 of every lane
+        but the group record's, ``stamp``, the call's time."""
+        return self.t_g96 ^ t_fp * self.t_r96 | stamp * _STAMPS[self.t_k]
+
     def _bounded(self, part: str, name: str | None) -> str | None:
         """``name`` escaped; None if unknown, blank or over the bound (noted in ``dropped``)."""
         if name is None or fits(name.strip()):
@@ -120,13 +127,19 @@ class PlaceInfo:
         return None
 
 
-def _lanes(fingerprints: list[int]) -> tuple[int, int]:
-    """``(g, r)``: the fingerprints in 64-bit lanes, the first in the highest, and a 1 in each lane."""
+def _lanes(fingerprints: list[int], width: int = 64, at: int = 0) -> tuple[int, int]:
+    """``(g, r)``: the fingerprints in lanes of ``width`` bits, the first in the highest, each ``at`` bits
+    up its lane, and a 1 there in each lane."""
     g = r = 0
     for i, f in enumerate(reversed(fingerprints)):
-        g |= f << (64 * i)
-        r |= 1 << (64 * i)
+        g |= f << (width * i + at)
+        r |= 1 << (width * i + at)
     return g, r
+
+
+# For a place of k torrent fields: a 1 in the low bit of each of the k lowest 96-bit lanes (where
+# ``PlaceInfo.torrent_records`` puts the time).
+_STAMPS = [sum(1 << (96 * i) for i in range(k)) for k in range(6)]
 
 
 def lua_string(s: str) -> bytes:

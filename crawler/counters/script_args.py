@@ -128,7 +128,7 @@ class RecordBatch:
     def add_blocks(self, blocks: dict) -> None:
         """The visit begun last takes some of its IPs, added as records, in torrent part blocks
         (record.lua's flagged visit): ``blocks``, per mark bucket of the shard, ``(IPs per place number,
-        group records, torrent fields)``, go before its records."""
+        group records, torrent marks as records of the call's time)``, go before its records."""
         self.ips[self.visit_start:self.visit_start] = self.blocks_arg(self.visits[-1], blocks)
 
     def blocks_arg(self, visit: list, blocks: dict) -> bytearray:
