@@ -267,9 +267,10 @@ local xo = 1  -- the next extra bucket in ARGV[12]
 -- one MSET at the end)
 local dirty, adds = {}, {}
 -- raw: bucket -> the fields (8 bytes each, no time) of the torrent marks of a torrent never counted
--- here, in pieces joined and stamped when they join the bucket (one gsub a bucket rather than a string
--- per field). A table: a first visit puts a dozen IPs' in each bucket of its roster, and appending to
--- one string copied it each time (the replayed calls took 0.8 of the time with the table)
+-- here that come in whole records, in pieces joined and stamped when they join the bucket (one gsub a
+-- bucket rather than a string per field). A table: a first visit puts a dozen IPs' in each bucket of
+-- its roster, and appending to one string copied it each time (the replayed calls took 0.8 of the time
+-- with the table)
 local raw = {}
 -- ready: bucket -> the records of such a torrent that carry their own time (its group records, and
 -- its blocks' torrent marks, which come stamped), in pieces, joined when they join the bucket as raw's
@@ -367,8 +368,8 @@ for v = 1, #visits do
         adds[tb] = (a or '') .. sub(p, o, ge)
       end
       if nf > 0 then
-        -- the torrent marks come as records of this call's time and join the bucket as they came (no
-        -- field stamped here: a gsub of each was 0.07 of a first visit's work); the first of each block
+        -- the torrent marks come as records of this call's time and join the bucket as they came
+        -- (stamping their fields here was 0.07 of a first visit's Redis work); the first of each block
         -- is checked, so a caller stamping with another time is refused (checking every one cost more
         -- than the stamping spared)
         if sub(p, ge + 9, ge + 12) ~= stamp then
