@@ -217,9 +217,8 @@ def first_call(batches: RecordBatches, i: int, part: VisitPart, n_buckets: int, 
         vp = vplaces.get(pkey)
         if vp is None:
             info = place_info(pkey)
-            fbits = 96 * info.t_k
             vp = vplaces[pkey] = (info, info.lanes(t_fp), info.k >= 3, info.torrent_records(t_fp, now), info.t_r96,
-                                  fbits, (1 << fbits) - 1, info.t_k * 12, len(places), info.k, info.t_k)
+                                  info.t_rbits, info.t_rmask, info.t_rbytes, len(places), info.k, info.t_k)
             places.append(pkey)
         info, lanes, grouped, tl, t_r, fbits, fmask, fbytes, at_place, k, t_k = vp
         since = time_of(fkey, 0) if grouped else 0

@@ -206,10 +206,9 @@ class PartBlocks:
         from ``where`` (``PlaceShards._place_call``; None: no place)."""
         bp = self.places.get(pkey)
         if bp is None:
-            fbits = 96 * info.t_k
             bp = self.places[pkey] = (batch.place_number(pkey, info, batch.shard.country_keys),
-                                      info.torrent_records(self.t_fp, self.now), info.t_r96, fbits, (1 << fbits) - 1,
-                                      info.t_k * 12)
+                                      info.torrent_records(self.t_fp, self.now), info.t_r96, info.t_rbits,
+                                      info.t_rmask, info.t_rbytes)
         n, lanes, t_r, fbits, fmask, fbytes = bp
         block = self.blocks.get(bucket)
         if block is None:

@@ -48,7 +48,7 @@ class PlaceInfo:
 
     __slots__ = ("country", "country_s", "dropped", "g", "gshift", "k", "nbytes", "p_bshift", "p_g", "p_m", "p_nbytes",
                  "p_r", "p_shift", "r", "rshift", "shift", "t_bshift", "t_g", "t_g96", "t_k", "t_nbytes", "t_oshift",
-                 "t_r", "t_r96", "t_rshift", "t_shift", "tail", "tr", "tshift")
+                 "t_r", "t_r96", "t_rbits", "t_rbytes", "t_rmask", "t_rshift", "t_shift", "tail", "tr", "tshift")
 
     def __init__(self, pkey: tuple, fps: Fingerprinter):
         # names over the bound read as unknown (a city or postcode needs its country)
@@ -95,6 +95,9 @@ class PlaceInfo:
             torrent.insert(0, slots[0][0])  # the group record
         self.t_g, self.t_r = _lanes(torrent)
         self.t_g96, self.t_r96 = _lanes(torrent, 96, 32)
+        # ``torrent_records``' torrent marks: their bits below the group record's, their mask and bytes
+        self.t_rbits = 96 * self.t_k
+        self.t_rmask, self.t_rbytes = (1 << self.t_rbits) - 1, 12 * self.t_k
         self.t_shift = 64 * len(torrent)
         self.t_oshift = self.t_shift + 24
         self.t_bshift = self.t_shift + 56
