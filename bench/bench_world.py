@@ -162,11 +162,12 @@ def counted(cli: Cli, n: int) -> dict[str, int]:
     return {r["metric"].split(".")[1]: r["count"] for r in rows if r.get("metric")}
 
 
-def start_worker(cli: Cli, log: Path, *args: str) -> subprocess.Popen:
-    """``peercrawl worker ARGS`` in the background, its stderr into ``log``."""
+def start_worker(cli: Cli, log: Path, *args: str, under: tuple[str, ...] = ()) -> subprocess.Popen:
+    """``peercrawl worker ARGS`` in the background, its stderr into ``log``; ``under``: a command it runs
+    under (callgrind's)."""
     with open(log, "ab") as err:
-        return subprocess.Popen(cli.argv("worker", *args), cwd=cli.code, env=cli.env, stdout=subprocess.DEVNULL,
-                                stderr=err)
+        return subprocess.Popen([*under, *cli.argv("worker", *args)], cwd=cli.code, env=cli.env,
+                                stdout=subprocess.DEVNULL, stderr=err)
 
 
 def finish(proc: subprocess.Popen, timeout: float) -> int:
