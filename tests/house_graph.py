@@ -204,7 +204,8 @@ and `source_settings.py` declare every setting once (variable, parser,
 default, why) and build the frozen `Settings`; `envparse.py` is how a
 setting is declared and read; `keys/` names every Redis key (grouped by the room that owns it), on the shard
 layout of `shard_layout.py`; `errors.py` is the one error hierarchy;
-`logs.py` sets up structlog with secrets hidden; `redact.py`, `safe_text.py`
+`logs.py` sets up structlog with secrets hidden; `spawning.py` starts every greenlet (in a frame
+compiled code cannot lose); `redact.py`, `safe_text.py`
 and `redis_url.py` make what third parties wrote (tracker URLs, names, the
 Redis URL) safe to show; `bencode/` reads hostile bencode within a budget.
 It imports no room. (`__main__.py`, which makes `python -m crawler` the

@@ -128,7 +128,7 @@ def test_a_batch_stopped_mid_way_fails_its_visits_and_the_next_ones_are_recorded
     rec.after_probe = lambda: (held.set(), gevent.sleep(30))
     jobs = [gevent.spawn(batcher.record_visit, h, POOL[:5], T0) for h in TORRENTS[:4]]
     held.wait(5)
-    sender = [g for g in _greenlets() if getattr(g, "_run", None) == batcher._send]
+    sender = [g for g in _greenlets() if g.args[:1] == (batcher._send,)]
     assert len(sender) == 1
     rec.after_probe = None
     sender[0].kill()

@@ -25,7 +25,7 @@ from collections.abc import Callable
 import gevent
 from gevent.event import Event
 
-from crawler import redact
+from crawler import redact, spawning
 from crawler.errors import StoreError
 from crawler.sources.result import SourceResult
 
@@ -74,7 +74,7 @@ class Announcing:
                 for i in ids:
                     self.got(i, url, failure)
 
-        self.jobs.append(gevent.spawn_later(wait, job) if wait else gevent.spawn(job))
+        self.jobs.append(spawning.spawn_later(wait, job) if wait else spawning.spawn(job))
 
     def lookup(self, i: int, wait: float, look: Callable[[], SourceResult | None]) -> None:
         """Start visit ``i``'s DHT lookup ``look()`` after ``wait`` seconds."""
@@ -87,7 +87,7 @@ class Announcing:
             except Exception as e:  # noqa: BLE001 - as for a tracker
                 self.got(i, "dht", SourceResult.failed("dht", redact.text(f"{type(e).__name__}: {e}", "dht")))
 
-        self.jobs.append(gevent.spawn_later(wait, job) if wait else gevent.spawn(job))
+        self.jobs.append(spawning.spawn_later(wait, job) if wait else spawning.spawn(job))
 
     def _failed(self, e: StoreError) -> None:
         self.error = e

@@ -49,7 +49,7 @@ from collections.abc import Callable
 
 import gevent
 
-from crawler import logs
+from crawler import logs, spawning
 from crawler.errors import StoreError
 from crawler.queue.queue import MAX_CLAIM, Lease, Queue
 from crawler.store.group_commit import GroupCommit
@@ -94,7 +94,7 @@ class Claims(GroupCommit):
             return self.ask(n)
         out = [self._hand_out() for _ in range(n)]
         if self._low():
-            gevent.spawn(self.ask, 0)  # refill before it runs dry; askers meanwhile join it
+            spawning.spawn(self.ask, 0)  # refill before it runs dry; askers meanwhile join it
         return out
 
     def _low(self) -> bool:
@@ -146,7 +146,7 @@ class Claims(GroupCommit):
         while self.held and self.held[0][1] < cutoff:
             stale.append(self.held.popleft()[0])
         if stale:
-            gevent.spawn(self._release, stale)
+            spawning.spawn(self._release, stale)
 
     def _release(self, leases: list[Lease]) -> int:
         """Hand ``leases`` back to ready; how many could not be (their leases expire instead)."""

@@ -33,7 +33,7 @@ import time
 import gevent
 from gevent.event import Event
 
-from crawler import logs
+from crawler import logs, spawning
 from crawler.errors import StoreError
 from crawler.queue.torrent_metadata import TorrentMetadata
 from crawler.sources.metadata.metadata_info import TorrentInfo
@@ -58,7 +58,7 @@ class MetadataNames:
         """A visit of ``info_hash`` found ``peers`` ((ip, port) pairs): fetch its metadata if it is due."""
         if self.closing.is_set() or info_hash in self.running or len(self.running) >= self.settings.metadata_in_flight:
             return
-        self.running[info_hash] = gevent.spawn(self._fetch, info_hash, list(peers))
+        self.running[info_hash] = spawning.spawn(self._fetch, info_hash, list(peers))
 
     def _fetch(self, h: str, peers: list) -> None:
         started = time.monotonic()

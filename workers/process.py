@@ -10,10 +10,9 @@ from __future__ import annotations
 import gc
 from collections.abc import Callable
 
-import gevent
 from gevent.event import Event
 
-from crawler import logs
+from crawler import logs, spawning
 from crawler.counters.batcher import Batcher
 from crawler.counters.recorder import Recorder
 from crawler.errors import StoreError
@@ -152,7 +151,7 @@ class Process:
             self.worker.install_signals()
         stop, sampling = Event(), None
         if self.discovery is not None:
-            sampling = gevent.spawn(self.discovery.run, stop)
+            sampling = spawning.spawn(self.discovery.run, stop)
         try:
             return self.worker.run()
         finally:

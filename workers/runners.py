@@ -29,7 +29,7 @@ from collections.abc import Callable
 
 import gevent
 
-from crawler import logs
+from crawler import logs, spawning
 from crawler.errors import StoreError
 from crawler.queue.queue import Lease, Queue
 from crawler.store.outage import Outage
@@ -71,7 +71,7 @@ class Runners:
         """A runner for each ``BATCH`` of ``leases``, each lease in a slot of its own."""
         for at in range(0, len(leases), BATCH):
             batch: list = []
-            g = gevent.Greenlet(self._run, batch)
+            g = spawning.greenlet(self._run, batch)
             for lease in leases[at:at + BATCH]:
                 slot = Slot(g)
                 self.slots.start(slot, lease)
@@ -130,7 +130,7 @@ class Runners:
             apart = {slot for slot, _ in part}
             batch[:] = [x for x in batch if x[0] not in apart]
             held[:] = [slot for slot in held if slot not in apart]
-            g = gevent.Greenlet(self._run, part, rest)
+            g = spawning.greenlet(self._run, part, rest)
             for slot in apart:
                 slot.runner = g
             g.start()

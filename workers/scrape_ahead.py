@@ -59,7 +59,7 @@ import gevent
 import redis
 from gevent.event import Event
 
-from crawler import logs
+from crawler import logs, spawning
 from crawler.errors import StoreError
 from crawler.queue.visit_plan import Planned
 from crawler.sources.result import SourceResult
@@ -181,7 +181,7 @@ class ScrapeAhead:
     def _wake(self) -> None:
         if self._loop is None or self._loop.dead:
             self._idle.clear()  # a visit arriving before the first peek waits for it
-            self._loop = gevent.spawn(self._run)
+            self._loop = spawning.spawn(self._run)
         elif self._new:
             self._more.set()
 

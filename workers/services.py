@@ -17,7 +17,7 @@ from collections.abc import Callable
 import gevent
 from gevent.event import Event
 
-from crawler import logs
+from crawler import logs, spawning
 from crawler.errors import StoreError
 from crawler.queue.queue import Queue
 from crawler.store.outage import Outage
@@ -99,7 +99,7 @@ class Services:
         self.beat()
 
         def spawn(fn, *args) -> gevent.Greenlet:
-            g = gevent.spawn(fn, *args)
+            g = spawning.spawn(fn, *args)
             self._greenlets.append(g)
             return g
 

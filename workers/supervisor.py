@@ -54,9 +54,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-import gevent
-
-from crawler import logs
+from crawler import logs, spawning
 from crawler.settings import Settings
 from crawler.source_settings import listen_text
 from workers.lifeline import STOP_SIGNALS, bind_to
@@ -176,7 +174,7 @@ class Supervisor:
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             self.children[i] = child
             for pipe, out in ((child.stdout, sys.stdout), (child.stderr, sys.stderr)):
-                gevent.spawn(forward, pipe, out)
+                spawning.spawn(forward, pipe, out)
             self.started[i] = time.monotonic()
             if self.stopping_since is not None:
                 # The handler ran all the same: another thread of this process took the signal.

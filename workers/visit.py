@@ -52,7 +52,7 @@ from typing import NamedTuple
 
 import gevent
 
-from crawler import logs, redact
+from crawler import logs, redact, spawning
 from crawler.counters.batcher import Batcher
 from crawler.keys import Keys
 from crawler.observer import QUIET, Observer
@@ -226,7 +226,7 @@ class Visitor:
         out: list = [None] * len(leases)
         apart: dict[int, gevent.Greenlet] = {}
         if len(odd) > 1:
-            apart = {i: gevent.spawn(self._caught, job) for i, job in odd.items()}
+            apart = {i: spawning.spawn(self._caught, job) for i, job in odd.items()}
         else:
             for i, job in odd.items():  # a lone one in this greenlet
                 out[i] = self._caught(job)
@@ -351,7 +351,7 @@ class Visitor:
         BEP 33 scrape, each in a greenlet of its own when the batch has several."""
         out: list = [(vr.seeders, vr.leechers, vr.reported, False) for _, vr, _ in visits]
         scraped = [i for i, (_, vr, answered) in enumerate(visits) if self._dht_only(vr, answered)]
-        jobs = {i: gevent.spawn(self._size, visits[i][0], out[i]) for i in scraped} if len(scraped) > 1 else {}
+        jobs = {i: spawning.spawn(self._size, visits[i][0], out[i]) for i in scraped} if len(scraped) > 1 else {}
         for i in scraped:
             out[i] = jobs[i].get() if jobs else self._size(visits[i][0], out[i])
         return out

@@ -19,6 +19,7 @@ import click
 import gevent
 import redis
 
+from crawler import spawning
 from crawler.cli import human
 from crawler.cli.add import admit
 from crawler.counters.names import LIFETIME, UNPLACED_MEMBER
@@ -110,7 +111,7 @@ class Progress:
             # transient: the summary is what stays on the screen
             self._live = Live(console=Console(stderr=True), auto_refresh=False, transient=True)
             self._live.__enter__()
-            self._loop = gevent.spawn(self._refresh_loop)
+            self._loop = spawning.spawn(self._refresh_loop)
         return self
 
     def _refresh_loop(self) -> None:

@@ -53,7 +53,7 @@ import gevent
 import redis
 from gevent.lock import BoundedSemaphore
 
-from crawler import logs
+from crawler import logs, spawning
 from crawler.errors import StoreError
 from crawler.keys import Keys
 from crawler.observer import QUIET, Observer
@@ -151,7 +151,7 @@ class RequestCounts:
         key = (int(time.time()) // 60, url, kind)
         self._pending[key] = self._pending.get(key, 0) + n
         if self._timer is None and not self._closed:
-            self._timer = gevent.spawn_later(self.every, self._tick)
+            self._timer = spawning.spawn_later(self.every, self._tick)
 
     # --- writing ---------------------------------------------------------------
     def _tick(self) -> None:
@@ -161,7 +161,7 @@ class RequestCounts:
         except StoreError as e:
             log.warning("request_counts_not_written", error=str(e), note="kept and sent again")
             if self._timer is None and not self._closed:
-                self._timer = gevent.spawn_later(self.every, self._tick)
+                self._timer = spawning.spawn_later(self.every, self._tick)
 
     def flush(self) -> None:
         """Write the batch left unanswered (if any), then what was counted since the last write.

@@ -32,8 +32,9 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-import gevent
 from gevent.event import AsyncResult, Event
+
+from crawler import spawning
 
 
 class GroupCommit:
@@ -94,7 +95,7 @@ class GroupCommit:
         while need > 0 and self._senders < self.in_flight:
             self._senders += 1
             need -= 1
-            gevent.spawn(self._send)
+            spawning.spawn(self._send)
 
     def _take(self) -> list[tuple[object, AsyncResult]]:
         """The next batch: whole requests, at most ``cap`` units (a larger request goes alone)."""

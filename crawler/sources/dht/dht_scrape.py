@@ -51,6 +51,7 @@ from dataclasses import dataclass
 from gevent.pool import Group
 from gevent.queue import Empty, Queue
 
+from crawler import spawning
 from crawler.errors import PeercrawlError
 from crawler.sources.addresses import AddressCheck, AddressRefused, Resolver, policy, resolve
 from crawler.sources.dht import dht_bloom, dht_node_ids, krpc_codec
@@ -259,7 +260,7 @@ def scrape(sock: KrpcSocket, info_hash: bytes | str, contacts: Iterable[tuple[st
                     lookup.passed_over()
                     continue
                 lookup.sent()
-                asking.spawn(ask, address, at)
+                spawning.spawn_in(asking, ask, address, at)
             left = deadline - time.monotonic()
             if lookup.in_flight == 0 or left <= 0:
                 break

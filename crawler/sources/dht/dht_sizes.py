@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import gevent
 
-from crawler import logs
+from crawler import logs, spawning
 from crawler.settings import Settings
 from crawler.sources.addresses import policy
 from crawler.sources.dht import dht_bloom
@@ -87,7 +87,7 @@ class DhtSizes:
         by_family = {family: [c for c in contacts if (":" in c[0]) == (family == _stdsocket.AF_INET6)]
                      for family in self.sockets}
         deadline = time.monotonic() + self.settings.dht_scrape_timeout
-        jobs = [gevent.spawn(scrape, self.sockets[f], info_hash_hex, cs, deadline, check=self.check)
+        jobs = [spawning.spawn(scrape, self.sockets[f], info_hash_hex, cs, deadline, check=self.check)
                 for f, cs in by_family.items() if cs]
         gevent.joinall(jobs)
         results = [j.get() for j in jobs if j.successful()]  # a successful one has its value

@@ -48,6 +48,7 @@ import gevent
 from gevent import socket
 from gevent.event import AsyncResult
 
+from crawler import spawning
 from crawler.sources.dht import krpc_codec as codec
 from crawler.sources.socket_turns import Turns
 
@@ -167,7 +168,7 @@ class KrpcSocket:
         self._closed = False
         self.sent = self.received = self.dropped = self.malformed = self.unsolicited = self.given_up = 0
         self.turns = Turns(sock.fileno())
-        self._reader = gevent.spawn(self._read)
+        self._reader = spawning.spawn(self._read)
 
     @property
     def address(self) -> tuple:

@@ -14,9 +14,9 @@ differ by the milliseconds of that one turn).
 
 from __future__ import annotations
 
-import gevent
 from gevent.event import AsyncResult
 
+from crawler import spawning
 from crawler.errors import StoreError
 from crawler.sources.result import SourceResult
 
@@ -42,7 +42,7 @@ class AnnounceGroups:
         forming = self._forming.get(url)
         if forming is None:
             forming = self._forming[url] = []
-            gevent.spawn(self._announce_forming, url)
+            spawning.spawn(self._announce_forming, url)
         done: AsyncResult[SourceResult] = AsyncResult()
         forming.append((info_hash, deadline, done))
         result = done.get()

@@ -67,7 +67,7 @@ from dataclasses import dataclass
 import gevent
 import redis
 
-from crawler import logs, redact
+from crawler import logs, redact, spawning
 from crawler.errors import StoreError
 from crawler.keys import Keys
 from crawler.sources.lru import Lru
@@ -237,7 +237,7 @@ class TrackerHealth:
         """A batch holds something: write it within ``flush_every`` seconds even if nothing else is
         recorded meanwhile (a crawl of few torrents may record nothing again for a revisit interval)."""
         if self._timer is None and not self._closed:
-            self._timer = gevent.spawn_later(self.flush_every, self._tick)
+            self._timer = spawning.spawn_later(self.flush_every, self._tick)
 
     def _tick(self) -> None:
         self._timer = None  # a record made from now on arms the next one

@@ -31,6 +31,7 @@ from collections.abc import Callable
 import gevent
 from gevent.event import AsyncResult, Event
 
+from crawler import spawning
 from crawler.errors import StoreError
 
 WINDOW = 0.02
@@ -123,7 +124,7 @@ class ScrapeGroups:
                 raise
             finally:
                 g.placed.set()
-            gevent.spawn(self._scrape_forming, url, g)
+            spawning.spawn(self._scrape_forming, url, g)
         else:
             g.placed.wait()
             if g.error is not None:

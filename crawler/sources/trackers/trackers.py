@@ -23,6 +23,7 @@ from collections.abc import Callable
 import gevent
 import redis
 
+from crawler import spawning
 from crawler.errors import StoreError
 from crawler.keys import Keys
 from crawler.observer import QUIET, Observer
@@ -213,7 +214,7 @@ class Trackers:
         if len(info_hash_hexes) == 1:
             final(0, self.announce(url, info_hash_hexes[0], deadline, False), observed=True)
         elif url_parts(url)[0] != "udp":
-            jobs = [gevent.spawn(lambda i, h: final(i, self.announce(url, h, deadline, False), True), i, h)
+            jobs = [spawning.spawn(lambda i, h: final(i, self.announce(url, h, deadline, False), True), i, h)
                     for i, h in enumerate(info_hash_hexes)]
             gevent.joinall(jobs, raise_error=True)
         else:
