@@ -10,7 +10,7 @@ import hashlib
 import gevent
 import pytest
 
-from crawler.queue.queue import Queue
+from crawler.queue.queue import Lease, Queue
 from crawler.queue.view import QueueView
 from crawler.source_settings import TrackerSpec
 from crawler.torrents.items import NewItem
@@ -127,19 +127,23 @@ class StopWhileClaiming:
         return self.visitor.visit_many(leases, reserve_then_stop if claim is not None else None, split)
 
 
+def _lease(name: str) -> Lease:
+    return Lease(info_hash=name, score=1.0, token=0)
+
+
 def test_slots_count_each_claim_once_and_stop_at_the_limit():
     s = Slots(target=2, limit=3)
     assert s.free() == 2
-    s.start("a", "lease-a")
-    s.start("b", "lease-b")
+    s.start("a", _lease("a"))
+    s.start("b", _lease("b"))
     assert (s.claimed, s.running, s.free()) == (2, 2, 0)
     assert s.reserve("a") == CLAIM  # the third and last claim, reserved before it is sent
     assert s.reserve("b") == LEAVE and s.exhausted()  # b completes meanwhile: nothing left for it
     s.answered("b", [])
     s.release("b")
     assert (s.claimed, s.running, s.leaving) == (3, 1, 0)
-    s.answered("a", ["lease-c"])
-    s.hold("a", "lease-c")
+    s.answered("a", [_lease("c")])
+    s.hold("a", _lease("c"))
     assert s.reserve("a") == LEAVE
     s.release("a")
     assert (s.claimed, s.running, s.leaving, s.free()) == (3, 0, 0, 0)
@@ -147,13 +151,13 @@ def test_slots_count_each_claim_once_and_stop_at_the_limit():
 
 def test_slots_give_back_a_reserved_claim_that_brought_nothing_or_was_handed_back():
     s = Slots(target=1, limit=2)
-    s.start("a", "lease-a")
+    s.start("a", _lease("a"))
     assert s.reserve("a") == CLAIM and s.claimed == 2
     s.answered("a", [])  # nothing was ready
     assert s.claimed == 1 and not s.exhausted()
-    s.hold("a", "lease-a2")
+    s.hold("a", _lease("a2"))
     assert s.reserve("a") == CLAIM
-    s.answered("a", ["lease-b"])  # claimed just as the stop came: handed back, never visited
+    s.answered("a", [_lease("b")])  # claimed just as the stop came: handed back, never visited
     s.release("a")
     assert (s.claimed, s.running, s.free()) == (1, 0, 1)
 
@@ -161,7 +165,7 @@ def test_slots_give_back_a_reserved_claim_that_brought_nothing_or_was_handed_bac
 def test_slots_let_runners_leave_when_the_target_shrinks_or_the_worker_stops():
     s = Slots(target=3)
     for r in "abc":
-        s.start(r, f"lease-{r}")
+        s.start(r, _lease(r))
     s.target = 1
     assert s.reserve("a") == LEAVE  # 3 running, 1 wanted: a leaves
     assert s.free() == -1 and s.leaving == 1
@@ -170,6 +174,6 @@ def test_slots_let_runners_leave_when_the_target_shrinks_or_the_worker_stops():
     s.release("a")
     s.release("b")
     assert (s.running, s.leaving, s.free()) == (1, 0, 0)
-    s.hold("c", "lease-d")
+    s.hold("c", _lease("d"))
     assert s.reserve("c", claiming=False) == LEAVE  # the worker stops
     assert s.free() == 1 and s.claimed == 4

@@ -42,6 +42,7 @@ import gevent
 from gevent import socket
 from gevent.event import AsyncResult, Event
 
+from crawler import spawning
 from crawler.sources.lru import Lru
 from crawler.sources.socket_turns import Turns
 from crawler.sources.trackers import udp_codec as codec
@@ -103,7 +104,7 @@ class UdpTrackerClient:
                 pass
             s.bind((self._bind[family], 0))
             self._socks[family] = s
-            self._readers.append(gevent.spawn(self._read, s))
+            self._readers.append(spawning.spawn(self._read, s))
         return s
 
     def _read(self, s: socket.socket) -> None:
@@ -185,12 +186,13 @@ class UdpTrackerClient:
                 self.note_sent(addr, KIND_OF[action])
                 data = waiter.get(timeout=min(self.timeout, left))
             except gevent.Timeout:
-                continue
+                data = None  # no reply in time (the reader sets a waiter with its datagram)
             except OSError as e:
                 raise TrackerTimeout(f"cannot send to {addr[0]}:{addr[1]}: {e}") from e
             finally:
                 self.forget(tid)
-            assert data is not None  # the reader sets a waiter with its datagram
+            if data is None:  # (mypyc compiles no `continue` inside a `try` with a `finally`)
+                continue
             reply = codec.parse_reply(data, family)
             if isinstance(reply, codec.ErrorReply):
                 raise TrackerRefused(f"tracker error: {reply.message}")
@@ -213,7 +215,7 @@ class UdpTrackerClient:
             if addr not in self._conn:
                 # The shared connect failed; try our own rather than fail blind.
                 break
-        ev = self._connecting[addr] = Event()
+        mine = self._connecting[addr] = Event()  # a name of its own: `ev` above may be None
         try:
             self.connects_sent += 1
             reply = self._request(addr, family, codec.connect_request, codec.CONNECT, deadline)
@@ -223,9 +225,9 @@ class UdpTrackerClient:
         finally:
             # Several waiters of a failed shared connect may each have started
             # their own: only the latest one's entry is ours to remove.
-            if self._connecting.get(addr) is ev:
+            if self._connecting.get(addr) is mine:
                 del self._connecting[addr]
-            ev.set()
+            mine.set()
 
     def _with_connection(self, addr: tuple, family: int, build, action: int, deadline: float) -> codec.Reply:
         """Send ``build(connection_id, tid)`` on a valid connection id; the parsed reply.
