@@ -18,6 +18,10 @@ prints (a figure the base's code has not) is given with that side's median. The 
 import the project from their working directory, so each side runs its own
 code with this interpreter's installed dependencies.
 
+Each tree is built as a wheel installs it: where it has a ``setup.py``, its compiled modules are
+built beside its sources first (``setup.py build_ext --inplace``); ``--sources`` runs the
+sources alone on both sides.
+
 ``--bench-from-head`` runs HEAD's ``bench/<bench>`` on both sides, each
 still in its own tree as the working directory: for a benchmark BASE does
 not have yet. Only for one that takes the code it measures from its working
@@ -96,6 +100,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3, help="runs per side (default 3)")
     ap.add_argument("--bench-from-head", action="store_true",
                     help="run HEAD's bench file on both sides, each side's tree its working directory (module note)")
+    ap.add_argument("--sources", action="store_true", help="build no compiled modules (module note)")
     a = ap.parse_args(argv)
     commits = {side: subprocess.run(["git", "rev-parse", "--short", getattr(a, side)], cwd=ROOT, check=True,
                                     capture_output=True, text=True).stdout.strip() for side in ("base", "head")}
@@ -107,6 +112,11 @@ def main() -> None:
             subprocess.run(["git", "worktree", "add", "--detach", "-q", str(tree), rev], cwd=ROOT, check=True)
             trees[side] = tree
         try:
+            for side, tree in trees.items():
+                if not a.sources and (tree / "setup.py").is_file():
+                    print(f"compare: compiling {side}'s modules (setup.py)", file=sys.stderr)
+                    subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=tree, check=True,
+                                   capture_output=True)
             runs: dict[str, list[dict[str, float]]] = {"base": [], "head": []}
             for i in range(a.runs):
                 for side in ("base", "head") if i % 2 == 0 else ("head", "base"):

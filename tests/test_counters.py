@@ -441,6 +441,7 @@ def test_the_probe_leaves_out_exactly_the_ips_whose_group_is_fresh(client, keys,
     assert record_places(r, H, [(ip[0], berlin), (ip[1], nowhere), (ip[3], berlin)], T0 + DAY) == 0
 
 
+@pytest.mark.interpreted
 def test_an_ip_recorded_by_another_worker_after_the_probe_counts_once(client, keys, settings, locator):
     from geo import Place
 
@@ -470,6 +471,7 @@ def test_a_visit_recorded_without_its_probe_counts_what_it_would_with_it(client,
     assert counts(client, keys, "torrents") == {f"torrents.{H}.users": 4}
 
 
+@pytest.mark.interpreted
 @pytest.mark.parametrize("rosters", [False, True])
 def test_marks_kept_by_ip_and_torrent_before_rosters_still_count_as_present(client, namespace, settings, locator,
                                                                            monkeypatch, rosters):
@@ -571,6 +573,7 @@ def test_a_swarm_whose_roster_moved_counts_nothing_twice(client, keys, settings,
     assert counts(client, keys, "cities") == {"countries.Germany.cities.Berlin.users": 30}
 
 
+@pytest.mark.interpreted
 @pytest.mark.parametrize("shards", [1, 3])
 def test_a_torrent_first_counted_by_another_worker_after_the_probe_counts_once(
         client, namespace, settings, locator, shards):

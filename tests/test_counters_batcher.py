@@ -63,6 +63,7 @@ def test_visits_of_many_greenlets_are_recorded_in_few_batches_as_one_by_one(clie
         delete_namespace(client, together.namespace)
 
 
+@pytest.mark.interpreted
 @pytest.mark.parametrize("shards", [1, 3])
 def test_a_worker_store_sends_record_calls_in_round_trips_of_their_own(client, namespace, settings, locator, shards):
     # a worker's store shares round trips among its visits' short calls (a completion, a probe); a
@@ -121,6 +122,7 @@ def test_redis_failing_fails_every_visit_of_the_batch_and_the_next_batch_works(c
     assert [j.value for j in jobs] == [5] * 6
 
 
+@pytest.mark.interpreted
 def test_a_batch_stopped_mid_way_fails_its_visits_and_the_next_ones_are_recorded(client, keys, settings, locator):
     rec = InterleavedRecorder(client, keys, settings, locator)
     batcher = Batcher(rec, in_flight=1)
@@ -155,6 +157,7 @@ def test_a_batch_holds_at_most_max_ips_peers_and_a_larger_visit_goes_alone(clien
     assert (batcher.batches, batcher.units) == (6, sum(sizes))
 
 
+@pytest.mark.interpreted
 @pytest.mark.parametrize("shards", [1, 3])
 def test_a_batchs_visits_are_noted_for_torrents_processed_in_one_call_a_shard_and_hour(client, namespace, settings,
                                                                                         locator, shards):

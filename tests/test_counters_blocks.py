@@ -121,6 +121,7 @@ def test_blocks_leave_every_key_as_records_would(client, namespace, other_namesp
     assert blocks_state == records_state
 
 
+@pytest.mark.interpreted
 def test_a_new_torrents_parts_go_in_blocks_and_count_as_records(client, namespace, settings, locator):
     """A peer met in one swarm, then in a torrent never visited: its torrent part goes in a block,
     counted for the new torrent and not for its place again."""
@@ -133,6 +134,7 @@ def test_a_new_torrents_parts_go_in_blocks_and_count_as_records(client, namespac
     assert rec.record_places_many([(H, some)], T0 + 120) == [0]  # a revisit: nothing new
 
 
+@pytest.mark.interpreted
 @pytest.mark.parametrize("shards", [1, 3])
 def test_blocks_of_a_torrent_counted_after_all_are_sent_again_as_records(client, namespace, settings, locator,
                                                                          shards):

@@ -259,6 +259,7 @@ def test_a_recording_killed_mid_visit_then_retried_counts_once_across_shards(
     assert dict(box) == {m: c for m, c in want.items() if m.startswith("countries.")}
 
 
+@pytest.mark.interpreted
 def test_a_visit_that_dies_between_its_place_and_torrent_parts_counts_the_rest_once(
         client, namespace, settings, locator):
     """The place calls ran, the torrent call did not: the retry counts the torrent's metrics
@@ -282,6 +283,7 @@ def test_a_visit_that_dies_between_its_place_and_torrent_parts_counts_the_rest_o
     assert every_counter(client, keys) == dict(expected(locator, [(TORRENTS[2], POOL[:300])]))
 
 
+@pytest.mark.interpreted
 def test_a_process_skips_the_place_calls_of_ips_whose_place_marks_it_knows_are_fresh(
         client, namespace, settings, locator):
     """Peers seen in one swarm, then in others: no place call until the first sighting's place

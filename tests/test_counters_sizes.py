@@ -147,6 +147,7 @@ def test_a_new_torrents_indexes_past_a_slice_of_members_hold_every_one(client, k
     assert countries == {f"torrents.{H}.countries.Land {c}.users": towns // 3 + (c < towns % 3) for c in range(3)}
 
 
+@pytest.mark.interpreted
 def test_a_call_of_more_visits_than_unpack_takes_reads_each_torrent_as_counted_or_not(client, keys, settings,
                                                                                     tmp_path):
     """record.lua asks the lifetime torrents index about its visits' torrents in slices of 1,000

@@ -173,9 +173,9 @@ def _settings() -> tuple[frozenset[str], re.Pattern]:
 
 @cache
 def _test_knobs() -> frozenset[str]:
-    """Variables the tests and benchmarks read from the environment themselves (not settings)."""
+    """Variables the tests, benchmarks and build (setup.py) read from the environment themselves (not settings)."""
     knobs = set()
-    for path in [*(ROOT / "tests").glob("*.py"), *(ROOT / "bench").glob("*.py")]:
+    for path in [*(ROOT / "tests").glob("*.py"), *(ROOT / "bench").glob("*.py"), ROOT / "setup.py"]:
         for node in ast.walk(ast.parse(path.read_text("utf-8"))):
             if isinstance(node, ast.Call) and ast.unparse(node.func).endswith(("environ.get", "getenv")) and node.args:
                 if isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):

@@ -137,6 +137,7 @@ def tracker():
     server.server_close()
 
 
+@pytest.mark.interpreted
 @pytest.mark.parametrize("fmt", ["console", "json"])
 def test_a_crashing_visit_of_the_real_worker_logs_no_secret_and_no_peer(test_env, tmp_path, tracker, fmt):
     srv = redis_servers.start(tmp_path / "redis", "redis", REDIS_PASSWORD)

@@ -120,6 +120,7 @@ def test_release_neither_counts_nor_ends_a_streak(q, client, namespace):
     assert client.hget(Keys(namespace).expiries, t) == b"1"
 
 
+@pytest.mark.interpreted
 def test_a_visit_that_crashes_its_runner_leaves_its_error_for_the_quarantine(client, namespace, settings):
     from workers.process import Process
 

@@ -126,6 +126,7 @@ def test_what_this_process_puts_back_is_claimable_at_once(client, namespace, set
     assert third.token == 3
 
 
+@pytest.mark.interpreted
 def test_plans_read_together_are_each_torrents_plan(client, namespace, settings):
     # 400 torrents over 3 shards (past the torrents one plan.lua call reads): own trackers or none,
     # notes or none, a set past the per-torrent bound; read together, each is what it reads alone

@@ -89,6 +89,7 @@ class Relay:
         self.sock.close()
 
 
+@pytest.mark.interpreted
 @pytest.mark.parametrize(("concurrency", "n"), [(8, 222), (64, 592)])
 def test_a_worker_fills_its_udp_scrape_packets_whatever_its_concurrency(opentracker, settings, client, keys,  # noqa: F811
                                                                        tmp_path, concurrency, n):

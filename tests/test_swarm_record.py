@@ -184,6 +184,7 @@ def test_lookups_follow_whether_records_are_found():
     assert flips == 1
 
 
+@pytest.mark.interpreted
 def test_where_few_records_are_found_they_travel_with_the_probes(client, keys, settings, locator):
     rec = Recorder(client, keys, settings, locator)
     sent: list[int] = []
@@ -328,6 +329,7 @@ def test_the_key_read_before_meeting_is_the_key_written_after(texts, locator):
     assert (position, h) == (0, H) and swarm == swarms.of_ips(fps.torrent(H), met)
 
 
+@pytest.mark.interpreted
 def test_a_batch_of_records_is_looked_up_in_one_call_per_shard_with_probe_luas_answers(client, namespace,
                                                                                          settings, locator):
     """swarm_check.lua answers each visit of a batch as probe.lua answers its record alone: fresh ("S"),

@@ -90,6 +90,7 @@ def test_runners_leave_when_the_pool_shrinks(crawl, client, keys):
     assert seen_after and max(seen_after) <= 2
 
 
+@pytest.mark.interpreted
 def test_a_stop_hands_back_a_torrent_claimed_at_the_same_moment(crawl, client, keys):
     s, hs = crawl
     p = Process(s, client, keys, concurrency=3, until_idle=True, flush=False)

@@ -518,6 +518,7 @@ def test_status_groups_the_workers_by_machine(settings, client, keys):
             hb.leave()
 
 
+@pytest.mark.interpreted
 def test_a_torrents_first_visit_records_its_peers_without_a_probe(settings, client, keys, opentracker,  # noqa: F811
                                                                   tmp_path):
     # a torrent with no notes yet has no group record the probe could find: its first visit's peers go
@@ -551,6 +552,7 @@ def test_a_torrents_first_visit_records_its_peers_without_a_probe(settings, clie
         trackers.close()
 
 
+@pytest.mark.interpreted
 def test_a_visits_source_notes_go_in_its_completions_step(settings, client, keys, opentracker,  # noqa: F811
                                                           tmp_path):
     # an answered visit writes its notes in its completion's script call, no call of their own; a visit

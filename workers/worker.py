@@ -39,6 +39,7 @@ tokens, docs/redis.md).
 from __future__ import annotations
 
 import signal
+import sys
 import time
 from collections.abc import Callable
 from functools import partial
@@ -155,7 +156,9 @@ class Worker:
         self._started = time.monotonic()
         log.info("worker_started", id=self.heartbeat.id, concurrency=self.slots.target,
                  auto=self.autoscaler is not None, until_idle=self.until_idle,
-                 max_visits=self.slots.limit, duration=self.duration)
+                 max_visits=self.slots.limit, duration=self.duration,
+                 # whether the visit's modules run compiled (setup.py): a wheel built without a C compiler runs none
+                 compiled=not (sys.modules[Visitor.__module__].__file__ or "").endswith(".py"))
         self.services.start()
         idle = IDLE_POLL[0]
         try:
