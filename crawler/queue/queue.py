@@ -127,8 +127,6 @@ class Queue:
         return script_calls.claim_args(self.keys.shard(0) if k is None else k, self.settings, count, now,
                                        count if asked is None else asked, self.keys.shards > 1)
 
-    _leases = staticmethod(script_calls.leases)
-
     def _choose(self, now: float, tried: set[int]) -> int | None:
         """The shard to claim from next (``ShardTops``), after the housekeeping of every stale
         shard in one pipelined round trip (it moves due torrents into ready, so their scores count)."""
@@ -177,7 +175,7 @@ class Queue:
                 flat = self._claim(**self._claim_args(count - len(leases), now, self.keys.shard(i),
                                                       count if asked and first else 0))
                 self.tops.note(i, flat[-1], now)
-                leases += self._leases(flat, now)
+                leases += script_calls.leases(flat, now)
             if asked and not tried:
                 # every shard is known empty: no claim went out, but the ask counts in the serve rate
                 self.client.hincrby(self.keys.shard(0).rates, asked_field(minute(now)), count)
