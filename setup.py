@@ -121,7 +121,8 @@ class OptionalBuildExt(build_ext):
         try:
             super().run()
         except Exception as exc:  # noqa: BLE001 - any compiler failure: fall back to the sources
-            print(f"peercrawl: the C build failed ({exc}): the sources run as they are", file=sys.stderr)
+            why = (str(exc).splitlines() or [type(exc).__name__])[0][:200]  # a compiler's command line is long
+            print(f"peercrawl: the C build failed ({why}): the sources run as they are", file=sys.stderr)
             for output in self.get_outputs():
                 Path(output).unlink(missing_ok=True)
 

@@ -1,12 +1,17 @@
-"""The modules setup.py compiles with mypyc form a set the interpreter can load beside the rest.
+"""The modules setup.py compiles with mypyc, held to what mypyc asks of the code around them.
 
-An interpreted class cannot subclass a compiled one ("interpreted classes cannot inherit from
-compiled"), so every class defined in a compiled module must have its subclasses compiled too;
-the reverse (a compiled class on an interpreted base) is allowed, except on an abstract base class:
-the compiled class shares its base's registry, so ``isinstance(frozenset(), CompactPeers)`` held
-when ``CompactPeers`` (a ``collections.abc.Set``) was compiled. These checks read the classes
-of every module as the interpreter loads them, so they hold whether or not this checkout was
-compiled.
+- An interpreted class cannot subclass a compiled one ("interpreted classes cannot inherit from
+  compiled"): every subclass of a class in a compiled module is compiled too. The reverse is
+  allowed, except on an abstract base class (the compiled class shares its base's registry:
+  ``isinstance(frozenset(), CompactPeers)`` held when ``CompactPeers``, a ``Set``, was compiled)
+  and on a dependency's class (the build leaves their types out).
+- A compiled function borrows its arguments, which gevent's ``kill`` frees under a running
+  greenlet: every greenlet starts in ``crawler.spawning``'s interpreted frame.
+- Under ``PEERCRAWL_TEST_COMPILED=1`` (.ci/run's compiled pass) every listed module is loaded from
+  its extension, so a build that fell back to the sources fails the run.
+
+The classes are read as the interpreter loads them, so these hold whether or not this checkout
+was compiled.
 """
 
 import abc
