@@ -49,6 +49,17 @@ def all_modules() -> dict:
     return modules
 
 
+def defined_classes(compiled: bool):
+    """``(module name, class)`` of every class defined in a module setup.py compiles (``compiled``)
+    or in one it leaves interpreted (not ``compiled``)."""
+    names = {module_of(f) for f in compiled_files()}
+    for name, module in all_modules().items():
+        if (name in names) == compiled:
+            for _, cls in inspect.getmembers(module, inspect.isclass):
+                if cls.__module__ == name:
+                    yield name, cls
+
+
 def test_every_compiled_file_exists_once():
     files = compiled_files()
     assert len(files) == len(set(files))
@@ -58,18 +69,10 @@ def test_every_compiled_file_exists_once():
 
 def test_every_subclass_of_a_compiled_class_is_compiled():
     compiled = {module_of(f) for f in compiled_files()}
-    modules = all_modules()
-    assert compiled <= set(modules)
-    stranded = []
-    for name, module in modules.items():
-        if name in compiled:
-            continue
-        for _, cls in inspect.getmembers(module, inspect.isclass):
-            if cls.__module__ != name:
-                continue
-            for base in inspect.getmro(cls)[1:]:
-                if base.__module__ in compiled:
-                    stranded.append(f"{name}.{cls.__qualname__} subclasses {base.__module__}.{base.__qualname__}")
+    assert compiled <= set(all_modules())
+    stranded = [f"{name}.{cls.__qualname__} subclasses {base.__module__}.{base.__qualname__}"
+                for name, cls in defined_classes(compiled=False)
+                for base in inspect.getmro(cls)[1:] if base.__module__ in compiled]
     assert not stranded, "interpreted subclasses of compiled classes: " + "; ".join(stranded)
 
 
@@ -79,30 +82,15 @@ def test_no_compiled_class_derives_from_a_dependencys_class():
     exception on redis-py's ``ConnectionError`` crashed the process when raised."""
     import sys
 
-    compiled = {module_of(f) for f in compiled_files()}
-    foreign = []
-    for name, module in all_modules().items():
-        if name not in compiled:
-            continue
-        for _, cls in inspect.getmembers(module, inspect.isclass):
-            if cls.__module__ != name:
-                continue
-            for base in inspect.getmro(cls)[1:]:
-                top = base.__module__.split(".")[0]
-                if top not in PACKAGES and top not in sys.stdlib_module_names and top != "builtins":
-                    foreign.append(f"{name}.{cls.__qualname__} derives from {base.__module__}.{base.__qualname__}")
+    foreign = [f"{name}.{cls.__qualname__} derives from {base.__module__}.{base.__qualname__}"
+               for name, cls in defined_classes(compiled=True) for base in inspect.getmro(cls)[1:]
+               if base.__module__.split(".")[0] not in (*PACKAGES, *sys.stdlib_module_names, "builtins")]
     assert not foreign, "compiled classes on dependencies' classes: " + "; ".join(foreign)
 
 
 def test_no_compiled_class_derives_from_an_abstract_base_class():
-    compiled = {module_of(f) for f in compiled_files()}
-    abstract = []
-    for name, module in all_modules().items():
-        if name not in compiled:
-            continue
-        for _, cls in inspect.getmembers(module, inspect.isclass):
-            if cls.__module__ == name and isinstance(cls, abc.ABCMeta):
-                abstract.append(f"{name}.{cls.__qualname__}")
+    abstract = [f"{name}.{cls.__qualname__}" for name, cls in defined_classes(compiled=True)
+                if isinstance(cls, abc.ABCMeta)]
     assert not abstract, "compiled classes on abstract bases: " + ", ".join(abstract)
 
 
